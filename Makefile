@@ -1,0 +1,53 @@
+# rank_lab: `make test` (unit + notebook tests) and `make book` (execute every notebook, build the site).
+# Both create .venv when missing and install the package with its extras; a fresh machine needs only
+# Python 3.11. torch: `pip install torch torchvision` takes the standard (CUDA) build, which also runs
+# on CPU.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.rank_lab-installed
+EXTRAS ?= book,test,faiss,timm
+PYTEST_WORKERS ?= 2
+
+.PHONY: help setup test test-unit test-notebooks book notebooks lint bench clean
+
+help:
+	@echo "make setup | test | test-unit | test-notebooks | book | notebooks | lint | bench | clean"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet --no-deps animal-mnist
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rank_lab)" > /dev/null
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q tests
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m "not notebook" tests
+
+test-notebooks: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests
+
+# Every notebook is executed (smoke mode = the parameters cell's defaults) on every build:
+# `execute_notebooks: force` in _config.yml, so no cached page can go stale when rank_lab/ changes.
+# Execution errors raise (nb_execution_raise_on_error) and fail the build.
+book: $(STAMP)
+	$(PY) -m jupyter_book build . --path-output . --builder html
+	$(MAKE) notebooks
+
+notebooks: $(STAMP)
+	$(PY) -m rank_lab.book twins --out _build/html/_notebooks
+
+lint: $(STAMP)
+	$(PY) -m ruff check rank_lab tests benchmarks
+
+bench: $(STAMP)
+	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f --quick || exit 1; done
+
+clean:
+	rm -rf _build outputs .pytest_cache .hypothesis

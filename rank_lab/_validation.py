@@ -1,0 +1,118 @@
+"""Input checks shared by every public function.
+
+Bad input gets a clear ``ValueError`` / ``TypeError`` that names the argument: mismatched shapes,
+NaN/inf values, empty batches. These helpers are the one place where such messages are written.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "as_tensor",
+    "check_embeddings",
+    "check_labels",
+    "check_finite",
+    "check_same_length",
+    "check_scores_targets",
+    "check_positive_int",
+]
+
+
+def as_tensor(x: object, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Convert ``x`` (tensor, ndarray, list) to a tensor, naming ``name`` in the error."""
+    if isinstance(x, torch.Tensor):
+        return x if dtype is None else x.to(dtype)
+    try:
+        return torch.as_tensor(x, dtype=dtype)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(f"{name} must be a tensor or array-like, got {type(x).__name__}") from exc
+
+
+def check_finite(x: torch.Tensor, name: str) -> None:
+    """Raise ``ValueError`` if a floating tensor holds NaN or inf."""
+    if x.is_floating_point() and x.numel() and not bool(torch.isfinite(x).all()):
+        n_bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(f"{name} contains {n_bad} NaN or inf value(s)")
+
+
+def check_embeddings(x: object, name: str = "embeddings") -> torch.Tensor:
+    """Check a ``(N, d)`` floating, finite, non-empty embedding matrix and return it as a tensor."""
+    x = as_tensor(x, name)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must have shape (N, d), got {tuple(x.shape)}")
+    if x.shape[0] == 0:
+        raise ValueError(f"{name} is empty (N = 0)")
+    if x.shape[1] == 0:
+        raise ValueError(f"{name} has zero dimensions (d = 0)")
+    if not x.is_floating_point():
+        x = x.float()
+    check_finite(x, name)
+    return x
+
+
+def check_labels(y: object, n: int | None = None, name: str = "labels") -> torch.Tensor:
+    """Check integer labels of shape ``(N,)`` or ``(N, L)`` (hierarchical, fine level first)."""
+    y = as_tensor(y, name)
+    if y.ndim not in (1, 2):
+        raise ValueError(f"{name} must have shape (N,) or (N, L), got {tuple(y.shape)}")
+    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integers, got dtype {y.dtype}")
+    if y.shape[0] == 0:
+        raise ValueError(f"{name} is empty (N = 0)")
+    if n is not None and y.shape[0] != n:
+        raise ValueError(f"{name} has {y.shape[0]} rows but the embeddings have {n}")
+    return y.long()
+
+
+def check_same_length(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
+    """Raise ``ValueError`` unless ``a`` and ``b`` have the same first dimension."""
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"{name_a} has {a.shape[0]} rows but {name_b} has {b.shape[0]}")
+
+
+def check_scores_targets(
+    scores: object, targets: object, name_s: str = "scores", name_t: str = "targets"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check a ``(Q, N)`` score matrix and a same-shape relevance matrix (bool or numeric)."""
+    scores = as_tensor(scores, name_s)
+    targets = as_tensor(targets, name_t)
+    if scores.ndim == 1:
+        scores = scores[None]
+    if targets.ndim == 1:
+        targets = targets[None]
+    if scores.ndim != 2:
+        raise ValueError(f"{name_s} must have shape (Q, N), got {tuple(scores.shape)}")
+    if scores.shape != targets.shape:
+        raise ValueError(
+            f"{name_s} has shape {tuple(scores.shape)} but {name_t} has shape {tuple(targets.shape)}"
+        )
+    if scores.numel() == 0:
+        raise ValueError(f"{name_s} is empty (shape {tuple(scores.shape)})")
+    if not scores.is_floating_point():
+        scores = scores.float()
+    check_finite(scores, name_s)
+    if targets.is_floating_point():
+        check_finite(targets, name_t)
+        if bool((targets < 0).any()):
+            raise ValueError(f"{name_t} must be non-negative")
+    if targets.device != scores.device:
+        targets = targets.to(scores.device)
+    return scores, targets
+
+
+def check_positive_int(k: object, name: str) -> int:
+    """Check that ``k`` is a positive integer (not a bool) and return it."""
+    if isinstance(k, bool) or not isinstance(k, int):
+        try:
+            import numpy as np
+
+            if isinstance(k, np.integer):
+                k = int(k)
+            else:
+                raise TypeError
+        except TypeError:
+            raise TypeError(f"{name} must be a positive int, got {type(k).__name__}") from None
+    if k < 1:
+        raise ValueError(f"{name} must be >= 1, got {k}")
+    return int(k)

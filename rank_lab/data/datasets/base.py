@@ -1,0 +1,86 @@
+"""Shared pieces of the dataset loaders: a path check with a helpful error, an image-list dataset.
+
+Every loader in :mod:`rank_lab.data.datasets` builds on these so that (1) a wrong folder always
+fails the same clear way and (2) every loader returns the same kind of object: a
+:class:`torch.utils.data.Dataset` of ``(image, label)`` pairs with ``.paths`` and ``.labels``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+__all__ = ["DatasetFolderError", "require_path", "ImageListDataset", "pil_loader"]
+
+
+class DatasetFolderError(FileNotFoundError, ValueError):
+    """A dataset folder is missing or malformed. Both a ``ValueError`` and a ``FileNotFoundError``."""
+
+
+def require_path(root: str | Path, relative: str | Path, dataset: str, layout: str = "") -> Path:
+    """Return ``root / relative`` or raise :class:`DatasetFolderError` saying what was expected.
+
+    Args:
+        root: the dataset folder given by the user.
+        relative: the file or folder the loader needs inside ``root``.
+        dataset: the dataset's name, for the message.
+        layout: a short description of the expected layout, appended to the message.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DatasetFolderError(f"{dataset}: root folder {str(root)!r} does not exist or is not a folder. {layout}".strip())
+    p = root / relative
+    if not p.exists():
+        raise DatasetFolderError(
+            f"{dataset}: expected {str(relative)!r} inside {str(root)!r} but it is missing. {layout}".strip()
+        )
+    return p
+
+
+def pil_loader(path: str | Path) -> Any:
+    """Open an image file as an RGB PIL image."""
+    from PIL import Image
+
+    with open(path, "rb") as f:
+        img = Image.open(f)
+        return img.convert("RGB")
+
+
+class ImageListDataset(Dataset):
+    """A dataset from a list of image paths and integer labels (``(N,)`` or hierarchical ``(N, L)``).
+
+    Args:
+        paths: image file paths.
+        labels: integer labels, one row per path; hierarchical labels are ``(N, L)``, fine first.
+        transform: applied to the PIL image (e.g. a torchvision transform).
+        loader: opens a path; default :func:`pil_loader`.
+
+    Items are ``(transform(image), label)``, with ``label`` a ``torch.long`` scalar or ``(L,)`` row.
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[str | Path],
+        labels: Sequence[int] | torch.Tensor,
+        transform: Callable[[Any], Any] | None = None,
+        loader: Callable[[str | Path], Any] = pil_loader,
+    ) -> None:
+        self.paths = [Path(p) for p in paths]
+        self.labels = torch.as_tensor(labels, dtype=torch.long)
+        if self.labels.shape[0] != len(self.paths):
+            raise ValueError(f"labels has {self.labels.shape[0]} rows but paths has {len(self.paths)}")
+        self.transform = transform
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[Any, torch.Tensor]:
+        img = self.loader(self.paths[index])
+        if self.transform is not None:
+            img = self.transform(img)
+        return img, self.labels[index]
