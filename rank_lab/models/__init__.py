@@ -1,5 +1,29 @@
 """Models: global pooling layers, heads and backbones (timm, tiny CNN)."""
 
-from rank_lab.models.pooling import GeM, MAC, SPoC, build_pooling
+from rank_lab.models.backbones import (
+    MLPBackbone,
+    TimmBackbone,
+    TinyCNN,
+    build_backbone,
+    freeze_batchnorm,
+    load_backbone_weights,
+)
+from rank_lab.models.heads import EmbeddingHead, EmbeddingModel, ModelConfig, build_model
+from rank_lab.models.pooling import MAC, GeM, SPoC, build_pooling
 
-__all__ = ["GeM", "MAC", "SPoC", "build_pooling"]
+__all__ = [
+    "GeM",
+    "MAC",
+    "SPoC",
+    "build_pooling",
+    "MLPBackbone",
+    "TimmBackbone",
+    "TinyCNN",
+    "build_backbone",
+    "freeze_batchnorm",
+    "load_backbone_weights",
+    "EmbeddingHead",
+    "EmbeddingModel",
+    "ModelConfig",
+    "build_model",
+]

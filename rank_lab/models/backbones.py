@@ -1,0 +1,345 @@
+"""Backbones that turn an input into a feature map ``(B, D, H, W)`` or a feature vector ``(B, D)``.
+
+* :class:`TimmBackbone` -- any `timm <https://github.com/huggingface/pytorch-image-models>`_ model
+  (ResNet-50 of the papers, DeiT-S, ViT-B ...), built with ``pretrained=False`` by default (nothing is
+  downloaded) and loadable from a local weight file (:func:`load_backbone_weights`, e.g. a
+  torchvision / timm ResNet-50 ``state_dict``).
+* :class:`TinyCNN` -- a 3-block CNN for CPU smoke runs on 8x8 digits, 28x28 or small RGB images.
+* :class:`MLPBackbone` -- an MLP for the synthetic vector inputs of :func:`rank_lab.data.make_open_set`.
+
+Every backbone exposes ``num_features`` (the channel / feature dimension ``D``), as timm models do.
+The retrieval setting of the Ramzi thesis (§3.5.1, §4.4.1) is ResNet-50 without its classifier,
+followed by a pooling layer, LayerNorm without affine parameters, a linear projection 2048 -> 512
+and L2 normalisation (see :mod:`rank_lab.models.heads`). The official code also keeps the
+BatchNorm layers of the backbone in eval mode (``freeze_batch_norm: True``); see
+:func:`freeze_batchnorm`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "TinyCNN",
+    "MLPBackbone",
+    "TimmBackbone",
+    "build_backbone",
+    "load_backbone_weights",
+    "freeze_batchnorm",
+    "CLASSIFIER_PREFIXES",
+]
+
+#: State-dict prefixes of classification layers, dropped when loading backbone weights.
+CLASSIFIER_PREFIXES: tuple[str, ...] = ("fc.", "head.", "classifier.", "last_linear.", "head_dist.")
+
+
+def freeze_batchnorm(module: nn.Module) -> int:
+    """Put every BatchNorm layer of ``module`` in eval mode (running statistics frozen).
+
+    This is the ``freeze_batch_norm`` option of the ROADMAP / SupRank / Smooth-AP code (the thesis
+    does not mention it): with 4 images per class the batch statistics are poor estimates, so the
+    ImageNet statistics are kept. As in that code the affine parameters still train. Call it after
+    every ``module.train()`` (:class:`~rank_lab.models.heads.EmbeddingModel` does it for you).
+
+    Returns:
+        The number of BatchNorm layers put in eval mode.
+    """
+    n = 0
+    for m in module.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.eval()
+            n += 1
+    return n
+
+
+class TinyCNN(nn.Module):
+    """A small 3-block CNN for CPU smoke runs; returns a feature map ``(B, 4*width, H/4, W/4)``.
+
+    Blocks: conv3x3-BN-ReLU, conv3x3-BN-ReLU-maxpool2, conv3x3-BN-ReLU-maxpool2 (pools with
+    ``ceil_mode`` so inputs down to 1x1 work). An 8x8 digit gives a 2x2 map, a 28x28 image a 7x7 map.
+
+    Args:
+        in_channels: input channels (1 for digits / MNIST, 3 for RGB).
+        width: channels of the first block (the output has ``4 * width``).
+    """
+
+    def __init__(self, in_channels: int = 1, width: int = 16) -> None:
+        super().__init__()
+        if in_channels < 1 or width < 1:
+            raise ValueError(f"in_channels and width must be >= 1, got {in_channels}, {width}")
+
+        def block(cin: int, cout: int, pool: bool) -> list[nn.Module]:
+            layers: list[nn.Module] = [
+                nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(inplace=True),
+            ]
+            if pool:
+                layers.append(nn.MaxPool2d(2, ceil_mode=True))
+            return layers
+
+        self.in_channels = in_channels
+        self.features = nn.Sequential(
+            *block(in_channels, width, False),
+            *block(width, 2 * width, True),
+            *block(2 * width, 4 * width, True),
+        )
+        self.num_features = 4 * width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x ``(B, C, H, W)``. Returns the feature map ``(B, 4*width, ceil(H/4), ceil(W/4))``."""
+        if x.ndim == 3:  # (B, H, W) grey images
+            x = x.unsqueeze(1)
+        if x.ndim != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"x must have shape (B, {self.in_channels}, H, W), got {tuple(x.shape)}"
+            )
+        return self.features(x)
+
+
+class MLPBackbone(nn.Module):
+    """An MLP ``input_dim -> hidden_dims[0] -> ... -> hidden_dims[-1]`` with ReLU after each layer.
+
+    Inputs with more than two dimensions are flattened, so ``(B, 1, 8, 8)`` digits work with
+    ``input_dim = 64``. Returns ``(B, hidden_dims[-1])`` vectors (no pooling needed).
+
+    Args:
+        input_dim: size of the (flattened) input.
+        hidden_dims: widths of the hidden layers (at least one).
+    """
+
+    def __init__(self, input_dim: int, hidden_dims: Sequence[int] = (256, 256)) -> None:
+        super().__init__()
+        if input_dim is None or int(input_dim) < 1:
+            raise ValueError(f"input_dim must be a positive int, got {input_dim!r}")
+        hidden_dims = tuple(int(h) for h in hidden_dims)
+        if not hidden_dims or min(hidden_dims) < 1:
+            raise ValueError(f"hidden_dims must hold at least one positive width, got {hidden_dims}")
+        layers: list[nn.Module] = []
+        prev = int(input_dim)
+        for h in hidden_dims:
+            layers += [nn.Linear(prev, h), nn.ReLU(inplace=True)]
+            prev = h
+        self.input_dim = int(input_dim)
+        self.net = nn.Sequential(*layers)
+        self.num_features = prev
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x ``(B, input_dim)`` or ``(B, ...)`` with ``prod(...) = input_dim``. Returns ``(B, D)``."""
+        x = x.reshape(x.shape[0], -1)
+        if x.shape[1] != self.input_dim:
+            raise ValueError(f"x has {x.shape[1]} features per row but input_dim={self.input_dim}")
+        return self.net(x)
+
+
+def _unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
+    """Find the tensor dict inside a checkpoint (``state_dict`` / ``model`` / ``net`` wrappers)."""
+    for _ in range(3):
+        if isinstance(obj, Mapping) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return dict(obj)
+        if isinstance(obj, Mapping):
+            for key in ("state_dict", "model", "net", "model_state", "backbone"):
+                if key in obj and isinstance(obj[key], Mapping):
+                    obj = obj[key]
+                    break
+            else:
+                break
+        elif isinstance(obj, nn.Module):
+            return obj.state_dict()
+        else:
+            break
+    if isinstance(obj, Mapping):
+        tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+        if tensors:
+            return tensors
+    raise ValueError("the weight file holds no state dict (a mapping of parameter names to tensors)")
+
+
+def load_backbone_weights(
+    module: nn.Module,
+    path: str | Path,
+    *,
+    strict: bool = False,
+    strip_prefixes: Sequence[str] = ("module.", "backbone.", "model."),
+    drop_prefixes: Sequence[str] = CLASSIFIER_PREFIXES,
+) -> dict[str, list[str]]:
+    """Load a local weight file into ``module`` (no download).
+
+    Accepts a plain ``state_dict`` (e.g. torchvision's ``resnet50-*.pth``, whose key names timm's
+    ResNets share) or a checkpoint that wraps one under ``state_dict`` / ``model`` / ``net``.
+    ``module.`` (DataParallel) and other listed prefixes are stripped when that makes keys match;
+    classifier weights (``fc.``, ``head.`` ...) are dropped.
+
+    Args:
+        module: the model to load into.
+        path: a file written by :func:`torch.save`.
+        strict: raise if a key of ``module`` is missing from the file or a kept key of the file is
+            not used.
+        strip_prefixes: prefixes removed from the file's keys when the stripped key exists in ``module``.
+        drop_prefixes: prefixes of keys never loaded (classification layers).
+
+    Returns:
+        ``{"loaded": [...], "missing": [...], "unexpected": [...], "mismatched": [...]}`` key lists.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: if no parameter of the file matches ``module`` (wrong architecture), or, with
+            ``strict``, if some keys do not match.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"weights_path {str(path)!r} does not exist or is not a file")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the file name
+        raise ValueError(f"could not read weights_path {str(path)!r}: {exc}") from exc
+    src = _unwrap_state_dict(obj)
+    target = module.state_dict()
+    loaded: dict[str, torch.Tensor] = {}
+    unexpected: list[str] = []
+    mismatched: list[str] = []
+    for key, value in src.items():
+        k = key
+        for p in strip_prefixes:
+            if k not in target and k.startswith(p) and k[len(p):] in target:
+                k = k[len(p):]
+        if any(k.startswith(p) for p in drop_prefixes) and k not in target:
+            continue
+        if k not in target:
+            unexpected.append(key)
+        elif tuple(target[k].shape) != tuple(value.shape):
+            mismatched.append(f"{k}: file {tuple(value.shape)} vs model {tuple(target[k].shape)}")
+        else:
+            loaded[k] = value
+    if not loaded:
+        raise ValueError(
+            f"no parameter of {str(path)!r} matches the model ({len(src)} keys in the file, e.g. "
+            f"{list(src)[:3]}; model keys e.g. {list(target)[:3]}): wrong architecture?"
+        )
+    missing = [k for k in target if k not in loaded]
+    if strict and (missing or unexpected or mismatched):
+        raise ValueError(
+            f"strict loading of {str(path)!r} failed: missing={missing[:5]}, "
+            f"unexpected={unexpected[:5]}, mismatched={mismatched[:5]}"
+        )
+    module.load_state_dict(loaded, strict=False)
+    return {"loaded": sorted(loaded), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
+
+
+class TimmBackbone(nn.Module):
+    """A timm model without its classifier, returning the last feature map ``(B, D, H, W)``.
+
+    By default the model is built with ``num_classes=0`` and :meth:`forward` calls timm's
+    ``forward_features`` (the unpooled map of a CNN; NHWC maps are permuted to NCHW). For
+    transformers, whose ``forward_features`` gives tokens ``(B, T, D)``, the model's own
+    pre-logits pooling (class token for DeiT/ViT) is applied and a vector ``(B, D)`` is returned.
+    With ``features_only=True`` timm's feature-extraction wrapper is used and the last stage's map
+    is returned.
+
+    Args:
+        name: a timm model name (``"resnet50"``, ``"resnet18"``, ``"deit_small_patch16_224"`` ...).
+        pretrained: let timm fetch its pretrained weights (needs network; default ``False``).
+        weights_path: a local weight file loaded with :func:`load_backbone_weights`.
+        in_chans: input channels.
+        features_only: use ``timm.create_model(..., features_only=True)``.
+        **timm_kwargs: passed to ``timm.create_model`` (e.g. ``img_size`` for ViTs).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        pretrained: bool = False,
+        weights_path: str | Path | None = None,
+        in_chans: int = 3,
+        features_only: bool = False,
+        **timm_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        try:
+            import timm
+        except ImportError as exc:  # pragma: no cover - timm is an optional dependency
+            raise ImportError("TimmBackbone needs timm: pip install 'rank_lab[timm]'") from exc
+        if not timm.is_model(name):
+            raise ValueError(f"unknown timm model {name!r} (see timm.list_models())")
+        self.name = name
+        self.features_only = bool(features_only)
+        if self.features_only:
+            self.model = timm.create_model(
+                name, pretrained=pretrained, features_only=True, out_indices=(-1,),
+                in_chans=in_chans, **timm_kwargs,
+            )
+            self.num_features = int(self.model.feature_info.channels()[-1])
+        else:
+            self.model = timm.create_model(
+                name, pretrained=pretrained, num_classes=0, in_chans=in_chans, **timm_kwargs
+            )
+            self.num_features = int(self.model.num_features)
+        self.load_report: dict[str, list[str]] | None = None
+        if weights_path is not None:
+            self.load_report = load_backbone_weights(self.model, weights_path)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x ``(B, C, H, W)``. Returns ``(B, D, h, w)`` (CNNs) or ``(B, D)`` (transformers)."""
+        if self.features_only:
+            return self.model(x)[-1]
+        f = self.model.forward_features(x)
+        if f.ndim == 4:
+            if str(getattr(self.model, "output_fmt", "NCHW")).upper().endswith("NHWC"):
+                f = f.permute(0, 3, 1, 2)
+            return f
+        if f.ndim == 3:
+            return self.model.forward_head(f, pre_logits=True)
+        return f
+
+
+def build_backbone(
+    name: str,
+    *,
+    in_channels: int = 3,
+    input_dim: int | None = None,
+    hidden_dims: Sequence[int] = (256, 256),
+    width: int = 16,
+    pretrained: bool = False,
+    weights_path: str | Path | None = None,
+    features_only: bool = False,
+    **timm_kwargs: Any,
+) -> nn.Module:
+    """Build a backbone by name: ``"mlp"``, ``"tiny_cnn"``, or a timm name (optionally ``"timm:<name>"``).
+
+    Args:
+        name: backbone name.
+        in_channels: input channels (``tiny_cnn`` and timm).
+        input_dim: flattened input size (``mlp``; required there).
+        hidden_dims: hidden widths (``mlp``).
+        width: first-block width (``tiny_cnn``).
+        pretrained, weights_path, features_only, **timm_kwargs: see :class:`TimmBackbone`.
+            ``weights_path`` also works for ``mlp`` / ``tiny_cnn``.
+
+    Raises:
+        ValueError: for an unknown name or a missing ``input_dim`` for ``mlp``.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"backbone name must be a non-empty str, got {name!r}")
+    key = name.lower()
+    if key == "mlp":
+        if input_dim is None:
+            raise ValueError("backbone='mlp' needs input_dim (the flattened input size)")
+        net: nn.Module = MLPBackbone(input_dim, hidden_dims)
+    elif key in ("tiny_cnn", "tinycnn"):
+        net = TinyCNN(in_channels, width)
+    else:
+        timm_name = name[5:] if key.startswith("timm:") else name
+        return TimmBackbone(
+            timm_name, pretrained=pretrained, weights_path=weights_path, in_chans=in_channels,
+            features_only=features_only, **timm_kwargs,
+        )
+    if pretrained:
+        raise ValueError(f"backbone {name!r} has no pretrained weights; use weights_path")
+    if weights_path is not None:
+        net.load_report = load_backbone_weights(net, weights_path)  # type: ignore[attr-defined]
+    return net

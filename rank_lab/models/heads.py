@@ -1,0 +1,228 @@
+"""Embedding heads and the retrieval model: backbone -> pooling -> [LayerNorm] -> [Linear] -> L2 norm.
+
+The retrieval network of the Ramzi thesis (§3.5.1 "validation setting", §4.4.1) and of the SupRank /
+ROADMAP papers: a ResNet-50 without its classifier, average pooling (GeM for the state-of-the-art
+runs, max pooling for CUB in ROADMAP), a LayerNorm *without affine parameters*, a linear projection
+2048 -> 512 and L2 normalisation, so that the score of two images is the cosine similarity
+``s(q, x) = v_q^T v_x`` (Eq. 2.0 / §3.2.1 of the thesis). :func:`build_model` builds it from a
+:class:`ModelConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rank_lab.models.backbones import build_backbone, freeze_batchnorm
+from rank_lab.models.pooling import build_pooling
+
+__all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model"]
+
+
+class EmbeddingHead(nn.Module):
+    """``[LayerNorm(in_dim, affine=False)] -> [Linear(in_dim, embed_dim)] -> [L2 normalise]``.
+
+    Args:
+        in_dim: input feature size ``D``.
+        embed_dim: output size; ``None`` keeps ``D`` (no projection).
+        layer_norm: LayerNorm without affine parameters before the projection (thesis §3.5.1).
+        normalize: L2-normalise the output (computed in float32, also under autocast).
+    """
+
+    def __init__(
+        self, in_dim: int, embed_dim: int | None = 512, layer_norm: bool = True, normalize: bool = True
+    ) -> None:
+        super().__init__()
+        if int(in_dim) < 1:
+            raise ValueError(f"in_dim must be >= 1, got {in_dim}")
+        if embed_dim is not None and int(embed_dim) < 1:
+            raise ValueError(f"embed_dim must be >= 1 or None, got {embed_dim}")
+        self.norm = nn.LayerNorm(in_dim, elementwise_affine=False) if layer_norm else nn.Identity()
+        self.proj = nn.Linear(in_dim, int(embed_dim)) if embed_dim is not None else nn.Identity()
+        self.normalize = bool(normalize)
+        self.out_dim = int(embed_dim) if embed_dim is not None else int(in_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x ``(B, in_dim)``. Returns ``(B, out_dim)``, unit-norm rows when ``normalize``."""
+        z = self.proj(self.norm(x))
+        if self.normalize:
+            z = F.normalize(z.float(), p=2.0, dim=-1, eps=1e-12)
+        return z
+
+
+class EmbeddingModel(nn.Module):
+    """Backbone + pooling + :class:`EmbeddingHead`; ``model(x)`` gives ``(B, d)`` embeddings.
+
+    Args:
+        backbone: returns a map ``(B, D, H, W)`` (pooled by ``pooling``) or vectors ``(B, D)``.
+        pooling: a ``(B, D, H, W) -> (B, D)`` layer (:func:`rank_lab.models.build_pooling`); may be
+            ``None`` for vector backbones.
+        head: the embedding head.
+        freeze_bn: keep the backbone's BatchNorm layers in eval mode during training
+            (:func:`~rank_lab.models.backbones.freeze_batchnorm`, as in the official code).
+    """
+
+    def __init__(
+        self, backbone: nn.Module, pooling: nn.Module | None, head: EmbeddingHead, freeze_bn: bool = False
+    ) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.pooling = pooling
+        self.head = head
+        self.freeze_bn = bool(freeze_bn)
+
+    @property
+    def embedding_dim(self) -> int:
+        """Size ``d`` of the output embeddings."""
+        return self.head.out_dim
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Pooled backbone features ``(B, D)`` (before the head)."""
+        f = self.backbone(x)
+        if f.ndim == 4:
+            if self.pooling is None:
+                raise ValueError("the backbone returned a feature map (B, D, H, W) but pooling is None")
+            f = self.pooling(f)
+        if f.ndim != 2:
+            raise ValueError(f"backbone features must be (B, D) after pooling, got {tuple(f.shape)}")
+        return f
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x a batch of inputs. Returns embeddings ``(B, d)`` (L2-normalised by default)."""
+        return self.head(self.features(x))
+
+    def backbone_parameters(self) -> Iterator[nn.Parameter]:
+        """Parameters of the backbone (trained with ``lr``)."""
+        return self.backbone.parameters()
+
+    def head_parameters(self) -> Iterator[nn.Parameter]:
+        """Parameters of the new layers: pooling (GeM's ``p``) and head (trained with ``head_lr``)."""
+        if self.pooling is not None:
+            yield from self.pooling.parameters()
+        yield from self.head.parameters()
+
+    def train(self, mode: bool = True) -> EmbeddingModel:
+        """Set train/eval mode; with ``freeze_bn`` the backbone's BatchNorm stays in eval mode."""
+        super().train(mode)
+        if mode and self.freeze_bn:
+            freeze_batchnorm(self.backbone)
+        return self
+
+
+@dataclass
+class ModelConfig:
+    """Typed description of an :class:`EmbeddingModel` (see :func:`build_model`).
+
+    Attributes:
+        backbone: ``"mlp"``, ``"tiny_cnn"`` or a timm name (``"resnet50"`` ...).
+        pretrained: timm pretrained weights (needs network; keep ``False`` and use ``weights_path``).
+        weights_path: local weight file for the backbone (e.g. a ResNet-50 ``state_dict``).
+        in_channels: input channels (``tiny_cnn`` / timm).
+        input_dim: flattened input size (``mlp``); the trainer fills it from the data when ``None``.
+        hidden_dims: hidden widths of the ``mlp``.
+        width: first-block width of ``tiny_cnn``.
+        features_only: use timm's ``features_only`` wrapper.
+        pooling: ``"avg"``, ``"max"``, ``"gem"`` (or any name known to ``build_pooling``).
+        gem_p: initial GeM exponent.
+        layer_norm: LayerNorm without affine parameters before the projection.
+        embed_dim: embedding size (``None``: no projection).
+        normalize: L2-normalise the embeddings.
+        freeze_bn: BatchNorm of the backbone in eval mode while training.
+        timm_kwargs: extra keyword arguments for ``timm.create_model``.
+    """
+
+    backbone: str = "mlp"
+    pretrained: bool = False
+    weights_path: str | None = None
+    in_channels: int = 3
+    input_dim: int | None = None
+    hidden_dims: tuple[int, ...] = (256, 256)
+    width: int = 16
+    features_only: bool = False
+    pooling: str = "avg"
+    gem_p: float = 3.0
+    layer_norm: bool = True
+    embed_dim: int | None = 512
+    normalize: bool = True
+    freeze_bn: bool = False
+    timm_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.hidden_dims = tuple(int(h) for h in self.hidden_dims)
+        if not isinstance(self.backbone, str) or not self.backbone:
+            raise ValueError(f"model.backbone must be a non-empty str, got {self.backbone!r}")
+        if not isinstance(self.pooling, str):
+            raise ValueError(f"model.pooling must be a str, got {self.pooling!r}")
+        for name in ("in_channels", "width"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"model.{name} must be a positive int, got {v!r}")
+        for name in ("input_dim", "embed_dim"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"model.{name} must be a positive int or None, got {v!r}")
+        if not self.gem_p > 0:
+            raise ValueError(f"model.gem_p must be > 0, got {self.gem_p}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
+        """Build from a mapping; unknown keys raise ``ValueError`` listing the known ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown model config key(s) {unknown}; known: {sorted(known)}")
+        return cls(**dict(d))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict (tuples become lists)."""
+        out = dataclasses.asdict(self)
+        out["hidden_dims"] = list(self.hidden_dims)
+        return out
+
+
+def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel:
+    """Build an :class:`EmbeddingModel` from a :class:`ModelConfig`, a dict, or an object with a
+    ``.model`` attribute (a :class:`rank_lab.train.TrainConfig`).
+
+    Pooling is only created for backbones that return feature maps (``tiny_cnn``, timm CNNs);
+    vector backbones (``mlp``, transformers) go straight to the head.
+    """
+    if not isinstance(config, (ModelConfig, Mapping)) and hasattr(config, "model"):
+        config = config.model
+    if isinstance(config, Mapping):
+        config = ModelConfig.from_dict(config)
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config must be a ModelConfig or a mapping, got {type(config).__name__}")
+    backbone = build_backbone(
+        config.backbone,
+        in_channels=config.in_channels,
+        input_dim=config.input_dim,
+        hidden_dims=config.hidden_dims,
+        width=config.width,
+        pretrained=config.pretrained,
+        weights_path=config.weights_path,
+        features_only=config.features_only,
+        **config.timm_kwargs,
+    )
+    pooling: nn.Module | None = None
+    if _returns_map(backbone):
+        kwargs: dict[str, Any] = {"p": config.gem_p} if config.pooling.lower() == "gem" else {}
+        pooling = build_pooling(config.pooling, **kwargs)
+    head = EmbeddingHead(
+        int(backbone.num_features), config.embed_dim, layer_norm=config.layer_norm, normalize=config.normalize
+    )
+    return EmbeddingModel(backbone, pooling, head, freeze_bn=config.freeze_bn)
+
+
+def _returns_map(backbone: nn.Module) -> bool:
+    """Vector backbones (the MLP) need no pooling; any other may return a map. For timm
+    transformers the pooling layer exists but is skipped at run time (their output is 2-D)."""
+    from rank_lab.models.backbones import MLPBackbone
+
+    return not isinstance(backbone, MLPBackbone)
