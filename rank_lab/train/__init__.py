@@ -1,0 +1,23 @@
+"""Training engine: typed config and presets, trainer with checkpoint/resume, JSON log.
+
+* :class:`TrainConfig` -- a flat dataclass that a papermill parameters cell can fill
+  (:meth:`TrainConfig.from_dict`), with the papers' recipes as presets (:meth:`TrainConfig.preset`).
+* :class:`Trainer` -- m-per-class batches, rank loss (+ cross-batch memory), Adam/AdamW/SGD with a
+  separate head learning rate, cosine schedule with warm-up, AMP on CUDA, gradient clipping,
+  evaluation with :func:`rank_lab.metrics.retrieval_metrics`, checkpoint/resume, JSON log.
+"""
+
+from rank_lab.train.checkpoint import load_checkpoint, lr_at
+from rank_lab.train.config import PRESETS, TrainConfig, list_presets
+from rank_lab.train.trainer import Trainer, as_dataset, embed_dataset
+
+__all__ = [
+    "TrainConfig",
+    "PRESETS",
+    "list_presets",
+    "Trainer",
+    "as_dataset",
+    "embed_dataset",
+    "load_checkpoint",
+    "lr_at",
+]

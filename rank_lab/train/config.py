@@ -1,0 +1,384 @@
+"""The typed training configuration, its validation, and the papers' recipes as named presets.
+
+A :class:`TrainConfig` is a flat dataclass (plus a nested :class:`~rank_lab.models.ModelConfig`)
+so that a papermill ``parameters`` cell can fill it: :meth:`TrainConfig.from_dict` takes flat keys
+(``{"lr": 1e-4, "backbone": "resnet50"}``: model keys are routed to ``model``), a nested
+``{"model": {...}}`` dict, or dotted keys (``"model.embed_dim"``). Every field is checked in
+``__post_init__`` and a bad value raises ``ValueError``/``TypeError`` naming the field.
+
+Presets (:meth:`TrainConfig.preset`) transcribe the hyper-parameters of the Ramzi thesis (§3.5.1,
+§4.4.1), the SupRank TPAMI paper (§VII-A/B) and the ROADMAP NeurIPS paper (§4), with the official
+code ([CODE]) where the texts are silent; each preset's ``_sources`` entry says which is which.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rank_lab.models.heads import ModelConfig
+
+__all__ = ["TrainConfig", "PRESETS", "list_presets"]
+
+_OPTIMIZERS = ("adam", "adamw", "sgd")
+_SCHEDULERS = ("cosine", "constant")
+_AMP_DTYPES = ("float16", "bfloat16")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a :class:`~rank_lab.train.Trainer` run needs, with defaults for a small CPU run.
+
+    Attributes (groups):
+        Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``.
+        Data: ``epochs``, ``batch_size``, ``m_per_class`` (images per class in a batch, the
+            m-per-class sampler of the papers), ``batches_per_epoch`` (``None``: the sampler's
+            default length), ``num_workers``, ``image_size`` (for dataset transforms),
+            ``dataset`` / ``data_dir`` (for :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
+        Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
+            head; ``None`` = ``lr``), ``loss_lr`` (learnable loss parameters such as proxies;
+            ``None`` = head lr), ``weight_decay``, ``momentum``/``nesterov`` (sgd).
+        Schedule: ``scheduler`` (cosine / constant, per step), ``warmup_epochs`` (linear LR warm-up),
+            ``min_lr`` (cosine floor of the backbone group; other groups scale with their base lr),
+            ``freeze_backbone_epochs`` (thesis §4.4.1: "warm up for 5 epochs, the pre-trained
+            weights are not optimized"), ``grad_clip`` (max global norm), ``amp`` (mixed
+            precision, CUDA only), ``amp_dtype``.
+        Loss: ``loss`` (a name for :func:`rank_lab.losses.build_loss`; ignored when a loss module is
+            given to the trainer), ``loss_kwargs``.
+        Memory: ``memory_size`` (0 = none; cross-batch memory of XBM), ``memory_activate_epoch``,
+            ``memory_weight`` (loss = (batch + w * memory) / (1 + w), as the official code).
+        Evaluation: ``eval_every`` (epochs; 0 = never), ``eval_at_start`` (also evaluate the
+            untrained model, logged as epoch 0), ``eval_ks``, ``eval_metrics``, ``eval_batch_size``.
+        Output: ``checkpoint_dir`` (``None`` = no checkpoint), ``checkpoint_every``, ``resume``,
+            ``log_path`` (``None`` = ``checkpoint_dir/log.json`` if any), ``progress`` (tqdm).
+        ``model``: a :class:`~rank_lab.models.ModelConfig`. ``preset_name``: the preset started
+            from, if any (set by :meth:`preset` or a ``"preset"`` key of :meth:`from_dict`).
+    """
+
+    seed: int = 0
+    device: str | None = None
+    deterministic: bool = False
+    epochs: int = 10
+    batch_size: int = 64
+    m_per_class: int = 4
+    batches_per_epoch: int | None = None
+    num_workers: int = 0
+    image_size: int = 224
+    dataset: str | None = None
+    data_dir: str | None = None
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    head_lr: float | None = None
+    loss_lr: float | None = None
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    nesterov: bool = False
+    scheduler: str = "cosine"
+    warmup_epochs: int = 0
+    min_lr: float = 0.0
+    freeze_backbone_epochs: int = 0
+    grad_clip: float | None = None
+    amp: bool = True
+    amp_dtype: str = "float16"
+    loss: str | None = None
+    loss_kwargs: dict[str, Any] = field(default_factory=dict)
+    memory_size: int = 0
+    memory_activate_epoch: int = 0
+    memory_weight: float = 1.0
+    eval_every: int = 1
+    eval_at_start: bool = False
+    eval_ks: tuple[int, ...] = (1, 10, 100)
+    eval_metrics: tuple[str, ...] = ("R@k", "mAP@R", "mAP")
+    eval_batch_size: int = 256
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 1
+    resume: bool = True
+    log_path: str | None = None
+    progress: bool = True
+    model: ModelConfig = field(default_factory=ModelConfig)
+    preset_name: str | None = None
+
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        if isinstance(self.model, Mapping):
+            self.model = ModelConfig.from_dict(self.model)
+        if not isinstance(self.model, ModelConfig):
+            raise TypeError(f"model must be a ModelConfig or a dict, got {type(self.model).__name__}")
+        for name in ("checkpoint_dir", "log_path", "data_dir"):
+            v = getattr(self, name)
+            if isinstance(v, Path):
+                setattr(self, name, str(v))
+        _int(self, "seed", 0)
+        _int(self, "epochs", 1)
+        _int(self, "batch_size", 2)
+        _int(self, "m_per_class", 1)
+        _int(self, "batches_per_epoch", 1, optional=True)
+        _int(self, "num_workers", 0)
+        _int(self, "image_size", 1)
+        _int(self, "warmup_epochs", 0)
+        _int(self, "freeze_backbone_epochs", 0)
+        _int(self, "memory_size", 0)
+        _int(self, "memory_activate_epoch", 0)
+        _int(self, "eval_every", 0)
+        _int(self, "eval_batch_size", 1)
+        _int(self, "checkpoint_every", 1)
+        for name in ("deterministic", "nesterov", "amp", "eval_at_start", "resume", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        _float(self, "lr", positive=True)
+        _float(self, "head_lr", positive=True, optional=True)
+        _float(self, "loss_lr", positive=True, optional=True)
+        _float(self, "weight_decay")
+        _float(self, "momentum")
+        _float(self, "min_lr")
+        _float(self, "grad_clip", positive=True, optional=True)
+        _float(self, "memory_weight")
+        _choice(self, "optimizer", _OPTIMIZERS)
+        _choice(self, "scheduler", _SCHEDULERS)
+        _choice(self, "amp_dtype", _AMP_DTYPES)
+        if self.batch_size % self.m_per_class != 0:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of m_per_class ({self.m_per_class})"
+            )
+        if self.batch_size // self.m_per_class < 2:
+            raise ValueError(
+                f"batch_size // m_per_class = {self.batch_size // self.m_per_class}: a batch needs at "
+                "least 2 classes (otherwise no query has a negative)"
+            )
+        if self.warmup_epochs >= self.epochs:
+            raise ValueError(f"warmup_epochs ({self.warmup_epochs}) must be < epochs ({self.epochs})")
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr ({self.min_lr}) must be <= lr ({self.lr})")
+        if self.device is not None and not isinstance(self.device, str):
+            self.device = str(self.device)
+        for name in ("loss", "dataset", "preset_name"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"{name} must be a str or None, got {v!r}")
+        if not isinstance(self.loss_kwargs, Mapping):
+            raise TypeError(f"loss_kwargs must be a dict, got {type(self.loss_kwargs).__name__}")
+        self.loss_kwargs = dict(self.loss_kwargs)
+        if isinstance(self.eval_ks, int):
+            self.eval_ks = (self.eval_ks,)
+        self.eval_ks = tuple(self.eval_ks)
+        if not self.eval_ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.eval_ks):
+            raise ValueError(f"eval_ks must be a non-empty sequence of positive ints, got {self.eval_ks!r}")
+        if isinstance(self.eval_metrics, str):
+            self.eval_metrics = (self.eval_metrics,)
+        self.eval_metrics = tuple(str(m) for m in self.eval_metrics)
+
+    # ------------------------------------------------------------------ dict round trip
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False, **kw: Any) -> TrainConfig:
+        """Build a config from flat, nested or dotted keys (plus keyword overrides).
+
+        Args:
+            d: e.g. ``{"lr": 1e-4, "backbone": "mlp", "model": {"embed_dim": 32}, "model.width": 8}``.
+                A ``"preset"`` key starts from that preset.
+            ignore_unknown: skip unknown keys instead of raising (handy to pass a notebook's
+                whole parameter dict).
+            **kw: more keys, applied after ``d``.
+
+        Raises:
+            ValueError: for an unknown key (with close matches) or an invalid value.
+        """
+        items = dict(d or {})
+        items.update(kw)
+        base: dict[str, Any] = {}
+        preset = items.pop("preset", None)
+        if preset is not None:
+            base = cls.preset(preset).to_dict()
+        train_fields = {f.name for f in dataclasses.fields(cls)}
+        model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+        model: dict[str, Any] = dict(base.pop("model", {}) or {})
+        nested = items.pop("model", None)
+        if nested is not None:
+            if isinstance(nested, ModelConfig):
+                nested = nested.to_dict()
+            if not isinstance(nested, Mapping):
+                raise TypeError(f"model must be a dict or a ModelConfig, got {nested!r}")
+            model.update(nested)
+        for key, value in items.items():
+            if key.startswith("model."):
+                sub = key[len("model."):]
+                if sub not in model_fields:
+                    if ignore_unknown:
+                        continue
+                    raise ValueError(_unknown(key, {f"model.{m}" for m in model_fields}))
+                model[sub] = value
+            elif key in train_fields:
+                base[key] = value
+            elif key in model_fields:
+                model[key] = value
+            elif not ignore_unknown:
+                raise ValueError(_unknown(key, train_fields | model_fields))
+        if preset is not None:
+            base["preset_name"] = preset
+        if "hidden_dims" in model:
+            model["hidden_dims"] = tuple(model["hidden_dims"])
+        base["model"] = ModelConfig.from_dict(model)
+        return cls(**base)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly nested dict; ``TrainConfig.from_dict(c.to_dict()) == c``."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["model"] = self.model.to_dict()
+        out["eval_ks"] = list(self.eval_ks)
+        out["eval_metrics"] = list(self.eval_metrics)
+        return out
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """Serialise to JSON (and write it to ``path`` if given)."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A validated copy with some keys changed (flat model keys allowed)."""
+        return _replace(self, changes)
+
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> TrainConfig:
+        """The papers' recipes by name (see :data:`PRESETS` and :func:`list_presets`).
+
+        ``TrainConfig.preset("roadmap_sop", epochs=5, weights_path="r50.pth")`` starts from the
+        recipe and applies validated overrides.
+        """
+        if name not in PRESETS:
+            raise ValueError(_unknown(name, set(PRESETS), what="preset"))
+        d = {k: v for k, v in copy.deepcopy(PRESETS[name]).items() if not k.startswith("_")}
+        d.update(overrides)
+        cfg = cls.from_dict(d)
+        cfg.preset_name = name
+        return cfg
+
+
+def _replace(cfg: TrainConfig, changes: Mapping[str, Any]) -> TrainConfig:
+    return TrainConfig.from_dict(cfg.to_dict(), **changes)
+
+
+def _unknown(key: str, known: set[str], what: str = "config key") -> str:
+    close = difflib.get_close_matches(key, sorted(known), n=3)
+    hint = f" Did you mean {close}?" if close else ""
+    return f"unknown {what} {key!r}.{hint} Known: {sorted(known)}"
+
+
+def _int(cfg: Any, name: str, minimum: int, optional: bool = False) -> None:
+    v = getattr(cfg, name)
+    if v is None and optional:
+        return
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+        setattr(cfg, name, v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int{' or None' if optional else ''}, got {v!r}")
+    if v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+
+
+def _float(cfg: Any, name: str, positive: bool = False, optional: bool = False) -> None:
+    v = getattr(cfg, name)
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a number{' or None' if optional else ''}, got {v!r}")
+    v = float(v)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v}")
+    if positive and v <= 0:
+        raise ValueError(f"{name} must be > 0, got {v}")
+    if not positive and v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    setattr(cfg, name, v)
+
+
+def _choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
+    v = getattr(cfg, name)
+    if not isinstance(v, str) or v.lower() not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {v!r}")
+    setattr(cfg, name, v.lower())
+
+
+_R50 = {"backbone": "resnet50", "in_channels": 3, "layer_norm": True, "embed_dim": 512, "freeze_bn": True}
+
+#: The papers' recipes. Keys starting with ``_`` document the sources and are not config keys.
+PRESETS: dict[str, dict[str, Any]] = {
+    "roadmap_sop": {
+        **_R50, "pooling": "avg", "dataset": "sop", "image_size": 224,
+        "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
+        "lr": 5e-5, "head_lr": 1e-4, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
+        "amp": True, "loss": "roadmap_tpami", "eval_ks": (1, 10, 100),
+        "_sources": "[T] §3.5.1 / [S] §VII-A: ResNet-50, avg pooling, LayerNorm w/o affine, 2048->512, "
+        "batch 256 (4/class), Adam lr 5e-5, cosine, 100 epochs, 224px. [CODE] optimizer/sop.yaml: "
+        "wd 1e-4, head lr 2x, eta_min 0; model/*.yaml: freeze_batch_norm, autocast. The papers use "
+        "the hierarchical (super-class pairs) sampler on SOP; rank_lab uses m-per-class.",
+    },
+    "roadmap_inat": {
+        **_R50, "pooling": "avg", "dataset": "inaturalist", "image_size": 224,
+        "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
+        "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 4e-4, "scheduler": "cosine", "min_lr": 1e-6,
+        "amp": True, "loss": "roadmap_tpami", "eval_ks": (1, 4, 16, 32),
+        "_sources": "[T] §3.5.1 / [S] §VII-A: Adam lr 1e-5, cosine, 100 epochs, batch 256 (4/class). "
+        "[CODE] optimizer/inat.yaml: wd 4e-4, eta_min 1e-6, head lr 2x.",
+    },
+    "roadmap_cub": {
+        **_R50, "pooling": "max", "dataset": "cub", "image_size": 256,
+        "batch_size": 128, "m_per_class": 4, "epochs": 200, "optimizer": "adam",
+        "lr": 1e-6, "head_lr": 2e-6, "weight_decay": 4e-4, "scheduler": "cosine", "min_lr": 0.0,
+        "amp": True, "loss": "roadmap_neurips", "eval_ks": (1, 2, 4, 8),
+        "_sources": "[R] §4.2: max pooling + layer norm for CUB, 256x256 images; official ROADMAP "
+        "README: batch 128, 200 epochs. [CODE] SupRank optimizer/cub.yaml: Adam lr 1e-6, wd 4e-4, "
+        "head lr 2x (the papers print no CUB learning rate).",
+    },
+    "roadmap_sop_sota": {
+        **_R50, "pooling": "gem", "dataset": "sop", "image_size": 224,
+        "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
+        "lr": 5e-5, "head_lr": 1e-4, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
+        "amp": True, "loss": "roadmap_tpami", "eval_ks": (1, 10, 100),
+        "memory_size": 59551, "memory_activate_epoch": 5, "memory_weight": 1.0,
+        "_sources": "[S] §VII-B / [T] Tab. 3.4: ROADMAP with a memory, ResNet-50 + GeM + LayerNorm. "
+        "[CODE] memory/full_memory.yaml: whole train set (59,551), activated at epoch 5, 1:1 weighting.",
+    },
+    "roadmap_inat_sota": {
+        **_R50, "pooling": "gem", "dataset": "inaturalist", "image_size": 224,
+        "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
+        "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 4e-4, "scheduler": "cosine", "min_lr": 1e-6,
+        "amp": True, "loss": "roadmap_tpami", "eval_ks": (1, 4, 16, 32),
+        "memory_size": 60000, "memory_activate_epoch": 5, "memory_weight": 1.0,
+        "_sources": "[S] §VII-B: ROADMAP + memory, GeM. [CODE] memory/inat_memory.yaml: 60,000 slots.",
+    },
+    "happier_sop": {
+        **_R50, "pooling": "avg", "dataset": "sop", "image_size": 224,
+        "batch_size": 256, "m_per_class": 4, "epochs": 75, "optimizer": "adam",
+        "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
+        "freeze_backbone_epochs": 5, "amp": True, "loss": "happier", "eval_ks": (1, 10, 100),
+        "_sources": "[T] §4.4.1: Adam lr 1e-5, wd 1e-4, cosine, 75 epochs, 5 warm-up epochs with the "
+        "pre-trained weights frozen, batch 256. ([CODE] sop.yaml has lr 5e-5.)",
+    },
+    "smoke_synthetic": {
+        "backbone": "mlp", "hidden_dims": (128, 128), "embed_dim": 32, "layer_norm": True,
+        "batch_size": 32, "m_per_class": 4, "epochs": 5, "optimizer": "adam", "lr": 1e-3,
+        "scheduler": "cosine", "eval_ks": (1, 10), "amp": False,
+        "_sources": "rank_lab: CPU smoke run on rank_lab.data.make_open_set (digest §6 of the thesis).",
+    },
+    "smoke_digits": {
+        "backbone": "tiny_cnn", "in_channels": 1, "width": 16, "pooling": "avg", "embed_dim": 32,
+        "batch_size": 32, "m_per_class": 4, "epochs": 5, "optimizer": "adam", "lr": 1e-3,
+        "scheduler": "cosine", "eval_ks": (1, 10), "amp": False,
+        "_sources": "rank_lab: CPU smoke run on rank_lab.data.load_digits (8x8, 1 channel).",
+    },
+}
+
+
+def list_presets() -> dict[str, str]:
+    """``{name: sources}`` of every preset."""
+    return {k: v.get("_sources", "") for k, v in PRESETS.items()}

@@ -1,0 +1,300 @@
+"""Very large batches by multistage back-propagation (Section 5.3.2 of the Patel thesis, after Revaud et al. 2019).
+
+A listwise loss such as RS@k needs the whole batch at once (ranks are defined over the batch), but
+the backbone's activations for 4,000 images do not fit in memory. The loss, however, only touches
+the ``(B, d)`` embeddings, so the gradient can be split:
+
+1. **Embed** the batch chunk by chunk under ``torch.no_grad()``: only the embeddings are kept.
+2. **Loss**: compute the loss on the detached embeddings (which require grad) and back-propagate it
+   to them: ``G = dL/dE`` of shape ``(B, d)``. Parameters of the loss itself (prototypes, a
+   memory) receive their gradients here.
+3. **Re-embed** each chunk *with* a graph and back-propagate the stored rows ``G[chunk]``
+   (``E_chunk.backward(G_chunk)``); parameter gradients accumulate over the chunks.
+
+By the chain rule the result equals the gradient of a single pass, provided that the second forward
+reproduces the first exactly (tested in ``tests/test_multistage.py`` to 1e-10 in float64). Peak
+memory is the activations of one chunk plus ``O(B d)`` (plus whatever the loss needs).
+
+Determinism (what this module does and what it requires):
+
+* **Random layers** (dropout, drop-path, stochastic depth): the CPU and CUDA RNG states are saved
+  before each chunk of pass 1 and restored before the same chunk of pass 2
+  (``restore_rng=True``), so both passes draw the same masks. Afterwards the RNG is left where a
+  single forward + loss would have left it.
+* **BatchNorm**: in training mode it normalises with per-chunk statistics. Pass 2 sees the same
+  chunks, so passes 1 and 2 agree, but the result differs from a single full-batch pass (whose
+  statistics cover the whole batch). The thesis freezes BN (eval mode, affine parameters not
+  trained): :func:`lock_batchnorm`. Running statistics are restored after pass 2, so a
+  training-mode BN updates them once per step, not twice.
+* **The inputs** must be the same tensor in both passes (augment once, before calling).
+* Non-deterministic GPU kernels can make the passes differ in the last bits; ``check_consistency``
+  compares the recomputed embeddings with the stored ones and raises if they disagree.
+
+The official RS@k code cuts the graph with ``copy.copy`` into a pre-allocated tensor, which is
+implicit; here pass 1 runs under an explicit ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rank_lab._validation import check_positive_int
+from rank_lab.utils import DeviceLike, get_device
+
+__all__ = [
+    "MultistageOutput",
+    "lock_batchnorm",
+    "embed_in_chunks",
+    "multistage_backward",
+    "multistage_step",
+]
+
+_BN_TYPES = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
+
+
+def _force_eval_hook(module: nn.Module, args: object) -> None:
+    module.training = False
+
+
+def lock_batchnorm(model: nn.Module, *, freeze_affine: bool = True) -> nn.Module:
+    """Freeze every BatchNorm layer of ``model`` as the thesis does (Section 5.3.2).
+
+    The layers always run in eval mode (running statistics, not batch statistics), even after
+    ``model.train()``: a forward pre-hook forces it (unlike
+    :func:`rank_lab.models.backbones.freeze_batchnorm`, which must be called after every
+    ``train()``). With ``freeze_affine`` their weight and bias stop requiring gradients: "the
+    BatchNorm parameters are kept frozen" (thesis); the official code only puts BN in eval mode and
+    still trains the affine parameters (``freeze_affine=False``). This makes the forward pass
+    independent of how the batch is chunked, so multistage back-propagation reproduces a single
+    pass exactly.
+
+    Args:
+        model: any module.
+        freeze_affine: also freeze the BN affine parameters.
+
+    Returns:
+        ``model`` (modified in place).
+    """
+    for mod in model.modules():
+        if isinstance(mod, _BN_TYPES):
+            mod.eval()
+            if not getattr(mod, "_rank_lab_frozen", False):
+                mod.register_forward_pre_hook(_force_eval_hook)
+                mod._rank_lab_frozen = True  # type: ignore[attr-defined]
+            if freeze_affine:
+                for p in mod.parameters(recurse=False):
+                    p.requires_grad_(False)
+    return model
+
+
+def _chunks(n: int, chunk_size: int) -> Iterator[slice]:
+    for a in range(0, n, chunk_size):
+        yield slice(a, min(a + chunk_size, n))
+
+
+def _check_inputs(inputs: torch.Tensor) -> None:
+    if not isinstance(inputs, torch.Tensor):
+        raise TypeError(f"inputs must be a tensor with the batch on dim 0, got {type(inputs).__name__}")
+    if inputs.ndim == 0 or inputs.shape[0] == 0:
+        raise ValueError(f"inputs must hold a non-empty batch on dim 0, got shape {tuple(inputs.shape)}")
+
+
+def embed_in_chunks(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    chunk_size: int = 200,
+    *,
+    device: DeviceLike = None,
+    progress: bool = False,
+) -> torch.Tensor:
+    """Embed a large batch chunk by chunk without a graph (pass 1; also handy for evaluation).
+
+    Args:
+        model: maps ``(c, ...)`` inputs to ``(c, d)`` embeddings.
+        inputs: ``(B, ...)`` batch, on any device (chunks are moved to ``device``).
+        chunk_size: items per forward.
+        device: compute device (default: the model's device).
+        progress: show a tqdm bar.
+
+    Returns:
+        ``(B, d)`` embeddings on ``device``.
+    """
+    _check_inputs(inputs)
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
+    dev = _model_device(model) if device is None else get_device(device)
+    out = []
+    it = list(_chunks(inputs.shape[0], chunk_size))
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc="embed", leave=False)
+    with torch.no_grad():
+        for sl in it:
+            out.append(model(inputs[sl].to(dev, non_blocking=True)))
+    return torch.cat(out)
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
+def _rng_state(dev: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    cuda = torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], dev: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], dev)
+
+
+@dataclass
+class MultistageOutput:
+    """Result of :func:`multistage_backward`.
+
+    Attributes:
+        loss: the detached scalar loss.
+        embeddings: ``(B, d)`` detached embeddings of pass 1.
+        embedding_grad: ``(B, d)`` gradient ``dL/dE`` that was back-propagated in pass 3.
+    """
+
+    loss: torch.Tensor
+    embeddings: torch.Tensor
+    embedding_grad: torch.Tensor
+
+
+def multistage_backward(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    *,
+    chunk_size: int = 200,
+    device: DeviceLike = None,
+    restore_rng: bool = True,
+    check_consistency: bool = False,
+    atol: float = 1e-5,
+    progress: bool = False,
+) -> MultistageOutput:
+    """Back-propagate ``loss_fn(model(inputs), labels)`` through ``model`` one chunk at a time.
+
+    Multistage back-propagation (Section 5.3.2 of the Patel thesis): parameter gradients are
+    *accumulated* into ``.grad`` (call ``optimizer.zero_grad()`` first) and equal those of
+    ``loss_fn(model(inputs), labels).backward()`` whenever the model's forward does not couple the
+    items of a batch (frozen BN, see the module docstring).
+
+    Args:
+        model: maps ``(c, ...)`` inputs to ``(c, d)`` embeddings (e.g. backbone + recall head).
+        inputs: ``(B, ...)`` batch on any device (each chunk is moved to ``device``).
+        labels: ``(B,)`` (or ``(B, L)``) labels, passed to ``loss_fn`` as they are (moved to
+            ``device``).
+        loss_fn: ``loss_fn(embeddings (B, d), labels) -> scalar``; its own parameters get their
+            gradients too.
+        chunk_size: items per forward (the official code uses 200 for ResNet-50 / ViT-B/32).
+        device: compute device (default: the model's device).
+        restore_rng: replay each chunk's RNG state in pass 3 (dropout etc.).
+        check_consistency: compare the re-computed embeddings with pass 1 and raise on mismatch.
+        atol: tolerance of that comparison.
+        progress: show tqdm bars.
+
+    Returns:
+        :class:`MultistageOutput` (loss, embeddings, their gradient).
+
+    Raises:
+        ValueError: empty batch, a loss that is not a finite scalar.
+        RuntimeError: with ``check_consistency``, when pass 3 does not reproduce pass 1.
+    """
+    _check_inputs(inputs)
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
+    if not isinstance(labels, torch.Tensor):
+        labels = torch.as_tensor(labels)
+    if labels.shape[0] != inputs.shape[0]:
+        raise ValueError(f"labels has {labels.shape[0]} rows but inputs has {inputs.shape[0]}")
+    dev = _model_device(model) if device is None else get_device(device)
+    slices = list(_chunks(inputs.shape[0], chunk_size))
+
+    # pass 1: embeddings only, remembering each chunk's RNG state
+    states, parts = [], []
+    with torch.no_grad():
+        for sl in _maybe_tqdm(slices, progress, "multistage: embed"):
+            states.append(_rng_state(dev))
+            parts.append(model(inputs[sl].to(dev, non_blocking=True)))
+    emb = torch.cat(parts).detach().requires_grad_(True)
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+
+    # pass 2: the loss and its gradient w.r.t. the embeddings (and the loss' own parameters)
+    loss = loss_fn(emb, labels.to(dev))
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise ValueError("loss_fn must return a scalar tensor")
+    if not bool(torch.isfinite(loss.detach())):
+        raise ValueError(f"loss_fn returned a non-finite loss ({float(loss)})")
+    loss.backward()
+    grad = emb.grad if emb.grad is not None else torch.zeros_like(emb)
+    after_loss = _rng_state(dev)
+
+    # pass 3: recompute each chunk with a graph and push the stored gradient rows through it
+    for sl, state in zip(_maybe_tqdm(slices, progress, "multistage: backward"), states, strict=True):
+        if restore_rng:
+            _set_rng_state(state, dev)
+        out = model(inputs[sl].to(dev, non_blocking=True))
+        if check_consistency and not torch.allclose(out.detach(), emb.detach()[sl], atol=atol, rtol=0):
+            err = float((out.detach() - emb.detach()[sl]).abs().max())
+            raise RuntimeError(
+                f"multistage: the second forward of chunk {sl.start}:{sl.stop} differs from the first by {err:.3g}; "
+                "freeze BatchNorm, keep restore_rng=True, and use deterministic kernels"
+            )
+        out.backward(grad[sl])
+    if restore_rng:
+        _set_rng_state(after_loss, dev)
+    with torch.no_grad():  # training-mode BN: count one update per step, not two
+        for name, b in model.named_buffers():
+            if name in buffers:
+                b.copy_(buffers[name])
+    return MultistageOutput(loss=loss.detach(), embeddings=emb.detach(), embedding_grad=grad.detach())
+
+
+def _maybe_tqdm(items: list, show: bool, desc: str) -> list:
+    if not show:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, leave=False)
+
+
+def multistage_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    *,
+    chunk_size: int = 200,
+    device: DeviceLike = None,
+    restore_rng: bool = True,
+    progress: bool = False,
+) -> float:
+    """One optimisation step with multistage back-propagation: zero_grad, backward, step.
+
+    Args:
+        model, inputs, labels, loss_fn, chunk_size, device, restore_rng, progress: as in
+            :func:`multistage_backward`.
+        optimizer: holds the model's (and the loss') parameters.
+
+    Returns:
+        The loss value (float).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    out = multistage_backward(
+        model, inputs, labels, loss_fn, chunk_size=chunk_size, device=device, restore_rng=restore_rng, progress=progress
+    )
+    optimizer.step()
+    return float(out.loss)

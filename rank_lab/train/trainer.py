@@ -1,0 +1,397 @@
+"""The training engine: m-per-class batches, a rank loss (with an optional cross-batch memory),
+Adam/AdamW/SGD with a separate head learning rate, a per-step cosine schedule with warm-up, mixed
+precision on CUDA, gradient clipping, evaluation with :func:`rank_lab.metrics.retrieval_metrics`,
+checkpoint/resume, tqdm progress and a JSON log of every epoch.
+
+The training step is the one of the Ramzi thesis §3.5 / digest 000 §2.9:
+``v = normalize(f_theta(x))``; ``loss = L(v, y)`` or, with a memory (XBM, §2.10), the batch
+and memory losses averaged as in the official code: ``(L(v, y) + w L(v, y, V_mem, y_mem)) / (1 + w)``
+where the memory already holds the current (detached) batch ("enqueue then read").
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from rank_lab.train.checkpoint import (
+    atomic_save,
+    atomic_write_json,
+    get_rng_state,
+    load_checkpoint,
+    lr_at,
+    set_rng_state,
+)
+from rank_lab.train.config import TrainConfig
+from rank_lab.utils import get_device, seed_everything
+
+__all__ = ["Trainer", "as_dataset", "embed_dataset"]
+
+#: Config keys that may change between an interrupted run and its resumption.
+_RESUME_FREE = {
+    "epochs", "progress", "resume", "checkpoint_dir", "log_path", "eval_every", "device",
+    "num_workers", "eval_batch_size", "checkpoint_every", "eval_at_start", "data_dir",
+}
+
+
+def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
+    """Accept ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``; return
+    ``(dataset, labels (N,) or (N, L))``."""
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
+        x, y = data
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"{name}: x has {x.shape[0]} rows but y has {y.shape[0]}")
+        return TensorDataset(x, y), y.long().cpu()
+    if isinstance(data, TensorDataset):
+        return data, data.tensors[1].long().cpu()
+    if isinstance(data, Dataset):
+        labels = getattr(data, "labels", None)
+        if labels is None:
+            raise TypeError(f"{name}: a Dataset must expose .labels (N,) or (N, L) for the m-per-class sampler")
+        return data, torch.as_tensor(labels).long().cpu()
+    raise TypeError(f"{name} must be (x, y) tensors, a TensorDataset or a Dataset with .labels, got {type(data).__name__}")
+
+
+@torch.no_grad()
+def embed_dataset(
+    model: nn.Module, data: Any, *, batch_size: int = 256, device: Any = None,
+    num_workers: int = 0, amp: bool = False, amp_dtype: torch.dtype = torch.float16,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings ``(N, d)`` (float32, CPU) and labels of a dataset, in eval mode, without
+    touching the global RNG."""
+    ds, labels = as_dataset(data)
+    dev = get_device(device)
+    was_training = model.training
+    model.eval()
+    out = []
+    if isinstance(ds, TensorDataset):
+        x_all = ds.tensors[0]
+        batches = (x_all[i : i + batch_size] for i in range(0, len(ds), batch_size))
+    else:
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                            generator=torch.Generator(), pin_memory=dev.type == "cuda")
+        batches = (b[0] for b in loader)
+    for x in batches:
+        with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda"):
+            out.append(model(x.to(dev, non_blocking=True)).float().cpu())
+    model.train(was_training)
+    return torch.cat(out), labels
+
+
+class Trainer:
+    """Train an embedding model with a rank loss and evaluate it (see the module docstring).
+
+    Args:
+        model: the network (``None``: :func:`rank_lab.models.build_model` from ``config.model``;
+            an MLP's ``input_dim`` is then read from the data). An
+            :class:`~rank_lab.models.EmbeddingModel` gets two parameter groups (backbone ``lr``,
+            pooling + head ``head_lr``); any other module one group.
+        loss: ``loss(emb (B,d), labels)`` and, with a memory,
+            ``loss(emb, labels, ref_emb (M,d), ref_labels)`` (``None``: ``build_loss(config.loss,
+            **config.loss_kwargs)``). Its parameters (proxies) are trained with ``loss_lr``.
+        train_data: ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``.
+        test_data: same forms; evaluated every ``config.eval_every`` epochs.
+        config: a :class:`TrainConfig` or a dict for :meth:`TrainConfig.from_dict`.
+        memory: a cross-batch memory (``None``: built from ``config.memory_size`` when > 0).
+        callbacks: called as ``cb(trainer, record)`` after every epoch's record is logged.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | None,
+        loss: nn.Module | Callable[..., torch.Tensor] | None,
+        train_data: Any,
+        test_data: Any = None,
+        config: TrainConfig | Mapping[str, Any] | None = None,
+        *,
+        memory: Any = None,
+        callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
+    ) -> None:
+        if config is None:
+            config = TrainConfig()
+        elif isinstance(config, Mapping):
+            config = TrainConfig.from_dict(config)
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig or a dict, got {type(config).__name__}")
+        self.config = cfg = config
+        self.device = get_device(cfg.device)
+        seed_everything(cfg.seed, deterministic=cfg.deterministic)
+        self.train_set, self.train_labels = as_dataset(train_data, "train_data")
+        self.test_data = test_data
+        if test_data is not None:
+            as_dataset(test_data, "test_data")
+        if model is None:
+            model = self._build_model()
+        self.model = model.to(self.device)
+        if loss is None:
+            loss = self._build_loss()
+        self.loss_fn = loss.to(self.device) if isinstance(loss, nn.Module) else loss
+        self.memory = memory if memory is not None else self._build_memory()
+        self.callbacks = list(callbacks)
+
+        from rank_lab.data import MPerClassSampler
+
+        length = None if cfg.batches_per_epoch is None else cfg.batches_per_epoch * cfg.batch_size
+        self.sampler = MPerClassSampler(self.train_labels, m=cfg.m_per_class, batch_size=cfg.batch_size,
+                                        length=length, seed=cfg.seed)
+        self.steps_per_epoch = len(self.sampler)
+        self.optimizer = self._build_optimizer()
+        self.amp = cfg.amp and self.device.type == "cuda"
+        self.amp_dtype = torch.float16 if cfg.amp_dtype == "float16" else torch.bfloat16
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype == torch.float16)
+        self.epoch = 0  # completed epochs
+        self.step = 0  # completed optimiser steps
+        self.history: list[dict[str, Any]] = []
+        ckdir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        self.checkpoint_path = ckdir / "last.pt" if ckdir else None
+        self.log_path = Path(cfg.log_path) if cfg.log_path else (ckdir / "log.json" if ckdir else None)
+
+    # ------------------------------------------------------------------ construction
+    def _build_model(self) -> nn.Module:
+        from rank_lab.models import build_model
+
+        mcfg = self.config.model
+        if mcfg.backbone.lower() == "mlp" and mcfg.input_dim is None:
+            x0 = self.train_set[0][0]
+            mcfg.input_dim = int(torch.as_tensor(x0).numel())
+        return build_model(mcfg)
+
+    def _build_loss(self) -> nn.Module:
+        if self.config.loss is None:
+            raise ValueError("no loss given: pass a loss module or set config.loss to a rank_lab.losses name")
+        from rank_lab.losses import build_loss
+
+        return build_loss(self.config.loss, **self.config.loss_kwargs)
+
+    def _build_memory(self) -> Any:
+        if self.config.memory_size <= 0:
+            return None
+        from rank_lab.memory import CrossBatchMemory
+
+        return CrossBatchMemory(self.config.memory_size)
+
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        cfg = self.config
+        head_lr = cfg.head_lr if cfg.head_lr is not None else cfg.lr
+        groups: list[dict[str, Any]] = []
+        if hasattr(self.model, "backbone_parameters") and hasattr(self.model, "head_parameters"):
+            groups.append({"name": "backbone", "params": list(self.model.backbone_parameters()), "lr": cfg.lr})
+            groups.append({"name": "head", "params": list(self.model.head_parameters()), "lr": head_lr})
+        else:
+            groups.append({"name": "model", "params": list(self.model.parameters()), "lr": cfg.lr})
+        if isinstance(self.loss_fn, nn.Module):
+            lp = [p for p in self.loss_fn.parameters() if p.requires_grad]
+            groups.append({"name": "loss", "params": lp, "lr": cfg.loss_lr if cfg.loss_lr is not None else head_lr})
+        groups = [g for g in groups if g["params"]]
+        for g in groups:
+            g["base_lr"] = g["lr"]
+        if not groups:
+            raise ValueError("the model and the loss have no trainable parameter")
+        if cfg.optimizer == "adam":
+            return torch.optim.Adam(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if cfg.optimizer == "adamw":
+            return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(groups, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                               momentum=cfg.momentum, nesterov=cfg.nesterov)
+
+    # ------------------------------------------------------------------ schedule
+    def _set_lr(self) -> None:
+        cfg = self.config
+        total = cfg.epochs * self.steps_per_epoch
+        for g in self.optimizer.param_groups:
+            floor = cfg.min_lr * g["base_lr"] / cfg.lr
+            g["lr"] = lr_at(self.step, g["base_lr"], total_steps=total,
+                            warmup_steps=cfg.warmup_epochs * self.steps_per_epoch,
+                            schedule=cfg.scheduler, min_lr=floor)
+
+    def _freeze_backbone(self, frozen: bool) -> None:
+        if hasattr(self.model, "backbone_parameters"):
+            for p in self.model.backbone_parameters():
+                p.requires_grad_(not frozen)
+
+    # ------------------------------------------------------------------ one epoch
+    def _loss(self, emb: torch.Tensor, y: torch.Tensor, use_memory: bool) -> torch.Tensor:
+        if self.memory is None:
+            return self.loss_fn(emb, y)
+        ref_emb, ref_y = _memory_update(self.memory, emb.detach(), y)
+        if not use_memory:
+            return self.loss_fn(emb, y)
+        w = self.config.memory_weight
+        return (self.loss_fn(emb, y) + w * self.loss_fn(emb, y, ref_emb, ref_y)) / (1.0 + w)
+
+    def train_epoch(self) -> dict[str, Any]:
+        """Run one epoch (epoch index ``self.epoch``) and return its partial record."""
+        from tqdm.auto import tqdm
+
+        cfg, e = self.config, self.epoch
+        self.sampler.set_epoch(e)
+        gen = torch.Generator()
+        gen.manual_seed(cfg.seed * 100_003 + e)
+        loader = DataLoader(self.train_set, batch_sampler=self.sampler, num_workers=cfg.num_workers,
+                            generator=gen, pin_memory=self.device.type == "cuda")
+        self.model.train()
+        if isinstance(self.loss_fn, nn.Module):
+            self.loss_fn.train()
+        frozen = e < cfg.freeze_backbone_epochs
+        self._freeze_backbone(frozen)
+        use_memory = self.memory is not None and e >= cfg.memory_activate_epoch
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        losses, norms, t0 = [], [], time.perf_counter()
+        bar = tqdm(loader, total=self.steps_per_epoch, desc=f"epoch {e + 1}/{cfg.epochs}",
+                   disable=not cfg.progress, leave=False)
+        for x, y in bar:
+            self._set_lr()
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
+                emb = self.model(x)
+            loss = self._loss(emb.float(), y, use_memory)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"the loss is {float(loss)} at epoch {e + 1}, step {self.step}")
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            if cfg.grad_clip is not None:
+                self.scaler.unscale_(self.optimizer)
+                norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)))
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.step += 1
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        bar.close()
+        if frozen:
+            self._freeze_backbone(False)
+        lrs = {g.get("name", str(i)): g["lr"] for i, g in enumerate(self.optimizer.param_groups)}
+        rec: dict[str, Any] = {
+            "epoch": e + 1, "step": self.step, "loss": sum(losses) / len(losses),
+            "loss_last": losses[-1], "lr": next(iter(lrs.values())), "lrs": lrs,
+            "time": time.perf_counter() - t0, "n_batches": len(losses),
+            "memory_active": use_memory, "backbone_frozen": frozen,
+        }
+        if norms:
+            rec["grad_norm"] = sum(norms) / len(norms)
+        return rec
+
+    # ------------------------------------------------------------------ evaluation
+    def embed(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embeddings ``(N, d)`` (CPU, float32) and labels of ``data``."""
+        return embed_dataset(self.model, data, batch_size=self.config.eval_batch_size, device=self.device,
+                             num_workers=self.config.num_workers, amp=self.amp, amp_dtype=self.amp_dtype)
+
+    def evaluate(self, data: Any = None) -> dict[str, float]:
+        """Retrieval metrics of ``data`` (default: the test data): every item queries all others.
+
+        ``ks`` larger than the gallery (``N - 1``) are dropped with a warning.
+        """
+        from rank_lab.metrics import retrieval_metrics
+
+        data = self.test_data if data is None else data
+        if data is None:
+            raise ValueError("no evaluation data: pass test_data to the Trainer or data to evaluate()")
+        emb, labels = self.embed(data)
+        ks = [k for k in self.config.eval_ks if k <= emb.shape[0] - 1]
+        if len(ks) < len(self.config.eval_ks):
+            warnings.warn(f"eval_ks {sorted(set(self.config.eval_ks) - set(ks))} exceed the gallery "
+                          f"size ({emb.shape[0] - 1}) and are skipped", stacklevel=2)
+        t0 = time.perf_counter()
+        res = retrieval_metrics(emb, labels, ks=ks or (1,), metrics=self.config.eval_metrics, device=self.device)
+        res = {k: v for k, v in res.items() if k != "per_query"}
+        res["eval_time"] = time.perf_counter() - t0
+        return res
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume (see :mod:`rank_lab.train.checkpoint`)."""
+        state = {
+            "epoch": self.epoch, "step": self.step, "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+            "history": self.history, "config": self.config.to_dict(), "rng": get_rng_state(),
+        }
+        if isinstance(self.loss_fn, nn.Module):
+            state["loss"] = self.loss_fn.state_dict()
+        if self.memory is not None and hasattr(self.memory, "state_dict"):
+            state["memory"] = self.memory.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any], check_config: bool = True) -> None:
+        """Restore a :meth:`state_dict` (model, optimiser, RNG, history ...)."""
+        if check_config and "config" in state:
+            old, new = dict(state["config"]), self.config.to_dict()
+            diff = sorted(k for k in set(old) | set(new) if k not in _RESUME_FREE and old.get(k) != new.get(k))
+            if diff:
+                raise ValueError(f"the checkpoint was written with a different config for {diff}; "
+                                 "use resume=False or another checkpoint_dir")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        if "loss" in state and isinstance(self.loss_fn, nn.Module):
+            self.loss_fn.load_state_dict(state["loss"])
+        if "memory" in state and self.memory is not None:
+            self.memory.load_state_dict(state["memory"])
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.history = [dict(r) for r in state["history"]]
+        set_rng_state(state["rng"])
+
+    def save_checkpoint(self, path: str | Path | None = None) -> Path:
+        """Write the state atomically (default ``checkpoint_dir/last.pt``)."""
+        path = Path(path) if path is not None else self.checkpoint_path
+        if path is None:
+            raise ValueError("no checkpoint path: set config.checkpoint_dir or pass path")
+        atomic_save(self.state_dict(), path)
+        return path
+
+    def resume_from(self, path: str | Path) -> None:
+        """Load a checkpoint file written by :meth:`save_checkpoint`."""
+        self.load_state_dict(load_checkpoint(path, map_location=self.device))
+
+    def write_log(self) -> None:
+        """Write ``{"config": ..., "history": [...]}`` to the JSON log (if a path is set)."""
+        if self.log_path is not None:
+            atomic_write_json({"config": self.config.to_dict(), "history": self.history}, self.log_path)
+
+    # ------------------------------------------------------------------ main loop
+    def fit(self) -> list[dict[str, Any]]:
+        """Train for ``config.epochs`` epochs (resuming from ``checkpoint_dir/last.pt`` when
+        ``config.resume``); return the history (one record per epoch, epoch 0 = untrained model
+        when ``eval_at_start``)."""
+        cfg = self.config
+        if cfg.resume and self.checkpoint_path is not None and self.checkpoint_path.is_file():
+            self.resume_from(self.checkpoint_path)
+        if self.epoch == 0 and cfg.eval_at_start and self.test_data is not None and not self.history:
+            self._log({"epoch": 0, "step": 0, "loss": None, "lr": None, "time": 0.0, "metrics": self.evaluate()})
+        while self.epoch < cfg.epochs:
+            rec = self.train_epoch()
+            self.epoch += 1
+            do_eval = (self.test_data is not None and cfg.eval_every > 0
+                       and (self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs))
+            rec["metrics"] = self.evaluate() if do_eval else None
+            self._log(rec)
+            if self.checkpoint_path is not None and (self.epoch % cfg.checkpoint_every == 0 or self.epoch == cfg.epochs):
+                self.save_checkpoint()
+        return self.history
+
+    def _log(self, rec: dict[str, Any]) -> None:
+        self.history.append(rec)
+        self.write_log()
+        for cb in self.callbacks:
+            cb(self, rec)
+
+
+def _memory_update(memory: Any, emb: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Enqueue the detached batch, then read the memory (XBM order, digest 000 §2.10)."""
+    if hasattr(memory, "enqueue") and hasattr(memory, "get"):
+        memory.enqueue(emb, labels)
+        out = memory.get()
+    else:
+        out = memory(emb, labels)
+    ref_emb, ref_labels = out[0], out[1]
+    if not math.prod(ref_emb.shape):
+        raise ValueError("the cross-batch memory is empty after enqueueing the batch")
+    return ref_emb, ref_labels
