@@ -1,0 +1,334 @@
+"""HEAT: Hybrid Energy-based model in the feATure space (Chapter 5 of the Ramzi thesis; ICML 2023).
+
+A prior density ``q_k(z) ∝ exp(-E_q(z))`` (EL, GMM, GMM_std, see :mod:`rank_lab.ood.energies`) is
+corrected by a residual energy ``E_theta`` (a small MLP):
+
+* hybrid energy (Eqs. 5.1-5.2): ``E^h(z) = E_q(z) + E_theta(z)``, ``p^h ∝ exp(-E^h)``;
+* maximum likelihood (Eq. 5.3): ``L_MLE = E_{p_in}[E_theta(z)] - E_{p^h}[E_theta(z')]``, with the
+  negatives ``z'`` drawn from the hybrid model by SGLD (Eq. 5.4) started at the prior
+  (``z'_0 ~ q_k``, Algorithm 2);
+* residual control (Eq. 5.5): ``L_C = E_{p_in, p^h}[(E^h - E_q)^2] = E[E_theta^2]``, computed as
+  ``mean(E_theta(z)^2) + mean(E_theta(z')^2)`` (as the official code); total ``L_MLE + lambda L_C``
+  (Eq. 5.6, ``lambda = 10``);
+* composition (Eq. 5.7): ``E_HEAT = (1/beta) log sum_k exp(beta E^h_k)``; ``beta = 0`` is the sum,
+  ``+inf``/``-inf`` the max/min. The official code first standardises each energy with its mean and
+  standard deviation on training data; that is ``standardize=True`` here (default, the thesis'
+  numbers were produced that way; ``False`` is the literal Eq. 5.7).
+
+Thesis defaults (Sec. 5.3): 6-layer MLP, hidden 1024, Adam lr 5e-6, 20 epochs, 20 SGLD steps, step
+1e-4 -> 1e-5 and noise 5e-3 -> 5e-4 (linear decay), input noise 1e-4, lambda = 10, ``T_G = 1e3``.
+The official code's differences are :meth:`HEATConfig.official`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from rank_lab._validation import check_embeddings
+from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, _check_z
+from rank_lab.ood.sgld import sgld
+from rank_lab.utils import DeviceLike, get_device
+
+__all__ = ["HEATConfig", "ResidualMLP", "HybridEnergy"]
+
+
+@dataclass(frozen=True)
+class HEATConfig:
+    """Hyper-parameters of one hybrid EBM (defaults: Sec. 5.3 of the Ramzi thesis).
+
+    Attributes:
+        hidden_dim, n_layers, negative_slope: the residual MLP (``n_layers`` Linear layers).
+        share_hidden: reuse one hidden Linear for every hidden layer (the official code's
+            ``[Linear, LeakyReLU] * 4`` list repeats the *same* module).
+        epochs, batch_size, lr, betas: Adam training (thesis: 20 epochs, lr 5e-6; batch size
+            unstated, the code uses 1024 for GMM priors and 256 for EL).
+        lam: weight ``lambda`` of ``L_C`` (Eq. 5.6).
+        input_noise: std of the Gaussian jitter added to every input of the residual.
+        sgld_steps, step_size, noise, schedule, grad_scale: see :func:`rank_lab.ood.sgld.sgld`.
+        proposal: ``"prior"`` (``z'_0 ~ q``, Algorithm 2), ``"normal"`` (``N(0, I)``, the code's EL
+            model), or ``"data"`` (contrastive divergence: start at the real batch).
+        negatives_include_init: also use ``z'_0`` as negatives (the code concatenates them).
+        relu_projection: clamp SGLD iterates at 0 (post-ReLU features; code).
+        normalize: L2-normalise the features (and project SGLD iterates on the sphere; code for
+            the GMM priors).
+    """
+
+    hidden_dim: int = 1024
+    n_layers: int = 6
+    negative_slope: float = 0.2
+    share_hidden: bool = False
+    epochs: int = 20
+    batch_size: int = 256
+    lr: float = 5e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    lam: float = 10.0
+    input_noise: float = 1e-4
+    sgld_steps: int = 20
+    step_size: float | tuple[float, float] = (1e-4, 1e-5)
+    noise: float | tuple[float, float] | None = (5e-3, 5e-4)
+    schedule: str = "linear"
+    grad_scale: float = 0.5
+    proposal: str = "prior"
+    negatives_include_init: bool = False
+    relu_projection: bool = False
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_dim", "n_layers", "epochs", "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.n_layers < 2:
+            raise ValueError(f"n_layers must be >= 2 (input and output layers), got {self.n_layers}")
+        for name in ("lr", "lam", "input_noise"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.proposal not in ("prior", "normal", "data"):
+            raise ValueError(f"proposal must be 'prior', 'normal' or 'data', got {self.proposal!r}")
+        if self.schedule not in ("linear", "polynomial"):
+            raise ValueError(f"schedule must be 'linear' or 'polynomial', got {self.schedule!r}")
+
+    @classmethod
+    def official(cls, prior: str = "gmm", **overrides: object) -> HEATConfig:
+        """The official code's settings (github.com/MarcLafon/heatood, ``scripts/cifar10.sh``).
+
+        ``prior``: ``"gmm"`` (40 SGLD steps), ``"gmm_std"`` (1 step) or ``"el"`` (proposal
+        ``N(0, I)``, 50 steps, step 0.1 -> 0.01, noise 0.1 -> 0.01, lambda 0.1, batch 256, no
+        normalisation). All: lr 1e-5, Adam betas (0, 0.999), 20 epochs, polynomial decay, gradient
+        factor 1, ReLU projection, shared hidden layers, negatives include ``z'_0``. The prior's
+        temperature (``T_G = 1e3`` for GMMs, 1 for EL) is set on the prior itself.
+        """
+        base = dict(share_hidden=True, lr=1e-5, betas=(0.0, 0.999), epochs=20, schedule="polynomial",
+                    grad_scale=1.0, relu_projection=True, negatives_include_init=True)
+        if prior in ("gmm", "gmm_std"):
+            base.update(sgld_steps=40 if prior == "gmm" else 1, step_size=(1e-4, 1e-5), noise=(5e-3, 5e-4),
+                        lam=10.0, batch_size=1024, normalize=True, proposal="prior")
+        elif prior == "el":
+            base.update(sgld_steps=50, step_size=(1e-1, 1e-2), noise=(1e-1, 1e-2), lam=0.1, batch_size=256,
+                        normalize=False, proposal="normal")
+        else:
+            raise ValueError(f"prior must be 'gmm', 'gmm_std' or 'el', got {prior!r}")
+        base.update(overrides)
+        return cls(**base)  # type: ignore[arg-type]
+
+
+class ResidualMLP(nn.Module):
+    """The residual energy ``E_theta``: an MLP ``R^d -> R`` with LeakyReLU(0.2) (a "6-layer MLP").
+
+    Args:
+        in_dim: feature dimension ``d``.
+        hidden_dim: width (thesis 1024 on CIFAR, 2048 on ImageNet).
+        n_layers: number of Linear layers (>= 2).
+        negative_slope: LeakyReLU slope.
+        share_hidden: one Linear module reused for every hidden layer (official code).
+
+    Shapes: ``(N, d) -> (N,)``.
+    """
+
+    def __init__(self, in_dim: int, hidden_dim: int = 1024, n_layers: int = 6, negative_slope: float = 0.2,
+                 share_hidden: bool = False) -> None:
+        super().__init__()
+        self.in_dim = int(in_dim)
+        self.inp = nn.Linear(in_dim, hidden_dim)
+        n_hidden = n_layers - 2
+        if share_hidden and n_hidden > 0:
+            shared = nn.Linear(hidden_dim, hidden_dim)
+            self.hidden = nn.ModuleList([shared] * n_hidden)
+        else:
+            self.hidden = nn.ModuleList([nn.Linear(hidden_dim, hidden_dim) for _ in range(n_hidden)])
+        self.out = nn.Linear(hidden_dim, 1)
+        self.act = nn.LeakyReLU(negative_slope)
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """PyTorch's default Linear init, ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, from ``generator``."""
+        for lin in {id(m): m for m in self.modules() if isinstance(m, nn.Linear)}.values():
+            bound = 1.0 / math.sqrt(lin.in_features)
+            for p in (lin.weight, lin.bias):
+                noise = torch.rand(p.shape, generator=generator, device=generator.device if generator else p.device)
+                p.copy_((2 * noise - 1).to(p) * bound)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.inp(z))
+        for lin in self.hidden:
+            h = self.act(lin(h))
+        return self.out(h).squeeze(1)
+
+
+class HybridEnergy(nn.Module):
+    """One hybrid EBM ``E^h = E_q + E_theta`` (Eq. 5.2) and its training (Algorithm 2).
+
+    Args:
+        prior: a prior energy module (``energy(z) -> (N,)``; ``sample(n, generator)`` for the
+            ``"prior"`` proposal; ``fit(z, labels)`` when it must be fitted), or ``None`` for a
+            plain EBM (:class:`~rank_lab.ood.energies.ZeroEnergy`).
+        dim: feature dimension ``d``.
+        config: :class:`HEATConfig`; keyword ``overrides`` replace its fields.
+
+    Shapes: ``energy(z (N, d)) -> (N,)``, likewise ``prior_energy`` and ``residual_energy``.
+    """
+
+    def __init__(self, prior: nn.Module | None, dim: int, config: HEATConfig | None = None, **overrides: object) -> None:
+        super().__init__()
+        self.config = replace(config or HEATConfig(), **overrides)  # type: ignore[arg-type]
+        self.dim = int(dim)
+        self.prior = prior if prior is not None else ZeroEnergy()
+        c = self.config
+        self.residual = ResidualMLP(dim, c.hidden_dim, c.n_layers, c.negative_slope, c.share_hidden)
+        self.history: list[dict[str, float]] = []
+        self.is_fitted = False
+
+    # -- energies ---------------------------------------------------------------------------------
+    def preprocess(self, z: torch.Tensor) -> torch.Tensor:
+        """L2-normalise ``z`` when ``config.normalize`` (the space the prior and residual live in)."""
+        z = _check_z(z, self.dim)
+        return nn.functional.normalize(z, dim=1) if self.config.normalize else z
+
+    def _project(self, z: torch.Tensor) -> torch.Tensor:
+        if self.config.relu_projection:
+            z = torch.relu(z)
+        if self.config.normalize:
+            z = nn.functional.normalize(z, dim=1)
+        return z
+
+    def _energy_pre(self, z: torch.Tensor) -> torch.Tensor:
+        return self.prior.energy(z) + self.residual(z)
+
+    def prior_energy(self, z: torch.Tensor) -> torch.Tensor:
+        """``E_q(z)``: ``(N, d) -> (N,)``."""
+        return self.prior.energy(self.preprocess(z))
+
+    def residual_energy(self, z: torch.Tensor) -> torch.Tensor:
+        """``E_theta(z)``: ``(N, d) -> (N,)``."""
+        return self.residual(self.preprocess(z))
+
+    def energy(self, z: torch.Tensor) -> torch.Tensor:
+        """Hybrid energy ``E^h(z) = E_q(z) + E_theta(z)`` (Eq. 5.2): ``(N, d) -> (N,)``."""
+        return self._energy_pre(self.preprocess(z))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.energy(z)
+
+    # -- training ---------------------------------------------------------------------------------
+    def _proposal(self, n: int, z_real: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        c = self.config
+        if c.proposal == "data":
+            z0 = z_real.clone()
+        elif c.proposal == "normal":
+            z0 = torch.randn(n, self.dim, generator=gen, device=gen.device, dtype=z_real.dtype).to(z_real.device)
+        else:
+            if not hasattr(self.prior, "sample"):
+                raise ValueError(f"proposal='prior' needs a prior with sample(); {type(self.prior).__name__} has none")
+            z0 = self.prior.sample(n, generator=gen).to(z_real)
+        if c.relu_projection or c.normalize:
+            z0 = self._project(z0)
+        return z0
+
+    def loss(self, z_real: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+        """``L_MLE + lambda L_C`` (Eqs. 5.3, 5.5, 5.6) on a preprocessed batch ``z_real (B, d)``."""
+        c = self.config
+        z0 = self._proposal(z_real.shape[0], z_real, generator)
+        proj: Callable[[torch.Tensor], torch.Tensor] | None = self._project if (c.relu_projection or c.normalize) else None
+        z_gen = sgld(self._energy_pre, z0, steps=c.sgld_steps, step_size=c.step_size, noise=c.noise,
+                     schedule=c.schedule, grad_scale=c.grad_scale, projection=proj, generator=generator)
+        if c.negatives_include_init:
+            z_gen = torch.cat([z_gen, z0])
+
+        def jitter(x: torch.Tensor) -> torch.Tensor:
+            w = torch.randn(x.shape, generator=generator, device=generator.device, dtype=x.dtype).to(x.device)
+            return x + c.input_noise * w
+
+        e_real = self.residual(jitter(z_real))
+        e_gen = self.residual(jitter(z_gen))
+        l_mle = e_real.mean() - e_gen.mean()
+        l_c = e_real.pow(2).mean() + e_gen.pow(2).mean()
+        loss = l_mle + c.lam * l_c
+        logs = {"loss": loss.item(), "l_mle": l_mle.item(), "l_c": l_c.item(),
+                "e_real": e_real.mean().item(), "e_gen": e_gen.mean().item()}
+        return loss, logs
+
+    def fit(
+        self,
+        z: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        *,
+        seed: int = 0,
+        device: DeviceLike = None,
+        checkpoint: str | Path | None = None,
+        progress: bool = True,
+        fit_prior: bool = True,
+    ) -> HybridEnergy:
+        """Fit the prior (if it has ``fit``) and train the residual with Algorithm 2.
+
+        Args:
+            z: ``(N, d)`` ID training features.
+            labels: ``(N,)`` class labels (needed by a :class:`ClassGaussianEnergy` prior).
+            seed: seeds the residual's initialisation, the batch order, the proposals and the noise.
+            device: where to train (``None``: CUDA when present).
+            checkpoint: a file saved after every epoch; an existing one is resumed (its config must
+                match).
+            progress: show a tqdm bar over epochs.
+            fit_prior: fit the prior on ``z`` first (set ``False`` for an already fitted prior).
+
+        Returns:
+            ``self`` (in eval mode); ``self.history`` holds per-epoch mean losses.
+        """
+        z = check_embeddings(z, "z")
+        if z.shape[1] != self.dim:
+            raise ValueError(f"z has {z.shape[1]} dimensions but the model was built for {self.dim}")
+        dev = get_device(device)
+        self.to(dev)
+        zp = self.preprocess(z.to(dev)).detach()
+        if fit_prior and hasattr(self.prior, "fit"):
+            if isinstance(self.prior, ClassGaussianEnergy) and labels is None:
+                raise ValueError("labels are required to fit a ClassGaussianEnergy prior")
+            self.prior.fit(zp, None if labels is None else torch.as_tensor(labels).to(dev))
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(int(seed))
+        self.residual.reset_parameters(gen)
+        c = self.config
+        opt = torch.optim.Adam(self.residual.parameters(), lr=c.lr, betas=c.betas)
+        start, self.history = 0, []
+        ckpt = Path(checkpoint) if checkpoint is not None else None
+        if ckpt is not None and ckpt.exists():
+            state = torch.load(ckpt, map_location=dev, weights_only=False)
+            if state.get("config") != asdict(c) or state.get("seed") != seed:
+                raise ValueError(f"checkpoint {str(ckpt)!r} was written with another config or seed")
+            self.residual.load_state_dict(state["residual"])
+            opt.load_state_dict(state["optimizer"])
+            gen.set_state(state["generator"].cpu())
+            start, self.history = int(state["epoch"]), list(state["history"])
+        n = zp.shape[0]
+        self.residual.train()
+        for epoch in tqdm(range(start, c.epochs), desc="HEAT", disable=not progress, leave=False):
+            perm = torch.randperm(n, generator=gen, device=gen.device).to(dev)
+            sums: dict[str, float] = {}
+            n_batches = 0
+            for i in range(0, n, c.batch_size):
+                loss, logs = self.loss(zp[perm[i:i + c.batch_size]], gen)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                for k, v in logs.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                n_batches += 1
+            self.history.append({"epoch": epoch, **{k: v / n_batches for k, v in sums.items()}})
+            if not math.isfinite(self.history[-1]["loss"]):
+                raise ValueError("HEAT training diverged (non-finite loss): lower lr or SGLD step size")
+            if ckpt is not None:
+                ckpt.parent.mkdir(parents=True, exist_ok=True)
+                tmp = ckpt.with_suffix(ckpt.suffix + ".tmp")
+                torch.save({"epoch": epoch + 1, "residual": self.residual.state_dict(), "optimizer": opt.state_dict(),
+                            "generator": gen.get_state(), "history": self.history, "config": asdict(c),
+                            "seed": seed}, tmp)
+                tmp.replace(ckpt)
+        self.eval()
+        self.is_fitted = True
+        return self
