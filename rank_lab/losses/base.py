@@ -1,0 +1,297 @@
+"""Common calling convention of every loss of :mod:`rank_lab.losses`.
+
+Every loss is a :class:`torch.nn.Module` called as::
+
+    loss(embeddings, labels)                                   # in-batch: each item queries the batch
+    loss(embeddings, labels, ref_embeddings, ref_labels)       # queries = batch, retrieval set = refs
+    loss(..., ref_self_index=slots)                            # where each query sits inside the refs
+
+* ``embeddings (B, d)`` float; ``labels (B,)`` int, or ``(B, L)`` hierarchical with the fine level
+  in column 0 (``docs/decisions.md``); binary losses use column ``hierarchy_level`` (default 0).
+* Embeddings are L2-normalised inside the loss (``normalize=True``) so that scores are cosine
+  similarities ``s = v_q^T v_j`` (Sec. 2.0 of the Ramzi thesis); pass ``normalize=False`` when the
+  model already normalises.
+* The query itself: in-batch, the query is also an item of the retrieval set. With
+  ``include_query_as_positive=False`` (default; thesis/papers' ``B \\ q``) its column is removed;
+  with ``True`` it stays as a positive with ``s = 1`` (official ROADMAP/HAPPIER/RS@k code). With a
+  memory, pass ``ref_self_index`` (the memory slot of each query, ``-1`` if absent) to get the same
+  choice; without it, nothing is removed.
+* ``reduction``: ``"mean"`` (over queries that have a positive), ``"sum"`` or ``"none"`` (``(B,)``).
+* Scores are computed in float32 even under autocast (half precision is too coarse for
+  temperatures of 0.01).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rank_lab._validation import check_embeddings, check_labels, check_scores_targets
+from rank_lab.ranking.ranks import retrieval_mask
+
+__all__ = [
+    "Reduction",
+    "PreparedBatch",
+    "binary_relevance",
+    "prepare_batch",
+    "reduce_per_query",
+    "MetricLoss",
+    "ListwiseLoss",
+    "RankLoss",
+    "per_query_mean",
+]
+
+Reduction = Literal["mean", "sum", "none"]
+NoPositive = Literal["skip", "raise"]
+
+
+@dataclass
+class PreparedBatch:
+    """Everything a loss needs, shapes ``Q`` queries x ``N`` retrieval-set items.
+
+    Attributes:
+        embeddings: ``(Q, d)`` (normalised if asked).
+        ref_embeddings: ``(N, d)``.
+        labels: ``(Q,)`` or ``(Q, L)``.
+        ref_labels: ``(N,)`` or ``(N, L)``.
+        scores: ``(Q, N)`` float32/float64 cosine scores.
+        relevance: ``(Q, N)`` binary relevance (same label at ``hierarchy_level``), scores' dtype.
+        valid: ``(Q, N)`` bool retrieval-set mask (the query's own column removed or not).
+        in_batch: True when the refs are the batch itself.
+    """
+
+    embeddings: torch.Tensor
+    ref_embeddings: torch.Tensor
+    labels: torch.Tensor
+    ref_labels: torch.Tensor
+    scores: torch.Tensor
+    relevance: torch.Tensor
+    valid: torch.Tensor
+    in_batch: bool
+
+
+def _level(labels: torch.Tensor, level: int, name: str) -> torch.Tensor:
+    if labels.ndim == 1:
+        if level != 0:
+            raise ValueError(f"hierarchy_level={level} needs (N, L) {name}, got shape {tuple(labels.shape)}")
+        return labels
+    if not 0 <= level < labels.shape[1]:
+        raise ValueError(f"hierarchy_level={level} is out of range for {name} with {labels.shape[1]} levels")
+    return labels[:, level]
+
+
+def binary_relevance(labels: torch.Tensor, ref_labels: torch.Tensor, level: int = 0) -> torch.Tensor:
+    """``rel[q, j] = 1[label_q == label_j]`` at hierarchy level ``level`` (0 = fine), ``(Q, N)`` bool."""
+    if labels.ndim != ref_labels.ndim:
+        raise ValueError(f"labels and ref_labels must have the same number of dims, got {labels.ndim} and {ref_labels.ndim}")
+    a, b = _level(labels, level, "labels"), _level(ref_labels, level, "ref_labels")
+    return a[:, None] == b[None, :].to(a.device)
+
+
+def prepare_batch(
+    embeddings: torch.Tensor,
+    labels: torch.Tensor,
+    ref_embeddings: torch.Tensor | None = None,
+    ref_labels: torch.Tensor | None = None,
+    *,
+    ref_self_index: torch.Tensor | None = None,
+    normalize: bool = True,
+    hierarchy_level: int = 0,
+    include_query_as_positive: bool = False,
+) -> PreparedBatch:
+    """Validate the common call, normalise, and build scores, relevance and the retrieval mask.
+
+    Raises:
+        ValueError / TypeError: naming the argument (shapes, NaN, dtypes, a lone ref argument).
+    """
+    emb = check_embeddings(embeddings, "embeddings")
+    lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
+    if (ref_embeddings is None) != (ref_labels is None):
+        raise ValueError("ref_embeddings and ref_labels must be given together")
+    in_batch = ref_embeddings is None
+    if in_batch:
+        ref, ref_lab = emb, lab
+        if ref_self_index is not None:
+            raise ValueError("ref_self_index is only used with ref_embeddings")
+        self_index = torch.arange(emb.shape[0], device=emb.device)
+    else:
+        ref = check_embeddings(ref_embeddings, "ref_embeddings").to(emb.device)
+        ref_lab = check_labels(ref_labels, ref.shape[0], "ref_labels").to(emb.device)
+        if ref.shape[1] != emb.shape[1]:
+            raise ValueError(f"ref_embeddings has dimension {ref.shape[1]} but embeddings has {emb.shape[1]}")
+        self_index = None if ref_self_index is None else torch.as_tensor(ref_self_index, device=emb.device).long()
+    if normalize:
+        emb = F.normalize(emb, dim=1)
+        ref = emb if in_batch else F.normalize(ref, dim=1)
+    work = torch.float64 if emb.dtype == torch.float64 else torch.float32
+    scores = emb.to(work) @ ref.to(work).T
+    rel = binary_relevance(lab, ref_lab, hierarchy_level).to(work)
+    valid = retrieval_mask(scores.shape[0], scores.shape[1], self_index, exclude_self=not include_query_as_positive, device=emb.device)
+    return PreparedBatch(emb, ref, lab, ref_lab, scores, rel, valid, in_batch)
+
+
+def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduction) -> torch.Tensor:
+    """Reduce per-query losses ``(Q,)`` over the queries where ``keep`` is True.
+
+    ``"none"`` returns ``(Q,)`` with 0 for the dropped queries (they get no gradient).
+    """
+    values = torch.where(keep, values, torch.zeros_like(values))
+    if reduction == "none":
+        return values
+    if reduction == "sum":
+        return values.sum()
+    if reduction == "mean":
+        return values.sum() / keep.sum().clamp(min=1)
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _check_choice(value: str, name: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+class MetricLoss(nn.Module):
+    """Base class: the common call of every loss (see the module docstring).
+
+    Args:
+        normalize: L2-normalise embeddings inside the loss.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+        include_query_as_positive: keep the query in its own retrieval set (official code) or not.
+        hierarchy_level: label column used for binary relevance with ``(N, L)`` labels.
+    """
+
+    #: False for losses that ignore ``ref_embeddings`` (proxy losses); a memory wrapper uses it.
+    uses_references: bool = True
+
+    def __init__(
+        self,
+        *,
+        normalize: bool = True,
+        reduction: Reduction = "mean",
+        include_query_as_positive: bool = False,
+        hierarchy_level: int = 0,
+    ) -> None:
+        super().__init__()
+        self.normalize = bool(normalize)
+        self.reduction = _check_choice(reduction, "reduction", ("mean", "sum", "none"))
+        self.include_query_as_positive = bool(include_query_as_positive)
+        self.hierarchy_level = int(hierarchy_level)
+
+    def prepare(
+        self,
+        embeddings: torch.Tensor,
+        labels: torch.Tensor,
+        ref_embeddings: torch.Tensor | None = None,
+        ref_labels: torch.Tensor | None = None,
+        ref_self_index: torch.Tensor | None = None,
+    ) -> PreparedBatch:
+        """:func:`prepare_batch` with this loss' options."""
+        return prepare_batch(
+            embeddings,
+            labels,
+            ref_embeddings,
+            ref_labels,
+            ref_self_index=ref_self_index,
+            normalize=self.normalize,
+            hierarchy_level=self.hierarchy_level,
+            include_query_as_positive=self.include_query_as_positive,
+        )
+
+    def forward(
+        self,
+        embeddings: torch.Tensor,
+        labels: torch.Tensor,
+        ref_embeddings: torch.Tensor | None = None,
+        ref_labels: torch.Tensor | None = None,
+        *,
+        ref_self_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Loss of ``embeddings (B, d)`` with ``labels (B,)|(B, L)`` against the batch or the refs."""
+        return self.loss_from_batch(self.prepare(embeddings, labels, ref_embeddings, ref_labels, ref_self_index))
+
+    def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ListwiseLoss(MetricLoss):
+    """Base of the listwise losses ``1 - mean_q metric_q`` (AP, R@k surrogates and baselines).
+
+    Subclasses implement :meth:`per_query` on scores. Besides the embedding call, the score-level
+    call :meth:`forward_scores` takes ``scores (Q, N)`` and ``targets (Q, N)`` directly (the toy
+    examples of the papers are given as scores).
+
+    Args:
+        no_positive: queries without a positive are ``"skip"``-ped (default; a ``ValueError`` if
+            no query has one) or ``"raise"`` a ``ValueError``.
+        **kwargs: see :class:`MetricLoss`.
+    """
+
+    def __init__(self, *, no_positive: NoPositive = "skip", **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.no_positive = _check_choice(no_positive, "no_positive", ("skip", "raise"))
+
+    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        """Per-query loss ``(Q,)`` (any value for queries without positives)."""
+        raise NotImplementedError
+
+    def forward_scores(self, scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Loss from ``scores (Q, N)`` and relevance ``targets (Q, N)`` (> 0 = positive).
+
+        Args:
+            scores: ``(Q, N)`` float scores (gradients flow to them).
+            targets: ``(Q, N)`` bool/0-1 relevance.
+            valid: ``(Q, N)`` bool retrieval-set mask (None = every item).
+
+        Returns:
+            Scalar, or ``(Q,)`` with ``reduction="none"``.
+        """
+        scores, targets = check_scores_targets(scores, targets, "scores", "targets")
+        rel = (targets > 0).to(scores.dtype)
+        if valid is None:
+            valid = torch.ones_like(scores, dtype=torch.bool)
+        elif valid.shape != scores.shape:
+            raise ValueError(f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}")
+        has_pos = ((rel > 0) & valid.bool()).any(1)
+        if not bool(has_pos.all()):
+            n_bad = int((~has_pos).sum())
+            if self.no_positive == "raise":
+                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (no_positive='raise')")
+            if not bool(has_pos.any()):
+                raise ValueError(
+                    "no query has a positive in its retrieval set: use an m-per-class sampler "
+                    "(rank_lab.data.MPerClassSampler) or a memory"
+                )
+        values = self.per_query(scores, rel, valid.bool())
+        return reduce_per_query(values, has_pos, self.reduction)  # type: ignore[arg-type]
+
+    def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
+        return self.forward_scores(batch.scores, batch.relevance, batch.valid)
+
+
+class RankLoss(ListwiseLoss):
+    """Base of the rank-surrogate losses with two implementations (SmoothAP, SupAP, R@k surrogates).
+
+    Args:
+        impl: ``"efficient"`` (``O(Q * P * N)`` memory, chunked; default) or ``"direct"`` (the
+            ``(Q, N, N)`` reference formulation of the papers' code).
+        max_elements: block size of the efficient kernel (None = device default).
+        **kwargs: see :class:`ListwiseLoss`.
+    """
+
+    def __init__(self, *, impl: Literal["efficient", "direct"] = "efficient", max_elements: int | None = None, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.impl = _check_choice(impl, "impl", ("efficient", "direct"))
+        self.max_elements = max_elements
+
+
+def per_query_mean(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) -> torch.Tensor:
+    """Mean of row values ``(R,)`` per query, ``(Q,)`` (0 for queries without rows)."""
+    sums = values.new_zeros(n_queries).index_add(0, q_idx, values)
+    counts = torch.bincount(q_idx, minlength=n_queries).to(values.dtype)
+    return sums / counts.clamp(min=1)
+

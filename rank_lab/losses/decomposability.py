@@ -1,0 +1,381 @@
+"""The decomposability gap (DG) and the losses that reduce it (Ramzi thesis Sec. 3.2.3; SupRank III-C).
+
+Rank metrics do not decompose over mini-batches: the mean of per-batch metrics differs from the
+metric on the whole retrieval set. For one query whose retrieval set is split into K batches
+(Eq. 3.6 of the thesis; SupRank Eq. 6; ROADMAP Eq. 6)::
+
+    DG = (1/K) sum_b M_b - M
+
+Losses:
+
+* :class:`PairDGLoss` -- ``L_DG`` (Eq. 3.7 of the thesis = ROADMAP's ``L_calibr.``, Eq. 7): positives
+  above an absolute threshold alpha, negatives below beta, the contrastive loss of Hadsell et al.
+  reused to *calibrate* scores across batches. alpha = 0.9, beta = 0.6 (ROADMAP paper Sec. 4;
+  official code). Paper reduction: per query, mean over positives + mean over negatives, then mean
+  over queries (default); the official code uses pytorch-metric-learning's ``ContrastiveLoss``
+  whose reducer averages over non-zero pair losses (``pair_reduction="avg_nonzero"``).
+* :class:`ProxyDGLoss` -- ``L*_DG`` (Eq. 3.8 of the thesis; SupRank Eq. 8) = NormSoftmax
+  (:class:`rank_lab.losses.proxies.NormSoftmaxLoss`), temperature eta = 0.05 (official code; the
+  papers do not print it).
+
+DG tools (exact metrics from :mod:`rank_lab.metrics`):
+
+* :func:`decomposability_gap` -- DG of a fixed partition; :func:`random_batches` and
+  :func:`expected_decomposability_gap` for random (optionally class-balanced) partitions.
+* :func:`dg_upper_bound` -- the worst case when every batch is perfectly ranked (Eq. 3.18 of the
+  thesis; SupRank Eq. 26; ROADMAP Eq. 8), attained by the juxtaposed batches of
+  :func:`juxtaposed_batches` (thesis Fig. 3.10 / A.1); :func:`worst_case_dg_brute_force` checks it
+  by enumerating every global ordering of small cases.
+* :func:`dg_calibrated_bound` and :func:`calibration_counts` -- the refined bound with the
+  calibration thresholds (Eq. 3.19; SupRank Eq. 27; ROADMAP Eq. 9).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from rank_lab._validation import check_positive_int, check_scores_targets
+from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice
+from rank_lab.losses.pairs import PairReduction, pair_margin_loss
+from rank_lab.losses.proxies import NormSoftmaxLoss
+
+__all__ = [
+    "PairDGLoss",
+    "ProxyDGLoss",
+    "decomposability_gap",
+    "random_batches",
+    "expected_decomposability_gap",
+    "dg_upper_bound",
+    "dg_calibrated_bound",
+    "calibration_counts",
+    "juxtaposed_batches",
+    "worst_case_dg_brute_force",
+]
+
+Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class PairDGLoss(MetricLoss):
+    """Pair-based decomposability loss ``L_DG`` (Eq. 3.7 of the Ramzi thesis; ROADMAP Eq. 7).
+
+    ``(1/|P|) sum_{j in P} [alpha - s_j]_+ + (1/|N|) sum_{j in N} [s_j - beta]_+`` per query.
+
+    Args:
+        alpha: positive threshold (0.9, ROADMAP paper / code).
+        beta: negative threshold, ``beta < alpha`` (0.6).
+        pair_reduction: ``"per_query_mean"`` (paper, default) or ``"avg_nonzero"`` (official code)
+            or ``"per_query_sum"``; see :func:`rank_lab.losses.pairs.pair_margin_loss`.
+        **kwargs: ``normalize``, ``reduction``, ``include_query_as_positive``, ``hierarchy_level``.
+    """
+
+    def __init__(self, alpha: float = 0.9, beta: float = 0.6, pair_reduction: PairReduction = "per_query_mean", **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        if not beta < alpha:
+            raise ValueError(f"beta must be < alpha, got alpha={alpha}, beta={beta}")
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.pair_reduction = _check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
+
+    def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
+        return pair_margin_loss(batch.scores, batch.relevance, batch.valid, self.alpha, self.beta, self.pair_reduction, self.reduction)  # type: ignore[arg-type]
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, beta={self.beta}, pair_reduction={self.pair_reduction!r}"
+
+
+class ProxyDGLoss(NormSoftmaxLoss):
+    """Proxy-based decomposability loss ``L*_DG`` (Eq. 3.8 of the Ramzi thesis) = NormSoftmax.
+
+    ``-log [exp(v_y^T p_y / eta) / sum_z exp(v_y^T p_z / eta)]``, one learnable proxy per training
+    fine class. Args as :class:`~rank_lab.losses.proxies.NormSoftmaxLoss` (``temperature`` = eta =
+    0.05, official code). The official code gives the proxies their own Adam optimizer, lr 10.
+    """
+
+
+def _metric_default() -> Metric:
+    from rank_lab.metrics import average_precision
+
+    return average_precision
+
+
+def decomposability_gap(
+    scores: torch.Tensor,
+    targets: torch.Tensor,
+    batch_ids: torch.Tensor,
+    *,
+    metric: Metric | None = None,
+    empty_batch: str = "skip",
+) -> torch.Tensor:
+    """DG of a fixed partition of the retrieval set (Eq. 3.6 of the Ramzi thesis).
+
+    Args:
+        scores: ``(N,)`` scores of one query, or ``(Q, N)`` for Q queries sharing the partition.
+        targets: same shape, relevance (> 0 = positive).
+        batch_ids: ``(N,)`` long, the batch of every item (any integer ids).
+        metric: per-query metric ``(scores (Q, n), targets (Q, n)) -> (Q,)``; default
+            :func:`rank_lab.metrics.average_precision`.
+        empty_batch: a batch without a positive for a query is ``"skip"``-ped for that query
+            (the mean is over the other batches) or makes the call ``"raise"``.
+
+    Returns:
+        DG as a 0-d tensor for 1-D input, else ``(Q,)``: mean batch metric minus global metric.
+    """
+    one = torch.as_tensor(scores).ndim == 1
+    scores, targets = check_scores_targets(scores, targets)
+    _check_choice(empty_batch, "empty_batch", ("skip", "raise"))
+    batch_ids = torch.as_tensor(batch_ids, device=scores.device).long()
+    if batch_ids.shape != (scores.shape[1],):
+        raise ValueError(f"batch_ids must have shape ({scores.shape[1]},), got {tuple(batch_ids.shape)}")
+    metric = metric or _metric_default()
+    rel = targets > 0
+    if not bool(rel.any(1).all()):
+        raise ValueError("every query needs at least one positive in the retrieval set")
+    total = torch.zeros(scores.shape[0], dtype=torch.float64, device=scores.device)
+    count = torch.zeros_like(total)
+    for b in torch.unique(batch_ids):
+        cols = batch_ids == b
+        has = rel[:, cols].any(1)
+        if not bool(has.all()) and empty_batch == "raise":
+            raise ValueError(f"batch {int(b)} has no positive for {int((~has).sum())} query(ies) (empty_batch='raise')")
+        if bool(has.any()):
+            m = metric(scores[has][:, cols], targets[has][:, cols]).double()
+            total[has] += m
+            count[has] += 1
+    gap = total / count - metric(scores, targets).double()
+    return gap[0] if one else gap
+
+
+def random_batches(n: int, batch_size: int, *, seed: int = 0, targets: torch.Tensor | None = None) -> torch.Tensor:
+    """A random partition of ``n`` items into ``n / batch_size`` equal batches, ``(n,)`` batch ids.
+
+    Args:
+        n: number of items; must be a multiple of ``batch_size`` (thesis: ``N / B = K`` integer).
+        batch_size: B.
+        seed: RNG seed.
+        targets: ``(n,)`` relevance of one query; when given, positives are spread evenly over the
+            batches (round-robin after shuffling), so every batch gets ``floor`` or ``ceil`` of
+            ``|P| / K`` positives (the thesis assumes equal positives per batch).
+
+    Returns:
+        ``(n,)`` long tensor of batch ids in ``[0, n / batch_size)``.
+    """
+    n, batch_size = check_positive_int(n, "n"), check_positive_int(batch_size, "batch_size")
+    if n % batch_size:
+        raise ValueError(f"n={n} must be a multiple of batch_size={batch_size}")
+    k = n // batch_size
+    gen = torch.Generator().manual_seed(int(seed))
+    if targets is None:
+        perm = torch.randperm(n, generator=gen)
+        ids = torch.empty(n, dtype=torch.long)
+        ids[perm] = torch.arange(n) // batch_size
+        return ids
+    pos = torch.as_tensor(targets).reshape(-1).cpu() > 0
+    if pos.numel() != n:
+        raise ValueError(f"targets has {pos.numel()} items but n={n}")
+    order = torch.cat([torch.nonzero(pos).squeeze(1), torch.nonzero(~pos).squeeze(1)])
+    order = torch.cat([order[: int(pos.sum())][torch.randperm(int(pos.sum()), generator=gen)], order[int(pos.sum()) :][torch.randperm(n - int(pos.sum()), generator=gen)]])
+    slots = torch.arange(n) % k  # round robin: positives first, spread evenly
+    ids = torch.empty(n, dtype=torch.long)
+    ids[order] = slots
+    return ids
+
+
+def expected_decomposability_gap(
+    scores: torch.Tensor,
+    targets: torch.Tensor,
+    batch_size: int,
+    *,
+    n_draws: int = 10,
+    seed: int = 0,
+    balanced: bool = True,
+    metric: Metric | None = None,
+) -> tuple[float, float]:
+    """Mean and std of DG over ``n_draws`` random partitions of one query's retrieval set.
+
+    Args:
+        scores, targets: ``(N,)`` scores and relevance of one query.
+        batch_size: B (``N`` must be a multiple).
+        n_draws: number of random partitions.
+        seed: base seed (draw i uses ``seed + i``).
+        balanced: spread the positives evenly over the batches (:func:`random_batches`).
+        metric: see :func:`decomposability_gap`.
+
+    Returns:
+        ``(mean, std)`` as floats.
+    """
+    scores = torch.as_tensor(scores).reshape(-1)
+    vals = []
+    for i in range(check_positive_int(n_draws, "n_draws")):
+        ids = random_batches(scores.numel(), batch_size, seed=seed + i, targets=targets if balanced else None)
+        vals.append(float(decomposability_gap(scores, targets, ids, metric=metric)))
+    t = torch.tensor(vals, dtype=torch.float64)
+    return float(t.mean()), float(t.std()) if len(vals) > 1 else 0.0
+
+
+def _counts(name: str, values: Sequence[int]) -> list[int]:
+    vals = [int(v) for v in values]
+    if not vals or any(v < 0 for v in vals):
+        raise ValueError(f"{name} must be a non-empty sequence of non-negative ints, got {values!r}")
+    return vals
+
+
+def dg_upper_bound(pos_per_batch: Sequence[int], neg_per_batch: Sequence[int]) -> float:
+    """Worst-case DG for AP when every batch is perfectly ranked (Eq. 3.18 of the Ramzi thesis).
+
+    ``DG <= 1 - (1/sum_b P_b) sum_b sum_{j=1}^{P_b} (j + P_<b) / (j + P_<b + N_<b)`` with ``P_<b``
+    (``N_<b``) the positives (negatives) of the batches before b. The papers state it for equal
+    batches with equal positives; the right-hand side is 1 minus the global AP of the juxtaposed
+    arrangement (:func:`juxtaposed_batches`), batch 1 entirely above batch 2, and so on.
+
+    Args:
+        pos_per_batch: ``P_b`` for b = 1..K.
+        neg_per_batch: ``N_b`` for b = 1..K.
+
+    Returns:
+        The bound as a float.
+    """
+    p, n = _counts("pos_per_batch", pos_per_batch), _counts("neg_per_batch", neg_per_batch)
+    if len(p) != len(n):
+        raise ValueError(f"pos_per_batch has {len(p)} batches but neg_per_batch has {len(n)}")
+    if sum(p) == 0:
+        raise ValueError("at least one positive is needed")
+    acc, p_before, n_before = 0.0, 0, 0
+    for pb, nb in zip(p, n, strict=True):
+        acc += sum((j + p_before) / (j + p_before + n_before) for j in range(1, pb + 1))
+        p_before, n_before = p_before + pb, n_before + nb
+    return 1.0 - acc / sum(p)
+
+
+def dg_calibrated_bound(
+    good_pos: Sequence[int], bad_pos: Sequence[int], good_neg: Sequence[int], bad_neg: Sequence[int]
+) -> float:
+    """Refined DG bound with calibration (Eq. 3.19 of the Ramzi thesis; SupRank Eq. 27).
+
+    Per batch b: ``G+_b`` positives with ``s >= alpha`` (good), ``E+_b`` with ``s < alpha`` (bad),
+    ``G-_b`` negatives with ``s <= beta``, ``E-_b`` with ``s > beta``::
+
+        1 - (1/sum P) sum_b [ sum_{j=1}^{G+_b} (j + G+_<b) / (j + G+_<b + E-_<b)
+                            + sum_{j=1}^{E+_b} (j + G+_b + P_<b) / (j + G+_b + P_<b + N_<b) ]
+
+    (the thesis' A.1.4 misses a "+" in ``j + G+_b + P_<b``). It equals :func:`dg_upper_bound`
+    when every item violates its threshold and 0 when none does. Like Eq. 3.18 it reasons on the
+    juxtaposed arrangement (earlier batches above later ones).
+    """
+    gp, ep = _counts("good_pos", good_pos), _counts("bad_pos", bad_pos)
+    gn, en = _counts("good_neg", good_neg), _counts("bad_neg", bad_neg)
+    if not len(gp) == len(ep) == len(gn) == len(en):
+        raise ValueError("good_pos, bad_pos, good_neg and bad_neg must have one entry per batch")
+    total_p = sum(gp) + sum(ep)
+    if total_p == 0:
+        raise ValueError("at least one positive is needed")
+    acc, gp_before, en_before, p_before, n_before = 0.0, 0, 0, 0, 0
+    for g_p, e_p, g_n, e_n in zip(gp, ep, gn, en, strict=True):
+        acc += sum((j + gp_before) / (j + gp_before + en_before) for j in range(1, g_p + 1))
+        acc += sum((j + g_p + p_before) / (j + g_p + p_before + n_before) for j in range(1, e_p + 1))
+        gp_before, en_before = gp_before + g_p, en_before + e_n
+        p_before, n_before = p_before + g_p + e_p, n_before + g_n + e_n
+    return 1.0 - acc / total_p
+
+
+def calibration_counts(
+    scores: torch.Tensor, targets: torch.Tensor, batch_ids: torch.Tensor, alpha: float = 0.9, beta: float = 0.6
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Per-batch ``(G+, E+, G-, E-)`` of one query for :func:`dg_calibrated_bound`, batches by sorted id."""
+    scores, targets = torch.as_tensor(scores).reshape(-1), torch.as_tensor(targets).reshape(-1) > 0
+    batch_ids = torch.as_tensor(batch_ids).reshape(-1)
+    out: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
+    for b in torch.unique(batch_ids):
+        m = batch_ids == b
+        s, y = scores[m], targets[m]
+        out[0].append(int(((s >= alpha) & y).sum()))
+        out[1].append(int(((s < alpha) & y).sum()))
+        out[2].append(int(((s <= beta) & ~y).sum()))
+        out[3].append(int(((s > beta) & ~y).sum()))
+    return out
+
+
+def juxtaposed_batches(
+    pos_per_batch: Sequence[int], neg_per_batch: Sequence[int], *, dtype: torch.dtype = torch.float64
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The worst-case arrangement of Eq. 3.18 (thesis Fig. 3.10 / A.1; SupRank Fig. 11).
+
+    Every batch is perfectly ranked (its positives above its negatives) and batch b lies entirely
+    above batch b + 1.
+
+    Returns:
+        ``(scores (N,), targets (N,) bool, batch_ids (N,))`` with strictly decreasing scores in
+        ``(0, 1]``.
+    """
+    p, n = _counts("pos_per_batch", pos_per_batch), _counts("neg_per_batch", neg_per_batch)
+    if len(p) != len(n):
+        raise ValueError(f"pos_per_batch has {len(p)} batches but neg_per_batch has {len(n)}")
+    targets = torch.tensor([t for pb, nb in zip(p, n, strict=True) for t in [True] * pb + [False] * nb])
+    batch_ids = torch.tensor([b for b, (pb, nb) in enumerate(zip(p, n, strict=True)) for _ in range(pb + nb)])
+    total = targets.numel()
+    scores = 1.0 - torch.arange(total, dtype=dtype) / total
+    return scores, targets, batch_ids
+
+
+def _ap_of_sequence(seq: Sequence[bool]) -> float:
+    hits, acc = 0, 0.0
+    for i, y in enumerate(seq, start=1):
+        if y:
+            hits += 1
+            acc += hits / i
+    return acc / hits
+
+
+def worst_case_dg_brute_force(
+    pos_per_batch: Sequence[int], neg_per_batch: Sequence[int], *, max_orderings: int = 2_000_000
+) -> tuple[float, list[int]]:
+    """Largest DG over every global ordering in which each batch is perfectly ranked (small cases).
+
+    Each batch is a chain "positives then negatives" (AP_b = 1, so the batch mean is 1); a global
+    ordering is an interleaving of the chains, and DG = 1 - AP(global). Enumerates all
+    ``(sum n_b)! / prod n_b!`` interleavings.
+
+    Returns:
+        ``(max DG, batch sequence)``: the worst ordering as the batch id of each position.
+    """
+    p, n = _counts("pos_per_batch", pos_per_batch), _counts("neg_per_batch", neg_per_batch)
+    if len(p) != len(n):
+        raise ValueError(f"pos_per_batch has {len(p)} batches but neg_per_batch has {len(n)}")
+    sizes = [pb + nb for pb, nb in zip(p, n, strict=True)]
+    n_orders = math.factorial(sum(sizes)) // math.prod(math.factorial(s) for s in sizes)
+    if n_orders > max_orderings:
+        raise ValueError(f"{n_orders} orderings exceed max_orderings={max_orderings}; use a smaller case")
+    best, best_seq = -1.0, []
+    for seq in _interleavings(sizes):
+        taken = [0] * len(sizes)
+        labels = []
+        for b in seq:
+            labels.append(taken[b] < p[b])
+            taken[b] += 1
+        dg = 1.0 - _ap_of_sequence(labels)
+        if dg > best + 1e-15:
+            best, best_seq = dg, list(seq)
+    return best, best_seq
+
+
+def _interleavings(sizes: list[int]):  # type: ignore[no-untyped-def]
+    """All distinct sequences with ``sizes[b]`` copies of b (multiset permutations)."""
+    total = sum(sizes)
+    remaining = list(sizes)
+    seq: list[int] = []
+
+    def rec():  # type: ignore[no-untyped-def]
+        if len(seq) == total:
+            yield tuple(seq)
+            return
+        for b in range(len(remaining)):
+            if remaining[b]:
+                remaining[b] -= 1
+                seq.append(b)
+                yield from rec()
+                seq.pop()
+                remaining[b] += 1
+
+    yield from rec()
+

@@ -1,0 +1,115 @@
+"""The ROD framework ``(1 - lambda) L_rank + lambda L_DG`` and the papers' named presets.
+
+``L_ROD-M = (1 - lambda) L_Sup-M + lambda L_DG`` (Eq. 3.2 of the Ramzi thesis; SupRank Eq. 2):
+a SupRank surrogate of the metric plus a decomposability loss. Instances: ROADMAP (Eq. 3.12;
+ROADMAP Eq. 2) for AP and ROD-R@K (Eq. 3.17; SupRank Eq. 17) for recall.
+
+Named presets (exact values from the papers; ``**overrides`` reach the rank loss, ``lam`` the mix):
+
+==================  ===============================================  ============================
+preset              composition                                      source
+==================  ===============================================  ============================
+``roadmap_neurips`` SupAP(tau=0.01, rho=100) + L_DG(alpha=0.9,       ROADMAP (NeurIPS 2021) Sec. 4
+                    beta=0.6), lambda = 0.5                          "ROADMAP settings"
+``roadmap_tpami``   SupAP(tau=0.01, rho=100) + L*_DG (NormSoftmax,   SupRank Sec. VII / thesis
+                    eta=0.05), lambda = 0.1                          Sec. 3.5 ("we use lambda=0.1";
+                                                                     Tab. 3.3 keeps only L*_DG);
+                                                                     eta from the official code
+``rod_recall``      Sup-R@K(K={1,2,4,8,16}, tau*=1) + L*_DG          SupRank Eq. 17, Tab. II
+                    (eta=0.05), lambda = 0.1                         (ROD-R@k with L*_DG); K, tau*
+                                                                     follow [28] / official code
+==================  ===============================================  ============================
+
+Paper vs code: the ROADMAP NeurIPS code sums SupAP and the calibration loss with weights 1 and 1
+(equivalent to lambda = 0.5 up to a factor 2, ``weights=(1.0, 1.0)`` here); the TPAMI code uses
+``weight: [0.9, 0.1]`` (= lambda 0.1). delta follows the thesis rule (0.04595; code 0.05).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rank_lab.losses.ap import SupAP
+from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
+from rank_lab.losses.recall import SupRecallAtK
+
+__all__ = ["ROD", "roadmap_neurips", "roadmap_tpami", "rod_recall", "PRESETS"]
+
+
+class ROD(nn.Module):
+    """``(1 - lambda) * rank_loss + lambda * dg_loss`` (Eq. 3.2 of the Ramzi thesis).
+
+    Args:
+        rank_loss: a rank loss (e.g. :class:`~rank_lab.losses.ap.SupAP`).
+        dg_loss: a decomposability loss (:class:`~rank_lab.losses.decomposability.PairDGLoss` or
+            :class:`~rank_lab.losses.decomposability.ProxyDGLoss`).
+        lam: lambda in ``[0, 1]`` (0.1: thesis; 0.5: ROADMAP NeurIPS).
+        weights: explicit ``(w_rank, w_dg)`` instead of ``(1 - lam, lam)`` (e.g. the NeurIPS code's
+            ``(1, 1)``).
+
+    The call is the common one; ``ref_embeddings`` go to the losses that use them (a proxy loss
+    sees only the batch, as in the official code), so wrapping a ROD in a
+    :class:`rank_lab.memory.MemoryLoss` gives the official ``(batch + memory) / 2`` per criterion.
+    Parameters of the proxy loss (if any) are parameters of this module.
+    """
+
+    uses_references = True
+
+    def __init__(self, rank_loss: nn.Module, dg_loss: nn.Module, lam: float = 0.1, weights: tuple[float, float] | None = None) -> None:
+        super().__init__()
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"lam must be in [0, 1], got {lam}")
+        self.rank_loss, self.dg_loss, self.lam = rank_loss, dg_loss, float(lam)
+        self.weights = (1.0 - self.lam, self.lam) if weights is None else (float(weights[0]), float(weights[1]))
+
+    def forward(
+        self,
+        embeddings: torch.Tensor,
+        labels: torch.Tensor,
+        ref_embeddings: torch.Tensor | None = None,
+        ref_labels: torch.Tensor | None = None,
+        *,
+        ref_self_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Scalar ROD loss of ``embeddings (B, d)``, ``labels (B,)|(B, L)`` (+ optional refs)."""
+        w_rank, w_dg = self.weights
+        out = w_rank * self.rank_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+        if getattr(self.dg_loss, "uses_references", True):
+            dg = self.dg_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+        else:
+            dg = self.dg_loss(embeddings, labels)
+        return out + w_dg * dg
+
+    def extra_repr(self) -> str:
+        return f"weights={self.weights}"
+
+
+def _need(n_classes: int | None, dim: int | None, name: str) -> tuple[int, int]:
+    if n_classes is None or dim is None:
+        raise ValueError(f"{name} uses a proxy loss (L*_DG): pass n_classes (training fine classes) and dim (embedding size)")
+    return int(n_classes), int(dim)
+
+
+def roadmap_neurips(lam: float = 0.5, alpha: float = 0.9, beta: float = 0.6, **overrides: object) -> ROD:
+    """ROADMAP as in the NeurIPS 2021 paper: SupAP + pair ``L_DG`` (alpha 0.9, beta 0.6), lambda 0.5."""
+    shared = {k: overrides[k] for k in ("normalize", "include_query_as_positive", "hierarchy_level") if k in overrides}
+    return ROD(SupAP(**overrides), PairDGLoss(alpha=alpha, beta=beta, **shared), lam=lam)  # type: ignore[arg-type]
+
+
+def roadmap_tpami(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
+    """ROADMAP as in the SupRank paper / thesis: SupAP + ``L*_DG`` (NormSoftmax, eta 0.05), lambda 0.1."""
+    c, d = _need(n_classes, dim, "roadmap_tpami")
+    level = int(overrides.get("hierarchy_level", 0))  # type: ignore[call-overload]
+    return ROD(SupAP(**overrides), ProxyDGLoss(c, d, temperature=temperature, hierarchy_level=level), lam=lam)  # type: ignore[arg-type]
+
+
+def rod_recall(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
+    """ROD-R@K (SupRank Eq. 17): Sup-R@K (K = {1, 2, 4, 8, 16}, tau* = 1) + ``L*_DG``, lambda 0.1."""
+    c, d = _need(n_classes, dim, "rod_recall")
+    level = int(overrides.get("hierarchy_level", 0))  # type: ignore[call-overload]
+    return ROD(SupRecallAtK(**overrides), ProxyDGLoss(c, d, temperature=temperature, hierarchy_level=level), lam=lam)  # type: ignore[arg-type]
+
+
+#: Preset name -> factory (used by :func:`rank_lab.losses.build_loss`).
+PRESETS = {"roadmap_neurips": roadmap_neurips, "roadmap_tpami": roadmap_tpami, "rod_recall": rod_recall}
