@@ -180,7 +180,7 @@ def load_backbone_weights(
         path: a file written by :func:`torch.save`.
         strict: raise if a key of ``module`` is missing from the file or a kept key of the file is
             not used.
-        strip_prefixes: prefixes removed from the file's keys when the stripped key exists in ``module``.
+        strip_prefixes: prefixes removed (repeatedly) from a file key that ``module`` does not have.
         drop_prefixes: prefixes of keys never loaded (classification layers).
 
     Returns:
@@ -205,9 +205,13 @@ def load_backbone_weights(
     mismatched: list[str] = []
     for key, value in src.items():
         k = key
-        for p in strip_prefixes:
-            if k not in target and k.startswith(p) and k[len(p):] in target:
-                k = k[len(p):]
+        stripped = True
+        while k not in target and stripped:
+            stripped = False
+            for p in strip_prefixes:
+                if k.startswith(p):
+                    k, stripped = k[len(p):], True
+                    break
         if any(k.startswith(p) for p in drop_prefixes) and k not in target:
             continue
         if k not in target:

@@ -254,7 +254,7 @@ class Trainer:
                 emb = self.model(x)
             loss = self._loss(emb.float(), y, use_memory)
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"the loss is {float(loss)} at epoch {e + 1}, step {self.step}")
+                raise FloatingPointError(f"the loss is {float(loss.detach())} at epoch {e + 1}, step {self.step}")
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             if cfg.grad_clip is not None:
