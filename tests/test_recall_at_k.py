@@ -132,6 +132,32 @@ def test_uneven_classes_and_ref_set_match_brute_force():
         assert float(got) == pytest.approx(float(expect), abs=1e-12)
 
 
+def test_agrees_with_smooth_recall_of_the_rank_losses_and_score_call():
+    from rank_lab.losses.recall import SmoothRecallAtK
+
+    emb, labels = batch(n_classes=4, m=3, d=6, seed=11)
+    ours = RecallAtKSurrogate(ks=(1, 2, 4), tau2=0.05)
+    for impl in ("efficient", "direct"):
+        theirs = SmoothRecallAtK(ks=(1, 2, 4), tau=0.05, impl=impl)
+        assert float(ours(emb, labels)) == pytest.approx(float(theirs(emb, labels)), abs=1e-10)
+    # the score-level call of the common base class
+    s = torch.tensor([[0.9, 0.8, 0.1]], dtype=torch.float64)
+    t = torch.tensor([[0, 1, 1]])
+    assert float(ours.forward_scores(s, t)) == pytest.approx(float(recall_at_k_surrogate(s, t.bool(), ks=(1, 2, 4), tau2=0.05)), abs=1e-14)
+
+
+def test_memory_call_with_self_index_and_reduction_none():
+    # refs = the batch itself given as a memory with each query's slot: same as the in-batch call
+    emb, labels = batch(n_classes=3, m=4, d=5, seed=12)
+    for inc in (False, True):
+        loss = RecallAtKSurrogate(ks=(1, 2), tau2=0.05, include_query_in_rank=inc)
+        slots = torch.arange(emb.shape[0])
+        got = loss(emb, labels, emb, labels, ref_self_index=slots)
+        assert float(got) == pytest.approx(float(loss(emb, labels)), abs=1e-12)
+    per_q = RecallAtKSurrogate(reduction="none")(emb, labels)
+    assert per_q.shape == (12,) and float(per_q.mean()) == pytest.approx(float(RecallAtKSurrogate()(emb, labels)), abs=1e-12)
+
+
 def test_include_query_adds_the_self_term_to_every_rank():
     emb, labels = batch(seed=2)
     e = F.normalize(emb, dim=1)
@@ -225,7 +251,7 @@ def test_chunked_equals_unchunked_value_and_gradient():
     l2 = RecallAtKSurrogate(chunk_size=3)(e2, labels)
     l1.backward()
     l2.backward()
-    assert float(l1) == pytest.approx(float(l2), abs=1e-12)
+    assert float(l1.detach()) == pytest.approx(float(l2.detach()), abs=1e-12)
     torch.testing.assert_close(e1.grad, e2.grad, atol=1e-12, rtol=0)
 
 
@@ -267,8 +293,12 @@ def test_errors():
     lone = labels.clone()
     lone[0] = 99
     with pytest.raises(ValueError, match="no positive"):
-        loss(emb, lone)
-    assert torch.isfinite(RecallAtKSurrogate(no_positive="skip")(emb, lone))
+        RecallAtKSurrogate(no_positive="raise")(emb, lone)
+    assert torch.isfinite(loss(emb, lone))  # default "skip": the lone query is left out of the mean
+    with pytest.raises(ValueError, match="no query has a positive"):
+        loss(emb, torch.arange(emb.shape[0]))
+    with pytest.raises(ValueError, match="include_query_in_rank"):
+        RecallAtKSurrogate(include_query_as_positive=True)
     with pytest.raises(ValueError, match="tau2"):
         RecallAtKSurrogate(tau2=0)
     with pytest.raises(ValueError, match="tau1"):
@@ -277,7 +307,26 @@ def test_errors():
         RecallAtKSurrogate(ks=(1.5,))
     with pytest.raises(ValueError, match="SiMix"):
         RecallAtKSurrogate(simix=True)(emb, labels, emb, labels)
-    with pytest.raises(ValueError, match="ref_labels"):
+    with pytest.raises(ValueError, match="together"):
         loss(emb, labels, emb)
     with pytest.raises(ValueError, match="database"):
         recall_at_k_surrogate(torch.rand(2, 3), torch.ones(2, 3, dtype=torch.bool), torch.zeros(2, 3, dtype=torch.bool))
+
+
+def test_presets():
+    from rank_lab.losses.recall_presets import get_recall_preset, list_recall_presets
+
+    names = list_recall_presets()
+    assert {"sop_resnet50", "cars196_resnet50", "inaturalist_vit_b16", "gldv1_resnet101"} <= set(names)
+    cars = get_recall_preset("cars196_resnet50")
+    assert (cars.batch_size, cars.lr, cars.epochs, cars.milestones) == (392, 1e-4, 170, (80, 140))
+    assert cars.build_loss().ks == (1, 2, 4, 8, 16)
+    simix_loss = cars.build_loss(simix=True)
+    assert simix_loss.simix and simix_loss.ks == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+    gld = get_recall_preset("gldv1_resnet101")
+    assert gld.build_loss().ks == (1, 2, 4) and gld.build_loss(simix=True).ks == (1, 2, 4, 8)
+    assert get_recall_preset("sop_resnet50", batch_size=384).batch_size == 384
+    opt, sched = get_recall_preset("sop_vit_b16").build_optimizer([torch.nn.Parameter(torch.zeros(2))])
+    assert isinstance(opt, torch.optim.AdamW) and sched.milestones == {25: 1, 50: 1}
+    with pytest.raises(ValueError, match="unknown"):
+        get_recall_preset("nope")

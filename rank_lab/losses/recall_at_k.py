@@ -36,7 +36,6 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from rank_lab._validation import (
@@ -46,6 +45,7 @@ from rank_lab._validation import (
     check_positive_int,
     check_scores_targets,
 )
+from rank_lab.losses.base import ListwiseLoss, reduce_per_query
 
 __all__ = [
     "DEFAULT_KS",
@@ -245,36 +245,42 @@ def recall_at_k_surrogate(
     return torch.where(has_pos, out, torch.zeros_like(out))
 
 
-class RecallAtKSurrogate(nn.Module):
+class RecallAtKSurrogate(ListwiseLoss):
     """RS@k loss module: ``loss(embeddings, labels)`` or ``loss(embeddings, labels, ref_embeddings, ref_labels)``.
 
     Eqs. 5.1-5.7 of the Patel thesis (Recall@k Surrogate, Patel, Tolias & Matas, CVPR 2022), with
-    optional SiMix (Eqs. 5.8-5.10, :mod:`rank_lab.losses.simix`).
+    optional SiMix (Eqs. 5.8-5.10, :mod:`rank_lab.losses.simix`). Follows the common call of
+    :class:`rank_lab.losses.base.ListwiseLoss` (``forward_scores`` included).
+    :class:`rank_lab.losses.recall.SmoothRecallAtK` computes the same loss without SiMix and
+    without the official-code query option (the tests check that they agree).
 
     * ``loss(embeddings, labels)``: every batch item is a query ranked against the rest of the batch
       (``B \\ q``); with ``simix=True`` the batch is first expanded with the virtual examples of all
       same-class pairs, which are both queries and database items (Algorithm 3).
-    * ``loss(embeddings, labels, ref_embeddings, ref_labels)``: the queries are ranked against the
-      reference set (e.g. a cross-batch memory); nothing is removed from it.
+    * ``loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=None)``: the queries
+      are ranked against the reference set (e.g. a cross-batch memory); ``ref_self_index`` (the
+      slot of each query in the refs, -1 if absent) removes the query from its own database.
 
     Args:
         ks: the set ``K`` (default (1, 2, 4, 8, 16); the thesis uses
             :data:`DEFAULT_KS_SIMIX` with SiMix).
         tau1: sigmoid temperature on ranks (default 1), a number or one per k.
         tau2: sigmoid temperature on similarity differences (default 0.01).
-        include_query_in_rank: count the query among the ranked items, as the official code does
-            (default ``False``, the thesis' ``B \\ q``). With a reference set, the term
-            ``sigma_tau2(s_qq - s_qx)`` is added to every rank.
+        include_query_in_rank: count the query among the ranked (non-positive) items, as the
+            official code does (default ``False``, the thesis' ``B \\ q``). With a reference set
+            that does not hold the query, the term ``sigma_tau2(s_qq - s_qx)`` is added to every
+            rank.
         normalization: ``"min"`` (training version, default) or ``"positives"`` (plain Eq. 5.5).
         simix: expand the batch with SiMix virtual examples (in-batch call only).
         exclude_self_mixtures: with SiMix, remove from a query's database the items that share a
             parent with it (virtual examples made from the query itself). Default ``False`` like
             the thesis and the code.
         max_virtual: cap on the number of SiMix virtual examples (random subset); ``None`` = all.
-        normalize: L2-normalise the embeddings first (a no-op on a normalised head's output).
-        no_positive: ``"raise"`` if a query has no positive, or ``"skip"`` it (mean over the others).
         chunk_size: queries per checkpointed chunk (see :func:`recall_at_k_surrogate`).
         seed: seed of the generator that draws the SiMix mixing coefficients (``None``: global RNG).
+        normalize, reduction, no_positive, hierarchy_level: see
+            :class:`~rank_lab.losses.base.ListwiseLoss` (``no_positive="skip"`` by default: queries
+            without a positive are left out of the mean; an error if none has one).
 
     Returns (forward):
         scalar loss, the mean of ``L^K(q)`` over the queries (with SiMix over ``B u B^``).
@@ -291,28 +297,28 @@ class RecallAtKSurrogate(nn.Module):
         simix: bool = False,
         exclude_self_mixtures: bool = False,
         max_virtual: int | None = None,
-        normalize: bool = True,
-        no_positive: Literal["raise", "skip"] = "raise",
         chunk_size: int | None = None,
         seed: int | None = None,
+        **kwargs: object,
     ) -> None:
-        super().__init__()
+        if kwargs.get("include_query_as_positive"):
+            raise ValueError(
+                "RS@k never counts the query as its own positive; the official code ranks it as a "
+                "competitor: use include_query_in_rank=True"
+            )
+        super().__init__(**kwargs)  # type: ignore[arg-type]
         self.ks = _check_ks(ks)
         self.taus1 = _check_tau1(tau1, len(self.ks))
         if not float(tau2) > 0:
             raise ValueError(f"tau2 must be > 0, got {tau2}")
         if normalization not in ("min", "positives"):
             raise ValueError(f"normalization must be 'min' or 'positives', got {normalization!r}")
-        if no_positive not in ("raise", "skip"):
-            raise ValueError(f"no_positive must be 'raise' or 'skip', got {no_positive!r}")
         self.tau2 = float(tau2)
         self.include_query_in_rank = bool(include_query_in_rank)
         self.normalization = normalization
         self.simix = bool(simix)
         self.exclude_self_mixtures = bool(exclude_self_mixtures)
         self.max_virtual = max_virtual
-        self.normalize = bool(normalize)
-        self.no_positive = no_positive
         self.chunk_size = chunk_size
         self._generator: torch.Generator | None = None
         self.seed = seed
@@ -331,64 +337,74 @@ class RecallAtKSurrogate(nn.Module):
             self._generator.manual_seed(int(self.seed))
         return self._generator
 
+    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Per-query RS@k ``(Q,)``: positives are the relevant items of the retrieval set ``valid``."""
+        return recall_at_k_surrogate(
+            scores,
+            (relevance > 0) & valid,
+            valid,
+            ks=self.ks,
+            tau1=self.taus1,
+            tau2=self.tau2,
+            normalization=self.normalization,
+            no_positive="ignore",
+            chunk_size=self.chunk_size,
+        )
+
     def similarity_problem(
         self,
         embeddings: torch.Tensor,
         labels: torch.Tensor,
         ref_embeddings: torch.Tensor | None = None,
         ref_labels: torch.Tensor | None = None,
+        ref_self_index: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The ``(scores, positives, database)`` triple the loss is computed on (all ``(Q, N)``).
 
         Exposed for inspection (the book plots it) and for tests.
         """
-        emb = check_embeddings(embeddings, "embeddings")
-        lab = check_labels(labels, emb.shape[0], "labels")
-        lab = lab[:, 0] if lab.ndim == 2 else lab
-        lab = lab.to(emb.device)
-        if self.normalize:
-            emb = F.normalize(emb, dim=1)
-        if ref_embeddings is None:
-            if ref_labels is not None:
-                raise ValueError("ref_labels given without ref_embeddings")
-            if self.simix:
-                from rank_lab.losses.simix import simix
-
-                batch = simix(emb, lab, generator=self._gen(emb.device), max_virtual=self.max_virtual)
-                scores, lab_all = batch.scores, batch.labels
-                n = scores.shape[0]
-                eye = torch.eye(n, dtype=torch.bool, device=emb.device)
-                excluded = batch.shared_parent_mask() if self.exclude_self_mixtures else eye
-            else:
-                scores, lab_all = emb @ emb.T, lab
-                n = scores.shape[0]
-                eye = torch.eye(n, dtype=torch.bool, device=emb.device)
-                excluded = eye
-            positives = (lab_all[:, None] == lab_all[None, :]) & ~excluded
-            database = ~excluded
-            if self.include_query_in_rank:
-                database = database | eye
-            return scores, positives, database
         if self.simix:
-            raise ValueError("SiMix mixes in-batch similarities: it cannot be used with ref_embeddings")
-        ref = check_embeddings(ref_embeddings, "ref_embeddings")
-        if ref_labels is None:
-            raise ValueError("ref_embeddings given without ref_labels")
-        rlab = check_labels(ref_labels, ref.shape[0], "ref_labels")
-        rlab = (rlab[:, 0] if rlab.ndim == 2 else rlab).to(emb.device)
-        if ref.shape[1] != emb.shape[1]:
-            raise ValueError(f"embeddings have d={emb.shape[1]} but ref_embeddings have d={ref.shape[1]}")
-        ref = ref.to(emb.device, emb.dtype)
-        if self.normalize:
-            ref = F.normalize(ref, dim=1)
-        scores = emb @ ref.T
-        positives = lab[:, None] == rlab[None, :]
-        database = torch.ones_like(positives)
-        if self.include_query_in_rank:  # the query itself as an extra ranked (non-positive) item
-            scores = torch.cat([scores, (emb * emb).sum(1, keepdim=True)], dim=1)
-            positives = torch.cat([positives, positives.new_zeros(positives.shape[0], 1)], dim=1)
-            database = torch.cat([database, database.new_ones(database.shape[0], 1)], dim=1)
-        return scores, positives, database
+            if ref_embeddings is not None or ref_labels is not None:
+                raise ValueError("SiMix mixes in-batch similarities: it cannot be used with ref_embeddings")
+            from rank_lab.losses.simix import simix
+
+            emb = check_embeddings(embeddings, "embeddings")
+            lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
+            lab = lab[:, self.hierarchy_level] if lab.ndim == 2 else lab
+            if self.normalize:
+                emb = F.normalize(emb, dim=1)
+            batch = simix(emb, lab, generator=self._gen(emb.device), max_virtual=self.max_virtual)
+            n = batch.scores.shape[0]
+            eye = torch.eye(n, dtype=torch.bool, device=emb.device)
+            excluded = batch.shared_parent_mask() if self.exclude_self_mixtures else eye
+            positives = (batch.labels[:, None] == batch.labels[None, :]) & ~excluded
+            database = ~excluded | eye if self.include_query_in_rank else ~excluded
+            return batch.scores, positives, database
+        pb = self.prepare(embeddings, labels, ref_embeddings, ref_labels, ref_self_index)
+        positives = (pb.relevance > 0) & pb.valid
+        database = pb.valid
+        if not self.include_query_in_rank:
+            return pb.scores, positives, database
+        q = pb.scores.shape[0]
+        if pb.in_batch:
+            self_index = torch.arange(q, device=pb.scores.device)
+        elif ref_self_index is not None:
+            self_index = torch.as_tensor(ref_self_index, device=pb.scores.device).long()
+        else:
+            self_index = torch.full((q,), -1, dtype=torch.long, device=pb.scores.device)
+        rows = torch.nonzero(self_index >= 0).squeeze(1)
+        database = database.clone()
+        database[rows, self_index[rows]] = True  # ranked as a competitor ...
+        positives = positives.clone()
+        positives[rows, self_index[rows]] = False  # ... never as a positive
+        absent = self_index < 0
+        if bool(absent.any()):  # the query is not among the refs: add its self-similarity column
+            s_qq = (pb.embeddings * pb.embeddings).sum(1, keepdim=True).to(pb.scores.dtype)
+            scores = torch.cat([pb.scores, s_qq], dim=1)
+            positives = torch.cat([positives, positives.new_zeros(q, 1)], dim=1)
+            database = torch.cat([database, absent[:, None]], dim=1)
+            return scores, positives, database
+        return pb.scores, positives, database
 
     def forward(
         self,
@@ -396,20 +412,24 @@ class RecallAtKSurrogate(nn.Module):
         labels: torch.Tensor,
         ref_embeddings: torch.Tensor | None = None,
         ref_labels: torch.Tensor | None = None,
+        *,
+        ref_self_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Args: embeddings ``(B, d)``, labels ``(B,)`` (or ``(B, L)``: column 0 is used),
-        optional ref_embeddings ``(N, d)`` and ref_labels ``(N,)``. Returns a scalar."""
-        scores, positives, database = self.similarity_problem(embeddings, labels, ref_embeddings, ref_labels)
+        """Args: embeddings ``(B, d)``, labels ``(B,)`` (or ``(B, L)``), optional ref_embeddings
+        ``(N, d)``, ref_labels ``(N,)``, ref_self_index ``(B,)``. Returns a scalar (or ``(Q,)``
+        with ``reduction="none"``)."""
+        scores, positives, database = self.similarity_problem(embeddings, labels, ref_embeddings, ref_labels, ref_self_index)
         check_finite(scores, "scores")
         has_pos = positives.any(1)
-        if self.no_positive == "raise" and not bool(has_pos.all()):
+        if not bool(has_pos.all()):
             bad = int((~has_pos).sum())
-            raise ValueError(
-                f"{bad} query(ies) have no positive in the batch: RS@k needs >= 2 samples per class "
-                "(use an m-per-class sampler, or no_positive='skip')"
-            )
-        if not bool(has_pos.any()):
-            raise ValueError("no query has a positive: RS@k is undefined for this batch")
+            if self.no_positive == "raise":
+                raise ValueError(
+                    f"{bad} query(ies) have no positive: RS@k needs >= 2 samples per class "
+                    "(use an m-per-class sampler, or no_positive='skip')"
+                )
+            if not bool(has_pos.any()):
+                raise ValueError("no query has a positive: RS@k is undefined for this batch (use an m-per-class sampler)")
         per_q = recall_at_k_surrogate(
             scores,
             positives,
@@ -421,4 +441,4 @@ class RecallAtKSurrogate(nn.Module):
             no_positive="ignore",
             chunk_size=self.chunk_size,
         )
-        return per_q.sum() / has_pos.sum()
+        return reduce_per_query(per_q, has_pos, self.reduction)  # type: ignore[arg-type]
