@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -99,7 +100,10 @@ class HEAT(nn.Module):
         """HEAT-GMM (``"features"``), HEAT-GMM_std (``"std"``) and HEAT-EL (``"features"``) on a classifier.
 
         ``normalize_gmm`` L2-normalises the GMM features (official code and SSD+; the thesis is
-        silent); the EL prior reads the raw features through ``head``.
+        silent); the EL prior reads the raw features through ``head``. EL's density
+        ``q ∝ sum_c exp(f_c(z))`` is improper and cannot be sampled, so its SGLD chains start from a
+        diagonal Gaussian fitted to the features (``proposal="gaussian"``) unless ``config`` asks
+        for another proposal (the official code uses ``"normal"``, ``N(0, I)``).
         """
         comps: dict[str, HybridEnergy] = {}
         inputs: dict[str, str] = {}
@@ -114,7 +118,8 @@ class HEAT(nn.Module):
                 comps[p] = HybridEnergy(ClassGaussianEnergy(gmm_temperature), std_dim, cfg, normalize=normalize_gmm)
                 inputs[p] = "std"
             elif p == "el":
-                comps[p] = HybridEnergy(LogitEnergy.from_linear(head), feature_dim, cfg, normalize=False)
+                el_cfg = replace(cfg, proposal="gaussian") if cfg.proposal == "prior" else cfg
+                comps[p] = HybridEnergy(LogitEnergy.from_linear(head), feature_dim, el_cfg, normalize=False)
                 inputs[p] = "features"
             else:
                 raise ValueError(f"unknown prior {p!r}; expected 'gmm', 'gmm_std' or 'el'")

@@ -53,7 +53,9 @@ class HEATConfig:
         input_noise: std of the Gaussian jitter added to every input of the residual.
         sgld_steps, step_size, noise, schedule, grad_scale: see :func:`rank_lab.ood.sgld.sgld`.
         proposal: ``"prior"`` (``z'_0 ~ q``, Algorithm 2), ``"normal"`` (``N(0, I)``, the code's EL
-            model), or ``"data"`` (contrastive divergence: start at the real batch).
+            model), ``"gaussian"`` (a diagonal Gaussian fitted to the training features: for priors
+            that cannot be sampled, such as EL, whose ``q ∝ sum_c exp(f_c)`` is improper) or
+            ``"data"`` (contrastive divergence: start at the real batch).
         negatives_include_init: also use ``z'_0`` as negatives (the code concatenates them).
         relu_projection: clamp SGLD iterates at 0 (post-ReLU features; code).
         normalize: L2-normalise the features (and project SGLD iterates on the sphere; code for
@@ -90,8 +92,8 @@ class HEATConfig:
         for name in ("lr", "lam", "input_noise"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.proposal not in ("prior", "normal", "data"):
-            raise ValueError(f"proposal must be 'prior', 'normal' or 'data', got {self.proposal!r}")
+        if self.proposal not in ("prior", "normal", "gaussian", "data"):
+            raise ValueError(f"proposal must be 'prior', 'normal', 'gaussian' or 'data', got {self.proposal!r}")
         if self.schedule not in ("linear", "polynomial"):
             raise ValueError(f"schedule must be 'linear' or 'polynomial', got {self.schedule!r}")
 
@@ -117,6 +119,11 @@ class HEATConfig:
             raise ValueError(f"prior must be 'gmm', 'gmm_std' or 'el', got {prior!r}")
         base.update(overrides)
         return cls(**base)  # type: ignore[arg-type]
+
+
+def _resume_key(config: HEATConfig) -> dict[str, object]:
+    """The config fields a checkpoint must match to be resumed (``epochs`` may grow)."""
+    return {k: v for k, v in asdict(config).items() if k != "epochs"}
 
 
 class ResidualMLP(nn.Module):
@@ -184,6 +191,8 @@ class HybridEnergy(nn.Module):
         self.residual = ResidualMLP(dim, c.hidden_dim, c.n_layers, c.negative_slope, c.share_hidden)
         self.history: list[dict[str, float]] = []
         self.is_fitted = False
+        self.register_buffer("data_mean", None)
+        self.register_buffer("data_std", None)
 
     # -- energies ---------------------------------------------------------------------------------
     def preprocess(self, z: torch.Tensor) -> torch.Tensor:
@@ -223,6 +232,11 @@ class HybridEnergy(nn.Module):
             z0 = z_real.clone()
         elif c.proposal == "normal":
             z0 = torch.randn(n, self.dim, generator=gen, device=gen.device, dtype=z_real.dtype).to(z_real.device)
+        elif c.proposal == "gaussian":
+            if self.data_mean is None:
+                raise RuntimeError("proposal='gaussian' needs the data statistics recorded by fit()")
+            eps = torch.randn(n, self.dim, generator=gen, device=gen.device, dtype=z_real.dtype).to(z_real.device)
+            z0 = self.data_mean + eps * self.data_std
         else:
             if not hasattr(self.prior, "sample"):
                 raise ValueError(f"proposal='prior' needs a prior with sample(); {type(self.prior).__name__} has none")
@@ -273,7 +287,7 @@ class HybridEnergy(nn.Module):
             seed: seeds the residual's initialisation, the batch order, the proposals and the noise.
             device: where to train (``None``: CUDA when present).
             checkpoint: a file saved after every epoch; an existing one is resumed (its config must
-                match).
+                match, except ``epochs``, which may be raised to train longer).
             progress: show a tqdm bar over epochs.
             fit_prior: fit the prior on ``z`` first (set ``False`` for an already fitted prior).
 
@@ -286,6 +300,7 @@ class HybridEnergy(nn.Module):
         dev = get_device(device)
         self.to(dev)
         zp = self.preprocess(z.to(dev)).detach()
+        self.data_mean, self.data_std = zp.mean(0), zp.std(0, unbiased=False).clamp_min(1e-6)
         if fit_prior and hasattr(self.prior, "fit"):
             if isinstance(self.prior, ClassGaussianEnergy) and labels is None:
                 raise ValueError("labels are required to fit a ClassGaussianEnergy prior")
@@ -299,7 +314,7 @@ class HybridEnergy(nn.Module):
         ckpt = Path(checkpoint) if checkpoint is not None else None
         if ckpt is not None and ckpt.exists():
             state = torch.load(ckpt, map_location=dev, weights_only=False)
-            if state.get("config") != asdict(c) or state.get("seed") != seed:
+            if state.get("config") != _resume_key(c) or state.get("seed") != seed:
                 raise ValueError(f"checkpoint {str(ckpt)!r} was written with another config or seed")
             self.residual.load_state_dict(state["residual"])
             opt.load_state_dict(state["optimizer"])
@@ -326,7 +341,7 @@ class HybridEnergy(nn.Module):
                 ckpt.parent.mkdir(parents=True, exist_ok=True)
                 tmp = ckpt.with_suffix(ckpt.suffix + ".tmp")
                 torch.save({"epoch": epoch + 1, "residual": self.residual.state_dict(), "optimizer": opt.state_dict(),
-                            "generator": gen.get_state(), "history": self.history, "config": asdict(c),
+                            "generator": gen.get_state(), "history": self.history, "config": _resume_key(c),
                             "seed": seed}, tmp)
                 tmp.replace(ckpt)
         self.eval()
