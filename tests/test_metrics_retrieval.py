@@ -235,3 +235,16 @@ def test_bad_inputs_raise_clear_errors() -> None:
         average_precision(s, torch.full((2, 5), 0.5))
     with pytest.raises(ValueError, match="empty"):
         average_precision(torch.zeros(0, 3), torch.zeros(0, 3))
+
+
+def test_precision_recall_curve_area_is_ap() -> None:
+    from rank_lab.metrics import precision_recall_curve
+
+    torch.manual_seed(4)
+    scores = torch.randn(5, 40).round(decimals=1)
+    targets = torch.rand(5, 40) < 0.25
+    targets[:, 3] = True
+    prec, rec = precision_recall_curve(scores, targets)
+    steps = torch.diff(rec, dim=1, prepend=torch.zeros(5, 1))
+    assert torch.allclose((steps * prec).sum(1), average_precision(scores, targets), atol=1e-6)
+    assert torch.allclose(rec[:, -1], torch.ones(5))

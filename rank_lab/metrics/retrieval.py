@@ -50,6 +50,7 @@ __all__ = [
     "reciprocal_rank",
     "ndcg",
     "dcg",
+    "precision_recall_curve",
 ]
 
 NoPositive = Literal["raise", "zero"]
@@ -235,3 +236,24 @@ def ndcg(scores: torch.Tensor, gains: torch.Tensor, k: int | None = None, *, no_
     idcg = (ideal * disc).sum(1)
     val = dcg(scores, g, k) / torch.where(idcg > 0, idcg, torch.ones_like(idcg))
     return _handle_empty(val, (g > 0).sum(1), no_positive, "ndcg")
+
+
+def precision_recall_curve(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Precision and recall after each retrieved item, in the worst-case order (Eqs. 2.1-2.2 of
+    the Ramzi thesis).
+
+    AP is the area under this curve taken as a step function: ``AP = sum_j (R(j) - R(j-1)) P(j)``
+    (Eq. 2.4), which is what :func:`average_precision` returns.
+
+    Args:
+        scores: ``(Q, N)``.
+        targets: ``(Q, N)`` binary relevance; every query needs a relevant item.
+
+    Returns:
+        ``(precision (Q, N), recall (Q, N))``; column j is the value after the first j+1 items.
+    """
+    rel, n_pos = _binary_sorted(scores, targets)
+    _handle_empty(n_pos, n_pos, "raise", "precision_recall_curve")
+    hits = rel.cumsum(1)
+    positions = torch.arange(1, rel.shape[1] + 1, device=rel.device, dtype=rel.dtype)
+    return hits / positions, hits / n_pos[:, None]
