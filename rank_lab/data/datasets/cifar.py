@@ -66,6 +66,7 @@ class _SafeUnpickler(pickle.Unpickler):
         ("numpy", "ndarray"), ("numpy", "dtype"),
         ("copy_reg", "_reconstructor"), ("copyreg", "_reconstructor"),
         ("__builtin__", "object"), ("builtins", "object"),
+        ("_codecs", "encode"),  # protocol-2 pickles written by Python 3 encode bytes with it
     }
 
     def find_class(self, module: str, name: str) -> Any:

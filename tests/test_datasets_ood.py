@@ -1,0 +1,232 @@
+"""CIFAR and OOD-set loaders on tiny fixtures written in the real on-disk formats."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from rank_lab.data.datasets.base import DatasetFolderError
+from rank_lab.data.datasets.cifar import load_cifar, load_cifar10, load_cifar100, read_cifar_batch
+from rank_lab.data.datasets.ood_sets import (
+    load_image_folder,
+    load_lsun_lmdb,
+    load_ood_dataset,
+    load_places365,
+    load_svhn,
+    load_textures,
+    load_tiny_imagenet,
+)
+
+
+def _rows(n, seed):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+
+
+def _dump(path, obj):
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=2)
+
+
+def _image(path, color, size=(8, 8)):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, color).save(path)
+
+
+@pytest.fixture
+def cifar10_root(tmp_path):
+    base = tmp_path / "cifar-10-batches-py"
+    base.mkdir()
+    for i in range(1, 6):  # python-2 style: bytes keys
+        data = _rows(2, i)
+        if i == 1:
+            data[0, 0] = 200  # red, row 0, col 0 of image 0
+            data[0, 1024 + 32 * 1 + 2] = 77  # green, row 1, col 2
+        _dump(base / f"data_batch_{i}", {b"batch_label": b"b", b"labels": [i % 10, (i + 1) % 10],
+                                          b"data": data, b"filenames": [b"a.png", b"b.png"]})
+    _dump(base / "test_batch", {b"labels": [3, 4, 5], b"data": _rows(3, 9)})
+    _dump(base / "batches.meta", {b"label_names": [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog",
+                                                   b"frog", b"horse", b"ship", b"truck"]})
+    return tmp_path
+
+
+def test_cifar10_layout_pixels_and_labels(cifar10_root):
+    ds = load_cifar10(cifar10_root, "train")
+    assert len(ds) == 10 and ds.images.shape == (10, 3, 32, 32) and ds.images.dtype == torch.uint8
+    assert ds.images[0, 0, 0, 0] == 200 and ds.images[0, 1, 1, 2] == 77
+    assert ds.labels.tolist() == [1, 2, 2, 3, 3, 4, 4, 5, 5, 6]
+    assert ds.class_names[0] == "airplane"
+    x, y = ds[0]
+    assert x.shape == (3, 32, 32) and x.dtype == torch.float32 and x[0, 0, 0] == pytest.approx(200 / 255)
+    test = load_cifar(cifar10_root / "cifar-10-batches-py", "cifar10", "test")  # the folder itself works too
+    assert test.labels.tolist() == [3, 4, 5]
+
+
+def test_cifar_transform_gets_pil_and_dataloader_batches(cifar10_root):
+    from torchvision import transforms as T
+
+    ds = load_cifar10(cifar10_root, "train", transform=T.ToTensor())
+    x, _ = ds[0]
+    assert torch.allclose(x, ds.images[0].float() / 255)
+    xb, yb = next(iter(DataLoader(ds, batch_size=4)))
+    assert xb.shape == (4, 3, 32, 32) and yb.shape == (4,)
+
+
+def test_cifar100_fine_coarse_both(tmp_path):
+    base = tmp_path / "cifar-100-python"
+    base.mkdir()
+    for split, n in (("train", 4), ("test", 2)):
+        _dump(base / split, {"data": _rows(n, n), "fine_labels": list(range(n)), "coarse_labels": [i // 2 for i in range(n)]})
+    _dump(base / "meta", {"fine_label_names": [f"f{i}" for i in range(100)], "coarse_label_names": [f"c{i}" for i in range(20)]})
+    assert load_cifar100(tmp_path, "train").labels.tolist() == [0, 1, 2, 3]
+    coarse = load_cifar100(tmp_path, "train", label="coarse")
+    assert coarse.labels.tolist() == [0, 0, 1, 1] and coarse.class_names[0] == "c0"
+    both = load_cifar100(tmp_path, "test", label="both")
+    assert both.labels.tolist() == [[0, 0], [1, 0]]
+
+
+def test_cifar_errors(tmp_path, cifar10_root):
+    with pytest.raises(DatasetFolderError, match="cifar-10-batches-py"):
+        load_cifar10(tmp_path / "nowhere")
+    err = None
+    try:
+        load_cifar10(tmp_path / "nowhere")
+    except Exception as e:  # noqa: BLE001 - checking the exception's classes
+        err = e
+    assert isinstance(err, ValueError) and isinstance(err, FileNotFoundError)
+    with pytest.raises(ValueError, match="name"):
+        load_cifar(cifar10_root, "cifar1000")
+    with pytest.raises(ValueError, match="split"):
+        load_cifar10(cifar10_root, "val")
+    (cifar10_root / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(DatasetFolderError, match="data_batch_3"):
+        load_cifar10(cifar10_root, "train")
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_cifar_pickle_is_restricted(tmp_path):
+    bad = tmp_path / "cifar-10-batches-py"
+    bad.mkdir()
+    _dump(bad / "test_batch", {"data": _Evil(), "labels": [0]})
+    with pytest.raises(DatasetFolderError, match="refusing"):
+        load_cifar10(tmp_path, "test")
+    _dump(bad / "test_batch", {"data": np.zeros((2, 10), np.uint8), "labels": [0, 1]})
+    with pytest.raises(DatasetFolderError, match="3072"):
+        load_cifar10(tmp_path, "test")
+    _dump(tmp_path / "meta_list", [1, 2])
+    with pytest.raises(DatasetFolderError, match="dict"):
+        read_cifar_batch(tmp_path / "meta_list")
+
+
+def test_svhn_mat(tmp_path):
+    import scipy.io
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(32, 32, 3, 5), dtype=np.uint8)
+    x[3, 7, 2, 4] = 250  # row 3, col 7, blue, image 4
+    scipy.io.savemat(tmp_path / "test_32x32.mat", {"X": x, "y": np.array([[1], [10], [3], [10], [9]], dtype=np.uint8)})
+    ds = load_svhn(tmp_path, "test")
+    assert ds.images.shape == (5, 3, 32, 32) and ds.images[4, 2, 3, 7] == 250
+    assert ds.labels.tolist() == [1, 0, 3, 0, 9]  # 10 codes the digit 0
+    with pytest.raises(DatasetFolderError, match="train_32x32.mat"):
+        load_svhn(tmp_path, "train")
+    scipy.io.savemat(tmp_path / "extra_32x32.mat", {"X": x})
+    with pytest.raises(DatasetFolderError, match="'y'"):
+        load_svhn(tmp_path, "extra")
+
+
+def test_textures_dtd(tmp_path):
+    images = tmp_path / "dtd" / "images"
+    for cls, color in (("banded", "red"), ("zigzagged", "blue")):
+        for i in range(3):
+            _image(images / cls / f"{cls}_{i:04d}.jpg", color)
+    (tmp_path / "dtd" / "labels").mkdir()
+    (tmp_path / "dtd" / "labels" / "test1.txt").write_text("banded/banded_0001.jpg\nzigzagged/zigzagged_0002.jpg\n")
+    all_ = load_textures(tmp_path)
+    assert len(all_) == 6 and all_.class_names == ["banded", "zigzagged"] and all_.labels.tolist() == [0, 0, 0, 1, 1, 1]
+    test = load_textures(tmp_path, "test", partition=1)
+    assert [p.name for p in test.paths] == ["banded_0001.jpg", "zigzagged_0002.jpg"] and test.labels.tolist() == [0, 1]
+    img, _ = test[1]
+    assert img.size == (8, 8) and img.getpixel((0, 0))[2] > 200
+    with pytest.raises(DatasetFolderError, match="val2.txt"):
+        load_textures(tmp_path, "val", partition=2)
+    with pytest.raises(ValueError, match="partition"):
+        load_textures(tmp_path, "test", partition=11)
+
+
+def test_places365_val_and_train(tmp_path):
+    (tmp_path / "places365_val.txt").write_text("Places365_val_00000001.jpg 165\nPlaces365_val_00000002.jpg 3\n")
+    (tmp_path / "categories_places365.txt").write_text("/a/airfield 0\n/a/airplane_cabin 1\n")
+    for i in (1, 2):
+        _image(tmp_path / "val_256" / f"Places365_val_{i:08d}.jpg", "green")
+    ds = load_places365(tmp_path)
+    assert ds.labels.tolist() == [165, 3] and ds.class_names[0] == "/a/airfield"
+    (tmp_path / "places365_train_standard.txt").write_text("/a/airfield/00000001.jpg 0\n")
+    _image(tmp_path / "data_256" / "a" / "airfield" / "00000001.jpg", "green")
+    assert load_places365(tmp_path, "train").labels.tolist() == [0]
+    with pytest.raises(DatasetFolderError, match="missing"):
+        load_places365(tmp_path, small=False)
+
+
+def test_tiny_imagenet(tmp_path):
+    base = tmp_path / "tiny-imagenet-200"
+    base.mkdir()
+    (base / "wnids.txt").write_text("n01443537\nn01629819\n")
+    (base / "val").mkdir()
+    (base / "val" / "val_annotations.txt").write_text("val_0.JPEG\tn01629819\t0\t0\t10\t10\nval_1.JPEG\tn01443537\t1\t1\t9\t9\n")
+    for i in (0, 1):
+        _image(base / "val" / "images" / f"val_{i}.JPEG", "white")
+        _image(base / "test" / "images" / f"test_{i}.JPEG", "white")
+    assert load_tiny_imagenet(tmp_path).labels.tolist() == [1, 0]
+    assert load_tiny_imagenet(tmp_path, "test").labels.tolist() == [-1, -1]
+
+
+def test_lsun_lmdb(tmp_path):
+    lmdb = pytest.importorskip("lmdb")
+    for cat, color in (("bedroom", "red"), ("bridge", "blue")):
+        env = lmdb.open(str(tmp_path / f"{cat}_val_lmdb"), map_size=1 << 22)
+        with env.begin(write=True) as txn:
+            for i in range(2):
+                buf = io.BytesIO()
+                Image.new("RGB", (6, 6), color).save(buf, format="PNG")
+                txn.put(f"{cat}{i}".encode(), buf.getvalue())
+        env.close()
+    ds = load_lsun_lmdb(tmp_path, "val", categories=("bedroom", "bridge"))
+    assert len(ds) == 4 and ds.labels.tolist() == [0, 0, 1, 1]
+    img, label = ds[3]
+    assert img.getpixel((0, 0)) == (0, 0, 255) and int(label) == 1
+    with pytest.raises(DatasetFolderError, match="kitchen_val_lmdb"):
+        load_lsun_lmdb(tmp_path, "val", categories=("kitchen",))
+
+
+def test_folder_ood_sets_by_name(tmp_path):
+    _image(tmp_path / "LSUN" / "test" / "0.jpg", "red")
+    _image(tmp_path / "LSUN" / "test" / "1.jpg", "red")
+    _image(tmp_path / "iSUN" / "iSUN_patches" / "a.jpeg", "red")
+    _image(tmp_path / "iNaturalist" / "images" / "x.jpg", "red")
+    _image(tmp_path / "imagenet-o" / "n01443537" / "y.JPEG", "red")
+    (tmp_path / "iNaturalist" / "images" / "notes.txt").write_text("not an image")
+    assert len(load_ood_dataset("LSUN", tmp_path)) == 2
+    assert len(load_ood_dataset("iSUN", tmp_path)) == 1
+    inat = load_ood_dataset("iNaturalist", tmp_path)
+    assert len(inat) == 1 and inat.labels.tolist() == [-1]
+    assert len(load_ood_dataset("ImageNet-O", tmp_path)) == 1
+    assert load_image_folder(tmp_path / "imagenet-o", labels="folder").class_names == ["n01443537"]
+    with pytest.raises(DatasetFolderError, match="SUN: no images"):
+        load_ood_dataset("SUN", tmp_path / "LSUN" / "missing")
+    with pytest.raises(ValueError, match="unknown OOD dataset"):
+        load_ood_dataset("mnist", tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetFolderError, match="no image files"):
+        load_image_folder(tmp_path / "empty")
