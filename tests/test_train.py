@@ -21,7 +21,7 @@ class PairLoss(nn.Module):
         self.alpha, self.beta = alpha, beta
         self.calls: list[int] = []
 
-    def forward(self, emb, labels, ref_emb=None, ref_labels=None):
+    def forward(self, emb, labels, ref_emb=None, ref_labels=None, ref_self_index=None):
         self.calls.append(0 if ref_emb is None else ref_emb.shape[0])
         same = ref_emb is None
         ref_emb, ref_labels = (emb, labels) if same else (ref_emb, ref_labels)
@@ -29,6 +29,9 @@ class PairLoss(nn.Module):
         pos = labels[:, None] == ref_labels[None, :]
         if same:
             pos = pos & ~torch.eye(len(labels), dtype=torch.bool, device=emb.device)
+        elif ref_self_index is not None:  # the query's own copy in the memory is not a positive
+            rows = torch.nonzero(ref_self_index >= 0).squeeze(1)
+            pos[rows, ref_self_index[rows]] = False
         neg = labels[:, None] != ref_labels[None, :]
         return torch.relu(self.alpha - s)[pos].mean() + torch.relu(s - self.beta)[neg].mean()
 
@@ -228,38 +231,57 @@ def test_gradient_clipping_bounds_the_step(split):
 
 
 def test_memory_is_used_after_activation(split):
-    class FIFO:
-        def __init__(self, size):
-            self.size, self.e, self.y = size, None, None
-
-        def enqueue(self, e, y):
-            self.e = e if self.e is None else torch.cat([self.e, e])[-self.size:]
-            self.y = y if self.y is None else torch.cat([self.y, y])[-self.size:]
-
-        def get(self):
-            return self.e, self.y
+    from rank_lab.memory import CrossBatchMemory, MemoryLoss
 
     loss = PairLoss()
+    mem = CrossBatchMemory(40, 8)
     cfg = _cfg(epochs=2, memory_activate_epoch=1, batches_per_epoch=3)
-    tr = Trainer(None, loss, (split.x_train, split.y_train), None, cfg, memory=FIFO(40))
+    tr = Trainer(None, loss, (split.x_train, split.y_train), None, cfg, memory=mem)
+    assert isinstance(tr.loss_fn, MemoryLoss) and tr.memory is mem
+    assert (tr.loss_fn.batch_weight, tr.loss_fn.memory_weight) == (0.5, 0.5)  # official (batch + memory) / 2
     tr.fit()
-    assert loss.calls[:3] == [0, 0, 0]  # epoch 1: batch loss only
-    assert loss.calls[3:] == [0, 40, 0, 40, 0, 40]  # epoch 2: batch + memory (full after 3 batches)
+    assert loss.calls[:3] == [0, 0, 0]  # epoch 1: batch loss only, nothing enqueued
+    assert loss.calls[3:] == [0, 16, 0, 32, 0, 40]  # epoch 2: batch + memory (enqueue, then read)
     assert [r["memory_active"] for r in tr.history] == [False, True]
 
 
+def test_memory_from_config_checkpoints_and_resumes(split, tmp_path):
+    data = ((split.x_train, split.y_train), None)
+    kw = dict(epochs=2, memory_size=24, batches_per_epoch=2)
+    full = Trainer(None, PairLoss(), *data, _cfg(checkpoint_dir=str(tmp_path / "a"), **kw))
+    full.fit()
+    assert len(full.memory) == 24
+    def stop(trainer, rec):
+        raise KeyboardInterrupt
+
+    part = Trainer(None, PairLoss(), *data, _cfg(checkpoint_dir=str(tmp_path / "b"), **kw), callbacks=[stop])
+    with pytest.raises(KeyboardInterrupt):
+        part.fit()
+    assert load_checkpoint(tmp_path / "b" / "last.pt")["epoch"] == 1
+    resumed = Trainer(None, PairLoss(), *data, _cfg(checkpoint_dir=str(tmp_path / "b"), **kw))
+    resumed.fit()
+    assert torch.equal(resumed.memory.embeddings, full.memory.embeddings)
+    for k, v in full.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k])
+    uniq = Trainer(None, PairLoss(), *data, _cfg(memory_size=1, memory_unique=True, epochs=1, batches_per_epoch=2))
+    assert uniq.memory.size == len(split.y_train) and uniq.memory.unique
+    uniq.fit()
+    assert len(uniq.memory) == 32  # two batches of 16 distinct items, one slot each
+
+
 def test_memory_loss_combination_formula(split):
+    from rank_lab.memory import CrossBatchMemory
+
     class Const(nn.Module):
-        def forward(self, emb, y, ref=None, ref_y=None):
+        def forward(self, emb, y, ref=None, ref_y=None, ref_self_index=None):
             return emb.sum() * 0 + (1.0 if ref is None else 4.0)
 
-    class Mem:
-        def __call__(self, e, y):
-            return e, y
-
-    tr = Trainer(None, Const(), (split.x_train, split.y_train), None, _cfg(epochs=1, memory_weight=3.0, batches_per_epoch=1), memory=Mem())
+    cfg = _cfg(epochs=1, memory_weight=3.0, batches_per_epoch=1)
+    tr = Trainer(None, Const(), (split.x_train, split.y_train), None, cfg, memory=CrossBatchMemory(64, 8))
     rec = tr.train_epoch()
     assert rec["loss"] == pytest.approx((1.0 + 3.0 * 4.0) / 4.0)
+    with pytest.raises(TypeError, match="CrossBatchMemory"):
+        Trainer(None, Const(), (split.x_train, split.y_train), None, cfg, memory=object())
 
 
 def test_nan_loss_raises(split):
@@ -304,6 +326,45 @@ def test_tiny_cnn_on_images_and_a_given_model():
     tr2 = Trainer(model, PairLoss(), (x, y), None, cfg)
     assert tr2.model is model
     tr2.fit()
+
+
+def _with_nuisance(split, k=32, seed=1):
+    """Append k pure-noise input dimensions (shared by all classes): an untrained network mixes
+    them into the embedding, a trained one learns to ignore them, which transfers to unseen classes."""
+    g = torch.Generator().manual_seed(seed)
+    add = lambda x: torch.cat([x, torch.randn(len(x), k, generator=g)], 1)  # noqa: E731
+    return (add(split.x_train), split.y_train), (add(split.x_test), split.y_test)
+
+
+def test_supap_training_improves_map_at_r_on_unseen_classes():
+    from rank_lab.losses import SupAP
+
+    split = make_open_set(n_classes=20, per_class=16, seed=0)
+    train, test = _with_nuisance(split)
+    cfg = _cfg(hidden_dims=(128,), embed_dim=32, batch_size=32, epochs=4, eval_at_start=True, eval_ks=(1, 10))
+    hist = Trainer(None, SupAP(), train, test, cfg).fit()
+    first, last = hist[0]["metrics"], hist[-1]["metrics"]
+    assert first["n_queries"] == split.x_test.shape[0]
+    assert last["mAP@R"] > first["mAP@R"] + 0.02, (first["mAP@R"], last["mAP@R"])
+    assert last["R@1"] > first["R@1"]
+
+
+def test_loss_by_name_gets_classes_dim_and_relabelled_labels(split):
+    y_train = split.y_train * 7 + 100  # original ids far from 0..C-1
+    cfg = _cfg(loss="roadmap_tpami", loss_lr=10.0, epochs=1, batches_per_epoch=2)
+    tr = Trainer(None, None, (split.x_train, y_train), None, cfg)
+    proxies = tr.loss_fn.dg_loss.proxies
+    assert proxies.shape == (split.n_classes_train, 8)
+    groups = {g["name"]: g for g in tr.optimizer.param_groups}
+    assert groups["loss"]["lr"] == 10.0 and any(p is proxies for p in groups["loss"]["params"])
+    assert tr.train_labels.min() == 0 and tr.train_labels.max() == split.n_classes_train - 1
+    before = proxies.detach().clone()
+    tr.fit()
+    assert not torch.equal(before, proxies.detach())
+    nr = Trainer(None, None, (split.x_train, split.y_train), None, _cfg(loss="roadmap_neurips", epochs=1, batches_per_epoch=1))
+    assert "loss" not in {g["name"] for g in nr.optimizer.param_groups}  # pair L_DG: no parameter
+    with pytest.raises(ValueError, match="unknown loss"):
+        Trainer(None, None, (split.x_train, split.y_train), None, _cfg(loss="no_such_loss"))
 
 
 @pytest.mark.cuda

@@ -53,7 +53,10 @@ class TrainConfig:
         Loss: ``loss`` (a name for :func:`rank_lab.losses.build_loss`; ignored when a loss module is
             given to the trainer), ``loss_kwargs``.
         Memory: ``memory_size`` (0 = none; cross-batch memory of XBM), ``memory_activate_epoch``,
-            ``memory_weight`` (loss = (batch + w * memory) / (1 + w), as the official code).
+            ``memory_weight`` (loss = (batch + w * memory) / (1 + w), as the official code),
+            ``memory_unique`` (one slot per training image; the size is then the train-set size).
+        Labels: ``relabel_train`` re-indexes the training labels to ``0..C-1`` per column (proxy
+            losses index their proxies with them; retrieval losses only compare labels).
         Evaluation: ``eval_every`` (epochs; 0 = never), ``eval_at_start`` (also evaluate the
             untrained model, logged as epoch 0), ``eval_ks``, ``eval_metrics``, ``eval_batch_size``.
         Output: ``checkpoint_dir`` (``None`` = no checkpoint), ``checkpoint_every``, ``resume``,
@@ -92,6 +95,8 @@ class TrainConfig:
     memory_size: int = 0
     memory_activate_epoch: int = 0
     memory_weight: float = 1.0
+    memory_unique: bool = False
+    relabel_train: bool = True
     eval_every: int = 1
     eval_at_start: bool = False
     eval_ks: tuple[int, ...] = (1, 10, 100)
@@ -129,7 +134,8 @@ class TrainConfig:
         _int(self, "eval_every", 0)
         _int(self, "eval_batch_size", 1)
         _int(self, "checkpoint_every", 1)
-        for name in ("deterministic", "nesterov", "amp", "eval_at_start", "resume", "progress"):
+        for name in ("deterministic", "nesterov", "amp", "eval_at_start", "resume", "progress",
+                     "memory_unique", "relabel_train"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         _float(self, "lr", positive=True)
@@ -316,19 +322,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         **_R50, "pooling": "avg", "dataset": "sop", "image_size": 224,
         "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
         "lr": 5e-5, "head_lr": 1e-4, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
-        "amp": True, "loss": "roadmap_tpami", "eval_ks": (1, 10, 100),
+        "amp": True, "loss": "roadmap_tpami", "loss_lr": 10.0, "eval_ks": (1, 10, 100),
         "_sources": "[T] §3.5.1 / [S] §VII-A: ResNet-50, avg pooling, LayerNorm w/o affine, 2048->512, "
         "batch 256 (4/class), Adam lr 5e-5, cosine, 100 epochs, 224px. [CODE] optimizer/sop.yaml: "
-        "wd 1e-4, head lr 2x, eta_min 0; model/*.yaml: freeze_batch_norm, autocast. The papers use "
+        "wd 1e-4, head lr 2x, eta_min 0; proxies (L*_DG) Adam lr 10; model/*.yaml: freeze_batch_norm, autocast. The papers use "
         "the hierarchical (super-class pairs) sampler on SOP; rank_lab uses m-per-class.",
     },
     "roadmap_inat": {
         **_R50, "pooling": "avg", "dataset": "inaturalist", "image_size": 224,
         "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
         "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 4e-4, "scheduler": "cosine", "min_lr": 1e-6,
-        "amp": True, "loss": "roadmap_tpami", "eval_ks": (1, 4, 16, 32),
+        "amp": True, "loss": "roadmap_tpami", "loss_lr": 10.0, "eval_ks": (1, 4, 16, 32),
         "_sources": "[T] §3.5.1 / [S] §VII-A: Adam lr 1e-5, cosine, 100 epochs, batch 256 (4/class). "
-        "[CODE] optimizer/inat.yaml: wd 4e-4, eta_min 1e-6, head lr 2x.",
+        "[CODE] optimizer/inat.yaml: wd 4e-4, eta_min 1e-6, head lr 2x; proxies lr 10.",
     },
     "roadmap_cub": {
         **_R50, "pooling": "max", "dataset": "cub", "image_size": 256,
@@ -343,7 +349,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         **_R50, "pooling": "gem", "dataset": "sop", "image_size": 224,
         "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
         "lr": 5e-5, "head_lr": 1e-4, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
-        "amp": True, "loss": "roadmap_tpami", "eval_ks": (1, 10, 100),
+        "amp": True, "loss": "roadmap_tpami", "loss_lr": 10.0, "eval_ks": (1, 10, 100),
         "memory_size": 59551, "memory_activate_epoch": 5, "memory_weight": 1.0,
         "_sources": "[S] §VII-B / [T] Tab. 3.4: ROADMAP with a memory, ResNet-50 + GeM + LayerNorm. "
         "[CODE] memory/full_memory.yaml: whole train set (59,551), activated at epoch 5, 1:1 weighting.",
@@ -352,7 +358,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         **_R50, "pooling": "gem", "dataset": "inaturalist", "image_size": 224,
         "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
         "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 4e-4, "scheduler": "cosine", "min_lr": 1e-6,
-        "amp": True, "loss": "roadmap_tpami", "eval_ks": (1, 4, 16, 32),
+        "amp": True, "loss": "roadmap_tpami", "loss_lr": 10.0, "eval_ks": (1, 4, 16, 32),
         "memory_size": 60000, "memory_activate_epoch": 5, "memory_weight": 1.0,
         "_sources": "[S] §VII-B: ROADMAP + memory, GeM. [CODE] memory/inat_memory.yaml: 60,000 slots.",
     },
@@ -360,9 +366,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         **_R50, "pooling": "avg", "dataset": "sop", "image_size": 224,
         "batch_size": 256, "m_per_class": 4, "epochs": 75, "optimizer": "adam",
         "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
-        "freeze_backbone_epochs": 5, "amp": True, "loss": "happier", "eval_ks": (1, 10, 100),
+        "freeze_backbone_epochs": 5, "amp": True, "loss": None, "eval_ks": (1, 10, 100),
         "_sources": "[T] §4.4.1: Adam lr 1e-5, wd 1e-4, cosine, 75 epochs, 5 warm-up epochs with the "
-        "pre-trained weights frozen, batch 256. ([CODE] sop.yaml has lr 5e-5.)",
+        "pre-trained weights frozen, batch 256. ([CODE] sop.yaml has lr 5e-5.) The HAPPIER loss "
+        "(chapter 4) is not a rank_lab.losses name yet: pass the loss module to the Trainer.",
     },
     "smoke_synthetic": {
         "backbone": "mlp", "hidden_dims": (128, 128), "embed_dim": 32, "layer_norm": True,

@@ -4,14 +4,18 @@ precision on CUDA, gradient clipping, evaluation with :func:`rank_lab.metrics.re
 checkpoint/resume, tqdm progress and a JSON log of every epoch.
 
 The training step is the one of the Ramzi thesis §3.5 / digest 000 §2.9:
-``v = normalize(f_theta(x))``; ``loss = L(v, y)`` or, with a memory (XBM, §2.10), the batch
-and memory losses averaged as in the official code: ``(L(v, y) + w L(v, y, V_mem, y_mem)) / (1 + w)``
-where the memory already holds the current (detached) batch ("enqueue then read").
+``v = normalize(f_theta(x))``; ``loss = L(v, y)`` or, with a cross-batch memory (XBM, §2.10;
+:class:`rank_lab.memory.MemoryLoss`), the batch and memory losses averaged as in the official code:
+``(L(v, y) + w L(v, y, V_mem, y_mem)) / (1 + w)``, the memory holding the current (detached) batch
+("enqueue then read"; ``w = 1`` gives the official ``(batch + memory) / 2``).
+
+Training labels are re-indexed per column to ``0..C-1`` (``relabel_train``) so that proxy losses
+(``L*_DG``, NormSoftmax) can index their proxies; ``n_classes`` and ``dim`` are passed to
+:func:`rank_lab.losses.build_loss` when the named loss takes them.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +37,7 @@ from rank_lab.train.checkpoint import (
 from rank_lab.train.config import TrainConfig
 from rank_lab.utils import get_device, seed_everything
 
-__all__ = ["Trainer", "as_dataset", "embed_dataset"]
+__all__ = ["Trainer", "as_dataset", "embed_dataset", "relabel"]
 
 #: Config keys that may change between an interrupted run and its resumption.
 _RESUME_FREE = {
@@ -58,6 +62,26 @@ def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
             raise TypeError(f"{name}: a Dataset must expose .labels (N,) or (N, L) for the m-per-class sampler")
         return data, torch.as_tensor(labels).long().cpu()
     raise TypeError(f"{name} must be (x, y) tensors, a TensorDataset or a Dataset with .labels, got {type(data).__name__}")
+
+
+def relabel(labels: torch.Tensor) -> torch.Tensor:
+    """Map each label column to contiguous ids ``0..C-1`` (sorted order of the original ids)."""
+    if labels.ndim == 1:
+        return torch.unique(labels, return_inverse=True)[1]
+    return torch.stack([torch.unique(c, return_inverse=True)[1] for c in labels.T], dim=1)
+
+
+class _Indexed(Dataset):
+    """``(x, label, index)`` items: the labels given here (re-indexed) and the dataset index."""
+
+    def __init__(self, base: Dataset, labels: torch.Tensor) -> None:
+        self.base, self.labels = base, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[Any, torch.Tensor, int]:
+        return self.base[i][0], self.labels[i], i
 
 
 @torch.no_grad()
@@ -100,8 +124,11 @@ class Trainer:
         train_data: ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``.
         test_data: same forms; evaluated every ``config.eval_every`` epochs.
         config: a :class:`TrainConfig` or a dict for :meth:`TrainConfig.from_dict`.
-        memory: a cross-batch memory (``None``: built from ``config.memory_size`` when > 0).
-        callbacks: called as ``cb(trainer, record)`` after every epoch's record is logged.
+        memory: a :class:`rank_lab.memory.CrossBatchMemory` (``None``: built from
+            ``config.memory_size`` when > 0); the loss is then wrapped in a
+            :class:`rank_lab.memory.MemoryLoss` (a loss that already is one is used as it is).
+        callbacks: called as ``cb(trainer, record)`` after every epoch's record is logged and its
+            checkpoint written (an exception there stops training with the state saved).
     """
 
     def __init__(
@@ -124,7 +151,8 @@ class Trainer:
         self.config = cfg = config
         self.device = get_device(cfg.device)
         seed_everything(cfg.seed, deterministic=cfg.deterministic)
-        self.train_set, self.train_labels = as_dataset(train_data, "train_data")
+        self.train_set, raw = as_dataset(train_data, "train_data")
+        self.train_labels = relabel(raw) if cfg.relabel_train else raw
         self.test_data = test_data
         if test_data is not None:
             as_dataset(test_data, "test_data")
@@ -133,8 +161,9 @@ class Trainer:
         self.model = model.to(self.device)
         if loss is None:
             loss = self._build_loss()
-        self.loss_fn = loss.to(self.device) if isinstance(loss, nn.Module) else loss
-        self.memory = memory if memory is not None else self._build_memory()
+        self.loss_fn = self._wrap_memory(loss, memory)
+        if isinstance(self.loss_fn, nn.Module):
+            self.loss_fn = self.loss_fn.to(self.device)
         self.callbacks = list(callbacks)
 
         from rank_lab.data import MPerClassSampler
@@ -164,19 +193,50 @@ class Trainer:
             mcfg.input_dim = int(torch.as_tensor(x0).numel())
         return build_model(mcfg)
 
+    def _embedding_dim(self) -> int:
+        dim = getattr(self.model, "embedding_dim", None)
+        if dim is None:
+            dim = int(embed_dataset(self.model, (self.train_set[0][0][None], self.train_labels[:1]), device=self.device)[0].shape[1])
+        return int(dim)
+
     def _build_loss(self) -> nn.Module:
-        if self.config.loss is None:
+        import inspect
+
+        cfg = self.config
+        if cfg.loss is None:
             raise ValueError("no loss given: pass a loss module or set config.loss to a rank_lab.losses name")
-        from rank_lab.losses import build_loss
+        from rank_lab.losses import LOSSES, build_loss
 
-        return build_loss(self.config.loss, **self.config.loss_kwargs)
+        kwargs = dict(cfg.loss_kwargs)
+        factory = LOSSES.get(cfg.loss.strip().lower().replace("-", "_"))
+        if factory is not None:
+            params = inspect.signature(factory).parameters
+            fine = self.train_labels if self.train_labels.ndim == 1 else self.train_labels[:, 0]
+            if "n_classes" in params and "n_classes" not in kwargs:
+                kwargs["n_classes"] = int(fine.max()) + 1 if cfg.relabel_train else int(torch.unique(fine).numel())
+            if "dim" in params and "dim" not in kwargs:
+                kwargs["dim"] = self._embedding_dim()
+        return build_loss(cfg.loss, **kwargs)
 
-    def _build_memory(self) -> Any:
-        if self.config.memory_size <= 0:
-            return None
-        from rank_lab.memory import CrossBatchMemory
+    def _wrap_memory(self, loss: Any, memory: Any) -> Any:
+        from rank_lab.memory import CrossBatchMemory, MemoryLoss
 
-        return CrossBatchMemory(self.config.memory_size)
+        cfg = self.config
+        if isinstance(loss, MemoryLoss):
+            self.memory = loss.memory
+            return loss
+        if memory is None and cfg.memory_size > 0:
+            n_levels = 0 if self.train_labels.ndim == 1 else int(self.train_labels.shape[1])
+            size = len(self.train_labels) if cfg.memory_unique else cfg.memory_size
+            memory = CrossBatchMemory(size, self._embedding_dim(), n_levels=n_levels, unique=cfg.memory_unique)
+        self.memory = memory
+        if memory is None:
+            return loss
+        if not isinstance(memory, CrossBatchMemory):
+            raise TypeError(f"memory must be a rank_lab.memory.CrossBatchMemory, got {type(memory).__name__}")
+        w = cfg.memory_weight
+        return MemoryLoss(loss, memory, batch_weight=1.0 / (1.0 + w), memory_weight=w / (1.0 + w),
+                          activate_after=cfg.memory_activate_epoch)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         cfg = self.config
@@ -218,14 +278,10 @@ class Trainer:
                 p.requires_grad_(not frozen)
 
     # ------------------------------------------------------------------ one epoch
-    def _loss(self, emb: torch.Tensor, y: torch.Tensor, use_memory: bool) -> torch.Tensor:
-        if self.memory is None:
-            return self.loss_fn(emb, y)
-        ref_emb, ref_y = _memory_update(self.memory, emb.detach(), y)
-        if not use_memory:
-            return self.loss_fn(emb, y)
-        w = self.config.memory_weight
-        return (self.loss_fn(emb, y) + w * self.loss_fn(emb, y, ref_emb, ref_y)) / (1.0 + w)
+    def _loss(self, emb: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        if self.memory is not None:
+            return self.loss_fn(emb, y, keys=idx)
+        return self.loss_fn(emb, y)
 
     def train_epoch(self) -> dict[str, Any]:
         """Run one epoch (epoch index ``self.epoch``) and return its partial record."""
@@ -235,24 +291,26 @@ class Trainer:
         self.sampler.set_epoch(e)
         gen = torch.Generator()
         gen.manual_seed(cfg.seed * 100_003 + e)
-        loader = DataLoader(self.train_set, batch_sampler=self.sampler, num_workers=cfg.num_workers,
-                            generator=gen, pin_memory=self.device.type == "cuda")
+        loader = DataLoader(_Indexed(self.train_set, self.train_labels), batch_sampler=self.sampler,
+                            num_workers=cfg.num_workers, generator=gen, pin_memory=self.device.type == "cuda")
         self.model.train()
         if isinstance(self.loss_fn, nn.Module):
             self.loss_fn.train()
         frozen = e < cfg.freeze_backbone_epochs
         self._freeze_backbone(frozen)
-        use_memory = self.memory is not None and e >= cfg.memory_activate_epoch
+        if self.memory is not None:
+            self.loss_fn.set_epoch(e)
+        use_memory = self.memory is not None and bool(self.loss_fn.active)
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         losses, norms, t0 = [], [], time.perf_counter()
         bar = tqdm(loader, total=self.steps_per_epoch, desc=f"epoch {e + 1}/{cfg.epochs}",
                    disable=not cfg.progress, leave=False)
-        for x, y in bar:
+        for x, y, idx in bar:
             self._set_lr()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
                 emb = self.model(x)
-            loss = self._loss(emb.float(), y, use_memory)
+            loss = self._loss(emb.float(), y, idx)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"the loss is {float(loss.detach())} at epoch {e + 1}, step {self.step}")
             self.optimizer.zero_grad(set_to_none=True)
@@ -315,9 +373,7 @@ class Trainer:
             "history": self.history, "config": self.config.to_dict(), "rng": get_rng_state(),
         }
         if isinstance(self.loss_fn, nn.Module):
-            state["loss"] = self.loss_fn.state_dict()
-        if self.memory is not None and hasattr(self.memory, "state_dict"):
-            state["memory"] = self.memory.state_dict()
+            state["loss"] = self.loss_fn.state_dict()  # proxies, and the memory's buffers
         return state
 
     def load_state_dict(self, state: Mapping[str, Any], check_config: bool = True) -> None:
@@ -333,8 +389,6 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         if "loss" in state and isinstance(self.loss_fn, nn.Module):
             self.loss_fn.load_state_dict(state["loss"])
-        if "memory" in state and self.memory is not None:
-            self.memory.load_state_dict(state["memory"])
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self.history = [dict(r) for r in state["history"]]
         set_rng_state(state["rng"])
@@ -372,26 +426,16 @@ class Trainer:
             do_eval = (self.test_data is not None and cfg.eval_every > 0
                        and (self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs))
             rec["metrics"] = self.evaluate() if do_eval else None
-            self._log(rec)
-            if self.checkpoint_path is not None and (self.epoch % cfg.checkpoint_every == 0 or self.epoch == cfg.epochs):
-                self.save_checkpoint()
+            save = self.checkpoint_path is not None and (self.epoch % cfg.checkpoint_every == 0 or self.epoch == cfg.epochs)
+            self._log(rec, save=save)
         return self.history
 
-    def _log(self, rec: dict[str, Any]) -> None:
+    def _log(self, rec: dict[str, Any], save: bool = False) -> None:
+        """Append the record, write the JSON log (and the checkpoint), then call the callbacks."""
         self.history.append(rec)
         self.write_log()
+        if save:
+            self.save_checkpoint()
         for cb in self.callbacks:
             cb(self, rec)
 
-
-def _memory_update(memory: Any, emb: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Enqueue the detached batch, then read the memory (XBM order, digest 000 §2.10)."""
-    if hasattr(memory, "enqueue") and hasattr(memory, "get"):
-        memory.enqueue(emb, labels)
-        out = memory.get()
-    else:
-        out = memory(emb, labels)
-    ref_emb, ref_labels = out[0], out[1]
-    if not math.prod(ref_emb.shape):
-        raise ValueError("the cross-batch memory is empty after enqueueing the batch")
-    return ref_emb, ref_labels
