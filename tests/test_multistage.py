@@ -11,6 +11,7 @@ from rank_lab.losses.recall_at_k import RecallAtKSurrogate
 from rank_lab.models.recall_head import RecallEmbedder, RecallHead
 from rank_lab.train.multistage import (
     embed_in_chunks,
+    fit_multistage,
     lock_batchnorm,
     multistage_backward,
     multistage_step,
@@ -219,3 +220,13 @@ def test_recall_head_shapes_and_whitening():
     z = w.fc(feats)
     torch.testing.assert_close(z.mean(0), torch.zeros(4, dtype=torch.float64), atol=1e-8, rtol=0)
     torch.testing.assert_close(torch.cov(z.T), torch.eye(4, dtype=torch.float64), atol=1e-4, rtol=0)
+
+
+def test_fit_multistage_trains():
+    torch.manual_seed(7)
+    y = torch.arange(20).repeat_interleave(6)
+    x = torch.randn(20, 16)[y] + 0.3 * torch.randn(120, 16)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    hist = fit_multistage(model, RecallAtKSurrogate(ks=(1, 2, 4)), x, y, batch_size=40, steps=30,
+                          chunk_size=16, lr=1e-2, progress=False)
+    assert len(hist) == 30 and sum(hist[-5:]) / 5 < sum(hist[:5]) / 5

@@ -51,6 +51,7 @@ __all__ = [
     "embed_in_chunks",
     "multistage_backward",
     "multistage_step",
+    "fit_multistage",
 ]
 
 _BN_TYPES = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
@@ -298,3 +299,69 @@ def multistage_step(
     )
     optimizer.step()
     return float(out.loss)
+
+
+def fit_multistage(
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    batch_size: int,
+    m_per_class: int = 4,
+    steps: int = 100,
+    chunk_size: int = 200,
+    optimizer: torch.optim.Optimizer | None = None,
+    lr: float = 1e-3,
+    device: DeviceLike = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[float]:
+    """Train with very large m-per-class batches by multistage back-propagation (Algorithm 3 with
+    the large-batch implementation of Section 5.3.2 of the Patel thesis).
+
+    Each step draws a batch of ``batch_size`` items (``batch_size // m_per_class`` classes x
+    ``m_per_class`` images, :class:`rank_lab.data.MPerClassSampler`) and calls
+    :func:`multistage_step`, so the memory is that of one ``chunk_size`` chunk whatever the batch.
+
+    Args:
+        model: embedding network; loss_fn: ``loss(embeddings, labels)`` (e.g. RS@k).
+        inputs: ``(N, ...)`` training inputs; labels: ``(N,)``.
+        batch_size, m_per_class: batch shape (``batch_size`` a multiple of ``m_per_class``).
+        steps: optimisation steps.
+        chunk_size: items per forward.
+        optimizer: default Adam over the model's and the loss' parameters with ``lr``.
+        device: compute device (default: the model's).
+        seed: sampler seed.
+        progress: tqdm bar.
+
+    Returns:
+        The loss of every step.
+    """
+    from rank_lab.data import MPerClassSampler
+
+    steps = check_positive_int(steps, "steps")
+    if optimizer is None:
+        params = list(model.parameters())
+        if isinstance(loss_fn, nn.Module):
+            params += list(loss_fn.parameters())
+        optimizer = torch.optim.Adam([p for p in params if p.requires_grad], lr=lr)
+    sampler = MPerClassSampler(labels, m=m_per_class, batch_size=batch_size, length=steps * batch_size, seed=seed)
+    history: list[float] = []
+    bar = _maybe_tqdm(list(range(steps)), progress, f"multistage B={batch_size}")
+    it = iter(sampler)
+    epoch = 0
+    model.train()
+    for _ in bar:
+        try:
+            idx = next(it)
+        except StopIteration:
+            epoch += 1
+            sampler.set_epoch(epoch)
+            it = iter(sampler)
+            idx = next(it)
+        idx_t = torch.as_tensor(idx)
+        history.append(
+            multistage_step(model, optimizer, inputs[idx_t], labels[idx_t], loss_fn, chunk_size=chunk_size, device=device)
+        )
+    return history
