@@ -426,20 +426,22 @@ def noisy_labels(labels: torch.Tensor, noise_rate: float, n_classes: int | None 
 
 
 def two_views(x: torch.Tensor, *, noise_std: float = 0.1, max_shift: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Two random views of each image for toy contrastive training: ``(2N, ...)``, views stacked.
+    """Two random views of each input for toy contrastive training: ``(2N, ...)``, views stacked.
 
-    Each view shifts the image by up to ``max_shift`` pixels (zero padding) and adds Gaussian noise.
-    Args: x ``(N, C, H, W)``.
+    Images ``(N, C, H, W)`` are shifted by up to ``max_shift`` pixels (zero padding); every input
+    (images or ``(N, D)`` vectors) gets Gaussian noise of standard deviation ``noise_std``.
     """
-    if x.ndim != 4:
-        raise ValueError(f"x must have shape (N, C, H, W), got {tuple(x.shape)}")
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (N, ...) with at least 2 dims, got {tuple(x.shape)}")
     views = []
     for _ in range(2):
-        pad = F.pad(x, (max_shift,) * 4)
-        h, w = x.shape[-2:]
-        out = torch.empty_like(x)
-        offs = torch.randint(0, 2 * max_shift + 1, (x.shape[0], 2), generator=generator)
-        for i, (dy, dx) in enumerate(offs.tolist()):
-            out[i] = pad[i, :, dy : dy + h, dx : dx + w]
+        out = x
+        if x.ndim == 4 and max_shift > 0:
+            pad = F.pad(x, (max_shift,) * 4)
+            h, w = x.shape[-2:]
+            out = torch.empty_like(x)
+            offs = torch.randint(0, 2 * max_shift + 1, (x.shape[0], 2), generator=generator)
+            for i, (dy, dx) in enumerate(offs.tolist()):
+                out[i] = pad[i, :, dy : dy + h, dx : dx + w]
         views.append(out + noise_std * torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device))
     return torch.cat(views)

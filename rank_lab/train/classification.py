@@ -1,0 +1,228 @@
+"""Training classifiers with the chapter-6 objectives of the Patel thesis (Section 6.5.2).
+
+:class:`ContrastiveClassifier` wraps an encoder and the classifier of one of the compared methods;
+its :meth:`~ContrastiveClassifier.training_loss` is the method's objective on two augmented views,
+and :meth:`~ContrastiveClassifier.logits` its classification logits (posterior = softmax):
+
+================  ===========================================================================
+``"ce"``          cross-entropy on a bias-free linear layer (Eq. 6.6).
+``"supcon+ce"``   stage 1: SupCon (Eq. 6.5) on a projection head (FC-ReLU-FC); stage 2: CE on a
+                  linear classifier over the frozen encoder.
+``"supcon+ce(n)"`` the same with CE(n): normalised features and weights.
+``"supcon+tt"``   SupCon on the projection head + tightness (Eq. 6.9) for the prototypes, no
+                  gradient from the tightness into the encoder; nearest-prototype classifier.
+``"spce"``        SPCE (Eq. 6.7) on the encoder + tightness for the prototypes.
+``"spce(m)"``     SPCE, prototypes set to the class means afterwards.
+``"esupcon"``     ESupCon (Eq. 6.15): encoder and prototypes jointly, no projection head.
+================  ===========================================================================
+
+:func:`fit_classifier` trains one (two views per image from
+:func:`rank_lab.losses.contrastive_cls.two_views`) and :func:`predict_logits` evaluates it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from rank_lab._validation import check_positive_int
+from rank_lab.losses.contrastive_cls import (
+    PrototypeClassifier,
+    class_means,
+    cross_entropy_loss,
+    esupcon_loss,
+    spce_loss,
+    supcon_loss,
+    tightness_loss,
+    two_views,
+)
+from rank_lab.utils import DeviceLike, get_device, seed_everything
+
+__all__ = ["CLS_METHODS", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
+
+CLS_METHODS = ("ce", "supcon+ce", "supcon+ce(n)", "supcon+tt", "spce", "spce(m)", "esupcon")
+_PROJECTED = ("supcon+ce", "supcon+ce(n)", "supcon+tt")
+
+
+class ContrastiveClassifier(nn.Module):
+    """An encoder with the classifier of a chapter-6 method (see the module docstring).
+
+    Args:
+        encoder: maps inputs to ``(B, feat_dim)`` features.
+        feat_dim: feature size.
+        n_classes: ``K``.
+        method: one of :data:`CLS_METHODS`.
+        temperature: of SupCon / ESupCon and of the prototype (cosine) logits.
+        proj_dim: output size of the projection head (SupCon variants).
+    """
+
+    def __init__(
+        self, encoder: nn.Module, feat_dim: int, n_classes: int, method: str = "esupcon", *, temperature: float = 0.1, proj_dim: int = 64
+    ) -> None:
+        super().__init__()
+        if method not in CLS_METHODS:
+            raise ValueError(f"method must be one of {CLS_METHODS}, got {method!r}")
+        feat_dim = check_positive_int(feat_dim, "feat_dim")
+        self.n_classes = check_positive_int(n_classes, "n_classes")
+        self.method, self.temperature = method, float(temperature)
+        self.encoder = encoder
+        self.projection: nn.Module | None = (
+            nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, proj_dim)) if method in _PROJECTED else None
+        )
+        self.linear: nn.Linear | None = nn.Linear(feat_dim, n_classes, bias=False) if method in ("ce", "supcon+ce") else None
+        self.prototypes: PrototypeClassifier | None = (
+            None if self.linear is not None else PrototypeClassifier(feat_dim, n_classes, temperature)
+        )
+        self.stage = 1
+
+    @property
+    def two_stage(self) -> bool:
+        """Whether the method trains its classifier in a second stage (SupCon+CE, SupCon+CE(n))."""
+        return self.method in ("supcon+ce", "supcon+ce(n)")
+
+    def start_stage2(self) -> None:
+        """Freeze the encoder (and head): the second stage trains only the classifier."""
+        if not self.two_stage:
+            raise ValueError(f"method {self.method!r} has a single stage")
+        for mod in (self.encoder, self.projection):
+            if mod is not None:
+                for p in mod.parameters():
+                    p.requires_grad_(False)
+        self.stage = 2
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Encoder features ``(B, feat_dim)``."""
+        return self.encoder(x)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Classification logits ``(B, K)``."""
+        f = self.features(x)
+        if self.linear is not None:
+            return self.linear(f)
+        assert self.prototypes is not None
+        return self.prototypes(f)
+
+    def training_loss(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The method's objective on a batch (views stacked along dim 0, labels repeated)."""
+        f = self.features(x)
+        m, t = self.method, self.temperature
+        if m == "ce":
+            assert self.linear is not None
+            return cross_entropy_loss(f, labels, self.linear.weight)
+        if m in ("supcon+ce", "supcon+ce(n)") and self.stage == 2:
+            if m == "supcon+ce":
+                assert self.linear is not None
+                return cross_entropy_loss(f.detach(), labels, self.linear.weight)
+            assert self.prototypes is not None
+            return cross_entropy_loss(f.detach(), labels, self.prototypes.prototypes, normalize=True, temperature=t)
+        if m in _PROJECTED:
+            assert self.projection is not None
+            loss = supcon_loss(self.projection(f), labels, t)
+            if m == "supcon+tt":
+                assert self.prototypes is not None
+                loss = loss + tightness_loss(f, labels, self.prototypes.prototypes, detach_features=True)
+            return loss
+        assert self.prototypes is not None
+        if m in ("spce", "spce(m)"):
+            loss = spce_loss(f, labels, self.n_classes)
+            if m == "spce":
+                loss = loss + tightness_loss(f, labels, self.prototypes.prototypes, detach_features=True)
+            return loss
+        return esupcon_loss(f, labels, self.prototypes.prototypes, t)
+
+    @torch.no_grad()
+    def set_class_means(self, x: torch.Tensor, labels: torch.Tensor) -> None:
+        """SPCE(M): set the prototypes to the class means of the (normalised) features."""
+        if self.prototypes is None:
+            raise ValueError(f"method {self.method!r} has no prototypes")
+        self.prototypes.prototypes.copy_(class_means(self.features(x), labels, self.n_classes))
+
+
+@torch.no_grad()
+def predict_logits(model: ContrastiveClassifier, x: torch.Tensor, *, batch_size: int = 512, device: DeviceLike = None) -> torch.Tensor:
+    """Logits ``(N, K)`` of ``x`` in eval mode (CPU float32)."""
+    dev = get_device(device) if device is not None else next(model.parameters()).device
+    was = model.training
+    model.eval()
+    out = [model.logits(x[i : i + batch_size].to(dev)).float().cpu() for i in range(0, x.shape[0], batch_size)]
+    model.train(was)
+    return torch.cat(out)
+
+
+def fit_classifier(
+    model: ContrastiveClassifier,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int = 20,
+    stage2_epochs: int = 10,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    weight_decay: float = 0.0,
+    noise_std: float = 0.1,
+    max_shift: int = 1,
+    seed: int = 0,
+    device: DeviceLike = None,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Train ``model`` with its method's objective on two augmented views of every image.
+
+    Args:
+        model: a :class:`ContrastiveClassifier`.
+        x: ``(N, ...)`` training inputs; y: ``(N,)`` labels in ``[0, K)``.
+        epochs: epochs of the (first) stage.
+        stage2_epochs: epochs of the classifier stage of two-stage methods.
+        batch_size: images per batch (``2 x batch_size`` views).
+        lr, weight_decay: Adam.
+        noise_std, max_shift: the view augmentation (:func:`two_views`).
+        seed: shuffling and augmentation seed.
+        device: compute device.
+        progress: tqdm bar over epochs.
+
+    Returns:
+        One record per epoch: ``{"epoch", "stage", "loss"}``.
+    """
+    dev = get_device(device)
+    model.to(dev)
+    seed_everything(seed)
+    g = torch.Generator().manual_seed(seed)
+    y = y.long()
+    if y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise ValueError(f"y must have shape ({x.shape[0]},), got {tuple(y.shape)}")
+    history: list[dict[str, Any]] = []
+    plan = [(1, check_positive_int(epochs, "epochs"))] + ([(2, check_positive_int(stage2_epochs, "stage2_epochs"))] if model.two_stage else [])
+    total = sum(n for _, n in plan)
+    bar = range(total)
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(bar, desc=model.method, leave=False)
+    it = iter(bar)
+    for stage, n_epochs in plan:
+        if stage == 2:
+            model.start_stage2()
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        model.train()
+        for _ in range(n_epochs):
+            next(it)
+            perm = torch.randperm(x.shape[0], generator=g)
+            losses = []
+            for i in range(0, x.shape[0], batch_size):
+                idx = perm[i : i + batch_size]
+                if idx.numel() < 2:
+                    continue
+                views = two_views(x[idx], noise_std=noise_std, max_shift=max_shift, generator=g).to(dev)
+                labels = y[idx].repeat(2).to(dev)
+                loss = model.training_loss(views, labels)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses.append(float(loss.detach()))
+            history.append({"epoch": len(history) + 1, "stage": stage, "loss": sum(losses) / max(len(losses), 1)})
+    if model.method == "spce(m)":
+        model.eval()
+        model.set_class_means(x.to(dev), y.to(dev))
+    return history
