@@ -155,7 +155,7 @@ class MemoryLoss(nn.Module):
             return self.loss(embeddings, labels)
         emb = embeddings
         if self.training:
-            store = nn.functional.normalize(emb.detach().float(), dim=1) if getattr(self.loss, "normalize", True) else emb.detach()
+            store = nn.functional.normalize(emb.detach(), dim=1) if getattr(self.loss, "normalize", True) else emb.detach()
             slots = self.memory.enqueue(store, labels, keys)
         else:
             slots = torch.full((emb.shape[0],), -1, dtype=torch.long, device=self.memory.filled.device)
@@ -164,9 +164,13 @@ class MemoryLoss(nn.Module):
         mem_emb, mem_lab, slot_to_row = self.memory.get()
         self_index = torch.where(slots >= 0, slot_to_row[slots.clamp(min=0)], slots).to(emb.device)
         mem_emb = mem_emb.to(emb.device)
-        batch_term = self.loss(embeddings, labels)
-        mem_term = self.loss(embeddings, labels, mem_emb.to(emb.dtype), mem_lab.to(emb.device), ref_self_index=self_index)
-        return self.batch_weight * batch_term + self.memory_weight * mem_term
+        out = 0.0
+        if self.batch_weight > 0:  # a zero weight skips the term (a batch may lack in-batch positives)
+            out = self.batch_weight * self.loss(embeddings, labels)
+        if self.memory_weight > 0:
+            mem_term = self.loss(embeddings, labels, mem_emb.to(emb.dtype), mem_lab.to(emb.device), ref_self_index=self_index)
+            out = out + self.memory_weight * mem_term
+        return out if isinstance(out, torch.Tensor) else embeddings.sum() * 0.0
 
     def extra_repr(self) -> str:
         return f"batch_weight={self.batch_weight}, memory_weight={self.memory_weight}, activate_after={self.activate_after}"
