@@ -20,6 +20,15 @@ from rank_lab.data.datasets.sop import load_sop
 from rank_lab.data.datasets.transforms import IMAGENET_MEAN, IMAGENET_STD, default_transform
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny tensors: one intra-op thread is faster than two contending ones (restored after)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _img(path: Path, value: int = 100, size: tuple[int, int] = (20, 14)) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     arr = np.full((size[1], size[0], 3), value, dtype=np.uint8)

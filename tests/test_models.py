@@ -22,6 +22,15 @@ from rank_lab.models import (
 timm = pytest.importorskip("timm")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny tensors: one intra-op thread is faster than two contending ones (restored after)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _unit_rows(z: torch.Tensor) -> None:
     torch.testing.assert_close(z.norm(dim=1), torch.ones(z.shape[0]), atol=1e-5, rtol=0)
 
