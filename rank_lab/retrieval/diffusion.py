@@ -41,7 +41,7 @@ from rank_lab.retrieval.graph import (
     knn_self,
     mutual_affinity,
     normalize_graph,
-    to_torch_sparse,
+    sparse_operator,
 )
 from rank_lab.utils import DeviceLike, get_device
 
@@ -237,10 +237,10 @@ def diffuse(
     alpha = _check_alpha(alpha)
     batch_size = check_positive_int(batch_size, "batch_size")
     dev = get_device(device)
-    s_t = to_torch_sparse(graph.normalized, dev, dtype)
+    s_op = sparse_operator(graph.normalized, dev, dtype)
 
     def matvec(v: torch.Tensor) -> torch.Tensor:
-        return v - alpha * (s_t @ v)
+        return v - alpha * s_op(v)
 
     n_q = y.shape[0]
     if y.shape[1] != graph.n:
@@ -267,9 +267,9 @@ def _truncated_one(
     """Scores over the whole gallery for one query with the system restricted to ``cand``."""
     sub = graph.affinity[cand][:, cand]
     s_sub = normalize_graph(sub)
-    s_t = to_torch_sparse(s_sub, "cpu", torch.float64)
+    s_op = sparse_operator(s_sub, "cpu", torch.float64)
     b = torch.from_numpy(y_row[cand])[:, None]
-    f, _ = conjugate_gradient(lambda v: v - alpha * (s_t @ v), b, iters=iters, tol=tol)
+    f, _ = conjugate_gradient(lambda v: v - alpha * s_op(v), b, iters=iters, tol=tol)
     f = (1 - alpha) * f[:, 0].numpy()
     out = np.full(graph.n, -np.inf)
     out[cand] = f

@@ -16,6 +16,7 @@ to explicitly; :func:`check_dense_ok` is the single place that enforces it.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -34,6 +35,7 @@ __all__ = [
     "mutual_affinity",
     "normalize_graph",
     "to_torch_sparse",
+    "sparse_operator",
     "in_neighbour_lists",
     "sparse_row_topk",
     "sparse_rows_to_dense",
@@ -190,6 +192,32 @@ def to_torch_sparse(m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtyp
             size=m.shape,
             check_invariants=False,
         ).to(dev)
+
+
+def sparse_operator(
+    m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtype = torch.float32
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``v -> M @ v`` for ``(n, B)`` tensors: scipy on the CPU, torch sparse CSR on CUDA.
+
+    torch's CPU sparse-CSR product has a fixed cost of several milliseconds per call, which
+    dominates the many small products of CG on truncated graphs; scipy's does not.
+    """
+    from rank_lab.utils import get_device
+
+    dev = get_device(device)
+    if dev.type == "cpu":
+        mc = sp.csr_matrix(m, dtype=np.float64 if dtype == torch.float64 else np.float32)
+
+        def apply_cpu(v: torch.Tensor) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(mc @ v.detach().cpu().numpy())).to(v.dtype)
+
+        return apply_cpu
+    mt = to_torch_sparse(m, dev, dtype)
+
+    def apply_dev(v: torch.Tensor) -> torch.Tensor:
+        return mt @ v
+
+    return apply_dev
 
 
 def in_neighbour_lists(indices: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
