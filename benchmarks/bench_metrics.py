@@ -30,7 +30,7 @@ def _data(n: int, d: int, seed: int = 0):
     n_classes = max(2, n // 5)  # about 5 images per class, as on SOP
     y = torch.randint(0, n_classes, (n,), generator=g)
     centres = torch.randn(n_classes, d, generator=g)
-    x = centres[y] + 1.5 * torch.randn(n, d, generator=g)
+    x = centres[y] + 3.0 * torch.randn(n, d, generator=g)
     return x, y
 
 
