@@ -9,8 +9,9 @@ before scoring. The protocol's AP is the revisitop ``compute_ap`` **trapezoidal*
 ``P_j = (j + 1)/(r_j + 1)`` for the ``j``-th positive at 0-based position ``r_j``; it is *not* the
 non-interpolated AP of :func:`rank_lab.metrics.average_precision` (eq. 3.1 of the thesis), which is
 available as ``ap_kind="noninterp"``. The trapezoid credits a positive with the mean of the
-precisions just before and at it, so it is slightly higher than eq. 3.1 whenever a negative
-precedes a positive (tested). mP@k is revisitop's ``k_q = min(max positive position, k)``,
+precision just before it (``j / r_j``) and at it (``(j+1)/(r_j+1)``); since ``j <= r_j`` the first
+is never larger, so the trapezoid is at most eq. 3.1, with equality exactly when no negative
+precedes any positive (tested). mP@k is revisitop's ``k_q = min(max positive position, k)``,
 ``P@k = #{pos <= k_q} / k_q``. Queries without positives (possible in *Hard*) are skipped and
 counted, as in revisitop. The R1M distractors are extra negatives for every query, passed as a
 separate ``(Q, N_d)`` score block (:func:`revisited_evaluate`).
