@@ -25,7 +25,7 @@ import torch
 
 from rank_lab._validation import as_tensor, check_labels
 from rank_lab.data.datasets.base import require_path
-from rank_lab.data.synthetic import OpenSetSplit, _check_seed
+from rank_lab.data.splits import OpenSetSplit, _check_seed
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
