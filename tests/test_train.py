@@ -136,7 +136,7 @@ def test_lr_schedule_matches_torch_cosine_and_warmup():
 
 # ---------------------------------------------------------------------------- training
 def test_short_run_lowers_the_loss_and_logs(split, tmp_path):
-    cfg = _cfg(epochs=4, eval_at_start=True, log_path=str(tmp_path / "log.json"))
+    cfg = _cfg(epochs=4, eval_at_start=True, log_path=str(tmp_path / "log.json"), eval_metrics=("R@k", "mAP@R", "mAP"))
     loss = PairLoss()
     tr = Trainer(None, loss, (split.x_train, split.y_train), (split.x_test, split.y_test), cfg)
     with torch.no_grad():

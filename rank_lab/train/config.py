@@ -58,7 +58,8 @@ class TrainConfig:
         Labels: ``relabel_train`` re-indexes the training labels to ``0..C-1`` per column (proxy
             losses index their proxies with them; retrieval losses only compare labels).
         Evaluation: ``eval_every`` (epochs; 0 = never), ``eval_at_start`` (also evaluate the
-            untrained model, logged as epoch 0), ``eval_ks``, ``eval_metrics``, ``eval_batch_size``.
+            untrained model, logged as epoch 0), ``eval_ks``, ``eval_metrics`` (default R@k and
+            mAP@R, the papers' tables; add ``"mAP"`` for full AP, slower), ``eval_batch_size``.
         Output: ``checkpoint_dir`` (``None`` = no checkpoint), ``checkpoint_every``, ``resume``,
             ``log_path`` (``None`` = ``checkpoint_dir/log.json`` if any), ``progress`` (tqdm).
         ``model``: a :class:`~rank_lab.models.ModelConfig`. ``preset_name``: the preset started
@@ -100,7 +101,7 @@ class TrainConfig:
     eval_every: int = 1
     eval_at_start: bool = False
     eval_ks: tuple[int, ...] = (1, 10, 100)
-    eval_metrics: tuple[str, ...] = ("R@k", "mAP@R", "mAP")
+    eval_metrics: tuple[str, ...] = ("R@k", "mAP@R")
     eval_batch_size: int = 256
     checkpoint_dir: str | None = None
     checkpoint_every: int = 1
