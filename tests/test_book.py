@@ -97,3 +97,9 @@ def test_twins_have_an_install_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert nb.cells[0].metadata["tags"] == ["colab-install"]
     assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells)
     assert "save_results" in nb.cells[-1].source
+
+
+def test_api_page_is_current() -> None:
+    page = book.book_dir() / "api.md"
+    assert page.exists(), "run: python -m rank_lab.book api --write"
+    assert page.read_text(encoding="utf-8") == book.api_page(), "book/api.md is stale: python -m rank_lab.book api --write"
