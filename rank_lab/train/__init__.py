@@ -9,7 +9,8 @@
 
 from rank_lab.train.checkpoint import load_checkpoint, lr_at
 from rank_lab.train.config import PRESETS, TrainConfig, list_presets
-from rank_lab.train.trainer import Trainer, as_dataset, embed_dataset
+from rank_lab.train.data import as_dataset, embed_dataset, relabel
+from rank_lab.train.trainer import Trainer
 
 __all__ = [
     "TrainConfig",
@@ -18,6 +19,7 @@ __all__ = [
     "Trainer",
     "as_dataset",
     "embed_dataset",
+    "relabel",
     "load_checkpoint",
     "lr_at",
 ]

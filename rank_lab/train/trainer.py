@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader
 
 from rank_lab.train.checkpoint import (
     atomic_save,
@@ -35,79 +35,16 @@ from rank_lab.train.checkpoint import (
     set_rng_state,
 )
 from rank_lab.train.config import TrainConfig
+from rank_lab.train.data import _Indexed, as_dataset, embed_dataset, relabel
 from rank_lab.utils import get_device, seed_everything
 
-__all__ = ["Trainer", "as_dataset", "embed_dataset", "relabel"]
+__all__ = ["Trainer"]
 
 #: Config keys that may change between an interrupted run and its resumption.
 _RESUME_FREE = {
     "epochs", "progress", "resume", "checkpoint_dir", "log_path", "eval_every", "device",
     "num_workers", "eval_batch_size", "checkpoint_every", "eval_at_start", "data_dir",
 }
-
-
-def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
-    """Accept ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``; return
-    ``(dataset, labels (N,) or (N, L))``."""
-    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
-        x, y = data
-        if x.shape[0] != y.shape[0]:
-            raise ValueError(f"{name}: x has {x.shape[0]} rows but y has {y.shape[0]}")
-        return TensorDataset(x, y), y.long().cpu()
-    if isinstance(data, TensorDataset):
-        return data, data.tensors[1].long().cpu()
-    if isinstance(data, Dataset):
-        labels = getattr(data, "labels", None)
-        if labels is None:
-            raise TypeError(f"{name}: a Dataset must expose .labels (N,) or (N, L) for the m-per-class sampler")
-        return data, torch.as_tensor(labels).long().cpu()
-    raise TypeError(f"{name} must be (x, y) tensors, a TensorDataset or a Dataset with .labels, got {type(data).__name__}")
-
-
-def relabel(labels: torch.Tensor) -> torch.Tensor:
-    """Map each label column to contiguous ids ``0..C-1`` (sorted order of the original ids)."""
-    if labels.ndim == 1:
-        return torch.unique(labels, return_inverse=True)[1]
-    return torch.stack([torch.unique(c, return_inverse=True)[1] for c in labels.T], dim=1)
-
-
-class _Indexed(Dataset):
-    """``(x, label, index)`` items: the labels given here (re-indexed) and the dataset index."""
-
-    def __init__(self, base: Dataset, labels: torch.Tensor) -> None:
-        self.base, self.labels = base, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int) -> tuple[Any, torch.Tensor, int]:
-        return self.base[i][0], self.labels[i], i
-
-
-@torch.no_grad()
-def embed_dataset(
-    model: nn.Module, data: Any, *, batch_size: int = 256, device: Any = None,
-    num_workers: int = 0, amp: bool = False, amp_dtype: torch.dtype = torch.float16,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Embeddings ``(N, d)`` (float32, CPU) and labels of a dataset, in eval mode, without
-    touching the global RNG."""
-    ds, labels = as_dataset(data)
-    dev = get_device(device)
-    was_training = model.training
-    model.eval()
-    out = []
-    if isinstance(ds, TensorDataset):
-        x_all = ds.tensors[0]
-        batches = (x_all[i : i + batch_size] for i in range(0, len(ds), batch_size))
-    else:
-        loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                            generator=torch.Generator(), pin_memory=dev.type == "cuda")
-        batches = (b[0] for b in loader)
-    for x in batches:
-        with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda"):
-            out.append(model(x.to(dev, non_blocking=True)).float().cpu())
-    model.train(was_training)
-    return torch.cat(out), labels
 
 
 class Trainer:

@@ -1,0 +1,82 @@
+"""Data adapters of the training engine: inputs as datasets, re-indexed labels, batched embedding.
+
+The trainer accepts ``(x, y)`` tensors (e.g. an :class:`rank_lab.data.OpenSetSplit`'s
+``(x_train, y_train)``), a ``TensorDataset``, or any dataset exposing ``.labels`` (the loaders of
+:mod:`rank_lab.data.datasets` return :class:`~rank_lab.data.datasets.ImageListDataset`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from rank_lab.utils import get_device
+
+__all__ = ["as_dataset", "relabel", "embed_dataset"]
+
+
+def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
+    """Accept ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``; return
+    ``(dataset, labels (N,) or (N, L))``."""
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
+        x, y = data
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"{name}: x has {x.shape[0]} rows but y has {y.shape[0]}")
+        return TensorDataset(x, y), y.long().cpu()
+    if isinstance(data, TensorDataset):
+        return data, data.tensors[1].long().cpu()
+    if isinstance(data, Dataset):
+        labels = getattr(data, "labels", None)
+        if labels is None:
+            raise TypeError(f"{name}: a Dataset must expose .labels (N,) or (N, L) for the m-per-class sampler")
+        return data, torch.as_tensor(labels).long().cpu()
+    raise TypeError(f"{name} must be (x, y) tensors, a TensorDataset or a Dataset with .labels, got {type(data).__name__}")
+
+
+def relabel(labels: torch.Tensor) -> torch.Tensor:
+    """Map each label column to contiguous ids ``0..C-1`` (sorted order of the original ids)."""
+    if labels.ndim == 1:
+        return torch.unique(labels, return_inverse=True)[1]
+    return torch.stack([torch.unique(c, return_inverse=True)[1] for c in labels.T], dim=1)
+
+
+class _Indexed(Dataset):
+    """``(x, label, index)`` items: the labels given here (re-indexed) and the dataset index."""
+
+    def __init__(self, base: Dataset, labels: torch.Tensor) -> None:
+        self.base, self.labels = base, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[Any, torch.Tensor, int]:
+        return self.base[i][0], self.labels[i], i
+
+
+@torch.no_grad()
+def embed_dataset(
+    model: nn.Module, data: Any, *, batch_size: int = 256, device: Any = None,
+    num_workers: int = 0, amp: bool = False, amp_dtype: torch.dtype = torch.float16,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings ``(N, d)`` (float32, CPU) and labels of a dataset, in eval mode, without
+    touching the global RNG."""
+    ds, labels = as_dataset(data)
+    dev = get_device(device)
+    was_training = model.training
+    model.eval()
+    out = []
+    if isinstance(ds, TensorDataset):
+        x_all = ds.tensors[0]
+        batches = (x_all[i : i + batch_size] for i in range(0, len(ds), batch_size))
+    else:
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                            generator=torch.Generator(), pin_memory=dev.type == "cuda")
+        batches = (b[0] for b in loader)
+    for x in batches:
+        with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda"):
+            out.append(model(x.to(dev, non_blocking=True)).float().cpu())
+    model.train(was_training)
+    return torch.cat(out), labels
