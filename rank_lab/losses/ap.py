@@ -28,7 +28,7 @@ import torch
 from rank_lab.losses._direct import direct_ap_loss
 from rank_lab.losses.base import RankLoss, per_query_mean
 from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
-from rank_lab.ranking.steps import Heaviside, SigmoidStep, SupRankStep
+from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = ["SmoothAP", "SupAP", "smooth_ap_loss", "sup_ap_loss"]
 
@@ -77,6 +77,9 @@ class SupAP(RankLoss):
     Args:
         tau, rho, delta, eps, start, offset, linear_origin, zero_branch: the SupRank step, see
             :class:`rank_lab.ranking.SupRankStep` (defaults: thesis/paper; code variants as options).
+        neg_step: replace ``H^-`` by another step for rank- (e.g. ``SigmoidStep(0.01)``: the
+            "``H^+ = H``, sigmoid rank-" ablation of thesis Fig. 3.9a / ROADMAP Tab. 3); the other
+            step arguments are then ignored.
         **kwargs: see :class:`RankLoss`.
     """
 
@@ -90,10 +93,13 @@ class SupAP(RankLoss):
         offset: float | None = None,
         linear_origin: str = "delta",
         zero_branch: str = "upper",
+        neg_step: StepFunction | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.step = SupRankStep(tau, rho, delta, eps, start, offset, linear_origin, zero_branch)  # type: ignore[arg-type]
+        if neg_step is not None and not isinstance(neg_step, StepFunction):
+            raise TypeError(f"neg_step must be a StepFunction, got {type(neg_step).__name__}")
+        self.step = neg_step or SupRankStep(tau, rho, delta, eps, start, offset, linear_origin, zero_branch)  # type: ignore[arg-type]
 
     def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         if self.impl == "direct":

@@ -99,6 +99,14 @@ class StepFunction:
     def derivative(self, t: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def value_(self, t: torch.Tensor) -> torch.Tensor:
+        """Value without autograd, allowed to overwrite ``t`` (used by the chunked rank kernel)."""
+        return self(t)
+
+    def derivative_(self, t: torch.Tensor) -> torch.Tensor:
+        """Derivative without autograd, allowed to overwrite ``t``."""
+        return self.derivative(t)
+
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
@@ -152,6 +160,13 @@ class SigmoidStep(StepFunction):
     def derivative(self, t: torch.Tensor) -> torch.Tensor:
         s = torch.sigmoid(t / self.tau)
         return s * (1 - s) / self.tau
+
+    def value_(self, t: torch.Tensor) -> torch.Tensor:
+        return t.div_(self.tau).sigmoid_()
+
+    def derivative_(self, t: torch.Tensor) -> torch.Tensor:
+        s = t.div_(self.tau).sigmoid_()
+        return s.sub_(s * s).div_(self.tau)  # s (1 - s) / tau
 
 
 class SupRankStep(StepFunction):
@@ -226,6 +241,22 @@ class SupRankStep(StepFunction):
     def derivative(self, t: torch.Tensor) -> torch.Tensor:
         s = torch.sigmoid(t / self.tau)
         return torch.where(t > self.delta, torch.full_like(t, self.rho), s * (1 - s) / self.tau)
+
+    def value_(self, t: torch.Tensor) -> torch.Tensor:
+        linear = t > self.delta
+        shift = self.delta if self.linear_origin == "delta" else 0.0
+        lin = t * self.rho
+        lin.add_(self.offset - self.rho * shift)
+        upper = self._upper_mask(t)
+        val = t.div_(self.tau).sigmoid_()
+        val.add_(upper, alpha=self.start)
+        return torch.where(linear, lin, val, out=val)
+
+    def derivative_(self, t: torch.Tensor) -> torch.Tensor:
+        linear = t > self.delta
+        s = t.div_(self.tau).sigmoid_()
+        s.sub_(s * s).div_(self.tau)
+        return s.masked_fill_(linear, self.rho)
 
 
 def _sigmoid(x: float) -> float:
