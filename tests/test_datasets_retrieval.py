@@ -266,6 +266,9 @@ def test_inaturalist_errors(tmp_path):
     with pytest.raises(DatasetFolderError, match="taxonomy"):
         load_inaturalist(root, levels="full")
     assert len(load_inaturalist(root, levels="base")) == 4  # base needs no JSON
+    cats = [{"id": c[0], "name": f"sp{c[0]}", **dict(zip(LEVELS, c[2:], strict=True))} for c in INAT_CATS]
+    (root / "categories.json").write_text(json.dumps(cats))  # the separate taxonomy file is a fallback
+    assert load_inaturalist(root, levels="full").labels.shape == (4, 7)
     root = _write_inat(tmp_path / "bad")
     (root / "Inat_dataset_splits/Inaturalist_test_set1.txt").write_text("train_val2018/Fungi/abc/e.jpg\n")
     with pytest.raises(DatasetFolderError, match="integer category id"):
