@@ -222,7 +222,7 @@ def normalized_edit_distance(
     preds = [normalize_text(s, normalize) for s in preds]
     targets = [normalize_text(s, normalize) for s in targets]
     ed = edit_distance(preds, targets).double()
-    denom = torch.tensor([max(len(p), len(t)) for p, t in zip(preds, targets)], dtype=torch.float64)
+    denom = torch.tensor([max(len(p), len(t)) for p, t in zip(preds, targets, strict=True)], dtype=torch.float64)
     return torch.where(denom > 0, ed / denom.clamp_min(1), torch.zeros_like(ed))
 
 
@@ -242,7 +242,7 @@ def total_edit_distance(preds: Sequence[str], targets: Sequence[str], *, normali
 def word_accuracy(preds: Sequence[str], targets: Sequence[str], *, normalize: str = "none") -> float:
     """Fraction (in ``[0, 1]``) of words predicted exactly, after ``normalize``."""
     preds, targets = _check_pairs(preds, targets)
-    hits = sum(normalize_text(p, normalize) == normalize_text(t, normalize) for p, t in zip(preds, targets))
+    hits = sum(normalize_text(p, normalize) == normalize_text(t, normalize) for p, t in zip(preds, targets, strict=True))
     return hits / len(preds)
 
 
@@ -264,7 +264,7 @@ def text_recognition_metrics(
     p = [normalize_text(s, normalize) for s in preds]
     t = [normalize_text(s, normalize) for s in targets]
     ed = edit_distance(p, t).double()
-    denom = torch.tensor([max(len(x), len(y)) for x, y in zip(p, t)], dtype=torch.float64)
+    denom = torch.tensor([max(len(x), len(y)) for x, y in zip(p, t, strict=True)], dtype=torch.float64)
     ned = torch.where(denom > 0, ed / denom.clamp_min(1), torch.zeros_like(ed))
     return {
         "accuracy": float((ed == 0).double().mean()),

@@ -1,0 +1,289 @@
+"""A small scene-text recogniser (CNN + BiLSTM + CTC) with greedy decoding and CTC alignment.
+
+The thesis post-tunes attention-based STR models (Baek et al.'s TPS-ResNet-BiLSTM-Attn, Sec. 3.3.2
+and 4.3.2). The book uses the CTC flavour of the same four-module family (no rectification,
+a small VGG-like CNN, a BiLSTM, a per-frame softmax over the alphabet plus a *blank*) because it
+trains in seconds on a CPU. The model maps a ``(B, 1, H, W)`` image to ``(B, T, C)`` frame logits,
+``T = W // 4`` and ``C = 1 + |alphabet|`` (class 0 is the CTC blank).
+
+For the learned edit-distance surrogate the ground truth must live in the prediction's space
+(a ``T x C`` matrix). The thesis' attention models emit one distribution per character position,
+so the one-hot word is that space. A CTC model emits one per *frame*; the book represents the
+ground truth by its best CTC alignment under the current model (:func:`ctc_best_path`, Viterbi),
+which is a one-hot ``T x C`` path that collapses to the ground-truth word.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rank_lab._validation import check_positive_int
+from rank_lab.metrics.text import text_recognition_metrics
+from rank_lab.utils import get_device, seed_everything
+
+__all__ = [
+    "Alphabet",
+    "CRNN",
+    "ctc_loss",
+    "ctc_collapse",
+    "greedy_decode",
+    "ctc_best_path",
+    "fit_ctc",
+    "recognize",
+    "evaluate_recognizer",
+]
+
+
+class Alphabet:
+    """Characters of a recogniser; index 0 is the CTC blank, characters are ``1..len(chars)``.
+
+    Args:
+        chars: the distinct characters (default lower-case a-z).
+    """
+
+    def __init__(self, chars: str = string.ascii_lowercase) -> None:
+        if not chars:
+            raise ValueError("chars is empty")
+        if len(set(chars)) != len(chars):
+            raise ValueError("chars must not repeat a character")
+        self.chars = chars
+        self.index = {c: i + 1 for i, c in enumerate(chars)}
+
+    @property
+    def n_classes(self) -> int:
+        """``1 + len(chars)`` (blank included)."""
+        return len(self.chars) + 1
+
+    def encode(self, words: Sequence[str], device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Words -> padded class indices ``(B, U)`` (pad -1) and lengths ``(B,)``."""
+        if isinstance(words, str):
+            raise TypeError("words must be a sequence of str, not a single str")
+        bad = {c for w in words for c in w if c not in self.index}
+        if bad:
+            raise ValueError(f"words contain characters outside the alphabet: {sorted(bad)[:10]}")
+        lengths = torch.tensor([len(w) for w in words], dtype=torch.long)
+        u = int(lengths.max()) if len(words) else 0
+        codes = torch.full((len(words), u), -1, dtype=torch.long)
+        for i, w in enumerate(words):
+            if w:
+                codes[i, : len(w)] = torch.tensor([self.index[c] for c in w])
+        return codes.to(device), lengths.to(device)
+
+    def decode(self, codes: torch.Tensor, lengths: torch.Tensor | None = None) -> list[str]:
+        """Class indices ``(B, U)`` (pad < 1 ignored) -> strings."""
+        out = []
+        for i, row in enumerate(codes.tolist()):
+            row = row if lengths is None else row[: int(lengths[i])]
+            out.append("".join(self.chars[c - 1] for c in row if c >= 1))
+        return out
+
+
+class CRNN(nn.Module):
+    """CNN + BiLSTM + linear CTC head: ``(B, in_channels, H, W) -> (B, W // 4, n_classes)`` logits.
+
+    Args:
+        n_classes: ``1 + |alphabet|`` (class 0 = blank).
+        in_channels: image channels.
+        channels: widths of the three conv stages (2x2 pooling after the first two, then the
+            height is averaged away).
+        hidden: BiLSTM hidden size per direction.
+    """
+
+    def __init__(self, n_classes: int, in_channels: int = 1, channels: Sequence[int] = (32, 64, 96), hidden: int = 64) -> None:
+        super().__init__()
+        self.n_classes = check_positive_int(n_classes, "n_classes")
+        c1, c2, c3 = channels
+        def block(i: int, o: int) -> list[nn.Module]:
+            return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True)]
+        self.cnn = nn.Sequential(
+            *block(in_channels, c1), nn.MaxPool2d(2),
+            *block(c1, c2), nn.MaxPool2d(2),
+            *block(c2, c3), *block(c3, c3),
+        )
+        self.rnn = nn.LSTM(c3, hidden, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * hidden, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Frame logits ``(B, T, C)``."""
+        if x.ndim != 4:
+            raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
+        f = self.cnn(x).mean(2).transpose(1, 2)  # (B, T, c3)
+        return self.head(self.rnn(f)[0])
+
+
+def ctc_loss(logits: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """Mean CTC loss (the proxy loss of a CTC recogniser) of ``(B, T, C)`` logits.
+
+    Args:
+        logits: frame logits ``(B, T, C)``; class 0 is the blank.
+        targets: padded class indices ``(B, U)`` (values ``1..C-1``; padding ignored).
+        target_lengths: ``(B,)``.
+    """
+    b, t, _ = logits.shape
+    logp = logits.log_softmax(-1).transpose(0, 1)
+    flat = torch.cat([targets[i, : int(target_lengths[i])] for i in range(b)]) if b else targets.new_zeros(0)
+    input_lengths = torch.full((b,), t, dtype=torch.long)
+    return F.ctc_loss(logp, flat, input_lengths, target_lengths.cpu(), blank=0, reduction="mean", zero_infinity=True)
+
+
+def ctc_collapse(paths: torch.Tensor, blank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Collapse CTC frame labels: merge repeats, drop blanks. Vectorised over the batch.
+
+    Args:
+        paths: ``(B, T)`` frame labels (e.g. the argmax of the frame posteriors).
+        blank: blank index.
+
+    Returns:
+        ``codes (B, T)`` left-aligned labels padded with -1, and ``lengths (B,)``.
+    """
+    prev = torch.cat([torch.full_like(paths[:, :1], -1), paths[:, :-1]], 1)
+    keep = (paths != blank) & (paths != prev)
+    lengths = keep.sum(1)
+    pos = torch.where(keep, torch.cumsum(keep, 1) - 1, torch.full_like(paths, paths.shape[1]))
+    out = torch.full((paths.shape[0], paths.shape[1] + 1), -1, dtype=torch.long, device=paths.device)
+    out.scatter_(1, pos, torch.where(keep, paths, torch.full_like(paths, -1)))
+    return out[:, :-1], lengths
+
+
+def greedy_decode(scores: torch.Tensor, alphabet: Alphabet) -> list[str]:
+    """Best-path (greedy) CTC decoding of ``(B, T, C)`` logits or probabilities into strings."""
+    codes, lengths = ctc_collapse(scores.argmax(-1))
+    return alphabet.decode(codes.cpu(), lengths.cpu())
+
+
+@torch.no_grad()
+def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor, blank: int = 0) -> torch.Tensor:
+    """Forced alignment: the most probable CTC path of each target (Viterbi), batched.
+
+    Args:
+        log_probs: ``(B, T, C)`` frame log-probabilities.
+        targets: ``(B, U)`` padded class indices.
+        target_lengths: ``(B,)``.
+        blank: blank index.
+
+    Returns:
+        ``(B, T)`` frame labels; each row collapses (:func:`ctc_collapse`) to its target.
+
+    Raises:
+        ValueError: if a target cannot be aligned in ``T`` frames (too long / too many repeats).
+    """
+    b, t, _ = log_probs.shape
+    dev = log_probs.device
+    u = targets.shape[1]
+    s = 2 * u + 1
+    ext = torch.full((b, s), blank, dtype=torch.long, device=dev)
+    if u:
+        ext[:, 1::2] = targets.clamp_min(0)
+    tl = target_lengths.to(dev).long()
+    need = tl.clone()
+    if u > 1:  # a repeated character needs a blank frame in between
+        rep = (targets[:, 1:] == targets[:, :-1]) & (torch.arange(1, u, device=dev)[None] < tl[:, None])
+        need = need + rep.sum(1)
+    if bool((need > t).any()):
+        raise ValueError(f"a target needs more than T={t} frames to be aligned (length + repeats)")
+    s_len = 2 * tl + 1
+    ninf = torch.tensor(float("-inf"), dtype=log_probs.dtype, device=dev)
+    sidx = torch.arange(s, device=dev)[None]
+    valid_s = sidx < s_len[:, None]
+    skip_ok = torch.zeros(b, s, dtype=torch.bool, device=dev)
+    if s > 2:
+        skip_ok[:, 2:] = (ext[:, 2:] != blank) & (ext[:, 2:] != ext[:, :-2])
+    emit = log_probs.gather(2, ext[:, None, :].expand(b, t, s))  # (B, T, S)
+    delta = torch.full((b, s), float("-inf"), dtype=log_probs.dtype, device=dev)
+    delta[:, 0] = emit[:, 0, 0]
+    if s > 1:
+        delta[:, 1] = torch.where(tl > 0, emit[:, 0, 1], ninf)
+    back = torch.zeros(b, t, s, dtype=torch.long, device=dev)
+    for k in range(1, t):
+        stay = delta
+        step = torch.cat([torch.full_like(delta[:, :1], float("-inf")), delta[:, :-1]], 1)
+        jump = torch.cat([torch.full_like(delta[:, :2], float("-inf")), delta[:, :-2]], 1)
+        jump = torch.where(skip_ok, jump, ninf)
+        cand = torch.stack([stay, step, jump], 2)
+        best, arg = cand.max(2)
+        delta = torch.where(valid_s, best + emit[:, k], ninf)
+        back[:, k] = arg
+    last = s_len - 1
+    end_a = delta.gather(1, last[:, None]).squeeze(1)
+    end_b = delta.gather(1, (last - 1).clamp_min(0)[:, None]).squeeze(1)
+    state = torch.where((end_b > end_a) & (tl > 0), last - 1, last)
+    path = torch.empty(b, t, dtype=torch.long, device=dev)
+    for k in range(t - 1, -1, -1):
+        path[:, k] = ext.gather(1, state[:, None]).squeeze(1)
+        if k:
+            state = state - back[:, k].gather(1, state[:, None]).squeeze(1)
+    return path
+
+
+def fit_ctc(
+    model: nn.Module,
+    images: torch.Tensor,
+    words: Sequence[str],
+    alphabet: Alphabet,
+    steps: int = 500,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+) -> list[float]:
+    """Train ``model`` with the CTC proxy loss (Adam, constant ``lr``); returns the loss per step.
+
+    Args:
+        model: a :class:`CRNN` (or any ``(B, 1, H, W) -> (B, T, C)`` model).
+        images: ``(N, 1, H, W)`` training images.
+        words: the ``N`` transcriptions.
+        alphabet: the model's alphabet.
+        steps: optimisation steps (mini-batches drawn with replacement).
+        batch_size: words per step.
+        lr: Adam learning rate.
+        seed: seeds the batch order.
+        device: device to train on (default: CUDA when present).
+        progress: show a tqdm bar.
+    """
+    from tqdm.auto import tqdm
+
+    if images.shape[0] != len(words):
+        raise ValueError(f"images has {images.shape[0]} rows but words has {len(words)}")
+    dev = get_device(device)
+    model.to(dev).train()
+    gen = seed_everything(seed)
+    targets, lengths = alphabet.encode(words)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in tqdm(range(check_positive_int(steps, "steps")), disable=not progress, desc="CTC"):
+        idx = torch.randint(len(words), (min(batch_size, len(words)),), generator=gen)
+        loss = ctc_loss(model(images[idx].to(dev)), targets[idx].to(dev), lengths[idx].to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@torch.no_grad()
+def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_size: int = 256) -> list[str]:
+    """Greedy transcriptions of ``(N, 1, H, W)`` images (model switched to eval mode)."""
+    model.eval()
+    dev = next(model.parameters()).device
+    out: list[str] = []
+    for i in range(0, images.shape[0], batch_size):
+        out += greedy_decode(model(images[i : i + batch_size].to(dev)), alphabet)
+    return out
+
+
+def evaluate_recognizer(model: nn.Module, images: torch.Tensor, words: Sequence[str], alphabet: Alphabet) -> dict[str, float]:
+    """Accuracy, NED (higher is better) and TED of ``model`` on a labelled set (Tables 3.1-4.2)."""
+    return text_recognition_metrics(recognize(model, images, alphabet), list(words))
+
+
+def _np_rng(gen: torch.Generator) -> np.random.Generator:
+    """A NumPy generator seeded from a torch generator (keeps one source of randomness)."""
+    return np.random.default_rng(int(torch.randint(2**62, (1,), generator=gen)))

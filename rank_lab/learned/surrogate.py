@@ -1,0 +1,497 @@
+"""Learned surrogates (LS) of non-differentiable metrics via a deep embedding (Patel thesis, Ch. 3).
+
+A decomposable, lower-is-better metric ``e(z, y)`` (edit distance, 1 - IoU ...) is approximated by
+the Euclidean distance in a learned embedding (eq. 3.3)::
+
+    e_hat(z, y) = || h_Phi(z) - h_Phi(y) ||_2
+
+``h_Phi`` is trained with the squared error to the true metric plus a gradient penalty that keeps
+``||d e_hat / d z||_2`` close to 1 (eq. 3.6; eq. 4.5 with weights ``w1, w2``)::
+
+    loss(z, y) = w1 (e_hat(z, y) - e(z, y))^2 + w2 (||d e_hat(z, y) / d z||_2 - 1)^2
+
+and the task model ``f_Theta`` is post-tuned by minimising ``e_hat`` (eq. 3.2). Surrogate and model
+are trained alternately (Algorithm 1, :class:`SurrogateTrainer`); the surrogate's training pairs
+come from a random generator R (*global*), from the model's own predictions (*local*), or both
+(*local-global*, the thesis' choice). :mod:`rank_lab.learned.feds` adds the filtering of Ch. 4.
+
+A task plugs into the trainer through the small :class:`SurrogateTask` protocol; the book's two
+tasks are :class:`rank_lab.learned.edit_task.EditDistanceTask` (LS-ED, with :class:`CharCNN`) and
+:class:`rank_lab.learned.boxes.BoxIoUTask` (LS-IoU, with :class:`BoxMLP`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from rank_lab._validation import check_finite
+from rank_lab.utils import get_device
+
+__all__ = [
+    "EmbeddingSurrogate",
+    "CharCNN",
+    "BoxMLP",
+    "surrogate_loss",
+    "SurrogateTask",
+    "LSConfig",
+    "SOURCES",
+    "ls_model_loss",
+    "SurrogateTrainer",
+    "evaluate_surrogate",
+]
+
+SOURCES = ("global", "local", "local_global")
+
+
+class EmbeddingSurrogate(nn.Module):
+    """``e_hat(z, y) = ||h(z) - h(y)||_2`` (eq. 3.3 / 4.2 of the Patel thesis).
+
+    The *same* network embeds the prediction and the ground truth, so both must share a shape and
+    an encoding (a softmax and a one-hot, two 6-d box codes ...).
+
+    Args:
+        embedding: the network ``h_Phi`` mapping ``(B, *shape) -> (B, D)``.
+        eps: added under the square root so that the distance is differentiable at ``z = y``.
+    """
+
+    def __init__(self, embedding: nn.Module, eps: float = 1e-12) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.eps = eps
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Surrogate values ``(B,)`` for predictions ``z`` and ground truths ``y`` of equal shape."""
+        if z.shape != y.shape:
+            raise ValueError(f"z has shape {tuple(z.shape)} but y has shape {tuple(y.shape)}")
+        if z.shape[0] == 0:
+            raise ValueError("z is an empty batch")
+        d = self.embedding(z) - self.embedding(y)
+        return torch.sqrt((d * d).flatten(1).sum(1) + self.eps)
+
+
+class CharCNN(nn.Module):
+    """Char-CNN embedding of a ``(B, L, C)`` sequence of distributions (LS-ED / FEDS, Sec. 3.3.2).
+
+    Five 1-D convolutions with LeakyReLU, then two fully-connected layers (as in the thesis,
+    after Zhang et al.'s character CNN); widths and kernels are not given in the thesis, the
+    defaults follow the digest's suggestion scaled down for CPU use.
+
+    Args:
+        n_classes: size ``C`` of each distribution (alphabet, with blank/pad).
+        length: sequence length ``L``.
+        channels: width of the convolutions.
+        kernel_sizes: the five kernel sizes.
+        pool_after: indices of the conv layers followed by a 2x max-pool (skipped when ``L`` is
+            too short).
+        hidden: width of the first fully-connected layer.
+        out_dim: embedding dimension (1024 in the thesis).
+        negative_slope: LeakyReLU slope.
+        input_temperature: if set (a book addition, not in the thesis), every input distribution
+            is first sharpened, ``softmax(log(x) / t)``: one-hot inputs are unchanged and a soft
+            but correct prediction embeds close to its one-hot ground truth. A small CPU-trained
+            surrogate otherwise spends most of its capacity learning that invariance (the
+            thesis' converged attention models emit near one-hot distributions).
+    """
+
+    def __init__(
+        self,
+        n_classes: int,
+        length: int,
+        channels: int = 128,
+        kernel_sizes: Sequence[int] = (7, 7, 3, 3, 3),
+        pool_after: Sequence[int] = (0, 1),
+        hidden: int = 256,
+        out_dim: int = 256,
+        negative_slope: float = 0.2,
+        input_temperature: float | None = None,
+    ) -> None:
+        super().__init__()
+        if input_temperature is not None and not input_temperature > 0:
+            raise ValueError(f"input_temperature must be > 0 or None, got {input_temperature}")
+        self.input_temperature = input_temperature
+        if len(kernel_sizes) != 5:
+            raise ValueError(f"kernel_sizes must hold five sizes, got {len(kernel_sizes)}")
+        layers: list[nn.Module] = []
+        c_in, cur = n_classes, length
+        for i, k in enumerate(kernel_sizes):
+            layers += [nn.Conv1d(c_in, channels, k, padding=k // 2), nn.LeakyReLU(negative_slope)]
+            if i in pool_after and cur >= 2:
+                layers.append(nn.MaxPool1d(2))
+                cur //= 2
+            c_in = channels
+        self.conv = nn.Sequential(*layers)
+        self.fc = nn.Sequential(nn.Linear(channels * cur, hidden), nn.LeakyReLU(negative_slope), nn.Linear(hidden, out_dim))
+        self.n_classes, self.length = n_classes, length
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Embed ``(B, L, C)`` -> ``(B, out_dim)``."""
+        if x.ndim != 3 or x.shape[1:] != (self.length, self.n_classes):
+            raise ValueError(f"x must have shape (B, {self.length}, {self.n_classes}), got {tuple(x.shape)}")
+        if self.input_temperature is not None:
+            x = torch.softmax(torch.log(x.clamp_min(1e-6)) / self.input_temperature, -1)
+        return self.fc(self.conv(x.transpose(1, 2)).flatten(1))
+
+
+class BoxMLP(nn.Module):
+    """The LS-IoU embedding: five fully-connected layers with ReLU, ``R^6 -> R^16`` (Sec. 3.3.3).
+
+    Args:
+        in_dim: box code size (6: centre, size, cos and sin of the angle).
+        hidden: widths of the four hidden layers (not given in the thesis).
+        out_dim: embedding size (16 in the thesis).
+    """
+
+    def __init__(self, in_dim: int = 6, hidden: Sequence[int] = (64, 128, 128, 64), out_dim: int = 16) -> None:
+        super().__init__()
+        if len(hidden) != 4:
+            raise ValueError(f"hidden must hold four widths (five layers in all), got {len(hidden)}")
+        dims = [in_dim, *hidden]
+        layers: list[nn.Module] = []
+        for a, b in zip(dims[:-1], dims[1:], strict=True):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        layers.append(nn.Linear(dims[-1], out_dim))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Embed ``(B, in_dim)`` -> ``(B, out_dim)``."""
+        return self.net(x)
+
+
+def surrogate_loss(
+    surrogate: EmbeddingSurrogate,
+    z: torch.Tensor,
+    y: torch.Tensor,
+    e_true: torch.Tensor,
+    *,
+    grad_penalty: float = 0.1,
+    fit_weight: float = 1.0,
+    eps: float = 1e-12,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The surrogate's training loss, eq. 3.6 (eq. 4.5 with ``w1 = fit_weight, w2 = grad_penalty``).
+
+    ``mean_b [ w1 (e_hat_b - e_b)^2 + w2 (||d e_hat_b / d z_b||_2 - 1)^2 ]``, the gradient norm taken
+    per sample over the whole flattened prediction ``z_b`` (double back-propagation).
+
+    Args:
+        surrogate: the embedding surrogate.
+        z: predictions ``(B, *shape)`` (detached here: only ``Phi`` is trained by this loss).
+        y: ground truths in the same encoding.
+        e_true: ``(B,)`` true metric values.
+        grad_penalty: ``lambda`` of eq. 3.6 / ``w2`` of eq. 4.5 (0.1 in Ch. 4; Ch. 3 gives none).
+        fit_weight: ``w1`` of eq. 4.5.
+        eps: keeps the gradient norm differentiable at 0.
+
+    Returns:
+        The scalar loss and statistics ``{"fit", "gp", "l1", "grad_norm"}`` (floats).
+    """
+    e_true = e_true.detach().to(z.device, z.dtype)
+    if e_true.shape != (z.shape[0],):
+        raise ValueError(f"e_true must have shape ({z.shape[0]},), got {tuple(e_true.shape)}")
+    check_finite(e_true, "e_true")
+    z = z.detach().requires_grad_(True)
+    e_hat = surrogate(z, y.detach())
+    (g,) = torch.autograd.grad(e_hat.sum(), z, create_graph=grad_penalty > 0, retain_graph=True)
+    gnorm = torch.sqrt((g * g).flatten(1).sum(1) + eps)
+    fit = (e_hat - e_true) ** 2
+    gp = (gnorm - 1) ** 2
+    loss = fit_weight * fit.mean() + (grad_penalty * gp.mean() if grad_penalty > 0 else 0.0)
+    stats = {
+        "fit": float(fit.mean().detach()),
+        "gp": float(gp.mean().detach()),
+        "l1": float((e_hat - e_true).abs().mean().detach()),
+        "grad_norm": float(gnorm.mean().detach()),
+    }
+    return loss, stats
+
+
+class SurrogateTask(Protocol):
+    """What Algorithms 1 and 2 need from a task (data, model output, metric, generator)."""
+
+    batch_size: int
+
+    def sample_batch(self, gen: torch.Generator) -> Any:
+        """A training batch ``(x, y) ~ P_D``."""
+
+    def predict(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """``z = f_Theta(x)`` in the surrogate's input encoding, differentiable, ``(B, *shape)``."""
+
+    def encode_target(self, z: torch.Tensor, batch: Any) -> torch.Tensor:
+        """The ground truth in the same encoding as ``z`` (no gradient)."""
+
+    def metric(self, z: torch.Tensor, batch: Any) -> torch.Tensor:
+        """The true metric ``e(z, y)`` of the decoded predictions, ``(B,)`` float, no gradient."""
+
+    def sample_global(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``n`` pairs ``(z_r, y_r, e_r)`` from the random generator R."""
+
+
+def ls_model_loss(e_hat: torch.Tensor, e_true: torch.Tensor) -> torch.Tensor:
+    """The LS model loss: the batch mean of ``e_hat`` (eq. 3.3 minimised, Algorithm 1 line 13)."""
+    return e_hat.mean()
+
+
+@dataclass
+class LSConfig:
+    """Hyper-parameters of Algorithm 1 (none is given numerically in the thesis except 20K steps).
+
+    Attributes:
+        epochs: ``E``, alternations of surrogate and model phases.
+        surrogate_steps: ``I_a``, surrogate updates per epoch.
+        model_steps: ``I_b``, model updates per epoch.
+        surrogate_lr: ``eta_a`` (Adam).
+        model_lr: ``eta_b`` (Adam).
+        source: ``"global"``, ``"local"`` or ``"local_global"`` (Sec. 3.2.2).
+        grad_penalty: ``lambda`` of eq. 3.6 / ``w2`` of eq. 4.5.
+        fit_weight: ``w1`` of eq. 4.5.
+        first_surrogate_steps: ``I_a`` of the first epoch only (default ``I_a``); a book addition
+            that lets a freshly initialised surrogate catch up before the first model phase.
+        global_batch_size: pairs drawn from R per surrogate step (default: the task's batch size).
+        model_train_mode: keep the model in ``train()`` mode in the model phase; by default it
+            stays in ``eval()`` mode (frozen BatchNorm statistics) in both phases, so that the
+            surrogate is fitted and used on the same output distribution.
+        grad_clip: clip the model's gradient norm (``None``: no clipping).
+    """
+
+    epochs: int = 10
+    surrogate_steps: int = 100
+    model_steps: int = 100
+    surrogate_lr: float = 1e-3
+    model_lr: float = 1e-4
+    source: str = "local_global"
+    grad_penalty: float = 0.1
+    fit_weight: float = 1.0
+    first_surrogate_steps: int | None = None
+    global_batch_size: int | None = None
+    model_train_mode: bool = False
+    grad_clip: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
+        for name in ("epochs", "surrogate_steps", "model_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+        for name in ("surrogate_lr", "model_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.grad_penalty < 0 or self.fit_weight <= 0:
+            raise ValueError("grad_penalty must be >= 0 and fit_weight > 0")
+
+
+class SurrogateTrainer:
+    """Alternating training of a surrogate and a model: Algorithm 1 of the Patel thesis.
+
+    Each epoch first updates ``Phi`` for ``I_a`` steps with eq. 3.6 on pairs from the configured
+    source (the model is frozen and its predictions detached), then updates ``Theta`` for ``I_b``
+    steps on ``model_loss(e_hat, e)`` with ``Phi`` frozen (gradients flow *through* ``h_Phi``).
+    With :func:`ls_model_loss` this is LS; :class:`rank_lab.learned.feds.FEDSTrainer` plugs in
+    the filtered loss of eq. 4.7 (Algorithm 2).
+
+    Args:
+        model: the pre-trained task model ``f_Theta``.
+        surrogate: an :class:`EmbeddingSurrogate` (randomly initialised, Sec. 3.2.3).
+        task: the task adapter (:class:`SurrogateTask`).
+        config: :class:`LSConfig`.
+        model_loss: ``(e_hat, e_true) -> loss`` or ``-> (loss, stats)``; default LS.
+        seed: seeds all sampling (batches, generator).
+        device: device (default: CUDA when present).
+        eval_fn: called as ``eval_fn(model)`` after each epoch (and once before training); its
+            dict is stored in ``history["eval"]``.
+        checkpoint: file to save after every epoch; an existing file is resumed from.
+        progress: show a tqdm bar over epochs.
+
+    Attributes:
+        history: lists ``surrogate`` (per surrogate step: ``l1_local``, ``l1_global``, ``gp``,
+            ``grad_norm``), ``model`` (per model step: ``loss``, ``e_hat``, ``e`` + the model
+            loss' statistics) and ``eval`` (per epoch).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        surrogate: EmbeddingSurrogate,
+        task: SurrogateTask,
+        config: LSConfig | None = None,
+        *,
+        model_loss: Callable[[torch.Tensor, torch.Tensor], Any] = ls_model_loss,
+        seed: int = 0,
+        device: torch.device | str | None = None,
+        eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
+        checkpoint: str | Path | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.config = config or LSConfig()
+        self.device = get_device(device)
+        self.model = model.to(self.device)
+        self.surrogate = surrogate.to(self.device)
+        self.task = task
+        self.model_loss = model_loss
+        self.eval_fn = eval_fn
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.progress = progress
+        self.gen = torch.Generator().manual_seed(seed)
+        self.opt_s = torch.optim.Adam(self.surrogate.parameters(), lr=self.config.surrogate_lr)
+        self.opt_m = torch.optim.Adam(self.model.parameters(), lr=self.config.model_lr)
+        self.epoch = 0
+        self.history: dict[str, list[dict[str, float]]] = {"surrogate": [], "model": [], "eval": []}
+
+    # -- one step of each phase ------------------------------------------------------------
+    def surrogate_step(self) -> dict[str, float]:
+        """One update of ``Phi`` (Algorithm 1 lines 4-7; Algorithm 2 lines 4-7)."""
+        cfg, task = self.config, self.task
+        self.model.eval()
+        self.surrogate.train()
+        loss = torch.zeros((), device=self.device)
+        stats: dict[str, float] = {}
+        if cfg.source in ("local", "local_global"):
+            batch = task.sample_batch(self.gen)
+            with torch.no_grad():
+                z = task.predict(self.model, batch)
+                y = task.encode_target(z, batch)
+                e = task.metric(z, batch)
+            l_loc, s = surrogate_loss(self.surrogate, z, y, e, grad_penalty=cfg.grad_penalty, fit_weight=cfg.fit_weight)
+            loss = loss + l_loc
+            stats.update(l1_local=s["l1"], gp=s["gp"], grad_norm=s["grad_norm"])
+        if cfg.source in ("global", "local_global"):
+            zr, yr, er = task.sample_global(cfg.global_batch_size or task.batch_size, self.gen)
+            l_glob, s = surrogate_loss(self.surrogate, zr.to(self.device), yr.to(self.device), er.to(self.device),
+                                       grad_penalty=cfg.grad_penalty, fit_weight=cfg.fit_weight)
+            loss = loss + l_glob
+            stats["l1_global"] = s["l1"]
+            stats.setdefault("gp", s["gp"])
+            stats.setdefault("grad_norm", s["grad_norm"])
+        self.opt_s.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt_s.step()
+        stats["loss"] = float(loss.detach())
+        return stats
+
+    def model_step(self) -> dict[str, float]:
+        """One update of ``Theta`` through the frozen surrogate (Algorithm 1 lines 11-14)."""
+        task = self.task
+        self.model.train(self.config.model_train_mode)
+        self.surrogate.eval()
+        for p in self.surrogate.parameters():
+            p.requires_grad_(False)
+        try:
+            batch = task.sample_batch(self.gen)
+            z = task.predict(self.model, batch)
+            with torch.no_grad():
+                y = task.encode_target(z.detach(), batch)
+                e = task.metric(z.detach(), batch)
+            e_hat = self.surrogate(z, y)
+            out = self.model_loss(e_hat, e)
+            loss, extra = (out if isinstance(out, tuple) else (out, {}))
+            self.opt_m.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.config.grad_clip is not None:
+                nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.opt_m.step()
+        finally:
+            for p in self.surrogate.parameters():
+                p.requires_grad_(True)
+        stats = {"loss": float(loss.detach()), "e_hat": float(e_hat.detach().mean()), "e": float(e.float().mean())}
+        stats.update({k: float(v) for k, v in extra.items()})
+        return stats
+
+    # -- the loop ----------------------------------------------------------------------------
+    def fit(self) -> dict[str, list[dict[str, float]]]:
+        """Run the remaining epochs (resuming from ``checkpoint`` if it exists); returns history."""
+        from tqdm.auto import tqdm
+
+        if self.checkpoint is not None and self.checkpoint.exists():
+            self.load_state_dict(torch.load(self.checkpoint, map_location=self.device, weights_only=False))
+        if self.eval_fn is not None and not self.history["eval"]:
+            self.history["eval"].append({"epoch": 0, **self.eval_fn(self.model)})
+        cfg = self.config
+        for _ in tqdm(range(self.epoch, cfg.epochs), disable=not self.progress, desc="LS epochs"):
+            n_s = cfg.first_surrogate_steps if (self.epoch == 0 and cfg.first_surrogate_steps is not None) else cfg.surrogate_steps
+            for _ in range(n_s):
+                self.history["surrogate"].append({"epoch": self.epoch + 1, **self.surrogate_step()})
+            for _ in range(cfg.model_steps):
+                self.history["model"].append({"epoch": self.epoch + 1, **self.model_step()})
+            self.epoch += 1
+            if self.eval_fn is not None:
+                self.history["eval"].append({"epoch": self.epoch, **self.eval_fn(self.model)})
+            if self.checkpoint is not None:
+                self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(self.state_dict(), self.checkpoint)
+        return self.history
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: weights, optimisers, epoch, history, RNG state."""
+        return {
+            "model": self.model.state_dict(),
+            "surrogate": self.surrogate.state_dict(),
+            "opt_s": self.opt_s.state_dict(),
+            "opt_m": self.opt_m.state_dict(),
+            "epoch": self.epoch,
+            "history": self.history,
+            "gen": self.gen.get_state(),
+            "config": asdict(self.config),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`."""
+        self.model.load_state_dict(state["model"])
+        self.surrogate.load_state_dict(state["surrogate"])
+        self.opt_s.load_state_dict(state["opt_s"])
+        self.opt_m.load_state_dict(state["opt_m"])
+        self.epoch = int(state["epoch"])
+        self.history = state["history"]
+        self.gen.set_state(state["gen"])
+
+
+@torch.no_grad()
+def evaluate_surrogate(
+    model: nn.Module | None,
+    surrogate: EmbeddingSurrogate,
+    task: SurrogateTask,
+    source: str = "local",
+    n_batches: int = 4,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Approximation quality of a surrogate on fresh pairs (the scatter of Fig. 3.2 / 4.4).
+
+    Args:
+        model: the task model (needed for ``source="local"``).
+        surrogate: the surrogate.
+        task: the task adapter.
+        source: ``"local"`` (model predictions) or ``"global"`` (generator pairs).
+        n_batches: batches to draw.
+        seed: seeds the draw.
+
+    Returns:
+        ``{"e": (n,) true values, "e_hat": (n,) surrogate values, "l1": mean |e_hat - e|,
+        "pearson": correlation}``.
+    """
+    if source not in ("local", "global"):
+        raise ValueError(f"source must be 'local' or 'global', got {source!r}")
+    if source == "local" and model is None:
+        raise ValueError("model is required for source='local'")
+    gen = torch.Generator().manual_seed(seed)
+    surrogate.eval()
+    if model is not None:
+        model.eval()
+    es, ehs = [], []
+    dev = next(surrogate.parameters()).device
+    for _ in range(n_batches):
+        if source == "local":
+            batch = task.sample_batch(gen)
+            z = task.predict(model, batch)  # type: ignore[arg-type]
+            y, e = task.encode_target(z, batch), task.metric(z, batch)
+        else:
+            z, y, e = (t.to(dev) for t in task.sample_global(task.batch_size, gen))
+        es.append(e.float().cpu())
+        ehs.append(surrogate(z, y).float().cpu())
+    e, e_hat = torch.cat(es), torch.cat(ehs)
+    pearson = float(torch.corrcoef(torch.stack([e, e_hat]))[0, 1]) if e.std() > 0 and e_hat.std() > 0 else math.nan
+    return {"e": e, "e_hat": e_hat, "l1": float((e - e_hat).abs().mean()), "pearson": pearson}
