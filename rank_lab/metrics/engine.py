@@ -16,6 +16,11 @@ Two routes, both exact and both in bounded memory (never an ``N x N`` matrix):
 
 ``backend="auto"`` takes faiss for the neighbour lists when it is installed, else torch.
 The query is excluded from its own ranking by index, never by dropping the first neighbour.
+
+**Hierarchical metrics** (Ramzi thesis ch. 4): with ``(N, L)`` labels (fine first), the names of
+:data:`HIERARCHICAL_METRICS` (``"H-AP"``, ``"ASI"``, ``"NDCG-h"``, ``"AP@level"``, ``"H-R@k"``,
+``"MS@k"``) are computed by a third chunked route that also counts instead of sorting rows
+(:mod:`rank_lab.metrics.hierarchical_engine`); ``hierarchical=True`` adds all of them.
 """
 
 from __future__ import annotations
@@ -28,14 +33,23 @@ import torch
 import torch.nn.functional as F
 
 from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab.metrics.hierarchical_engine import HIERARCHICAL_METRICS, hierarchical_route
 from rank_lab.utils import DeviceLike, get_device
 
-__all__ = ["knn_search", "retrieval_metrics", "positive_positions", "faiss_available", "KNN_METRICS", "ALL_METRICS"]
+__all__ = [
+    "knn_search",
+    "retrieval_metrics",
+    "positive_positions",
+    "faiss_available",
+    "KNN_METRICS",
+    "ALL_METRICS",
+    "HIERARCHICAL_METRICS",
+]
 
 #: Metrics computable from a neighbour list of length max(k, R).
 KNN_METRICS = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R", "MRR")
 #: Every metric name accepted by :func:`retrieval_metrics`.
-ALL_METRICS = (*KNN_METRICS, "mAP", "NDCG")
+ALL_METRICS = (*KNN_METRICS, "mAP", "NDCG", *HIERARCHICAL_METRICS)
 
 Backend = Literal["auto", "torch", "faiss"]
 
@@ -249,6 +263,8 @@ def retrieval_metrics(
     no_positive: Literal["raise", "skip"] = "skip",
     progress: bool | None = None,
     per_query: bool = False,
+    hierarchical: bool | None = None,
+    hap_alpha: float = 1.0,
 ) -> dict[str, float]:
     """Retrieval figures of an embedding set (the open-set protocol of the Ramzi thesis, §3).
 
@@ -258,13 +274,20 @@ def retrieval_metrics(
 
     Args:
         embeddings: ``(Q, d)`` query embeddings.
-        labels: ``(Q,)`` integer labels (``(Q, L)`` hierarchical: column 0, the fine level, is used).
+        labels: ``(Q,)`` integer labels, or ``(Q, L)`` hierarchical labels (fine first): the binary
+            metrics use column 0 (the fine level), the hierarchical ones every column.
         ref_embeddings: ``(N, d)`` gallery; ``None`` means the queries themselves.
         ref_labels: ``(N,)`` gallery labels (required with ``ref_embeddings``).
         ks: cut-offs for the ``@k`` metrics; ks larger than the gallery raise.
         metrics: names among :data:`ALL_METRICS`: ``"R@k"`` (recall rate), ``"P@k"``, ``"TR@k"``
             (true recall), ``"AP@k"`` (reported as ``mAP@k``), ``"mAP@R"``, ``"mAP"`` (full AP),
-            ``"MRR"``, ``"NDCG"`` (binary gains).
+            ``"MRR"``, ``"NDCG"`` (binary gains), and the hierarchical metrics of the Ramzi thesis
+            ch. 4: ``"H-AP"`` (Eq. 4.3, relevance Eq. 4.7 with ``hap_alpha``), ``"ASI"`` (Eq. 4.16),
+            ``"NDCG-h"`` (gains ``2^l - 1``), ``"AP@level"`` (reported as ``"AP@level{l}"`` for
+            l = 1..L, Eq. 4.8; l = L is the fine AP, l = 1 the coarsest), ``"H-R@k"`` (Eq. 4.4) and
+            ``"MS@k"`` (mean LCA height ``L - level`` of the top-k mistakes, pooled over all
+            mistakes of all queries, Eq. 2.10; reported with ``"mistakes@k"``, the mean number of
+            mistakes in the top k). (1-D labels are L = 1.)
         normalize: L2-normalise both sets first (cosine similarity).
         exclude_self: default ``True`` when ``ref_embeddings`` is ``None``.
         backend: ``"auto"``, ``"torch"`` or ``"faiss"`` (see the module docstring).
@@ -273,7 +296,11 @@ def retrieval_metrics(
         no_positive: ``"skip"`` leaves queries without any relevant item out of the means (their
             number is reported as ``"n_skipped"``); ``"raise"`` raises a ``ValueError``.
         progress: tqdm bar (default: on for more than 8 chunks).
-        per_query: also return the per-query tensors under ``"per_query"``.
+        per_query: also return the per-query tensors under ``"per_query"`` (for ``"MS@k"``: the
+            per-query mean severity, 0 without mistakes, and ``"mistakes@k"``).
+        hierarchical: ``True`` adds every hierarchical metric to ``metrics``; ``None``/``False``
+            computes those named in ``metrics`` only.
+        hap_alpha: alpha of the H-AP relevance (1 for the metric, thesis §4.2.2.2).
 
     Returns:
         A dict such as ``{"R@1": 0.71, "R@10": 0.9, "mAP@R": 0.42, "n_queries": 1000, "n_skipped": 0}``.
@@ -289,6 +316,11 @@ def retrieval_metrics(
         raise ValueError(f"embeddings have d={emb.shape[1]} but ref_embeddings have d={ref.shape[1]}")
     if lab.ndim != ref_lab.ndim:
         raise ValueError(f"labels have shape {tuple(lab.shape)} but ref_labels have {tuple(ref_lab.shape)}")
+    if lab.ndim == 2 and lab.shape[1] != ref_lab.shape[1]:
+        raise ValueError(f"labels have {lab.shape[1]} levels but ref_labels have {ref_lab.shape[1]}")
+    if hierarchical:
+        metrics = (*metrics, *(m for m in HIERARCHICAL_METRICS if m not in metrics))
+    hier_labels = (lab if lab.ndim == 2 else lab[:, None], ref_lab if ref_lab.ndim == 2 else ref_lab[:, None])
     if lab.ndim == 2:
         lab, ref_lab = lab[:, 0], ref_lab[:, 0]
     exclude_self = same if exclude_self is None else bool(exclude_self)
@@ -305,7 +337,10 @@ def retrieval_metrics(
         raise ValueError(f"no_positive must be 'raise' or 'skip', got {no_positive!r}")
     if backend not in ("auto", "torch", "faiss"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'faiss', got {backend!r}")
-    wanted = set(metrics)
+    wanted = set(metrics) - set(HIERARCHICAL_METRICS)
+    hier_wanted = set(metrics) & set(HIERARCHICAL_METRICS)
+    if hier_wanted and not hap_alpha > 0:
+        raise ValueError(f"hap_alpha must be > 0, got {hap_alpha}")
     dev = get_device(device)
     dtype = torch.float64 if emb.dtype == torch.float64 else torch.float32
     if normalize:
@@ -323,16 +358,30 @@ def retrieval_metrics(
     if bool(empty.any()) and no_positive == "raise":
         raise ValueError(f"{int(empty.sum())} query(ies) have no relevant item in the reference set (first: {int(torch.nonzero(empty)[0])})")
 
-    if wanted <= set(KNN_METRICS):
+    per_q: dict[str, torch.Tensor] = {}
+    if not wanted:
+        pass
+    elif wanted <= set(KNN_METRICS):
         knn_backend = "faiss" if backend == "faiss" or (backend == "auto" and faiss_available()) else "torch"
         per_q = _knn_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, knn_backend, chunk_size, max_memory_mb, progress)
     else:  # full-list metrics ("mAP", "NDCG") need every relevant item's position: counting route
         per_q = _counting_route(emb, lab, ref, ref_lab, ks, wanted, exclude_self, dev, chunk_size, max_memory_mb, progress)
+    if hier_wanted:
+        hier = hierarchical_route(emb, hier_labels[0], ref, hier_labels[1], ks, hier_wanted, exclude_self, dev,
+                                  chunk_size, max_memory_mb, progress, alpha=hap_alpha)
+        per_q.update({name: v.cpu() for name, v in hier.items()})
 
     keep = ~empty.to(next(iter(per_q.values())).device)
     if not bool(keep.any()):
         raise ValueError("no query has a relevant item in the reference set: every metric is undefined")
-    result: dict[str, float] = {name: float(v[keep].mean()) for name, v in per_q.items()}
+    pooled = {name: per_q.pop(name) for name in [n for n in per_q if n.startswith("MS_")]}
+    result: dict[str, float] = {name: float(v[keep].double().mean()) for name, v in per_q.items()}
+    for k in ks if "MS@k" in hier_wanted else ():
+        sev, cnt = pooled[f"MS_sum@{k}"][keep.cpu()], pooled[f"MS_n@{k}"][keep.cpu()]
+        result[f"MS@{k}"] = float(sev.sum() / cnt.sum()) if float(cnt.sum()) > 0 else 0.0
+        result[f"mistakes@{k}"] = float(cnt.mean())
+        per_q[f"MS@{k}"] = pooled[f"MS_sum@{k}"] / pooled[f"MS_n@{k}"].clamp(min=1)
+        per_q[f"mistakes@{k}"] = pooled[f"MS_n@{k}"]
     result["n_queries"] = int(keep.sum())
     result["n_skipped"] = int((~keep).sum())
     if per_query:
