@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--direct-limit-gb", type=float, default=4.0, help="skip the direct implementation above this estimate")
     args = p.parse_args(argv)
     if args.quick:
-        args.batch_sizes, args.memories, args.losses, args.repeats = [64], [0, 512], ["sup_ap"], 2
+        args.batch_sizes, args.memories, args.losses, args.repeats = [64], [0, 512], ["sup_ap"], 1
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda but no CUDA device is available")
 
