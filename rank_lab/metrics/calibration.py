@@ -180,7 +180,7 @@ def plot_reliability_diagram(diagram: ReliabilityDiagram, ax: Any = None, *, tit
     nonempty = diagram.counts.numpy() > 0
     ax.bar(edges[:-1][nonempty], acc[nonempty], width=width[nonempty], align="edge", color=color, edgecolor="k", label="accuracy")
     ax.bar(edges[:-1][nonempty], (conf - acc)[nonempty], bottom=acc[nonempty], width=width[nonempty], align="edge",
-           color="red", alpha=0.3, edgecolor="r", label="gap")
+           facecolor="none", edgecolor="red", hatch="//", label="gap to confidence")
     ax.plot([0, 1], [0, 1], "k--", lw=1)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)

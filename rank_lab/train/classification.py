@@ -56,10 +56,20 @@ class ContrastiveClassifier(nn.Module):
         method: one of :data:`CLS_METHODS`.
         temperature: of SupCon / ESupCon and of the prototype (cosine) logits.
         proj_dim: output size of the projection head (SupCon variants).
+        spce_temperature: divides the SPCE logits (1 = Eq. 6.7 as written; with L2-normalised
+            features those logits are at most ``N_k / N``, so a smaller value trains faster).
     """
 
     def __init__(
-        self, encoder: nn.Module, feat_dim: int, n_classes: int, method: str = "esupcon", *, temperature: float = 0.1, proj_dim: int = 64
+        self,
+        encoder: nn.Module,
+        feat_dim: int,
+        n_classes: int,
+        method: str = "esupcon",
+        *,
+        temperature: float = 0.1,
+        proj_dim: int = 64,
+        spce_temperature: float = 1.0,
     ) -> None:
         super().__init__()
         if method not in CLS_METHODS:
@@ -67,6 +77,9 @@ class ContrastiveClassifier(nn.Module):
         feat_dim = check_positive_int(feat_dim, "feat_dim")
         self.n_classes = check_positive_int(n_classes, "n_classes")
         self.method, self.temperature = method, float(temperature)
+        if not spce_temperature > 0:
+            raise ValueError(f"spce_temperature must be > 0, got {spce_temperature}")
+        self.spce_temperature = float(spce_temperature)
         self.encoder = encoder
         self.projection: nn.Module | None = (
             nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, proj_dim)) if method in _PROJECTED else None
@@ -126,7 +139,7 @@ class ContrastiveClassifier(nn.Module):
             return loss
         assert self.prototypes is not None
         if m in ("spce", "spce(m)"):
-            loss = spce_loss(f, labels, self.n_classes)
+            loss = spce_loss(f, labels, self.n_classes, temperature=self.spce_temperature)
             if m == "spce":
                 loss = loss + tightness_loss(f, labels, self.prototypes.prototypes, detach_features=True)
             return loss
