@@ -21,6 +21,11 @@ query of the batch, each ranked against the rest of the batch ``B \\ q``.
 so ``sigma(s_qq - s_qx) ~ 1`` adds about one to every rank. Default ``include_query_in_rank=False``
 (the thesis); ``True`` reproduces the code.
 
+**Limit.** As ``tau1, tau2 -> 0`` (plain normalisation) the surrogate tends to Eq. 5.1 except that a
+positive at rank exactly ``k`` counts 1/2 (``sigma(0) = 1/2`` where the thesis' ``H(0) = 1``); with
+``tau1 = 1`` it is a soft window of a few ranks around ``k``, so even a perfect ranking keeps a
+positive loss for small ``k`` (e.g. ``1 - sigma(0) - sigma(-1) - ...`` for ``k = 1``).
+
 **Memory.** Only the ranks of the positives are needed: for each query the ``P`` positives are
 gathered (``P`` = largest number of positives of a query, ``m - 1`` with ``m`` samples per class)
 and their ranks computed against the ``N`` database items, an ``(Q, P, N)`` tensor, i.e.
