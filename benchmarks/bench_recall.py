@@ -6,7 +6,9 @@ Methods (each measurement runs in a fresh subprocess so that its peak memory is 
 * ``rs@k``          -- :class:`rank_lab.losses.RecallAtKSurrogate` (ranks of the positives only,
                        an ``(B, m - 1, B)`` tensor);
 * ``rs@k chunk256`` -- the same with ``chunk_size=256`` (checkpointed query chunks);
-* ``rs@k+simix``    -- with SiMix (batch virtually grown to ``B + 6 B / 4``, the thesis' k set);
+* ``rs@k+simix``    -- with SiMix (batch virtually grown to ``B + 6 B / 4``, the thesis' k set),
+                       in checkpointed chunks of 1024 queries (the expanded ``(B', 9, B')`` tensor
+                       would take ~4 GB at B = 4096);
 * ``direct``        -- :class:`rank_lab.losses.SmoothRecallAtK` with ``impl="direct"``, the
                        ``(B, B, B)`` pairwise-difference formulation of the papers' code (the
                        reference); skipped when its estimated memory exceeds ``--max-direct-gb``.
@@ -50,7 +52,7 @@ def _loss(method: str):
     if method == "rs@k chunk256":
         return RecallAtKSurrogate(chunk_size=256)
     if method == "rs@k+simix":
-        return RecallAtKSurrogate(ks=DEFAULT_KS_SIMIX, simix=True, seed=0)
+        return RecallAtKSurrogate(ks=DEFAULT_KS_SIMIX, simix=True, seed=0, chunk_size=1024)
     if method == "direct":
         return SmoothRecallAtK(impl="direct")
     raise ValueError(method)
