@@ -212,6 +212,14 @@ def test_protocol_helpers():
     x = torch.rand(5, 1, 8, 8)
     v = two_views(x, generator=torch.Generator().manual_seed(0))
     assert v.shape == (10, 1, 8, 8) and not torch.equal(v[:5], v[5:])
+    # without noise every view is the image shifted by at most one pixel (zero padding)
+    v0 = two_views(x, noise_std=0.0, max_shift=1, generator=torch.Generator().manual_seed(1))
+    pad = torch.nn.functional.pad(x, (1, 1, 1, 1))
+    for i in range(10):
+        shifts = [pad[i % 5, :, dy : dy + 8, dx : dx + 8] for dy in range(3) for dx in range(3)]
+        assert any(torch.equal(v0[i], s) for s in shifts)
+    flat = two_views(torch.zeros(4, 6), noise_std=1.0, generator=torch.Generator().manual_seed(2))
+    assert flat.shape == (8, 6) and float(flat.std()) > 0.5
 
 
 def test_errors():

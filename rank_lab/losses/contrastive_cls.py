@@ -440,8 +440,11 @@ def two_views(x: torch.Tensor, *, noise_std: float = 0.1, max_shift: int = 1, ge
             pad = F.pad(x, (max_shift,) * 4)
             h, w = x.shape[-2:]
             out = torch.empty_like(x)
-            offs = torch.randint(0, 2 * max_shift + 1, (x.shape[0], 2), generator=generator)
-            for i, (dy, dx) in enumerate(offs.tolist()):
-                out[i] = pad[i, :, dy : dy + h, dx : dx + w]
+            offs = torch.randint(0, 2 * max_shift + 1, (x.shape[0], 2), generator=generator).to(x.device)
+            for dy in range(2 * max_shift + 1):  # one slice per offset, not per image
+                for dx in range(2 * max_shift + 1):
+                    sel = torch.nonzero((offs[:, 0] == dy) & (offs[:, 1] == dx)).flatten()
+                    if sel.numel():
+                        out[sel] = pad[sel, :, dy : dy + h, dx : dx + w]
         views.append(out + noise_std * torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device))
     return torch.cat(views)
