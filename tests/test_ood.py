@@ -276,6 +276,17 @@ def test_heat_fit_is_deterministic_and_resumes_from_a_checkpoint(tmp_path, monke
         fit(seed=3, checkpoint=ckpt)
 
 
+def test_official_code_preset_trains(clusters):
+    train, test, out, _ = clusters
+    z = torch.relu(train["features"])  # post-ReLU features, as the code's ReLU projection assumes
+    cfg = HEATConfig.official("gmm", epochs=2, hidden_dim=16, n_layers=4, batch_size=64, sgld_steps=4)
+    h = HybridEnergy(ClassGaussianEnergy(1e3), z.shape[1], cfg).fit(z, train["labels"], progress=False, device="cpu")
+    assert h.residual.hidden[0] is h.residual.hidden[1]  # shared hidden Linear
+    assert all(math.isfinite(v) for v in h.history[-1].values())
+    with torch.no_grad():
+        assert auroc(h.energy(torch.relu(test["features"])), h.energy(torch.relu(out["features"]))) > 0.9
+
+
 def test_heat_config_and_fit_errors():
     off = HEATConfig.official("gmm")
     assert (off.sgld_steps, off.lr, off.betas, off.grad_scale, off.schedule) == (40, 1e-5, (0.0, 0.999), 1.0, "polynomial")

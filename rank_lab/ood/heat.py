@@ -10,14 +10,14 @@ corrected by a residual energy ``E_theta`` (a small MLP):
 * residual control (Eq. 5.5): ``L_C = E_{p_in, p^h}[(E^h - E_q)^2] = E[E_theta^2]``, computed as
   ``mean(E_theta(z)^2) + mean(E_theta(z')^2)`` (as the official code); total ``L_MLE + lambda L_C``
   (Eq. 5.6, ``lambda = 10``);
-* composition (Eq. 5.7): ``E_HEAT = (1/beta) log sum_k exp(beta E^h_k)``; ``beta = 0`` is the sum,
-  ``+inf``/``-inf`` the max/min. The official code first standardises each energy with its mean and
-  standard deviation on training data; that is ``standardize=True`` here (default, the thesis'
-  numbers were produced that way; ``False`` is the literal Eq. 5.7).
+* composition (Eq. 5.7) of several hybrid energies: :mod:`rank_lab.ood.composition`.
 
 Thesis defaults (Sec. 5.3): 6-layer MLP, hidden 1024, Adam lr 5e-6, 20 epochs, 20 SGLD steps, step
 1e-4 -> 1e-5 and noise 5e-3 -> 5e-4 (linear decay), input noise 1e-4, lambda = 10, ``T_G = 1e3``.
-The official code's differences are :meth:`HEATConfig.official`.
+The official code's differences are :meth:`HEATConfig.official`: 40 SGLD steps (GMM), lr 1e-5,
+Adam betas (0, 0.999), a power-2 polynomial decay, the update ``z - eta grad E + sigma w`` (no 1/2),
+ReLU and sphere projections of the iterates, the initial samples added to the negatives, and the four
+hidden layers of the MLP sharing one Linear module.
 """
 
 from __future__ import annotations
