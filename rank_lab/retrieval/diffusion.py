@@ -290,7 +290,7 @@ def diffusion_search(
     gamma: float | None = None,
     iters: int = 20,
     tol: float = 1e-6,
-    truncate: int | None = None,
+    truncate: int | None = 1000,
     topk: int | None = None,
     exclude_self: bool = False,
     batch_size: int = 256,
@@ -303,7 +303,8 @@ def diffusion_search(
         graph: from :func:`build_graph`.
         queries: ``(Q, d)`` L2-normalised query descriptors.
         alpha, kq, gamma, iters, tol: diffusion parameters (defaults of the reference code).
-        truncate: ``R``; solve on the sub-graph of the top-``R`` initial neighbours only.
+        truncate: ``R`` (reference default 1000); solve on the sub-graph of the top-``R`` initial
+            neighbours only. ``None``, or ``R >= n``, solves on the full graph (batched).
         topk: return ``(scores (Q, topk), indices (Q, topk))`` instead of dense ``(Q, n)`` scores.
         exclude_self: the queries are the gallery rows (item ``i`` never retrieves itself first
             through ``y``; its own column is still scored).
@@ -323,6 +324,8 @@ def diffusion_search(
     else:
         check_dense_ok(queries.shape[0], graph.n, "diffusion_search", allow_dense)
     y, _ = query_vectors(graph, queries, kq, gamma=gamma, exclude_self=exclude_self, device=device)
+    if truncate is not None and check_positive_int(truncate, "truncate") >= graph.n:
+        truncate = None  # the sub-graph would be the whole graph
     if truncate is None:
         f = diffuse(graph, y, alpha=alpha, iters=iters, tol=tol, batch_size=batch_size, device=device)
     else:
