@@ -31,6 +31,9 @@ position of all positives, tied negatives come first. For ``P1`` and the cross-d
 position, same-domain positives are also placed before tied cross-domain positives (the worst case
 for the inter-domain measures). Positions are computed by counting
 (:func:`rank_lab.metrics.positive_positions`), chunk by chunk, never by sorting an ``n x n`` matrix.
+The cross-source AP is the non-interpolated AP of :func:`rank_lab.metrics.average_precision` on the
+ranking with the ignored items (the query itself, junk) removed (tested against it); it is computed
+from the same positions as P1 and APD so that one pass serves all the measures.
 
 Confidence intervals for repeated stochastic runs: :func:`mean_ci` (Student t, thesis §4.3.3).
 """
