@@ -1,0 +1,258 @@
+"""FiLM layers and FiLM-adapted ResNet feature extractors (CNAPS / Simple CNAPS, used by rCNAPS).
+
+Feature-wise linear modulation (Perez et al. 2018, ref. [69] of the Gominski thesis, Fig. 3.21)
+scales and shifts every channel of a feature map::
+
+    FiLM(F; gamma, beta)_c = gamma_c * F_c + beta_c          (F: (B, C, H, W), gamma, beta: (C,))
+
+CNAPS (Requeima et al. 2019) and Simple CNAPS (Bateni et al. 2020) insert one FiLM
+layer after each batch-norm of every ResNet-18 BasicBlock (``conv1 -> bn1 -> FiLM(gamma1, beta1)
+-> ReLU -> conv2 -> bn2 -> FiLM(gamma2, beta2) -> + shortcut -> ReLU``); the stem is not
+modulated. The Gominski thesis' rCNAPS (§4.3.2) uses "the same networks as the SimpleCNAPS
+variation of CNAPS", followed by GeM pooling.
+
+FiLM parameters are passed to the forward call as a nested list, one entry per stage, one dict per
+block, as in the CNAPS code::
+
+    params[stage][block] = {"gamma1": (C,) | (B, C), "beta1": ..., "gamma2": ..., "beta2": ...}
+
+``(B, C)`` rows give every image of the batch its own adaptation (several support sets ranked in
+one pass). ``params=None`` is the unadapted network (``gamma = 1, beta = 0``), which computes
+exactly the wrapped ResNet (tested against torchvision).
+
+:class:`FiLMResNet` wraps an existing torchvision or timm ResNet made of BasicBlocks *without
+copying it*, so local torchvision / timm weights load into ``extractor.body`` with
+:func:`rank_lab.models.load_backbone_weights`. :func:`film_resnet18` builds ResNet-18
+(``pretrained=False``: nothing is downloaded) and :func:`film_tiny_resnet` a small residual CNN
+with the same block structure for CPU smoke runs (the FiLM machinery is identical).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+from torchvision.models.resnet import BasicBlock
+
+__all__ = [
+    "FILM_KEYS",
+    "FiLMParams",
+    "film",
+    "identity_film_params",
+    "select_film_params",
+    "FiLMResNet",
+    "TinyResNetBody",
+    "film_resnet18",
+    "film_tiny_resnet",
+]
+
+FILM_KEYS = ("gamma1", "beta1", "gamma2", "beta2")
+FiLMParams = list[list[dict[str, torch.Tensor]]]
+
+
+def film(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """Feature-wise linear modulation ``gamma * x + beta`` per channel (Fig. 3.21 of the thesis).
+
+    Args:
+        x: ``(B, C, H, W)`` feature map.
+        gamma: ``(C,)`` shared by the batch, or ``(B, C)`` one row per image.
+        beta: same shape as ``gamma``.
+
+    Returns:
+        ``(B, C, H, W)``.
+    """
+    if gamma.shape != beta.shape:
+        raise ValueError(f"gamma has shape {tuple(gamma.shape)} but beta has {tuple(beta.shape)}")
+    c = x.shape[1]
+    if gamma.ndim == 1 and gamma.shape[0] == c:
+        return x * gamma[None, :, None, None] + beta[None, :, None, None]
+    if gamma.ndim == 2 and gamma.shape == (x.shape[0], c):
+        return x * gamma[:, :, None, None] + beta[:, :, None, None]
+    raise ValueError(f"FiLM parameters must have shape ({c},) or ({x.shape[0]}, {c}), got {tuple(gamma.shape)}")
+
+
+def identity_film_params(channels: Sequence[int], blocks: Sequence[int], device: torch.device | str | None = None) -> FiLMParams:
+    """``gamma = 1, beta = 0`` for every block: the unadapted network (setup C of the thesis)."""
+    out: FiLMParams = []
+    for c, nb in zip(channels, blocks, strict=True):
+        one, zero = torch.ones(c, device=device), torch.zeros(c, device=device)
+        out.append([{"gamma1": one, "beta1": zero, "gamma2": one, "beta2": zero} for _ in range(nb)])
+    return out
+
+
+def select_film_params(params: FiLMParams, index: torch.Tensor) -> FiLMParams:
+    """Per-image parameters from per-task ones: rows ``index`` of ``(T, C)`` tensors -> ``(B, C)``.
+
+    Args:
+        params: parameters whose tensors are ``(T, C)`` (one row per support set / task).
+        index: ``(B,)`` task of each image.
+    """
+    return [[{k: v[index] for k, v in blk.items()} for blk in stage] for stage in params]
+
+
+def _block_forward(block: nn.Module, x: torch.Tensor, p: dict[str, torch.Tensor] | None) -> torch.Tensor:
+    """A torchvision / timm BasicBlock with FiLM after bn1 and bn2 (CNAPS ``BasicBlockFilm``)."""
+    identity = x
+    out = block.bn1(block.conv1(x))
+    if p is not None:
+        out = film(out, p["gamma1"], p["beta1"])
+    out = (block.act1 if hasattr(block, "act1") else block.relu)(out)
+    out = block.bn2(block.conv2(out))
+    if p is not None:
+        out = film(out, p["gamma2"], p["beta2"])
+    if block.downsample is not None:
+        identity = block.downsample(x)
+    out = out + identity
+    return (block.act2 if hasattr(block, "act2") else block.relu)(out)
+
+
+def _check_block(block: nn.Module) -> None:
+    for name in ("conv1", "bn1", "conv2", "bn2", "downsample"):
+        if not hasattr(block, name):
+            raise TypeError(f"FiLMResNet needs BasicBlocks (conv1/bn1/conv2/bn2/downsample), got {type(block).__name__}")
+    if hasattr(block, "conv3"):
+        raise TypeError("FiLMResNet supports BasicBlock ResNets (18/34), not Bottleneck ones")
+    for name in ("se", "drop_path"):
+        if getattr(block, name, None) is not None:
+            raise TypeError(f"FiLMResNet does not support blocks with {name!r}")
+    for name in ("aa", "drop_block"):
+        m = getattr(block, name, None)
+        if m is not None and not isinstance(m, nn.Identity):
+            raise TypeError(f"FiLMResNet does not support blocks with a non-identity {name!r}")
+
+
+class FiLMResNet(nn.Module):
+    """A BasicBlock ResNet whose blocks take FiLM parameters (CNAPS ``FilmResNet``; thesis §4.3.2).
+
+    Args:
+        body: a torchvision ``ResNet``, a timm ``ResNet`` or a :class:`TinyResNetBody` (stem
+            ``conv1, bn1, relu|act1, maxpool`` and stages ``layer1 ... layerK`` of BasicBlocks).
+            It is kept as ``self.body`` (same state-dict keys as the original model).
+
+    Attributes:
+        channels: output channels of each stage, e.g. ``[64, 128, 256, 512]``.
+        blocks: BasicBlocks per stage, e.g. ``[2, 2, 2, 2]``.
+        num_features: channels of the output map.
+    """
+
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+        stages = self._stages()
+        if not stages:
+            raise TypeError("body has no layer1 ... layerK stages")
+        for stage in stages:
+            for blk in stage:
+                _check_block(blk)
+        self.channels = [int(stage[-1].bn2.num_features) for stage in stages]
+        self.blocks = [len(stage) for stage in stages]
+        self.num_features = self.channels[-1]
+
+    def _stages(self) -> list[nn.Sequential]:
+        out, i = [], 1
+        while hasattr(self.body, f"layer{i}"):
+            out.append(getattr(self.body, f"layer{i}"))
+            i += 1
+        return out
+
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        """Unmodulated stem: ``conv1 -> bn1 -> ReLU -> maxpool``."""
+        b = self.body
+        x = b.bn1(b.conv1(x))
+        x = (b.act1 if hasattr(b, "act1") else b.relu)(x)
+        return b.maxpool(x)
+
+    def forward(self, x: torch.Tensor, params: FiLMParams | None = None) -> torch.Tensor:
+        """Args: x ``(B, C_in, H, W)``; params (see module docstring) or ``None`` (unadapted).
+
+        Returns:
+            The last feature map ``(B, num_features, h, w)``.
+        """
+        if x.ndim != 4:
+            raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
+        if params is not None and [len(s) for s in params] != self.blocks:
+            raise ValueError(f"params has {[len(s) for s in params]} blocks per stage, the network {self.blocks}")
+        x = self.stem(x)
+        for si, stage in enumerate(self._stages()):
+            for bi, blk in enumerate(stage):
+                x = _block_forward(blk, x, None if params is None else params[si][bi])
+        return x
+
+
+class TinyResNetBody(nn.Module):
+    """A small BasicBlock ResNet (3x3 stem, no max-pool) for CPU smoke runs on 8-64 px images.
+
+    Same attribute names as torchvision's ResNet, so :class:`FiLMResNet` wraps it unchanged.
+
+    Args:
+        in_channels: input channels.
+        widths: channels of the stages (stride 1 for the first, 2 for the others).
+        blocks: BasicBlocks per stage.
+    """
+
+    def __init__(self, in_channels: int = 3, widths: Sequence[int] = (16, 32, 64), blocks: Sequence[int] | int = 1) -> None:
+        super().__init__()
+        widths = [int(w) for w in widths]
+        nblocks = [int(blocks)] * len(widths) if isinstance(blocks, int) else [int(b) for b in blocks]
+        if not widths or min(widths) < 1 or len(nblocks) != len(widths) or min(nblocks) < 1:
+            raise ValueError(f"widths and blocks must be positive and of equal length, got {widths}, {nblocks}")
+        if int(in_channels) < 1:
+            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+        self.conv1 = nn.Conv2d(int(in_channels), widths[0], 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.Identity()
+        cin = widths[0]
+        for i, (w, nb) in enumerate(zip(widths, nblocks, strict=True)):
+            stride = 1 if i == 0 else 2
+            layers = []
+            for j in range(nb):
+                s = stride if j == 0 else 1
+                down = None
+                if s != 1 or cin != w:
+                    down = nn.Sequential(nn.Conv2d(cin, w, 1, stride=s, bias=False), nn.BatchNorm2d(w))
+                layers.append(BasicBlock(cin, w, s, down))
+                cin = w
+            setattr(self, f"layer{i + 1}", nn.Sequential(*layers))
+
+
+def film_resnet18(
+    source: str = "torchvision",
+    *,
+    weights_path: str | Path | None = None,
+    in_channels: int = 3,
+) -> FiLMResNet:
+    """ResNet-18 with FiLM layers (about 11.2M parameters, thesis §4.3.5), never downloaded.
+
+    Args:
+        source: ``"torchvision"`` (``torchvision.models.resnet18(weights=None)``) or ``"timm"``
+            (``timm.create_model("resnet18", pretrained=False)``); both have the same layout.
+        weights_path: a local ImageNet checkpoint (torchvision or timm keys), loaded into ``body``.
+        in_channels: input channels (only 3 with ``source="torchvision"``).
+    """
+    if source == "torchvision":
+        from torchvision.models import resnet18
+
+        if in_channels != 3:
+            raise ValueError("source='torchvision' builds 3-channel ResNet-18s; use source='timm'")
+        body = resnet18(weights=None)
+    elif source == "timm":
+        import timm
+
+        body = timm.create_model("resnet18", pretrained=False, in_chans=in_channels)
+    else:
+        raise ValueError(f"source must be 'torchvision' or 'timm', got {source!r}")
+    body.fc = nn.Identity()
+    model = FiLMResNet(body)
+    if weights_path is not None:
+        from rank_lab.models import load_backbone_weights
+
+        model.load_report = load_backbone_weights(body, weights_path)
+    return model
+
+
+def film_tiny_resnet(in_channels: int = 3, widths: Sequence[int] = (16, 32, 64), blocks: Sequence[int] | int = 1) -> FiLMResNet:
+    """A :class:`FiLMResNet` around a :class:`TinyResNetBody` (smoke-mode backbone)."""
+    return FiLMResNet(TinyResNetBody(in_channels, widths, blocks))

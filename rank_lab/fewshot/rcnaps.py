@@ -1,0 +1,432 @@
+"""rCNAPS: retrieval-adapted CNAPS (Gominski thesis §4.3.2-4.3.5).
+
+Networks ("the same networks as the SimpleCNAPS variation of CNAPS"; architecture details from the
+CNAPS code of Requeima et al. 2019, used unchanged by Simple CNAPS, Bateni et al. 2020):
+
+* feature extractor: ResNet-18 with FiLM layers (:mod:`rank_lab.fewshot.film`), then GeM pooling
+  and L2 normalisation (the thesis' "GeM global descriptors");
+* set encoder ``g``: 5 x [conv3x3 -> 64, BN, ReLU, max-pool 2], global average pooling, and the
+  mean over the support set, ``z = (1/|S|) sum_{x in S} g(x)`` -- permutation invariant and
+  independent of the support size;
+* adaptation network: per ResNet stage with ``C`` channels a shared ``h = ReLU(W z + b)`` (``C``),
+  and per block and per FiLM parameter a processor ``DRL -> ReLU -> DRL -> ReLU -> DRL`` with
+  ``DRL(u) = W u + b + u``; ``gamma = P_gamma(h) * r_gamma + 1``, ``beta = P_beta(h) * r_beta``
+  with learnable per-channel ``r ~ N(0, 1e-3)``, so the network starts (near) the identity FiLM.
+  The CNAPS code initialises the four ``r`` of a block from *one* shared tensor; here they are
+  drawn independently. ``init_std=0`` gives an exactly unadapted network at initialisation.
+
+Parameter count (:func:`adaptation_parameter_count`): ``sum_C (24 C^2 + 97 C)`` = 8,448,960 for
+ResNet-18 plus 150,144 for the set encoder, i.e. 8.60M, the thesis' "~8.5M parameters [added] to
+the ~11.2M parameters of ResNet18" (§4.3.5; ResNet-18 without its classifier: 11,176,512).
+
+Training (:func:`fit_rcnaps`, Fig. 4.8): every episode adapts the extractor to ``k`` support images
+of a target class and minimises the class-specific Smooth-AP (eq. 4.13) of the ``m`` target-class
+queries of a batch of ``N * m`` images (:class:`rank_lab.fewshot.EpisodeSampler`; ``k = 5``,
+``m = 10``, ``N = 6``). Optimiser, learning rate and iterations are not given by the thesis
+(defaults: Adam, 1e-4, tau = 0.01, as the author's Chapter-5 code). Whether the ResNet is trained
+is not stated either: it is frozen by default, as in Simple CNAPS (``train_backbone=True`` trains
+it). ``mode="plain"`` trains the unadapted network with the usual Smooth-AP (eq. 4.12) on the same
+batches: the plain-embedding baseline, and the pre-training of the smoke runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rank_lab._validation import check_embeddings, check_labels
+from rank_lab.fewshot.episodes import EpisodeSampler, gather_images
+from rank_lab.fewshot.film import FiLMParams, FiLMResNet, film_resnet18, film_tiny_resnet
+from rank_lab.models.pooling import GeM
+
+__all__ = [
+    "SetEncoder",
+    "FiLMLayerNetwork",
+    "FiLMAdaptationNetwork",
+    "RCNAPS",
+    "build_rcnaps",
+    "adaptation_parameter_count",
+    "class_specific_smooth_ap",
+    "ClassSpecificSmoothAP",
+    "fit_rcnaps",
+    "rcnaps_describe",
+]
+
+
+class SetEncoder(nn.Module):
+    """DeepSets encoder ``z = mean_{x in S} g(x)`` of CNAPS (conv blocks + global average pooling).
+
+    Args:
+        in_channels: image channels.
+        width: channels of every block and size of ``z`` (CNAPS: 64).
+        depth: number of ``conv3x3 -> BN -> ReLU -> max-pool 2`` blocks (CNAPS: 5). Pools use
+            ``ceil_mode=True`` so that small images work (the CNAPS code floors; the parameter
+            count is the same).
+    """
+
+    def __init__(self, in_channels: int = 3, width: int = 64, depth: int = 5) -> None:
+        super().__init__()
+        if min(in_channels, width, depth) < 1:
+            raise ValueError(f"in_channels, width and depth must be >= 1, got {in_channels}, {width}, {depth}")
+        layers: list[nn.Module] = []
+        cin = in_channels
+        for _ in range(depth):
+            layers += [nn.Conv2d(cin, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(inplace=True), nn.MaxPool2d(2, ceil_mode=True)]
+            cin = width
+        self.net = nn.Sequential(*layers)
+        self.out_dim = int(width)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-image codes ``g(x)``: ``(k, C, H, W)`` -> ``(k, width)``."""
+        return self.net(x).mean(dim=(-2, -1))
+
+    def forward(self, support: torch.Tensor) -> torch.Tensor:
+        """``(k, C, H, W)`` -> ``(width,)``; ``(T, k, C, H, W)`` -> ``(T, width)`` (one code per set)."""
+        if support.ndim == 4:
+            return self.encode(support).mean(0)
+        if support.ndim == 5:
+            t, k = support.shape[:2]
+            return self.encode(support.flatten(0, 1)).view(t, k, -1).mean(1)
+        raise ValueError(f"support must have shape (k, C, H, W) or (T, k, C, H, W), got {tuple(support.shape)}")
+
+
+class _DenseResidual(nn.Linear):
+    """``DRL(u) = W u + b + u`` (CNAPS ``DenseResidualLayer``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + x
+
+
+def _processor(c: int) -> nn.Sequential:
+    return nn.Sequential(_DenseResidual(c, c), nn.ReLU(), _DenseResidual(c, c), nn.ReLU(), _DenseResidual(c, c))
+
+
+class FiLMLayerNetwork(nn.Module):
+    """FiLM parameters of one ResNet stage (``C`` channels, ``n_blocks`` blocks) from ``z``.
+
+    Args:
+        channels: ``C``.
+        n_blocks: blocks of the stage.
+        z_dim: size of the task code.
+        init_std: standard deviation of the regularisers ``r`` (CNAPS: 1e-3; 0 = exact identity).
+    """
+
+    def __init__(self, channels: int, n_blocks: int, z_dim: int, init_std: float = 1e-3) -> None:
+        super().__init__()
+        self.shared = nn.Sequential(nn.Linear(z_dim, channels), nn.ReLU())
+        self.processors = nn.ModuleList(nn.ModuleDict({k: _processor(channels) for k in ("gamma1", "beta1", "gamma2", "beta2")}) for _ in range(n_blocks))
+        self.regularizers = nn.ModuleList()
+        for _ in range(n_blocks):
+            pl = nn.ParameterDict({k: nn.Parameter(torch.randn(channels) * init_std) for k in ("gamma1", "beta1", "gamma2", "beta2")})
+            self.regularizers.append(pl)
+
+    def forward(self, z: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        """``z (z_dim,)`` or ``(T, z_dim)`` -> one dict per block of ``(C,)`` or ``(T, C)`` tensors."""
+        h = self.shared(z)
+        out = []
+        for proc, reg in zip(self.processors, self.regularizers, strict=True):
+            out.append({k: proc[k](h) * reg[k] + (1.0 if k.startswith("gamma") else 0.0) for k in proc})
+        return out
+
+    def regularization_term(self) -> torch.Tensor:
+        """``sum ||r||^2`` (the CNAPS code's L2 term: ``||gamma - 1||`` and ``||beta||`` scales)."""
+        return sum((p**2).sum() for reg in self.regularizers for p in reg.values())
+
+
+class FiLMAdaptationNetwork(nn.Module):
+    """The CNAPS feature-adaptation network: one :class:`FiLMLayerNetwork` per ResNet stage.
+
+    Args:
+        channels: channels of every stage of the extractor.
+        blocks: blocks of every stage.
+        z_dim: size of the task code.
+        init_std: initial std of the regularisers.
+    """
+
+    def __init__(self, channels: Sequence[int], blocks: Sequence[int], z_dim: int = 64, init_std: float = 1e-3) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(FiLMLayerNetwork(c, b, z_dim, init_std) for c, b in zip(channels, blocks, strict=True))
+
+    def forward(self, z: torch.Tensor) -> FiLMParams:
+        """Task code ``(z_dim,)`` or ``(T, z_dim)`` -> FiLM parameters of every stage and block."""
+        return [layer(z) for layer in self.layers]
+
+    def regularization_term(self) -> torch.Tensor:
+        """Sum of the layers' :meth:`FiLMLayerNetwork.regularization_term`."""
+        return sum(layer.regularization_term() for layer in self.layers)
+
+
+def adaptation_parameter_count(channels: Sequence[int], blocks: Sequence[int], z_dim: int = 64) -> int:
+    """Closed-form size of :class:`FiLMAdaptationNetwork`: per stage ``z C + C + b (12 (C^2 + C) + 4 C)``.
+
+    ResNet-18 (``C = 64, 128, 256, 512``, 2 blocks) with ``z_dim = 64``: 8,448,960.
+    """
+    return sum(z_dim * c + c + b * (12 * (c * c + c) + 4 * c) for c, b in zip(channels, blocks, strict=True))
+
+
+class RCNAPS(nn.Module):
+    """rCNAPS: FiLM extractor + set encoder + adaptation network + GeM + L2N (thesis §4.3.2).
+
+    Args:
+        extractor: a :class:`~rank_lab.fewshot.film.FiLMResNet`.
+        in_channels: image channels (for the set encoder).
+        encoder_width, encoder_depth: see :class:`SetEncoder`.
+        init_std: see :class:`FiLMLayerNetwork`.
+        gem_p: initial GeM exponent (learnable, as in the thesis' GeM).
+        train_backbone: train the ResNet too (default False: frozen as in Simple CNAPS, its
+            batch-norm statistics frozen too).
+    """
+
+    def __init__(
+        self,
+        extractor: FiLMResNet,
+        *,
+        in_channels: int = 3,
+        encoder_width: int = 64,
+        encoder_depth: int = 5,
+        init_std: float = 1e-3,
+        gem_p: float = 3.0,
+        train_backbone: bool = False,
+    ) -> None:
+        super().__init__()
+        self.extractor = extractor
+        self.set_encoder = SetEncoder(in_channels, encoder_width, encoder_depth)
+        self.adaptation = FiLMAdaptationNetwork(extractor.channels, extractor.blocks, encoder_width, init_std)
+        self.pool = GeM(gem_p)
+        self.out_dim = extractor.num_features
+        self.set_train_backbone(train_backbone)
+
+    def set_train_backbone(self, flag: bool) -> None:
+        """Freeze (False) or unfreeze (True) the ResNet weights."""
+        self.train_backbone = bool(flag)
+        for p in self.extractor.parameters():
+            p.requires_grad_(self.train_backbone)
+        self.train(self.training)
+
+    def train(self, mode: bool = True) -> RCNAPS:
+        """Train mode, keeping a frozen backbone's batch-norm layers in eval mode."""
+        super().train(mode)
+        if mode and not self.train_backbone:
+            self.extractor.eval()
+        return self
+
+    def film_params(self, support: torch.Tensor) -> FiLMParams:
+        """FiLM parameters from a support ``(k, C, H, W)`` (or ``(T, k, C, H, W)``: one set per task)."""
+        return self.adaptation(self.set_encoder(support))
+
+    def forward(self, x: torch.Tensor, support: torch.Tensor | None = None, *, params: FiLMParams | None = None) -> torch.Tensor:
+        """Descriptors ``(B, D)`` (unit norm) of ``x (B, C, H, W)``.
+
+        ``support`` adapts the extractor (its parameters are computed here); ``params`` passes
+        precomputed ones; neither = the unadapted network (setup C).
+        """
+        if support is not None and params is not None:
+            raise ValueError("give support or params, not both")
+        if support is not None:
+            params = self.film_params(support)
+        return F.normalize(self.pool(self.extractor(x, params)), dim=-1)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """``{"backbone", "set_encoder", "adaptation", "pooling", "added", "total"}`` parameter numbers."""
+        n = {name: sum(p.numel() for p in getattr(self, attr).parameters()) for name, attr in
+             (("backbone", "extractor"), ("set_encoder", "set_encoder"), ("adaptation", "adaptation"), ("pooling", "pool"))}
+        n["added"] = n["set_encoder"] + n["adaptation"]
+        n["total"] = sum(p.numel() for p in self.parameters())
+        return n
+
+
+def build_rcnaps(
+    backbone: str = "resnet18",
+    *,
+    source: str = "torchvision",
+    weights_path: str | Path | None = None,
+    in_channels: int = 3,
+    widths: Sequence[int] = (16, 32, 64),
+    blocks: Sequence[int] | int = 1,
+    encoder_width: int = 64,
+    encoder_depth: int = 5,
+    init_std: float = 1e-3,
+    gem_p: float = 3.0,
+    train_backbone: bool = False,
+) -> RCNAPS:
+    """Build rCNAPS with ``backbone="resnet18"`` (the thesis; ``source`` torchvision or timm) or ``"tiny"``.
+
+    ``weights_path`` loads local ImageNet weights into ResNet-18 (nothing is downloaded);
+    ``widths`` / ``blocks`` shape the tiny residual CNN of the smoke runs.
+    """
+    if backbone == "resnet18":
+        ext = film_resnet18(source, weights_path=weights_path, in_channels=in_channels)
+    elif backbone == "tiny":
+        ext = film_tiny_resnet(in_channels, widths, blocks)
+    else:
+        raise ValueError(f"backbone must be 'resnet18' or 'tiny', got {backbone!r}")
+    return RCNAPS(ext, in_channels=in_channels, encoder_width=encoder_width, encoder_depth=encoder_depth,
+                  init_std=init_std, gem_p=gem_p, train_backbone=train_backbone)
+
+
+def class_specific_smooth_ap(embeddings: torch.Tensor, labels: torch.Tensor, target: int, *, tau: float = 0.01) -> torch.Tensor:
+    """Class-specific Smooth-AP loss, eq. 4.13 of the Gominski thesis: ``(1/m) sum_{q in c*} (1 - AP_q)``.
+
+    Only the ``m`` queries of the target class contribute; each ranks the whole batch (itself
+    excluded) with Smooth-AP's sigmoid ranks (Brown et al. 2020, temperature ``tau``). The other
+    items still appear in the queries' rankings (as negatives, or positives of ``c*``).
+
+    Args:
+        embeddings: ``(B, d)`` batch descriptors.
+        labels: ``(B,)`` classes.
+        target: ``c*``; it needs at least 2 items in the batch.
+        tau: sigmoid temperature.
+
+    Returns:
+        Scalar loss.
+    """
+    from rank_lab.losses import SmoothAP
+
+    emb = check_embeddings(embeddings, "embeddings")
+    y = check_labels(labels, emb.shape[0], "labels").to(emb.device)
+    q = torch.nonzero(y == int(target)).flatten()
+    if q.numel() < 2:
+        raise ValueError(f"target class {target} needs at least 2 items in the batch, got {q.numel()}")
+    loss = SmoothAP(tau=tau, no_positive="raise")
+    return loss(emb[q], y[q], emb, y, ref_self_index=q)
+
+
+class ClassSpecificSmoothAP(nn.Module):
+    """Module form of :func:`class_specific_smooth_ap`: ``loss(embeddings, labels, target)``."""
+
+    def __init__(self, tau: float = 0.01) -> None:
+        super().__init__()
+        self.tau = float(tau)
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, target: int) -> torch.Tensor:
+        return class_specific_smooth_ap(embeddings, labels, target, tau=self.tau)
+
+
+def fit_rcnaps(
+    model: RCNAPS,
+    images: object,
+    labels: torch.Tensor,
+    *,
+    episodes: int = 1000,
+    k: int = 5,
+    m: int = 10,
+    n_classes: int = 6,
+    mode: str = "adapted",
+    lr: float = 1e-4,
+    tau: float = 0.01,
+    film_l2: float = 0.0,
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    seed: int = 0,
+    device: object = None,
+    checkpoint_path: str | Path | None = None,
+    checkpoint_every: int = 100,
+    progress: bool = True,
+) -> list[float]:
+    """Episodic training of rCNAPS (Fig. 4.8), resumable from ``checkpoint_path``.
+
+    Args:
+        model: an :class:`RCNAPS`.
+        images: ``(n, C, H, W)`` training images or a dataset of ``(image, label)``.
+        labels: ``(n,)`` classes.
+        episodes: training iterations.
+        k, m, n_classes: support size, images per class, classes per batch (thesis 5, 10, 6).
+        mode: ``"adapted"`` (eq. 4.13, target-class queries, extractor adapted to the support)
+            or ``"plain"`` (eq. 4.12 on the unadapted network: every query; trains the backbone).
+        lr: Adam learning rate.
+        tau: Smooth-AP temperature.
+        film_l2: weight of the CNAPS-code L2 term on the FiLM regularisers (0 = the thesis' loss).
+        transform: batch augmentation applied to support and batch images.
+        seed: seed of the episodes.
+        device: training device (CUDA when present by default).
+        checkpoint_path: a file; saved every ``checkpoint_every`` episodes and at the end, and
+            resumed from when it exists.
+        progress: tqdm bar.
+
+    Returns:
+        The loss of every episode (including those of a resumed run).
+    """
+    from rank_lab.losses import SmoothAP
+    from rank_lab.utils import get_device
+
+    if mode not in ("adapted", "plain"):
+        raise ValueError(f"mode must be 'adapted' or 'plain', got {mode!r}")
+    dev = get_device(device)
+    model.to(dev)
+    prev = model.train_backbone
+    if mode == "plain":
+        model.set_train_backbone(True)
+        params = [p for n, p in model.named_parameters() if n.startswith(("extractor.", "pool."))]
+    else:
+        params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed)
+    losses: list[float] = []
+    start = 0
+    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
+    if ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, map_location=dev, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        losses, start = list(state["losses"]), int(state["episode"])
+    plain_loss = SmoothAP(tau=tau)
+    it = range(start, episodes)
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc=f"rCNAPS ({mode})", initial=start, total=episodes)
+    model.train()
+    for i in it:
+        ep = sampler.episode(i)
+        x = gather_images(images, ep.batch).to(dev)
+        if transform is not None:
+            x = transform(x)
+        y = ep.batch_labels.to(dev)
+        if mode == "plain":
+            loss = plain_loss(model(x), y)
+        else:
+            s = gather_images(images, ep.support).to(dev)
+            if transform is not None:
+                s = transform(s)
+            loss = class_specific_smooth_ap(model(x, s), y, ep.target, tau=tau)
+            if film_l2 > 0:
+                loss = loss + film_l2 * model.adaptation.regularization_term()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if ckpt is not None and ((i + 1) % checkpoint_every == 0 or i + 1 == episodes):
+            ckpt.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses, "episode": i + 1}, ckpt)
+    if mode == "plain":
+        model.set_train_backbone(prev)
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def rcnaps_describe(model: RCNAPS, images: object, *, batch_size: int = 256, device: object = None) -> Callable[[torch.Tensor | None], torch.Tensor]:
+    """A ``describe(support)`` function for :func:`rank_lab.fewshot.evaluate_fewshot_retrieval`.
+
+    ``describe(support)`` adapts ``model`` to ``support (k, C, H, W)`` once and returns the
+    ``(n, D)`` descriptors of all ``images`` (``support=None``: unadapted, setup C).
+    """
+    from rank_lab.utils import get_device
+
+    dev = get_device(device)
+    model.to(dev).eval()
+    n = images.shape[0] if isinstance(images, torch.Tensor) else len(images)  # type: ignore[arg-type]
+
+    @torch.no_grad()
+    def describe(support: torch.Tensor | None) -> torch.Tensor:
+        params = None if support is None else model.film_params(support.to(dev))
+        out = []
+        for a in range(0, n, batch_size):
+            x = gather_images(images, torch.arange(a, min(a + batch_size, n))).to(dev)
+            out.append(model(x, params=params).float().cpu())
+        return torch.cat(out)
+
+    return describe
