@@ -232,6 +232,7 @@ def fit_ctc(
     seed: int = 0,
     device: torch.device | str | None = None,
     progress: bool = False,
+    schedule: str = "cosine",
 ) -> list[float]:
     """Train ``model`` with the CTC proxy loss (Adam, constant ``lr``); returns the loss per step.
 
@@ -246,6 +247,8 @@ def fit_ctc(
         seed: seeds the batch order.
         device: device to train on (default: CUDA when present).
         progress: show a tqdm bar.
+        schedule: ``"cosine"`` (decay to 0 over ``steps``: a converged proxy model, as in the
+            thesis' post-tuning setup) or ``"constant"``.
     """
     from tqdm.auto import tqdm
 
@@ -256,14 +259,20 @@ def fit_ctc(
     gen = seed_everything(seed)
     targets, lengths = alphabet.encode(words)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    if schedule not in ("cosine", "constant"):
+        raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
+    steps = check_positive_int(steps, "steps")
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps) if schedule == "cosine" else None
     losses = []
-    for _ in tqdm(range(check_positive_int(steps, "steps")), disable=not progress, desc="CTC"):
+    for _ in tqdm(range(steps), disable=not progress, desc="CTC"):
         idx = torch.randint(len(words), (min(batch_size, len(words)),), generator=gen)
         loss = ctc_loss(model(images[idx].to(dev)), targets[idx].to(dev), lengths[idx].to(dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         opt.step()
+        if sched is not None:
+            sched.step()
         losses.append(float(loss.detach()))
     return losses
 

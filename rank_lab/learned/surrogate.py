@@ -172,6 +172,7 @@ def surrogate_loss(
     *,
     grad_penalty: float = 0.1,
     fit_weight: float = 1.0,
+    grad_target: float = 1.0,
     eps: float = 1e-12,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The surrogate's training loss, eq. 3.6 (eq. 4.5 with ``w1 = fit_weight, w2 = grad_penalty``).
@@ -186,6 +187,10 @@ def surrogate_loss(
         e_true: ``(B,)`` true metric values.
         grad_penalty: ``lambda`` of eq. 3.6 / ``w2`` of eq. 4.5 (0.1 in Ch. 4; Ch. 3 gives none).
         fit_weight: ``w1`` of eq. 4.5.
+        grad_target: the gradient norm the penalty pulls towards: 1 in eq. 3.5 / 4.4 (default).
+            The right scale depends on the units of ``z``: a metric that changes by ``k`` per
+            unit of ``z`` cannot be fitted with gradients of norm 1 (e.g. ``1 - IoU`` of boxes in
+            normalised image coordinates, where ``k`` is about 4). A book addition.
         eps: keeps the gradient norm differentiable at 0.
 
     Returns:
@@ -200,7 +205,7 @@ def surrogate_loss(
     (g,) = torch.autograd.grad(e_hat.sum(), z, create_graph=grad_penalty > 0, retain_graph=True)
     gnorm = torch.sqrt((g * g).flatten(1).sum(1) + eps)
     fit = (e_hat - e_true) ** 2
-    gp = (gnorm - 1) ** 2
+    gp = (gnorm - grad_target) ** 2
     loss = fit_weight * fit.mean() + (grad_penalty * gp.mean() if grad_penalty > 0 else 0.0)
     stats = {
         "fit": float(fit.mean().detach()),
@@ -250,6 +255,8 @@ class LSConfig:
         source: ``"global"``, ``"local"`` or ``"local_global"`` (Sec. 3.2.2).
         grad_penalty: ``lambda`` of eq. 3.6 / ``w2`` of eq. 4.5.
         fit_weight: ``w1`` of eq. 4.5.
+        grad_target: target gradient norm of the penalty (1 in eq. 3.5; see
+            :func:`surrogate_loss`).
         first_surrogate_steps: ``I_a`` of the first epoch only (default ``I_a``); a book addition
             that lets a freshly initialised surrogate catch up before the first model phase.
         global_batch_size: pairs drawn from R per surrogate step (default: the task's batch size).
@@ -267,6 +274,7 @@ class LSConfig:
     source: str = "local_global"
     grad_penalty: float = 0.1
     fit_weight: float = 1.0
+    grad_target: float = 1.0
     first_surrogate_steps: int | None = None
     global_batch_size: int | None = None
     model_train_mode: bool = False
@@ -282,8 +290,8 @@ class LSConfig:
         for name in ("surrogate_lr", "model_lr"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.grad_penalty < 0 or self.fit_weight <= 0:
-            raise ValueError("grad_penalty must be >= 0 and fit_weight > 0")
+        if self.grad_penalty < 0 or self.fit_weight <= 0 or self.grad_target < 0:
+            raise ValueError("grad_penalty and grad_target must be >= 0 and fit_weight > 0")
 
 
 class SurrogateTrainer:
@@ -357,13 +365,15 @@ class SurrogateTrainer:
                 z = task.predict(self.model, batch)
                 y = task.encode_target(z, batch)
                 e = task.metric(z, batch)
-            l_loc, s = surrogate_loss(self.surrogate, z, y, e, grad_penalty=cfg.grad_penalty, fit_weight=cfg.fit_weight)
+            l_loc, s = surrogate_loss(self.surrogate, z, y, e, grad_penalty=cfg.grad_penalty,
+                                      fit_weight=cfg.fit_weight, grad_target=cfg.grad_target)
             loss = loss + l_loc
             stats.update(l1_local=s["l1"], gp=s["gp"], grad_norm=s["grad_norm"])
         if cfg.source in ("global", "local_global"):
             zr, yr, er = task.sample_global(cfg.global_batch_size or task.batch_size, self.gen)
             l_glob, s = surrogate_loss(self.surrogate, zr.to(self.device), yr.to(self.device), er.to(self.device),
-                                       grad_penalty=cfg.grad_penalty, fit_weight=cfg.fit_weight)
+                                       grad_penalty=cfg.grad_penalty, fit_weight=cfg.fit_weight,
+                                       grad_target=cfg.grad_target)
             loss = loss + l_glob
             stats["l1_global"] = s["l1"]
             stats.setdefault("gp", s["gp"])
