@@ -5,11 +5,21 @@
 * :class:`Trainer` -- m-per-class batches, rank loss (+ cross-batch memory), Adam/AdamW/SGD with a
   separate head learning rate, cosine schedule with warm-up, AMP on CUDA, gradient clipping,
   evaluation with :func:`rank_lab.metrics.retrieval_metrics`, checkpoint/resume, JSON log.
+* :class:`DistributedTrainer` -- the same under ``torchrun`` (DDP, one global rank-loss batch
+  all-gathered over the ranks, rank-agnostic checkpoints); :mod:`rank_lab.train.distributed` holds
+  the process group, the differentiable all-gather and the distributed m-per-class sampler, and
+  ``python -m rank_lab.train.launch`` is the command-line entry point.
 """
 
 from rank_lab.train.checkpoint import load_checkpoint, lr_at
 from rank_lab.train.config import PRESETS, TrainConfig, list_presets
 from rank_lab.train.data import as_dataset, embed_dataset, relabel
+from rank_lab.train.distributed import (
+    DistributedMPerClassSampler,
+    all_gather_with_grad,
+    init_distributed,
+)
+from rank_lab.train.distributed_trainer import DistributedTrainer
 from rank_lab.train.trainer import Trainer
 
 __all__ = [
@@ -17,6 +27,10 @@ __all__ = [
     "PRESETS",
     "list_presets",
     "Trainer",
+    "DistributedTrainer",
+    "DistributedMPerClassSampler",
+    "all_gather_with_grad",
+    "init_distributed",
     "as_dataset",
     "embed_dataset",
     "relabel",

@@ -30,6 +30,7 @@ __all__ = ["TrainConfig", "PRESETS", "list_presets"]
 _OPTIMIZERS = ("adam", "adamw", "sgd")
 _SCHEDULERS = ("cosine", "constant")
 _AMP_DTYPES = ("float16", "bfloat16")
+_DIST_LOSS = ("full", "local")
 
 
 @dataclass
@@ -60,6 +61,13 @@ class TrainConfig:
         Evaluation: ``eval_every`` (epochs; 0 = never), ``eval_at_start`` (also evaluate the
             untrained model, logged as epoch 0), ``eval_ks``, ``eval_metrics`` (default R@k and
             mAP@R, the papers' tables; add ``"mAP"`` for full AP, slower), ``eval_batch_size``.
+        Scale-out: ``multistage_chunk_size`` (``None``: one forward per batch; else the batch is
+            embedded ``chunk`` items at a time by multistage back-propagation, Patel thesis
+            §5.3.2, :mod:`rank_lab.train.multistage`), ``dist_loss`` (under
+            :class:`~rank_lab.train.distributed.DistributedTrainer`: ``"full"`` = every rank
+            computes the loss of the whole gathered batch, exact for every loss; ``"local"`` =
+            each rank ranks its own queries against the gathered batch, for losses that are a
+            mean over queries). ``batch_size`` is always the *global* batch (all ranks).
         Output: ``checkpoint_dir`` (``None`` = no checkpoint), ``checkpoint_every``, ``resume``,
             ``log_path`` (``None`` = ``checkpoint_dir/log.json`` if any), ``progress`` (tqdm).
         ``model``: a :class:`~rank_lab.models.ModelConfig`. ``preset_name``: the preset started
@@ -108,6 +116,8 @@ class TrainConfig:
     resume: bool = True
     log_path: str | None = None
     progress: bool = True
+    multistage_chunk_size: int | None = None
+    dist_loss: str = "full"
     model: ModelConfig = field(default_factory=ModelConfig)
     preset_name: str | None = None
 
@@ -135,6 +145,7 @@ class TrainConfig:
         _int(self, "eval_every", 0)
         _int(self, "eval_batch_size", 1)
         _int(self, "checkpoint_every", 1)
+        _int(self, "multistage_chunk_size", 1, optional=True)
         for name in ("deterministic", "nesterov", "amp", "eval_at_start", "resume", "progress",
                      "memory_unique", "relabel_train"):
             if not isinstance(getattr(self, name), bool):
@@ -150,6 +161,7 @@ class TrainConfig:
         _choice(self, "optimizer", _OPTIMIZERS)
         _choice(self, "scheduler", _SCHEDULERS)
         _choice(self, "amp_dtype", _AMP_DTYPES)
+        _choice(self, "dist_loss", _DIST_LOSS)
         if self.batch_size % self.m_per_class != 0:
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be a multiple of m_per_class ({self.m_per_class})"

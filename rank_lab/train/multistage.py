@@ -30,12 +30,18 @@ Determinism (what this module does and what it requires):
 * Non-deterministic GPU kernels can make the passes differ in the last bits; ``check_consistency``
   compares the recomputed embeddings with the stored ones and raises if they disagree.
 
+With DistributedDataParallel: pass the DDP wrapper as ``model`` and a ``loss_fn`` that all-gathers
+the embeddings (:func:`rank_lab.train.distributed.all_gather_with_grad`). Pass 3 then runs every
+chunk but the last under ``model.no_sync()``, so DDP all-reduces the gradients once per step, after
+they are fully accumulated (every rank must have the same number of chunks).
+
 The official RS@k code cuts the graph with ``copy.copy`` into a pre-allocated tensor, which is
 implicit; here pass 1 runs under an explicit ``torch.no_grad()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -243,17 +249,19 @@ def multistage_backward(
     after_loss = _rng_state(dev)
 
     # pass 3: recompute each chunk with a graph and push the stored gradient rows through it
-    for sl, state in zip(_maybe_tqdm(slices, progress, "multistage: backward"), states, strict=True):
+    no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce once, after the last chunk
+    for i, (sl, state) in enumerate(zip(_maybe_tqdm(slices, progress, "multistage: backward"), states, strict=True)):
         if restore_rng:
             _set_rng_state(state, dev)
-        out = model(inputs[sl].to(dev, non_blocking=True))
-        if check_consistency and not torch.allclose(out.detach(), emb.detach()[sl], atol=atol, rtol=0):
-            err = float((out.detach() - emb.detach()[sl]).abs().max())
-            raise RuntimeError(
-                f"multistage: the second forward of chunk {sl.start}:{sl.stop} differs from the first by {err:.3g}; "
-                "freeze BatchNorm, keep restore_rng=True, and use deterministic kernels"
-            )
-        out.backward(grad[sl])
+        with no_sync() if no_sync is not None and i < len(slices) - 1 else contextlib.nullcontext():
+            out = model(inputs[sl].to(dev, non_blocking=True))
+            if check_consistency and not torch.allclose(out.detach(), emb.detach()[sl], atol=atol, rtol=0):
+                err = float((out.detach() - emb.detach()[sl]).abs().max())
+                raise RuntimeError(
+                    f"multistage: the second forward of chunk {sl.start}:{sl.stop} differs from the first by {err:.3g}; "
+                    "freeze BatchNorm, keep restore_rng=True, and use deterministic kernels"
+                )
+            out.backward(grad[sl])
     if restore_rng:
         _set_rng_state(after_loss, dev)
     with torch.no_grad():  # training-mode BN: count one update per step, not two

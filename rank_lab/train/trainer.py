@@ -44,6 +44,7 @@ __all__ = ["Trainer"]
 _RESUME_FREE = {
     "epochs", "progress", "resume", "checkpoint_dir", "log_path", "eval_every", "device",
     "num_workers", "eval_batch_size", "checkpoint_every", "eval_at_start", "data_dir",
+    "multistage_chunk_size", "dist_loss",
 }
 
 
@@ -102,12 +103,7 @@ class Trainer:
         if isinstance(self.loss_fn, nn.Module):
             self.loss_fn = self.loss_fn.to(self.device)
         self.callbacks = list(callbacks)
-
-        from rank_lab.data import MPerClassSampler
-
-        length = None if cfg.batches_per_epoch is None else cfg.batches_per_epoch * cfg.batch_size
-        self.sampler = MPerClassSampler(self.train_labels, m=cfg.m_per_class, batch_size=cfg.batch_size,
-                                        length=length, seed=cfg.seed)
+        self.sampler = self._build_sampler()
         self.steps_per_epoch = len(self.sampler)
         self.optimizer = self._build_optimizer()
         self.amp = cfg.amp and self.device.type == "cuda"
@@ -129,6 +125,14 @@ class Trainer:
             x0 = self.train_set[0][0]
             mcfg.input_dim = int(torch.as_tensor(x0).numel())
         return build_model(mcfg)
+
+    def _build_sampler(self) -> Any:
+        """The m-per-class batch sampler of the training set (Ramzi thesis §3.5.1)."""
+        from rank_lab.data import MPerClassSampler
+
+        cfg = self.config
+        length = None if cfg.batches_per_epoch is None else cfg.batches_per_epoch * cfg.batch_size
+        return MPerClassSampler(self.train_labels, m=cfg.m_per_class, batch_size=cfg.batch_size, length=length, seed=cfg.seed)
 
     def _embedding_dim(self) -> int:
         dim = getattr(self.model, "embedding_dim", None)
@@ -220,6 +224,46 @@ class Trainer:
             return self.loss_fn(emb, y, keys=idx)
         return self.loss_fn(emb, y)
 
+    @property
+    def _train_module(self) -> nn.Module:
+        """The module run on training batches (the DDP wrapper under the distributed trainer)."""
+        return self.model
+
+    def _batch_loss(self, emb: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Loss of a batch's embeddings ``(B, d)``, checked finite (the distributed trainer gathers first)."""
+        loss = self._loss(emb, y, idx)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"the loss is {float(loss.detach())} at epoch {self.epoch + 1}, step {self.step}")
+        return loss
+
+    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Zero the gradients, embed the batch, back-propagate the (AMP-scaled) loss; return it detached.
+
+        With ``config.multistage_chunk_size`` the batch is embedded chunk by chunk and the loss
+        gradient pushed back chunk by chunk (multistage back-propagation, Patel thesis §5.3.2).
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        chunk = self.config.multistage_chunk_size
+        autocast = torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp)
+        if chunk is None:
+            with autocast:
+                emb = self._train_module(x)
+            loss = self._batch_loss(emb.float(), y, idx)
+            self.scaler.scale(loss).backward()
+            return loss.detach()
+        from rank_lab.train.multistage import multistage_backward
+
+        seen: list[torch.Tensor] = []
+
+        def loss_fn(emb: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            with torch.autocast(self.device.type, enabled=False):
+                seen.append(self._batch_loss(emb.float(), labels, idx))
+            return self.scaler.scale(seen[-1])
+
+        with autocast:
+            multistage_backward(self._train_module, x, y, loss_fn, chunk_size=chunk, device=self.device)
+        return seen[-1].detach()
+
     def train_epoch(self) -> dict[str, Any]:
         """Run one epoch (epoch index ``self.epoch``) and return its partial record."""
         from tqdm.auto import tqdm
@@ -245,13 +289,7 @@ class Trainer:
         for x, y, idx in bar:
             self._set_lr()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
-                emb = self.model(x)
-            loss = self._loss(emb.float(), y, idx)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"the loss is {float(loss.detach())} at epoch {e + 1}, step {self.step}")
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
+            loss = self._forward_backward(x, y, idx)
             if cfg.grad_clip is not None:
                 self.scaler.unscale_(self.optimizer)
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)))
@@ -285,8 +323,6 @@ class Trainer:
 
         ``ks`` larger than the gallery (``N - 1``) are dropped with a warning.
         """
-        from rank_lab.metrics import retrieval_metrics
-
         data = self.test_data if data is None else data
         if data is None:
             raise ValueError("no evaluation data: pass test_data to the Trainer or data to evaluate()")
@@ -296,10 +332,16 @@ class Trainer:
             warnings.warn(f"eval_ks {sorted(set(self.config.eval_ks) - set(ks))} exceed the gallery "
                           f"size ({emb.shape[0] - 1}) and are skipped", stacklevel=2)
         t0 = time.perf_counter()
-        res = retrieval_metrics(emb, labels, ks=ks or (1,), metrics=self.config.eval_metrics, device=self.device)
-        res = {k: v for k, v in res.items() if k != "per_query"}
+        res = self._metrics(emb, labels, ks or [1])
         res["eval_time"] = time.perf_counter() - t0
         return res
+
+    def _metrics(self, emb: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]) -> dict[str, float]:
+        """:func:`rank_lab.metrics.retrieval_metrics` of ``emb (N, d)`` (every item queries the others)."""
+        from rank_lab.metrics import retrieval_metrics
+
+        res = retrieval_metrics(emb, labels, ks=ks, metrics=self.config.eval_metrics, device=self.device)
+        return {k: v for k, v in res.items() if k != "per_query"}
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,365 @@
+"""Scale-out primitives: the process group, collectives with gradients, a distributed m-per-class sampler.
+
+Rank losses improve with the size of the batch they rank (the decomposability gap of Eq. 3.6 of the
+Ramzi thesis shrinks as ``B / N`` grows), so the batch of a multi-GPU run must be ranked as *one*
+batch, not as ``W`` independent ones. This module gives the three pieces
+:class:`~rank_lab.train.distributed_trainer.DistributedTrainer` builds on:
+
+* :func:`init_distributed` -- joins the process group that ``torchrun`` describes in the environment
+  (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); NCCL on CUDA, gloo on
+  the CPU. Without those variables (or with ``WORLD_SIZE=1``) it returns a single-process
+  :class:`DistEnv` and every collective below becomes the identity.
+* :func:`all_gather_with_grad` -- the embeddings of every rank, concatenated in rank order, with
+  gradients flowing back to the local rows. **Scale convention**: the backward all-reduces (sums)
+  the gradient of the gathered tensor over the ranks and returns the local rows. When every rank
+  computes the same loss ``L`` of the gathered batch, the local embeddings receive
+  ``W * dL/dE_local``; DistributedDataParallel then *averages* the parameter gradients over the
+  ``W`` ranks, so the parameters receive exactly ``dL/dtheta``, the gradient of the single-process
+  loss of the concatenated batch. More generally (ranks computing different losses ``L_r``) the
+  parameters receive the gradient of ``(1/W) sum_r L_r``. (``torch.distributed.nn.all_gather`` has
+  the same convention but needs ``reduce_scatter``, which gloo lacks.)
+* :class:`DistributedMPerClassSampler` -- the global m-per-class batch of
+  :class:`rank_lab.data.MPerClassSampler` (a function of ``(seed, epoch)`` only), cut into ``W``
+  contiguous slices of whole class groups: the ``m`` images of a class sit on one rank, every rank
+  gets ``batch_size / W`` items and the same number of batches, and the concatenation of the slices
+  in rank order *is* the single-process batch. A run on ``W`` ranks therefore sees the same global
+  batches as a run on one, which is what makes checkpoints rank-agnostic.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import Sampler
+
+from rank_lab._validation import check_labels, check_positive_int
+from rank_lab.utils import DeviceLike, get_device
+
+__all__ = [
+    "DistEnv",
+    "init_distributed",
+    "cleanup_distributed",
+    "current_env",
+    "barrier",
+    "broadcast_object",
+    "broadcast_module_state",
+    "all_gather_tensor",
+    "all_gather_with_grad",
+    "all_reduce_mean",
+    "DistributedMPerClassSampler",
+]
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process stands in the run.
+
+    Attributes:
+        rank: global rank (0 = the main process: it logs and writes checkpoints).
+        world_size: number of processes ``W`` (1 = single process, no process group).
+        local_rank: rank on this node (the CUDA device index under ``torchrun``).
+        backend: ``"nccl"``, ``"gloo"`` or ``None`` (single process).
+        owns_group: :func:`init_distributed` created the process group (so
+            :func:`cleanup_distributed` destroys it).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+    owns_group: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0."""
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        """True when there is more than one process."""
+        return self.world_size > 1
+
+    def device(self, device: DeviceLike = None) -> torch.device:
+        """This rank's device: ``cuda:<local_rank>`` when ``device`` asks for CUDA without an index
+        in a multi-process run, else :func:`rank_lab.utils.get_device` of ``device``."""
+        dev = get_device(device)
+        if dev.type == "cuda" and dev.index is None and self.is_distributed:
+            return torch.device("cuda", self.local_rank)
+        return dev
+
+
+def _env_int(name: str, default: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        if default is None:
+            raise ValueError(f"environment variable {name} is not set (launch with torchrun)")
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
+
+
+def current_env() -> DistEnv:
+    """The :class:`DistEnv` of an already initialised process group (single process if none)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return DistEnv()
+    return DistEnv(dist.get_rank(), dist.get_world_size(), _env_int("LOCAL_RANK", 0), str(dist.get_backend()))
+
+
+def init_distributed(
+    backend: str | None = None, *, device: DeviceLike = None, timeout_s: float = 1800.0
+) -> DistEnv:
+    """Join the process group described by the ``torchrun`` environment variables.
+
+    Args:
+        backend: ``"nccl"`` / ``"gloo"``; default NCCL when ``device`` resolves to CUDA, else gloo.
+        device: the device the run uses (``None``: CUDA when present); with CUDA the process'
+            current device becomes ``cuda:<LOCAL_RANK>``.
+        timeout_s: collective timeout in seconds.
+
+    Returns:
+        The :class:`DistEnv`. An existing process group is reused (``owns_group=False``); without
+        ``WORLD_SIZE`` or with ``WORLD_SIZE=1`` no group is created (single-process fallback).
+
+    Raises:
+        ValueError: malformed variables, ``RANK`` outside ``[0, WORLD_SIZE)``, or a missing
+            ``MASTER_ADDR`` / ``MASTER_PORT``.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return current_env()
+    world = _env_int("WORLD_SIZE", 1)
+    if world < 1:
+        raise ValueError(f"WORLD_SIZE must be >= 1, got {world}")
+    if world == 1:
+        return DistEnv()
+    if not dist.is_available():  # pragma: no cover - torch built without distributed
+        raise RuntimeError("WORLD_SIZE > 1 but torch.distributed is not available")
+    rank, local_rank = _env_int("RANK"), _env_int("LOCAL_RANK", 0)
+    if not 0 <= rank < world:
+        raise ValueError(f"RANK={rank} must lie in [0, WORLD_SIZE={world})")
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name):
+            raise ValueError(f"environment variable {name} is not set (launch with torchrun)")
+    dev = get_device(device)
+    if backend is None:
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+    if dev.type == "cuda":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+    return DistEnv(rank, world, local_rank, backend, owns_group=True)
+
+
+def cleanup_distributed(env: DistEnv | None = None) -> None:
+    """Destroy the process group if ``env`` created it (``env=None``: whatever group exists)."""
+    if dist.is_available() and dist.is_initialized() and (env is None or env.owns_group):
+        dist.destroy_process_group()
+
+
+def _active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op in a single process)."""
+    if _active():
+        dist.barrier()
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s (picklable) ``obj`` on every rank (identity in a single process)."""
+    if not _active():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+@torch.no_grad()
+def broadcast_module_state(module: nn.Module, src: int = 0) -> None:
+    """Overwrite every parameter and buffer of ``module`` with rank ``src``'s (e.g. loss proxies, a memory)."""
+    if _active():
+        for t in module.state_dict().values():
+            if isinstance(t, torch.Tensor) and t.numel() > 0:
+                dist.broadcast(t, src=src)
+
+
+def _gather_sizes(n: int, device: torch.device) -> list[int]:
+    t = torch.tensor([n], dtype=torch.long, device=device)
+    out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t)
+    return [int(v) for v in out]
+
+
+def _gather_rows(x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    m = max(sizes)
+    if m == 0:
+        return x.new_empty((0, *x.shape[1:]))
+    as_bool = x.dtype == torch.bool
+    xp = x.to(torch.uint8) if as_bool else x
+    if xp.shape[0] < m:  # pad to the largest rank, strip after
+        xp = torch.cat([xp, xp.new_zeros((m - xp.shape[0], *xp.shape[1:]))])
+    out = [torch.empty_like(xp) for _ in sizes]
+    dist.all_gather(out, xp.contiguous())
+    res = torch.cat([o[:n] for o, n in zip(out, sizes, strict=True)])
+    return res.bool() if as_bool else res
+
+
+def all_gather_tensor(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate every rank's ``x (n_r, ...)`` along dim 0 in rank order (no gradient).
+
+    The ranks may hold different numbers of rows (padded internally). Identity in a single process.
+    """
+    if not isinstance(x, torch.Tensor) or x.ndim == 0:
+        raise ValueError("x must be a tensor with the rows on dim 0")
+    if not _active():
+        return x
+    return _gather_rows(x.detach(), _gather_sizes(x.shape[0], x.device))
+
+
+class _AllGatherWithGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        sizes = _gather_sizes(x.shape[0], x.device)
+        rank = dist.get_rank()
+        ctx.start, ctx.stop = sum(sizes[:rank]), sum(sizes[: rank + 1])
+        return _gather_rows(x, sizes)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad[ctx.start : ctx.stop]
+
+
+def all_gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """Differentiable all-gather: ``(sum_r n_r, ...)`` rows of every rank, in rank order.
+
+    Backward: the gradient of the gathered tensor is summed over the ranks (all-reduce) and the
+    local rows are returned, so that, with DDP's averaging of parameter gradients, the parameters
+    get the gradient of ``(1/W) sum_r L_r`` -- exactly the single-process gradient when every rank
+    computes the same loss of the gathered batch (see the module docstring). Every rank must
+    back-propagate through the gathered tensor (the backward is a collective). Identity in a
+    single process.
+
+    Args:
+        x: ``(n_r, ...)`` local rows (floating point); ranks may hold different ``n_r``.
+
+    Returns:
+        ``(N, ...)`` with ``N = sum_r n_r``; rows ``[sum_{s<r} n_s, sum_{s<=r} n_s)`` are ``x``.
+    """
+    if not isinstance(x, torch.Tensor) or x.ndim == 0:
+        raise ValueError("x must be a tensor with the rows on dim 0")
+    if not _active():
+        return x
+    if not x.is_floating_point():
+        raise TypeError(f"all_gather_with_grad needs a floating-point tensor, got {x.dtype}; use all_gather_tensor")
+    return _AllGatherWithGrad.apply(x)
+
+
+def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the ranks (a new tensor; identity in a single process)."""
+    if not _active():
+        return x
+    out = x.detach().clone().float() if not x.is_floating_point() else x.detach().clone()
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out / dist.get_world_size()
+
+
+class DistributedMPerClassSampler(Sampler[list[int]]):
+    """Each rank's share of the global m-per-class batches (whole class groups per rank).
+
+    The global batch of ``batch_size`` items (``batch_size // m`` classes x ``m`` items, drawn by
+    :class:`rank_lab.data.MPerClassSampler` from ``(seed, epoch)``; Ramzi thesis §3.5.1) is cut into
+    ``W`` contiguous slices of ``batch_size / W`` items; rank ``r`` yields slice ``r``.
+
+    Invariants (tested): every rank yields ``len(self)`` batches of ``batch_size / W`` indices;
+    within a batch a class lives on one rank only, with its ``m`` items; the slices of all ranks
+    concatenated in rank order equal the single-process batch; the draw depends only on
+    ``(seed, epoch)``, not on ``W``.
+
+    Args:
+        labels: ``(N,)`` or ``(N, L)`` (column 0 used) class ids.
+        m: items per class.
+        batch_size: **global** batch size (all ranks), a multiple of ``m``.
+        length: items per epoch (default ``N``), as :class:`~rank_lab.data.MPerClassSampler`.
+        seed: seed of the draw.
+        num_replicas: ``W`` (default: the process group's world size, 1 without one).
+        rank: this rank (default: the process group's rank).
+        epoch: initial epoch; call :meth:`set_epoch` before every epoch.
+
+    Raises:
+        ValueError: ``batch_size // m`` classes cannot be split evenly over ``W`` ranks, a bad rank.
+    """
+
+    def __init__(
+        self,
+        labels: torch.Tensor | np.ndarray | list[int],
+        m: int = 4,
+        batch_size: int = 32,
+        length: int | None = None,
+        seed: int = 0,
+        *,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        epoch: int = 0,
+    ) -> None:
+        from rank_lab.data import MPerClassSampler
+
+        env = current_env()
+        self.num_replicas = check_positive_int(env.world_size if num_replicas is None else num_replicas, "num_replicas")
+        self.rank = env.rank if rank is None else rank
+        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.num_replicas:
+            raise ValueError(f"rank must be an int in [0, {self.num_replicas}), got {rank!r}")
+        y = check_labels(labels, name="labels")
+        self._fine = (y if y.ndim == 1 else y[:, 0]).cpu().numpy()
+        self.global_sampler = MPerClassSampler(y, m=m, batch_size=batch_size, length=length, seed=seed, epoch=epoch)
+        cpb = self.global_sampler.classes_per_batch
+        if cpb % self.num_replicas:
+            raise ValueError(
+                f"batch_size // m = {cpb} classes per global batch cannot be split over {self.num_replicas} ranks: "
+                f"choose batch_size = m * (a multiple of {self.num_replicas})"
+            )
+        self.m, self.batch_size = self.global_sampler.m, self.global_sampler.batch_size
+        self.local_batch_size = self.batch_size // self.num_replicas
+
+    @property
+    def epoch(self) -> int:
+        """The epoch whose draw :meth:`__iter__` yields."""
+        return self.global_sampler.epoch
+
+    @property
+    def seed(self) -> int:
+        """Seed of the draw."""
+        return self.global_sampler.seed
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (the same on every rank)."""
+        self.global_sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        """Batches per epoch, the same on every rank (that of the global sampler)."""
+        return len(self.global_sampler)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        a, b = self.rank * self.local_batch_size, (self.rank + 1) * self.local_batch_size
+        for batch in self.global_sampler:
+            groups = self._fine[np.asarray(batch)].reshape(-1, self.m)
+            if not (groups == groups[:, :1]).all():  # the cut relies on contiguous class groups
+                raise RuntimeError("MPerClassSampler no longer yields contiguous class groups")
+            yield batch[a:b]
+
+    def __repr__(self) -> str:
+        return (
+            f"DistributedMPerClassSampler(rank={self.rank}, num_replicas={self.num_replicas}, "
+            f"batch_size={self.batch_size} (local {self.local_batch_size}), m={self.m}, batches={len(self)}, "
+            f"seed={self.seed}, epoch={self.epoch})"
+        )
