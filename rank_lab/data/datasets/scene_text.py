@@ -30,6 +30,19 @@ from rank_lab.data.datasets.base import DatasetFolderError, pil_loader, require_
 __all__ = ["LmdbTextDataset", "IcdarAnnotation", "read_icdar_gt", "read_icdar_folder", "IcdarDetectionDataset"]
 
 _LMDB_LAYOUT = "Expected an LMDB environment (data.mdb) with keys num-samples, image-%09d and label-%09d."
+_ENVS: dict[tuple[str, int], Any] = {}
+
+
+def _open_env(root: Path) -> Any:
+    """One read-only LMDB handle per folder and process (``lmdb`` refuses a second ``open``)."""
+    import os
+
+    import lmdb
+
+    key = (str(root.resolve()), os.getpid())
+    if key not in _ENVS:
+        _ENVS[key] = lmdb.open(str(root), readonly=True, lock=False, readahead=False, meminit=False, max_readers=64)
+    return _ENVS[key]
 
 
 class LmdbTextDataset(Dataset):
@@ -57,48 +70,40 @@ class LmdbTextDataset(Dataset):
         lowercase: bool = False,
     ) -> None:
         try:
-            import lmdb
+            import lmdb  # noqa: F401
         except ImportError as exc:  # pragma: no cover - exercised only without lmdb
             raise ImportError("LmdbTextDataset needs the 'lmdb' package: pip install lmdb") from exc
         root = Path(root)
         require_path(root, "data.mdb", "LMDB scene-text set", _LMDB_LAYOUT)
         self.root, self.transform, self.mode, self.lowercase = root, transform, mode, lowercase
-        self._env = None
-        env = lmdb.open(str(root), readonly=True, lock=False, readahead=False, meminit=False, max_readers=32)
-        try:
-            with env.begin(write=False) as txn:
-                raw = txn.get(b"num-samples")
-                if raw is None:
-                    raise DatasetFolderError(f"LMDB scene-text set: {str(root)!r} has no 'num-samples' key. {_LMDB_LAYOUT}")
-                try:
-                    n = int(raw.decode("ascii").strip())
-                except ValueError as exc:
-                    raise DatasetFolderError(f"LMDB scene-text set: 'num-samples' is not an integer: {raw[:20]!r}") from exc
-                self.indices: list[int] = []
-                self.labels: list[str] = []
-                allowed = set(charset) if charset is not None else None
-                for i in range(1, n + 1):
-                    lab = txn.get(b"label-%09d" % i)
-                    if lab is None:
-                        raise DatasetFolderError(f"LMDB scene-text set: key label-{i:09d} is missing (num-samples = {n})")
-                    text = lab.decode("utf-8")
-                    if lowercase:
-                        text = text.lower()
-                    if max_length is not None and len(text) > max_length:
-                        continue
-                    if allowed is not None and any(c not in allowed for c in text):
-                        continue
-                    self.indices.append(i)
-                    self.labels.append(text)
-        finally:
-            env.close()
+        env = _open_env(root)
+        with env.begin(write=False) as txn:
+            raw = txn.get(b"num-samples")
+            if raw is None:
+                raise DatasetFolderError(f"LMDB scene-text set: {str(root)!r} has no 'num-samples' key. {_LMDB_LAYOUT}")
+            try:
+                n = int(raw.decode("ascii").strip())
+            except ValueError as exc:
+                raise DatasetFolderError(f"LMDB scene-text set: 'num-samples' is not an integer: {raw[:20]!r}") from exc
+            self.indices: list[int] = []
+            self.labels: list[str] = []
+            allowed = set(charset) if charset is not None else None
+            for i in range(1, n + 1):
+                lab = txn.get(b"label-%09d" % i)
+                if lab is None:
+                    raise DatasetFolderError(f"LMDB scene-text set: key label-{i:09d} is missing (num-samples = {n})")
+                text = lab.decode("utf-8")
+                if lowercase:
+                    text = text.lower()
+                if max_length is not None and len(text) > max_length:
+                    continue
+                if allowed is not None and any(c not in allowed for c in text):
+                    continue
+                self.indices.append(i)
+                self.labels.append(text)
 
     def _txn_get(self, key: bytes) -> bytes | None:
-        import lmdb
-
-        if self._env is None:  # opened lazily, once per process (DataLoader workers)
-            self._env = lmdb.open(str(self.root), readonly=True, lock=False, readahead=False, meminit=False, max_readers=32)
-        with self._env.begin(write=False) as txn:
+        with _open_env(self.root).begin(write=False) as txn:  # re-opened in DataLoader workers
             return txn.get(key)
 
     def __len__(self) -> int:
@@ -115,11 +120,6 @@ class LmdbTextDataset(Dataset):
         if self.transform is not None:
             img = self.transform(img)
         return img, self.labels[index]
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_env"] = None  # an LMDB handle cannot be pickled into DataLoader workers
-        return state
 
 
 @dataclass
