@@ -9,12 +9,14 @@ from rank_lab.models.backbones import (
     load_backbone_weights,
 )
 from rank_lab.models.heads import EmbeddingHead, EmbeddingModel, ModelConfig, build_model
-from rank_lab.models.pooling import MAC, GeM, SPoC, build_pooling
+from rank_lab.models.pooling import MAC, RMAC, GeM, SPoC, build_pooling, rmac_regions
 
 __all__ = [
     "GeM",
     "MAC",
     "SPoC",
+    "RMAC",
+    "rmac_regions",
     "build_pooling",
     "MLPBackbone",
     "TimmBackbone",
