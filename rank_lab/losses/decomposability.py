@@ -262,6 +262,11 @@ def dg_calibrated_bound(
     (the thesis' A.1.4 misses a "+" in ``j + G+_b + P_<b``). It equals :func:`dg_upper_bound`
     when every item violates its threshold and 0 when none does. Like Eq. 3.18 it reasons on the
     juxtaposed arrangement (earlier batches above later ones).
+
+    It is *not* always tighter than Eq. 3.18: with good positives in later batches and violating
+    negatives everywhere it can exceed it (e.g. ``G+ = (0, 2, 2), E+ = (2, 0, 0), G- = (0, 0, 0),
+    E- = (4, 4, 4)`` gives 0.477 against 0.376 for Eq. 3.18), because the paper's argument is not
+    a minimisation over orderings. Both being upper bounds, ``min`` of the two is the usable one.
     """
     gp, ep = _counts("good_pos", good_pos), _counts("bad_pos", bad_pos)
     gn, en = _counts("good_neg", good_neg), _counts("bad_neg", bad_neg)
