@@ -62,7 +62,7 @@ def raster_iou(p: np.ndarray, q: np.ndarray, res: int = 1000) -> float:
 
 def test_rotated_iou_matches_shapely() -> None:
     shapely = pytest.importorskip("shapely.geometry")
-    b1, b2 = random_boxes(400, 0)
+    b1, b2 = random_boxes(2500, 0)  # more than one CPU chunk
     got = rotated_iou(b1, b2)
     p1, p2 = boxes_to_polygons(b1).numpy(), boxes_to_polygons(b2).numpy()
     ref = []

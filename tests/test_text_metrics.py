@@ -52,6 +52,13 @@ def test_edit_distance_matches_dp_on_random_strings(alphabet: str) -> None:
     assert [levenshtein_reference(x, y) for x, y in zip(a, b, strict=True)] == got.tolist()
 
 
+def test_large_batches_are_processed_in_chunks_consistently() -> None:
+    rng = random.Random(5)
+    a = ["".join(rng.choice("abc") for _ in range(rng.randint(0, 6))) for _ in range(2500)]
+    b = ["".join(rng.choice("abc") for _ in range(rng.randint(0, 6))) for _ in range(2500)]
+    assert edit_distance(a, b).tolist() == [levenshtein_reference(x, y) for x, y in zip(a, b, strict=True)]
+
+
 def test_hand_worked_examples() -> None:
     assert edit_distance(["kitten", "flaw", "", "abc", "日本語"], ["sitting", "lawn", "abc", "", "日本"]).tolist() == [3, 2, 3, 3, 1]
 

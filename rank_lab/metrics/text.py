@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 PAD = -1
+_CPU_CHUNK = 1024
 
 
 def encode_strings(
@@ -161,6 +162,15 @@ def edit_distance(
     n = ca.shape[0]
     if n == 0:
         return torch.zeros(0, dtype=torch.long, device=dev)
+    if dev.type == "cpu" and n > _CPU_CHUNK:  # chunks keep the working set in cache (several x faster)
+        return torch.cat([_levenshtein(ca[i : i + _CPU_CHUNK], la[i : i + _CPU_CHUNK], cb[i : i + _CPU_CHUNK], lb[i : i + _CPU_CHUNK])
+                          for i in range(0, n, _CPU_CHUNK)])
+    return _levenshtein(ca, la, cb, lb)
+
+
+def _levenshtein(ca: torch.Tensor, la: torch.Tensor, cb: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
+    """Row-by-row Levenshtein DP of a batch of padded code rows (see :func:`edit_distance`)."""
+    n, dev = ca.shape[0], ca.device
     # Loop over the shorter side (ED is symmetric); trim both to their longest real string.
     if int(la.max()) > int(lb.max()):
         ca, la, cb, lb = cb, lb, ca, la
