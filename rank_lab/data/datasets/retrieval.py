@@ -25,6 +25,7 @@ RETRIEVAL_DATASETS = {
     "cars196": "cars:load_cars",
     "inaturalist": "inaturalist:load_inaturalist",
     "inat": "inaturalist:load_inaturalist",
+    "vehicleid": "vehicleid:load_vehicleid",
 }
 
 
