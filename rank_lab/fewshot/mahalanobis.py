@@ -142,7 +142,11 @@ class MahalanobisClassifier:
         """
         self.classes, self.means, q, self.counts = self.regularized_covariances(support, labels)
         chol, info = torch.linalg.cholesky_ex(q)
-        if bool((info > 0).any()):
+        singular = bool((info > 0).any())
+        if not singular and self.identity_scale == 0:  # Q_c >= identity_scale * I otherwise
+            ev = torch.linalg.eigvalsh(q)
+            singular = bool((ev[:, 0] <= 1e-10 * ev[:, -1].clamp_min(1e-300)).any())
+        if singular:
             raise ValueError("a regularised class covariance Q_c is not positive definite; use identity_scale > 0")
         self.precisions = torch.cholesky_inverse(chol)
         return self

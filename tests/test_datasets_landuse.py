@@ -1,0 +1,116 @@
+"""Land-use loaders on tiny fixtures written in the datasets' published folder layouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from rank_lab.data.datasets import DatasetFolderError
+from rank_lab.data.datasets.landuse import LANDUSE_DATASETS, load_landuse, load_landuse_pool
+
+
+def _write(folder: Path, n: int, ext: str = ".jpg", size: int = 8, seed: int = 0) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        arr = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        Image.fromarray(arr).save(folder / f"{folder.name}{i:02d}{ext}")
+
+
+def _ucm(root: Path) -> Path:
+    base = root / "UCMerced_LandUse" / "Images"
+    for j, c in enumerate(["agricultural", "airplane", "beach"]):
+        _write(base / c, 3 + j, ".tif", seed=j)
+    return root
+
+
+def _rsicb(root: Path) -> Path:
+    base = root / "RSI-CB256"
+    _write(base / "agricultural land" / "farmland", 4, ".tif")
+    _write(base / "agricultural land" / "green_farmland", 2, ".tif")
+    _write(base / "transportation" / "airport_runway", 5, ".tif")
+    return root
+
+
+def test_ucm_layout_from_parent_and_dataset_folders(tmp_path):
+    _ucm(tmp_path)
+    with pytest.warns(UserWarning, match="21"):  # 3 of the 21 published classes
+        d = load_landuse(tmp_path, "UC_Merced")
+    assert d.name == "ucm" and d.class_names == ["agricultural", "airplane", "beach"]
+    assert len(d) == 3 + 4 + 5 and d.labels.tolist() == [0] * 3 + [1] * 4 + [2] * 5
+    assert all(p.parent.name == d.class_names[int(lab)] for p, lab in zip(d.paths, d.labels, strict=True))
+    with pytest.warns(UserWarning):
+        d2 = load_landuse(tmp_path / "UCMerced_LandUse", "ucm")
+    assert d2.paths == d.paths
+    with pytest.raises(DatasetFolderError, match="21"):
+        load_landuse(tmp_path, "ucm", strict=True)
+
+
+def test_nested_rsicb_categories_and_min_per_class(tmp_path):
+    _rsicb(tmp_path)
+    with pytest.warns(UserWarning):
+        d = load_landuse(tmp_path, "rsi-cb", min_per_class=3)
+    assert d.class_names == ["airport_runway", "farmland"]  # green_farmland (2 images) dropped
+    assert torch.bincount(d.labels).tolist() == [5, 4]
+
+
+def test_dataset_view_loads_images(tmp_path):
+    from torchvision.transforms import ToTensor
+
+    root = tmp_path / "AID"
+    for c in ["Airport", "BareLand"]:
+        _write(root / c, 2, ".jpg", size=10)
+    with pytest.warns(UserWarning):
+        d = load_landuse(tmp_path, "aid")
+    img, lab = d.dataset(ToTensor())[3]
+    assert img.shape == (3, 10, 10) and int(lab) == 1
+
+
+def test_full_class_count_gives_no_warning(tmp_path, recwarn):
+    root = tmp_path / "RSSCN7"
+    for c in ["aGrass", "bField", "cIndustry", "dRiverLake", "eForest", "fResident", "gParking"]:
+        _write(root / c, 1, ".jpg")
+    d = load_landuse(tmp_path, "rsscn7", strict=True)
+    assert len(d.class_names) == 7 == LANDUSE_DATASETS["rsscn7"][1]
+    assert not [w for w in recwarn if "class folders" in str(w.message)]
+
+
+def test_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown land-use dataset"):
+        load_landuse(tmp_path, "eurosat")
+    with pytest.raises(DatasetFolderError, match="does not exist"):
+        load_landuse(tmp_path / "missing", "aid")
+    (tmp_path / "AID" / "empty_class").mkdir(parents=True)
+    with pytest.raises(DatasetFolderError, match="no class folder"):
+        load_landuse(tmp_path, "aid")
+    flat = tmp_path / "flat" / "WHU-RS19"
+    _write(flat, 2)
+    with pytest.raises(DatasetFolderError, match="directly"):
+        load_landuse(tmp_path / "flat", "whurs19")
+    with pytest.raises(DatasetFolderError, match="min_per_class"):
+        load_landuse(_ucm(tmp_path / "u"), "ucm", min_per_class=50)
+    assert issubclass(DatasetFolderError, ValueError) and issubclass(DatasetFolderError, FileNotFoundError)
+
+
+def test_pool_and_leave_one_dataset_out(tmp_path):
+    _ucm(tmp_path)
+    _rsicb(tmp_path)
+    with pytest.warns(UserWarning):
+        pool = load_landuse_pool(tmp_path, ["ucm", "rsicb"], min_per_class=4)
+    assert pool.names == ["ucm", "rsicb"]
+    assert pool.class_names == [["airplane", "beach"], ["airport_runway", "farmland"]]
+    assert len(pool) == 4 + 5 + 5 + 4 and pool.dataset_ids.tolist() == [0] * 9 + [1] * 9
+    src, tgt = pool.leave_one_out("ucm")
+    assert set(tgt.dataset_ids.tolist()) == {0} and set(src.dataset_ids.tolist()) == {1}
+    assert len(src) + len(tgt) == len(pool) and all(p.suffix == ".tif" for p in tgt.paths)
+    with pytest.raises(ValueError, match="not in the pool"):
+        pool.leave_one_out("aid")
+    with pytest.raises(DatasetFolderError, match="aid"):
+        load_landuse_pool(tmp_path, ["ucm", "aid"])
+    with pytest.warns(UserWarning):
+        by_map = load_landuse_pool({"ucm": tmp_path / "UCMerced_LandUse"}, min_per_class=1)
+    assert len(by_map) == 12
