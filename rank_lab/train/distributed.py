@@ -192,7 +192,9 @@ def broadcast_module_state(module: nn.Module, src: int = 0) -> None:
                 dist.broadcast(t, src=src)
 
 
-def _gather_sizes(n: int, device: torch.device) -> list[int]:
+def _gather_sizes(n: int, device: torch.device, same_size: bool = False) -> list[int]:
+    if same_size:  # the caller guarantees it: save a collective
+        return [n] * dist.get_world_size()
     t = torch.tensor([n], dtype=torch.long, device=device)
     out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
     dist.all_gather(out, t)
@@ -213,34 +215,35 @@ def _gather_rows(x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     return res.bool() if as_bool else res
 
 
-def all_gather_tensor(x: torch.Tensor) -> torch.Tensor:
+def all_gather_tensor(x: torch.Tensor, *, same_size: bool = False) -> torch.Tensor:
     """Concatenate every rank's ``x (n_r, ...)`` along dim 0 in rank order (no gradient).
 
-    The ranks may hold different numbers of rows (padded internally). Identity in a single process.
+    The ranks may hold different numbers of rows (exchanged first, padded internally);
+    ``same_size=True`` promises equal ``n_r`` and skips that exchange. Identity in a single process.
     """
     if not isinstance(x, torch.Tensor) or x.ndim == 0:
         raise ValueError("x must be a tensor with the rows on dim 0")
     if not _active():
         return x
-    return _gather_rows(x.detach(), _gather_sizes(x.shape[0], x.device))
+    return _gather_rows(x.detach(), _gather_sizes(x.shape[0], x.device, same_size))
 
 
 class _AllGatherWithGrad(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        sizes = _gather_sizes(x.shape[0], x.device)
+    def forward(ctx: Any, x: torch.Tensor, same_size: bool) -> torch.Tensor:  # noqa: D102
+        sizes = _gather_sizes(x.shape[0], x.device, same_size)
         rank = dist.get_rank()
         ctx.start, ctx.stop = sum(sizes[:rank]), sum(sizes[: rank + 1])
         return _gather_rows(x, sizes)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: D102
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
-        return grad[ctx.start : ctx.stop]
+        return grad[ctx.start : ctx.stop], None
 
 
-def all_gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+def all_gather_with_grad(x: torch.Tensor, *, same_size: bool = False) -> torch.Tensor:
     """Differentiable all-gather: ``(sum_r n_r, ...)`` rows of every rank, in rank order.
 
     Backward: the gradient of the gathered tensor is summed over the ranks (all-reduce) and the
@@ -252,6 +255,7 @@ def all_gather_with_grad(x: torch.Tensor) -> torch.Tensor:
 
     Args:
         x: ``(n_r, ...)`` local rows (floating point); ranks may hold different ``n_r``.
+        same_size: promise equal ``n_r`` on every rank (skips the size exchange).
 
     Returns:
         ``(N, ...)`` with ``N = sum_r n_r``; rows ``[sum_{s<r} n_s, sum_{s<=r} n_s)`` are ``x``.
@@ -262,7 +266,7 @@ def all_gather_with_grad(x: torch.Tensor) -> torch.Tensor:
         return x
     if not x.is_floating_point():
         raise TypeError(f"all_gather_with_grad needs a floating-point tensor, got {x.dtype}; use all_gather_tensor")
-    return _AllGatherWithGrad.apply(x)
+    return _AllGatherWithGrad.apply(x, bool(same_size))
 
 
 def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:

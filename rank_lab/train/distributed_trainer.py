@@ -157,14 +157,14 @@ class DistributedTrainer(Trainer):
         """Loss of the gathered global batch (``"full"``) or of the local queries against it (``"local"``)."""
         if not self.env.is_distributed:
             return super()._batch_loss(emb, y, idx)
-        idx = torch.as_tensor(idx).to(emb.device)
-        emb_all = all_gather_with_grad(emb)
-        y_all, idx_all = all_gather_tensor(y), all_gather_tensor(idx)
+        n = emb.shape[0]  # the same on every rank (the sampler's local batch)
+        emb_all = all_gather_with_grad(emb, same_size=True)
+        meta = torch.cat([y.reshape(n, -1), torch.as_tensor(idx).to(y.device).reshape(n, 1)], 1)
+        meta_all = all_gather_tensor(meta, same_size=True)  # labels and dataset indices in one message
+        y_all = meta_all[:, 0] if y.ndim == 1 else meta_all[:, :-1]
+        idx_all = meta_all[:, -1]
         if self.config.dist_loss == "full":
             return super()._batch_loss(emb_all, y_all, idx_all)  # the same value on every rank
-        n = emb.shape[0]
-        if emb_all.shape[0] != n * self.env.world_size:
-            raise RuntimeError("dist_loss='local' needs the same batch size on every rank")
         self_index = torch.arange(n, device=emb.device) + self.env.rank * n
         loss = self.loss_fn(emb, y, emb_all, y_all, ref_self_index=self_index)
         finite = torch.tensor([float(torch.isfinite(loss.detach()))], device=emb.device)
