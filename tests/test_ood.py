@@ -34,6 +34,7 @@ from rank_lab.ood import (
     avg_pool,
     compose_energies,
     extract_features,
+    kth_neighbour_distance,
     schedule_values,
     sgld,
     std_pool,
@@ -410,6 +411,7 @@ def test_mahalanobis_knn_kl_vim_dice_react_against_brute_force(clusters):
     knn_ref = torch.cdist(qn, zn).sort(1).values[:, 9]
     assert torch.allclose(KNN(k=10).fit(train).score(q.float()), knn_ref, atol=1e-5)
     assert torch.allclose(KNN(k=10, backend="faiss").fit(train).score(q.float()), knn_ref, atol=1e-4)
+    assert torch.allclose(kth_neighbour_distance(qn, zn, 10, chunk_size=3), knn_ref, atol=1e-5)  # chunking
     # KL matching with explicit loops
     kl = KLMatching().fit(train)
     p_tr = torch.softmax(train["logits"].double(), 1)

@@ -114,14 +114,15 @@ class GMM(OODScorer):
             return self.energy.energy(_maybe_normalize(self._get(data), self.normalize))
 
 
-def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, chunk_size: int = 4096) -> torch.Tensor:
+def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, chunk_size: int | None = None) -> torch.Tensor:
     """Euclidean distance from each L2-normalised query to its ``k``-th nearest L2-normalised bank row.
 
     ``||q - b||^2 = 2 - 2 q.b`` for unit vectors, so the ``k`` largest inner products give the
-    ``k`` nearest neighbours; computed in chunks of queries (memory ``chunk_size x N``).
+    ``k`` nearest neighbours; computed in chunks of queries (memory ``chunk_size x N`` floats).
 
     Args:
         queries: ``(M, d)``; bank: ``(N, d)``, both normalised; k: ``1 <= k <= N``.
+        chunk_size: queries per chunk; default ``2**25 // N`` (128 MiB of similarities), at most 4096.
 
     Returns:
         ``(M,)`` distances.
@@ -129,6 +130,9 @@ def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, ch
     k = check_positive_int(k, "k")
     if k > bank.shape[0]:
         raise ValueError(f"k = {k} exceeds the number of training features ({bank.shape[0]})")
+    if chunk_size is None:
+        chunk_size = max(1, min(4096, 2**25 // bank.shape[0]))
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
     out = []
     for i in range(0, queries.shape[0], chunk_size):
         sims = queries[i:i + chunk_size] @ bank.T
