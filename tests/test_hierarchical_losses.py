@@ -165,6 +165,8 @@ def test_sigma_loss_is_the_sum_over_levels():
     assert torch.isfinite(nsm(emb.float(), lab))
     ref_emb, ref_lab = _batch(7, b=30)
     assert torch.isfinite(sigma_loss("triplet", 3, mining="semihard")(emb, lab, ref_emb, ref_lab))
+    via_name = build_loss("sigma", base="sup_ap", n_levels=3, dim=5)  # dim only reaches proxy losses
+    assert float(via_name(emb, lab)) == pytest.approx(ref, abs=1e-12)
     with pytest.raises(ValueError, match="level_classes"):
         sigma_loss("norm_softmax", 3, level_classes=[8, 4], dim=5)
 

@@ -84,7 +84,7 @@ class SigmaLoss(nn.Module):
 
 
 def sigma_loss(
-    name: str,
+    base: str,
     n_levels: int,
     *,
     level_classes: Sequence[int] | None = None,
@@ -96,28 +96,32 @@ def sigma_loss(
     with ``mining="semihard"``, Σ NSM = ``"norm_softmax"``, Σ NCA++ = ``"proxy_nca_pp"``, ``"sup_ap"`` ...).
 
     Args:
-        name: the binary loss.
+        base: name of the binary loss (``build_loss("sigma", base="sup_ap", n_levels=2)``).
         n_levels: L (one loss per label column).
         level_classes: classes per level (proxy losses; labels must be re-indexed per column,
             as :class:`rank_lab.train.Trainer` does).
-        dim: embedding dimension (proxy losses).
+        dim: embedding dimension (passed to proxy losses only).
         weights: per-level weights (default: plain sum).
         **kwargs: constructor arguments shared by every level.
     """
-    from rank_lab.losses import build_loss
+    import inspect
+
+    from rank_lab.losses import LOSSES, build_loss
 
     if isinstance(n_levels, bool) or not isinstance(n_levels, int) or n_levels < 1:
         raise ValueError(f"n_levels must be a positive int, got {n_levels!r}")
     if level_classes is not None and len(level_classes) != n_levels:
         raise ValueError(f"level_classes must give one count per level ({n_levels}), got {list(level_classes)}")
+    key = str(base).strip().lower().replace("-", "_")
+    takes = inspect.signature(LOSSES[key]).parameters if key in LOSSES else {}
     losses = []
     for lev in range(n_levels):
         kw = dict(kwargs, hierarchy_level=lev)
         if level_classes is not None:
             kw["n_classes"] = int(level_classes[lev])
-        if dim is not None:
+        if dim is not None and "dim" in takes:
             kw["dim"] = int(dim)
-        losses.append(build_loss(name, **kw))
+        losses.append(build_loss(base, **kw))
     return SigmaLoss(losses, weights)
 
 
