@@ -190,9 +190,12 @@ class TinyResNetBody(nn.Module):
         in_channels: input channels.
         widths: channels of the stages (stride 1 for the first, 2 for the others).
         blocks: BasicBlocks per stage.
+        stem_stride: stride of the 3x3 stem (2 quarters the cost of the first stage).
     """
 
-    def __init__(self, in_channels: int = 3, widths: Sequence[int] = (16, 32, 64), blocks: Sequence[int] | int = 1) -> None:
+    def __init__(
+        self, in_channels: int = 3, widths: Sequence[int] = (16, 32, 64), blocks: Sequence[int] | int = 1, stem_stride: int = 1
+    ) -> None:
         super().__init__()
         widths = [int(w) for w in widths]
         nblocks = [int(blocks)] * len(widths) if isinstance(blocks, int) else [int(b) for b in blocks]
@@ -200,7 +203,7 @@ class TinyResNetBody(nn.Module):
             raise ValueError(f"widths and blocks must be positive and of equal length, got {widths}, {nblocks}")
         if int(in_channels) < 1:
             raise ValueError(f"in_channels must be >= 1, got {in_channels}")
-        self.conv1 = nn.Conv2d(int(in_channels), widths[0], 3, padding=1, bias=False)
+        self.conv1 = nn.Conv2d(int(in_channels), widths[0], 3, stride=int(stem_stride), padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(widths[0])
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.Identity()
@@ -253,6 +256,8 @@ def film_resnet18(
     return model
 
 
-def film_tiny_resnet(in_channels: int = 3, widths: Sequence[int] = (16, 32, 64), blocks: Sequence[int] | int = 1) -> FiLMResNet:
+def film_tiny_resnet(
+    in_channels: int = 3, widths: Sequence[int] = (16, 32, 64), blocks: Sequence[int] | int = 1, stem_stride: int = 1
+) -> FiLMResNet:
     """A :class:`FiLMResNet` around a :class:`TinyResNetBody` (smoke-mode backbone)."""
-    return FiLMResNet(TinyResNetBody(in_channels, widths, blocks))
+    return FiLMResNet(TinyResNetBody(in_channels, widths, blocks, stem_stride))

@@ -247,6 +247,7 @@ def build_rcnaps(
     in_channels: int = 3,
     widths: Sequence[int] = (16, 32, 64),
     blocks: Sequence[int] | int = 1,
+    stem_stride: int = 1,
     encoder_width: int = 64,
     encoder_depth: int = 5,
     init_std: float = 1e-3,
@@ -256,12 +257,12 @@ def build_rcnaps(
     """Build rCNAPS with ``backbone="resnet18"`` (the thesis; ``source`` torchvision or timm) or ``"tiny"``.
 
     ``weights_path`` loads local ImageNet weights into ResNet-18 (nothing is downloaded);
-    ``widths`` / ``blocks`` shape the tiny residual CNN of the smoke runs.
+    ``widths`` / ``blocks`` / ``stem_stride`` shape the tiny residual CNN of the smoke runs.
     """
     if backbone == "resnet18":
         ext = film_resnet18(source, weights_path=weights_path, in_channels=in_channels)
     elif backbone == "tiny":
-        ext = film_tiny_resnet(in_channels, widths, blocks)
+        ext = film_tiny_resnet(in_channels, widths, blocks, stem_stride)
     else:
         raise ValueError(f"backbone must be 'resnet18' or 'tiny', got {backbone!r}")
     return RCNAPS(ext, in_channels=in_channels, encoder_width=encoder_width, encoder_depth=encoder_depth,
