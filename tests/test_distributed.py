@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -165,11 +166,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ddp")
+def _launch(tmp: Path) -> None:
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     mp.start_processes(_worker, args=(_free_port(), str(tmp)), nprocs=WORLD, start_method=method, join=True)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Run the 2-process worker once per session (under pytest-xdist the workers share one run);
+    the tests only read its folder."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        tmp = tmp_path_factory.mktemp("ddp")
+        _launch(tmp)
+    else:
+        from filelock import FileLock
+
+        tmp = tmp_path_factory.getbasetemp().parent / "rank_lab_ddp"  # shared by this session's workers
+        with FileLock(str(tmp) + ".lock"):
+            if not (tmp / "done").is_file():
+                tmp.mkdir(exist_ok=True)
+                _launch(tmp)
+                (tmp / "done").touch()
     res = [torch.load(tmp / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
     return tmp, res
 
@@ -186,6 +203,13 @@ def _ref_run(cfg: dict, data, **kw):
     tr = Trainer(None, None, *data, TrainConfig.from_dict(cfg), callbacks=[snap], **kw)
     tr.fit()
     return tr, snaps
+
+
+@pytest.fixture(scope="module")
+def ref_a():
+    """Single-process reference of run A (3 epochs), with snapshots after every epoch."""
+    split = _split()
+    return _ref_run(CFG_A, ((split.x_train, split.y_train), (split.x_test, split.y_test)))
 
 
 def _close_history(h1, h2, rel=1e-5):
@@ -246,11 +270,9 @@ def test_distributed_sampler_across_two_processes(two_ranks):
     assert res[0]["sampler"][0] != res[0]["sampler"][1]
 
 
-def test_two_process_training_equals_one_process(two_ranks):
+def test_two_process_training_equals_one_process(two_ranks, ref_a):
     tmp, res = two_ranks
-    split = _split()
-    data = ((split.x_train, split.y_train), (split.x_test, split.y_test))
-    ref, snaps = _ref_run(CFG_A, data)
+    ref, snaps = ref_a
     for out in res:
         a = out["A"]
         assert a["steps"] == ref.steps_per_epoch == a["sampler_len"] and a["local_batch"] == 8
@@ -267,12 +289,13 @@ def test_two_process_training_equals_one_process(two_ranks):
     assert [r["epoch"] for r in log["history"]] == [1, 2]
 
 
-def test_resume_on_one_rank_from_a_two_rank_checkpoint(two_ranks):
+def test_resume_on_one_rank_from_a_two_rank_checkpoint(two_ranks, ref_a, tmp_path):
     tmp, _ = two_ranks
     split = _split()
     data = ((split.x_train, split.y_train), (split.x_test, split.y_test))
-    ref, _ = _ref_run(CFG_A, data)
-    ck = tmp / "A"
+    ref, _ = ref_a
+    ck = tmp_path / "A"  # a private copy: the shared run folder is never written by the tests
+    shutil.copytree(tmp / "A", ck)
     resumed = Trainer(None, None, *data, TrainConfig.from_dict({**CFG_A, "checkpoint_dir": str(ck)}))
     hist = resumed.fit()
     assert [r["epoch"] for r in hist] == [1, 2, 3]
