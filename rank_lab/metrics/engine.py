@@ -369,15 +369,16 @@ def retrieval_metrics(
     if hier_wanted:
         hier = hierarchical_route(emb, hier_labels[0], ref, hier_labels[1], ks, hier_wanted, exclude_self, dev,
                                   chunk_size, max_memory_mb, progress, alpha=hap_alpha)
-        per_q.update({name: v.cpu() for name, v in hier.items()})
+        per_q.update(hier)
 
-    keep = ~empty.to(next(iter(per_q.values())).device)
+    per_q = {name: v.cpu() for name, v in per_q.items()}  # the routes may return tensors on the compute device
+    keep = ~empty.cpu()
     if not bool(keep.any()):
         raise ValueError("no query has a relevant item in the reference set: every metric is undefined")
     pooled = {name: per_q.pop(name) for name in [n for n in per_q if n.startswith("MS_")]}
     result: dict[str, float] = {name: float(v[keep].double().mean()) for name, v in per_q.items()}
     for k in ks if "MS@k" in hier_wanted else ():
-        sev, cnt = pooled[f"MS_sum@{k}"][keep.cpu()], pooled[f"MS_n@{k}"][keep.cpu()]
+        sev, cnt = pooled[f"MS_sum@{k}"][keep], pooled[f"MS_n@{k}"][keep]
         result[f"MS@{k}"] = float(sev.sum() / cnt.sum()) if float(cnt.sum()) > 0 else 0.0
         result[f"mistakes@{k}"] = float(cnt.mean())
         per_q[f"MS@{k}"] = pooled[f"MS_sum@{k}"] / pooled[f"MS_n@{k}"].clamp(min=1)
