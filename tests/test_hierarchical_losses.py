@@ -247,3 +247,17 @@ def test_bad_inputs():
         CSLLoss(8, 5)
     with pytest.raises(ValueError, match="levels"):
         CSLLoss(8, 5, n_levels=2)(emb.float(), lab)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():  # pragma: no cover - run on the GPU machine
+    emb, lab = _batch(11, b=64)
+    for cls in LOSSES:
+        e_cpu = emb.clone().requires_grad_(True)
+        e_gpu = emb.cuda().requires_grad_(True)
+        a, b = cls()(e_cpu, lab), cls()(e_gpu, lab.cuda())
+        a.backward()
+        b.backward()
+        assert a.item() == pytest.approx(b.item(), abs=1e-8)
+        assert torch.allclose(e_cpu.grad, e_gpu.grad.cpu(), atol=1e-8)

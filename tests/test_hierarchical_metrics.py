@@ -356,3 +356,15 @@ def test_engine_hierarchical_bad_inputs():
         retrieval_metrics(x, torch.zeros(6, 2, dtype=torch.long), x, torch.zeros(6, 3, dtype=torch.long), metrics=("H-AP",))
     with pytest.raises(ValueError, match="hap_alpha"):
         retrieval_metrics(x, torch.zeros(6, 2, dtype=torch.long), metrics=("H-AP",), ks=(1,), hap_alpha=0.0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():  # pragma: no cover - run on the GPU machine
+    torch.manual_seed(8)
+    x, fine = torch.randn(2000, 32), torch.randint(0, 200, (2000,))
+    lab = torch.stack([fine, fine // 10, fine // 50], 1)
+    a = retrieval_metrics(x, lab, ks=(1, 10), metrics=("R@k", "mAP"), hierarchical=True, device="cpu")
+    b = retrieval_metrics(x.cuda(), lab.cuda(), ks=(1, 10), metrics=("R@k", "mAP"), hierarchical=True, device="cuda")
+    for name in a:
+        assert a[name] == pytest.approx(b[name], abs=1e-4), name
