@@ -21,7 +21,10 @@ graded relevance per query, computed over the query's retrieval set (the batch, 
   ``(1 - lambda) L + lambda L*_DG`` (Eqs. 4.11 and 4.15) with the fine-level NormSoftmax proxies.
 
 Upper bounds (thesis §4.2.3-4.2.4): numerators exact, ``rank_s^- >= rank^-`` since ``H^- >= H``,
-so ``L_Sup-H-AP >= 1 - H-AP`` and ``L_Sup-NDCG >= 1 - NDCG`` (tested on tie-free scores).
+so ``L_Sup-H-AP >= 1 - H-AP`` and ``L_Sup-NDCG >= 1 - NDCG`` (tested on tie-free scores). With
+tied scores the exact terms follow ``H(0) = 1`` (a tied item counts as ranked before, as in the
+rank losses), which is not the worst-case order of the metrics, so the bound is only guaranteed
+for distinct scores (ties have probability zero with continuous embeddings).
 
 **Memory.** Only rows k that are positives (rel > 0) are built, in chunks: ``O(chunk * N)`` peak
 memory, the ``O(B * P * N)`` discipline of the rank losses (:func:`rank_lab.ranking.row_step_sums`
