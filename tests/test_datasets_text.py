@@ -15,6 +15,7 @@ from rank_lab.data.datasets.scene_text import (
     IcdarDetectionDataset,
     LmdbTextDataset,
     read_icdar_folder,
+    load_lmdb_words,
     read_icdar_gt,
 )
 from rank_lab.metrics.detection import icdar15_evaluate
@@ -52,6 +53,8 @@ def test_lmdb_text_dataset_reads_images_and_labels(tmp_path: Path) -> None:
     import pickle
 
     assert pickle.loads(pickle.dumps(ds))[3][1] == "x-y"  # picklable for DataLoader workers
+    x, words = load_lmdb_words(tmp_path, height=16, width=40, charset="abcdefghijklmnopqrstuvwxyz")
+    assert words == ["hello"] and x.shape == (1, 1, 16, 40) and float(x.max()) <= 1.0
 
 
 def test_lmdb_errors(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_positive_int
+from rank_lab.learned.recognizer import lr_schedule
 from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate, rotated_iou
 from rank_lab.utils import get_device, seed_everything
 
@@ -152,7 +153,7 @@ def fit_box_regressor(
     seed: int = 0,
     device: torch.device | str | None = None,
     progress: bool = False,
-    schedule: str = "cosine",
+    schedule: str = "tail_cosine",
 ) -> list[float]:
     """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss).
 
@@ -166,7 +167,9 @@ def fit_box_regressor(
         seed: seeds the batch order.
         device: device (default: CUDA when present).
         progress: show a tqdm bar.
-        schedule: ``"cosine"`` (decay to 0: a converged proxy model) or ``"constant"``.
+        schedule: ``"tail_cosine"`` (constant, then a cosine decay over the last 30%: a converged
+            proxy model), ``"cosine"`` or ``"constant"`` (see
+            :func:`rank_lab.learned.recognizer.lr_schedule`).
 
     Returns:
         The loss of every step.
@@ -180,10 +183,8 @@ def fit_box_regressor(
     gen = seed_everything(seed)
     target = encode_box6(boxes).float()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    if schedule not in ("cosine", "constant"):
-        raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
     steps = check_positive_int(steps, "steps")
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps) if schedule == "cosine" else None
+    sched = lr_schedule(opt, steps, schedule)
     losses = []
     for _ in tqdm(range(steps), disable=not progress, desc="smooth-L1"):
         idx = torch.randint(images.shape[0], (min(batch_size, images.shape[0]),), generator=gen)

@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader, require_path
 
-__all__ = ["LmdbTextDataset", "IcdarAnnotation", "read_icdar_gt", "read_icdar_folder", "IcdarDetectionDataset"]
+__all__ = ["LmdbTextDataset", "load_lmdb_words", "IcdarAnnotation", "read_icdar_gt", "read_icdar_folder", "IcdarDetectionDataset"]
 
 _LMDB_LAYOUT = "Expected an LMDB environment (data.mdb) with keys num-samples, image-%09d and label-%09d."
 _ENVS: dict[tuple[str, int], Any] = {}
@@ -120,6 +120,37 @@ class LmdbTextDataset(Dataset):
         if self.transform is not None:
             img = self.transform(img)
         return img, self.labels[index]
+
+
+def load_lmdb_words(
+    root: str | Path,
+    height: int = 32,
+    width: int = 100,
+    max_items: int | None = None,
+    charset: str | None = None,
+    max_length: int | None = 25,
+    lowercase: bool = True,
+) -> tuple[torch.Tensor, list[str]]:
+    """Read an LMDB recognition set into memory as grey ``(N, 1, height, width)`` tensors in ``[0, 1]``.
+
+    The images are resized to ``width x height`` (100 x 32 in the thesis, no aspect-ratio
+    padding, as in Baek et al.'s default). Filtering as in :class:`LmdbTextDataset`.
+
+    Returns:
+        The images and their labels.
+    """
+    import numpy as np
+    from PIL import Image
+
+    ds = LmdbTextDataset(root, mode="L", max_length=max_length, charset=charset, lowercase=lowercase)
+    n = len(ds) if max_items is None else min(len(ds), max_items)
+    if n == 0:
+        raise DatasetFolderError(f"LMDB scene-text set {str(root)!r}: no sample passes the filters")
+    out = torch.empty(n, 1, height, width)
+    for i in range(n):
+        img, _ = ds[i]
+        out[i, 0] = torch.from_numpy(np.asarray(img.resize((width, height), Image.BILINEAR), dtype=np.float32) / 255.0)
+    return out, ds.labels[:n]
 
 
 @dataclass
