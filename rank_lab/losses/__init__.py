@@ -139,8 +139,16 @@ def build_loss(name: str, **kwargs: object) -> nn.Module:
         raise ValueError(f"bad arguments for loss {name!r}: {exc}") from exc
 
 # --- hierarchical losses (Ramzi thesis ch. 4), registered for build_loss (appended) ---
-from rank_lab.losses.hierarchical import HIERARCHICAL_PRESETS, SmoothHAP, SupHAP, SupNDCG  # noqa: E402
+from rank_lab.losses.hierarchical import (  # noqa: E402
+    HIERARCHICAL_PRESETS,
+    SmoothHAP,
+    SupHAP,
+    SupNDCG,
+    happier,
+    happier_f,
+    rod_ndcg,
+)
 from rank_lab.losses.hierarchical_baselines import CSLLoss, SigmaLoss, sigma_loss  # noqa: E402
 
 LOSSES.update({"sup_hap": SupHAP, "smooth_hap": SmoothHAP, "sup_ndcg": SupNDCG, "csl": CSLLoss, "sigma": sigma_loss, **HIERARCHICAL_PRESETS})
-__all__ += ["CSLLoss", "SigmaLoss", "SmoothHAP", "SupHAP", "SupNDCG", "sigma_loss", *HIERARCHICAL_PRESETS]
+__all__ += ["CSLLoss", "SigmaLoss", "SmoothHAP", "SupHAP", "SupNDCG", "happier", "happier_f", "rod_ndcg", "sigma_loss"]

@@ -38,7 +38,7 @@ and ``offset=1.44`` (``SupRankStep`` options); λ = 0.5 in its HAPPIER_F SOP con
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -59,6 +59,10 @@ from rank_lab.ranking.ranks import (
     row_step_sums,
 )
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
+
+if TYPE_CHECKING:
+    from rank_lab.losses.decomposability import ProxyDGLoss
+    from rank_lab.losses.presets import ROD
 
 __all__ = [
     "HierarchicalRankLoss",
@@ -333,7 +337,7 @@ def _direct_hap(scores, relevance, valid, hrank_step, pos_step, neg_step, total)
 
 
 # ------------------------------------------------------------------ presets (ROD framework)
-def _proxy(n_classes: int | None, dim: int | None, temperature: float, name: str):  # type: ignore[no-untyped-def]
+def _proxy(n_classes: int | None, dim: int | None, temperature: float, name: str) -> ProxyDGLoss:
     from rank_lab.losses.decomposability import ProxyDGLoss
 
     if n_classes is None or dim is None:
@@ -341,7 +345,7 @@ def _proxy(n_classes: int | None, dim: int | None, temperature: float, name: str
     return ProxyDGLoss(int(n_classes), int(dim), temperature=temperature, hierarchy_level=0)
 
 
-def happier(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, alpha: float = 1.0, temperature: float = 0.05, **overrides: object):  # type: ignore[no-untyped-def]
+def happier(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, alpha: float = 1.0, temperature: float = 0.05, **overrides: object) -> ROD:
     """HAPPIER (Eq. 4.11): ``(1 - lam) L_Sup-H-AP(alpha) + lam L*_DG``; alpha 1, lambda 0.1 (thesis §4.4.1).
 
     ``L*_DG`` is NormSoftmax on the fine labels (eta 0.05, official code). ``overrides`` reach
@@ -352,7 +356,7 @@ def happier(n_classes: int | None = None, dim: int | None = None, lam: float = 0
     return ROD(SupHAP(alpha=alpha, **overrides), _proxy(n_classes, dim, temperature, "happier"), lam=lam)  # type: ignore[arg-type]
 
 
-def happier_f(n_classes: int | None = None, dim: int | None = None, dataset: str = "sop", lam: float = 0.1, alpha: float | None = None, **overrides: object):  # type: ignore[no-untyped-def]
+def happier_f(n_classes: int | None = None, dim: int | None = None, dataset: str = "sop", lam: float = 0.1, alpha: float | None = None, **overrides: object) -> ROD:
     """HAPPIER_F: HAPPIER with a larger alpha (5 on SOP, 3 on iNat; thesis §4.4.1), more weight on fine levels.
 
     The papers do not state lambda for HAPPIER_F: 0.1 as HAPPIER by default; the official SOP config
@@ -366,7 +370,7 @@ def happier_f(n_classes: int | None = None, dim: int | None = None, dataset: str
     return happier(n_classes, dim, lam=lam, alpha=alpha, **overrides)
 
 
-def rod_ndcg(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object):  # type: ignore[no-untyped-def]
+def rod_ndcg(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
     """ROD-NDCG (Eq. 4.15): ``(1 - lam) L_Sup-NDCG + lam L*_DG``, lambda 0.1 (official code ``[0.9, 0.1]``)."""
     from rank_lab.losses.presets import ROD
 
