@@ -112,5 +112,10 @@ def test_pool_and_leave_one_dataset_out(tmp_path):
     with pytest.raises(DatasetFolderError, match="aid"):
         load_landuse_pool(tmp_path, ["ucm", "aid"])
     with pytest.warns(UserWarning):
+        found = load_landuse_pool(tmp_path, min_per_class=4)  # every dataset present below the folder
+    assert found.names == ["ucm", "rsicb"] and len(found) == len(pool)
+    with pytest.raises(DatasetFolderError, match="no known dataset"):
+        load_landuse_pool(tmp_path / "UCMerced_LandUse" / "Images" / "beach")
+    with pytest.warns(UserWarning):
         by_map = load_landuse_pool({"ucm": tmp_path / "UCMerced_LandUse"}, min_per_class=1)
     assert len(by_map) == 12

@@ -23,6 +23,7 @@ from rank_lab.fewshot import (
     fit_rcnaps,
     identity_film_params,
     rcnaps_describe,
+    rcnaps_describe_tasks,
     sample_supports,
     select_film_params,
     setup_supports,
@@ -403,6 +404,20 @@ def test_rcnaps_describe_matches_direct_calls():
     with torch.no_grad():
         torch.testing.assert_close(describe(s), model(images, s), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(describe(None), model(images), rtol=1e-5, atol=1e-6)
+
+
+def test_describing_several_tasks_in_one_pass_equals_one_pass_per_task():
+    images, _ = _episode_data()
+    torch.manual_seed(0)
+    model = build_rcnaps("tiny", widths=(8, 16), encoder_width=16, encoder_depth=3).eval()
+    sup = torch.stack([images[:2], images[10:12], images[30:32]])
+    many = rcnaps_describe_tasks(model, images[:20], sup, batch_size=7)
+    assert many.shape == (3, 20, 16)
+    with torch.no_grad():
+        for t in range(3):
+            torch.testing.assert_close(many[t], model(images[:20], sup[t]), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="supports"):
+        rcnaps_describe_tasks(model, images, images[:2])
 
 
 def test_tiny_extractor_shapes():

@@ -4,12 +4,15 @@
   episodes (target class, ``k`` supports, ``m`` images of ``N`` classes) and the evaluation setups
   A/B/C/D (§4.3.3) with the cross-source measures.
 * :mod:`~rank_lab.fewshot.film` -- FiLM layers and FiLM ResNet-18 / tiny residual extractors.
-* :mod:`~rank_lab.fewshot.rcnaps` -- set encoder, adaptation network, rCNAPS, the class-specific
-  Smooth-AP (eq. 4.13), episodic training and adapted inference.
+* :mod:`~rank_lab.fewshot.rcnaps` -- set encoder, adaptation network, rCNAPS and the
+  class-specific Smooth-AP (eq. 4.13); :mod:`~rank_lab.fewshot.rcnaps_train` -- episodic training
+  and adapted inference.
 * :mod:`~rank_lab.fewshot.mahalanobis` -- Simple CNAPS' regularised Mahalanobis classifier
   (eqs. 5.1-5.2) and nearest-mean baselines.
 * :mod:`~rank_lab.fewshot.classify` -- multi-dataset sampling and training, classification by
   retrieval (Mahalanobis, nearest mean, kNN, diffusion; alpha-QE), the k-shot all-ways protocol.
+* :mod:`~rank_lab.fewshot.synthetic` -- anisotropic Gaussian classes and a synthetic pool of
+  datasets sharing latent concepts (stand-ins for the land-use datasets).
 """
 
 from rank_lab.fewshot.classify import (
@@ -59,9 +62,8 @@ from rank_lab.fewshot.rcnaps import (
     adaptation_parameter_count,
     build_rcnaps,
     class_specific_smooth_ap,
-    fit_rcnaps,
-    rcnaps_describe,
 )
+from rank_lab.fewshot.rcnaps_train import fit_rcnaps, rcnaps_describe, rcnaps_describe_tasks
 
 __all__ = [
     "FILM_KEYS",
@@ -100,6 +102,7 @@ __all__ = [
     "mahalanobis_logits",
     "nearest_mean_logits",
     "rcnaps_describe",
+    "rcnaps_describe_tasks",
     "sample_supports",
     "select_film_params",
     "setup_supports",

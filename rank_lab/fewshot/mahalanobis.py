@@ -160,8 +160,8 @@ class MahalanobisClassifier:
             raise ValueError(f"queries have D={x.shape[1]} but the support has D={self.means.shape[1]}")
         out = []
         for a in range(0, x.shape[0], chunk_size):
-            diff = x[a : a + chunk_size, None, :] - self.means[None]  # (q, C, D)
-            quad = torch.einsum("qcd,cde,qce->qc", diff, self.precisions, diff)
+            diff = (x[a : a + chunk_size, None, :] - self.means[None]).transpose(0, 1)  # (C, q, D)
+            quad = (torch.bmm(diff, self.precisions) * diff).sum(2).T  # (q, C)
             out.append(-(0.5 if self.half else 1.0) * quad)
         return torch.cat(out)
 

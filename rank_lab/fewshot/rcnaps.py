@@ -19,7 +19,7 @@ Parameter count (:func:`adaptation_parameter_count`): ``sum_C (24 C^2 + 97 C)`` 
 ResNet-18 plus 150,144 for the set encoder, i.e. 8.60M, the thesis' "~8.5M parameters [added] to
 the ~11.2M parameters of ResNet18" (§4.3.5; ResNet-18 without its classifier: 11,176,512).
 
-Training (:func:`fit_rcnaps`, Fig. 4.8): every episode adapts the extractor to ``k`` support images
+Training (:func:`rank_lab.fewshot.rcnaps_train.fit_rcnaps`, Fig. 4.8): every episode adapts the extractor to ``k`` support images
 of a target class and minimises the class-specific Smooth-AP (eq. 4.13) of the ``m`` target-class
 queries of a batch of ``N * m`` images (:class:`rank_lab.fewshot.EpisodeSampler`; ``k = 5``,
 ``m = 10``, ``N = 6``). Optimiser, learning rate and iterations are not given by the thesis
@@ -31,7 +31,7 @@ batches: the plain-embedding baseline, and the pre-training of the smoke runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -39,8 +39,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_embeddings, check_labels
-from rank_lab.fewshot.episodes import EpisodeSampler, gather_images
-from rank_lab.fewshot.film import FiLMParams, FiLMResNet, film_resnet18, film_tiny_resnet
+from rank_lab.fewshot.film import (
+    FiLMParams,
+    FiLMResNet,
+    film_resnet18,
+    film_tiny_resnet,
+)
 from rank_lab.models.pooling import GeM
 
 __all__ = [
@@ -52,8 +56,6 @@ __all__ = [
     "adaptation_parameter_count",
     "class_specific_smooth_ap",
     "ClassSpecificSmoothAP",
-    "fit_rcnaps",
-    "rcnaps_describe",
 ]
 
 
@@ -305,129 +307,3 @@ class ClassSpecificSmoothAP(nn.Module):
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, target: int) -> torch.Tensor:
         return class_specific_smooth_ap(embeddings, labels, target, tau=self.tau)
-
-
-def fit_rcnaps(
-    model: RCNAPS,
-    images: object,
-    labels: torch.Tensor,
-    *,
-    episodes: int = 1000,
-    k: int = 5,
-    m: int = 10,
-    n_classes: int = 6,
-    mode: str = "adapted",
-    lr: float = 1e-4,
-    tau: float = 0.01,
-    film_l2: float = 0.0,
-    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    seed: int = 0,
-    device: object = None,
-    checkpoint_path: str | Path | None = None,
-    checkpoint_every: int = 100,
-    progress: bool = True,
-) -> list[float]:
-    """Episodic training of rCNAPS (Fig. 4.8), resumable from ``checkpoint_path``.
-
-    Args:
-        model: an :class:`RCNAPS`.
-        images: ``(n, C, H, W)`` training images or a dataset of ``(image, label)``.
-        labels: ``(n,)`` classes.
-        episodes: training iterations.
-        k, m, n_classes: support size, images per class, classes per batch (thesis 5, 10, 6).
-        mode: ``"adapted"`` (eq. 4.13, target-class queries, extractor adapted to the support)
-            or ``"plain"`` (eq. 4.12 on the unadapted network: every query; trains the backbone).
-        lr: Adam learning rate.
-        tau: Smooth-AP temperature.
-        film_l2: weight of the CNAPS-code L2 term on the FiLM regularisers (0 = the thesis' loss).
-        transform: batch augmentation applied to support and batch images.
-        seed: seed of the episodes.
-        device: training device (CUDA when present by default).
-        checkpoint_path: a file; saved every ``checkpoint_every`` episodes and at the end, and
-            resumed from when it exists.
-        progress: tqdm bar.
-
-    Returns:
-        The loss of every episode (including those of a resumed run).
-    """
-    from rank_lab.losses import SmoothAP
-    from rank_lab.utils import get_device
-
-    if mode not in ("adapted", "plain"):
-        raise ValueError(f"mode must be 'adapted' or 'plain', got {mode!r}")
-    dev = get_device(device)
-    model.to(dev)
-    prev = model.train_backbone
-    if mode == "plain":
-        model.set_train_backbone(True)
-        params = [p for n, p in model.named_parameters() if n.startswith(("extractor.", "pool."))]
-    else:
-        params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=lr)
-    sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed)
-    losses: list[float] = []
-    start = 0
-    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=dev, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        losses, start = list(state["losses"]), int(state["episode"])
-    plain_loss = SmoothAP(tau=tau)
-    it = range(start, episodes)
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc=f"rCNAPS ({mode})", initial=start, total=episodes)
-    model.train()
-    for i in it:
-        ep = sampler.episode(i)
-        x = gather_images(images, ep.batch).to(dev)
-        if transform is not None:
-            x = transform(x)
-        y = ep.batch_labels.to(dev)
-        if mode == "plain":
-            loss = plain_loss(model(x), y)
-        else:
-            s = gather_images(images, ep.support).to(dev)
-            if transform is not None:
-                s = transform(s)
-            loss = class_specific_smooth_ap(model(x, s), y, ep.target, tau=tau)
-            if film_l2 > 0:
-                loss = loss + film_l2 * model.adaptation.regularization_term()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-        if ckpt is not None and ((i + 1) % checkpoint_every == 0 or i + 1 == episodes):
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses, "episode": i + 1}, ckpt)
-    if mode == "plain":
-        model.set_train_backbone(prev)
-    model.eval()
-    return losses
-
-
-@torch.no_grad()
-def rcnaps_describe(model: RCNAPS, images: object, *, batch_size: int = 256, device: object = None) -> Callable[[torch.Tensor | None], torch.Tensor]:
-    """A ``describe(support)`` function for :func:`rank_lab.fewshot.evaluate_fewshot_retrieval`.
-
-    ``describe(support)`` adapts ``model`` to ``support (k, C, H, W)`` once and returns the
-    ``(n, D)`` descriptors of all ``images`` (``support=None``: unadapted, setup C).
-    """
-    from rank_lab.utils import get_device
-
-    dev = get_device(device)
-    model.to(dev).eval()
-    n = images.shape[0] if isinstance(images, torch.Tensor) else len(images)  # type: ignore[arg-type]
-
-    @torch.no_grad()
-    def describe(support: torch.Tensor | None) -> torch.Tensor:
-        params = None if support is None else model.film_params(support.to(dev))
-        out = []
-        for a in range(0, n, batch_size):
-            x = gather_images(images, torch.arange(a, min(a + batch_size, n))).to(dev)
-            out.append(model(x, params=params).float().cpu())
-        return torch.cat(out)
-
-    return describe

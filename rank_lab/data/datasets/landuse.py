@@ -192,17 +192,30 @@ def load_landuse_pool(
 ) -> LandUsePool:
     """Load several datasets: ``roots`` maps names to folders, or is one parent folder of them all.
 
-    With a parent folder, ``names`` (default: every known dataset) are looked up below it under
-    their archive folder names; a missing one raises :class:`DatasetFolderError`.
+    With a parent folder, ``names`` are looked up below it under their archive folder names (a
+    missing one raises :class:`DatasetFolderError`); ``names=None`` takes every known dataset found
+    there (at least one).
     """
     if isinstance(roots, Mapping):
         items = [(_canonical(n), Path(p)) for n, p in roots.items()]
     else:
         parent = Path(roots).expanduser()
-        items = [(_canonical(n), parent) for n in (names if names is not None else list(LANDUSE_DATASETS))]
-        for key, _ in items:
-            if not any((parent / sub).is_dir() for sub in LANDUSE_DATASETS[key][0]):
-                raise DatasetFolderError(f"{key}: none of {list(LANDUSE_DATASETS[key][0])} found inside {str(parent)!r}")
+        if not parent.is_dir():
+            raise DatasetFolderError(f"land-use pool: {str(parent)!r} does not exist or is not a folder")
+
+        def present(key: str) -> bool:
+            return any((parent / sub).is_dir() for sub in LANDUSE_DATASETS[key][0])
+
+        if names is None:
+            items = [(key, parent) for key in LANDUSE_DATASETS if present(key)]
+            if not items:
+                raise DatasetFolderError(f"land-use pool: no known dataset folder inside {str(parent)!r} "
+                                         f"(looked for {[v[0][0] for v in LANDUSE_DATASETS.values()]})")
+        else:
+            items = [(_canonical(n), parent) for n in names]
+            for key, _ in items:
+                if not present(key):
+                    raise DatasetFolderError(f"{key}: none of {list(LANDUSE_DATASETS[key][0])} found inside {str(parent)!r}")
     paths: list[Path] = []
     labels, ds_ids, names_out, cls = [], [], [], []
     for i, (key, root) in enumerate(items):
