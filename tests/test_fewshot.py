@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from rank_lab.fewshot import (
     EpisodeSampler,
+    FiLM,
     FiLMResNet,
     SetEncoder,
     adaptation_parameter_count,
@@ -88,6 +89,7 @@ def test_film_broadcasts_and_per_image_rows():
     x = torch.randn(3, 4, 5, 5)
     g, b = torch.randn(4), torch.randn(4)
     torch.testing.assert_close(film(x, g, b), x * g.view(1, 4, 1, 1) + b.view(1, 4, 1, 1))
+    torch.testing.assert_close(FiLM()(x, g, b), film(x, g, b))
     gb, bb = torch.randn(3, 4), torch.randn(3, 4)
     out = film(x, gb, bb)
     for i in range(3):

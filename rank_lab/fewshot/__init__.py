@@ -37,6 +37,7 @@ from rank_lab.fewshot.episodes import (
 )
 from rank_lab.fewshot.film import (
     FILM_KEYS,
+    FiLM,
     FiLMResNet,
     TinyResNetBody,
     film,
@@ -73,6 +74,7 @@ __all__ = [
     "ClassSpecificSmoothAP",
     "Episode",
     "EpisodeSampler",
+    "FiLM",
     "FiLMAdaptationNetwork",
     "FiLMLayerNetwork",
     "FiLMResNet",

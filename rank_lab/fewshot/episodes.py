@@ -31,11 +31,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from rank_lab._validation import check_labels, check_positive_int
+
+if TYPE_CHECKING:
+    from rank_lab.retrieval.protocols import CrossDomainReport
 
 __all__ = [
     "Episode",
@@ -281,7 +285,7 @@ def evaluate_fewshot_retrieval(
     exclude_support: bool = False,
     query_groups: Mapping[str, object] | None = None,
     progress: bool = False,
-) -> object:
+) -> CrossDomainReport:
     """One run of a few-shot retrieval setup on a base (§4.3.3); returns a ``CrossDomainReport``.
 
     Args:

@@ -40,6 +40,7 @@ __all__ = [
     "FILM_KEYS",
     "FiLMParams",
     "film",
+    "FiLM",
     "identity_film_params",
     "select_film_params",
     "FiLMResNet",
@@ -71,6 +72,17 @@ def film(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tens
     if gamma.ndim == 2 and gamma.shape == (x.shape[0], c):
         return x * gamma[:, :, None, None] + beta[:, :, None, None]
     raise ValueError(f"FiLM parameters must have shape ({c},) or ({x.shape[0]}, {c}), got {tuple(gamma.shape)}")
+
+
+class FiLM(nn.Module):
+    """Parameter-free FiLM layer: ``FiLM()(x, gamma, beta) = gamma * x + beta`` per channel.
+
+    The parameters come from outside (the adaptation network), as in CNAPS; see :func:`film`.
+    """
+
+    def forward(self, x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+        """Args: x ``(B, C, H, W)``; gamma, beta ``(C,)`` or ``(B, C)``. Returns ``(B, C, H, W)``."""
+        return film(x, gamma, beta)
 
 
 def identity_film_params(channels: Sequence[int], blocks: Sequence[int], device: torch.device | str | None = None) -> FiLMParams:
