@@ -14,8 +14,8 @@ from rank_lab.data.datasets.base import DatasetFolderError
 from rank_lab.data.datasets.scene_text import (
     IcdarDetectionDataset,
     LmdbTextDataset,
-    read_icdar_folder,
     load_lmdb_words,
+    read_icdar_folder,
     read_icdar_gt,
 )
 from rank_lab.metrics.detection import icdar15_evaluate

@@ -300,13 +300,14 @@ def test_surrogate_fit_improves_during_training(box_setup: tuple) -> None:
     sur = EmbeddingSurrogate(BoxMLP())
     model = BoxRegressor(16, channels=(4, 8, 8), hidden=16)
     before = evaluate_surrogate(None, sur, task, source="global", n_batches=8, seed=123)
-    cfg = LSConfig(epochs=1, surrogate_steps=250, model_steps=0, surrogate_lr=3e-3, source="global", grad_penalty=0.0)
+    cfg = LSConfig(epochs=1, surrogate_steps=300, model_steps=0, surrogate_lr=3e-3, source="global", grad_penalty=0.0)
     hist = SurrogateTrainer(model, sur, task, cfg, device="cpu").fit()
     after = evaluate_surrogate(None, sur, task, source="global", n_batches=8, seed=123)
     assert after["l1"] < 0.5 * before["l1"]
-    assert after["pearson"] > 0.85
+    assert after["pearson"] > 0.8 and after["pearson"] > before["pearson"] + 0.15
     l1 = [h["l1_global"] for h in hist["surrogate"]]
     assert np.mean(l1[-25:]) < 0.5 * np.mean(l1[:25])
+    assert all(np.isfinite(h["l1_local"]) for h in hist["surrogate"])  # monitored, not trained on
 
 
 def test_edit_surrogate_fit_improves_during_training() -> None:
@@ -388,7 +389,8 @@ def test_box_regressor_and_evaluation(box_setup: tuple) -> None:
     losses = fit_box_regressor(model, images, boxes, steps=30, batch_size=32, lr=3e-3, device="cpu")
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
     r = evaluate_box_regressor(model, images[:50], boxes[:50])
-    assert 0 <= r["mean_iou"] <= 1 and r["precision@0.5"] == r["recall@0.5"] == r["f1@0.5"]
+    assert 0 <= r["mean_iou"] <= 1
+    assert r["precision@0.5"] == r["recall@0.5"] == pytest.approx(r["f1@0.5"], abs=1e-12)
     task = BoxIoUTask(images, boxes, batch_size=8, device="cpu")
     batch = task.sample_batch(torch.Generator().manual_seed(0))
     zz = task.predict(model, batch)
