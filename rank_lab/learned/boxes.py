@@ -76,6 +76,8 @@ def render_box_images(boxes: torch.Tensor, size: int = 32, gen: torch.Generator 
         supersample: anti-aliasing factor.
     """
     gen = gen if gen is not None else torch.Generator().manual_seed(0)
+    if boxes.shape[0] > 2048:  # bounded memory: the super-sampled grids are (n, S', S') floats
+        return torch.cat([render_box_images(boxes[i : i + 2048], size, gen, noise, supersample) for i in range(0, boxes.shape[0], 2048)])
     n = boxes.shape[0]
     s = size * supersample
     coords = (torch.arange(s, dtype=torch.float32) + 0.5) / s
