@@ -396,3 +396,33 @@ def test_box_regressor_and_evaluation(box_setup: tuple) -> None:
     zz = task.predict(model, batch)
     assert torch.allclose(task.metric(zz, batch).double(), 1 - rotated_iou(decode_box6(zz.detach().double()), batch["boxes"].double()), atol=1e-6)
     assert torch.allclose(task.metric(task.encode_target(zz, batch), batch), torch.zeros(8), atol=1e-5)
+
+
+def test_proxy_training_resumes_exactly_from_a_checkpoint(box_setup: tuple, tmp_path) -> None:
+    from rank_lab.learned.recognizer import fit_proxy
+
+    images, boxes, _ = box_setup
+    target = encode_box6(boxes).float()
+
+    def run(ckpt, fail_at: int | None = None) -> tuple[nn.Module, list[float]]:
+        torch.manual_seed(0)
+        model = BoxRegressor(16, channels=(4, 8, 8), hidden=16)
+        calls = {"n": 0}
+
+        def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
+            calls["n"] += 1
+            if fail_at is not None and calls["n"] == fail_at:
+                raise KeyboardInterrupt  # an interrupted run
+            return nn.functional.smooth_l1_loss(model(images[idx]), target[idx])
+
+        losses = fit_proxy(model, len(images), batch_loss, steps=20, batch_size=16, lr=1e-3, seed=3,
+                           device="cpu", checkpoint=ckpt, checkpoint_every=10)
+        return model, losses
+
+    full_model, full_losses = run(None)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "p.pt", fail_at=15)
+    model, losses = run(tmp_path / "p.pt")
+    assert losses == pytest.approx(full_losses, rel=1e-6)
+    for a, b in zip(full_model.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)

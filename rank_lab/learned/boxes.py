@@ -21,6 +21,7 @@ CPU-sized stand-in that keeps the ingredients:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,9 +29,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_positive_int
-from rank_lab.learned.recognizer import lr_schedule
+from rank_lab.learned.recognizer import fit_proxy
 from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate, rotated_iou
-from rank_lab.utils import get_device, seed_everything
+from rank_lab.utils import get_device
 
 __all__ = [
     "sample_rotated_boxes",
@@ -156,6 +157,7 @@ def fit_box_regressor(
     device: torch.device | str | None = None,
     progress: bool = False,
     schedule: str = "tail_cosine",
+    checkpoint: str | Path | None = None,
 ) -> list[float]:
     """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss).
 
@@ -172,32 +174,20 @@ def fit_box_regressor(
         schedule: ``"tail_cosine"`` (constant, then a cosine decay over the last 30%: a converged
             proxy model), ``"cosine"`` or ``"constant"`` (see
             :func:`rank_lab.learned.recognizer.lr_schedule`).
+        checkpoint: file to save / resume the run (see :func:`rank_lab.learned.recognizer.fit_proxy`).
 
     Returns:
         The loss of every step.
     """
-    from tqdm.auto import tqdm
-
     if images.shape[0] != boxes.shape[0]:
         raise ValueError(f"images has {images.shape[0]} rows but boxes has {boxes.shape[0]}")
-    dev = get_device(device)
-    model.to(dev).train()
-    gen = seed_everything(seed)
     target = encode_box6(boxes).float()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    steps = check_positive_int(steps, "steps")
-    sched = lr_schedule(opt, steps, schedule)
-    losses = []
-    for _ in tqdm(range(steps), disable=not progress, desc="smooth-L1"):
-        idx = torch.randint(images.shape[0], (min(batch_size, images.shape[0]),), generator=gen)
-        loss = F.smooth_l1_loss(model(images[idx].to(dev)), target[idx].to(dev), beta=0.1)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
-        losses.append(float(loss.detach()))
-    return losses
+
+    def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
+        return F.smooth_l1_loss(model(images[idx].to(dev)), target[idx].to(dev), beta=0.1)
+
+    return fit_proxy(model, images.shape[0], batch_loss, steps, batch_size, lr, seed, device, progress, schedule,
+                     checkpoint=checkpoint, desc="smooth-L1")
 
 
 @torch.no_grad()

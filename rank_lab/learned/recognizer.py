@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import math
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_positive_int
 from rank_lab.metrics.text import text_recognition_metrics
-from rank_lab.utils import get_device, seed_everything
+from rank_lab.utils import get_device
 
 __all__ = [
     "Alphabet",
@@ -36,6 +36,7 @@ __all__ = [
     "greedy_decode",
     "ctc_best_path",
     "fit_ctc",
+    "fit_proxy",
     "lr_schedule",
     "recognize",
     "evaluate_recognizer",
@@ -242,6 +243,76 @@ def lr_schedule(opt: torch.optim.Optimizer, steps: int, schedule: str) -> torch.
     raise ValueError(f"schedule must be 'constant', 'cosine' or 'tail_cosine', got {schedule!r}")
 
 
+def fit_proxy(
+    model: nn.Module,
+    n_items: int,
+    batch_loss: Callable[[torch.Tensor, torch.device], torch.Tensor],
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+    schedule: str = "tail_cosine",
+    grad_clip: float | None = None,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 500,
+    desc: str = "proxy",
+) -> list[float]:
+    """The proxy pre-training loop shared by :func:`fit_ctc` and ``fit_box_regressor``.
+
+    Adam with :func:`lr_schedule`; each step draws ``batch_size`` item indices with replacement
+    from a generator seeded with ``seed`` and minimises ``batch_loss(indices, device)``. With
+    ``checkpoint`` the state (model, optimiser, schedule, step, losses, generator) is saved every
+    ``checkpoint_every`` steps and at the end, and an existing file is resumed from, so an
+    interrupted run continues exactly where it stopped.
+
+    Returns:
+        The loss of every step (including those of a resumed run).
+    """
+    from tqdm.auto import tqdm
+
+    steps = check_positive_int(steps, "steps")
+    dev = get_device(device)
+    model.to(dev).train()
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = lr_schedule(opt, steps, schedule)
+    losses: list[float] = []
+    start = 0
+    ckpt = Path(checkpoint) if checkpoint is not None else None
+    if ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, map_location=dev, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        if sched is not None:
+            sched.load_state_dict(state["sched"])
+        gen.set_state(state["gen"])
+        losses, start = state["losses"], int(state["step"])
+
+    def save(step: int) -> None:
+        if ckpt is not None:
+            ckpt.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict() if sched else None,
+                        "gen": gen.get_state(), "losses": losses, "step": step}, ckpt)
+
+    for step in tqdm(range(start, steps), disable=not progress, desc=desc, initial=start, total=steps):
+        idx = torch.randint(n_items, (min(batch_size, n_items),), generator=gen)
+        loss = batch_loss(idx, dev)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        if sched is not None:
+            sched.step()
+        losses.append(float(loss.detach()))
+        if (step + 1) % checkpoint_every == 0:
+            save(step + 1)
+    save(steps)
+    return losses
+
+
 def fit_ctc(
     model: nn.Module,
     images: torch.Tensor,
@@ -254,8 +325,9 @@ def fit_ctc(
     device: torch.device | str | None = None,
     progress: bool = False,
     schedule: str = "tail_cosine",
+    checkpoint: str | Path | None = None,
 ) -> list[float]:
-    """Train ``model`` with the CTC proxy loss (Adam, constant ``lr``); returns the loss per step.
+    """Train ``model`` with the CTC proxy loss (Adam, gradient norm clipped at 5).
 
     Args:
         model: a :class:`CRNN` (or any ``(B, 1, H, W) -> (B, T, C)`` model).
@@ -272,30 +344,20 @@ def fit_ctc(
             steps: the proxy model ends converged for its budget, as in the thesis' post-tuning
             setup, without decaying before CTC leaves its initial all-blank plateau),
             ``"cosine"`` (over all steps) or ``"constant"``. See :func:`lr_schedule`.
-    """
-    from tqdm.auto import tqdm
+        checkpoint: file to save / resume the run (see :func:`fit_proxy`).
 
+    Returns:
+        The loss of every step.
+    """
     if images.shape[0] != len(words):
         raise ValueError(f"images has {images.shape[0]} rows but words has {len(words)}")
-    dev = get_device(device)
-    model.to(dev).train()
-    gen = seed_everything(seed)
     targets, lengths = alphabet.encode(words)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    steps = check_positive_int(steps, "steps")
-    sched = lr_schedule(opt, steps, schedule)
-    losses = []
-    for _ in tqdm(range(steps), disable=not progress, desc="CTC"):
-        idx = torch.randint(len(words), (min(batch_size, len(words)),), generator=gen)
-        loss = ctc_loss(model(images[idx].to(dev)), targets[idx].to(dev), lengths[idx].to(dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        opt.step()
-        if sched is not None:
-            sched.step()
-        losses.append(float(loss.detach()))
-    return losses
+
+    def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
+        return ctc_loss(model(images[idx].to(dev)), targets[idx].to(dev), lengths[idx].to(dev))
+
+    return fit_proxy(model, len(words), batch_loss, steps, batch_size, lr, seed, device, progress, schedule,
+                     grad_clip=5.0, checkpoint=checkpoint, desc="CTC")
 
 
 @torch.no_grad()
@@ -312,8 +374,3 @@ def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_
 def evaluate_recognizer(model: nn.Module, images: torch.Tensor, words: Sequence[str], alphabet: Alphabet) -> dict[str, float]:
     """Accuracy, NED (higher is better) and TED of ``model`` on a labelled set (Tables 3.1-4.2)."""
     return text_recognition_metrics(recognize(model, images, alphabet), list(words))
-
-
-def _np_rng(gen: torch.Generator) -> np.random.Generator:
-    """A NumPy generator seeded from a torch generator (keeps one source of randomness)."""
-    return np.random.default_rng(int(torch.randint(2**62, (1,), generator=gen)))
