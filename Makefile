@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.rank_lab-installed
-EXTRAS ?= book,test,faiss,timm
+EXTRAS ?= book,test,faiss,timm,data
 PYTEST_WORKERS ?= 2
 
 .PHONY: help setup test test-unit test-notebooks book notebooks lint bench clean
