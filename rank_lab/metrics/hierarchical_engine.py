@@ -98,7 +98,8 @@ def hierarchical_chunk_metrics(
 
     dev = scores.device
     in_set = levels >= 0
-    counts = torch.stack([(levels == lev).sum(1) for lev in range(n_levels + 1)], dim=1)
+    counts = torch.zeros(scores.shape[0], n_levels + 2, dtype=torch.long, device=dev)
+    counts = counts.scatter_add_(1, levels + 1, torch.ones_like(levels))[:, 1:]  # one pass; column 0 = excluded
     n_pos = counts[:, 1:].sum(1)
     p = max(int(n_pos.max()) if n_pos.numel() else 1, 1)
     positions, _ = positive_positions(scores, levels >= 1, levels == 0, max_pos=p)
