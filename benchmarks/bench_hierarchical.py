@@ -21,7 +21,10 @@ Usage::
    (the official ``B x N x N`` formulation), skipped above ``--direct-limit-gb``.
 
 Each measurement runs in a forked process (CPU: growth of the peak resident set; CUDA:
-``torch.cuda.max_memory_allocated``).
+``torch.cuda.max_memory_allocated``). On CPU the resident set also holds what glibc keeps after
+freeing the chunks' temporaries (its dynamic mmap threshold moves large blocks to the heap, which
+fragments): ``--fixed-mmap-threshold`` fixes the threshold in the measuring process (``mallopt``) so
+that the peak reflects the tensors actually alive, at the price of slower allocations.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from rank_lab.metrics.hierarchical import (  # noqa: E402
 from rank_lab.metrics.hierarchy import hap_relevance, shared_level  # noqa: E402
 
 EVAL_METRICS = ("H-AP", "ASI", "NDCG-h", "AP@level")
+_FIXED_MMAP = False  # set by main(); read in the forked children
 
 
 def eval_data(n: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,6 +158,10 @@ def measure_loss(impl: str, b: int, n_mem: int, d: int, device: str, repeats: in
 def _child(conn, fn, args, threads) -> None:  # pragma: no cover - runs in a forked process
     try:
         torch.set_num_threads(threads)
+        if _FIXED_MMAP:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: fixed, no dynamic adjustment
         conn.send(fn(*args))
     except Exception as exc:
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
@@ -187,7 +195,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--naive-limit-gb", type=float, default=4.0)
     p.add_argument("--sorted-max-n", type=int, default=20000, help="skip sorted-rows above this N (minutes on a CPU)")
     p.add_argument("--direct-limit-gb", type=float, default=4.0)
+    p.add_argument("--fixed-mmap-threshold", action="store_true", help="CPU: glibc mmap threshold fixed at 64 KiB in the children")
     args = p.parse_args(argv)
+    global _FIXED_MMAP
+    _FIXED_MMAP = bool(args.fixed_mmap_threshold)
     if args.quick:
         args.sizes, args.batch_size, args.memories, args.dim, args.repeats = [1000, 2000], 64, [0, 256], 64, 1
         args.naive_limit_gb = 0.1

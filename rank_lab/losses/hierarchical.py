@@ -82,18 +82,21 @@ HAPPIER_F_ALPHA = {"sop": 5.0, "inat": 3.0, "inaturalist": 3.0, "inat_base": 3.0
 
 
 def _weighted_chunk(scores, rel, valid, qi, ki, step, weight):  # type: ignore[no-untyped-def]
-    rows = scores[qi]
-    diff = rows - rows.gather(1, ki[:, None])
+    rows = scores[qi]  # (c, N)
+    sk = rows.gather(1, ki[:, None])
     rr = rel[qi]
     rk = rr.gather(1, ki[:, None])
     if weight == "lower":  # rel(j) * step(D) over 0 < rel(j) < rel(k)
         mask = valid[qi] & (rr < rk) & (rr > 0)
         w = rr
     else:  # "min": min(rel(k), rel(j)) * step(D) over j != k
-        mask = valid[qi].clone()
+        mask = valid[qi]  # advanced indexing: a copy
         mask[torch.arange(qi.numel(), device=qi.device), ki] = False
         w = torch.minimum(rr, rk)
-    return torch.where(mask, w * step(diff), torch.zeros_like(diff)).sum(1)
+    if isinstance(step, Heaviside):  # exact: no float step tensor
+        hit = rows >= sk if step.zero_value == 1.0 else rows > sk
+        return (w * (mask & hit)).sum(1)
+    return (torch.where(mask, w, torch.zeros_like(w)) * step(rows - sk)).sum(1)
 
 
 def weighted_lower_sums(
