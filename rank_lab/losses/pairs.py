@@ -3,12 +3,14 @@
 * :func:`pair_margin_loss` -- ``[pos_margin - s]_+`` on positive pairs, ``[s - neg_margin]_+`` on
   negative pairs: the contrastive loss of Hadsell, Chopra, LeCun (CVPR 2006) in its cosine-score
   form. It is used by
+
   * :class:`ContrastiveLoss` -- the loss of the XBM paper (Wang, Zhang, Huang, Scott, "Cross-Batch
     Memory for Embedding Learning", CVPR 2020): ``sum_pos (1 - s) + sum_neg [s - 0.5]_+``, margin
     0.5, summed per query and averaged over queries (``pair_reduction="per_query_sum"``, the XBM
     code's normalisation); with :class:`rank_lab.memory.MemoryLoss` it is the XBM baseline
     (Tab. 3.2 of the Ramzi thesis / Tab. III of SupRank).
   * :class:`rank_lab.losses.decomposability.PairDGLoss` (``L_DG``, Eq. 3.7 of the thesis).
+
 * :class:`TripletMarginLoss` -- ``[d(a, p) - d(a, n) + m]_+`` (FaceNet, Schroff, Kalenichenko,
   Philbin, CVPR 2015), squared Euclidean distance, margin 0.2 (FaceNet), with all / semi-hard /
   hard negatives. (Eq. 2.7 of the thesis prints ``- m``, a typo: implemented ``+ m``.)

@@ -23,7 +23,7 @@ Definitions (ranks are 1-based positions in the worst-case order):
 * TR@k (true recall): Eq. 3.14 of the Ramzi thesis, ``#relevant in top k / min(k, |P|)``.
 * P@k: Eq. 2.2 of the Ramzi thesis, ``#relevant in top k / k``.
 * mAP@R: Eq. 3.20 of the Ramzi thesis (Musgrave et al. 2020), ``(1/R) sum_{j<=R} P(j) rel(j)``
-  with R = |P|.
+  with ``R = |P|``.
 * AP@k: mAP@100 of Weyand et al. (GLDv2), ``(1/min(k, |P|)) sum_{j<=k} P(j) rel(j)``.
 * MRR: the reciprocal rank of the first relevant item.
 * NDCG: Eq. 2.11 / 4.12 of the Ramzi thesis, ``DCG/IDCG`` with ``DCG = sum_j g_j / log2(1 + j)``
