@@ -101,6 +101,12 @@ def _available(method: str) -> bool:
     return True
 
 
+def _ratio(rows: dict, ref: str, row: dict) -> str:
+    """``ref``'s seconds over ``row``'s seconds, or ``-`` when ``ref`` did not run."""
+    other = rows.get(ref)
+    return f"{other['seconds'] / row['seconds']:.2f}" if other and "seconds" in other else "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -147,8 +153,8 @@ def main() -> None:
             if "skipped" in r:
                 print(f"{n:>7} {m:>15}   skipped: {r['skipped']}")
                 continue
-            ratio = lambda ref: (f"{rows[ref]['seconds'] / r['seconds']:.2f}" if rows.get(ref) and "seconds" in rows[ref] else "-")  # noqa: E731
-            print(f"{n:>7} {m:>15} {r['seconds']:>9.2f} {r['peak_mib']:>9.0f} {ratio('pml'):>9} {ratio('naive'):>10} {r['R@1']:>7.4f} {r['mAP@R']:>7.4f}")
+            vs_pml, vs_naive = _ratio(rows, "pml", r), _ratio(rows, "naive", r)
+            print(f"{n:>7} {m:>15} {r['seconds']:>9.2f} {r['peak_mib']:>9.0f} {vs_pml:>9} {vs_naive:>10} {r['R@1']:>7.4f} {r['mAP@R']:>7.4f}")
     print("\n'x vs pml' = pml seconds / this method's seconds (> 1: faster than pml).")
 
 

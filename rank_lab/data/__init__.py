@@ -21,6 +21,7 @@ from rank_lab.data.bundled import (
     stratified_split,
 )
 from rank_lab.data.datasets import DatasetFolderError, ImageListDataset, require_path
+from rank_lab.data.hierarchical_sampler import HierarchicalSampler
 from rank_lab.data.samplers import MPerClassSampler
 from rank_lab.data.synthetic import (
     OpenSetSplit,
@@ -41,6 +42,7 @@ __all__ = [
     "DIGITS_CLASSES",
     "ANIMAL_MNIST_CLASSES",
     "MPerClassSampler",
+    "HierarchicalSampler",
     "DatasetFolderError",
     "ImageListDataset",
     "require_path",

@@ -2,8 +2,13 @@
 
 * :mod:`rank_lab.metrics.retrieval` -- per-query metrics from ``(Q, N)`` scores (AP, R@k, mAP@R ...).
 * :mod:`rank_lab.metrics.engine` -- ``knn_search`` and ``retrieval_metrics`` (embeddings -> dict).
+* :mod:`rank_lab.metrics.hierarchy`, :mod:`rank_lab.metrics.hierarchical` -- label hierarchies,
+  relevance functions, H-AP, ASI, hierarchical NDCG, mistake severity (Ramzi thesis ch. 4).
 
-Other families live in sibling modules, imported explicitly (``rank_lab.metrics.ood`` ...).
+Other families live in sibling modules, imported explicitly: :mod:`~rank_lab.metrics.ood`
+(AUROC, FPR95), :mod:`~rank_lab.metrics.text` (edit distance), :mod:`~rank_lab.metrics.detection`
+(rotated IoU, ICDAR'15), :mod:`~rank_lab.metrics.classification` (kNN classification),
+:mod:`~rank_lab.metrics.calibration` (ECE), :mod:`~rank_lab.metrics.distributed_knn`.
 """
 
 from rank_lab.metrics.engine import (
@@ -13,6 +18,18 @@ from rank_lab.metrics.engine import (
     knn_search,
     positive_positions,
     retrieval_metrics,
+)
+from rank_lab.metrics.hierarchical import (
+    ap_per_level,
+    average_set_intersection,
+    h_average_precision,
+    h_precision_at_k,
+    h_rank,
+    h_recall_at_k,
+    hierarchical_ndcg,
+    hierarchical_pr_curve,
+    mistake_severity,
+    weighted_sum_ap,
 )
 from rank_lab.metrics.retrieval import (
     ap_at_k,
@@ -30,6 +47,16 @@ from rank_lab.metrics.retrieval import (
 )
 
 __all__ = [
+    "ap_per_level",
+    "average_set_intersection",
+    "h_average_precision",
+    "h_precision_at_k",
+    "h_rank",
+    "h_recall_at_k",
+    "hierarchical_ndcg",
+    "hierarchical_pr_curve",
+    "mistake_severity",
+    "weighted_sum_ap",
     "ALL_METRICS",
     "KNN_METRICS",
     "ap_at_k",

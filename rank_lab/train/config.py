@@ -379,10 +379,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         **_R50, "pooling": "avg", "dataset": "sop", "image_size": 224,
         "batch_size": 256, "m_per_class": 4, "epochs": 75, "optimizer": "adam",
         "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
-        "freeze_backbone_epochs": 5, "amp": True, "loss": None, "eval_ks": (1, 10, 100),
+        "freeze_backbone_epochs": 5, "amp": True, "loss": "happier", "eval_ks": (1, 10, 100),
         "_sources": "[T] §4.4.1: Adam lr 1e-5, wd 1e-4, cosine, 75 epochs, 5 warm-up epochs with the "
-        "pre-trained weights frozen, batch 256. ([CODE] sop.yaml has lr 5e-5.) The HAPPIER loss "
-        "(chapter 4) is not a rank_lab.losses name yet: pass the loss module to the Trainer.",
+        "pre-trained weights frozen, batch 256. ([CODE] sop.yaml has lr 5e-5.) Loss: HAPPIER "
+        "(rank_lab.losses.happier, chapter 4); train with hierarchical (product, category) labels.",
     },
     "smoke_synthetic": {
         "backbone": "mlp", "hidden_dims": (128, 128), "embed_dim": 32, "layer_norm": True,
