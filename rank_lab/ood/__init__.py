@@ -48,3 +48,7 @@ __all__ = [
     "OODScorer", "as_head", "MSP", "MaxLogit", "EnergyScore", "ODIN", "KLMatching", "ReAct", "DICE",
     "Mahalanobis", "SSD", "GMM", "KNN", "ViM", "Residual", "kth_neighbour_distance",
 ]
+
+from rank_lab.ood.resflow import ResFlow  # noqa: E402  (ResFlow baseline, Tab. 5.3)
+
+__all__ += ["ResFlow"]

@@ -1,0 +1,331 @@
+"""ResFlow: a residual normalizing flow on a frozen classifier's features (the baseline of Tab. 5.3).
+
+Zisselman & Tamar (CVPR 2020, ref. [236] of the Ramzi thesis) learn the *residual* of a Gaussian
+feature density with a normalizing flow and score OOD samples by their negative log-likelihood. The
+thesis (Section 5.1, Tab. 5.3) uses it as the flow counterpart of HEAT: "NFs require invertible
+mappings, which intrinsically limit their expressive power".
+
+Model (invertible residual network of Behrmann et al. 2019 / Chen et al., NeurIPS 2019)::
+
+    x_w = (x - m) Sigma^{-1/2}                 fixed whitening: the Gaussian that the flow corrects
+    u   = F_K o ... o F_1 (x_w),  F_k(x) = x + g_k(x),   Lip(g_k) <= coeff < 1
+    log p(x) = log p_base(u) + sum_k log|det(I + J_{g_k})| - 1/2 log|Sigma|
+
+``g_k`` is an MLP whose linear layers are spectrally normalised and whose activation (LipSwish) is
+1-Lipschitz, scaled by ``coeff``: each ``F_k`` is then invertible by the fixed-point iteration
+``x <- y - g(x)`` (Banach). Its log-determinant is the power series
+``log det(I + J) = sum_{k>=1} (-1)^{k+1} tr(J^k) / k`` with the Hutchinson estimator
+``tr(A) = E_v[v^T A v]`` (Chen et al., Eq. 4-6), truncated at ``n_terms`` (the biased truncated
+estimator of i-ResNet; Chen et al.'s Russian-roulette unbiased variant is not implemented), or
+computed exactly from the Jacobian (``logdet="exact"``, for small ``d``).
+
+Base distribution: a standard normal (``class_conditional=False``), or, as in Zisselman & Tamar,
+one unit-covariance Gaussian per class in the latent space with learnable means (initialised to the
+class means), trained on ``log p(x | y)``. **Departure**: Zisselman & Tamar train one flow per class
+(and per layer, 30 layers each); here one flow is shared by the classes and only the latent means
+are per class (cheaper, same scoring rule). The OOD score is ``-max_c log p(x | c)`` (the paper's
+rule, ``reduction="max"``, default) or ``-log (1/C) sum_c p(x | c)`` (``reduction="logsumexp"``, the
+marginal NLL). Sign convention: higher = more OOD.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.utils.parametrizations import spectral_norm
+from tqdm.auto import tqdm
+
+from rank_lab._validation import check_labels, check_positive_int
+from rank_lab.ood.scorers import Data, OODScorer
+from rank_lab.utils import get_device
+
+__all__ = ["LipSwish", "InvertibleResidualBlock", "ResidualFlow", "ResFlow"]
+
+_LOG_2PI = math.log(2 * math.pi)
+
+
+class LipSwish(nn.Module):
+    """``x * sigmoid(x) / 1.1``: the 1-Lipschitz smooth activation of Chen et al. (2019), Sec. 4."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x) / 1.1
+
+
+class InvertibleResidualBlock(nn.Module):
+    """``F(x) = x + g(x)`` with ``g`` a spectrally normalised MLP scaled by ``coeff`` (Lip(g) < 1).
+
+    Args:
+        dim: feature dimension ``d``.
+        hidden_dim: width of ``g``'s hidden layers.
+        n_layers: number of linear layers of ``g`` (>= 1).
+        coeff: Lipschitz bound of ``g``, in ``(0, 1)``.
+    """
+
+    def __init__(self, dim: int, hidden_dim: int = 64, n_layers: int = 2, coeff: float = 0.9) -> None:
+        super().__init__()
+        dim, hidden_dim, n_layers = (check_positive_int(v, n) for v, n in
+                                     ((dim, "dim"), (hidden_dim, "hidden_dim"), (n_layers, "n_layers")))
+        if not 0.0 < float(coeff) < 1.0:
+            raise ValueError(f"coeff must be in (0, 1) for invertibility, got {coeff}")
+        self.coeff = float(coeff)
+        widths = [dim] + [hidden_dim] * (n_layers - 1) + [dim]
+        layers: list[nn.Module] = []
+        for i in range(n_layers):
+            layers.append(spectral_norm(nn.Linear(widths[i], widths[i + 1])))
+            if i < n_layers - 1:
+                layers.append(LipSwish())
+        self.net = nn.Sequential(*layers)
+
+    def g(self, x: torch.Tensor) -> torch.Tensor:
+        """The contractive residual ``g(x)``: ``(N, d) -> (N, d)``."""
+        return self.coeff * self.net(x)
+
+    def inverse(self, y: torch.Tensor, n_iter: int = 100, tol: float = 1e-6) -> torch.Tensor:
+        """Fixed-point inverse ``x <- y - g(x)`` from ``x = y`` (converges since Lip(g) < 1)."""
+        x = y.clone()
+        with torch.no_grad():
+            for _ in range(n_iter):
+                x_new = y - self.g(x)
+                done = (x_new - x).abs().max() < tol
+                x = x_new
+                if done:
+                    break
+        return x
+
+    def forward(self, x: torch.Tensor, logdet: str = "series", n_terms: int = 8, n_samples: int = 1,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(F(x) (N, d), log|det dF/dx| (N,))``.
+
+        Args:
+            x: ``(N, d)``.
+            logdet: ``"series"`` (power series + Hutchinson, Chen et al. Eq. 4-6) or ``"exact"``
+                (``slogdet(I + J_g)`` from the full Jacobian; ``O(N d^3)``).
+            n_terms: terms of the power series.
+            n_samples: Hutchinson probe vectors (Gaussian) per sample.
+            generator: seeds the probe vectors.
+        """
+        create_graph = torch.is_grad_enabled()
+        if logdet == "exact":
+            x = x if x.requires_grad else x.detach().requires_grad_(True)
+            gx = self.g(x)
+            jac = torch.autograd.functional.jacobian(lambda t: self.g(t).sum(0), x, create_graph=create_graph)
+            jac = jac.permute(1, 0, 2)  # (N, d_out, d_in)
+            eye = torch.eye(x.shape[1], dtype=x.dtype, device=x.device)
+            return x + gx, torch.linalg.slogdet(eye + jac).logabsdet
+        if logdet != "series":
+            raise ValueError(f"logdet must be 'series' or 'exact', got {logdet!r}")
+        with torch.enable_grad():
+            xg = x if x.requires_grad else x.detach().requires_grad_(True)
+            gx = self.g(xg)
+            total = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+            for _ in range(n_samples):
+                v = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype) if generator is not None \
+                    else torch.randn_like(x)
+                w = v
+                for k in range(1, n_terms + 1):
+                    # w <- w^T J  (vector-Jacobian product); v^T J^k v = <(J^T)^k v, v>
+                    (w,) = torch.autograd.grad(gx, xg, w, create_graph=create_graph, retain_graph=True)
+                    total = total + ((-1) ** (k + 1) / k) * (w * v).sum(1)
+            out = x + gx
+        if not create_graph:
+            out, total = out.detach(), total.detach()
+        return out, total / n_samples
+
+
+class ResidualFlow(nn.Module):
+    """Whitening + ``n_blocks`` invertible residual blocks + a (class-conditional) Gaussian base.
+
+    Args:
+        dim: feature dimension ``d``.
+        n_classes: ``None`` for a standard-normal base, else the number of latent class Gaussians.
+        n_blocks, hidden_dim, n_layers, coeff: see :class:`InvertibleResidualBlock`.
+    """
+
+    def __init__(self, dim: int, n_classes: int | None = None, n_blocks: int = 4, hidden_dim: int = 64,
+                 n_layers: int = 2, coeff: float = 0.9) -> None:
+        super().__init__()
+        n_blocks = check_positive_int(n_blocks, "n_blocks")
+        self.dim = check_positive_int(dim, "dim")
+        self.blocks = nn.ModuleList(InvertibleResidualBlock(dim, hidden_dim, n_layers, coeff) for _ in range(n_blocks))
+        self.n_classes = None if n_classes is None else check_positive_int(n_classes, "n_classes")
+        self.means = nn.Parameter(torch.zeros(n_classes or 1, dim), requires_grad=n_classes is not None)
+        self.register_buffer("shift", torch.zeros(dim))
+        self.register_buffer("whiten", torch.eye(dim))
+        self.register_buffer("whiten_logdet", torch.zeros(()))
+
+    def set_whitening(self, x: torch.Tensor, reg: float = 1e-6) -> None:
+        """Fix ``m`` and ``Sigma^{-1/2}`` from ``x`` ``(N, d)`` (ridge ``reg * mean eigenvalue``)."""
+        m = x.mean(0)
+        cov = torch.cov((x - m).T.double()).reshape(self.dim, self.dim)
+        cov = cov + reg * cov.diagonal().mean().clamp_min(1e-12) * torch.eye(self.dim, dtype=cov.dtype, device=cov.device)
+        evals, evecs = torch.linalg.eigh(cov)
+        evals = evals.clamp_min(1e-12)
+        self.shift.copy_(m)
+        self.whiten.copy_((evecs @ torch.diag(evals.rsqrt()) @ evecs.T).to(self.whiten))
+        self.whiten_logdet.copy_(-0.5 * evals.log().sum())
+
+    def forward(self, x: torch.Tensor, **logdet_kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        """Latent ``u`` ``(N, d)`` and ``log|det du/dx|`` ``(N,)`` (whitening included)."""
+        u = (x - self.shift) @ self.whiten
+        total = self.whiten_logdet.expand(x.shape[0]).clone()
+        for block in self.blocks:
+            u, ld = block(u, **logdet_kwargs)
+            total = total + ld
+        return u, total
+
+    def inverse(self, u: torch.Tensor, n_iter: int = 100, tol: float = 1e-6) -> torch.Tensor:
+        """``x`` ``(N, d)`` from the latent ``u`` (fixed-point inverse of each block, then un-whitening)."""
+        for block in reversed(self.blocks):
+            u = block.inverse(u, n_iter, tol)
+        return u @ torch.linalg.inv(self.whiten) + self.shift
+
+    def class_log_likelihood(self, x: torch.Tensor, **logdet_kwargs: object) -> torch.Tensor:
+        """``log p(x | c)`` ``(N, C)`` (``C = 1`` for the standard-normal base): change of variables."""
+        u, logdet = self(x, **logdet_kwargs)
+        d2 = torch.cdist(u, self.means).pow(2)
+        return -0.5 * d2 - 0.5 * self.dim * _LOG_2PI + logdet[:, None]
+
+
+class ResFlow(OODScorer):
+    """ResFlow OOD scorer (Zisselman & Tamar, CVPR 2020): negative log-likelihood of a residual flow.
+
+    ``fit(data)`` whitens ``data["features"]`` and trains :class:`ResidualFlow` by maximum likelihood
+    (Adam, mini-batches, Hutchinson log-det); ``score(data) -> (N,)`` is ``-max_c log p(z | c)``
+    (``reduction="max"``) or ``-log mean_c p(z | c)`` (``"logsumexp"``); with
+    ``class_conditional=False``, ``-log p(z)`` under a standard-normal base. Higher = more OOD.
+
+    Args:
+        n_blocks, hidden_dim, n_layers, coeff: the flow (see :class:`ResidualFlow`).
+        class_conditional: one latent Gaussian per class (needs ``data["labels"]``).
+        reduction: ``"max"`` or ``"logsumexp"`` over classes.
+        epochs, batch_size, lr, weight_decay: training.
+        logdet: ``"series"`` or ``"exact"`` (both for training and scoring).
+        n_terms, n_samples: power-series terms and Hutchinson probes (training); scoring uses
+            ``score_samples`` probes drawn from a generator seeded with ``seed`` (deterministic scores).
+        normalize: L2-normalise the features first.
+        seed: seeds the initialisation, the batch order and the probes.
+        device: ``None`` = CUDA when present.
+        progress: tqdm bar over epochs.
+        checkpoint: optional path; training resumes from it and writes it after each epoch.
+    """
+
+    name, key = "ResFlow", "features"
+
+    def __init__(self, n_blocks: int = 4, hidden_dim: int = 64, n_layers: int = 2, coeff: float = 0.9,
+                 class_conditional: bool = True, reduction: str = "max", epochs: int = 20, batch_size: int = 128,
+                 lr: float = 1e-3, weight_decay: float = 0.0, logdet: str = "series", n_terms: int = 8,
+                 n_samples: int = 1, score_samples: int = 4, normalize: bool = False, seed: int = 0,
+                 device: str | torch.device | None = None, progress: bool = False,
+                 checkpoint: str | Path | None = None) -> None:
+        super().__init__()
+        if reduction not in ("max", "logsumexp"):
+            raise ValueError(f"reduction must be 'max' or 'logsumexp', got {reduction!r}")
+        if logdet not in ("series", "exact"):
+            raise ValueError(f"logdet must be 'series' or 'exact', got {logdet!r}")
+        if not 0.0 < float(coeff) < 1.0:
+            raise ValueError(f"coeff must be in (0, 1) for invertibility, got {coeff}")
+        if not float(lr) > 0:
+            raise ValueError(f"lr must be positive, got {lr}")
+        for v, n in ((n_blocks, "n_blocks"), (hidden_dim, "hidden_dim"), (n_layers, "n_layers"), (epochs, "epochs"),
+                     (batch_size, "batch_size"), (n_terms, "n_terms"), (n_samples, "n_samples"),
+                     (score_samples, "score_samples")):
+            check_positive_int(v, n)
+        self.flow_kwargs = dict(n_blocks=n_blocks, hidden_dim=hidden_dim, n_layers=n_layers, coeff=coeff)
+        self.class_conditional, self.reduction, self.normalize = class_conditional, reduction, normalize
+        self.epochs, self.batch_size, self.lr, self.weight_decay = epochs, batch_size, float(lr), float(weight_decay)
+        self.logdet, self.n_terms, self.n_samples, self.score_samples = logdet, n_terms, n_samples, score_samples
+        self.seed, self.device, self.progress, self.checkpoint = int(seed), device, progress, checkpoint
+
+    def _features(self, data: Data) -> torch.Tensor:
+        z = self._get(data)
+        return nn.functional.normalize(z, dim=1) if self.normalize else z
+
+    def fit(self, data: Data) -> ResFlow:
+        """Train the flow on ID features by maximum likelihood. Returns ``self`` (``history``: per-epoch NLL)."""
+        dev = get_device(self.device)
+        z = self._features(data).to(dev)
+        if self.class_conditional:
+            y = check_labels(self._get(data, "labels"), z.shape[0], "data['labels']").to(dev)
+            if y.ndim != 1:
+                raise ValueError(f"data['labels'] must have shape (N,), got {tuple(y.shape)}")
+            self.classes = torch.unique(y)
+            y_idx = torch.searchsorted(self.classes, y)
+        else:
+            y_idx = torch.zeros(z.shape[0], dtype=torch.long, device=dev)
+        n_cls = len(self.classes) if self.class_conditional else None
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            torch.manual_seed(self.seed)  # spectral-norm vectors and Linear weights use the global RNG
+            self.flow = ResidualFlow(z.shape[1], n_cls, **self.flow_kwargs).to(dev)
+        self.flow.set_whitening(z)
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(self.seed)
+        kw = dict(logdet=self.logdet, n_terms=self.n_terms, n_samples=self.n_samples, generator=gen)
+        if self.class_conditional:  # latent class means at initialisation
+            with torch.no_grad():
+                self.flow.eval()
+                u = torch.cat([self.flow(z[i:i + 1024], **kw)[0] for i in range(0, z.shape[0], 1024)])
+                self.flow.means.copy_(torch.stack([u[y_idx == c].mean(0) for c in range(n_cls)]))
+        opt = torch.optim.Adam(self.flow.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        start, self.history = 0, []
+        ckpt = Path(self.checkpoint) if self.checkpoint is not None else None
+        key = {"flow": self.flow_kwargs, "seed": self.seed, "n": z.shape[0], "d": z.shape[1], "lr": self.lr}
+        if ckpt is not None and ckpt.exists():
+            state = torch.load(ckpt, map_location=dev, weights_only=False)
+            if state.get("key") != key:
+                raise ValueError(f"checkpoint {str(ckpt)!r} was written with another config, seed or data")
+            self.flow.load_state_dict(state["flow"])
+            opt.load_state_dict(state["optimizer"])
+            gen.set_state(state["generator"].cpu() if dev.type == "cpu" else state["generator"])
+            start, self.history = int(state["epoch"]), list(state["history"])
+        n = z.shape[0]
+        self.flow.train()
+        for epoch in tqdm(range(start, self.epochs), desc="ResFlow", disable=not self.progress, leave=False):
+            perm = torch.randperm(n, generator=gen, device=dev)
+            total = 0.0
+            for i in range(0, n, self.batch_size):
+                idx = perm[i:i + self.batch_size]
+                ll = self.flow.class_log_likelihood(z[idx], **kw)
+                loss = -ll.gather(1, y_idx[idx, None]).mean() / z.shape[1]  # NLL per dimension
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += float(loss.detach()) * len(idx)
+            self.history.append(total / n)
+            if not math.isfinite(self.history[-1]):
+                raise ValueError("ResFlow training diverged (non-finite NLL): lower lr or coeff")
+            if ckpt is not None:
+                ckpt.parent.mkdir(parents=True, exist_ok=True)
+                tmp = ckpt.with_suffix(ckpt.suffix + ".tmp")
+                torch.save({"epoch": epoch + 1, "flow": self.flow.state_dict(), "optimizer": opt.state_dict(),
+                            "generator": gen.get_state(), "history": self.history, "key": key}, tmp)
+                tmp.replace(ckpt)
+        self.flow.eval()
+        return self
+
+    def log_likelihood(self, data: Data, batch_size: int = 1024) -> torch.Tensor:
+        """``log p(z | c)`` ``(N, C)`` under the fitted flow (deterministic: probes seeded by ``seed``)."""
+        if not hasattr(self, "flow"):
+            raise RuntimeError(f"{self.name} is not fitted: call fit(train_data) first")
+        z = self._features(data)
+        if z.shape[1] != self.flow.dim:
+            raise ValueError(f"data['features'] has {z.shape[1]} dimensions but {self.name} was fitted on {self.flow.dim}")
+        dev = self.flow.shift.device
+        z = z.to(dev)
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(self.seed + 1)
+        self.flow.eval()
+        out = []
+        with torch.no_grad():
+            for i in range(0, z.shape[0], batch_size):
+                out.append(self.flow.class_log_likelihood(z[i:i + batch_size], logdet=self.logdet, n_terms=self.n_terms,
+                                                          n_samples=self.score_samples, generator=gen))
+        return torch.cat(out)
+
+    def _score(self, data: Data) -> torch.Tensor:
+        ll = self.log_likelihood(data)
+        if self.reduction == "max":
+            return -ll.max(1).values.cpu()
+        return -(torch.logsumexp(ll, 1) - math.log(ll.shape[1])).cpu()
