@@ -380,3 +380,25 @@ def test_mixed_precision_on_cuda(split):
     assert tr.amp and tr.scaler.is_enabled()
     hist = tr.fit()
     assert math.isfinite(hist[-1]["loss"])
+
+
+def test_hierarchical_sampler_option_draws_super_classes() -> None:
+    """``sampler="hierarchical"``: every batch holds ``super_classes_per_batch`` super-classes."""
+    from rank_lab.data import make_hierarchical_open_set
+    from rank_lab.train import TrainConfig, Trainer
+
+    data = make_hierarchical_open_set(n_coarse=6, fine_per_coarse=4, per_class=8, seed=0)
+    cfg = TrainConfig(epochs=1, batch_size=16, m_per_class=4, sampler="hierarchical", super_classes_per_batch=2,
+                      batches_per_epoch=3, device="cpu", eval_every=0)
+    from rank_lab.losses import SupAP
+    from rank_lab.models import EmbeddingHead, EmbeddingModel, MLPBackbone
+
+    model = EmbeddingModel(MLPBackbone(data.x_train.shape[1], (16,)), None, EmbeddingHead(16, 8))
+    trainer = Trainer(model, SupAP(), (data.x_train, data.y_train), None, cfg)
+    for batch in trainer.sampler:
+        coarse = trainer.train_labels[batch, 1]
+        assert len(torch.unique(coarse)) == 2
+    trainer.fit()
+    assert len(trainer.history) == 1
+    with pytest.raises(ValueError, match="sampler"):
+        TrainConfig(sampler="bogus")

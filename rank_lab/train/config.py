@@ -31,6 +31,7 @@ _OPTIMIZERS = ("adam", "adamw", "sgd")
 _SCHEDULERS = ("cosine", "constant")
 _AMP_DTYPES = ("float16", "bfloat16")
 _DIST_LOSS = ("full", "local")
+_SAMPLERS = ("m_per_class", "hierarchical")
 
 
 @dataclass
@@ -40,7 +41,9 @@ class TrainConfig:
     Attributes (groups):
         Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``.
         Data: ``epochs``, ``batch_size``, ``m_per_class`` (images per class in a batch, the
-            m-per-class sampler of the papers), ``batches_per_epoch`` (``None``: the sampler's
+            m-per-class sampler of the papers), ``sampler`` ("m_per_class", or "hierarchical": the
+            HAPPIER papers' sampler drawing ``super_classes_per_batch`` super-classes (label column
+            1) per batch, m per class, needs ``(N, L)`` labels), ``batches_per_epoch`` (``None``: the sampler's
             default length), ``num_workers``, ``image_size`` (for dataset transforms),
             ``dataset`` / ``data_dir`` (for :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
         Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
@@ -80,6 +83,8 @@ class TrainConfig:
     epochs: int = 10
     batch_size: int = 64
     m_per_class: int = 4
+    sampler: str = "m_per_class"
+    super_classes_per_batch: int = 2
     batches_per_epoch: int | None = None
     num_workers: int = 0
     image_size: int = 224
@@ -162,6 +167,8 @@ class TrainConfig:
         _choice(self, "scheduler", _SCHEDULERS)
         _choice(self, "amp_dtype", _AMP_DTYPES)
         _choice(self, "dist_loss", _DIST_LOSS)
+        _choice(self, "sampler", _SAMPLERS)
+        _int(self, "super_classes_per_batch", 1)
         if self.batch_size % self.m_per_class != 0:
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be a multiple of m_per_class ({self.m_per_class})"
@@ -380,6 +387,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "batch_size": 256, "m_per_class": 4, "epochs": 75, "optimizer": "adam",
         "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
         "freeze_backbone_epochs": 5, "amp": True, "loss": "happier", "eval_ks": (1, 10, 100),
+        "sampler": "hierarchical", "super_classes_per_batch": 2,
         "_sources": "[T] §4.4.1: Adam lr 1e-5, wd 1e-4, cosine, 75 epochs, 5 warm-up epochs with the "
         "pre-trained weights frozen, batch 256. ([CODE] sop.yaml has lr 5e-5.) Loss: HAPPIER "
         "(rank_lab.losses.happier, chapter 4); train with hierarchical (product, category) labels.",

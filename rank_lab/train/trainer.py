@@ -127,10 +127,17 @@ class Trainer:
         return build_model(mcfg)
 
     def _build_sampler(self) -> Any:
-        """The m-per-class batch sampler of the training set (Ramzi thesis §3.5.1)."""
-        from rank_lab.data import MPerClassSampler
+        """The batch sampler of the training set: m-per-class (Ramzi thesis §3.5.1) or, with
+        ``sampler="hierarchical"``, the super-class sampler of §4.4.1 (HAPPIER)."""
+        from rank_lab.data import HierarchicalSampler, MPerClassSampler
 
         cfg = self.config
+        if cfg.sampler == "hierarchical":
+            if self.train_labels.ndim != 2 or self.train_labels.shape[1] < 2:
+                raise ValueError("sampler='hierarchical' needs (N, L) training labels with L >= 2 (fine, coarse, ...)")
+            return HierarchicalSampler(self.train_labels, batch_size=cfg.batch_size, samples_per_class=cfg.m_per_class,
+                                       super_classes_per_batch=cfg.super_classes_per_batch,
+                                       max_batches=cfg.batches_per_epoch, seed=cfg.seed)
         length = None if cfg.batches_per_epoch is None else cfg.batches_per_epoch * cfg.batch_size
         return MPerClassSampler(self.train_labels, m=cfg.m_per_class, batch_size=cfg.batch_size, length=length, seed=cfg.seed)
 
