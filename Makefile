@@ -37,7 +37,7 @@ test-notebooks: $(STAMP)
 # `execute_notebooks: force` in _config.yml, so no cached page can go stale when rank_lab/ changes.
 # Execution errors raise (nb_execution_raise_on_error) and fail the build.
 book: $(STAMP)
-	$(PY) -m jupyter_book build . --path-output . --builder html
+	$(VENV)/bin/jupyter-book build . --path-output . --builder html
 	$(MAKE) notebooks
 
 notebooks: $(STAMP)
