@@ -4,17 +4,17 @@
 its :meth:`~ContrastiveClassifier.training_loss` is the method's objective on two augmented views,
 and :meth:`~ContrastiveClassifier.logits` its classification logits (posterior = softmax):
 
-================  ===========================================================================
-``"ce"``          cross-entropy on a bias-free linear layer (Eq. 6.6).
-``"supcon+ce"``   stage 1: SupCon (Eq. 6.5) on a projection head (FC-ReLU-FC); stage 2: CE on a
-                  linear classifier over the frozen encoder.
-``"supcon+ce(n)"`` the same with CE(n): normalised features and weights.
-``"supcon+tt"``   SupCon on the projection head + tightness (Eq. 6.9) for the prototypes, no
-                  gradient from the tightness into the encoder; nearest-prototype classifier.
-``"spce"``        SPCE (Eq. 6.7) on the encoder + tightness for the prototypes.
-``"spce(m)"``     SPCE, prototypes set to the class means afterwards.
-``"esupcon"``     ESupCon (Eq. 6.15): encoder and prototypes jointly, no projection head.
-================  ===========================================================================
+=================== ===========================================================================
+``"ce"``            cross-entropy on a bias-free linear layer (Eq. 6.6).
+``"supcon+ce"``     stage 1: SupCon (Eq. 6.5) on a projection head (FC-ReLU-FC); stage 2: CE on a
+                    linear classifier over the frozen encoder.
+``"supcon+ce(n)"``  the same with CE(n): normalised features and weights.
+``"supcon+tt"``     SupCon on the projection head + tightness (Eq. 6.9) for the prototypes, no
+                    gradient from the tightness into the encoder; nearest-prototype classifier.
+``"spce"``          SPCE (Eq. 6.7) on the encoder + tightness for the prototypes.
+``"spce(m)"``       SPCE, prototypes set to the class means afterwards.
+``"esupcon"``       ESupCon (Eq. 6.15): encoder and prototypes jointly, no projection head.
+=================== ===========================================================================
 
 :func:`fit_classifier` trains one (two views per image from
 :func:`rank_lab.losses.contrastive_cls.two_views`) and :func:`predict_logits` evaluates it.
