@@ -402,8 +402,8 @@ def evaluate_surrogate(
         seed: seeds the draw.
 
     Returns:
-        ``{"e": (n,) true values, "e_hat": (n,) surrogate values, "l1": mean |e_hat - e|,
-        "pearson": correlation}``.
+        A dict with ``"e"`` (``(n,)`` true values), ``"e_hat"`` (``(n,)`` surrogate values),
+        ``"l1"`` (mean ``|e_hat - e|``) and ``"pearson"`` (their correlation).
     """
     if source not in ("local", "global"):
         raise ValueError(f"source must be 'local' or 'global', got {source!r}")

@@ -6,19 +6,19 @@ ROADMAP Eq. 2) for AP and ROD-R@K (Eq. 3.17; SupRank Eq. 17) for recall.
 
 Named presets (exact values from the papers; ``**overrides`` reach the rank loss, ``lam`` the mix):
 
-==================  ===============================================  ============================
-preset              composition                                      source
-==================  ===============================================  ============================
-``roadmap_neurips`` SupAP(tau=0.01, rho=100) + L_DG(alpha=0.9,       ROADMAP (NeurIPS 2021) Sec. 4
-                    beta=0.6), lambda = 0.5                          "ROADMAP settings"
-``roadmap_tpami``   SupAP(tau=0.01, rho=100) + L*_DG (NormSoftmax,   SupRank Sec. VII / thesis
-                    eta=0.05), lambda = 0.1                          Sec. 3.5 ("we use lambda=0.1";
-                                                                     Tab. 3.3 keeps only L*_DG);
-                                                                     eta from the official code
-``rod_recall``      Sup-R@K(K={1,2,4,8,16}, tau*=1) + L*_DG          SupRank Eq. 17, Tab. II
-                    (eta=0.05), lambda = 0.1                         (ROD-R@k with L*_DG); K, tau*
-                                                                     follow [28] / official code
-==================  ===============================================  ============================
+====================  ===============================================  ============================
+preset                composition                                      source
+====================  ===============================================  ============================
+``roadmap_neurips``   SupAP(tau=0.01, rho=100) + L_DG(alpha=0.9,       ROADMAP (NeurIPS 2021) Sec. 4
+                      beta=0.6), lambda = 0.5                          "ROADMAP settings"
+``roadmap_tpami``     SupAP(tau=0.01, rho=100) + L*_DG (NormSoftmax,   SupRank Sec. VII / thesis
+                      eta=0.05), lambda = 0.1                          Sec. 3.5 ("we use lambda=0.1";
+                                                                       Tab. 3.3 keeps only L*_DG);
+                                                                       eta from the official code
+``rod_recall``        Sup-R@K(K={1,2,4,8,16}, tau*=1) + L*_DG          SupRank Eq. 17, Tab. II
+                      (eta=0.05), lambda = 0.1                         (ROD-R@k with L*_DG); K, tau*
+                                                                       follow [28] / official code
+====================  ===============================================  ============================
 
 Paper vs code: the ROADMAP NeurIPS code sums SupAP and the calibration loss with weights 1 and 1
 (equivalent to lambda = 0.5 up to a factor 2, ``weights=(1.0, 1.0)`` here); the TPAMI code uses

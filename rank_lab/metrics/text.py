@@ -267,8 +267,8 @@ def text_recognition_metrics(
         normalize: ``"none"``, ``"lower"`` or ``"alnum_lower"`` (the benchmark protocol).
 
     Returns:
-        ``{"accuracy": fraction exact, "ned": mean(1 - ED/max len), "ted": total ED,
-        "mean_ed": TED / n, "n": number of words}``.
+        A dict with ``"accuracy"`` (fraction exact), ``"ned"`` (mean of ``1 - ED / max len``),
+        ``"ted"`` (total ED), ``"mean_ed"`` (``TED / n``) and ``"n"`` (number of words).
     """
     preds, targets = _check_pairs(preds, targets)
     p = [normalize_text(s, normalize) for s in preds]

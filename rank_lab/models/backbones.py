@@ -321,7 +321,7 @@ def build_backbone(
         input_dim: flattened input size (``mlp``; required there).
         hidden_dims: hidden widths (``mlp``).
         width: first-block width (``tiny_cnn``).
-        pretrained, weights_path, features_only, **timm_kwargs: see :class:`TimmBackbone`.
+        pretrained, weights_path, features_only, timm_kwargs: see :class:`TimmBackbone`.
             ``weights_path`` also works for ``mlp`` / ``tiny_cnn``.
 
     Raises:

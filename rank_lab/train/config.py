@@ -38,43 +38,44 @@ _SAMPLERS = ("m_per_class", "hierarchical")
 class TrainConfig:
     """Everything a :class:`~rank_lab.train.Trainer` run needs, with defaults for a small CPU run.
 
-    Attributes (groups):
-        Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``.
-        Data: ``epochs``, ``batch_size``, ``m_per_class`` (images per class in a batch, the
-            m-per-class sampler of the papers), ``sampler`` ("m_per_class", or "hierarchical": the
-            HAPPIER papers' sampler drawing ``super_classes_per_batch`` super-classes (label column
-            1) per batch, m per class, needs ``(N, L)`` labels), ``batches_per_epoch`` (``None``: the sampler's
-            default length), ``num_workers``, ``image_size`` (for dataset transforms),
-            ``dataset`` / ``data_dir`` (for :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
-        Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
-            head; ``None`` = ``lr``), ``loss_lr`` (learnable loss parameters such as proxies;
-            ``None`` = head lr), ``weight_decay``, ``momentum``/``nesterov`` (sgd).
-        Schedule: ``scheduler`` (cosine / constant, per step), ``warmup_epochs`` (linear LR warm-up),
-            ``min_lr`` (cosine floor of the backbone group; other groups scale with their base lr),
-            ``freeze_backbone_epochs`` (thesis §4.4.1: "warm up for 5 epochs, the pre-trained
-            weights are not optimized"), ``grad_clip`` (max global norm), ``amp`` (mixed
-            precision, CUDA only), ``amp_dtype``.
-        Loss: ``loss`` (a name for :func:`rank_lab.losses.build_loss`; ignored when a loss module is
-            given to the trainer), ``loss_kwargs``.
-        Memory: ``memory_size`` (0 = none; cross-batch memory of XBM), ``memory_activate_epoch``,
-            ``memory_weight`` (loss = (batch + w * memory) / (1 + w), as the official code),
-            ``memory_unique`` (one slot per training image; the size is then the train-set size).
-        Labels: ``relabel_train`` re-indexes the training labels to ``0..C-1`` per column (proxy
-            losses index their proxies with them; retrieval losses only compare labels).
-        Evaluation: ``eval_every`` (epochs; 0 = never), ``eval_at_start`` (also evaluate the
-            untrained model, logged as epoch 0), ``eval_ks``, ``eval_metrics`` (default R@k and
-            mAP@R, the papers' tables; add ``"mAP"`` for full AP, slower), ``eval_batch_size``.
-        Scale-out: ``multistage_chunk_size`` (``None``: one forward per batch; else the batch is
-            embedded ``chunk`` items at a time by multistage back-propagation, Patel thesis
-            §5.3.2, :mod:`rank_lab.train.multistage`), ``dist_loss`` (under
-            :class:`~rank_lab.train.distributed.DistributedTrainer`: ``"full"`` = every rank
-            computes the loss of the whole gathered batch, exact for every loss; ``"local"`` =
-            each rank ranks its own queries against the gathered batch, for losses that are a
-            mean over queries). ``batch_size`` is always the *global* batch (all ranks).
-        Output: ``checkpoint_dir`` (``None`` = no checkpoint), ``checkpoint_every``, ``resume``,
-            ``log_path`` (``None`` = ``checkpoint_dir/log.json`` if any), ``progress`` (tqdm).
-        ``model``: a :class:`~rank_lab.models.ModelConfig`. ``preset_name``: the preset started
-            from, if any (set by :meth:`preset` or a ``"preset"`` key of :meth:`from_dict`).
+    Fields, by group:
+
+    * Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``.
+    * Data: ``epochs``, ``batch_size``, ``m_per_class`` (images per class in a batch, the
+      m-per-class sampler of the papers), ``sampler`` ("m_per_class", or "hierarchical": the
+      HAPPIER papers' sampler drawing ``super_classes_per_batch`` super-classes (label column
+      1) per batch, m per class, needs ``(N, L)`` labels), ``batches_per_epoch`` (``None``: the sampler's
+      default length), ``num_workers``, ``image_size`` (for dataset transforms),
+      ``dataset`` / ``data_dir`` (for :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
+    * Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
+      head; ``None`` = ``lr``), ``loss_lr`` (learnable loss parameters such as proxies;
+      ``None`` = head lr), ``weight_decay``, ``momentum``/``nesterov`` (sgd).
+    * Schedule: ``scheduler`` (cosine / constant, per step), ``warmup_epochs`` (linear LR warm-up),
+      ``min_lr`` (cosine floor of the backbone group; other groups scale with their base lr),
+      ``freeze_backbone_epochs`` (thesis §4.4.1: "warm up for 5 epochs, the pre-trained
+      weights are not optimized"), ``grad_clip`` (max global norm), ``amp`` (mixed
+      precision, CUDA only), ``amp_dtype``.
+    * Loss: ``loss`` (a name for :func:`rank_lab.losses.build_loss`; ignored when a loss module is
+      given to the trainer), ``loss_kwargs``.
+    * Memory: ``memory_size`` (0 = none; cross-batch memory of XBM), ``memory_activate_epoch``,
+      ``memory_weight`` (loss = (batch + w * memory) / (1 + w), as the official code),
+      ``memory_unique`` (one slot per training image; the size is then the train-set size).
+    * Labels: ``relabel_train`` re-indexes the training labels to ``0..C-1`` per column (proxy
+      losses index their proxies with them; retrieval losses only compare labels).
+    * Evaluation: ``eval_every`` (epochs; 0 = never), ``eval_at_start`` (also evaluate the
+      untrained model, logged as epoch 0), ``eval_ks``, ``eval_metrics`` (default R@k and
+      mAP@R, the papers' tables; add ``"mAP"`` for full AP, slower), ``eval_batch_size``.
+    * Scale-out: ``multistage_chunk_size`` (``None``: one forward per batch; else the batch is
+      embedded ``chunk`` items at a time by multistage back-propagation, Patel thesis
+      §5.3.2, :mod:`rank_lab.train.multistage`), ``dist_loss`` (under
+      :class:`~rank_lab.train.distributed.DistributedTrainer`: ``"full"`` = every rank
+      computes the loss of the whole gathered batch, exact for every loss; ``"local"`` =
+      each rank ranks its own queries against the gathered batch, for losses that are a
+      mean over queries). ``batch_size`` is always the *global* batch (all ranks).
+    * Output: ``checkpoint_dir`` (``None`` = no checkpoint), ``checkpoint_every``, ``resume``,
+      ``log_path`` (``None`` = ``checkpoint_dir/log.json`` if any), ``progress`` (tqdm).
+    * Model: ``model``, a :class:`~rank_lab.models.ModelConfig`; ``preset_name``, the preset started
+      from, if any (set by :meth:`preset` or a ``"preset"`` key of :meth:`from_dict`).
     """
 
     seed: int = 0
