@@ -165,3 +165,17 @@ def test_cuda_matches_cpu() -> None:  # pragma: no cover - run on the GPU machin
     if faiss_available():
         c = retrieval_metrics(x.cuda(), y.cuda(), metrics=KNN, ks=(1, 10), backend="faiss", device="cuda")
         assert c["R@1"] == pytest.approx(a["R@1"], abs=1e-4)
+
+
+def test_custom_knn_function_is_used_and_gives_the_same_results() -> None:
+    torch.manual_seed(5)
+    x, y = torch.randn(200, 8), torch.randint(0, 20, (200,))
+    calls = []
+
+    def knn(q, g, k, exclude_self):
+        calls.append(k)
+        return knn_search(q, g, k, exclude_self=exclude_self, backend="torch", device="cpu")
+
+    a = retrieval_metrics(x, y, ks=(1, 5), knn=knn, device="cpu")
+    b = retrieval_metrics(x, y, ks=(1, 5), backend="torch", device="cpu")
+    assert calls and a == pytest.approx(b)

@@ -28,19 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import check_embeddings, check_positive_int
 from rank_lab.metrics.engine import (
-    ALL_METRICS,
     KNN_METRICS,
-    _counting_route_rows,
-    _metrics_from_positions,
     faiss_available,
-    positive_positions,
     retrieval_metrics,
 )
-from rank_lab.utils import DeviceLike, get_device
+from rank_lab.utils import DeviceLike
 
 __all__ = ["faiss_gpu_count", "ShardedIndex", "build_index", "sharded_knn_search", "sharded_retrieval_metrics"]
 
@@ -224,66 +219,12 @@ def sharded_retrieval_metrics(
         ``{"R@1": ..., "mAP@R": ..., "n_queries": Q, "n_skipped": 0}``.
     """
     wanted = set(metrics)
-    if not wanted or wanted - set(ALL_METRICS):
-        raise ValueError(f"unknown metrics {sorted(wanted - set(ALL_METRICS))}; choose among {ALL_METRICS}")
     if not (wanted <= set(KNN_METRICS)) or not faiss_available():
         return retrieval_metrics(embeddings, labels, ref_embeddings, ref_labels, ks=ks, metrics=metrics,
                                  normalize=normalize, backend="torch", device=device, no_positive=no_positive)
-    emb = check_embeddings(embeddings, "embeddings")
-    lab = check_labels(labels, emb.shape[0], "labels")
-    if (ref_embeddings is None) != (ref_labels is None):
-        raise ValueError("ref_embeddings and ref_labels must be given together")
-    same = ref_embeddings is None
-    ref = emb if same else check_embeddings(ref_embeddings, "ref_embeddings")
-    ref_lab = lab if same else check_labels(ref_labels, ref.shape[0], "ref_labels")
-    if ref.shape[1] != emb.shape[1]:
-        raise ValueError(f"embeddings have d={emb.shape[1]} but ref_embeddings have d={ref.shape[1]}")
-    if lab.ndim != ref_lab.ndim:
-        raise ValueError(f"labels have shape {tuple(lab.shape)} but ref_labels have {tuple(ref_lab.shape)}")
-    if lab.ndim == 2:
-        lab, ref_lab = lab[:, 0], ref_lab[:, 0]
-    if no_positive not in ("raise", "skip"):
-        raise ValueError(f"no_positive must be 'raise' or 'skip', got {no_positive!r}")
-    ks = sorted({check_positive_int(k, "ks") for k in ks})
-    n_avail = ref.shape[0] - int(same)
-    if ks and ks[-1] > n_avail:
-        raise ValueError(f"k={ks[-1]} is larger than the number of gallery items available ({n_avail})")
-    dtype = torch.float64 if emb.dtype == torch.float64 else torch.float32
-    emb, ref = emb.to(dtype), ref.to(dtype)
-    if normalize:
-        emb = F.normalize(emb, dim=1)
-        ref = emb if same else F.normalize(ref, dim=1)
-    lab, ref_lab = lab.cpu(), ref_lab.cpu()
-    n_pos = (_count_pos(lab, ref_lab) - int(same)).clamp(min=0)
-    empty = n_pos == 0
-    if bool(empty.any()) and no_positive == "raise":
-        raise ValueError(f"{int(empty.sum())} query(ies) have no relevant item in the reference set (first: {int(torch.nonzero(empty)[0])})")
-    k_need = max([*ks, int(n_pos.max()) if n_pos.numel() else 1, 1])
-    k_fetch = min(k_need + 1, n_avail)  # one extra neighbour detects ties across the cut
-    index = build_index(ref, n_gpus=n_gpus, mode=mode, cpu_shards=cpu_shards)
-    scores, idx = sharded_knn_search(emb, ref, k_fetch, exclude_self=same, index=index)
-    rel = ref_lab[idx] == lab[:, None]
-    k_use = min(k_need, k_fetch)
-    tied = scores[:, k_use - 1] == scores[:, k_use] if k_fetch > k_use else torch.zeros(emb.shape[0], dtype=torch.bool)
-    if "MRR" in wanted:  # the first relevant item may lie beyond the list
-        tied |= (rel[:, :k_use].sum(1) == 0) & (n_pos > 0)
-    positions, valid = positive_positions(scores[:, :k_use].double(), rel[:, :k_use], ~rel[:, :k_use], max_pos=k_use)
-    per_q = _metrics_from_positions(positions, valid, n_pos, ks, wanted)
-    if bool(tied.any()):
-        rows = torch.nonzero(tied).flatten()
-        exact = _counting_route_rows(emb, lab, ref, ref_lab, rows, ks, wanted, same, get_device(device))
-        for name in per_q:
-            per_q[name][rows] = exact[name].cpu()
-    keep = ~empty
-    if not bool(keep.any()):
-        raise ValueError("no query has a relevant item in the reference set: every metric is undefined")
-    out: dict[str, float] = {name: float(v[keep].mean()) for name, v in per_q.items()}
-    out["n_queries"], out["n_skipped"] = int(keep.sum()), int((~keep).sum())
-    return out
 
+    def knn(q: torch.Tensor, g: torch.Tensor, k: int, exclude_self: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return sharded_knn_search(q, g, k, exclude_self=exclude_self, n_gpus=n_gpus, mode=mode, cpu_shards=cpu_shards)
 
-def _count_pos(lab: torch.Tensor, ref_lab: torch.Tensor) -> torch.Tensor:
-    uniq, inv = torch.unique(ref_lab, return_inverse=True)
-    counts = torch.bincount(inv, minlength=uniq.numel())
-    where = torch.searchsorted(uniq, lab.contiguous()).clamp(max=uniq.numel() - 1)
-    return torch.where(uniq[where] == lab, counts[where], torch.zeros_like(where))
+    return retrieval_metrics(embeddings, labels, ref_embeddings, ref_labels, ks=ks, metrics=metrics,
+                             normalize=normalize, knn=knn, device=device, no_positive=no_positive)

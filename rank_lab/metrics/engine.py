@@ -26,7 +26,7 @@ The query is excluded from its own ranking by index, never by dropping the first
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 import torch
@@ -52,6 +52,8 @@ KNN_METRICS = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R", "MRR")
 ALL_METRICS = (*KNN_METRICS, "mAP", "NDCG", *HIERARCHICAL_METRICS)
 
 Backend = Literal["auto", "torch", "faiss"]
+#: ``knn(queries, gallery, k, exclude_self) -> (scores (Q, k), indices (Q, k))``
+KnnFn = Callable[[torch.Tensor, torch.Tensor, int, bool], tuple[torch.Tensor, torch.Tensor]]
 
 
 def faiss_available() -> bool:
@@ -257,6 +259,7 @@ def retrieval_metrics(
     normalize: bool = True,
     exclude_self: bool | None = None,
     backend: Backend = "auto",
+    knn: KnnFn | None = None,
     device: DeviceLike = None,
     chunk_size: int | None = None,
     max_memory_mb: float = 256,
@@ -291,6 +294,10 @@ def retrieval_metrics(
         normalize: L2-normalise both sets first (cosine similarity).
         exclude_self: default ``True`` when ``ref_embeddings`` is ``None``.
         backend: ``"auto"``, ``"torch"`` or ``"faiss"`` (see the module docstring).
+        knn: a custom neighbour search ``knn(queries, gallery, k, exclude_self) -> (scores (Q, k),
+            indices (Q, k))`` used for the neighbour-list metrics instead of ``backend`` (e.g. the
+            sharded faiss index of :mod:`rank_lab.metrics.distributed_knn`); it receives the
+            normalised sets and must follow the contract of :func:`knn_search`.
         device: compute device (default: CUDA when present).
         chunk_size, max_memory_mb: query rows per chunk, or the memory budget that sets it.
         no_positive: ``"skip"`` leaves queries without any relevant item out of the means (their
@@ -362,8 +369,14 @@ def retrieval_metrics(
     if not wanted:
         pass
     elif wanted <= set(KNN_METRICS):
-        knn_backend = "faiss" if backend == "faiss" or (backend == "auto" and faiss_available()) else "torch"
-        per_q = _knn_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, knn_backend, chunk_size, max_memory_mb, progress)
+        if knn is None:
+            knn_backend = "faiss" if backend == "faiss" or (backend == "auto" and faiss_available()) else "torch"
+
+            def knn(q: torch.Tensor, g: torch.Tensor, k: int, es: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                return knn_search(q, g, k, exclude_self=es, backend=knn_backend, device=dev,
+                                  chunk_size=chunk_size, max_memory_mb=max_memory_mb, progress=progress)
+
+        per_q = _knn_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, knn)
     else:  # full-list metrics ("mAP", "NDCG") need every relevant item's position: counting route
         per_q = _counting_route(emb, lab, ref, ref_lab, ks, wanted, exclude_self, dev, chunk_size, max_memory_mb, progress)
     if hier_wanted:
@@ -412,12 +425,11 @@ def _counting_route(emb, lab, ref, ref_lab, ks, wanted, exclude_self, dev, chunk
     return {name: torch.cat(v) for name, v in parts.items()}
 
 
-def _knn_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, backend, chunk_size, max_memory_mb, progress):
+def _knn_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, knn):
     n_avail = ref.shape[0] - int(exclude_self)
     k_need = max([*ks, int(n_pos.max()) if n_pos.numel() else 1, 1])
     k_fetch = min(k_need + 1, n_avail)  # one extra neighbour detects ties across the cut
-    scores, idx = knn_search(emb, ref, k_fetch, exclude_self=exclude_self, backend=backend, device=dev,
-                             chunk_size=chunk_size, max_memory_mb=max_memory_mb, progress=progress)
+    scores, idx = knn(emb, ref, k_fetch, exclude_self)
     scores, idx = scores.cpu(), idx.cpu()
     rel = ref_lab.cpu()[idx] == lab.cpu()[:, None]
     k_use = min(k_need, k_fetch)
