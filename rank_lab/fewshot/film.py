@@ -23,7 +23,7 @@ exactly the wrapped ResNet (tested against torchvision).
 :class:`FiLMResNet` wraps an existing torchvision or timm ResNet made of BasicBlocks *without
 copying it*, so local torchvision / timm weights load into ``extractor.body`` with
 :func:`rank_lab.models.load_backbone_weights`. :func:`film_resnet18` builds ResNet-18
-(``pretrained=False``: nothing is downloaded) and :func:`film_tiny_resnet` a small residual CNN
+(random weights by default, ``weights="imagenet"`` through timm, or a local file) and :func:`film_tiny_resnet` a small residual CNN
 with the same block structure for CPU smoke runs (the FiLM machinery is identical).
 """
 
@@ -238,33 +238,45 @@ def film_resnet18(
     *,
     weights_path: str | Path | None = None,
     in_channels: int = 3,
+    weights: str | Path | None = None,
 ) -> FiLMResNet:
-    """ResNet-18 with FiLM layers (about 11.2M parameters, thesis §4.3.5), never downloaded.
+    """ResNet-18 with FiLM layers (about 11.2M parameters, thesis §4.3.5).
 
     Args:
-        source: ``"torchvision"`` (``torchvision.models.resnet18(weights=None)``) or ``"timm"``
-            (``timm.create_model("resnet18", pretrained=False)``); both have the same layout.
-        weights_path: a local ImageNet checkpoint (torchvision or timm keys), loaded into ``body``.
+        source: ``"torchvision"`` (``torchvision.models.resnet18``) or ``"timm"``
+            (``timm.create_model("resnet18")``); both have the same layout and key names.
+        weights_path: older spelling of a local ImageNet checkpoint (loaded leniently).
         in_channels: input channels (only 3 with ``source="torchvision"``).
+        weights: ``"imagenet"`` (timm's ``resnet18.tv_in1k``, the torchvision ImageNet weights,
+            fetched by timm), ``"none"`` or a weight file (:mod:`rank_lab.models.weights`);
+            default random. The record is ``model.weights_record``.
     """
+    from rank_lab.models.weights import create_timm_model, file_record, merge_legacy_weights
+
+    spec, strict = merge_legacy_weights(weights, False, weights_path)
     if source == "torchvision":
         from torchvision.models import resnet18
 
         if in_channels != 3:
             raise ValueError("source='torchvision' builds 3-channel ResNet-18s; use source='timm'")
         body = resnet18(weights=None)
+        if spec == "imagenet":  # the same weights, fetched by timm (same key names)
+            ref, record = create_timm_model("resnet18", "imagenet")
+            body.load_state_dict(ref.state_dict())
     elif source == "timm":
-        import timm
-
-        body = timm.create_model("resnet18", pretrained=False, in_chans=in_channels)
+        body, record = create_timm_model("resnet18", "imagenet" if spec == "imagenet" else "none", in_chans=in_channels)
     else:
         raise ValueError(f"source must be 'torchvision' or 'timm', got {source!r}")
     body.fc = nn.Identity()
     model = FiLMResNet(body)
-    if weights_path is not None:
+    if isinstance(spec, Path):
         from rank_lab.models import load_backbone_weights
 
-        model.load_report = load_backbone_weights(body, weights_path)
+        model.load_report = load_backbone_weights(body, spec, strict=strict)
+        record = file_record(spec)
+    elif spec == "none":
+        record = {"weights": "none"}
+    model.weights_record = record
     return model
 
 

@@ -246,6 +246,7 @@ def build_rcnaps(
     *,
     source: str = "torchvision",
     weights_path: str | Path | None = None,
+    weights: str | Path | None = None,
     in_channels: int = 3,
     widths: Sequence[int] = (16, 32, 64),
     blocks: Sequence[int] | int = 1,
@@ -258,12 +259,15 @@ def build_rcnaps(
 ) -> RCNAPS:
     """Build rCNAPS with ``backbone="resnet18"`` (the thesis; ``source`` torchvision or timm) or ``"tiny"``.
 
-    ``weights_path`` loads local ImageNet weights into ResNet-18 (nothing is downloaded);
+    ``weights`` initialises ResNet-18: ``"imagenet"`` (timm), ``"none"`` or a local file
+    (:mod:`rank_lab.models.weights`; ``weights_path`` is the older spelling of a file);
     ``widths`` / ``blocks`` / ``stem_stride`` shape the tiny residual CNN of the smoke runs.
     """
     if backbone == "resnet18":
-        ext = film_resnet18(source, weights_path=weights_path, in_channels=in_channels)
+        ext = film_resnet18(source, weights_path=weights_path, in_channels=in_channels, weights=weights)
     elif backbone == "tiny":
+        if weights not in (None, "none"):
+            raise ValueError(f"weights={weights!r} needs backbone='resnet18' (the tiny CNN has no pretrained weights)")
         ext = film_tiny_resnet(in_channels, widths, blocks, stem_stride)
     else:
         raise ValueError(f"backbone must be 'resnet18' or 'tiny', got {backbone!r}")

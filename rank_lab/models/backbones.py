@@ -1,9 +1,10 @@
 """Backbones that turn an input into a feature map ``(B, D, H, W)`` or a feature vector ``(B, D)``.
 
 * :class:`TimmBackbone` -- any `timm <https://github.com/huggingface/pytorch-image-models>`_ model
-  (ResNet-50 of the papers, DeiT-S, ViT-B ...), built with ``pretrained=False`` by default (nothing is
-  downloaded) and loadable from a local weight file (:func:`load_backbone_weights`, e.g. a
-  torchvision / timm ResNet-50 ``state_dict``).
+  (ResNet-50 of the papers, DeiT-S, ViT-B ...), initialised from ``weights``: ``"imagenet"`` (timm's
+  pretrained weights, fetched by timm), ``"none"`` (random, the default: nothing is downloaded) or a
+  local weight file (e.g. a torchvision / timm ResNet-50 ``state_dict``); see
+  :mod:`rank_lab.models.weights`.
 * :class:`TinyCNN` -- a 3-block CNN for CPU smoke runs on 8x8 digits, 28x28 or small RGB images.
 * :class:`MLPBackbone` -- an MLP for the synthetic vector inputs of :func:`rank_lab.data.make_open_set`.
 
@@ -23,6 +24,13 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from rank_lab.models.weights import (
+    create_timm_model,
+    file_record,
+    load_weights_file,
+    merge_legacy_weights,
+)
 
 __all__ = [
     "TinyCNN",
@@ -247,10 +255,14 @@ class TimmBackbone(nn.Module):
 
     Args:
         name: a timm model name (``"resnet50"``, ``"resnet18"``, ``"deit_small_patch16_224"`` ...).
-        pretrained: let timm fetch its pretrained weights (needs network; default ``False``).
-        weights_path: a local weight file loaded with :func:`load_backbone_weights`.
+        pretrained: older spelling of ``weights="imagenet"``.
+        weights_path: older spelling of a weight file, loaded leniently (a parameter missing from
+            the file keeps its random value; see ``load_report``). ``weights=<path>`` is strict.
         in_chans: input channels.
         features_only: use ``timm.create_model(..., features_only=True)``.
+        weights: ``"imagenet"``, ``"none"`` or a file path (:mod:`rank_lab.models.weights`);
+            ``None`` = ``pretrained`` / ``weights_path`` (default: random weights). What was used
+            is kept in ``weights_record``.
         **timm_kwargs: passed to ``timm.create_model`` (e.g. ``img_size`` for ViTs).
     """
 
@@ -261,6 +273,7 @@ class TimmBackbone(nn.Module):
         weights_path: str | Path | None = None,
         in_chans: int = 3,
         features_only: bool = False,
+        weights: str | Path | None = None,
         **timm_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -268,24 +281,24 @@ class TimmBackbone(nn.Module):
             import timm
         except ImportError as exc:  # pragma: no cover - timm is an optional dependency
             raise ImportError("TimmBackbone needs timm: pip install 'rank_lab[timm]'") from exc
-        if not timm.is_model(name):
+        if not timm.is_model(name.split(".", 1)[0]):
             raise ValueError(f"unknown timm model {name!r} (see timm.list_models())")
+        spec, strict = merge_legacy_weights(weights, pretrained, weights_path)
         self.name = name
         self.features_only = bool(features_only)
+        kwargs: dict[str, Any] = {"in_chans": in_chans, **timm_kwargs}
+        kwargs.update({"features_only": True, "out_indices": (-1,)} if self.features_only else {"num_classes": 0})
+        self.load_report: dict[str, list[str]] | None = None
+        if strict:
+            self.model, self.weights_record = create_timm_model(name, spec, **kwargs)
+        else:  # the older, lenient weights_path
+            self.model, _ = create_timm_model(name, "none", **kwargs)
+            self.load_report = load_backbone_weights(self.model, spec)
+            self.weights_record = file_record(Path(spec))
         if self.features_only:
-            self.model = timm.create_model(
-                name, pretrained=pretrained, features_only=True, out_indices=(-1,),
-                in_chans=in_chans, **timm_kwargs,
-            )
             self.num_features = int(self.model.feature_info.channels()[-1])
         else:
-            self.model = timm.create_model(
-                name, pretrained=pretrained, num_classes=0, in_chans=in_chans, **timm_kwargs
-            )
             self.num_features = int(self.model.num_features)
-        self.load_report: dict[str, list[str]] | None = None
-        if weights_path is not None:
-            self.load_report = load_backbone_weights(self.model, weights_path)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Args: x ``(B, C, H, W)``. Returns ``(B, D, h, w)`` (CNNs) or ``(B, D)`` (transformers)."""
@@ -311,6 +324,7 @@ def build_backbone(
     pretrained: bool = False,
     weights_path: str | Path | None = None,
     features_only: bool = False,
+    weights: str | Path | None = None,
     **timm_kwargs: Any,
 ) -> nn.Module:
     """Build a backbone by name: ``"mlp"``, ``"tiny_cnn"``, or a timm name (optionally ``"timm:<name>"``).
@@ -321,11 +335,15 @@ def build_backbone(
         input_dim: flattened input size (``mlp``; required there).
         hidden_dims: hidden widths (``mlp``).
         width: first-block width (``tiny_cnn``).
-        pretrained, weights_path, features_only, timm_kwargs: see :class:`TimmBackbone`.
-            ``weights_path`` also works for ``mlp`` / ``tiny_cnn``.
+        pretrained, weights_path, features_only, weights, timm_kwargs: see :class:`TimmBackbone`.
+            A weight file also works for ``mlp`` / ``tiny_cnn``; ``"imagenet"`` does not.
+
+    Returns:
+        The backbone, with ``weights_record`` (:mod:`rank_lab.models.weights`).
 
     Raises:
-        ValueError: for an unknown name or a missing ``input_dim`` for ``mlp``.
+        ValueError: for an unknown name, a missing ``input_dim`` for ``mlp``, or ``"imagenet"``
+            weights for ``mlp`` / ``tiny_cnn``.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"backbone name must be a non-empty str, got {name!r}")
@@ -340,10 +358,17 @@ def build_backbone(
         timm_name = name[5:] if key.startswith("timm:") else name
         return TimmBackbone(
             timm_name, pretrained=pretrained, weights_path=weights_path, in_chans=in_channels,
-            features_only=features_only, **timm_kwargs,
+            features_only=features_only, weights=weights, **timm_kwargs,
         )
-    if pretrained:
-        raise ValueError(f"backbone {name!r} has no pretrained weights; use weights_path")
-    if weights_path is not None:
-        net.load_report = load_backbone_weights(net, weights_path)  # type: ignore[attr-defined]
+    spec, strict = merge_legacy_weights(weights, pretrained, weights_path)
+    if spec == "imagenet":
+        raise ValueError(f"backbone {name!r} has no pretrained weights; use weights='none' or a weight file")
+    record: dict[str, Any] = {"weights": "none"}
+    if isinstance(spec, Path):
+        if strict:
+            record = load_weights_file(net, spec)
+        else:
+            net.load_report = load_backbone_weights(net, spec)  # type: ignore[attr-defined]
+            record = file_record(spec)
+    net.weights_record = record  # type: ignore[attr-defined]
     return net

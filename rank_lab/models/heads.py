@@ -11,6 +11,7 @@ runs, max pooling for CUB in ROADMAP), a LayerNorm *without affine parameters*, 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,8 +122,11 @@ class ModelConfig:
 
     Attributes:
         backbone: ``"mlp"``, ``"tiny_cnn"`` or a timm name (``"resnet50"`` ...).
-        pretrained: timm pretrained weights (needs network; keep ``False`` and use ``weights_path``).
-        weights_path: local weight file for the backbone (e.g. a ResNet-50 ``state_dict``).
+        weights: the backbone's initial weights: ``"imagenet"`` (timm's pretrained weights, fetched
+            by timm), ``"none"`` or a local weight file (:mod:`rank_lab.models.weights`). ``None``
+            (default) defers to the older ``pretrained`` / ``weights_path`` (random when unset).
+        pretrained: older spelling of ``weights="imagenet"``.
+        weights_path: older spelling of a local weight file (loaded leniently).
         in_channels: input channels (``tiny_cnn`` / timm).
         input_dim: flattened input size (``mlp``); the trainer fills it from the data when ``None``.
         hidden_dims: hidden widths of the ``mlp``.
@@ -138,6 +142,7 @@ class ModelConfig:
     """
 
     backbone: str = "mlp"
+    weights: str | None = None
     pretrained: bool = False
     weights_path: str | None = None
     in_channels: int = 3
@@ -169,6 +174,15 @@ class ModelConfig:
                 raise ValueError(f"model.{name} must be a positive int or None, got {v!r}")
         if not self.gem_p > 0:
             raise ValueError(f"model.gem_p must be > 0, got {self.gem_p}")
+        if isinstance(self.weights, os.PathLike):
+            self.weights = os.fspath(self.weights)
+        if self.weights is not None and not isinstance(self.weights, str):
+            raise TypeError(f"model.weights must be 'imagenet', 'none' or a file path, got {self.weights!r}")
+        if self.weights is not None and (self.pretrained or self.weights_path is not None):
+            raise ValueError(
+                f"model.weights={self.weights!r} and the older model.pretrained / model.weights_path are "
+                "exclusive: set only weights"
+            )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
@@ -208,6 +222,7 @@ def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel
         pretrained=config.pretrained,
         weights_path=config.weights_path,
         features_only=config.features_only,
+        weights=config.weights,
         **config.timm_kwargs,
     )
     pooling: nn.Module | None = None

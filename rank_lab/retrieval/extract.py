@@ -1,8 +1,8 @@
 """Global-descriptor extraction over an image folder, multi-scale, resumable (Gominski thesis Fig. 4.1).
 
 The pipeline of the thesis (digest 004 §2.1, §2.5): image -> test-time preprocessing (optional
-**grayscale** and **0.9 centre crop**, Table 4.1; resize) -> backbone (a timm model built with
-``pretrained=False``, weights from a local file, or any ``nn.Module``) -> pooling (MAC / SPoC /
+**grayscale** and **0.9 centre crop**, Table 4.1; resize) -> backbone (a timm model with
+``weights="imagenet"``, ``"none"`` or a local file, or any ``nn.Module``) -> pooling (MAC / SPoC /
 GeM / R-MAC) -> L2 normalisation. Multi-scale extraction averages the L2-normalised descriptors of
 the image resized by each factor in ``scales`` (optionally as a power mean, ``msp``, as the
 cirtorch code does with GeM's ``p``) and of its horizontal flip (``flip=True``), then
@@ -72,21 +72,32 @@ def build_descriptor_net(
     weights_path: str | Path | None = None,
     pooling_kwargs: dict[str, Any] | None = None,
     whitening: nn.Module | None = None,
+    weights: str | Path | None = None,
 ) -> DescriptorNet:
-    """A :class:`DescriptorNet` from a backbone name (``"tiny_cnn"`` or any timm name; never downloads).
+    """A :class:`DescriptorNet` from a backbone name (``"tiny_cnn"`` or any timm name) or a module.
 
     Args:
-        backbone: name for :func:`rank_lab.models.backbones.build_backbone` (``pretrained=False``) or a module.
+        backbone: name for :func:`rank_lab.models.backbones.build_backbone` or a module.
         pooling: ``"gem"``, ``"mac"``, ``"spoc"``, ``"rmac"``.
-        weights_path: a local weight file for the backbone.
+        weights_path: older spelling of a local weight file (loaded leniently).
         pooling_kwargs: e.g. ``{"p": 3.0}`` for GeM.
         whitening: optional final linear layer.
+        weights: ``"imagenet"`` (timm downloads), ``"none"`` or a weight file
+            (:mod:`rank_lab.models.weights`); default: random weights (nothing is downloaded).
+            The record is ``net.backbone.weights_record``.
     """
     from rank_lab.models.backbones import build_backbone
     from rank_lab.models.pooling import build_pooling
 
     if isinstance(backbone, str):
-        backbone = build_backbone(backbone, in_channels=3, pretrained=False, weights_path=weights_path)
+        backbone = build_backbone(backbone, in_channels=3, weights_path=weights_path, weights=weights)
+    elif weights is not None and weights != "none":
+        from rank_lab.models.weights import load_weights_file, parse_weights
+
+        spec = parse_weights(weights)
+        if not isinstance(spec, Path):
+            raise ValueError("weights='imagenet' needs a backbone name (timm builds it), not a module")
+        backbone.weights_record = load_weights_file(backbone, spec)
     elif weights_path is not None:
         from rank_lab.models.backbones import load_backbone_weights
 
@@ -204,6 +215,7 @@ def extract_descriptors(
     *,
     pooling: str = "gem",
     weights_path: str | Path | None = None,
+    weights: str | Path | None = None,
     image_size: int | None = 224,
     keep_aspect: bool = False,
     scales: Sequence[float] = (1.0,),
@@ -226,9 +238,11 @@ def extract_descriptors(
         images: an image folder (recursively, sorted), a list of image files, or an ``(N, 3, H, W)``
             tensor in ``[0, 1]``.
         net: a :class:`DescriptorNet` / any module mapping images to descriptors or feature maps,
-            or a backbone name for :func:`build_descriptor_net` (``pretrained=False``).
+            or a backbone name for :func:`build_descriptor_net`.
         pooling: pooling for a named backbone or a module returning feature maps.
-        weights_path: local backbone weights (named backbone only).
+        weights_path: older spelling of local backbone weights (named backbone only).
+        weights: ``"imagenet"``, ``"none"`` or a weight file for a named backbone
+            (:mod:`rank_lab.models.weights`; default random).
         image_size, keep_aspect, grayscale, center_crop: test-time preprocessing
             (:func:`preprocess_image`); the thesis uses ``grayscale=True, center_crop=0.9``.
         scales: resize factors for multi-scale extraction (e.g. ``(1, 2**-0.5, 0.5)``).
@@ -273,7 +287,7 @@ def extract_descriptors(
     dev = get_device(device)
     if isinstance(net, str):
         name = net
-        net = build_descriptor_net(net, pooling, weights_path=weights_path)
+        net = build_descriptor_net(net, pooling, weights_path=weights_path, weights=weights)
     else:
         name = type(net).__name__
         if not isinstance(net, DescriptorNet):

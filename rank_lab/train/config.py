@@ -74,8 +74,10 @@ class TrainConfig:
       mean over queries). ``batch_size`` is always the *global* batch (all ranks).
     * Output: ``checkpoint_dir`` (``None`` = no checkpoint), ``checkpoint_every``, ``resume``,
       ``log_path`` (``None`` = ``checkpoint_dir/log.json`` if any), ``progress`` (tqdm).
-    * Model: ``model``, a :class:`~rank_lab.models.ModelConfig`; ``preset_name``, the preset started
-      from, if any (set by :meth:`preset` or a ``"preset"`` key of :meth:`from_dict`).
+    * Model: ``model``, a :class:`~rank_lab.models.ModelConfig` (flat keys such as ``backbone`` and
+      ``weights`` -- ``"imagenet"``, ``"none"`` or a weight file, :mod:`rank_lab.models.weights` --
+      are routed there); ``preset_name``, the preset started from, if any (set by :meth:`preset`
+      or a ``"preset"`` key of :meth:`from_dict`).
     """
 
     seed: int = 0
@@ -277,8 +279,8 @@ class TrainConfig:
     def preset(cls, name: str, **overrides: Any) -> TrainConfig:
         """The papers' recipes by name (see :data:`PRESETS` and :func:`list_presets`).
 
-        ``TrainConfig.preset("roadmap_sop", epochs=5, weights_path="r50.pth")`` starts from the
-        recipe and applies validated overrides.
+        ``TrainConfig.preset("roadmap_sop", epochs=5, weights="imagenet")`` starts from the
+        recipe and applies validated overrides (``weights`` may also be ``"none"`` or a file path).
         """
         if name not in PRESETS:
             raise ValueError(_unknown(name, set(PRESETS), what="preset"))

@@ -1,0 +1,259 @@
+"""Where a backbone's initial weights come from: one parameter, ``weights``, for every backbone.
+
+``weights`` takes one of three values, the same in every notebook and builder:
+
+* ``"imagenet"``: timm's ImageNet-pretrained weights, fetched the way timm fetches them
+  (``timm.create_model(name, pretrained=True)``: the Hugging Face Hub, then its local cache; the
+  network is needed the first time). For the ResNets of the papers the tag is ``tv_in1k``, the
+  torchvision ``IMAGENET1K_V1`` weights that the official ROADMAP / SupRank / HAPPIER code loads
+  (``torchvision.models.resnet50(pretrained=True)``); other timm names use timm's default tag, and a
+  name that already carries a tag (``"resnet50.a1_in1k"``) keeps it.
+* ``"none"``: random initialisation (nothing is downloaded).
+* a path to a local weight file (a ``state_dict`` or a checkpoint wrapping one, torchvision or timm
+  key names), loaded strictly: a missing, unexpected or mis-shaped parameter is an error naming the file.
+
+Every builder returns a *weights record* for ``results.json`` and stores it on the module as
+``weights_record``: ``{"weights": "imagenet", "source": "timm:resnet50.tv_in1k"}``,
+``{"weights": "file", "path": "/abs/r50.pth", "sha256": "..."}`` or ``{"weights": "none"}``.
+When timm cannot fetch its weights (offline), :class:`WeightsUnavailableError` is raised before
+anything trains; its message names the two offline alternatives and the underlying cause.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+__all__ = [
+    "WEIGHTS_NAMES",
+    "PAPER_TAGS",
+    "WeightsUnavailableError",
+    "parse_weights",
+    "merge_legacy_weights",
+    "timm_pretrained_name",
+    "file_sha256",
+    "file_record",
+    "load_weights_file",
+    "create_timm_model",
+    "check_weights",
+    "find_weights_record",
+]
+
+#: The two named values of ``weights`` (anything else is a file path).
+WEIGHTS_NAMES: tuple[str, ...] = ("imagenet", "none")
+
+#: timm pretrained tags used for ``weights="imagenet"``: the torchvision ImageNet weights of the papers.
+PAPER_TAGS: dict[str, str] = {
+    "resnet18": "tv_in1k",
+    "resnet34": "tv_in1k",
+    "resnet50": "tv_in1k",
+    "resnet101": "tv_in1k",
+}
+
+_ALTERNATIVES = (
+    "Offline, pass weights='none' (random initialisation) or weights='/path/to/weights.pth' "
+    "(a local state dict with torchvision or timm key names)."
+)
+
+
+class WeightsUnavailableError(RuntimeError):
+    """timm could not fetch the pretrained weights asked for with ``weights="imagenet"``."""
+
+
+WeightsSpec = str | Path
+
+
+def parse_weights(weights: str | os.PathLike[str] | None, *, argument: str = "weights") -> WeightsSpec:
+    """Normalise a ``weights`` value: ``"imagenet"``, ``"none"`` or an existing file ``Path``.
+
+    Args:
+        weights: ``"imagenet"``, ``"none"`` (case-insensitive), ``None`` (= ``"none"``) or a path.
+        argument: the argument's name, for the messages.
+
+    Raises:
+        TypeError: if ``weights`` is not a string, a path or ``None``.
+        FileNotFoundError: if it is neither name nor an existing file (the message lists the names).
+    """
+    if weights is None:
+        return "none"
+    if not isinstance(weights, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be 'imagenet', 'none' or a file path, got {weights!r}")
+    if isinstance(weights, str) and weights.strip().lower() in WEIGHTS_NAMES:
+        return weights.strip().lower()
+    path = Path(weights).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{argument}={str(weights)!r} is neither 'imagenet', 'none' nor an existing weight file"
+        )
+    return path
+
+
+def merge_legacy_weights(
+    weights: str | os.PathLike[str] | None, pretrained: bool = False, weights_path: str | os.PathLike[str] | None = None
+) -> tuple[WeightsSpec, bool]:
+    """Fold the older ``pretrained`` / ``weights_path`` arguments into one ``weights`` value.
+
+    Returns:
+        ``(spec, strict)``: the parsed ``weights`` and whether a file is loaded strictly (``True``
+        for ``weights=<path>``; ``False`` for the older, lenient ``weights_path``).
+
+    Raises:
+        ValueError: if ``weights`` is given together with ``pretrained=True`` or ``weights_path``.
+    """
+    if weights is not None:
+        if pretrained or weights_path is not None:
+            raise ValueError(
+                f"pass either weights={str(weights)!r} or the older pretrained={pretrained!r} / "
+                f"weights_path={weights_path!r}, not both"
+            )
+        return parse_weights(weights), True
+    if pretrained and weights_path is not None:
+        raise ValueError("pretrained=True and weights_path are exclusive: use weights='imagenet' or a path")
+    if pretrained:
+        return "imagenet", True
+    if weights_path is not None:
+        return parse_weights(weights_path, argument="weights_path"), False
+    return "none", True
+
+
+def timm_pretrained_name(name: str) -> str:
+    """The timm ``"<architecture>.<tag>"`` loaded for ``weights="imagenet"``.
+
+    ``"resnet50"`` -> ``"resnet50.tv_in1k"`` (:data:`PAPER_TAGS`); a name with a tag is kept; any
+    other name gets timm's default tag.
+
+    Raises:
+        ValueError: if timm has no pretrained weights for ``name``.
+    """
+    import timm
+    from timm.models import get_pretrained_cfg
+
+    if "." in name:
+        arch, tag = name.split(".", 1)
+    else:
+        arch, tag = name, PAPER_TAGS.get(name, "")
+        if not tag:
+            cfg = get_pretrained_cfg(name) if timm.is_model(name) else None
+            tag = getattr(cfg, "tag", "") or ""
+    full = f"{arch}.{tag}" if tag else arch
+    if not timm.list_pretrained(full):
+        raise ValueError(
+            f"timm has no pretrained weights for backbone {name!r}; use weights='none' or a weight file"
+        )
+    return full
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The weights record of a local file: ``{"weights": "file", "path": <absolute>, "sha256": <hex>}``."""
+    path = Path(path).resolve()
+    return {"weights": "file", "path": str(path), "sha256": file_sha256(path)}
+
+
+def load_weights_file(module: nn.Module, path: str | os.PathLike[str], *, strict: bool = True) -> dict[str, Any]:
+    """Load a local weight file into ``module`` and return its weights record.
+
+    Classifier keys (``fc.``, ``head.`` ...) and ``module.`` / ``backbone.`` / ``model.`` prefixes are
+    handled by :func:`rank_lab.models.backbones.load_backbone_weights`.
+
+    Args:
+        module: the network to initialise.
+        path: a file written by :func:`torch.save`.
+        strict: every parameter of ``module`` must be in the file with its shape, and every kept key of
+            the file must be used.
+
+    Returns:
+        ``{"weights": "file", "path": <absolute path>, "sha256": <hex>}``.
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+        ValueError: if it holds no state dict or (``strict``) its keys do not match; the message
+            names the file.
+    """
+    from rank_lab.models.backbones import load_backbone_weights
+
+    load_backbone_weights(module, path, strict=strict)
+    return file_record(Path(path))
+
+
+def create_timm_model(name: str, weights: str | os.PathLike[str] | None = "none", **kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
+    """``timm.create_model(name, **kwargs)`` initialised from ``weights``; returns ``(model, record)``.
+
+    Args:
+        name: a timm model name, with or without a pretrained tag.
+        weights: ``"imagenet"``, ``"none"`` or a file path (see the module docstring).
+        **kwargs: passed to ``timm.create_model`` (``num_classes``, ``in_chans``, ``features_only`` ...).
+
+    Raises:
+        WeightsUnavailableError: ``"imagenet"`` weights could not be fetched (offline); the message
+            names ``weights='none'`` and a local file as alternatives, and the cause.
+        ValueError: no pretrained weights exist for ``name``, or a weight file does not match.
+    """
+    import timm
+
+    spec = parse_weights(weights)
+    arch = name.split(".", 1)[0]
+    if not timm.is_model(arch):
+        raise ValueError(f"unknown timm model {name!r} (see timm.list_models())")
+    if spec != "imagenet":
+        model = timm.create_model(name, pretrained=False, **kwargs)
+        if spec == "none":
+            return model, {"weights": "none"}
+        return model, load_weights_file(model, spec)
+    full = timm_pretrained_name(name)
+    try:
+        model = timm.create_model(full, pretrained=True, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - classified below
+        timm.create_model(full, pretrained=False, **kwargs)  # a bad argument re-raises here, unchanged
+        raise WeightsUnavailableError(
+            f"weights='imagenet': timm could not fetch the pretrained weights {full!r} of backbone {name!r} "
+            f"({type(exc).__name__}: {exc}). {_ALTERNATIVES}"
+        ) from exc
+    return model, {"weights": "imagenet", "source": f"timm:{full}"}
+
+
+def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetch: bool = True) -> dict[str, Any]:
+    """Check ``weights`` for ``backbone`` before anything runs and return its weights record.
+
+    A notebook calls it right after its parameters cell, so that an offline ``"imagenet"`` or a
+    missing file stops the run at once. ``"imagenet"`` needs a timm backbone with pretrained
+    weights; with ``fetch`` the weights are downloaded into timm's cache now (later builds read
+    the cache).
+
+    Raises:
+        WeightsUnavailableError, FileNotFoundError, ValueError: see :func:`create_timm_model`.
+    """
+    spec = parse_weights(weights)
+    if spec == "none":
+        return {"weights": "none"}
+    if isinstance(spec, Path):
+        return file_record(spec)
+    name = backbone[5:] if backbone.lower().startswith("timm:") else backbone
+    if name.lower() in ("mlp", "tiny_cnn", "tinycnn", "tiny"):
+        raise ValueError(f"backbone {backbone!r} has no ImageNet weights; use weights='none' or a weight file")
+    if not fetch:
+        return {"weights": "imagenet", "source": f"timm:{timm_pretrained_name(name)}"}
+    _, record = create_timm_model(name, "imagenet", num_classes=0)
+    return record
+
+
+def find_weights_record(module: nn.Module) -> dict[str, Any] | None:
+    """The ``weights_record`` of ``module`` or of its first sub-module that has one (``None`` if none)."""
+    for m in module.modules():
+        rec = getattr(m, "weights_record", None)
+        if isinstance(rec, Mapping):
+            return dict(rec)
+    return None
