@@ -1,0 +1,224 @@
+"""An honest full mode: estimate what a run costs and refuse hours of silent CPU work.
+
+Every notebook runs in smoke mode in under a minute on a CPU; ``smoke=False`` is the full-scale run,
+made for a GPU. :func:`guard_full_run`, called in one line after the parameters cell, lets a full
+run start on a CPU only when its estimate fits ``budget_s`` (30 minutes by default); otherwise it
+stops at once with the estimate and the three ways on (a GPU, ``smoke=True``, or
+``allow_cpu_full=True``)::
+
+    cost = guard_full_run(smoke, device, training_cost(backbone, 224, epochs=100, dataset="sop"),
+                          allow_cpu_full=allow_cpu_full)
+
+Estimates count floating-point operations: the backbone's forward pass is measured with
+:class:`torch.utils.flop_counter.FlopCounterMode` on the ``meta`` device (no memory, no compute), a
+training pass costs 3 forward passes (forward + backward), and the totals are divided by assumed
+sustained throughputs (:data:`CPU_FLOPS`, :data:`GPU_FLOPS`). They are rough, order-of-magnitude
+figures: enough to tell minutes from days, not a benchmark. A notebook whose full mode is not a
+backbone training (toy sweeps) declares its estimate with :func:`declared_cost`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from rank_lab.utils import DeviceLike, get_device
+
+__all__ = [
+    "CPU_FLOPS",
+    "GPU_FLOPS",
+    "CPU_BUDGET_S",
+    "PUBLISHED_SIZES",
+    "CostEstimate",
+    "FullRunOnCPUError",
+    "forward_flops",
+    "training_cost",
+    "declared_cost",
+    "format_duration",
+    "guard_full_run",
+]
+
+#: Assumed sustained FLOP/s of CNN training on a multi-core CPU (about 6 ResNet-50 images/s).
+CPU_FLOPS = 1e11
+#: Assumed sustained FLOP/s on one GPU with mixed precision (a Colab T4: about 280 ResNet-50 images/s).
+GPU_FLOPS = 7e12
+#: A full run on a CPU starts without ``allow_cpu_full`` when its estimate is at most this (seconds).
+CPU_BUDGET_S = 1800.0
+
+#: (train, test) images of the retrieval splits the book uses (the loaders' docstrings).
+PUBLISHED_SIZES: dict[str, tuple[int, int]] = {
+    "sop": (59_551, 60_502),
+    "cub": (5_864, 5_924),
+    "cars196": (8_054, 8_131),
+    "inaturalist": (325_846, 136_093),
+    "inat_base": (325_846, 136_093),
+    "inat_full": (325_846, 136_093),
+    "cifar10": (50_000, 10_000),
+    "cifar100": (50_000, 10_000),
+}
+
+
+class FullRunOnCPUError(RuntimeError):
+    """A full-scale run (``smoke=False``) would take too long on the CPU."""
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """A run's estimated duration on a CPU and on a GPU (seconds), and what it counts."""
+
+    cpu_seconds: float
+    gpu_seconds: float
+    description: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly fields (for ``results.json``)."""
+        return asdict(self)
+
+
+def forward_flops(backbone: str | nn.Module, image_size: int | tuple[int, int], in_channels: int = 3) -> float:
+    """FLOPs of one forward pass of one image (a multiply-add counts 2), measured on ``meta`` tensors.
+
+    Args:
+        backbone: a name for :func:`rank_lab.models.build_backbone` (built on the ``meta`` device with
+            random weights: nothing is allocated or downloaded) or a module.
+        image_size: side (or ``(height, width)``) of the input image.
+        in_channels: input channels.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
+    if min(h, w) < 1:
+        raise ValueError(f"image_size must be positive, got {image_size!r}")
+    if isinstance(backbone, str):
+        from rank_lab.models import build_backbone
+
+        kwargs: dict[str, Any] = {"input_dim": in_channels * h * w} if backbone.lower() == "mlp" else {}
+        with torch.device("meta"):
+            module = build_backbone(backbone, in_channels=in_channels, **kwargs)
+    elif isinstance(backbone, nn.Module):
+        module = copy.deepcopy(backbone).to("meta")  # the caller's weights stay where they are
+    else:
+        raise TypeError(f"backbone must be a name or an nn.Module, got {type(backbone).__name__}")
+    x = torch.empty(1, in_channels, h, w, device="meta")
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        module(x)
+    return float(counter.get_total_flops())
+
+
+def training_cost(
+    backbone: str | nn.Module,
+    image_size: int,
+    *,
+    epochs: int,
+    train_images: int | None = None,
+    test_images: int | None = None,
+    dataset: str | None = None,
+    evaluations: int = 1,
+    runs: int = 1,
+    in_channels: int = 3,
+) -> CostEstimate:
+    """Estimate ``runs`` trainings of ``epochs`` epochs plus ``evaluations`` passes over the test set.
+
+    Args:
+        backbone, image_size, in_channels: see :func:`forward_flops`.
+        epochs: epochs per run.
+        train_images, test_images: set sizes; default the published sizes of ``dataset``.
+        dataset: a name of :data:`PUBLISHED_SIZES` (``"sop"``, ``"cub"`` ...).
+        evaluations: test-set passes per run.
+        runs: trainings (seeds x losses ...).
+
+    Raises:
+        ValueError: when the sizes are neither given nor known for ``dataset``.
+    """
+    for name, v in (("epochs", epochs), ("evaluations", evaluations), ("runs", runs)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+    if train_images is None or test_images is None:
+        key = (dataset or "").lower()
+        if key not in PUBLISHED_SIZES:
+            raise ValueError(
+                f"pass train_images and test_images, or a dataset among {sorted(PUBLISHED_SIZES)} (got {dataset!r})"
+            )
+        n_train, n_test = PUBLISHED_SIZES[key]
+        train_images = n_train if train_images is None else train_images
+        test_images = n_test if test_images is None else test_images
+    flops = forward_flops(backbone, image_size, in_channels)
+    total = runs * (3.0 * epochs * train_images + evaluations * test_images) * flops
+    name = backbone if isinstance(backbone, str) else type(backbone).__name__
+    what = (
+        f"{name} at {image_size} px ({flops / 1e9:.2f} GFLOP per image), {runs} run(s) x {epochs} epoch(s) "
+        f"of {train_images:,} training images + {evaluations} pass(es) over {test_images:,} test images"
+    )
+    return CostEstimate(total / CPU_FLOPS, total / GPU_FLOPS, what)
+
+
+def declared_cost(cpu_seconds: float, description: str, gpu_seconds: float | None = None) -> CostEstimate:
+    """A cost the notebook states itself (e.g. measured toy sweeps); GPU time defaults to the CPU time."""
+    if isinstance(cpu_seconds, bool) or not isinstance(cpu_seconds, (int, float)) or not cpu_seconds >= 0:
+        raise ValueError(f"cpu_seconds must be a non-negative number, got {cpu_seconds!r}")
+    gpu = float(cpu_seconds) if gpu_seconds is None else float(gpu_seconds)
+    return CostEstimate(float(cpu_seconds), gpu, description)
+
+
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``12 min``, ``3.5 h`` or ``2.1 days``."""
+    if not math.isfinite(seconds):
+        return "forever"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def guard_full_run(
+    smoke: bool,
+    device: DeviceLike,
+    cost: CostEstimate,
+    *,
+    allow_cpu_full: bool = False,
+    budget_s: float = CPU_BUDGET_S,
+) -> dict[str, Any]:
+    """Let a full run start on a CPU only when its estimate fits ``budget_s``; say what it costs.
+
+    Args:
+        smoke: the notebook's ``smoke`` parameter (``True``: nothing to check).
+        device: the notebook's device (``None``: CUDA when present).
+        cost: the run's :class:`CostEstimate`.
+        allow_cpu_full: run on the CPU even past the budget.
+        budget_s: the longest CPU run that starts without ``allow_cpu_full``.
+
+    Returns:
+        A record for ``results.json``: mode, device, the estimates and whether the CPU run was allowed.
+
+    Raises:
+        FullRunOnCPUError: full mode on a CPU past the budget without ``allow_cpu_full``; the message
+            gives the estimate and the ways on.
+    """
+    if not isinstance(cost, CostEstimate):
+        raise TypeError(f"cost must be a CostEstimate (training_cost / declared_cost), got {type(cost).__name__}")
+    dev = get_device(device)
+    record: dict[str, Any] = {"mode": "smoke" if smoke else "full", "device": str(dev), **cost.as_dict()}
+    if smoke:
+        return record
+    if dev.type != "cpu":
+        print(f"full run on {dev}: roughly {format_duration(cost.gpu_seconds)} on a GPU ({cost.description})")
+        return record
+    est = format_duration(cost.cpu_seconds)
+    if cost.cpu_seconds > budget_s and not allow_cpu_full:
+        raise FullRunOnCPUError(
+            f"smoke=False on the CPU: this full-scale run would take roughly {est} here "
+            f"(about {format_duration(cost.gpu_seconds)} on a GPU): {cost.description}. "
+            "To proceed, run it on a GPU (on Colab: Runtime > Change runtime type > GPU), set smoke=True "
+            "for the quick version, or set allow_cpu_full=True to run it on the CPU anyway."
+        )
+    print(f"full run on the CPU: roughly {est} ({cost.description})")
+    record["allowed_on_cpu"] = True
+    return record
