@@ -4,13 +4,10 @@ hierarchical entry point, and the super-class batch sampler."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from rank_lab.data.datasets import DatasetFolderError
 from rank_lab.data.datasets.dyml import dyml_average, load_dyml, read_dyml_csv
@@ -19,13 +16,9 @@ from rank_lab.data.datasets.hierarchical_labels import (
     load_gldv2_hierarchical,
     load_hierarchical_dataset,
 )
+from rank_lab.data.fixtures.retrieval import write_dyml, write_gldv2, write_inaturalist, write_sop
 from rank_lab.data.hierarchical_sampler import HierarchicalSampler
 from rank_lab.metrics.hierarchy import shared_level
-
-
-def _img(path: Path, value: int = 90) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.full((6, 8, 3), value % 256, dtype=np.uint8)).save(path)
 
 
 # ---------------------------------------------------------------------------- SOP and iNat
@@ -33,10 +26,7 @@ def test_sop_and_inat_through_the_hierarchical_entry_point(tmp_path):
     sop = tmp_path / "Stanford_Online_Products"
     rows = [(1, 1, 1, "bicycle_final/1_0.JPG"), (2, 1, 1, "bicycle_final/1_1.JPG"), (3, 2, 1, "bicycle_final/2_0.JPG"),
             (4, 3, 2, "chair_final/3_0.JPG")]
-    sop.mkdir(parents=True)
-    (sop / "Ebay_train.txt").write_text("image_id class_id super_class_id path\n" + "".join(" ".join(map(str, r)) + "\n" for r in rows))
-    for r in rows:
-        _img(sop / r[3])
+    write_sop(sop, rows, [])
     ds = load_hierarchical_dataset("sop", tmp_path, "train", transform=None)
     assert ds.labels.tolist() == [[1, 1], [1, 1], [2, 1], [3, 2]] and ds.level_names == ["product", "category"]
     assert shared_level(ds.labels[:1], ds.labels).tolist() == [[2, 2, 1, 0]]
@@ -45,14 +35,7 @@ def test_sop_and_inat_through_the_hierarchical_entry_point(tmp_path):
     cats = [(10, "Plantae", "Quercus", "Fagaceae"), (11, "Plantae", "Fagus", "Fagaceae"), (20, "Aves", "Parus", "Paridae")]
     tax = {10: ("Fagales", "Magnoliopsida", "Tracheophyta", "Plantae"), 11: ("Fagales", "Magnoliopsida", "Tracheophyta", "Plantae"),
            20: ("Passeriformes", "Aves", "Chordata", "Animalia")}
-    paths = [f"train_val2018/{s}/{c}/{i}.jpg" for i, (c, s, _, _) in enumerate(cats)]
-    (inat / "Inat_dataset_splits").mkdir(parents=True)
-    (inat / "Inat_dataset_splits" / "Inaturalist_train_set1.txt").write_text("\n".join(paths) + "\n")
-    for p in paths:
-        _img(inat / p)
-    categories = [{"id": c, "name": f"sp{c}", "supercategory": s, "genus": g, "family": f,
-                   **dict(zip(("order", "class", "phylum", "kingdom"), tax[c], strict=True))} for c, s, g, f in cats]
-    (inat / "train2018.json").write_text(json.dumps({"images": [], "annotations": [], "categories": categories}))
+    write_inaturalist(inat, [(*c, *tax[c[0]]) for c in cats], [(c[0], str(i)) for i, c in enumerate(cats)], None)
     base = load_hierarchical_dataset("inat_base", inat, "train", transform=None)
     assert base.labels.shape == (3, 2) and shared_level(base.labels[:1], base.labels).tolist() == [[2, 1, 0]]
     full = load_hierarchical_dataset("inat-full", inat, "train", transform=None)
@@ -67,22 +50,8 @@ def test_sop_and_inat_through_the_hierarchical_entry_point(tmp_path):
 # ---------------------------------------------------------------------------- DyML
 def _write_dyml(root: Path, glued: bool = True) -> Path:
     train = [("0.jpg", 1, 10, 100), ("1.jpg", 1, 10, 100), ("2.jpg", 1, 11, 101), ("3.jpg", 2, 20, 200)]  # coarse, middle, fine
-    (root / "train" / "imgs").mkdir(parents=True, exist_ok=True)
-    head = "fname, coarse_id, middle_id, fine_id"
-    body = [f"{f}, {c}, {m}, {fi}" for f, c, m, fi in train]
-    text = (head + body[0] + "\n" + "\n".join(body[1:]) + "\n") if glued else (head + "\n" + "\n".join(body) + "\n")
-    (root / "train" / "label.csv").write_text(text)
-    for i, (f, *_) in enumerate(train):
-        _img(root / "train" / "imgs" / f, 10 * i)
-    for level in ("fine", "middle", "coarse"):
-        for part, rows in (("query", [("0.jpg", 5)]), ("gallery", [("0.jpg", 5), ("1.jpg", 6)])):
-            d = root / f"bmk_{level}"
-            d.mkdir(parents=True, exist_ok=True)
-            lines = [f"{f}, {lbl}" for f, lbl in rows]
-            (d / f"{part}.csv").write_text("fname, labels" + lines[0] + "\n" + "\n".join(lines[1:]) + ("\n" if len(lines) > 1 else ""))
-            for f, _ in rows:
-                _img(d / part / f)
-    return root
+    bmk = {level: {"query": [("0.jpg", 5)], "gallery": [("0.jpg", 5), ("1.jpg", 6)]} for level in ("fine", "middle", "coarse")}
+    return write_dyml(root, train, bmk, glued=glued)
 
 
 @pytest.mark.parametrize("glued", [True, False])
@@ -130,25 +99,9 @@ def test_dyml_errors(tmp_path):
 
 
 # ---------------------------------------------------------------------------- H-GLDv2
-HIER = [(7, "http://commons.wikimedia.org/wiki/Category:Lake_X", "lake", "Lake", "natural"),
-        (8, "http://commons.wikimedia.org/wiki/Category:Church_Y", "church building", "Christian religious building", "human-made"),
-        (9, "http://commons.wikimedia.org/wiki/Category:Z,_with_a_comma", "castle", "Castle", "human-made")]
-
-
 def _write_gldv2(root: Path, meta: str = "") -> Path:
-    m = root / meta
-    m.mkdir(parents=True, exist_ok=True)
     ids = {"00a1": 7, "00a2": 7, "01b3": 8, "02c4": 9, "03d5": 5}  # landmark 5 has no hierarchical label
-    (m / "train.csv").write_text("id,url,landmark_id\n" + "".join(f"{i},http://x/{i}.jpg,{lid}\n" for i, lid in ids.items()))
-    (m / "train_clean.csv").write_text("landmark_id,images\n7,00a1 00a2\n8,01b3\n5,03d5\n")
-    header = "landmark_id,category,supercategory,hierarchical_label,natural_or_human_made\n"
-    (m / "train_label_to_hierarchical.csv").write_text(header + "".join(f'{a},"{b}",{c},{d},{e}\n' for a, b, c, d, e in HIER))
-    (m / "index_image_to_landmark.csv").write_text("id,landmark_id\nffe1,1\nffe2,2\n")
-    (m / "index_label_to_hierarchical.csv").write_text(header + "1,u,waterfall,Waterfall,natural\n2,u,lake,Lake,natural\n")
-    for i in [*ids, "ffe1", "ffe2"]:
-        split = "index" if i.startswith("ff") else "train"
-        _img(root / split / i[0] / i[1] / i[2] / f"{i}.jpg")
-    return root
+    return write_gldv2(root, ids, {7: ["00a1", "00a2"], 8: ["01b3"], 5: ["03d5"]}, meta=meta)
 
 
 @pytest.mark.parametrize("meta", ["", "metadata"])

@@ -4,36 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from rank_lab.data.datasets import DatasetFolderError
 from rank_lab.data.datasets.landuse import LANDUSE_DATASETS, load_landuse, load_landuse_pool
-
-
-def _write(folder: Path, n: int, ext: str = ".jpg", size: int = 8, seed: int = 0) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for i in range(n):
-        arr = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-        Image.fromarray(arr).save(folder / f"{folder.name}{i:02d}{ext}")
+from rank_lab.data.fixtures.search import write_class_folders, write_landuse
 
 
 def _ucm(root: Path) -> Path:
-    base = root / "UCMerced_LandUse" / "Images"
-    for j, c in enumerate(["agricultural", "airplane", "beach"]):
-        _write(base / c, 3 + j, ".tif", seed=j)
-    return root
+    return write_landuse(root, "UCMerced_LandUse/Images", {"agricultural": 3, "airplane": 4, "beach": 5})
 
 
 def _rsicb(root: Path) -> Path:
-    base = root / "RSI-CB256"
-    _write(base / "agricultural land" / "farmland", 4, ".tif")
-    _write(base / "agricultural land" / "green_farmland", 2, ".tif")
-    _write(base / "transportation" / "airport_runway", 5, ".tif")
-    return root
+    classes = {"agricultural land/farmland": 4, "agricultural land/green_farmland": 2, "transportation/airport_runway": 5}
+    return write_landuse(root, "RSI-CB256", classes)
 
 
 def test_ucm_layout_from_parent_and_dataset_folders(tmp_path):
@@ -62,8 +47,7 @@ def test_dataset_view_loads_images(tmp_path):
     from torchvision.transforms import ToTensor
 
     root = tmp_path / "AID"
-    for c in ["Airport", "BareLand"]:
-        _write(root / c, 2, ".jpg", size=10)
+    write_class_folders(root, {"Airport": 2, "BareLand": 2}, size=10)
     with pytest.warns(UserWarning):
         d = load_landuse(tmp_path, "aid")
     img, lab = d.dataset(ToTensor())[3]
@@ -72,8 +56,7 @@ def test_dataset_view_loads_images(tmp_path):
 
 def test_full_class_count_gives_no_warning(tmp_path, recwarn):
     root = tmp_path / "RSSCN7"
-    for c in ["aGrass", "bField", "cIndustry", "dRiverLake", "eForest", "fResident", "gParking"]:
-        _write(root / c, 1, ".jpg")
+    write_class_folders(root, dict.fromkeys(["aGrass", "bField", "cIndustry", "dRiverLake", "eForest", "fResident", "gParking"], 1))
     d = load_landuse(tmp_path, "rsscn7", strict=True)
     assert len(d.class_names) == 7 == LANDUSE_DATASETS["rsscn7"][1]
     assert not [w for w in recwarn if "class folders" in str(w.message)]
@@ -88,7 +71,7 @@ def test_errors(tmp_path):
     with pytest.raises(DatasetFolderError, match="no class folder"):
         load_landuse(tmp_path, "aid")
     flat = tmp_path / "flat" / "WHU-RS19"
-    _write(flat, 2)
+    write_class_folders(flat.parent, {flat.name: 2})  # images directly in the dataset folder
     with pytest.raises(DatasetFolderError, match="directly"):
         load_landuse(tmp_path / "flat", "whurs19")
     with pytest.raises(DatasetFolderError, match="min_per_class"):

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import io
+import functools
 import os
-import pickle
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from torch.utils.data import DataLoader
 
 from rank_lab.data.datasets.base import DatasetFolderError
@@ -23,38 +21,35 @@ from rank_lab.data.datasets.ood_sets import (
     load_textures,
     load_tiny_imagenet,
 )
+from rank_lab.data.fixtures import write_image
+from rank_lab.data.fixtures.ood import (
+    cifar_rows,
+    write_cifar10,
+    write_cifar100,
+    write_lsun_lmdb,
+    write_pickle,
+    write_places365,
+    write_svhn,
+    write_textures,
+    write_tiny_imagenet,
+)
 
-
-def _rows(n, seed):
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
-
-
-def _dump(path, obj):
-    with open(path, "wb") as f:
-        pickle.dump(obj, f, protocol=2)
-
-
-def _image(path, color, size=(8, 8)):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", size, color).save(path)
+_rows = cifar_rows
+_dump = write_pickle
+_image = functools.partial(write_image, size=(8, 8))
 
 
 @pytest.fixture
 def cifar10_root(tmp_path):
-    base = tmp_path / "cifar-10-batches-py"
-    base.mkdir()
+    batches = []
     for i in range(1, 6):  # python-2 style: bytes keys
         data = _rows(2, i)
         if i == 1:
             data[0, 0] = 200  # red, row 0, col 0 of image 0
             data[0, 1024 + 32 * 1 + 2] = 77  # green, row 1, col 2
-        _dump(base / f"data_batch_{i}", {b"batch_label": b"b", b"labels": [i % 10, (i + 1) % 10],
-                                          b"data": data, b"filenames": [b"a.png", b"b.png"]})
-    _dump(base / "test_batch", {b"labels": [3, 4, 5], b"data": _rows(3, 9)})
-    _dump(base / "batches.meta", {b"label_names": [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog",
-                                                   b"frog", b"horse", b"ship", b"truck"]})
-    return tmp_path
+        batches.append({b"batch_label": b"b", b"labels": [i % 10, (i + 1) % 10], b"data": data, b"filenames": [b"a.png", b"b.png"]})
+    meta = {b"label_names": [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]}
+    return write_cifar10(tmp_path, batches, {b"labels": [3, 4, 5], b"data": _rows(3, 9)}, meta)
 
 
 def test_cifar10_layout_pixels_and_labels(cifar10_root):
@@ -80,11 +75,8 @@ def test_cifar_transform_gets_pil_and_dataloader_batches(cifar10_root):
 
 
 def test_cifar100_fine_coarse_both(tmp_path):
-    base = tmp_path / "cifar-100-python"
-    base.mkdir()
-    for split, n in (("train", 4), ("test", 2)):
-        _dump(base / split, {"data": _rows(n, n), "fine_labels": list(range(n)), "coarse_labels": [i // 2 for i in range(n)]})
-    _dump(base / "meta", {"fine_label_names": [f"f{i}" for i in range(100)], "coarse_label_names": [f"c{i}" for i in range(20)]})
+    train, test = ({"data": _rows(n, n), "fine_labels": list(range(n)), "coarse_labels": [i // 2 for i in range(n)]} for n in (4, 2))
+    write_cifar100(tmp_path, train, test)
     assert load_cifar100(tmp_path, "train").labels.tolist() == [0, 1, 2, 3]
     coarse = load_cifar100(tmp_path, "train", label="coarse")
     assert coarse.labels.tolist() == [0, 0, 1, 1] and coarse.class_names[0] == "c0"
@@ -135,7 +127,7 @@ def test_svhn_mat(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, size=(32, 32, 3, 5), dtype=np.uint8)
     x[3, 7, 2, 4] = 250  # row 3, col 7, blue, image 4
-    scipy.io.savemat(tmp_path / "test_32x32.mat", {"X": x, "y": np.array([[1], [10], [3], [10], [9]], dtype=np.uint8)})
+    write_svhn(tmp_path, "test", x, np.array([[1], [10], [3], [10], [9]], dtype=np.uint8))
     ds = load_svhn(tmp_path, "test")
     assert ds.images.shape == (5, 3, 32, 32) and ds.images[4, 2, 3, 7] == 250
     assert ds.labels.tolist() == [1, 0, 3, 0, 9]  # 10 codes the digit 0
@@ -147,12 +139,8 @@ def test_svhn_mat(tmp_path):
 
 
 def test_textures_dtd(tmp_path):
-    images = tmp_path / "dtd" / "images"
-    for cls, color in (("banded", "red"), ("zigzagged", "blue")):
-        for i in range(3):
-            _image(images / cls / f"{cls}_{i:04d}.jpg", color)
-    (tmp_path / "dtd" / "labels").mkdir()
-    (tmp_path / "dtd" / "labels" / "test1.txt").write_text("banded/banded_0001.jpg\nzigzagged/zigzagged_0002.jpg\n")
+    write_textures(tmp_path, {"banded": "red", "zigzagged": "blue"}, 3,
+                   {"test1.txt": ["banded/banded_0001.jpg", "zigzagged/zigzagged_0002.jpg"]})
     all_ = load_textures(tmp_path)
     assert len(all_) == 6 and all_.class_names == ["banded", "zigzagged"] and all_.labels.tolist() == [0, 0, 0, 1, 1, 1]
     test = load_textures(tmp_path, "test", partition=1)
@@ -166,10 +154,7 @@ def test_textures_dtd(tmp_path):
 
 
 def test_places365_val_and_train(tmp_path):
-    (tmp_path / "places365_val.txt").write_text("Places365_val_00000001.jpg 165\nPlaces365_val_00000002.jpg 3\n")
-    (tmp_path / "categories_places365.txt").write_text("/a/airfield 0\n/a/airplane_cabin 1\n")
-    for i in (1, 2):
-        _image(tmp_path / "val_256" / f"Places365_val_{i:08d}.jpg", "green")
+    write_places365(tmp_path, [("Places365_val_00000001.jpg", 165), ("Places365_val_00000002.jpg", 3)], ["/a/airfield", "/a/airplane_cabin"])
     ds = load_places365(tmp_path)
     assert ds.labels.tolist() == [165, 3] and ds.class_names[0] == "/a/airfield"
     (tmp_path / "places365_train_standard.txt").write_text("/a/airfield/00000001.jpg 0\n")
@@ -180,28 +165,14 @@ def test_places365_val_and_train(tmp_path):
 
 
 def test_tiny_imagenet(tmp_path):
-    base = tmp_path / "tiny-imagenet-200"
-    base.mkdir()
-    (base / "wnids.txt").write_text("n01443537\nn01629819\n")
-    (base / "val").mkdir()
-    (base / "val" / "val_annotations.txt").write_text("val_0.JPEG\tn01629819\t0\t0\t10\t10\nval_1.JPEG\tn01443537\t1\t1\t9\t9\n")
-    for i in (0, 1):
-        _image(base / "val" / "images" / f"val_{i}.JPEG", "white")
-        _image(base / "test" / "images" / f"test_{i}.JPEG", "white")
+    write_tiny_imagenet(tmp_path, ["n01443537", "n01629819"], [("val_0.JPEG", "n01629819"), ("val_1.JPEG", "n01443537")], 2)
     assert load_tiny_imagenet(tmp_path).labels.tolist() == [1, 0]
     assert load_tiny_imagenet(tmp_path, "test").labels.tolist() == [-1, -1]
 
 
 def test_lsun_lmdb(tmp_path):
-    lmdb = pytest.importorskip("lmdb")
-    for cat, color in (("bedroom", "red"), ("bridge", "blue")):
-        env = lmdb.open(str(tmp_path / f"{cat}_val_lmdb"), map_size=1 << 22)
-        with env.begin(write=True) as txn:
-            for i in range(2):
-                buf = io.BytesIO()
-                Image.new("RGB", (6, 6), color).save(buf, format="PNG")
-                txn.put(f"{cat}{i}".encode(), buf.getvalue())
-        env.close()
+    pytest.importorskip("lmdb")
+    write_lsun_lmdb(tmp_path, {"bedroom": "red", "bridge": "blue"}, 2)
     ds = load_lsun_lmdb(tmp_path, "val", categories=("bedroom", "bridge"))
     assert len(ds) == 4 and ds.labels.tolist() == [0, 0, 1, 1]
     img, label = ds[3]

@@ -18,6 +18,13 @@ from rank_lab.data.datasets.inaturalist import load_inaturalist
 from rank_lab.data.datasets.retrieval import load_retrieval_dataset
 from rank_lab.data.datasets.sop import load_sop
 from rank_lab.data.datasets.transforms import IMAGENET_MEAN, IMAGENET_STD, default_transform
+from rank_lab.data.fixtures.retrieval import (
+    INAT_LEVELS,
+    write_cars,
+    write_cub,
+    write_inaturalist,
+    write_sop,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -29,13 +36,6 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
-def _img(path: Path, value: int = 100, size: tuple[int, int] = (20, 14)) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arr = np.full((size[1], size[0], 3), value, dtype=np.uint8)
-    arr[..., 1] = (value * 7) % 256
-    Image.fromarray(arr).save(path)  # format from the suffix: .jpg / .JPG -> JPEG, .png -> PNG
-
-
 # ---------------------------------------------------------------------------- SOP
 SOP_TRAIN = [(1, 1, 1, "bicycle_final/111_0.JPG"), (2, 1, 1, "bicycle_final/111_1.JPG"),
              (3, 2, 1, "bicycle_final/222_0.JPG"), (4, 2, 1, "bicycle_final/222_1.JPG"),
@@ -45,13 +45,7 @@ SOP_TEST = [(7, 4, 2, "chair_final/444_0.JPG"), (8, 4, 2, "chair_final/444_1.JPG
 
 
 def _write_sop(root: Path) -> Path:
-    for name, rows in (("Ebay_train.txt", SOP_TRAIN), ("Ebay_test.txt", SOP_TEST)):
-        lines = ["image_id class_id super_class_id path"] + [" ".join(map(str, r)) for r in rows]
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text("\n".join(lines) + "\n")
-        for r in rows:
-            _img(root / r[3], value=10 * r[0])
-    return root
+    return write_sop(root, SOP_TRAIN, SOP_TEST)
 
 
 def test_sop_counts_labels_and_hierarchy(tmp_path):
@@ -108,15 +102,7 @@ CUB_CLASSES = {1: 1, 2: 1, 3: 2, 4: 100, 5: 101, 6: 101, 7: 150, 8: 200}
 
 
 def _write_cub(root: Path) -> Path:
-    names = {c: f"{c:03d}.Bird_{c}" for c in set(CUB_CLASSES.values())}
-    images = {i: f"{names[c]}/Bird_{c}_{i:04d}.jpg" for i, c in CUB_CLASSES.items()}
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "images.txt").write_text("".join(f"{i} {p}\n" for i, p in images.items()))
-    (root / "image_class_labels.txt").write_text("".join(f"{i} {c}\n" for i, c in CUB_CLASSES.items()))
-    (root / "classes.txt").write_text("".join(f"{c} {n}\n" for c, n in sorted(names.items())))
-    for i, p in images.items():
-        _img(root / "images" / p, value=20 * i)
-    return root
+    return write_cub(root, CUB_CLASSES)
 
 
 def test_cub_retrieval_split(tmp_path):
@@ -153,24 +139,7 @@ CARS_CLASSES = [1, 1, 2, 98, 99, 99, 150, 196, 196]
 
 
 def _write_cars(root: Path, classes=CARS_CLASSES, fields=("relative_im_path", "class")) -> Path:
-    from scipy.io import savemat
-
-    dt = [("bbox_x1", "O"), ("bbox_y1", "O"), ("bbox_x2", "O"), ("bbox_y2", "O"), ("class", "O"),
-          ("test", "O"), ("relative_im_path", "O")]
-    dt = [d for d in dt if d[0] in fields or d[0].startswith("bbox") or d[0] == "test"]
-    ann = np.zeros((1, len(classes)), dtype=dt)
-    for i, c in enumerate(classes):
-        vals = {"bbox_x1": np.array([[1]], np.uint8), "bbox_y1": np.array([[2]], np.uint8),
-                "bbox_x2": np.array([[10]], np.uint8), "bbox_y2": np.array([[12]], np.uint8),
-                "class": np.array([[c]], np.uint8), "test": np.array([[i % 2]], np.uint8),
-                "relative_im_path": np.array([f"car_ims/{i + 1:06d}.jpg"])}
-        ann[0, i] = tuple(vals[d[0]] for d in dt)
-        _img(root / f"car_ims/{i + 1:06d}.jpg", value=25 * i)
-    names = np.empty((1, 196), dtype=object)
-    for c in range(196):
-        names[0, c] = np.array([f"Make Model {c + 1}"])
-    savemat(root / "cars_annos.mat", {"annotations": ann, "class_names": names})
-    return root
+    return write_cars(root, classes, fields=fields)
 
 
 def test_cars_retrieval_split_from_mat(tmp_path):
@@ -211,26 +180,11 @@ INAT_CATS = [  # id, supercategory, genus, family, order, class, phylum, kingdom
 ]
 INAT_TRAIN = [(10, "a"), (10, "b"), (11, "c"), (20, "d")]
 INAT_TEST = [(30, "e"), (30, "f")]
-LEVELS = ("genus", "family", "order", "class", "phylum", "kingdom")
+LEVELS = INAT_LEVELS
 
 
 def _write_inat(root: Path, splits_dir: str = "Inat_dataset_splits", taxonomy: bool = True) -> Path:
-    sup = {c[0]: c[1] for c in INAT_CATS}
-    rel = lambda cid, n: f"train_val2018/{sup[cid]}/{cid}/{n}.jpg"  # noqa: E731
-    (root / splits_dir).mkdir(parents=True, exist_ok=True)
-    for name, rows in (("Inaturalist_train_set1.txt", INAT_TRAIN), ("Inaturalist_test_set1.txt", INAT_TEST)):
-        (root / splits_dir / name).write_text("".join(rel(c, n) + "\n" for c, n in rows))
-        for c, n in rows:
-            _img(root / rel(c, n), value=ord(n))
-    cats = [{"id": c[0], "name": f"sp{c[0]}", "supercategory": c[1], **(dict(zip(LEVELS, c[2:], strict=True)) if taxonomy else {})}
-            for c in INAT_CATS]
-    allrows = INAT_TRAIN + INAT_TEST
-    for fname, rows in (("train2018.json", allrows[:4]), ("val2018.json", allrows[4:])):
-        start = 0 if fname.startswith("train") else 4
-        images = [{"id": start + i, "file_name": rel(c, n), "width": 20, "height": 14} for i, (c, n) in enumerate(rows)]
-        anns = [{"id": start + i, "image_id": start + i, "category_id": c} for i, (c, _) in enumerate(rows)]
-        (root / fname).write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
-    return root
+    return write_inaturalist(root, INAT_CATS, INAT_TRAIN, INAT_TEST, splits_dir=splits_dir, taxonomy=taxonomy)
 
 
 def test_inaturalist_levels(tmp_path):

@@ -15,6 +15,8 @@ from rank_lab.data.datasets.alegoria import load_alegoria
 from rank_lab.data.datasets.base import DatasetFolderError
 from rank_lab.data.datasets.revisited import load_r1m_list, load_revisited
 from rank_lab.data.datasets.sf300 import load_sf300
+from rank_lab.data.fixtures import write_image
+from rank_lab.data.fixtures.search import write_alegoria, write_revisited, write_sf300
 from rank_lab.data.procedural import (
     SOURCES,
     make_multi_source_images,
@@ -30,26 +32,19 @@ from rank_lab.retrieval.extract import (
 
 
 def _jpg(path: Path, size: tuple[int, int] = (20, 16), colour: tuple[int, int, int] = (120, 30, 200)) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", size, colour).save(path)
+    write_image(path, colour, size)
 
 
 # ----------------------------------------------------------------------------- revisited
 
 
 def _revisited_fixture(root: Path, name: str = "roxford5k") -> Path:
-    d = root / name
-    imlist = [f"all_souls_{i:06d}" for i in range(6)]
-    qimlist = ["all_souls_000013", "radcliffe_000001"]
-    for n in imlist + qimlist:
-        _jpg(d / "jpg" / f"{n}.jpg", size=(40, 30))
     gnd = [
         {"bbx": [5.0, 4.0, 25.0, 20.0], "easy": [0, 1], "hard": [2], "junk": [3]},
         {"bbx": [0.0, 0.0, 10.0, 10.0], "easy": [], "hard": [4, 5], "junk": []},
     ]
-    with open(d / f"gnd_{name}.pkl", "wb") as f:
-        pickle.dump({"imlist": imlist, "qimlist": qimlist, "gnd": gnd}, f)
-    return root
+    imlist = [f"all_souls_{i:06d}" for i in range(6)]
+    return write_revisited(root, name, imlist, ["all_souls_000013", "radcliffe_000001"], gnd)
 
 
 def test_revisited_loader(tmp_path: Path) -> None:
@@ -99,12 +94,7 @@ def test_revisited_errors(tmp_path: Path) -> None:
 
 
 def _alegoria_fixture(root: Path, rows: list[str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    sep = ";" if ";" in rows[0] else ","
-    for r in rows[1:]:
-        _jpg(root / r.split(sep)[0])
-    (root / "annotations.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return root
+    return write_alegoria(root, rows)
 
 
 def test_alegoria_loader(tmp_path: Path) -> None:
@@ -155,11 +145,8 @@ def test_alegoria_semicolon_and_errors(tmp_path: Path) -> None:
 
 
 def test_sf300_loader(tmp_path: Path) -> None:
-    for c, n in (("c001", 2), ("c002", 3)):
-        for i in range(n):
-            _jpg(tmp_path / "test" / c / f"{c}_{i}.jpg")
-    (tmp_path / "test" / "c001" / "c001.csv").write_text(
-        "image,altitude,omega,phi,orientation,kappa,sun angle\nc001_0.jpg,1200,0,0,0,12.5,40\nc001_1.jpg,1180,0,-45,1,12.5,41\n")
+    csv = "image,altitude,omega,phi,orientation,kappa,sun angle\nc001_0.jpg,1200,0,0,0,12.5,40\nc001_1.jpg,1180,0,-45,1,12.5,41\n"
+    write_sf300(tmp_path, "test", {"c001": 2, "c002": 3}, {"c001": csv})
     ds = load_sf300(tmp_path, "test")
     assert len(ds) == 5 and ds.class_names == ["c001", "c002"]
     assert ds.labels.tolist() == [0, 0, 1, 1, 1]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
@@ -18,22 +17,13 @@ from rank_lab.data.datasets.scene_text import (
     read_icdar_folder,
     read_icdar_gt,
 )
+from rank_lab.data.fixtures.search import write_icdar, write_lmdb_words
 from rank_lab.metrics.detection import icdar15_evaluate
 
 lmdb = pytest.importorskip("lmdb")
 
 
-def write_lmdb(root: Path, items: list[tuple[Image.Image, str]], count: int | None = None) -> None:
-    """The layout of Baek et al.'s packs: num-samples, image-%09d (PNG/JPEG bytes), label-%09d."""
-    env = lmdb.open(str(root), map_size=1 << 24)
-    with env.begin(write=True) as txn:
-        for i, (img, label) in enumerate(items, 1):
-            buf = io.BytesIO()
-            img.save(buf, format="PNG")
-            txn.put(b"image-%09d" % i, buf.getvalue())
-            txn.put(b"label-%09d" % i, label.encode("utf-8"))
-        txn.put(b"num-samples", str(len(items) if count is None else count).encode())
-    env.close()
+write_lmdb = write_lmdb_words  # the layout of Baek et al.'s packs
 
 
 def test_lmdb_text_dataset_reads_images_and_labels(tmp_path: Path) -> None:
@@ -128,11 +118,7 @@ def test_malformed_icdar_files(tmp_path: Path) -> None:
 
 
 def test_icdar_detection_dataset(tmp_path: Path) -> None:
-    (tmp_path / "images").mkdir()
-    (tmp_path / "gt").mkdir()
-    for i in (1, 2, 10):
-        Image.new("RGB", (64, 48), (i, i, i)).save(tmp_path / "images" / f"img_{i}.jpg")
-        (tmp_path / "gt" / f"gt_img_{i}.txt").write_text(IC15)
+    write_icdar(tmp_path, [1, 2, 10], IC15)
     ds = IcdarDetectionDataset(tmp_path)
     assert ds.ids == ["1", "2", "10"] and len(ds) == 3
     img, ann = ds[2]

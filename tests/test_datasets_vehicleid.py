@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image
 
 from rank_lab.data.datasets.base import DatasetFolderError
 from rank_lab.data.datasets.vehicleid import (
@@ -15,6 +14,7 @@ from rank_lab.data.datasets.vehicleid import (
     read_vehicleid_attributes,
     read_vehicleid_list,
 )
+from rank_lab.data.fixtures.retrieval import write_vehicleid
 
 TRAIN = [("0000001", 2), ("0000002", 2), ("0000003", 7), ("0000004", 7)]
 TEST_800 = [("0000005", 11), ("0000006", 11), ("0000007", 12)]
@@ -24,16 +24,7 @@ TEST_2400 = TEST_1600 + [("0000009", 14), ("0000010", 14)]
 
 def write_fixture(tmp_path: Path, top: str | None = "VehicleID_V1.0") -> Path:
     root = tmp_path / top if top else tmp_path
-    (root / "image").mkdir(parents=True)
-    (root / "train_test_split").mkdir()
-    (root / "attribute").mkdir()
-    for i, (name, _) in enumerate(TRAIN + TEST_2400):
-        Image.new("RGB", (12, 8), color=(10 * i, 0, 0)).save(root / "image" / f"{name}.jpg")
-    for fname, rows in [("train_list.txt", TRAIN), ("test_list_800.txt", TEST_800),
-                        ("test_list_1600.txt", TEST_1600), ("test_list_2400.txt", TEST_2400)]:
-        (root / "train_test_split" / fname).write_text("".join(f"{n} {v:04d}\n" for n, v in rows))
-    (root / "attribute" / "model_attr.txt").write_text("2 5\n7 9\n")
-    return root
+    return write_vehicleid(root, TRAIN, {800: TEST_800, 1600: TEST_1600, 2400: TEST_2400})
 
 
 def test_splits_labels_and_images(tmp_path):

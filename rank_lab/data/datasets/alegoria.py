@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset, require_path
+from rank_lab.data.datasets.sources import published
 
 __all__ = ["AlegoriaDataset", "load_alegoria", "ALEGORIA_ATTRIBUTES", "ALEGORIA_COLLECTIONS"]
 
@@ -52,6 +53,7 @@ _LAYOUT = (
     "Expected <root>/annotations.csv with columns image, class, collection[, scale, illumination, "
     "vertical_orientation, representation, occlusion, alterations, color] and the listed images "
     "(see rank_lab.data.datasets.alegoria)."
+    " " + published("alegoria")
 )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import (
     check_files_exist,
     check_split,
@@ -35,6 +36,7 @@ __all__ = ["load_cars", "read_cars_annos", "CARS_LAYOUT"]
 CARS_LAYOUT = (
     "Expected cars_annos.mat (struct 'annotations' with fields 'relative_im_path' and 'class') "
     "next to the car_ims/ folder."
+    " " + published("cars196")
 )
 _N_CLASSES = 196
 

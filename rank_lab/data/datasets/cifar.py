@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import Dataset
 
 from rank_lab.data.datasets.base import DatasetFolderError
+from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import check_split, find_root
 
 __all__ = [
@@ -49,8 +50,9 @@ CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 
 _LAYOUTS = {
-    "cifar10": ("cifar-10-batches-py", "Expected root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}."),
-    "cifar100": ("cifar-100-python", "Expected root/cifar-100-python/{train, test, meta}."),
+    "cifar10": ("cifar-10-batches-py", "Expected root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}. "
+                + published("cifar")),
+    "cifar100": ("cifar-100-python", "Expected root/cifar-100-python/{train, test, meta}. " + published("cifar")),
 }
 
 
@@ -150,6 +152,7 @@ def load_cifar(
     transform: Callable[[Any], Any] | None = None,
     *,
     label: str = "fine",
+    download: bool = False,
 ) -> ArrayImageDataset:
     """Load CIFAR-10 or CIFAR-100 from the python-pickle archive.
 
@@ -160,6 +163,8 @@ def load_cifar(
         transform: applied to a PIL image; ``None`` gives float tensors in ``[0, 1]``.
         label: CIFAR-100 only: ``"fine"`` (100 classes), ``"coarse"`` (20 super-classes) or
             ``"both"`` (``(N, 2)`` labels, fine first, the project's hierarchical convention).
+        download: let torchvision fetch and extract the archive into ``root`` first (a no-op when
+            it is there; :func:`~rank_lab.data.datasets.sources.torchvision_download`).
 
     Returns:
         :class:`ArrayImageDataset` with ``images (N, 3, 32, 32)`` uint8 and ``labels``;
@@ -173,6 +178,10 @@ def load_cifar(
     check_split(split, ("train", "test"))
     if label not in ("fine", "coarse", "both"):
         raise ValueError(f"label must be 'fine', 'coarse' or 'both', got {label!r}")
+    if download:
+        from rank_lab.data.datasets.sources import torchvision_download
+
+        torchvision_download(name, root, split)
     folder, layout = _LAYOUTS[name]
     marker = "test_batch" if name == "cifar10" else "test"
     base = find_root(root, marker, (folder,), name.upper().replace("CIFAR", "CIFAR-"), layout)
@@ -212,12 +221,13 @@ def load_cifar(
     return ArrayImageDataset(torch.cat(images), y, transform, class_names=class_names, name=name, split=split)
 
 
-def load_cifar10(root: str | Path, split: str = "train", transform: Callable[[Any], Any] | None = None) -> ArrayImageDataset:
+def load_cifar10(root: str | Path, split: str = "train", transform: Callable[[Any], Any] | None = None,
+                 *, download: bool = False) -> ArrayImageDataset:
     """:func:`load_cifar` with ``name="cifar10"``."""
-    return load_cifar(root, "cifar10", split, transform)
+    return load_cifar(root, "cifar10", split, transform, download=download)
 
 
 def load_cifar100(root: str | Path, split: str = "train", transform: Callable[[Any], Any] | None = None,
-                  *, label: str = "fine") -> ArrayImageDataset:
+                  *, label: str = "fine", download: bool = False) -> ArrayImageDataset:
     """:func:`load_cifar` with ``name="cifar100"``."""
-    return load_cifar(root, "cifar100", split, transform, label=label)
+    return load_cifar(root, "cifar100", split, transform, label=label, download=download)

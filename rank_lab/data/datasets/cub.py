@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import (
     check_files_exist,
     check_split,
@@ -33,6 +34,7 @@ __all__ = ["load_cub", "CUB_LAYOUT", "CUB_TRAIN_CLASSES"]
 CUB_LAYOUT = (
     "Expected the CUB_200_2011 layout: images.txt ('<image_id> <path>'), image_class_labels.txt "
     "('<image_id> <class_id>') and the images/ folder."
+    " " + published("cub")
 )
 #: Classes of the retrieval train split (the test split holds 101..200).
 CUB_TRAIN_CLASSES = range(1, 101)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import check_files_exist, resolve_transform
 
 __all__ = ["load_dyml", "read_dyml_csv", "dyml_average", "DYML_LAYOUT", "DYML_VARIANTS", "DYML_LEVELS"]
@@ -47,6 +48,7 @@ DYML_LAYOUT = (
     "Expected the DyML layout: train/label.csv ('fname, coarse_id, middle_id, fine_id') with train/imgs/, "
     "and bmk_<fine|middle|coarse>/<query|gallery>.csv ('fname, labels') with bmk_<level>/<query|gallery>/ "
     "(DyML-P: mini-bmk_all_in_one/label.csv + imgs/)."
+    " " + published("dyml")
 )
 _TRAIN_HEADER = ("fname", "coarse_id", "middle_id", "fine_id")
 _BMK_HEADER = ("fname", "labels")

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import check_files_exist, resolve_transform
 
 __all__ = ["load_hierarchical_dataset", "load_gldv2_hierarchical", "read_gldv2_hierarchy", "HIERARCHICAL_DATASETS", "GLDV2_LAYOUT"]
@@ -59,6 +60,7 @@ GLDV2_LAYOUT = (
     "Expected the GLDv2 metadata (in root or root/metadata): train.csv (id,url,landmark_id) or train_clean.csv "
     "(landmark_id,images), index_image_to_landmark.csv (id,landmark_id), and <split>_label_to_hierarchical.csv "
     "(landmark_id,category,supercategory,hierarchical_label,natural_or_human_made); images in <split>/a/b/c/<id>.jpg."
+    " " + published("gldv2")
 )
 _HIER_FIELDS = ("landmark_id", "category", "supercategory", "hierarchical_label", "natural_or_human_made")
 

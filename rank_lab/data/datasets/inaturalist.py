@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import check_files_exist, check_split, resolve_transform
 
 __all__ = ["load_inaturalist", "INAT_LAYOUT", "INAT_TAXONOMY", "SPLIT_FILES"]
@@ -42,6 +43,7 @@ INAT_LAYOUT = (
     "Expected the iNaturalist 2018 layout: train_val2018/<supercategory>/<category_id>/*.jpg, "
     "train2018.json / val2018.json, and the Smooth-AP split files Inat_dataset_splits/"
     "Inaturalist_train_set1.txt and Inaturalist_test_set1.txt (one relative image path per line)."
+    " " + published("inaturalist")
 )
 #: Levels of ``levels="full"``, fine to coarse (column order of the labels).
 INAT_TAXONOMY = ("species", "genus", "family", "order", "class", "phylum", "kingdom")

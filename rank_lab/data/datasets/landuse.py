@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.sources import published
 
 __all__ = ["LANDUSE_DATASETS", "LandUseDataset", "LandUsePool", "load_landuse", "load_landuse_pool"]
 
@@ -92,9 +93,14 @@ def _is_image(p: Path) -> bool:
     return p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith(".")
 
 
+def _layout(key: str) -> str:
+    return (f"Expected one folder per class holding the images, e.g. {LANDUSE_DATASETS[key][0][0]}/<class>/*.jpg. "
+            f"{published('landuse')}")
+
+
 def _find_root(root: Path, key: str) -> Path:
     if not root.is_dir():
-        raise DatasetFolderError(f"{key}: root folder {str(root)!r} does not exist or is not a folder")
+        raise DatasetFolderError(f"{key}: root folder {str(root)!r} does not exist or is not a folder. {_layout(key)}")
     for sub in LANDUSE_DATASETS[key][0]:
         if (root / sub).is_dir():
             return root / sub
@@ -119,7 +125,7 @@ def load_landuse(
     """
     key = _canonical(name)
     base = _find_root(Path(root).expanduser(), key)
-    layout = f"Expected one folder per class holding the images, e.g. {LANDUSE_DATASETS[key][0][0]}/<class>/*.jpg"
+    layout = _layout(key)
     classes: dict[str, list[Path]] = {}
     for d in sorted([base, *(p for p in base.rglob("*") if p.is_dir())]):
         imgs = sorted(p for p in d.iterdir() if _is_image(p))
@@ -201,7 +207,8 @@ def load_landuse_pool(
     else:
         parent = Path(roots).expanduser()
         if not parent.is_dir():
-            raise DatasetFolderError(f"land-use pool: {str(parent)!r} does not exist or is not a folder")
+            raise DatasetFolderError(f"land-use pool: {str(parent)!r} does not exist or is not a folder. "
+                                     f"Expected the dataset folders inside it. {published('landuse')}")
 
         def present(key: str) -> bool:
             return any((parent / sub).is_dir() for sub in LANDUSE_DATASETS[key][0])
@@ -210,12 +217,14 @@ def load_landuse_pool(
             items = [(key, parent) for key in LANDUSE_DATASETS if present(key)]
             if not items:
                 raise DatasetFolderError(f"land-use pool: no known dataset folder inside {str(parent)!r} "
-                                         f"(looked for {[v[0][0] for v in LANDUSE_DATASETS.values()]})")
+                                         f"(expected one of {[v[0][0] for v in LANDUSE_DATASETS.values()]}). "
+                                         f"{published('landuse')}")
         else:
             items = [(_canonical(n), parent) for n in names]
             for key, _ in items:
                 if not present(key):
-                    raise DatasetFolderError(f"{key}: none of {list(LANDUSE_DATASETS[key][0])} found inside {str(parent)!r}")
+                    raise DatasetFolderError(f"{key}: none of {list(LANDUSE_DATASETS[key][0])} found inside {str(parent)!r}. "
+                                             f"{_layout(key)}")
     paths: list[Path] = []
     labels, ds_ids, names_out, cls = [], [], [], []
     for i, (key, root) in enumerate(items):

@@ -32,6 +32,7 @@ from torch.utils.data import Dataset
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
 from rank_lab.data.datasets.cifar import ArrayImageDataset, load_cifar
+from rank_lab.data.datasets.sources import published, torchvision_download
 from rank_lab.data.datasets.transforms import check_split, find_root
 
 __all__ = [
@@ -62,6 +63,9 @@ OOD_FOLDERS: dict[str, tuple[str, ...]] = {
     "openimage_o": ("openimage_o/images", "openimage_o", "OpenImage-O", "images"),
     "imagenet_o": ("imagenet-o", "ImageNet-O", "imagenet_o"),
 }
+#: Folder set -> its key in :data:`rank_lab.data.datasets.sources.DATASET_SOURCES`.
+_OOD_SOURCES = {"lsun": "odin_crops", "lsun_resize": "odin_crops", "isun": "odin_crops", "inaturalist": "imagenet_ood",
+                "sun": "imagenet_ood", "places": "imagenet_ood", "openimage_o": "openimage_o", "imagenet_o": "imagenet_o"}
 
 
 def list_images(folder: Path, recursive: bool = True) -> list[Path]:
@@ -104,17 +108,20 @@ def load_image_folder(root: str | Path, transform: Transform = None, *, labels: 
     return ds
 
 
-def load_svhn(root: str | Path, split: str = "test", transform: Transform = None) -> ArrayImageDataset:
+def load_svhn(root: str | Path, split: str = "test", transform: Transform = None, *, download: bool = False) -> ArrayImageDataset:
     """SVHN cropped digits (Netzer et al., 2011) from ``<split>_32x32.mat``.
 
     Labels are mapped ``10 -> 0`` (the file codes digit 0 as 10). ``root`` is the folder with the
-    ``.mat`` files.
+    ``.mat`` files; ``download=True`` lets torchvision fetch the split's file into it first.
     """
     import scipy.io
 
+    if download:
+        torchvision_download("svhn", root, split)
+
     check_split(split, ("train", "test", "extra"))
     fname = f"{split}_32x32.mat"
-    base = find_root(root, fname, ("SVHN", "svhn"), "SVHN", "Expected root/{train,test,extra}_32x32.mat.")
+    base = find_root(root, fname, ("SVHN", "svhn"), "SVHN", "Expected root/{train,test,extra}_32x32.mat. " + published("svhn"))
     try:
         mat = scipy.io.loadmat(base / fname)
     except (ValueError, OSError, TypeError) as exc:
@@ -130,7 +137,7 @@ def load_svhn(root: str | Path, split: str = "test", transform: Transform = None
 
 
 def load_textures(root: str | Path, split: str | None = None, transform: Transform = None, *,
-                  partition: int = 1) -> ImageListDataset:
+                  partition: int = 1, download: bool = False) -> ImageListDataset:
     """Describable Textures Dataset (Cimpoi et al., 2014): 5,640 images of 47 texture classes.
 
     Args:
@@ -138,10 +145,13 @@ def load_textures(root: str | Path, split: str | None = None, transform: Transfo
         split: ``None`` (every image, the usual OOD protocol) or ``"train"|"val"|"test"`` with
             ``partition`` 1..10 from ``labels/<split><partition>.txt``.
         transform: applied to the PIL image.
+        download: let torchvision fetch the archive into ``root`` first (``root/dtd/dtd/...``).
 
     Labels are the indices of the sorted class names (``class_names``).
     """
-    layout = "Expected root/dtd/images/<class>/<image>.jpg (and dtd/labels/<split><k>.txt for a split)."
+    if download:
+        torchvision_download("textures", root)
+    layout = "Expected root/dtd/images/<class>/<image>.jpg (and dtd/labels/<split><k>.txt for a split). " + published("textures")
     base = find_root(root, "images", ("dtd", "dtd/dtd"), "Textures", layout)
     images = base / "images"
     classes = sorted(p.name for p in images.iterdir() if p.is_dir())
@@ -168,18 +178,22 @@ def load_textures(root: str | Path, split: str | None = None, transform: Transfo
     return ds
 
 
-def load_places365(root: str | Path, split: str = "val", transform: Transform = None, *, small: bool = True) -> ImageListDataset:
+def load_places365(root: str | Path, split: str = "val", transform: Transform = None, *, small: bool = True,
+                   download: bool = False) -> ImageListDataset:
     """Places365-Standard (Zhou et al., 2017) in torchvision's layout (the CIFAR benchmark uses ``val``, small).
 
     Args:
         root: folder holding ``places365_val.txt`` / ``places365_train_standard.txt`` and the images.
         split: ``"val"`` (36,500 images) or ``"train"`` (train-standard).
         small: 256x256 images (``val_256`` / ``data_256``) or the large ones.
+        download: let torchvision fetch the file lists and the split's images into ``root`` first.
     """
     check_split(split, ("train", "val"))
+    if download:
+        torchvision_download("places365", root, split, small=small)
     listing = "places365_val.txt" if split == "val" else "places365_train_standard.txt"
     folder = ("val_256" if small else "val_large") if split == "val" else ("data_256" if small else "data_large_standard")
-    layout = f"Expected root/{listing} and the images in root/{folder}/."
+    layout = f"Expected root/{listing} and the images in root/{folder}/. {published('places365')}"
     base = find_root(root, listing, ("places365", "Places365"), "Places365", layout)
     paths, labels = [], []
     for i, line in enumerate((base / listing).read_text().splitlines(), start=1):
@@ -206,7 +220,7 @@ def load_tiny_imagenet(root: str | Path, split: str = "val", transform: Transfor
     """Tiny ImageNet (200 classes, 64x64). ``split="val"`` uses ``val_annotations.txt`` for labels (index
     in ``wnids.txt``); ``"test"`` has no labels (``-1``), as in the official HEAT code's near-OOD set."""
     check_split(split, ("val", "test"))
-    layout = "Expected root/tiny-imagenet-200/{wnids.txt, val/val_annotations.txt, val/images/, test/images/}."
+    layout = "Expected root/tiny-imagenet-200/{wnids.txt, val/val_annotations.txt, val/images/, test/images/}. " + published("tiny_imagenet")
     base = find_root(root, "wnids.txt", ("tiny-imagenet-200",), "TinyImageNet", layout)
     if split == "test":
         return load_image_folder(base / "test" / "images", transform, name="tinyimagenet")
@@ -282,7 +296,7 @@ def load_lsun_lmdb(root: str | Path, split: str = "val", transform: Transform = 
     names = ["test_lmdb"] if split == "test" else [f"{c}_{split}_lmdb" for c in categories]
     missing = [n for n in names if not (root / n).exists()]
     if missing:
-        raise DatasetFolderError(f"LSUN: expected {missing} inside {str(root)!r} (the official LMDB release)")
+        raise DatasetFolderError(f"LSUN: expected {missing} inside {str(root)!r} (the official LMDB release). {published('lsun_lmdb')}")
     ds = LMDBImageDataset([root / n for n in names], transform)
     ds.class_names = list(categories) if split != "test" else None  # type: ignore[attr-defined]
     return ds
@@ -309,6 +323,7 @@ def load_ood_dataset(name: str, root: str | Path, transform: Transform = None, *
             cand = base / sub
             if cand.is_dir() and list_images(cand):
                 return load_image_folder(cand, transform, name=key, **kwargs)
-        raise DatasetFolderError(f"{name}: no images in {str(base)!r} or its sub-folders {list(OOD_FOLDERS[key])}")
+        raise DatasetFolderError(f"{name}: no images in {str(base)!r}; expected them in one of its sub-folders "
+                                 f"{list(OOD_FOLDERS[key])}. {published(_OOD_SOURCES[key])}")
     known = sorted({"cifar10", "cifar100", *loaders, *OOD_FOLDERS})
     raise ValueError(f"unknown OOD dataset {name!r}; known: {known}")

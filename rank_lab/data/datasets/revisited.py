@@ -33,11 +33,12 @@ from rank_lab.data.datasets.base import (
     pil_loader,
     require_path,
 )
+from rank_lab.data.datasets.sources import published
 
 __all__ = ["RevisitedDataset", "load_revisited", "load_r1m_list", "REVISITED_NAMES"]
 
 REVISITED_NAMES = ("roxford5k", "rparis6k")
-_LAYOUT = "Expected <root>/<name>/gnd_<name>.pkl and <root>/<name>/jpg/*.jpg (revisitop layout)."
+_LAYOUT = "Expected <root>/<name>/gnd_<name>.pkl and <root>/<name>/jpg/*.jpg (revisitop layout). " + published("revisited")
 
 
 @dataclass

@@ -26,10 +26,11 @@ import torch
 from torch.utils.data import Dataset
 
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader, require_path
+from rank_lab.data.datasets.sources import published
 
 __all__ = ["LmdbTextDataset", "load_lmdb_words", "IcdarAnnotation", "read_icdar_gt", "read_icdar_folder", "IcdarDetectionDataset"]
 
-_LMDB_LAYOUT = "Expected an LMDB environment (data.mdb) with keys num-samples, image-%09d and label-%09d."
+_LMDB_LAYOUT = "Expected an LMDB environment (data.mdb) with keys num-samples, image-%09d and label-%09d. " + published("scene_text_lmdb")
 _ENVS: dict[tuple[str, int], Any] = {}
 
 
@@ -263,7 +264,7 @@ class IcdarDetectionDataset(Dataset):
     """
 
     def __init__(self, root: str | Path, images_dir: str = "images", gt_dir: str = "gt", transform: Callable[[Any], Any] | None = None) -> None:
-        layout = f"Expected {images_dir}/img_<n>.jpg and {gt_dir}/gt_img_<n>.txt."
+        layout = f"Expected {images_dir}/img_<n>.jpg and {gt_dir}/gt_img_<n>.txt. {published('icdar')}"
         img_root = require_path(root, images_dir, "ICDAR", layout)
         self.annotations = read_icdar_folder(require_path(root, gt_dir, "ICDAR", layout))
         images = {_image_id(p.name): p for p in sorted(img_root.iterdir()) if p.suffix.lower() in (".jpg", ".jpeg", ".png")}

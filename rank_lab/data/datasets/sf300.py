@@ -25,12 +25,13 @@ from typing import Any
 import torch
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset, require_path
+from rank_lab.data.datasets.sources import published
 
 __all__ = ["SF300Dataset", "load_sf300", "SF300_ATTRIBUTES"]
 
 SF300_ATTRIBUTES = ("altitude", "omega", "phi", "orientation", "kappa", "sun_angle")
 _EXTS = (".jpg", ".jpeg", ".png")
-_LAYOUT = "Expected <root>/<split>/<class>/*.jpg with an optional per-class .csv (see rank_lab.data.datasets.sf300)."
+_LAYOUT = "Expected <root>/<split>/<class>/*.jpg with an optional per-class .csv (see rank_lab.data.datasets.sf300). " + published("sf300")
 
 
 @dataclass

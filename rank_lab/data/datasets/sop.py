@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import (
     check_files_exist,
     check_split,
@@ -36,6 +37,7 @@ __all__ = ["load_sop", "read_sop_list", "SOP_LAYOUT"]
 SOP_LAYOUT = (
     "Expected the Stanford_Online_Products layout: Ebay_train.txt and Ebay_test.txt (header "
     "'image_id class_id super_class_id path') next to the category folders (bicycle_final/ ...)."
+    " " + published("sop")
 )
 _HEADER = ["image_id", "class_id", "super_class_id", "path"]
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import check_files_exist, find_root, resolve_transform
 
 __all__ = ["load_vehicleid", "read_vehicleid_list", "read_vehicleid_attributes", "VEHICLEID_SPLITS", "VEHICLEID_LAYOUT"]
@@ -34,6 +35,7 @@ __all__ = ["load_vehicleid", "read_vehicleid_list", "read_vehicleid_attributes",
 VEHICLEID_LAYOUT = (
     "Expected the VehicleID_V1.0 layout: image/<name>.jpg and train_test_split/ with train_list.txt, "
     "test_list_800.txt, test_list_1600.txt, test_list_2400.txt ('image_name vehicle_id' per line)."
+    " " + published("vehicleid")
 )
 
 #: split name -> list file (``small``/``medium``/``large`` are aliases of the three test lists).
