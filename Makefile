@@ -9,10 +9,10 @@ STAMP   = $(VENV)/.rank_lab-installed
 EXTRAS ?= book,test,faiss,timm,data
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup test test-unit test-notebooks book notebooks lint bench clean
+.PHONY: help setup test test-unit test-notebooks book notebooks publish lint bench gpu-check clean
 
 help:
-	@echo "make setup | test | test-unit | test-notebooks | book | notebooks | lint | bench | clean"
+	@echo "make setup | test | test-unit | test-notebooks | book | notebooks | publish | lint | bench | gpu-check | clean"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,11 +43,26 @@ book: $(STAMP)
 notebooks: $(STAMP)
 	$(PY) -m rank_lab.book twins --out _build/html/_notebooks
 
+# Build the site with its twins and push it to the gh-pages branch (ghp-import, with .nojekyll).
+# Refused at once when repository.url of _config.yml is unset or the working tree has uncommitted
+# changes (the twins name the commit they were built from); afterwards every "Open in Colab" link
+# is checked against the files of the pushed branch.
+PUBLISH_REMOTE ?= origin
+publish: $(STAMP)
+	$(PY) -m rank_lab.publish check
+	$(MAKE) book
+	$(PY) -m rank_lab.publish push --remote $(PUBLISH_REMOTE)
+
 lint: $(STAMP)
 	$(PY) -m ruff check rank_lab tests benchmarks
 
 bench: $(STAMP)
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f --quick || exit 1; done
+
+# GPU readiness (never in CI): the cuda tests, one notebook at full scale on synthetic data and the
+# benchmarks with --device cuda; writes benchmarks/gpu_check_report.md. Fails at once without CUDA.
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py --out benchmarks/gpu_check_report.md
 
 clean:
 	rm -rf _build outputs .pytest_cache .hypothesis
