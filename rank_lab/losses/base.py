@@ -23,6 +23,7 @@ Every loss is a :class:`torch.nn.Module` called as::
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -287,6 +288,36 @@ class RankLoss(ListwiseLoss):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.impl = _check_choice(impl, "impl", ("efficient", "direct"))
         self.max_elements = max_elements
+
+
+def reachable_ks(ks: tuple[int, ...], database: torch.Tensor, name: str = "ks") -> tuple[int, ...]:
+    """Clip each k to the retrieval-set size, with a warning (the R@k surrogates' rule, ``docs/decisions.md``).
+
+    A query ranked against ``n`` items has ranks ``1..n``: for ``k > n`` every positive is inside the
+    top k whatever the scores, so that k's term of the surrogate is constant (RS@k with
+    ``ks=(50,)`` on a batch of 12 was a loss of 0 with no gradient). Such a k is replaced by ``n``,
+    the smallest retrieval set of the batch, as the official RS@k code does (``min(k, batch - 1)``),
+    and a ``UserWarning`` names the clipped values.
+
+    Args:
+        ks: the surrogate's values of k.
+        database: ``(Q, N)`` bool, the items each query is ranked against.
+
+    Returns:
+        The values of k to use (same length and order as ``ks``).
+    """
+    if database.numel() == 0:
+        return ks
+    n_items = int(database.sum(1).min())
+    if n_items < 1 or max(ks) <= n_items:
+        return ks
+    warnings.warn(
+        f"{name} holds k={sorted({k for k in ks if k > n_items})} but a query is ranked against only "
+        f"{n_items} item(s): such k are clipped to {n_items} (their term would be constant, without "
+        f"gradient). Pass {name} <= {n_items}, a larger batch or a cross-batch memory to silence this.",
+        stacklevel=3,
+    )
+    return tuple(min(k, n_items) for k in ks)
 
 
 def per_query_mean(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) -> torch.Tensor:

@@ -50,7 +50,7 @@ from rank_lab._validation import (
     check_positive_int,
     check_scores_targets,
 )
-from rank_lab.losses.base import ListwiseLoss, reduce_per_query
+from rank_lab.losses.base import ListwiseLoss, reachable_ks, reduce_per_query
 
 __all__ = [
     "DEFAULT_KS",
@@ -198,7 +198,8 @@ def recall_at_k_surrogate(
             thesis: pass ``~eye``); default all ``N`` items. A ``True`` entry outside ``positives``
             is a negative (or, with ``include_query_in_rank``, the query itself).
         ks: the set ``K`` of values of k (thesis: (1, 2, 4, 8, 16); with SiMix
-            (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)).
+            (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)). A k larger than the smallest retrieval set is
+            clipped to it with a ``UserWarning`` (:func:`~rank_lab.losses.base.reachable_ks`).
         tau1: temperature of the sigmoid on ``k - rank`` (thesis: 1); one value or one per k (an
             early commit of the official code used ``tau1_k = k``).
         tau2: temperature of the sigmoid on similarity differences (thesis: 0.01).
@@ -219,7 +220,7 @@ def recall_at_k_surrogate(
     scores, positives = check_scores_targets(scores, positives, "scores", "positives")
     positives = positives.bool()
     database = _check_database(database, positives)
-    ks = _check_ks(ks)
+    ks = reachable_ks(_check_ks(ks), database)
     taus1 = _check_tau1(tau1, len(ks))
     if not float(tau2) > 0:
         raise ValueError(f"tau2 must be > 0, got {tau2}")

@@ -281,7 +281,8 @@ def retrieval_metrics(
             metrics use column 0 (the fine level), the hierarchical ones every column.
         ref_embeddings: ``(N, d)`` gallery; ``None`` means the queries themselves.
         ref_labels: ``(N,)`` gallery labels (required with ``ref_embeddings``).
-        ks: cut-offs for the ``@k`` metrics; ks larger than the gallery raise.
+        ks: cut-offs for the ``@k`` metrics; a k larger than the gallery (``N - 1`` items with
+            self-exclusion) raises a ``ValueError``, as in :meth:`rank_lab.train.Trainer.evaluate`.
         metrics: names among :data:`ALL_METRICS`: ``"R@k"`` (recall rate), ``"P@k"``, ``"TR@k"``
             (true recall), ``"AP@k"`` (reported as ``mAP@k``), ``"mAP@R"``, ``"mAP"`` (full AP),
             ``"MRR"``, ``"NDCG"`` (binary gains), and the hierarchical metrics of the Ramzi thesis
@@ -338,8 +339,9 @@ def retrieval_metrics(
         raise ValueError(f"unknown metrics {sorted(unknown)}; choose among {ALL_METRICS}")
     ks = sorted({check_positive_int(k, "ks") for k in ks})
     n_avail = ref.shape[0] - int(exclude_self)
-    if ks and ks[-1] > n_avail:
-        raise ValueError(f"k={ks[-1]} is larger than the number of gallery items available ({n_avail})")
+    if ks and ks[-1] > n_avail:  # one rule with Trainer.evaluate: refuse, never drop (docs/decisions.md)
+        raise ValueError(f"ks holds k={[k for k in ks if k > n_avail]}, larger than the number of gallery items "
+                         f"available ({n_avail}); pass ks <= {n_avail}")
     if no_positive not in ("raise", "skip"):
         raise ValueError(f"no_positive must be 'raise' or 'skip', got {no_positive!r}")
     if backend not in ("auto", "torch", "faiss"):

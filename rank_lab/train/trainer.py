@@ -17,7 +17,6 @@ Training labels are re-indexed per column to ``0..C-1`` (``relabel_train``) so t
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,7 +92,7 @@ class Trainer:
         self.train_labels = relabel(raw) if cfg.relabel_train else raw
         self.test_data = test_data
         if test_data is not None:
-            as_dataset(test_data, "test_data")
+            self._check_eval_ks(len(as_dataset(test_data, "test_data")[1]))
         if model is None:
             model = self._build_model()
         self.model = model.to(self.device)
@@ -325,21 +324,32 @@ class Trainer:
         return embed_dataset(self.model, data, batch_size=self.config.eval_batch_size, device=self.device,
                              num_workers=self.config.num_workers, amp=self.amp, amp_dtype=self.amp_dtype)
 
+    def _check_eval_ks(self, n_items: int, name: str = "test_data") -> None:
+        """Refuse ``eval_ks`` larger than the gallery (``n_items - 1``: each item queries the others).
+
+        The one rule of :func:`rank_lab.metrics.retrieval_metrics` (``docs/decisions.md``), checked
+        when the trainer is built so that a long run does not fail at its first evaluation.
+        """
+        too_big = sorted(k for k in self.config.eval_ks if k > n_items - 1)
+        if too_big:
+            raise ValueError(f"eval_ks holds k={too_big} but {name} has {n_items} items, so a query ranks only "
+                             f"{n_items - 1}; set eval_ks <= {n_items - 1} (e.g. eval_ks=(1, {max(1, min(10, n_items - 1))}))")
+
     def evaluate(self, data: Any = None) -> dict[str, float]:
         """Retrieval metrics of ``data`` (default: the test data): every item queries all others.
 
-        ``ks`` larger than the gallery (``N - 1``) are dropped with a warning.
+        Raises:
+            ValueError: an ``eval_ks`` larger than the gallery (``N - 1``), as
+                :func:`~rank_lab.metrics.retrieval_metrics` does (one rule, ``docs/decisions.md``).
         """
+        name = "test_data" if data is None else "data"
         data = self.test_data if data is None else data
         if data is None:
             raise ValueError("no evaluation data: pass test_data to the Trainer or data to evaluate()")
+        self._check_eval_ks(len(as_dataset(data, name)[1]), name)
         emb, labels = self.embed(data)
-        ks = [k for k in self.config.eval_ks if k <= emb.shape[0] - 1]
-        if len(ks) < len(self.config.eval_ks):
-            warnings.warn(f"eval_ks {sorted(set(self.config.eval_ks) - set(ks))} exceed the gallery "
-                          f"size ({emb.shape[0] - 1}) and are skipped", stacklevel=2)
         t0 = time.perf_counter()
-        res = self._metrics(emb, labels, ks or [1])
+        res = self._metrics(emb, labels, self.config.eval_ks)
         res["eval_time"] = time.perf_counter() - t0
         return res
 
