@@ -32,7 +32,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import as_tensor, check_embeddings, check_finite, check_labels, check_positive_int
 from rank_lab.metrics.hierarchical_engine import HIERARCHICAL_METRICS, hierarchical_route
 from rank_lab.utils import DeviceLike, get_device
 
@@ -116,6 +116,8 @@ def knn_search(
     gallery = check_embeddings(gallery, "gallery")
     if queries.shape[1] != gallery.shape[1]:
         raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}")
+    common = torch.promote_types(queries.dtype, gallery.dtype)  # float32 with float64: float64
+    queries, gallery = queries.to(common), gallery.to(common)
     if exclude_self and queries.shape[0] != gallery.shape[0]:
         raise ValueError(f"exclude_self needs queries and gallery of the same length, got {queries.shape[0]} and {gallery.shape[0]}")
     k = check_positive_int(k, "k")
@@ -198,7 +200,21 @@ def positive_positions(
     Returns:
         ``positions (c, P)`` long, the position of the i-th best relevant item (``i + 1 +
         #{negatives with score >= its score}``), and ``valid (c, P)`` bool (``i < R``).
+
+    Raises:
+        ValueError / TypeError: naming the argument (shapes, dtypes, NaN/inf scores).
     """
+    scores = as_tensor(scores, "scores")
+    if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] == 0:
+        raise ValueError(f"scores must have shape (c, N) with c, N >= 1, got {tuple(scores.shape)}")
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be floating, got dtype {scores.dtype}")
+    check_finite(scores, "scores")
+    for name, m in (("positives", positives), ("negatives", negatives)):
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            raise TypeError(f"{name} must be a bool tensor, got {getattr(m, 'dtype', type(m).__name__)}")
+        if m.shape != scores.shape:
+            raise ValueError(f"{name} has shape {tuple(m.shape)} but scores has shape {tuple(scores.shape)}")
     n_pos = positives.sum(1)
     p = int(n_pos.max()) if max_pos is None else max_pos
     p = max(p, 1)
@@ -389,7 +405,8 @@ def retrieval_metrics(
     per_q = {name: v.cpu() for name, v in per_q.items()}  # the routes may return tensors on the compute device
     keep = ~empty.cpu()
     if not bool(keep.any()):
-        raise ValueError("no query has a relevant item in the reference set: every metric is undefined")
+        raise ValueError(f"no query has a relevant item: no label of labels occurs among the other items of "
+                         f"{'labels' if same else 'ref_labels'}, so every metric is undefined")
     pooled = {name: per_q.pop(name) for name in [n for n in per_q if n.startswith("MS_")]}
     result: dict[str, float] = {name: float(v[keep].double().mean()) for name, v in per_q.items()}
     for k in ks if "MS@k" in hier_wanted else ():

@@ -1,0 +1,3 @@
+"""Matrix entries."""
+
+ENTRIES: list = []
