@@ -87,6 +87,9 @@ def _level(labels: torch.Tensor, level: int, name: str) -> torch.Tensor:
 
 def binary_relevance(labels: torch.Tensor, ref_labels: torch.Tensor, level: int = 0) -> torch.Tensor:
     """``rel[q, j] = 1[label_q == label_j]`` at hierarchy level ``level`` (0 = fine), ``(Q, N)`` bool."""
+    labels, ref_labels = check_labels(labels, None, "labels"), check_labels(ref_labels, None, "ref_labels")
+    if isinstance(level, bool) or not isinstance(level, int) or level < 0:
+        raise ValueError(f"level must be an int >= 0, got {level!r}")
     if labels.ndim != ref_labels.ndim:
         raise ValueError(f"labels and ref_labels must have the same number of dims, got {labels.ndim} and {ref_labels.ndim}")
     a, b = _level(labels, level, "labels"), _level(ref_labels, level, "ref_labels")
@@ -181,7 +184,9 @@ class MetricLoss(nn.Module):
         self.normalize = bool(normalize)
         self.reduction = _check_choice(reduction, "reduction", ("mean", "sum", "none"))
         self.include_query_as_positive = bool(include_query_as_positive)
-        self.hierarchy_level = int(hierarchy_level)
+        if isinstance(hierarchy_level, bool) or not isinstance(hierarchy_level, int) or hierarchy_level < 0:
+            raise ValueError(f"hierarchy_level must be an int >= 0, got {hierarchy_level!r}")
+        self.hierarchy_level = hierarchy_level
 
     def prepare(
         self,
@@ -261,11 +266,12 @@ class ListwiseLoss(MetricLoss):
         if not bool(has_pos.all()):
             n_bad = int((~has_pos).sum())
             if self.no_positive == "raise":
-                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (no_positive='raise')")
+                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (labels / targets; "
+                                 "no_positive='raise')")
             if not bool(has_pos.any()):
                 raise ValueError(
-                    "no query has a positive in its retrieval set: use an m-per-class sampler "
-                    "(rank_lab.data.MPerClassSampler) or a memory"
+                    "no query has a positive in its retrieval set (every label of labels / row of targets is "
+                    "unique): use an m-per-class sampler (rank_lab.data.MPerClassSampler) or a memory"
                 )
         values = self.per_query(scores, rel, valid.bool())
         return reduce_per_query(values, has_pos, self.reduction)  # type: ignore[arg-type]

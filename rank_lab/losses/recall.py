@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rank_lab._validation import check_float
 from rank_lab.losses._direct import direct_recall_loss
 from rank_lab.losses.base import RankLoss, reachable_ks
 from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
@@ -53,8 +54,7 @@ def _check_ks(ks: Sequence[int], tau_star: float | Sequence[float]) -> tuple[tup
         taus = tuple(float(t) for t in tau_star)
         if len(taus) != len(ks_t):
             raise ValueError(f"tau_star has {len(taus)} values but ks has {len(ks_t)}")
-    if any(t <= 0 for t in taus):
-        raise ValueError(f"tau_star must be > 0, got {tau_star!r}")
+    taus = tuple(check_float(t, "tau_star", low=0.0, low_open=True) for t in taus)
     return ks_t, taus
 
 

@@ -32,7 +32,13 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import as_tensor, check_embeddings, check_finite, check_labels, check_positive_int
+from rank_lab._validation import (
+    as_tensor,
+    check_embeddings,
+    check_finite,
+    check_labels,
+    check_positive_int,
+)
 from rank_lab.metrics.hierarchical_engine import HIERARCHICAL_METRICS, hierarchical_route
 from rank_lab.utils import DeviceLike, get_device
 

@@ -49,6 +49,8 @@ from typing import Literal
 
 import torch
 
+from rank_lab._validation import check_float
+
 __all__ = [
     "StepFunction",
     "Heaviside",
@@ -150,9 +152,7 @@ class SigmoidStep(StepFunction):
     name = "sigmoid"
 
     def __init__(self, tau: float = 0.01) -> None:
-        if not tau > 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        self.tau = float(tau)
+        self.tau = check_float(tau, "tau", low=0.0, low_open=True)
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(t / self.tau)
@@ -207,14 +207,14 @@ class SupRankStep(StepFunction):
         linear_origin: Literal["delta", "zero"] = "delta",
         zero_branch: Literal["upper", "lower"] = "upper",
     ) -> None:
-        if not tau > 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        if rho < 0:
-            raise ValueError(f"rho must be >= 0, got {rho}")
+        tau = check_float(tau, "tau", low=0.0, low_open=True)
+        rho = check_float(rho, "rho", low=0.0)
+        start = check_float(start, "start")
+        if offset is not None:
+            offset = check_float(offset, "offset")
         if delta is None:
-            delta = delta_from_epsilon(tau, eps)
-        if delta < 0:
-            raise ValueError(f"delta must be >= 0, got {delta}")
+            delta = delta_from_epsilon(tau, check_float(eps, "eps", low=0.0, high=1.0, low_open=True, high_open=True))
+        delta = check_float(delta, "delta", low=0.0)
         if linear_origin not in ("delta", "zero"):
             raise ValueError(f"linear_origin must be 'delta' or 'zero', got {linear_origin!r}")
         if zero_branch not in ("upper", "lower"):

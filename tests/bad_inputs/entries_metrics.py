@@ -5,7 +5,7 @@ from __future__ import annotations
 import rank_lab.metrics as M
 
 from .factories import emb, labels, levels, no_positive_targets, scores, targets
-from .framework import cls, fn
+from .framework import fn
 
 ONE_QUERY = "a (N,) score vector is one query (documented)"
 BINARY_INT = "integer 0/1 relevance is binary relevance"

@@ -6,10 +6,10 @@ documented as legal in its registry entry, and never a NaN (see :mod:`.framework
 
 from __future__ import annotations
 
+import fnmatch
+
 import pytest
 import torch
-
-import fnmatch
 
 from .framework import find_nan, run, variants, verdict
 from .registry import ENTRIES, counts, public_callables
