@@ -25,7 +25,8 @@ plus, per entry, ``rows`` groups (arguments sharing their first dim: one row dro
 last), ``nopos`` (a query or class without a positive) and hand-written ``extra`` variants.
 
 Verdict of a variant: a ``ValueError``/``TypeError`` whose message names the argument (word match;
-``path`` variants may name the path instead) passes; any other exception fails; a normal return
+``path`` variants may name the path instead, and may raise ``FileNotFoundError``) passes; any other
+exception fails; a normal return
 passes only if its id matches a ``legal`` pattern of the entry (``fnmatch`` on ``"arg:kind"``,
 ``"method.arg:kind"`` for later stages) and holds no NaN (tensors, numbers, containers, module
 weights). ``f64`` variants are legal by default: float32 and float64 are both accepted package-wide
@@ -308,6 +309,10 @@ def verdict(entry: Entry, variant: Variant) -> str | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = run(entry, variant)
+    except FileNotFoundError as exc:  # a missing path: the standard error, when it names the path
+        if variant.id.endswith(":missing") and _names_it(variant.names, str(exc)):
+            return None
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
     except (ValueError, TypeError) as exc:
         msg = str(exc)
         if _names_it(variant.names, msg):
@@ -321,3 +326,7 @@ def verdict(entry: Entry, variant: Variant) -> str | None:
     if legal_reason(entry, variant) is None:
         return "accepted silently (no documented legal result)"
     return None
+
+
+def ledger_key(entry: Entry, variant: Variant) -> str:
+    return f"{entry.name} {variant.id}"

@@ -7,11 +7,12 @@ documented as legal in its registry entry, and never a NaN (see :mod:`.framework
 from __future__ import annotations
 
 import fnmatch
+from pathlib import Path
 
 import pytest
 import torch
 
-from .framework import find_nan, run, variants, verdict
+from .framework import find_nan, ledger_key, run, variants, verdict
 from .registry import ENTRIES, counts, public_callables
 
 
@@ -23,12 +24,25 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
+def _known() -> set[str]:
+    """The ledger of open defects: ``<entry> <variant>`` lines (``#`` comments), see docs/decisions.md."""
+    lines = (Path(__file__).parent / "known_defects.txt").read_text().splitlines()
+    return {ln.split("  #")[0].strip() for ln in lines if ln.strip() and not ln.startswith("#")}
+
+
+KNOWN = _known()
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_bad_inputs(entry):
+    failures = {ledger_key(entry, v): msg for v in variants(entry) if (msg := verdict(entry, v)) is not None}
     where = find_nan(run(entry))
-    assert where is None, f"the valid call of {entry.name} returns a NaN ({where})"
-    failures = [f"{v.id}: {msg}" for v in variants(entry) if (msg := verdict(entry, v)) is not None]
-    assert not failures, f"{entry.name}:\n  " + "\n  ".join(failures)
+    if where is not None:
+        failures[f"{entry.name} valid:nan"] = f"the valid call returns a NaN ({where})"
+    new = [f"{k}: {m}" for k, m in failures.items() if k not in KNOWN]
+    assert not new, "bad-input defects:\n  " + "\n  ".join(new)
+    fixed = sorted(k for k in KNOWN if k.split(" ")[0] == entry.name and k not in failures)
+    assert not fixed, f"fixed: remove these lines from known_defects.txt: {fixed}"
 
 
 def test_every_public_callable_has_an_entry():
