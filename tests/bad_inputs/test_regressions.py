@@ -14,10 +14,21 @@ import torch
 from rank_lab.data.datasets import DatasetFolderError
 from rank_lab.fewshot import covariance
 from rank_lab.learned import Alphabet, feds_filter, feds_loss, greedy_decode
-from rank_lab.losses import RecallAtKSurrogate, SmoothRecallAtK, dg_upper_bound, worst_case_dg_brute_force
+from rank_lab.losses import (
+    RecallAtKSurrogate,
+    SmoothRecallAtK,
+    dg_upper_bound,
+    worst_case_dg_brute_force,
+)
 from rank_lab.metrics import retrieval_metrics
 from rank_lab.metrics.calibration import fit_temperature
-from rank_lab.ood import KNN, ClassGaussianEnergy, HybridEnergy, compose_energies, kth_neighbour_distance
+from rank_lab.ood import (
+    KNN,
+    ClassGaussianEnergy,
+    HybridEnergy,
+    compose_energies,
+    kth_neighbour_distance,
+)
 from rank_lab.retrieval import l2n
 
 NAN = float("nan")
