@@ -10,18 +10,9 @@ import fnmatch
 from pathlib import Path
 
 import pytest
-import torch
 
 from .framework import find_nan, ledger_key, run, variants, verdict
 from .registry import ENTRIES, counts, public_callables
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _known() -> set[str]:
