@@ -16,6 +16,8 @@ __all__ = [
     "check_same_length",
     "check_scores_targets",
     "check_positive_int",
+    "check_float",
+    "check_choice",
 ]
 
 
@@ -116,3 +118,43 @@ def check_positive_int(k: object, name: str) -> int:
     if k < 1:
         raise ValueError(f"{name} must be >= 1, got {k}")
     return int(k)
+
+
+def check_float(
+    v: object,
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """Check that ``v`` is a finite real number in ``[low, high]`` (open ends with ``*_open``).
+
+    Returns:
+        ``float(v)``.
+
+    Raises:
+        TypeError: ``v`` is not a real number (a bool, a string, a tensor with more than one value).
+        ValueError: ``v`` is NaN, infinite or out of range; the message names ``name``.
+    """
+    if isinstance(v, bool) or isinstance(v, (str, bytes)):
+        raise TypeError(f"{name} must be a real number, got {type(v).__name__}")
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a real number, got {type(v).__name__}") from None
+    if f != f or f in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be finite, got {f}")
+    if low is not None and (f < low or (low_open and f == low)):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {f}")
+    if high is not None and (f > high or (high_open and f == high)):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {f}")
+    return f
+
+
+def check_choice(value: object, name: str, choices: tuple[object, ...]) -> object:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices``; return it."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value

@@ -16,3 +16,21 @@ torch.set_num_threads(1)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Notebook tests are the slowest: schedule them first so xdist balances the run."""
     items.sort(key=lambda item: 0 if item.get_closest_marker("notebook") else 1)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    """Print the bad-input matrix's counts when its tests ran (issue 16; numbers in docs/decisions.md)."""
+    ran = any("bad_inputs/test_matrix.py" in getattr(r, "nodeid", "")
+              for reports in terminalreporter.stats.values() for r in reports)
+    if not ran:
+        return
+
+    from bad_inputs.registry import ENTRIES, counts
+    from bad_inputs.test_matrix import KNOWN
+
+    c = counts()
+    n_entries = len(ENTRIES)
+    terminalreporter.write_line(
+        f"bad-input matrix: {c['callables']} public callables ({c['public_names']} public names, {n_entries} entries), "
+        f"{c['variants']} variants run, {len(KNOWN)} open defects in tests/bad_inputs/known_defects.txt"
+    )

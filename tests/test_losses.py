@@ -504,8 +504,8 @@ def test_decomposability_gap_against_brute_force(seed):
 def test_dg_is_zero_for_one_batch_and_when_calibrated():
     gen = torch.Generator().manual_seed(21)
     s = torch.rand(20, generator=gen, dtype=torch.float64)
-    y = torch.rand(20, generator=gen) < 0.5
-    y[0] = True
+    y = torch.zeros(20, dtype=torch.bool)
+    y[torch.randperm(20, generator=gen)[:8]] = True  # 2 positives in each of the 4 balanced batches
     assert decomposability_gap(s, y, torch.zeros(20, dtype=torch.long)).item() == pytest.approx(0.0, abs=1e-15)
     # L_DG = 0 on every batch (positives >= alpha > beta >= negatives) => DG = 0 (thesis Sec. 3.4.2)
     cal = torch.where(y, 0.9 + 0.1 * s, 0.6 * s)

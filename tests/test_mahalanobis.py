@@ -92,10 +92,11 @@ def test_covariance_estimators():
     torch.testing.assert_close(covariance(x), torch.from_numpy(np.cov(x.numpy(), rowvar=False)))
     torch.testing.assert_close(simplecnaps_estimate_cov(x), covariance(x))
     one = x[:1]
-    assert torch.equal(covariance(one), torch.zeros(3, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="n=1 row"):  # undefined (n - 1 = 0), never a silent zero matrix
+        covariance(one)
     quirk = simplecnaps_estimate_cov(one)
     assert quirk.ndim == 0 and float(quirk) == pytest.approx(float(np.var(one.numpy()[0], ddof=1)))
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="empty"):
         covariance(torch.zeros(0, 3))
 
 

@@ -90,8 +90,8 @@ def test_hand_worked_soft_ranks():
     assert idx.tolist() == [[1, 2]] and valid.all()
     assert ranks[0].tolist() == pytest.approx([r_a, r_b], abs=1e-12)
     tau1 = 0.5
-    expect = 1 - min(4, sig((4 - r_a) / tau1) + sig((4 - r_b) / tau1)) / min(4, 2)
-    got = recall_at_k_surrogate(scores, pos, ks=(4,), tau1=tau1, tau2=0.1)
+    expect = 1 - min(3, sig((3 - r_a) / tau1) + sig((3 - r_b) / tau1)) / min(3, 2)
+    got = recall_at_k_surrogate(scores, pos, ks=(3,), tau1=tau1, tau2=0.1)
     assert float(got) == pytest.approx(expect, abs=1e-12)
 
 

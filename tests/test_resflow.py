@@ -141,7 +141,7 @@ def test_bad_inputs() -> None:
     with pytest.raises(ValueError, match="NaN"):
         ResFlow(epochs=1).fit({"features": bad, "labels": train["labels"]})
     s = ResFlow(n_blocks=1, hidden_dim=8, epochs=1, device="cpu").fit(train)
-    with pytest.raises(ValueError, match="dimensions"):
+    with pytest.raises(ValueError, match="fitted on d=6"):
         s.score(torch.randn(5, 4))
     with pytest.raises(ValueError, match="empty"):
         s.score(torch.zeros(0, 6))

@@ -313,9 +313,11 @@ def test_input_checks(split):
     tr = Trainer(None, PairLoss(), (split.x_train, split.y_train), None, _cfg())
     with pytest.raises(ValueError, match="no evaluation data"):
         tr.evaluate()
-    with pytest.warns(UserWarning, match="exceed the gallery"):
-        res = tr.evaluate((split.x_test[:4], split.y_test[:4]))
-    assert "R@1" in res and "R@4" not in res
+    # one rule with retrieval_metrics: a k larger than the gallery is refused, never dropped
+    with pytest.raises(ValueError, match=r"eval_ks holds k=\[4\] but data has 4 items"):
+        tr.evaluate((split.x_test[:4], split.y_test[:4]))
+    with pytest.raises(ValueError, match=r"eval_ks holds k=\[4\] but test_data has 4 items"):
+        Trainer(None, PairLoss(), (split.x_train, split.y_train), (split.x_test[:4], split.y_test[:4]), _cfg())
 
 
 def test_tiny_cnn_on_images_and_a_given_model():

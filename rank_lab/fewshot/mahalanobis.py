@@ -45,11 +45,16 @@ __all__ = [
 
 
 def covariance(x: torch.Tensor) -> torch.Tensor:
-    """Unbiased covariance ``(D, D)`` of the rows of ``x (n, D)``; zero for ``n = 1`` (no spread)."""
-    if x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError(f"x must have shape (n, D) with n >= 1, got {tuple(x.shape)}")
-    if x.shape[0] == 1:
-        return torch.zeros(x.shape[1], x.shape[1], dtype=x.dtype, device=x.device)
+    """Unbiased covariance ``(D, D)`` of the rows of ``x (n, D)``, ``n >= 2``.
+
+    Raises:
+        ValueError: for ``n < 2`` (the unbiased estimate divides by ``n - 1``: a single vector has
+            none; :class:`MahalanobisClassifier` states its one-shot rule with ``one_shot``), for
+            NaN/inf or a wrong shape.
+    """
+    x = check_embeddings(x, "x")
+    if x.shape[0] < 2:
+        raise ValueError(f"x has n={x.shape[0]} row(s): the unbiased covariance needs n >= 2 (it divides by n - 1)")
     xc = x - x.mean(0, keepdim=True)
     return xc.T @ xc / (x.shape[0] - 1)
 
@@ -61,9 +66,10 @@ def simplecnaps_estimate_cov(x: torch.Tensor) -> torch.Tensor:
     unbiased variance of the ``D`` entries of the single vector (``1/(D - 1) sum (x_j - mean x)^2``),
     which broadcasting then adds to every entry of ``Q_c``.
     """
-    if x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError(f"x must have shape (n, D) with n >= 1, got {tuple(x.shape)}")
+    x = check_embeddings(x, "x")
     if x.shape[0] == 1:
+        if x.shape[1] < 2:
+            raise ValueError("x is a single vector of D=1: its variance over D - 1 = 0 entries is undefined")
         v = x[0] - x[0].mean()
         return (v @ v) / (x.shape[1] - 1)
     return covariance(x)
@@ -127,7 +133,12 @@ class MahalanobisClassifier:
             xc = x[y == c]
             kc = xc.shape[0]
             lam = kc / (kc + 1) if self.shrinkage == "auto" else float(self.shrinkage)
-            cov_c = simplecnaps_estimate_cov(xc) if self.one_shot == "simplecnaps" else covariance(xc)
+            if self.one_shot == "simplecnaps":
+                cov_c = simplecnaps_estimate_cov(xc)
+            elif kc == 1:  # the documented one-shot rule Sigma_c = 0 (one_shot="zero")
+                cov_c = torch.zeros_like(task)
+            else:
+                cov_c = covariance(xc)
             qs.append(lam * cov_c + (1 - lam) * task + eye)
             means.append(xc.mean(0))
             counts.append(kc)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rank_lab._validation import as_tensor, check_finite
 from rank_lab.learned.surrogate import EmbeddingSurrogate, LSConfig, SurrogateTask, SurrogateTrainer
 
 __all__ = ["FEDS_MODES", "feds_filter", "feds_mask", "feds_loss", "FEDSConfig", "FEDSTrainer"]
@@ -39,10 +40,17 @@ FEDS_MODES = ("masked", "literal")
 
 
 def _check(e_hat: torch.Tensor, e_true: torch.Tensor, lam: float) -> torch.Tensor:
+    e_hat, e_true = as_tensor(e_hat, "e_hat"), as_tensor(e_true, "e_true")
     if e_hat.ndim != 1 or e_hat.shape != e_true.shape:
         raise ValueError(f"e_hat and e_true must both have shape (B,), got {tuple(e_hat.shape)} and {tuple(e_true.shape)}")
     if e_hat.shape[0] == 0:
         raise ValueError("e_hat is an empty batch")
+    if not e_hat.is_floating_point():
+        raise TypeError(f"e_hat must be a floating tensor (surrogate outputs), got dtype {e_hat.dtype}")
+    check_finite(e_hat, "e_hat")
+    check_finite(e_true.to(e_hat.dtype), "e_true")
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)):
+        raise TypeError(f"lam must be a number, got {type(lam).__name__}")
     if not (lam > 0):
         raise ValueError(f"lam (lambda of eq. 4.7) must be > 0, got {lam}")
     return e_true.detach().to(e_hat.dtype)

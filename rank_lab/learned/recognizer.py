@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import as_tensor, check_finite, check_positive_int
 from rank_lab.metrics.text import text_recognition_metrics
 from rank_lab.utils import get_device
 
@@ -155,7 +155,29 @@ def ctc_collapse(paths: torch.Tensor, blank: int = 0) -> tuple[torch.Tensor, tor
 
 
 def greedy_decode(scores: torch.Tensor, alphabet: Alphabet) -> list[str]:
-    """Best-path (greedy) CTC decoding of ``(B, T, C)`` logits or probabilities into strings."""
+    """Best-path (greedy) CTC decoding of ``(B, T, C)`` logits or probabilities into strings.
+
+    Args:
+        scores: ``(B, T, C)`` frame scores with ``C = alphabet.n_classes`` (class 0 = blank).
+        alphabet: the recogniser's :class:`Alphabet`.
+
+    Raises:
+        ValueError: ``scores`` is not 3-D, holds NaN/inf, or its ``C`` differs from
+            ``alphabet.n_classes`` (a class without a character, or a character never scored).
+    """
+    if not isinstance(alphabet, Alphabet):
+        raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
+    scores = as_tensor(scores, "scores")
+    if scores.ndim != 3:
+        raise ValueError(f"scores must have shape (B, T, C), got {tuple(scores.shape)}")
+    if scores.shape[0] == 0 or scores.shape[1] == 0:
+        raise ValueError(f"scores is empty (shape {tuple(scores.shape)})")
+    if scores.shape[2] != alphabet.n_classes:
+        raise ValueError(f"scores have C={scores.shape[2]} classes but the alphabet has "
+                         f"{alphabet.n_classes} (blank + {len(alphabet.chars)} characters)")
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be floating logits or probabilities, got dtype {scores.dtype}")
+    check_finite(scores, "scores")
     codes, lengths = ctc_collapse(scores.argmax(-1))
     return alphabet.decode(codes.cpu(), lengths.cpu())
 

@@ -132,7 +132,7 @@ def build_loss(name: str, **kwargs: object) -> nn.Module:
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     key = name.strip().lower().replace("-", "_")
     if key not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; known: {sorted(LOSSES)}")
+        raise ValueError(f"unknown loss name {name!r}; known: {sorted(LOSSES)}")
     try:
         return LOSSES[key](**kwargs)
     except TypeError as exc:

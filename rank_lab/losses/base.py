@@ -23,6 +23,7 @@ Every loss is a :class:`torch.nn.Module` called as::
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -86,6 +87,9 @@ def _level(labels: torch.Tensor, level: int, name: str) -> torch.Tensor:
 
 def binary_relevance(labels: torch.Tensor, ref_labels: torch.Tensor, level: int = 0) -> torch.Tensor:
     """``rel[q, j] = 1[label_q == label_j]`` at hierarchy level ``level`` (0 = fine), ``(Q, N)`` bool."""
+    labels, ref_labels = check_labels(labels, None, "labels"), check_labels(ref_labels, None, "ref_labels")
+    if isinstance(level, bool) or not isinstance(level, int) or level < 0:
+        raise ValueError(f"level must be an int >= 0, got {level!r}")
     if labels.ndim != ref_labels.ndim:
         raise ValueError(f"labels and ref_labels must have the same number of dims, got {labels.ndim} and {ref_labels.ndim}")
     a, b = _level(labels, level, "labels"), _level(ref_labels, level, "ref_labels")
@@ -180,7 +184,9 @@ class MetricLoss(nn.Module):
         self.normalize = bool(normalize)
         self.reduction = _check_choice(reduction, "reduction", ("mean", "sum", "none"))
         self.include_query_as_positive = bool(include_query_as_positive)
-        self.hierarchy_level = int(hierarchy_level)
+        if isinstance(hierarchy_level, bool) or not isinstance(hierarchy_level, int) or hierarchy_level < 0:
+            raise ValueError(f"hierarchy_level must be an int >= 0, got {hierarchy_level!r}")
+        self.hierarchy_level = hierarchy_level
 
     def prepare(
         self,
@@ -260,11 +266,12 @@ class ListwiseLoss(MetricLoss):
         if not bool(has_pos.all()):
             n_bad = int((~has_pos).sum())
             if self.no_positive == "raise":
-                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (no_positive='raise')")
+                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (labels / targets; "
+                                 "no_positive='raise')")
             if not bool(has_pos.any()):
                 raise ValueError(
-                    "no query has a positive in its retrieval set: use an m-per-class sampler "
-                    "(rank_lab.data.MPerClassSampler) or a memory"
+                    "no query has a positive in its retrieval set (every label of labels / row of targets is "
+                    "unique): use an m-per-class sampler (rank_lab.data.MPerClassSampler) or a memory"
                 )
         values = self.per_query(scores, rel, valid.bool())
         return reduce_per_query(values, has_pos, self.reduction)  # type: ignore[arg-type]
@@ -287,6 +294,36 @@ class RankLoss(ListwiseLoss):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.impl = _check_choice(impl, "impl", ("efficient", "direct"))
         self.max_elements = max_elements
+
+
+def reachable_ks(ks: tuple[int, ...], database: torch.Tensor, name: str = "ks") -> tuple[int, ...]:
+    """Clip each k to the retrieval-set size, with a warning (the R@k surrogates' rule, ``docs/decisions.md``).
+
+    A query ranked against ``n`` items has ranks ``1..n``: for ``k > n`` every positive is inside the
+    top k whatever the scores, so that k's term of the surrogate is constant (RS@k with
+    ``ks=(50,)`` on a batch of 12 was a loss of 0 with no gradient). Such a k is replaced by ``n``,
+    the smallest retrieval set of the batch, as the official RS@k code does (``min(k, batch - 1)``),
+    and a ``UserWarning`` names the clipped values.
+
+    Args:
+        ks: the surrogate's values of k.
+        database: ``(Q, N)`` bool, the items each query is ranked against.
+
+    Returns:
+        The values of k to use (same length and order as ``ks``).
+    """
+    if database.numel() == 0:
+        return ks
+    n_items = int(database.sum(1).min())
+    if n_items < 1 or max(ks) <= n_items:
+        return ks
+    warnings.warn(
+        f"{name} holds k={sorted({k for k in ks if k > n_items})} but a query is ranked against only "
+        f"{n_items} item(s): such k are clipped to {n_items} (their term would be constant, without "
+        f"gradient). Pass {name} <= {n_items}, a larger batch or a cross-batch memory to silence this.",
+        stacklevel=3,
+    )
+    return tuple(min(k, n_items) for k in ks)
 
 
 def per_query_mean(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from rank_lab._validation import check_float
 from rank_lab.losses.base import ListwiseLoss
 
 __all__ = ["BlackBoxAP", "normalised_rank", "BlackBoxRank"]
@@ -68,9 +69,9 @@ class BlackBoxAP(ListwiseLoss):
 
     def __init__(self, lambda_val: float = 4.0, margin: float = 0.02, margin_noise: bool = False, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        if not lambda_val > 0:
-            raise ValueError(f"lambda_val must be > 0, got {lambda_val}")
-        self.lambda_val, self.margin, self.margin_noise = float(lambda_val), float(margin), bool(margin_noise)
+        lambda_val = check_float(lambda_val, "lambda_val", low=0.0, low_open=True)
+        margin = check_float(margin, "margin", low=0.0)
+        self.lambda_val, self.margin, self.margin_noise = lambda_val, margin, bool(margin_noise)
 
     def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         pos = (relevance > 0) & valid

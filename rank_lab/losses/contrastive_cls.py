@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
 
 __all__ = [
     "nt_xent_loss",
@@ -65,9 +65,7 @@ def _feats(z: torch.Tensor, labels: torch.Tensor | None, normalize: bool, name: 
 
 
 def _check_temperature(t: float) -> float:
-    if not float(t) > 0:
-        raise ValueError(f"temperature must be > 0, got {t}")
-    return float(t)
+    return check_float(t, "temperature", low=0.0, low_open=True)
 
 
 def _masked_self(sim: torch.Tensor) -> torch.Tensor:
@@ -130,7 +128,8 @@ def supcon_loss(
     n_pos = pos.sum(1)
     has = n_pos > 0
     if not bool(has.any()):
-        raise ValueError("no anchor has a positive: SupCon needs >= 2 samples (or views) per class")
+        raise ValueError("no anchor has a positive (every label of labels is unique): SupCon needs >= 2 samples "
+                         "(or views) per class")
     pos_sim = (sim * pos).sum(1) / n_pos.clamp_min(1)
     per = torch.where(has, log_den - pos_sim, torch.zeros_like(log_den))
     if base_temperature is not None:
@@ -333,6 +332,7 @@ class SupConLoss(nn.Module):
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Args: embeddings ``(M, d)``, labels ``(M,)``. Returns a scalar."""
+        embeddings = check_embeddings(embeddings, "embeddings")
         return supcon_loss(embeddings, labels, self.temperature, base_temperature=self.base_temperature)
 
 
@@ -367,6 +367,7 @@ class ESupConLoss(nn.Module):
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Args: embeddings ``(M, d)``, labels ``(M,)``. Returns a scalar."""
+        embeddings = check_embeddings(embeddings, "embeddings")
         return esupcon_loss(
             embeddings, labels, self.classifier.prototypes, self.temperature,
             prototypes_in_all_denominators=self.prototypes_in_all_denominators,

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rank_lab._validation import check_positive_int, check_scores_targets
+from rank_lab._validation import check_float, check_positive_int, check_scores_targets
 from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss
 from rank_lab.losses.proxies import NormSoftmaxLoss
@@ -73,9 +73,10 @@ class PairDGLoss(MetricLoss):
 
     def __init__(self, alpha: float = 0.9, beta: float = 0.6, pair_reduction: PairReduction = "per_query_mean", **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
+        alpha, beta = check_float(alpha, "alpha"), check_float(beta, "beta")
         if not beta < alpha:
             raise ValueError(f"beta must be < alpha, got alpha={alpha}, beta={beta}")
-        self.alpha, self.beta = float(alpha), float(beta)
+        self.alpha, self.beta = alpha, beta
         self.pair_reduction = _check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
@@ -131,7 +132,7 @@ def decomposability_gap(
     metric = metric or _metric_default()
     rel = targets > 0
     if not bool(rel.any(1).all()):
-        raise ValueError("every query needs at least one positive in the retrieval set")
+        raise ValueError("every query needs at least one positive in targets (its retrieval set)")
     total = torch.zeros(scores.shape[0], dtype=torch.float64, device=scores.device)
     count = torch.zeros_like(total)
     for b in torch.unique(batch_ids):
@@ -205,13 +206,22 @@ def expected_decomposability_gap(
     Returns:
         ``(mean, std)`` as floats.
     """
-    scores = torch.as_tensor(scores).reshape(-1)
+    scores, targets = _one_query(scores, targets)
     vals = []
     for i in range(check_positive_int(n_draws, "n_draws")):
         ids = random_batches(scores.numel(), batch_size, seed=seed + i, targets=targets if balanced else None)
         vals.append(float(decomposability_gap(scores, targets, ids, metric=metric)))
     t = torch.tensor(vals, dtype=torch.float64)
     return float(t.mean()), float(t.std()) if len(vals) > 1 else 0.0
+
+
+def _one_query(scores: object, targets: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the ``(N,)`` scores and relevance of one query (finite, same shape, non-empty)."""
+    s = torch.as_tensor(scores)
+    if s.ndim != 1:
+        raise ValueError(f"scores must have shape (N,) (one query), got {tuple(s.shape)}")
+    s, t = check_scores_targets(s, targets)
+    return s[0], t[0]
 
 
 def _counts(name: str, values: Sequence[int]) -> list[int]:
@@ -221,26 +231,46 @@ def _counts(name: str, values: Sequence[int]) -> list[int]:
     return vals
 
 
+def _check_equal_batches(p: list[int], n: list[int], what: str, names: str) -> None:
+    """The setting of the proofs of Eqs. 3.18-3.19 (Ramzi thesis App. A.1.3): equal batches, equal positives."""
+    if len(set(p)) > 1 or len(set(n)) > 1:
+        raise ValueError(
+            f"{what} is proven for batches of equal composition (Ramzi thesis App. A.1.3), got {names} giving "
+            f"positives {p} and negatives {n} per batch; with unequal batches it is not a bound (e.g. P_b = "
+            "[3, 1], N_b = [1, 3] gives 0.05 while the worst case is 0.382): use worst_case_dg_brute_force"
+        )
+
+
 def dg_upper_bound(pos_per_batch: Sequence[int], neg_per_batch: Sequence[int]) -> float:
     """Worst-case DG for AP when every batch is perfectly ranked (Eq. 3.18 of the Ramzi thesis).
 
     ``DG <= 1 - (1/sum_b P_b) sum_b sum_{j=1}^{P_b} (j + P_<b) / (j + P_<b + N_<b)`` with ``P_<b``
-    (``N_<b``) the positives (negatives) of the batches before b. The papers state it for equal
-    batches with equal positives; the right-hand side is 1 minus the global AP of the juxtaposed
-    arrangement (:func:`juxtaposed_batches`), batch 1 entirely above batch 2, and so on.
+    (``N_<b``) the positives (negatives) of the batches before b. The right-hand side is 1 minus
+    the global AP of the juxtaposed arrangement (:func:`juxtaposed_batches`), batch 1 entirely
+    above batch 2, and so on.
+
+    **Equal batches only.** The thesis proves it for batches of equal size with equal numbers of
+    positives (App. A.1.3), where it is the exact worst case (checked against
+    :func:`worst_case_dg_brute_force` in the tests). For unequal batches the value depends on the
+    batch order and is not a bound (``P_b = [3, 1], N_b = [1, 3]`` gives 0.05, the worst case is
+    0.382), so they are refused; :func:`worst_case_dg_brute_force` gives their worst case.
 
     Args:
-        pos_per_batch: ``P_b`` for b = 1..K.
-        neg_per_batch: ``N_b`` for b = 1..K.
+        pos_per_batch: ``P_b`` for b = 1..K, all equal.
+        neg_per_batch: ``N_b`` for b = 1..K, all equal.
 
     Returns:
         The bound as a float.
+
+    Raises:
+        ValueError: unequal batches, mismatched lengths, negative counts or no positive.
     """
     p, n = _counts("pos_per_batch", pos_per_batch), _counts("neg_per_batch", neg_per_batch)
     if len(p) != len(n):
         raise ValueError(f"pos_per_batch has {len(p)} batches but neg_per_batch has {len(n)}")
     if sum(p) == 0:
         raise ValueError("at least one positive is needed")
+    _check_equal_batches(p, n, "dg_upper_bound (Eq. 3.18)", "pos_per_batch / neg_per_batch")
     acc, p_before, n_before = 0.0, 0, 0
     for pb, nb in zip(p, n, strict=True):
         acc += sum((j + p_before) / (j + p_before + n_before) for j in range(1, pb + 1))
@@ -267,6 +297,10 @@ def dg_calibrated_bound(
     negatives everywhere it can exceed it (e.g. ``G+ = (0, 2, 2), E+ = (2, 0, 0), G- = (0, 0, 0),
     E- = (4, 4, 4)`` gives 0.477 against 0.376 for Eq. 3.18), because the paper's argument is not
     a minimisation over orderings. Both being upper bounds, ``min`` of the two is the usable one.
+
+    As Eq. 3.18, it is stated for batches of equal composition (``G+_b + E+_b`` and
+    ``G-_b + E-_b`` the same for every b): other batches raise a ``ValueError`` (with every item
+    violating, it *is* Eq. 3.18, which is no bound for unequal batches).
     """
     gp, ep = _counts("good_pos", good_pos), _counts("bad_pos", bad_pos)
     gn, en = _counts("good_neg", good_neg), _counts("bad_neg", bad_neg)
@@ -275,6 +309,8 @@ def dg_calibrated_bound(
     total_p = sum(gp) + sum(ep)
     if total_p == 0:
         raise ValueError("at least one positive is needed")
+    _check_equal_batches([a + b for a, b in zip(gp, ep, strict=True)], [a + b for a, b in zip(gn, en, strict=True)],
+                         "dg_calibrated_bound (Eq. 3.19)", "good_pos + bad_pos / good_neg + bad_neg")
     acc, gp_before, en_before, p_before, n_before = 0.0, 0, 0, 0, 0
     for g_p, e_p, g_n, e_n in zip(gp, ep, gn, en, strict=True):
         acc += sum((j + gp_before) / (j + gp_before + en_before) for j in range(1, g_p + 1))
@@ -287,9 +323,17 @@ def dg_calibrated_bound(
 def calibration_counts(
     scores: torch.Tensor, targets: torch.Tensor, batch_ids: torch.Tensor, alpha: float = 0.9, beta: float = 0.6
 ) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Per-batch ``(G+, E+, G-, E-)`` of one query for :func:`dg_calibrated_bound`, batches by sorted id."""
-    scores, targets = torch.as_tensor(scores).reshape(-1), torch.as_tensor(targets).reshape(-1) > 0
-    batch_ids = torch.as_tensor(batch_ids).reshape(-1)
+    """Per-batch ``(G+, E+, G-, E-)`` of one query for :func:`dg_calibrated_bound`, batches by sorted id.
+
+    Args:
+        scores: ``(N,)``; targets: ``(N,)`` relevance; batch_ids: ``(N,)``; alpha, beta: the thresholds.
+    """
+    scores, targets = _one_query(scores, targets)
+    targets = targets > 0
+    alpha, beta = check_float(alpha, "alpha"), check_float(beta, "beta")
+    batch_ids = torch.as_tensor(batch_ids)
+    if batch_ids.shape != scores.shape:
+        raise ValueError(f"batch_ids has shape {tuple(batch_ids.shape)} but scores has shape {tuple(scores.shape)}")
     out: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
     for b in torch.unique(batch_ids):
         m = batch_ids == b

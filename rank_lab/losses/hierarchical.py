@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from rank_lab._validation import as_tensor, check_scores_targets
+from rank_lab._validation import as_tensor, check_float, check_scores_targets
 from rank_lab.losses.base import PreparedBatch, RankLoss, _check_choice, reduce_per_query
 from rank_lab.metrics.hierarchy import (
     as_hierarchical_labels,
@@ -164,8 +164,7 @@ class HierarchicalRankLoss(RankLoss):
     ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.relevance_kind = _check_choice(relevance or self.default_relevance, "relevance", ("hap", "weighted_ap", "ndcg"))
-        if not alpha > 0:
-            raise ValueError(f"alpha must be > 0, got {alpha}")
+        alpha = check_float(alpha, "alpha", low=0.0, low_open=True)
         if self.relevance_kind == "weighted_ap" and weights is None:
             raise ValueError("relevance='weighted_ap' needs weights w_1..w_L")
         self.alpha, self.weights = float(alpha), weights
@@ -345,7 +344,7 @@ def _proxy(n_classes: int | None, dim: int | None, temperature: float, name: str
 
     if n_classes is None or dim is None:
         raise ValueError(f"{name} uses L*_DG (fine-level NormSoftmax proxies): pass n_classes (training fine classes) and dim")
-    return ProxyDGLoss(int(n_classes), int(dim), temperature=temperature, hierarchy_level=0)
+    return ProxyDGLoss(n_classes, dim, temperature=temperature, hierarchy_level=0)
 
 
 def happier(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, alpha: float = 1.0, temperature: float = 0.05, **overrides: object) -> ROD:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels
+from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
 from rank_lab.metrics.hierarchy import as_hierarchical_labels, hierarchy_table
 
 __all__ = ["SigmaLoss", "sigma_loss", "CSLLoss"]
@@ -113,6 +113,8 @@ def sigma_loss(
     if level_classes is not None and len(level_classes) != n_levels:
         raise ValueError(f"level_classes must give one count per level ({n_levels}), got {list(level_classes)}")
     key = str(base).strip().lower().replace("-", "_")
+    if key not in LOSSES:
+        raise ValueError(f"base must be a loss name of build_loss, got {base!r}; known: {sorted(LOSSES)}")
     takes = inspect.signature(LOSSES[key]).parameters if key in LOSSES else {}
     losses = []
     for lev in range(n_levels):
@@ -162,14 +164,12 @@ class CSLLoss(nn.Module):
             if hierarchy is None:
                 raise ValueError("CSLLoss needs n_levels (number of label columns) or a hierarchy table")
             n_levels = as_hierarchical_labels(hierarchy, name="hierarchy").shape[1]
-        if int(n_classes) < 1 or int(dim) < 1 or int(n_levels) < 1:
-            raise ValueError(f"n_classes, dim and n_levels must be >= 1, got {n_classes}, {dim}, {n_levels}")
-        self.n_classes, self.dim, self.n_levels = int(n_classes), int(dim), int(n_levels)
+        self.n_classes, self.dim = check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")
+        self.n_levels = check_positive_int(n_levels, "n_levels")
         self.margins = [0.25 + 0.1 * lev for lev in range(self.n_levels)] if margins is None else [float(m) for m in margins]
         if len(self.margins) != self.n_levels:
             raise ValueError(f"margins must hold {self.n_levels} values, got {self.margins}")
-        if not scale > 0:
-            raise ValueError(f"scale must be > 0, got {scale}")
+        scale = check_float(scale, "scale", low=0.0, low_open=True)
         if level_reduction not in ("sum", "mean"):
             raise ValueError(f"level_reduction must be 'sum' or 'mean', got {level_reduction!r}")
         self.scale, self.level_reduction, self.normalize = float(scale), level_reduction, bool(normalize)

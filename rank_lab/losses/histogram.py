@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import torch
 
+from rank_lab._validation import check_float, check_positive_int
 from rank_lab.losses.base import ListwiseLoss
 
 __all__ = ["FastAP", "SoftBinAP", "triangular_histogram"]
@@ -66,9 +67,7 @@ class FastAP(ListwiseLoss):
 
     def __init__(self, num_bins: int = 10, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        if int(num_bins) < 1:
-            raise ValueError(f"num_bins must be >= 1, got {num_bins}")
-        self.num_bins = int(num_bins)
+        self.num_bins = check_positive_int(num_bins, "num_bins")
 
     def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         dist = (2 - 2 * scores).clamp(0, 4)
@@ -96,8 +95,9 @@ class SoftBinAP(ListwiseLoss):
 
     def __init__(self, num_bins: int = 20, min_score: float = -1.0, max_score: float = 1.0, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        if int(num_bins) < 2:
+        if check_positive_int(num_bins, "num_bins") < 2:
             raise ValueError(f"num_bins must be >= 2, got {num_bins}")
+        min_score, max_score = check_float(min_score, "min_score"), check_float(max_score, "max_score")
         if not max_score > min_score:
             raise ValueError(f"max_score must be > min_score, got {min_score}, {max_score}")
         self.num_bins, self.min_score, self.max_score = int(num_bins), float(min_score), float(max_score)

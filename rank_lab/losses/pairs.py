@@ -25,6 +25,7 @@ from typing import Literal
 
 import torch
 
+from rank_lab._validation import check_float, check_scores_targets
 from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice, reduce_per_query
 
 __all__ = ["pair_margin_loss", "ContrastiveLoss", "TripletMarginLoss"]
@@ -62,6 +63,12 @@ def pair_margin_loss(
     Returns:
         Scalar, or ``(Q,)`` with ``reduction="none"``.
     """
+    scores, relevance = check_scores_targets(scores, relevance, "scores", "relevance")
+    valid = torch.as_tensor(valid, device=scores.device)
+    if valid.shape != scores.shape:
+        raise ValueError(f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}")
+    valid = valid.bool()
+    pos_margin, neg_margin = check_float(pos_margin, "pos_margin"), check_float(neg_margin, "neg_margin")
     pos = (relevance > 0) & valid
     neg = (relevance <= 0) & valid
     zero = torch.zeros_like(scores)
@@ -94,7 +101,7 @@ class ContrastiveLoss(MetricLoss):
 
     def __init__(self, pos_margin: float = 1.0, neg_margin: float = 0.5, pair_reduction: PairReduction = "per_query_sum", **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.pos_margin, self.neg_margin = float(pos_margin), float(neg_margin)
+        self.pos_margin, self.neg_margin = check_float(pos_margin, "pos_margin"), check_float(neg_margin, "neg_margin")
         self.pair_reduction = _check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
@@ -132,7 +139,7 @@ class TripletMarginLoss(MetricLoss):
         **kwargs: object,
     ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.margin = float(margin)
+        self.margin = check_float(margin, "margin", low=0.0)
         self.distance = _check_choice(distance, "distance", ("squared_euclidean", "cosine"))
         self.mining = _check_choice(mining, "mining", ("all", "semihard", "hard"))
         self.triplet_average = _check_choice(triplet_average, "triplet_average", ("all", "nonzero"))
@@ -171,7 +178,7 @@ class TripletMarginLoss(MetricLoss):
         per_q = sums / counts.clamp(min=1)
         keep = counts > 0 if self.triplet_average == "all" else losses.new_zeros(n_q).index_add(0, q_idx, mined.sum(1).to(losses.dtype)) > 0
         if not bool(keep.any()) and self.mining != "semihard":
-            raise ValueError("no valid triplet (anchor, positive, negative) in the batch: use an m-per-class sampler")
+            raise ValueError("no valid triplet (anchor, positive, negative) in the batch (labels): use an m-per-class sampler")
         return reduce_per_query(per_q, keep, self.reduction)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rank_lab._validation import check_positive_int
 from rank_lab.losses.ap import SupAP
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
 from rank_lab.losses.recall import SupRecallAtK
@@ -88,7 +89,7 @@ class ROD(nn.Module):
 def _need(n_classes: int | None, dim: int | None, name: str) -> tuple[int, int]:
     if n_classes is None or dim is None:
         raise ValueError(f"{name} uses a proxy loss (L*_DG): pass n_classes (training fine classes) and dim (embedding size)")
-    return int(n_classes), int(dim)
+    return check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")
 
 
 def roadmap_neurips(lam: float = 0.5, alpha: float = 0.9, beta: float = 0.6, **overrides: object) -> ROD:

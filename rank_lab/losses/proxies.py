@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels
+from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
 from rank_lab.losses.base import MetricLoss, _check_choice
 
 __all__ = ["NormSoftmaxLoss", "ProxyNCAPlusPlusLoss", "PROXY_LR"]
@@ -45,11 +45,8 @@ class _ProxyLoss(MetricLoss):
     def __init__(self, n_classes: int, dim: int, temperature: float, **kwargs: object) -> None:
         kwargs.setdefault("reduction", "mean")
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        if int(n_classes) < 1 or int(dim) < 1:
-            raise ValueError(f"n_classes and dim must be >= 1, got {n_classes}, {dim}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        self.n_classes, self.dim, self.temperature = int(n_classes), int(dim), float(temperature)
+        self.n_classes, self.dim = check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")
+        self.temperature = check_float(temperature, "temperature", low=0.0, low_open=True)
         self.proxies = nn.Parameter(torch.empty(self.n_classes, self.dim))
 
     def logits(self, embeddings: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract

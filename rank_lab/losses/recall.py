@@ -22,7 +22,9 @@ the same outer sigmoid. It is *not* an upper bound of ``1 - TR@k``: for a positi
 k, ``sigma(.) > 0 = H(.)`` (thesis Sec. 3.3.2 overstates this; see the digest's note). Tested.
 
 Per-k outer temperatures: ``tau_star`` may be a float or one value per k (an earlier RS@k commit
-used ``tau1_k = k``). The official RS@k code also replaces k by ``min(k, batch - 1)``: not done here.
+used ``tau1_k = k``). A k larger than the retrieval set (whose term would be constant, without
+gradient) is clipped to the set size with a ``UserWarning``, as the official RS@k code's
+``min(k, batch - 1)`` (:func:`rank_lab.losses.base.reachable_ks`).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from collections.abc import Sequence
 
 import torch
 
+from rank_lab._validation import check_float
 from rank_lab.losses._direct import direct_recall_loss
-from rank_lab.losses.base import RankLoss
+from rank_lab.losses.base import RankLoss, reachable_ks
 from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
@@ -51,8 +54,7 @@ def _check_ks(ks: Sequence[int], tau_star: float | Sequence[float]) -> tuple[tup
         taus = tuple(float(t) for t in tau_star)
         if len(taus) != len(ks_t):
             raise ValueError(f"tau_star has {len(taus)} values but ks has {len(ks_t)}")
-    if any(t <= 0 for t in taus):
-        raise ValueError(f"tau_star must be > 0, got {tau_star!r}")
+    taus = tuple(check_float(t, "tau_star", low=0.0, low_open=True) for t in taus)
     return ks_t, taus
 
 
@@ -99,11 +101,12 @@ class _RecallLoss(RankLoss):
         raise NotImplementedError  # pragma: no cover
 
     def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        ks = reachable_ks(self.ks, valid)
         if self.impl == "direct":
-            return direct_recall_loss(scores, relevance, valid, self.pos_step, self.neg_step, self.ks, self.tau_star, self.clip)
+            return direct_recall_loss(scores, relevance, valid, self.pos_step, self.neg_step, ks, self.tau_star, self.clip)
         q_idx, k_idx = positive_rows(relevance, valid)
         rank = self._ranks(scores, relevance, valid, q_idx, k_idx)
-        return recall_surrogate_from_ranks(rank, q_idx, scores.shape[0], self.ks, self.tau_star, self.clip)
+        return recall_surrogate_from_ranks(rank, q_idx, scores.shape[0], ks, self.tau_star, self.clip)
 
     def extra_repr(self) -> str:
         return f"ks={self.ks}, tau_star={self.tau_star}, clip={self.clip}, impl={self.impl!r}"

@@ -46,11 +46,12 @@ from torch.utils.checkpoint import checkpoint
 from rank_lab._validation import (
     check_embeddings,
     check_finite,
+    check_float,
     check_labels,
     check_positive_int,
     check_scores_targets,
 )
-from rank_lab.losses.base import ListwiseLoss, reduce_per_query
+from rank_lab.losses.base import ListwiseLoss, reachable_ks, reduce_per_query
 
 __all__ = [
     "DEFAULT_KS",
@@ -81,10 +82,7 @@ def _check_tau1(tau1: float | Sequence[float], n_k: int) -> tuple[float, ...]:
     taus = (tau1,) * n_k if isinstance(tau1, (int, float)) else tuple(tau1)
     if len(taus) != n_k:
         raise ValueError(f"tau1 must be a number or one value per k ({n_k}), got {len(taus)} values")
-    for t in taus:
-        if not float(t) > 0:
-            raise ValueError(f"tau1 must be > 0, got {t}")
-    return tuple(float(t) for t in taus)
+    return tuple(check_float(t, "tau1", low=0.0, low_open=True) for t in taus)
 
 
 def _gather_positives(positives: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,8 +132,7 @@ def smooth_positive_ranks(
     scores, positives = check_scores_targets(scores, positives, "scores", "positives")
     positives = positives.bool()
     database = _check_database(database, positives)
-    if not float(tau2) > 0:
-        raise ValueError(f"tau2 must be > 0, got {tau2}")
+    check_float(tau2, "tau2", low=0.0, low_open=True)
     idx, valid = _gather_positives(positives)
     return _ranks_block(scores, database, idx, float(tau2)), valid, idx
 
@@ -198,7 +195,8 @@ def recall_at_k_surrogate(
             thesis: pass ``~eye``); default all ``N`` items. A ``True`` entry outside ``positives``
             is a negative (or, with ``include_query_in_rank``, the query itself).
         ks: the set ``K`` of values of k (thesis: (1, 2, 4, 8, 16); with SiMix
-            (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)).
+            (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)). A k larger than the smallest retrieval set is
+            clipped to it with a ``UserWarning`` (:func:`~rank_lab.losses.base.reachable_ks`).
         tau1: temperature of the sigmoid on ``k - rank`` (thesis: 1); one value or one per k (an
             early commit of the official code used ``tau1_k = k``).
         tau2: temperature of the sigmoid on similarity differences (thesis: 0.01).
@@ -219,10 +217,9 @@ def recall_at_k_surrogate(
     scores, positives = check_scores_targets(scores, positives, "scores", "positives")
     positives = positives.bool()
     database = _check_database(database, positives)
-    ks = _check_ks(ks)
+    ks = reachable_ks(_check_ks(ks), database)
     taus1 = _check_tau1(tau1, len(ks))
-    if not float(tau2) > 0:
-        raise ValueError(f"tau2 must be > 0, got {tau2}")
+    check_float(tau2, "tau2", low=0.0, low_open=True)
     if normalization not in ("min", "positives"):
         raise ValueError(f"normalization must be 'min' or 'positives', got {normalization!r}")
     has_pos = positives.any(1)
@@ -314,8 +311,7 @@ class RecallAtKSurrogate(ListwiseLoss):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.ks = _check_ks(ks)
         self.taus1 = _check_tau1(tau1, len(self.ks))
-        if not float(tau2) > 0:
-            raise ValueError(f"tau2 must be > 0, got {tau2}")
+        check_float(tau2, "tau2", low=0.0, low_open=True)
         if normalization not in ("min", "positives"):
             raise ValueError(f"normalization must be 'min' or 'positives', got {normalization!r}")
         self.tau2 = float(tau2)
@@ -434,7 +430,8 @@ class RecallAtKSurrogate(ListwiseLoss):
                     "(use an m-per-class sampler, or no_positive='skip')"
                 )
             if not bool(has_pos.any()):
-                raise ValueError("no query has a positive: RS@k is undefined for this batch (use an m-per-class sampler)")
+                raise ValueError("no query has a positive (every label of labels is unique): RS@k is undefined for this "
+                                 "batch (use an m-per-class sampler)")
         per_q = recall_at_k_surrogate(
             scores,
             positives,

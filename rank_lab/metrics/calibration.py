@@ -13,13 +13,15 @@ reliability diagram and the expected calibration error (ECE) on the remaining te
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import check_finite, check_labels, check_positive_int
+from rank_lab._validation import check_finite, check_float, check_labels, check_positive_int
 
 __all__ = [
     "ReliabilityDiagram",
@@ -113,35 +115,69 @@ def _logits(logits: object) -> torch.Tensor:
     return lg.detach().to(torch.float64)
 
 
-def fit_temperature(logits: torch.Tensor, targets: torch.Tensor, *, init: float = 1.0, max_iter: int = 200) -> float:
+def fit_temperature(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    init: float = 1.0,
+    max_iter: int = 200,
+    bounds: tuple[float, float] = (1e-2, 1e2),
+) -> float:
     """Fit the temperature ``T`` of ``softmax(logits / T)`` by NLL on held-out data (Guo et al. 2017).
+
+    The NLL is convex in ``beta = 1 / T`` (a mean of log-sum-exps of functions linear in beta), so
+    its minimiser over ``T`` in ``bounds`` is found by bisection on the sign of its derivative.
+
+    **No finite optimum.** When every held-out sample is classified correctly with a margin, the
+    NLL keeps decreasing as ``T -> 0`` (and when every one is wrong, as ``T -> inf``): there is no
+    minimiser. The search is bounded by ``bounds``; an optimum on a bound returns that bound with
+    a ``UserWarning`` saying so (``docs/decisions.md``), never an arbitrary tiny ``T``.
 
     Args:
         logits: ``(N, C)`` held-out logits (e.g. 20% of the test set, as the thesis does).
         targets: ``(N,)`` their classes.
-        init: starting temperature.
-        max_iter: L-BFGS iterations.
+        init: a starting temperature inside ``bounds`` (the bisection does not depend on it; kept
+            for compatibility and checked).
+        max_iter: bisection steps (each halves the ``log T`` interval).
+        bounds: ``(T_min, T_max)``, ``0 < T_min < T_max``.
 
     Returns:
-        ``T > 0`` (float).
+        ``T`` in ``bounds`` (float).
     """
     lg = _logits(logits)
     t = check_labels(targets, lg.shape[0], "targets").to(lg.device)
     if t.ndim != 1 or bool((t < 0).any()) or bool((t >= lg.shape[1]).any()):
         raise ValueError(f"targets must be (N,) classes in [0, {lg.shape[1]})")
-    if not init > 0:
-        raise ValueError(f"init must be > 0, got {init}")
-    log_t = torch.tensor(float(init), dtype=torch.float64).log().requires_grad_(True)
-    opt = torch.optim.LBFGS([log_t], lr=0.5, max_iter=check_positive_int(max_iter, "max_iter"), line_search_fn="strong_wolfe")
+    if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2):
+        raise TypeError(f"bounds must be a pair (T_min, T_max), got {bounds!r}")
+    t_min = check_float(bounds[0], "bounds", low=0.0, low_open=True)
+    t_max = check_float(bounds[1], "bounds", low=t_min, low_open=True)
+    init = check_float(init, "init", low=0.0, low_open=True)
+    n_iter = check_positive_int(max_iter, "max_iter")
+    true_logit = lg.gather(1, t[:, None]).squeeze(1)
 
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        loss = F.cross_entropy(lg / log_t.exp(), t)
-        loss.backward()
-        return loss
+    def slope(beta: float) -> float:  # d NLL / d beta = E_softmax(beta l)[l] - l_y (increasing in beta)
+        return float(((torch.softmax(beta * lg, dim=1) * lg).sum(1) - true_logit).mean())
 
-    opt.step(closure)
-    return float(log_t.detach().exp())
+    lo, hi = math.log(1.0 / t_max), math.log(1.0 / t_min)  # log beta
+    if slope(math.exp(hi)) < 0:
+        warnings.warn(f"the NLL still decreases at T = {t_min} (the lower end of bounds): the held-out logits "
+                      "are (nearly) all classified correctly, so no finite temperature minimises it; "
+                      f"returning T = {t_min}", stacklevel=2)
+        return t_min
+    if slope(math.exp(lo)) > 0:
+        warnings.warn(f"the NLL still decreases at T = {t_max} (the upper end of bounds): returning T = {t_max}",
+                      stacklevel=2)
+        return t_max
+    for _ in range(n_iter):
+        mid = 0.5 * (lo + hi)
+        if slope(math.exp(mid)) > 0:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo < 1e-12:
+            break
+    return float(1.0 / math.exp(0.5 * (lo + hi)))
 
 
 def holdout_split(n: int, fraction: float = 0.2, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,7 +32,13 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import (
+    as_tensor,
+    check_embeddings,
+    check_finite,
+    check_labels,
+    check_positive_int,
+)
 from rank_lab.metrics.hierarchical_engine import HIERARCHICAL_METRICS, hierarchical_route
 from rank_lab.utils import DeviceLike, get_device
 
@@ -116,6 +122,8 @@ def knn_search(
     gallery = check_embeddings(gallery, "gallery")
     if queries.shape[1] != gallery.shape[1]:
         raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}")
+    common = torch.promote_types(queries.dtype, gallery.dtype)  # float32 with float64: float64
+    queries, gallery = queries.to(common), gallery.to(common)
     if exclude_self and queries.shape[0] != gallery.shape[0]:
         raise ValueError(f"exclude_self needs queries and gallery of the same length, got {queries.shape[0]} and {gallery.shape[0]}")
     k = check_positive_int(k, "k")
@@ -198,7 +206,21 @@ def positive_positions(
     Returns:
         ``positions (c, P)`` long, the position of the i-th best relevant item (``i + 1 +
         #{negatives with score >= its score}``), and ``valid (c, P)`` bool (``i < R``).
+
+    Raises:
+        ValueError / TypeError: naming the argument (shapes, dtypes, NaN/inf scores).
     """
+    scores = as_tensor(scores, "scores")
+    if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] == 0:
+        raise ValueError(f"scores must have shape (c, N) with c, N >= 1, got {tuple(scores.shape)}")
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be floating, got dtype {scores.dtype}")
+    check_finite(scores, "scores")
+    for name, m in (("positives", positives), ("negatives", negatives)):
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            raise TypeError(f"{name} must be a bool tensor, got {getattr(m, 'dtype', type(m).__name__)}")
+        if m.shape != scores.shape:
+            raise ValueError(f"{name} has shape {tuple(m.shape)} but scores has shape {tuple(scores.shape)}")
     n_pos = positives.sum(1)
     p = int(n_pos.max()) if max_pos is None else max_pos
     p = max(p, 1)
@@ -281,7 +303,8 @@ def retrieval_metrics(
             metrics use column 0 (the fine level), the hierarchical ones every column.
         ref_embeddings: ``(N, d)`` gallery; ``None`` means the queries themselves.
         ref_labels: ``(N,)`` gallery labels (required with ``ref_embeddings``).
-        ks: cut-offs for the ``@k`` metrics; ks larger than the gallery raise.
+        ks: cut-offs for the ``@k`` metrics; a k larger than the gallery (``N - 1`` items with
+            self-exclusion) raises a ``ValueError``, as in :meth:`rank_lab.train.Trainer.evaluate`.
         metrics: names among :data:`ALL_METRICS`: ``"R@k"`` (recall rate), ``"P@k"``, ``"TR@k"``
             (true recall), ``"AP@k"`` (reported as ``mAP@k``), ``"mAP@R"``, ``"mAP"`` (full AP),
             ``"MRR"``, ``"NDCG"`` (binary gains), and the hierarchical metrics of the Ramzi thesis
@@ -338,8 +361,9 @@ def retrieval_metrics(
         raise ValueError(f"unknown metrics {sorted(unknown)}; choose among {ALL_METRICS}")
     ks = sorted({check_positive_int(k, "ks") for k in ks})
     n_avail = ref.shape[0] - int(exclude_self)
-    if ks and ks[-1] > n_avail:
-        raise ValueError(f"k={ks[-1]} is larger than the number of gallery items available ({n_avail})")
+    if ks and ks[-1] > n_avail:  # one rule with Trainer.evaluate: refuse, never drop (docs/decisions.md)
+        raise ValueError(f"ks holds k={[k for k in ks if k > n_avail]}, larger than the number of gallery items "
+                         f"available ({n_avail}); pass ks <= {n_avail}")
     if no_positive not in ("raise", "skip"):
         raise ValueError(f"no_positive must be 'raise' or 'skip', got {no_positive!r}")
     if backend not in ("auto", "torch", "faiss"):
@@ -387,7 +411,8 @@ def retrieval_metrics(
     per_q = {name: v.cpu() for name, v in per_q.items()}  # the routes may return tensors on the compute device
     keep = ~empty.cpu()
     if not bool(keep.any()):
-        raise ValueError("no query has a relevant item in the reference set: every metric is undefined")
+        raise ValueError(f"no query has a relevant item: no label of labels occurs among the other items of "
+                         f"{'labels' if same else 'ref_labels'}, so every metric is undefined")
     pooled = {name: per_q.pop(name) for name in [n for n in per_q if n.startswith("MS_")]}
     result: dict[str, float] = {name: float(v[keep].double().mean()) for name, v in per_q.items()}
     for k in ks if "MS@k" in hier_wanted else ():

@@ -135,7 +135,7 @@ def h_average_precision(scores: torch.Tensor, relevance: torch.Tensor, *, no_pos
     pos = torch.arange(1, r.shape[1] + 1, dtype=torch.float64, device=r.device)
     total = r.sum(1)
     val = (_prefix_min_sums(r) * (r > 0) / pos).sum(1) / torch.where(total > 0, total, torch.ones_like(total))
-    return _handle_empty(val, (r > 0).sum(1), no_positive, "h_average_precision")
+    return _handle_empty(val, (r > 0).sum(1), no_positive, "h_average_precision", "relevance")
 
 
 def hierarchical_pr_curve(scores: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +147,7 @@ def hierarchical_pr_curve(scores: torch.Tensor, relevance: torch.Tensor) -> tupl
     """
     _, _, r = _graded_sorted(scores, relevance)
     total = r.sum(1, keepdim=True)
-    _handle_empty(total[:, 0], (r > 0).sum(1), "raise", "hierarchical_pr_curve")
+    _handle_empty(total[:, 0], (r > 0).sum(1), "raise", "hierarchical_pr_curve", "relevance")
     pos = torch.arange(1, r.shape[1] + 1, dtype=torch.float64, device=r.device)
     hp = torch.where(r > 0, _prefix_min_sums(r) / (pos * torch.where(r > 0, r, torch.ones_like(r))), torch.zeros_like(r))
     return hp, r.cumsum(1) / total
@@ -231,7 +231,7 @@ def average_set_intersection(scores: torch.Tensor, levels: torch.Tensor, n_level
     n = torch.arange(1, a.shape[1] + 1, device=a.device)
     si = inter / n
     val = (si * (n[None, :] <= n_pos[:, None])).sum(1) / n_pos.clamp(min=1)
-    return _handle_empty(val, n_pos, no_positive, "average_set_intersection")
+    return _handle_empty(val, n_pos, no_positive, "average_set_intersection", "levels")
 
 
 def mistake_levels(scores: torch.Tensor, levels: torch.Tensor, n_levels: int, k: int) -> torch.Tensor:

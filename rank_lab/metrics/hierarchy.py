@@ -36,7 +36,7 @@ from typing import Literal
 
 import torch
 
-from rank_lab._validation import as_tensor, check_labels
+from rank_lab._validation import as_tensor, check_labels, check_positive_int
 
 __all__ = [
     "as_hierarchical_labels",
@@ -160,7 +160,11 @@ def level_set(levels: torch.Tensor, level: int, valid: torch.Tensor | None = Non
 
 
 def _weights(weights: object, n_levels: int) -> torch.Tensor:
-    w = as_tensor(weights, "weights", torch.float64).reshape(-1)
+    n_levels = check_positive_int(n_levels, "n_levels")
+    w = as_tensor(weights, "weights", torch.float64)
+    if w.ndim > 1:
+        raise ValueError(f"weights must have shape (L,), got {tuple(w.shape)}")
+    w = w.reshape(-1)
     if w.numel() != n_levels:
         raise ValueError(f"weights must hold one weight per level 1..L ({n_levels}), got {w.numel()}")
     if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):

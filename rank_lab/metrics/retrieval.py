@@ -92,7 +92,9 @@ def _binary_sorted(scores: object, targets: object) -> tuple[torch.Tensor, torch
     return rel, n_pos
 
 
-def _handle_empty(values: torch.Tensor, n_pos: torch.Tensor, no_positive: NoPositive, metric: str) -> torch.Tensor:
+def _handle_empty(
+    values: torch.Tensor, n_pos: torch.Tensor, no_positive: NoPositive, metric: str, name: str = "targets"
+) -> torch.Tensor:
     if no_positive not in ("raise", "zero"):
         raise ValueError(f"no_positive must be 'raise' or 'zero', got {no_positive!r}")
     empty = n_pos == 0
@@ -100,8 +102,8 @@ def _handle_empty(values: torch.Tensor, n_pos: torch.Tensor, no_positive: NoPosi
         if no_positive == "raise":
             idx = torch.nonzero(empty).flatten()
             raise ValueError(
-                f"{metric}: {int(empty.sum())} query(ies) have no relevant item (first: row {int(idx[0])}); "
-                "pass no_positive='zero' to score them 0"
+                f"{metric}: {int(empty.sum())} query(ies) have no relevant item in {name} (first: row "
+                f"{int(idx[0])}); pass no_positive='zero' to score them 0"
             )
         values = torch.where(empty, torch.zeros_like(values), values)
     return values
@@ -235,7 +237,7 @@ def ndcg(scores: torch.Tensor, gains: torch.Tensor, k: int | None = None, *, no_
     ideal = torch.sort(g, dim=1, descending=True).values[:, :k]
     idcg = (ideal * disc).sum(1)
     val = dcg(scores, g, k) / torch.where(idcg > 0, idcg, torch.ones_like(idcg))
-    return _handle_empty(val, (g > 0).sum(1), no_positive, "ndcg")
+    return _handle_empty(val, (g > 0).sum(1), no_positive, "ndcg", "gains")
 
 
 def precision_recall_curve(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -282,7 +282,7 @@ class TimmBackbone(nn.Module):
         except ImportError as exc:  # pragma: no cover - timm is an optional dependency
             raise ImportError("TimmBackbone needs timm: pip install 'rank_lab[timm]'") from exc
         if not timm.is_model(name.split(".", 1)[0]):
-            raise ValueError(f"unknown timm model {name!r} (see timm.list_models())")
+            raise ValueError(f"unknown timm model name {name!r} (see timm.list_models())")
         spec, strict = merge_legacy_weights(weights, pretrained, weights_path)
         self.name = name
         self.features_only = bool(features_only)

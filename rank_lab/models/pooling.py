@@ -14,6 +14,8 @@ import math
 import torch
 from torch import nn
 
+from rank_lab._validation import check_finite
+
 __all__ = ["MAC", "SPoC", "GeM", "RMAC", "rmac_regions", "build_pooling", "POOLINGS"]
 
 
@@ -22,6 +24,9 @@ def _check_map(x: torch.Tensor) -> None:
         raise TypeError(f"x must be a tensor, got {type(x).__name__}")
     if x.ndim != 4:
         raise ValueError(f"x must be a feature map of shape (B, D, H, W), got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating feature map, got dtype {x.dtype}")
+    check_finite(x, "x")
 
 
 class MAC(nn.Module):
@@ -179,5 +184,5 @@ def build_pooling(name: str, **kwargs: object) -> nn.Module:
     """
     key = name.lower()
     if key not in POOLINGS:
-        raise ValueError(f"unknown pooling {name!r}; known: {sorted(POOLINGS)}")
+        raise ValueError(f"unknown pooling name {name!r}; known: {sorted(POOLINGS)}")
     return POOLINGS[key](**kwargs)

@@ -17,11 +17,21 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from rank_lab._validation import as_tensor, check_finite
 from rank_lab.ood.energies import ClassGaussianEnergy, LogitEnergy
 from rank_lab.ood.heat import HEATConfig, HybridEnergy
 from rank_lab.utils import DeviceLike
 
 __all__ = ["compose_energies", "HEAT"]
+
+
+def _per_energy(v: object, name: str, e: torch.Tensor) -> torch.Tensor:
+    """A finite ``(K,)`` statistic (or a scalar) matching the ``K`` columns of ``e``."""
+    t = as_tensor(v, name).to(e.dtype).to(e.device)
+    if t.ndim > 1 or (t.ndim == 1 and t.shape[0] != e.shape[1]):
+        raise ValueError(f"{name} must have shape ({e.shape[1]},), got {tuple(t.shape)}")
+    check_finite(t, name)
+    return t
 
 
 def compose_energies(
@@ -44,15 +54,18 @@ def compose_energies(
     Returns:
         ``(N,)`` composed energies (higher = more OOD).
     """
-    e = torch.as_tensor(energies)
+    e = as_tensor(energies, "energies")
     if e.ndim != 2 or e.shape[0] == 0 or e.shape[1] == 0:
         raise ValueError(f"energies must have shape (N, K) with N, K >= 1, got {tuple(e.shape)}")
+    if not e.is_floating_point():
+        e = e.float()
+    check_finite(e, "energies")
     if not isinstance(beta, (int, float)) or isinstance(beta, bool) or math.isnan(beta):
         raise ValueError(f"beta must be a real number or +-inf, got {beta!r}")
     if mean is not None:
-        e = e - torch.as_tensor(mean, dtype=e.dtype, device=e.device)
+        e = e - _per_energy(mean, "mean", e)
     if std is not None:
-        s = torch.as_tensor(std, dtype=e.dtype, device=e.device)
+        s = _per_energy(std, "std", e)
         if bool((s <= 0).any()):
             raise ValueError("std must be > 0")
         e = e / s

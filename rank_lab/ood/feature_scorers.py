@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rank_lab._validation import check_labels, check_positive_int
+from rank_lab._validation import check_embeddings, check_labels, check_positive_int
 from rank_lab.ood.energies import ClassGaussianEnergy
 from rank_lab.ood.scorers import Data, OODScorer
 
@@ -127,6 +127,10 @@ def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, ch
     Returns:
         ``(M,)`` distances.
     """
+    queries = check_embeddings(queries, "queries")
+    bank = check_embeddings(bank, "bank")
+    if queries.shape[1] != bank.shape[1]:
+        raise ValueError(f"queries have d={queries.shape[1]} but bank has d={bank.shape[1]}")
     k = check_positive_int(k, "k")
     if k > bank.shape[0]:
         raise ValueError(f"k = {k} exceeds the number of training features ({bank.shape[0]})")

@@ -196,8 +196,12 @@ class HybridEnergy(nn.Module):
 
     # -- energies ---------------------------------------------------------------------------------
     def preprocess(self, z: torch.Tensor) -> torch.Tensor:
-        """L2-normalise ``z`` when ``config.normalize`` (the space the prior and residual live in)."""
-        z = _check_z(z, self.dim)
+        """L2-normalise ``z`` when ``config.normalize`` (the space the prior and residual live in).
+
+        ``z`` is cast to the dtype of the residual network (float32 unless the module was converted,
+        e.g. with ``.double()``), so float64 features are accepted.
+        """
+        z = _check_z(z, self.dim).to(next(self.residual.parameters()).dtype)
         return nn.functional.normalize(z, dim=1) if self.config.normalize else z
 
     def _project(self, z: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ Residual) are in :mod:`rank_lab.ood.feature_scorers`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +66,27 @@ class OODScorer:
     name: str = "scorer"
     key: str = "logits"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Wrap each subclass' ``fit`` so that the feature widths it saw are recorded (see :meth:`_get`)."""
+        super().__init_subclass__(**kwargs)
+        fit = cls.__dict__.get("fit")
+        if fit is None or getattr(fit, "_records_widths", False):
+            return
+
+        @functools.wraps(fit)
+        def recording_fit(self: OODScorer, *args: Any, **kw: Any) -> Any:
+            depth = getattr(self, "_fit_depth", 0)
+            if depth == 0:
+                self._fit_widths: dict[str, int] = {}
+            self._fit_depth = depth + 1
+            try:
+                return fit(self, *args, **kw)
+            finally:
+                self._fit_depth = depth
+
+        recording_fit._records_widths = True  # type: ignore[attr-defined]
+        cls.fit = recording_fit  # type: ignore[method-assign]
+
     def __init__(self, head: nn.Linear | tuple[torch.Tensor, torch.Tensor | None] | None = None) -> None:
         self.head = as_head(head) if head is not None else None
 
@@ -86,7 +108,14 @@ class OODScorer:
             return torch.as_tensor(x)
         if key == "inputs":
             return torch.as_tensor(x)
-        return check_embeddings(torch.as_tensor(x).detach(), f"data[{key!r}]")
+        x = check_embeddings(torch.as_tensor(x).detach(), f"data[{key!r}]")
+        widths = getattr(self, "_fit_widths", None)
+        if widths is not None:
+            if getattr(self, "_fit_depth", 0) > 0:
+                widths.setdefault(key, x.shape[1])
+            elif key in widths and widths[key] != x.shape[1]:
+                raise ValueError(f"data[{key!r}] has d={x.shape[1]} but {self.name} was fitted on d={widths[key]}")
+        return x
 
     def _logits_from_head(self, z: torch.Tensor) -> torch.Tensor:
         w, b = self.head  # type: ignore[misc]

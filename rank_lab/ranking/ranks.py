@@ -35,7 +35,7 @@ from typing import Literal
 
 import torch
 
-from rank_lab._validation import check_scores_targets
+from rank_lab._validation import check_positive_int, check_scores_targets
 from rank_lab.ranking.steps import Heaviside, StepFunction, make_step
 
 __all__ = [
@@ -82,6 +82,7 @@ def retrieval_mask(
     Returns:
         ``(Q, N)`` bool, False where an item is not in the retrieval set.
     """
+    n_queries, n_items = check_positive_int(n_queries, "n_queries"), check_positive_int(n_items, "n_items")
     mask = torch.ones(n_queries, n_items, dtype=torch.bool, device=device)
     if self_index is None or not exclude_self:
         return mask
@@ -100,9 +101,7 @@ def pairwise_differences(scores: torch.Tensor) -> torch.Tensor:
 
     Row k is the item being ranked, column j the competitor. ``O(Q N^2)`` memory: reference only.
     """
-    scores = torch.as_tensor(scores)
-    if scores.ndim != 2:
-        raise ValueError(f"scores must have shape (Q, N), got {tuple(scores.shape)}")
+    scores = _check_scores(scores)
     return scores.unsqueeze(1) - scores.unsqueeze(2)
 
 
@@ -160,7 +159,7 @@ def _relation_mask(rel: Relation, rel_cols: torch.Tensor, rel_rows: torch.Tensor
 def _check_relations(relations: Sequence[str]) -> tuple[Relation, ...]:
     rels = tuple(relations)
     if not rels or any(r not in _RELATIONS for r in rels):
-        raise ValueError(f"relations must be a non-empty sequence of {_RELATIONS}, got {relations!r}")
+        raise ValueError(f"relations (relation) must be a non-empty sequence of {_RELATIONS}, got {relations!r}")
     return rels  # type: ignore[return-value]
 
 
@@ -272,11 +271,23 @@ def positive_rows(relevance: torch.Tensor, valid: torch.Tensor | None = None) ->
     Returns:
         ``(q_idx, k_idx)``, two ``(R,)`` long tensors in row-major order (query by query).
     """
-    pos = torch.as_tensor(relevance) > 0
+    rel = _check_scores(relevance, "relevance")
+    pos = rel > 0
     if valid is not None:
         pos = pos & torch.as_tensor(valid, device=pos.device).bool()
     q_idx, k_idx = torch.nonzero(pos, as_tuple=True)
     return q_idx, k_idx
+
+
+def _check_row_indices(scores: torch.Tensor, q_idx: torch.Tensor, k_idx: torch.Tensor) -> None:
+    """``q_idx``, ``k_idx``: ``(R,)`` integer tensors of equal shape, inside ``scores (Q, N)``."""
+    for name, idx, bound in (("q_idx", q_idx, scores.shape[0]), ("k_idx", k_idx, scores.shape[1])):
+        if not isinstance(idx, torch.Tensor) or idx.ndim != 1 or idx.is_floating_point():
+            raise ValueError(f"{name} must be a (R,) integer tensor, got {getattr(idx, 'shape', type(idx).__name__)}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= bound):
+            raise ValueError(f"{name} holds indices outside [0, {bound}) of scores {tuple(scores.shape)}")
+    if q_idx.shape != k_idx.shape:
+        raise ValueError(f"q_idx and k_idx must have equal shapes, got {tuple(q_idx.shape)}, {tuple(k_idx.shape)}")
 
 
 def row_step_sums(
@@ -315,10 +326,8 @@ def row_step_sums(
     """
     step = make_step(step)
     rels = _check_relations(relations)
-    if scores.ndim != 2:
-        raise ValueError(f"scores must have shape (Q, N), got {tuple(scores.shape)}")
-    if q_idx.shape != k_idx.shape or q_idx.ndim != 1:
-        raise ValueError(f"q_idx and k_idx must be (R,) tensors of equal shape, got {tuple(q_idx.shape)}, {tuple(k_idx.shape)}")
+    scores = _check_scores(scores)
+    _check_row_indices(scores, q_idx, k_idx)
     if any(r != "all" for r in rels) and relevance is None:
         raise ValueError("relevance is required for the 'geq' and 'lower' relations")
     valid_t = _valid_or_all(scores, valid)
@@ -359,8 +368,11 @@ def exact_rank_plus_rows(
     Returns:
         ``(R,)`` tensor.
     """
-    scores = scores.detach()
+    scores = _check_scores(scores).detach()
+    _check_row_indices(scores, q_idx, k_idx)
     rel = torch.as_tensor(relevance, device=scores.device)
+    if rel.shape != scores.shape:
+        raise ValueError(f"relevance has shape {tuple(rel.shape)} but scores has shape {tuple(scores.shape)}")
     q_idx, k_idx = q_idx.to(scores.device).long(), k_idx.to(scores.device).long()
     binary = bool(((rel == 0) | (rel == 1)).all()) and bool((rel[q_idx, k_idx] == 1).all())
     if not binary:

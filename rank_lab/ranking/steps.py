@@ -49,6 +49,8 @@ from typing import Literal
 
 import torch
 
+from rank_lab._validation import as_tensor, check_float
+
 __all__ = [
     "StepFunction",
     "Heaviside",
@@ -76,10 +78,8 @@ def delta_from_epsilon(tau: float = 0.01, eps: float = 1e-2) -> float:
     Returns:
         delta as a float.
     """
-    if not tau > 0:
-        raise ValueError(f"tau must be > 0, got {tau}")
-    if not 0 < eps < 0.5:
-        raise ValueError(f"eps must be in (0, 0.5), got {eps}")
+    tau = check_float(tau, "tau", low=0.0, low_open=True)
+    eps = check_float(eps, "eps", low=0.0, high=0.5, low_open=True, high_open=True)
     return float(tau * math.log((1.0 - eps) / eps))
 
 
@@ -129,7 +129,7 @@ class Heaviside(StepFunction):
         self.zero_value = float(zero_value)
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
-        t = t.detach()
+        t = _check_t(t).detach()
         out = (t >= 0) if self.zero_value == 1.0 else (t > 0)
         return out.to(t.dtype if t.is_floating_point() else torch.float32)
 
@@ -150,9 +150,7 @@ class SigmoidStep(StepFunction):
     name = "sigmoid"
 
     def __init__(self, tau: float = 0.01) -> None:
-        if not tau > 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        self.tau = float(tau)
+        self.tau = check_float(tau, "tau", low=0.0, low_open=True)
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(t / self.tau)
@@ -207,14 +205,14 @@ class SupRankStep(StepFunction):
         linear_origin: Literal["delta", "zero"] = "delta",
         zero_branch: Literal["upper", "lower"] = "upper",
     ) -> None:
-        if not tau > 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        if rho < 0:
-            raise ValueError(f"rho must be >= 0, got {rho}")
+        tau = check_float(tau, "tau", low=0.0, low_open=True)
+        rho = check_float(rho, "rho", low=0.0)
+        start = check_float(start, "start")
+        if offset is not None:
+            offset = check_float(offset, "offset")
         if delta is None:
             delta = delta_from_epsilon(tau, eps)
-        if delta < 0:
-            raise ValueError(f"delta must be >= 0, got {delta}")
+        delta = check_float(delta, "delta", low=0.0)
         if linear_origin not in ("delta", "zero"):
             raise ValueError(f"linear_origin must be 'delta' or 'zero', got {linear_origin!r}")
         if zero_branch not in ("upper", "lower"):
@@ -263,14 +261,26 @@ def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
+def _check_t(t: object) -> torch.Tensor:
+    """Score differences of any shape: NaN raises (``+-inf`` saturates the step, a legal value)."""
+    t = as_tensor(t, "t")
+    if t.is_floating_point() and bool(torch.isnan(t).any()):
+        raise ValueError(f"t contains {int(torch.isnan(t).sum())} NaN value(s)")
+    return t
+
+
 def heaviside(t: torch.Tensor, zero_value: float = 1.0) -> torch.Tensor:
-    """Functional :class:`Heaviside`: ``1[t >= 0]`` (``H(0) = zero_value``), no gradient."""
-    return Heaviside(zero_value)(t)
+    """Functional :class:`Heaviside`: ``1[t >= 0]`` (``H(0) = zero_value``), no gradient.
+
+    Raises:
+        ValueError: ``t`` holds NaN (``+-inf`` differences are legal: the step saturates).
+    """
+    return Heaviside(zero_value)(_check_t(t))
 
 
 def sigmoid_step(t: torch.Tensor, tau: float = 0.01) -> torch.Tensor:
-    """Functional :class:`SigmoidStep`: ``sigma(t / tau)`` (Eq. 2.8 of the Ramzi thesis)."""
-    return SigmoidStep(tau)(t)
+    """Functional :class:`SigmoidStep`: ``sigma(t / tau)`` (Eq. 2.8 of the Ramzi thesis); NaN in ``t`` raises."""
+    return SigmoidStep(tau)(_check_t(t))
 
 
 def h_minus(
@@ -292,7 +302,7 @@ def h_minus(
     Returns:
         Tensor of the shape of ``t``, differentiable in ``t``.
     """
-    return SupRankStep(tau, rho, delta, eps, start, offset, linear_origin, zero_branch)(t)
+    return SupRankStep(tau, rho, delta, eps, start, offset, linear_origin, zero_branch)(_check_t(t))
 
 
 def make_step(step: str | StepFunction, **kwargs: float | str | None) -> StepFunction:

@@ -28,13 +28,23 @@ from typing import Literal
 
 import torch
 
-from rank_lab._validation import as_tensor, check_embeddings
+from rank_lab._validation import as_tensor, check_embeddings, check_finite
 
 __all__ = ["l2n", "Whitening", "learn_pca_whitening", "learn_lw_whitening", "apply_whitening"]
 
 
 def l2n(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
-    """L2-normalise ``x`` along ``dim`` (rows of a ``(N, d)`` matrix by default); zero rows stay 0."""
+    """L2-normalise ``x`` along ``dim`` (rows of a ``(N, d)`` matrix by default); zero rows stay 0.
+
+    Raises:
+        ValueError: if ``x`` holds NaN or inf (it would be returned as NaN) or is empty.
+    """
+    x = as_tensor(x, "x")
+    if x.numel() == 0:
+        raise ValueError(f"x is empty (shape {tuple(x.shape)})")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating tensor, got dtype {x.dtype}")
+    check_finite(x, "x")
     return x / x.norm(dim=dim, keepdim=True).clamp_min(eps)
 
 

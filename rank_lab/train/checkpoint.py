@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rank_lab._validation import check_float, check_positive_int
+
 __all__ = ["atomic_save", "atomic_write_json", "get_rng_state", "set_rng_state", "lr_at", "load_checkpoint"]
 
 
@@ -94,6 +96,12 @@ def lr_at(
     ``min + (base - min) (1 + cos(pi (t - W) / (T - W))) / 2`` (Loshchilov & Hutter, the
     schedule of the thesis §3.5.1 "cosine decay"), or ``base`` for ``"constant"``.
     """
+    step, warmup_steps = _nonneg_int(step, "step"), _nonneg_int(warmup_steps, "warmup_steps")
+    total_steps = check_positive_int(total_steps, "total_steps")
+    base_lr = check_float(base_lr, "base_lr", low=0.0, low_open=True)
+    min_lr = check_float(min_lr, "min_lr", low=0.0)
+    if schedule not in ("cosine", "constant"):
+        raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
     if step < warmup_steps:
         return base_lr * (step + 1) / warmup_steps
     if schedule == "constant":
@@ -101,6 +109,12 @@ def lr_at(
     span = max(1, total_steps - warmup_steps)
     t = min(1.0, (step - warmup_steps) / span)
     return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def _nonneg_int(v: object, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+    return v
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

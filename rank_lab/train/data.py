@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from rank_lab._validation import check_labels
 from rank_lab.utils import get_device
 
 __all__ = ["as_dataset", "relabel", "embed_dataset"]
@@ -38,6 +39,7 @@ def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
 
 def relabel(labels: torch.Tensor) -> torch.Tensor:
     """Map each label column to contiguous ids ``0..C-1`` (sorted order of the original ids)."""
+    labels = check_labels(labels, None, "labels")
     if labels.ndim == 1:
         return torch.unique(labels, return_inverse=True)[1]
     return torch.stack([torch.unique(c, return_inverse=True)[1] for c in labels.T], dim=1)

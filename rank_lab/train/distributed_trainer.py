@@ -170,7 +170,7 @@ class DistributedTrainer(Trainer):
         finite = torch.tensor([float(torch.isfinite(loss.detach()))], device=emb.device)
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # every rank raises together
         if not bool(finite):
-            raise FloatingPointError(f"the loss is not finite on some rank at epoch {self.epoch + 1}, step {self.step}")
+            self._non_finite(f"the loss is not finite on some rank (here {float(loss.detach())})", idx_all)
         return loss
 
     def _forward_backward(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -244,13 +244,16 @@ class DistributedTrainer(Trainer):
         return state
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Rank 0 writes the checkpoint (atomically); every rank waits for it."""
+        """Rank 0 writes the checkpoint (atomically, never a NaN model: see :meth:`Trainer.save_checkpoint`);
+        every rank waits for it."""
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: set config.checkpoint_dir or pass path")
+        self._check_weights()  # on every rank (DDP keeps them equal), so that all ranks raise together
         if self.env.is_main:
             super().save_checkpoint(path)
         barrier()
+        self.last_good_checkpoint = (path, self.epoch)
         return path
 
     def write_log(self) -> None:

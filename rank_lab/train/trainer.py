@@ -17,7 +17,6 @@ Training labels are re-indexed per column to ``0..C-1`` (``relabel_train``) so t
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import _Indexed, as_dataset, embed_dataset, relabel
 from rank_lab.utils import get_device, seed_everything
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "NonFiniteTrainingError"]
 
 #: Config keys that may change between an interrupted run and its resumption.
 _RESUME_FREE = {
@@ -46,6 +45,21 @@ _RESUME_FREE = {
     "num_workers", "eval_batch_size", "checkpoint_every", "eval_at_start", "data_dir",
     "multistage_chunk_size", "dist_loss",
 }
+
+
+class NonFiniteTrainingError(FloatingPointError):
+    """A NaN or inf loss, gradient or weight stopped training (the numerical guard of :class:`Trainer`).
+
+    The offending batch was not applied and nothing was saved: the last checkpoint on disk, if any,
+    is the last good state. Attributes: ``epoch`` (1-based), ``step`` (global optimiser steps done),
+    ``batch_indices`` (dataset indices of the batch, ``None`` for a weight check) and ``checkpoint``
+    (the last good checkpoint's path, or ``None``).
+    """
+
+    def __init__(self, message: str, *, epoch: int, step: int, batch_indices: list[int] | None,
+                 checkpoint: Path | None) -> None:
+        super().__init__(message)
+        self.epoch, self.step, self.batch_indices, self.checkpoint = epoch, step, batch_indices, checkpoint
 
 
 class Trainer:
@@ -93,7 +107,7 @@ class Trainer:
         self.train_labels = relabel(raw) if cfg.relabel_train else raw
         self.test_data = test_data
         if test_data is not None:
-            as_dataset(test_data, "test_data")
+            self._check_eval_ks(len(as_dataset(test_data, "test_data")[1]))
         if model is None:
             model = self._build_model()
         self.model = model.to(self.device)
@@ -114,6 +128,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         ckdir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
         self.checkpoint_path = ckdir / "last.pt" if ckdir else None
+        self.last_good_checkpoint: tuple[Path, int] | None = None  # (path, epoch) of the last state saved or resumed
         self.log_path = Path(cfg.log_path) if cfg.log_path else (ckdir / "log.json" if ckdir else None)
 
     # ------------------------------------------------------------------ construction
@@ -240,8 +255,43 @@ class Trainer:
         """Loss of a batch's embeddings ``(B, d)``, checked finite (the distributed trainer gathers first)."""
         loss = self._loss(emb, y, idx)
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"the loss is {float(loss.detach())} at epoch {self.epoch + 1}, step {self.step}")
+            self._non_finite(f"the loss is {float(loss.detach())}", idx)
         return loss
+
+    # ------------------------------------------------------------------ numerical guard
+    def _non_finite(self, what: str, idx: torch.Tensor | None) -> None:
+        """Raise :class:`NonFiniteTrainingError` naming the step, the batch and the last good checkpoint."""
+        indices = None if idx is None else [int(i) for i in torch.as_tensor(idx).reshape(-1).tolist()]
+        where = f"epoch {self.epoch + 1}, step {self.step + 1}"
+        batch = "" if indices is None else (
+            f", batch indices {indices[:32]}{' ...' if len(indices) > 32 else ''} ({len(indices)} items)")
+        if self.last_good_checkpoint is not None:
+            path, ep = self.last_good_checkpoint
+            last = f"the last good checkpoint is {str(path)!r} (epoch {ep}): fix the cause (learning rate, inputs) and resume from it"
+        else:
+            last = "no checkpoint was written yet (set checkpoint_dir to keep the last good state)"
+        raise NonFiniteTrainingError(
+            f"{what} at {where}{batch}; training stopped before applying it and nothing was saved; {last}",
+            epoch=self.epoch + 1, step=self.step, batch_indices=indices,
+            checkpoint=None if self.last_good_checkpoint is None else self.last_good_checkpoint[0])
+
+    def _check_gradients(self, params: list[torch.Tensor], idx: torch.Tensor) -> None:
+        """A finite loss can still give NaN/inf gradients: refuse the step (unless a grad scaler skips it)."""
+        if self.scaler.is_enabled():
+            return  # float16 AMP: the GradScaler skips steps with inf/NaN gradients by design
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads)
+            if not torch.isfinite(norm):
+                self._non_finite(f"the gradient norm is {float(norm)}", idx)
+
+    def _check_weights(self) -> None:
+        """Refuse to save (or go on with) a model or loss holding NaN/inf: never a NaN checkpoint."""
+        modules = [self.model] + ([self.loss_fn] if isinstance(self.loss_fn, nn.Module) else [])
+        for module in modules:
+            for name, t in [*module.named_parameters(), *module.named_buffers()]:
+                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                    self._non_finite(f"the weight {name!r} holds NaN or inf", None)
 
     def _forward_backward(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Zero the gradients, embed the batch, back-propagate the (AMP-scaled) loss; return it detached.
@@ -297,6 +347,7 @@ class Trainer:
             self._set_lr()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             loss = self._forward_backward(x, y, idx)
+            self._check_gradients(params, idx)
             if cfg.grad_clip is not None:
                 self.scaler.unscale_(self.optimizer)
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)))
@@ -325,21 +376,32 @@ class Trainer:
         return embed_dataset(self.model, data, batch_size=self.config.eval_batch_size, device=self.device,
                              num_workers=self.config.num_workers, amp=self.amp, amp_dtype=self.amp_dtype)
 
+    def _check_eval_ks(self, n_items: int, name: str = "test_data") -> None:
+        """Refuse ``eval_ks`` larger than the gallery (``n_items - 1``: each item queries the others).
+
+        The one rule of :func:`rank_lab.metrics.retrieval_metrics` (``docs/decisions.md``), checked
+        when the trainer is built so that a long run does not fail at its first evaluation.
+        """
+        too_big = sorted(k for k in self.config.eval_ks if k > n_items - 1)
+        if too_big:
+            raise ValueError(f"eval_ks holds k={too_big} but {name} has {n_items} items, so a query ranks only "
+                             f"{n_items - 1}; set eval_ks <= {n_items - 1} (e.g. eval_ks=(1, {max(1, min(10, n_items - 1))}))")
+
     def evaluate(self, data: Any = None) -> dict[str, float]:
         """Retrieval metrics of ``data`` (default: the test data): every item queries all others.
 
-        ``ks`` larger than the gallery (``N - 1``) are dropped with a warning.
+        Raises:
+            ValueError: an ``eval_ks`` larger than the gallery (``N - 1``), as
+                :func:`~rank_lab.metrics.retrieval_metrics` does (one rule, ``docs/decisions.md``).
         """
+        name = "test_data" if data is None else "data"
         data = self.test_data if data is None else data
         if data is None:
             raise ValueError("no evaluation data: pass test_data to the Trainer or data to evaluate()")
+        self._check_eval_ks(len(as_dataset(data, name)[1]), name)
         emb, labels = self.embed(data)
-        ks = [k for k in self.config.eval_ks if k <= emb.shape[0] - 1]
-        if len(ks) < len(self.config.eval_ks):
-            warnings.warn(f"eval_ks {sorted(set(self.config.eval_ks) - set(ks))} exceed the gallery "
-                          f"size ({emb.shape[0] - 1}) and are skipped", stacklevel=2)
         t0 = time.perf_counter()
-        res = self._metrics(emb, labels, ks or [1])
+        res = self._metrics(emb, labels, self.config.eval_ks)
         res["eval_time"] = time.perf_counter() - t0
         return res
 
@@ -351,25 +413,53 @@ class Trainer:
         return {k: v for k, v in res.items() if k != "per_query"}
 
     # ------------------------------------------------------------------ checkpoints
+    def schedule(self) -> dict[str, Any]:
+        """The schedule of this run: everything that shapes the learning rate and the batches over time.
+
+        Recorded in every checkpoint; :meth:`load_state_dict` compares it with the resuming run's
+        (see :meth:`load_state_dict` for the rule).
+        """
+        cfg = self.config
+        return {
+            "epochs": cfg.epochs, "steps_per_epoch": self.steps_per_epoch,
+            "total_steps": cfg.epochs * self.steps_per_epoch,
+            "warmup_steps": cfg.warmup_epochs * self.steps_per_epoch, "scheduler": cfg.scheduler,
+            "min_lr": cfg.min_lr, "base_lrs": {g.get("name", str(i)): g["base_lr"] for i, g in enumerate(self.optimizer.param_groups)},
+            "batch_size": cfg.batch_size, "freeze_backbone_epochs": cfg.freeze_backbone_epochs,
+            "memory_activate_epoch": cfg.memory_activate_epoch,
+        }
+
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume (see :mod:`rank_lab.train.checkpoint`)."""
+        """Everything needed to resume (see :mod:`rank_lab.train.checkpoint`), and the run's :meth:`schedule`."""
         state = {
             "epoch": self.epoch, "step": self.step, "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
             "history": self.history, "config": self.config.to_dict(), "rng": get_rng_state(),
+            "schedule": self.schedule(),
         }
         if isinstance(self.loss_fn, nn.Module):
             state["loss"] = self.loss_fn.state_dict()  # proxies, and the memory's buffers
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any], check_config: bool = True) -> None:
-        """Restore a :meth:`state_dict` (model, optimiser, RNG, history ...)."""
+    def load_state_dict(self, state: Mapping[str, Any], check_config: bool = True, *, source: str = "the checkpoint") -> None:
+        """Restore a :meth:`state_dict` (model, optimiser, RNG, history ...).
+
+        **Resume rule** (``check_config=True``, ``docs/decisions.md``): a checkpoint records the
+        :meth:`schedule` it was started with. Resuming continues it only when the result equals a
+        straight run of the resuming config: the same schedule, or a changed ``epochs`` with the
+        ``"constant"`` scheduler (whose learning rate does not depend on the run's length) and no
+        more epochs done than asked. Anything else that shapes the schedule (``epochs`` under the
+        cosine schedule, steps per epoch, warm-up, learning rates ...) or the training (other
+        config keys) raises a ``ValueError`` saying how to start a new run.
+        """
         if check_config and "config" in state:
             old, new = dict(state["config"]), self.config.to_dict()
             diff = sorted(k for k in set(old) | set(new) if k not in _RESUME_FREE and old.get(k) != new.get(k))
             if diff:
-                raise ValueError(f"the checkpoint was written with a different config for {diff}; "
-                                 "use resume=False or another checkpoint_dir")
+                changes = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff[:6])
+                raise ValueError(f"{source} was written with a different config ({changes}); to start a new run "
+                                 "set resume=False or use another checkpoint_dir")
+            self._check_schedule(state, source)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
@@ -379,17 +469,49 @@ class Trainer:
         self.history = [dict(r) for r in state["history"]]
         set_rng_state(state["rng"])
 
+    def _check_schedule(self, state: Mapping[str, Any], source: str) -> None:
+        """The resume rule of :meth:`load_state_dict` on the recorded and the current schedule."""
+        new = self.schedule()
+        old = state.get("schedule")
+        if old is None:  # a checkpoint written before schedules were recorded: its config's epochs
+            old = {**new, "epochs": int(state["config"]["epochs"]),
+                   "total_steps": int(state["config"]["epochs"]) * self.steps_per_epoch}
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if not changed:
+            return
+        done = int(state["epoch"])
+        if set(changed) <= {"epochs", "total_steps"} and new["scheduler"] == "constant" and new["epochs"] >= done:
+            return  # the constant schedule does not depend on the length: continuing = a straight longer run
+        what = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed)
+        why = (f"it has already done {done} epochs" if new["epochs"] < done and set(changed) <= {"epochs", "total_steps"}
+               else f"the {old.get('scheduler')} learning rate of every completed step depends on the schedule"
+               if set(changed) <= {"epochs", "total_steps"} else "the batches and learning rates would change mid-run")
+        raise ValueError(
+            f"{source} was started with another schedule ({what}); resuming would not equal a straight run "
+            f"of this config because {why}. To train with this schedule, start a new run: set resume=False or "
+            "use another checkpoint_dir (to warm-start from those weights, load load_checkpoint(path)['model'] "
+            "into the new run's model)."
+        )
+
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Write the state atomically (default ``checkpoint_dir/last.pt``)."""
+        """Write the state atomically (default ``checkpoint_dir/last.pt``).
+
+        Raises:
+            NonFiniteTrainingError: the model or loss holds NaN/inf (nothing is written: the
+                checkpoint on disk stays the last good one).
+        """
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: set config.checkpoint_dir or pass path")
+        self._check_weights()
         atomic_save(self.state_dict(), path)
+        self.last_good_checkpoint = (path, self.epoch)
         return path
 
     def resume_from(self, path: str | Path) -> None:
-        """Load a checkpoint file written by :meth:`save_checkpoint`."""
-        self.load_state_dict(load_checkpoint(path, map_location=self.device))
+        """Load a checkpoint file written by :meth:`save_checkpoint` (see :meth:`load_state_dict`)."""
+        self.load_state_dict(load_checkpoint(path, map_location=self.device), source=f"checkpoint {str(path)!r}")
+        self.last_good_checkpoint = (Path(path), self.epoch)
 
     def write_log(self) -> None:
         """Write ``{"config": ..., "history": [...]}`` to the JSON log (if a path is set)."""
@@ -408,6 +530,7 @@ class Trainer:
             self._log({"epoch": 0, "step": 0, "loss": None, "lr": None, "time": 0.0, "metrics": self.evaluate()})
         while self.epoch < cfg.epochs:
             rec = self.train_epoch()
+            self._check_weights()  # before the epoch counts, is evaluated or saved
             self.epoch += 1
             do_eval = (self.test_data is not None and cfg.eval_every > 0
                        and (self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs))

@@ -124,8 +124,10 @@ def load_svhn(root: str | Path, split: str = "test", transform: Transform = None
     base = find_root(root, fname, ("SVHN", "svhn"), "SVHN", "Expected root/{train,test,extra}_32x32.mat. " + published("svhn"))
     try:
         mat = scipy.io.loadmat(base / fname)
-    except (ValueError, OSError, TypeError) as exc:
-        raise DatasetFolderError(f"SVHN: {str(base / fname)!r} is not a readable MATLAB file ({exc})") from exc
+    except Exception as exc:  # scipy's MatReadError, zlib/struct errors of a truncated file, ...
+        raise DatasetFolderError(f"SVHN: {str(base / fname)!r} is not a readable MATLAB file "
+                                 f"({type(exc).__name__}: {exc}). Expected root/{{train,test,extra}}_32x32.mat "
+                                 "with variables X (32, 32, 3, N) uint8 and y (N, 1).") from exc
     if "X" not in mat or "y" not in mat:
         raise DatasetFolderError(f"SVHN: {str(base / fname)!r} lacks the 'X' or 'y' variable")
     x, y = np.asarray(mat["X"]), np.asarray(mat["y"]).reshape(-1)
@@ -230,17 +232,24 @@ def load_tiny_imagenet(root: str | Path, split: str = "val", transform: Transfor
     if not ann.is_file():
         raise DatasetFolderError(f"TinyImageNet: {str(ann)!r} is missing. {layout}")
     paths, labels = [], []
-    for line in ann.read_text().splitlines():
+    line_format = "'<image>\\t<wnid>\\t<x0>\\t<y0>\\t<x1>\\t<y1>'"
+    for i, line in enumerate(ann.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
         parts = line.split("\t") if "\t" in line else line.split()
         if len(parts) < 2:
-            continue
+            raise DatasetFolderError(f"TinyImageNet: line {i} of {str(ann)!r} is {line[:60]!r}; "
+                                     f"every line should be {line_format}. {layout}")
         if parts[1] not in idx:
-            raise DatasetFolderError(f"TinyImageNet: class {parts[1]!r} of val_annotations.txt is not in wnids.txt")
+            raise DatasetFolderError(f"TinyImageNet: class {parts[1]!r} on line {i} of {str(ann)!r} is not in wnids.txt")
         paths.append(base / "val" / "images" / parts[0])
         labels.append(idx[parts[1]])
+    if not paths:
+        raise DatasetFolderError(f"TinyImageNet: {str(ann)!r} lists no image (lines {line_format}). {layout}")
     missing = [p for p in paths if not p.is_file()]
-    if missing or not paths:
-        raise DatasetFolderError(f"TinyImageNet: {len(missing)} listed val images missing (or none listed). {layout}")
+    if missing:
+        raise DatasetFolderError(f"TinyImageNet: {len(missing)} of the {len(paths)} val images listed in "
+                                 f"{str(ann)!r} are missing, e.g. {str(missing[0])!r}. {layout}")
     ds = ImageListDataset(paths, labels, transform)
     ds.class_names, ds.name = wnids, "tinyimagenet"  # type: ignore[attr-defined]
     return ds
@@ -259,10 +268,14 @@ class LMDBImageDataset(Dataset):
         self.db_paths, self.transform, self._envs = list(db_paths), transform, None
         self.index: list[tuple[int, bytes]] = []
         for i, p in enumerate(self.db_paths):
-            env = lmdb.open(str(p), readonly=True, lock=False, readahead=False, meminit=False, subdir=p.is_dir())
-            with env.begin(write=False) as txn:
-                self.index.extend((i, k) for k in txn.cursor().iternext(keys=True, values=False))
-            env.close()
+            try:
+                env = lmdb.open(str(p), readonly=True, lock=False, readahead=False, meminit=False, subdir=p.is_dir())
+                with env.begin(write=False) as txn:
+                    self.index.extend((i, k) for k in txn.cursor().iternext(keys=True, values=False))
+                env.close()
+            except lmdb.Error as exc:
+                raise DatasetFolderError(f"LSUN: {str(p)!r} is not a readable LMDB database ({type(exc).__name__}: "
+                                         f"{exc}). Expected root/<category>_<split>_lmdb/ of the official release.") from exc
         if not self.index:
             raise DatasetFolderError(f"LSUN: the LMDB databases {[str(p) for p in self.db_paths]} are empty")
         self.labels = torch.as_tensor([i for i, _ in self.index], dtype=torch.long)
@@ -278,9 +291,13 @@ class LMDBImageDataset(Dataset):
             self._envs = [lmdb.open(str(p), readonly=True, lock=False, readahead=False, meminit=False,
                                     subdir=p.is_dir()) for p in self.db_paths]
         db, key = self.index[index]
-        with self._envs[db].begin(write=False) as txn:
-            buf = txn.get(key)
-        img = Image.open(io.BytesIO(buf)).convert("RGB")
+        try:
+            with self._envs[db].begin(write=False) as txn:
+                buf = txn.get(key)
+            img = Image.open(io.BytesIO(buf)).convert("RGB")
+        except (lmdb.Error, OSError, TypeError) as exc:  # TypeError: a key that vanished (buf is None)
+            raise DatasetFolderError(f"LSUN: item {key!r} of {str(self.db_paths[db])!r} is not a readable "
+                                     f"image ({type(exc).__name__}: {exc})") from exc
         return (self.transform(img) if self.transform else img), self.labels[index]
 
 

@@ -42,8 +42,18 @@ def _open_env(root: Path) -> Any:
 
     key = (str(root.resolve()), os.getpid())
     if key not in _ENVS:
-        _ENVS[key] = lmdb.open(str(root), readonly=True, lock=False, readahead=False, meminit=False, max_readers=64)
+        try:
+            _ENVS[key] = lmdb.open(str(root), readonly=True, lock=False, readahead=False, meminit=False, max_readers=64)
+        except lmdb.Error as exc:
+            raise DatasetFolderError(f"LMDB scene-text set: {str(root / 'data.mdb')!r} is not a readable LMDB "
+                                     f"environment ({type(exc).__name__}: {exc}). {_LMDB_LAYOUT}") from exc
     return _ENVS[key]
+
+
+def _lmdb_error(root: Path, what: str, exc: Exception) -> DatasetFolderError:
+    """A read error of an opened environment (truncated or corrupt ``data.mdb``), naming file and layout."""
+    return DatasetFolderError(f"LMDB scene-text set: reading {what} from {str(root / 'data.mdb')!r} failed "
+                              f"({type(exc).__name__}: {exc}). {_LMDB_LAYOUT}")
 
 
 class LmdbTextDataset(Dataset):
@@ -71,13 +81,20 @@ class LmdbTextDataset(Dataset):
         lowercase: bool = False,
     ) -> None:
         try:
-            import lmdb  # noqa: F401
+            import lmdb
         except ImportError as exc:  # pragma: no cover - exercised only without lmdb
             raise ImportError("LmdbTextDataset needs the 'lmdb' package: pip install lmdb") from exc
         root = Path(root)
         require_path(root, "data.mdb", "LMDB scene-text set", _LMDB_LAYOUT)
         self.root, self.transform, self.mode, self.lowercase = root, transform, mode, lowercase
         env = _open_env(root)
+        try:
+            self._read_labels(env, max_length, charset, lowercase)
+        except (lmdb.Error, UnicodeDecodeError) as exc:
+            raise _lmdb_error(root, "the labels", exc) from exc
+
+    def _read_labels(self, env: Any, max_length: int | None, charset: str | None, lowercase: bool) -> None:
+        root = self.root
         with env.begin(write=False) as txn:
             raw = txn.get(b"num-samples")
             if raw is None:
@@ -104,8 +121,13 @@ class LmdbTextDataset(Dataset):
                 self.labels.append(text)
 
     def _txn_get(self, key: bytes) -> bytes | None:
-        with _open_env(self.root).begin(write=False) as txn:  # re-opened in DataLoader workers
-            return txn.get(key)
+        import lmdb
+
+        try:
+            with _open_env(self.root).begin(write=False) as txn:  # re-opened in DataLoader workers
+                return txn.get(key)
+        except lmdb.Error as exc:
+            raise _lmdb_error(self.root, f"key {key.decode()}", exc) from exc
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -117,7 +139,11 @@ class LmdbTextDataset(Dataset):
         buf = self._txn_get(b"image-%09d" % i)
         if buf is None:
             raise DatasetFolderError(f"LMDB scene-text set: key image-{i:09d} is missing")
-        img = Image.open(io.BytesIO(buf)).convert(self.mode)
+        try:
+            img = Image.open(io.BytesIO(buf)).convert(self.mode)
+        except (OSError, ValueError) as exc:  # PIL.UnidentifiedImageError is an OSError
+            raise DatasetFolderError(f"LMDB scene-text set: image-{i:09d} of {str(self.root / 'data.mdb')!r} "
+                                     f"is not a readable image ({exc})") from exc
         if self.transform is not None:
             img = self.transform(img)
         return img, self.labels[index]

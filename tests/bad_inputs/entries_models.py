@@ -1,0 +1,57 @@
+"""Matrix entries of :mod:`rank_lab.models`."""
+
+from __future__ import annotations
+
+import torch
+
+import rank_lab.models as MO
+
+from .factories import emb, images
+from .framework import cls, fn
+
+MAP = {"x": "x"}
+MAP_LEGAL = {"__call__.x:int": "integer feature maps are accepted by the pooling arithmetic",
+             "__call__.x:empty": "an empty batch maps to an empty batch of descriptors"}
+NET_LEGAL = {"__call__.x:empty": "an empty batch maps to an empty batch of embeddings"}
+
+
+def _weights_file() -> str:
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="rank_lab_matrix_") + "/w.pth"
+    torch.save(MO.TinyCNN(1, 4).state_dict(), path)
+    return path
+
+
+def fmap():
+    return {"x": images(2, 3, 4)}
+
+
+def pool(target, init=None, roles=None):
+    return cls(target, init, roles, calls=[("__call__", fmap, MAP)], legal=MAP_LEGAL)
+
+
+ENTRIES = [
+    pool(MO.GeM, {"p": 3.0}, {"p": "pos", "eps": "pos"}),
+    pool(MO.MAC),
+    pool(MO.SPoC),
+    pool(MO.RMAC, {"levels": 2}, {"levels": "posint", "overlap": "prob", "eps": "pos"}),
+    fn(MO.rmac_regions, {"height": 8, "width": 8}, {"height": "posint", "width": "posint", "levels": "posint", "overlap": "prob"}),
+    fn(MO.build_pooling, {"name": "gem"}, {"name": "choice"}),
+    cls(MO.MLPBackbone, {"input_dim": 6, "hidden_dims": (8,)}, {"input_dim": "posint"},
+        calls=[("__call__", lambda: {"x": emb(3, 6)}, {"x": "x"})], legal=NET_LEGAL),
+    cls(MO.TinyCNN, {"in_channels": 1, "width": 4}, {"in_channels": "posint", "width": "posint"},
+        calls=[("__call__", lambda: {"x": images(2, 1, 8)}, {"x": "x"})], legal=NET_LEGAL),
+    cls(MO.TimmBackbone, {"name": "resnet18", "in_chans": 1}, {"name": "choice", "in_chans": "posint"},
+        calls=[("__call__", lambda: {"x": images(2, 1, 16)}, {"x": "x"})], legal=NET_LEGAL),
+    fn(MO.build_backbone, {"name": "tiny_cnn", "in_channels": 1, "width": 4}, {"name": "choice", "in_channels": "posint", "width": "posint"}),
+    fn(MO.freeze_batchnorm, lambda: {"module": MO.TinyCNN(1, 4)}, extra={"not_module": ("module", lambda: 3, ("module",))}),
+    fn(MO.load_backbone_weights, lambda: {"module": MO.TinyCNN(1, 4), "path": _weights_file()}, {"path": "path"}),
+    cls(MO.EmbeddingHead, {"in_dim": 6, "embed_dim": 4}, {"in_dim": "posint", "embed_dim": "posint"},
+        calls=[("__call__", lambda: {"x": emb(3, 6)}, {"x": "x"})], legal=NET_LEGAL),
+    cls(MO.EmbeddingModel, lambda: dict(backbone=MO.MLPBackbone(6, (8,)), pooling=None, head=MO.EmbeddingHead(8, 4)),
+        calls=[("__call__", lambda: {"x": emb(3, 6)}, {"x": "x"})], legal=NET_LEGAL),
+    fn(MO.ModelConfig, {}, {"backbone": "choice", "pooling": "choice", "gem_p": "pos", "embed_dim": "posint"}),
+    fn(MO.build_model, lambda: {"config": {"backbone": "mlp", "input_dim": 6, "hidden_dims": (8,), "embed_dim": 4}},
+       extra={"bad_type": ("config", lambda: 3, ("config",))}),
+]
