@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 from typing import Any
 
 from . import (
@@ -42,16 +43,35 @@ ENTRIES: list[Entry] = [
 ]
 
 
+def _public_modules() -> list[str]:
+    """The sub-packages above plus every public module below them (no ``_`` in the dotted name)."""
+    names = list(SUBPACKAGES)
+    import rank_lab
+
+    for info in pkgutil.walk_packages(rank_lab.__path__, "rank_lab."):
+        parts = info.name.split(".")
+        if any(p.startswith("_") for p in parts) or info.name.startswith(EXCLUDED):
+            continue
+        names.append(info.name)
+    return sorted(set(names))
+
+
 def public_callables() -> dict[int, tuple[Any, list[str]]]:
-    """``id(obj) -> (obj, [qualified public names])`` of every function and class in the ``__all__`` lists."""
+    """``id(obj) -> (obj, [qualified public names])`` of every function and class in the ``__all__``
+    lists of the sub-packages and of their public modules."""
     out: dict[int, tuple[Any, list[str]]] = {}
-    for pkg in SUBPACKAGES:
+    for pkg in _public_modules():
         mod = importlib.import_module(pkg)
-        for name in mod.__all__:
+        for name in getattr(mod, "__all__", ()):
             obj = getattr(mod, name)
-            if inspect.isclass(obj) or inspect.isroutine(obj):
+            if (inspect.isclass(obj) or inspect.isroutine(obj)) and not _is_foreign(obj):
                 out.setdefault(id(obj), (obj, []))[1].append(f"{pkg}.{name}")
     return out
+
+
+def _is_foreign(obj: Any) -> bool:
+    """Names re-exported from outside the package (e.g. ``typing`` aliases) are not ours to check."""
+    return not (getattr(obj, "__module__", "") or "").startswith("rank_lab")
 
 
 def counts() -> dict[str, int]:

@@ -36,10 +36,26 @@ def test_bad_inputs(entry):
     assert not fixed, f"fixed: remove these lines from known_defects.txt: {fixed}"
 
 
+def _pending() -> set[str]:
+    """Public callables of module-level ``__all__`` lists still waiting for an entry (shrink-only)."""
+    lines = (Path(__file__).parent / "pending_entries.txt").read_text().splitlines()
+    return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
+
+
 def test_every_public_callable_has_an_entry():
     covered = {id(e.target) for e in ENTRIES}
-    missing = sorted(n for i, (_, names) in public_callables().items() if i not in covered for n in names)
-    assert not missing, f"public callables without a bad-input registry entry: {missing}"
+    pending = _pending()
+    missing, done = [], []
+    for i, (_, names) in public_callables().items():
+        if i in covered:
+            done += [n for n in names if n in pending]
+        elif not any(n in pending for n in names):
+            missing += names
+    assert not missing, f"public callables without a bad-input registry entry: {sorted(missing)}"
+    assert not done, f"now covered: remove these lines from pending_entries.txt: {sorted(done)}"
+    known = {n for _, names in public_callables().values() for n in names}
+    stale = sorted(pending - known)
+    assert not stale, f"pending_entries.txt names no public callable: {stale}"
 
 
 def test_entries_are_public_and_unique():
@@ -62,5 +78,7 @@ def test_every_legal_pattern_is_used():
 def test_matrix_counts():
     c = counts()
     print(f"bad-input matrix: {c['callables']} public callables ({c['public_names']} public names), {c['variants']} variants")
-    assert c["callables"] == len(public_callables())
+    pending = {n for n in _pending()}
+    uncovered = [i for i, (_, names) in public_callables().items() if any(n in pending for n in names)]
+    assert c["callables"] + len(uncovered) == len(public_callables())
     assert c["variants"] > 5 * c["callables"] // 2
