@@ -18,6 +18,7 @@ __all__ = [
     "check_positive_int",
     "check_float",
     "check_choice",
+    "check_nonneg_int",
 ]
 
 
@@ -158,3 +159,19 @@ def check_choice(value: object, name: str, choices: tuple[object, ...]) -> objec
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
+
+
+def check_nonneg_int(v: object, name: str) -> int:
+    """Check that ``v`` is an integer ``>= 0`` (not a bool; numpy integers accepted) and return it."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            import numpy as np
+
+            if not isinstance(v, np.integer):
+                raise TypeError
+            v = int(v)
+        except TypeError:
+            raise TypeError(f"{name} must be an int >= 0, got {type(v).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return int(v)
