@@ -19,6 +19,7 @@ __all__ = [
     "check_float",
     "check_choice",
     "check_nonneg_int",
+    "check_index",
 ]
 
 
@@ -175,3 +176,22 @@ def check_nonneg_int(v: object, name: str) -> int:
     if v < 0:
         raise ValueError(f"{name} must be >= 0, got {v}")
     return int(v)
+
+
+def check_index(idx: object, n_rows: int, size: int, name: str, rows_name: str) -> torch.Tensor:
+    """Check a ``(n_rows,)`` integer index into ``[0, size)`` (one entry per row of ``rows_name``).
+
+    Returns:
+        The index as a long tensor.
+
+    Raises:
+        TypeError: not integers. ValueError: wrong shape or out of range; the message names ``name``.
+    """
+    t = as_tensor(idx, name)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer indices, got dtype {t.dtype}")
+    if t.ndim != 1 or t.shape[0] != n_rows:
+        raise ValueError(f"{name} must have shape ({n_rows},): one index per row of {rows_name}, got {tuple(t.shape)}")
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
+        raise ValueError(f"{name} must lie in [0, {size}), got range [{int(t.min())}, {int(t.max())}]")
+    return t.long()
