@@ -124,7 +124,7 @@ def weighted_lower_sums(
     checkpointing (each chunk is recomputed in the backward pass).
 
     Args:
-        scores: ``(Q, N)`` finite scores.
+        scores: ``(Q, N)`` finite scores (a ``(N,)`` vector is one query).
         relevance: ``(Q, N)`` graded relevance ``>= 0``.
         valid: ``(Q, N)`` bool retrieval-set mask.
         q_idx, k_idx: ``(R,)`` query and item of each row (e.g. :func:`rank_lab.ranking.positive_rows`).

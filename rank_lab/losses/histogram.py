@@ -46,8 +46,8 @@ def triangular_histogram(values: torch.Tensor, weights: torch.Tensor, centres: t
     """Soft histogram ``h[q, m] = sum_j weights[q, j] * [1 - |values[q, j] - centres[m]| / width]_+``.
 
     Args:
-        values: ``(Q, N)``.
-        weights: ``(Q, N)`` (0/1 masks of the items to count).
+        values: ``(Q, N)`` finite values (a ``(N,)`` vector is one row).
+        weights: ``(Q, N)`` non-negative weights (0/1 masks of the items to count).
         centres: ``(M,)`` bin centres.
         width: kernel half-width Delta (> 0).
 

@@ -51,9 +51,9 @@ DEFAULT_KS = (1, 2, 4, 8, 16)
 
 
 def _check_ks(ks: Sequence[int], tau_star: float | Sequence[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence):
+    if isinstance(ks, (str, bytes)) or not hasattr(ks, "__iter__"):
         raise TypeError(f"ks must be a non-empty sequence of positive ints, got {ks!r}")
-    ks_t = tuple(check_positive_int(k, "ks") for k in ks)
+    ks_t = tuple(check_positive_int(k.item() if isinstance(k, torch.Tensor) else k, "ks") for k in ks)
     if not ks_t:
         raise ValueError(f"ks must be a non-empty sequence of positive ints, got {ks!r}")
     if isinstance(tau_star, (int, float)):

@@ -128,7 +128,8 @@ def smooth_positive_ranks(
     Returns:
         ``(ranks (Q, P), valid (Q, P), index (Q, P))``: the smooth rank of the ``p``-th positive of
         each query, whether that slot holds a positive (rows are padded to the largest ``|P_q|``)
-        and its column in ``scores``.
+        and its column in ``scores``. A query without positives is legal here: its row has no
+        valid slot (``valid`` all False); :func:`recall_at_k_surrogate` decides what to do with it.
     """
     scores, positives = check_scores_targets(scores, positives, "scores", "positives")
     positives = positives.bool()

@@ -64,8 +64,9 @@ class ReliabilityDiagram:
 
     Attributes:
         edges: ``(M + 1,)`` bin edges in [0, 1].
-        confidence: ``(M,)`` mean confidence per bin (NaN for an empty bin).
-        accuracy: ``(M,)`` accuracy per bin (NaN for an empty bin).
+        confidence: ``(M,)`` mean confidence per bin (NaN for an empty bin: the mean of no sample is
+            undefined; ``counts`` is 0 there and the ECE and the plot skip it).
+        accuracy: ``(M,)`` accuracy per bin (NaN for an empty bin, likewise).
         counts: ``(M,)`` samples per bin.
         ece: the expected calibration error.
     """

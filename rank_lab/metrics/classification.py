@@ -167,9 +167,9 @@ def aggregate_observations(
 
     Args:
         predictions: ``(N,)`` per-image predicted classes.
-        confidence: ``(N,)`` per-image confidences.
+        confidence: ``(N,)`` finite per-image confidences (cast to float64).
         observation_ids: ``(N,)`` integer id of the observation of each image.
-        class_scores: ``(N, C)`` per-image class scores (needed by ``"mean_scores"``).
+        class_scores: ``(N, C)`` finite per-image class scores (needed by ``"mean_scores"``; cast to float64).
         rule: ``"max_confidence"`` (the most confident image decides; ties: first image),
             ``"mean_scores"`` (argmax of the mean class scores) or ``"majority"`` (most frequent
             prediction; ties: larger summed confidence).

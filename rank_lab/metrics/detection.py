@@ -342,7 +342,7 @@ def match_detections(
     """One-to-one matching of detections to ground truths with ``IoU > threshold``.
 
     Args:
-        iou: ``(G, D)`` IoU matrix.
+        iou: ``(G, D)`` finite IoU matrix (integers are cast to float).
         gt_ignore: ``(G,)`` bool, don't-care ground truths (never matched).
         det_ignore: ``(D,)`` bool, don't-care detections (never matched).
         threshold: strict IoU threshold (0.5 in ICDAR'15).

@@ -163,7 +163,8 @@ def level_counts(levels: torch.Tensor, n_levels: int, valid: torch.Tensor | None
     """``|Omega^(l)|`` for every query and level, ``(Q, L + 1)`` long (column l = level l).
 
     Args:
-        levels: ``(Q, N)`` shared levels in ``[0, L]`` (:func:`shared_level`).
+        levels: ``(Q, N)`` integer shared levels in ``[0, L]`` (:func:`shared_level`); a ``(N,)``
+            vector is one query.
         n_levels: L.
         valid: ``(Q, N)`` bool retrieval-set mask (the query's own column excluded), or None.
     """
@@ -265,7 +266,8 @@ def level_relevance(
 ) -> torch.Tensor:
     """Relevance ``(Q, N)`` float64 of every item from its shared level (see :func:`relevance_table`).
 
-    Level sets are counted over the valid items only; invalid items get relevance 0.
+    ``levels`` are ``(Q, N)`` integers in ``[0, n_levels]`` (a ``(N,)`` vector is one query). Level
+    sets are counted over the valid items only; invalid items get relevance 0.
     """
     lv, v = _check_levels(levels, n_levels, valid)
     table = relevance_table(level_counts(lv, n_levels, v), n_levels, kind, alpha=alpha, weights=weights, normalize=normalize)
@@ -278,7 +280,7 @@ def hap_relevance(
     """H-AP relevance ``(l/L)^alpha / |Omega^(l)|`` (Eq. 4.7 of the Ramzi thesis; SupRank Eq. 20).
 
     Args:
-        levels: ``(Q, N)`` shared levels.
+        levels: ``(Q, N)`` integer shared levels (a ``(N,)`` vector is one query).
         n_levels: L.
         alpha: decay (1: metric and HAPPIER; 5 SOP / 3 iNat: HAPPIER_F).
         valid: retrieval-set mask (level sets are counted over it).
