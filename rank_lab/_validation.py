@@ -18,6 +18,8 @@ __all__ = [
     "check_positive_int",
     "check_float",
     "check_choice",
+    "check_nonneg_int",
+    "check_index",
 ]
 
 
@@ -158,3 +160,38 @@ def check_choice(value: object, name: str, choices: tuple[object, ...]) -> objec
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
+
+
+def check_nonneg_int(v: object, name: str) -> int:
+    """Check that ``v`` is an integer ``>= 0`` (not a bool; numpy integers accepted) and return it."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            import numpy as np
+
+            if not isinstance(v, np.integer):
+                raise TypeError
+            v = int(v)
+        except TypeError:
+            raise TypeError(f"{name} must be an int >= 0, got {type(v).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return int(v)
+
+
+def check_index(idx: object, n_rows: int, size: int, name: str, rows_name: str) -> torch.Tensor:
+    """Check a ``(n_rows,)`` integer index into ``[0, size)`` (one entry per row of ``rows_name``).
+
+    Returns:
+        The index as a long tensor.
+
+    Raises:
+        TypeError: not integers. ValueError: wrong shape or out of range; the message names ``name``.
+    """
+    t = as_tensor(idx, name)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer indices, got dtype {t.dtype}")
+    if t.ndim != 1 or t.shape[0] != n_rows:
+        raise ValueError(f"{name} must have shape ({n_rows},): one index per row of {rows_name}, got {tuple(t.shape)}")
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
+        raise ValueError(f"{name} must lie in [0, {size}), got range [{int(t.min())}, {int(t.max())}]")
+    return t.long()

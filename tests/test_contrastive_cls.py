@@ -273,3 +273,33 @@ def test_classifier_errors():
         ContrastiveClassifier(torch.nn.Linear(3, 3), 3, 2, "svm")
     with pytest.raises(ValueError, match="single stage"):
         ContrastiveClassifier(torch.nn.Linear(3, 3), 3, 2, "esupcon").start_stage2()
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_bad_inputs_name_the_argument():
+    from rank_lab.losses.contrastive_cls import (
+        noisy_labels,
+        smooth_max_ce_supcon,
+        spce_logits,
+        two_views,
+    )
+
+    z, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 5])
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        class_means(z, y, 3)  # was one_hot's RuntimeError
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        spce_logits(z, y, 3)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        tightness_loss(z, y, torch.randn(3, 4))  # was an IndexError
+    with pytest.raises(ValueError, match="prototypes contains 1 NaN"):
+        esupcon_loss(z, y % 3, torch.tensor([[float("nan"), 0, 0, 0], [1.0, 0, 0, 0], [0, 1.0, 0, 0]]))  # was a NaN loss
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        supcon_loss(z, y % 3, reduction="bogus")  # was silently "mean"
+    with pytest.raises(ValueError, match="l_ce must be >= 0"):
+        smooth_max_ce_supcon(torch.tensor([-2.0]), torch.tensor([-2.0]))  # was log of a negative number: NaN
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        noisy_labels(y, 0.5, n_classes=3)  # label 5 was folded into the 3 classes
+    with pytest.raises(ValueError, match="x contains 1 NaN"):
+        two_views(torch.tensor([[float("nan"), 1.0]]))
+    with pytest.raises(ValueError, match="max_shift must be >= 0"):
+        two_views(torch.zeros(2, 1, 4, 4), max_shift=-1)  # was silently no shift

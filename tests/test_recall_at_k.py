@@ -330,3 +330,22 @@ def test_presets():
     assert isinstance(opt, torch.optim.AdamW) and sched.milestones == {25: 1, 50: 1}
     with pytest.raises(ValueError, match="unknown"):
         get_recall_preset("nope")
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_recipes_and_surrogate_options_are_checked():
+    from rank_lab.losses.recall_presets import RecallRecipe, get_recall_preset
+
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        get_recall_preset("sop_resnet50", lr=-1.0)  # a recipe was any dataclass
+    with pytest.raises(ValueError, match=r"unknown RecallRecipe field\(s\) \['learning_rate'\]"):
+        get_recall_preset("sop_resnet50", learning_rate=1e-4)
+    with pytest.raises(TypeError, match="name must be a str"):
+        get_recall_preset(5)
+    with pytest.raises(ValueError, match="epochs and n_batches are both None"):
+        RecallRecipe("sop", "resnet50", "adam", 1e-4, None, ())
+    s, p = torch.randn(2, 5), torch.tensor([[True, False, True, False, False], [False, True, True, False, False]])
+    with pytest.raises(ValueError, match="no_positive must be 'raise' or 'ignore'"):
+        recall_at_k_surrogate(s, p, ks=(1,), no_positive="bogus")  # was accepted while every query has a positive
+    with pytest.raises(TypeError, match="chunk_size must be a positive int"):
+        RecallAtKSurrogate(chunk_size=1.5)  # was only checked on a batch larger than the chunk

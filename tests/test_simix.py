@@ -167,3 +167,18 @@ def test_mixed_norms_are_below_one():
     assert bool((diag[4:] < 1).all())
     assert float(diag[4]) == pytest.approx(0.5 + 0.5 * float(e[0] @ e[1]), abs=1e-12)
     assert math.isclose(float(diag[5]), 0.0625 + 0.5625 + 2 * 0.1875 * float(e[2] @ e[3]), abs_tol=1e-12)
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_mixing_inputs_are_checked():
+    parents, alphas = torch.tensor([[0, 0], [1, 1], [0, 1]]), torch.tensor([1.0, 1.0, 0.3])
+    with pytest.raises(ValueError, match=r"parents must index the 2 rows of scores"):
+        simix_scores(torch.eye(2), torch.tensor([[0, 0], [1, 1], [0, 5]]), alphas)  # was an IndexError
+    with pytest.raises(ValueError, match="alphas must lie in"):
+        mixing_matrix(parents, torch.tensor([1.0, 1.0, 1.3]), 2)
+    with pytest.raises(ValueError, match=r"alphas must have shape \(3,\)"):
+        mix_embeddings(torch.randn(2, 4), parents, alphas[:2])
+    with pytest.raises(ValueError, match="scores contains 4 NaN"):
+        simix(torch.randn(2, 4), torch.tensor([0, 0]), scores=torch.full((2, 2), float("nan")))
+    with pytest.raises(TypeError, match="max_virtual must be an int >= 0"):
+        simix_parents(torch.tensor([0, 0, 0]), max_virtual=1.5)  # was a slice TypeError

@@ -31,7 +31,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels, check_scores_targets
+from rank_lab._validation import (
+    as_tensor,
+    check_embeddings,
+    check_finite,
+    check_index,
+    check_labels,
+    check_positive_int,
+    check_scores_targets,
+)
 from rank_lab.ranking.ranks import retrieval_mask
 
 __all__ = [
@@ -114,19 +122,15 @@ def prepare_batch(
     """
     emb = check_embeddings(embeddings, "embeddings")
     lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
-    if (ref_embeddings is None) != (ref_labels is None):
-        raise ValueError("ref_embeddings and ref_labels must be given together")
-    in_batch = ref_embeddings is None
-    if in_batch:
+    refs = check_references(emb, ref_embeddings, ref_labels)
+    in_batch = refs is None
+    if refs is None:
         ref, ref_lab = emb, lab
         if ref_self_index is not None:
             raise ValueError("ref_self_index is only used with ref_embeddings")
         self_index = torch.arange(emb.shape[0], device=emb.device)
     else:
-        ref = check_embeddings(ref_embeddings, "ref_embeddings").to(emb.device)
-        ref_lab = check_labels(ref_labels, ref.shape[0], "ref_labels").to(emb.device)
-        if ref.shape[1] != emb.shape[1]:
-            raise ValueError(f"ref_embeddings has dimension {ref.shape[1]} but embeddings has {emb.shape[1]}")
+        ref, ref_lab = refs
         self_index = None if ref_self_index is None else torch.as_tensor(ref_self_index, device=emb.device).long()
     if normalize:
         emb = F.normalize(emb, dim=1)
@@ -138,11 +142,70 @@ def prepare_batch(
     return PreparedBatch(emb, ref, lab, ref_lab, scores, rel, valid, in_batch)
 
 
+def check_references(
+    embeddings: torch.Tensor, ref_embeddings: object, ref_labels: object
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Check the reference half of the common call: ``None`` (in-batch) or ``(ref (N, d), ref_labels)``.
+
+    Losses that ignore a reference set (proxy losses, ``uses_references = False``) check it too, so
+    the common call refuses the same bad inputs whatever the loss.
+
+    Args:
+        embeddings: the checked ``(B, d)`` query embeddings.
+        ref_embeddings, ref_labels: ``(N, d)`` and ``(N,)|(N, L)``, both or neither.
+
+    Raises:
+        ValueError / TypeError: naming ``ref_embeddings`` or ``ref_labels``.
+    """
+    if (ref_embeddings is None) != (ref_labels is None):
+        raise ValueError("ref_embeddings and ref_labels must be given together")
+    if ref_embeddings is None:
+        return None
+    ref = check_embeddings(ref_embeddings, "ref_embeddings").to(embeddings.device)
+    ref_lab = check_labels(ref_labels, ref.shape[0], "ref_labels").to(embeddings.device)
+    if ref.shape[1] != embeddings.shape[1]:
+        raise ValueError(f"ref_embeddings has dimension {ref.shape[1]} but embeddings has {embeddings.shape[1]}")
+    return ref, ref_lab
+
+
 def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduction) -> torch.Tensor:
     """Reduce per-query losses ``(Q,)`` over the queries where ``keep`` is True.
 
-    ``"none"`` returns ``(Q,)`` with 0 for the dropped queries (they get no gradient).
+    ``"none"`` returns ``(Q,)`` with 0 for the dropped queries (they get no gradient); ``"mean"``
+    divides by the number of kept queries (0 when none is kept).
+
+    Args:
+        values: ``(Q,)`` floating per-query losses; finite where ``keep`` (a dropped query may hold
+            any value, e.g. a 0/0 of a query without positives).
+        keep: ``(Q,)`` bool.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Raises:
+        ValueError / TypeError: naming ``values``, ``keep`` or ``reduction``.
     """
+    _check_choice(reduction, "reduction", ("mean", "sum", "none"))
+    values = _row_values(values, "values")
+    keep = as_tensor(keep, "keep")
+    if keep.dtype != torch.bool:
+        raise TypeError(f"keep must be a bool tensor, got dtype {keep.dtype}")
+    if keep.shape != values.shape:
+        raise ValueError(f"keep has shape {tuple(keep.shape)} but values has shape {tuple(values.shape)}")
+    check_finite(values[keep.to(values.device)], "values")
+    return _reduce_per_query(values, keep.to(values.device), reduction)
+
+
+def _row_values(values: object, name: str) -> torch.Tensor:
+    """A non-empty 1-D floating tensor, or raise naming ``name``."""
+    values = as_tensor(values, name)
+    if values.ndim != 1 or values.shape[0] == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D tensor, got shape {tuple(values.shape)}")
+    if not values.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got dtype {values.dtype}")
+    return values
+
+
+def _reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: str) -> torch.Tensor:
+    """:func:`reduce_per_query` without the checks (the losses' inner call)."""
     values = torch.where(keep, values, torch.zeros_like(values))
     if reduction == "none":
         return values
@@ -266,15 +329,16 @@ class ListwiseLoss(MetricLoss):
         if not bool(has_pos.all()):
             n_bad = int((~has_pos).sum())
             if self.no_positive == "raise":
-                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (labels / targets; "
-                                 "no_positive='raise')")
+                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (labels / ref_labels / "
+                                 "targets; no_positive='raise')")
             if not bool(has_pos.any()):
                 raise ValueError(
-                    "no query has a positive in its retrieval set (every label of labels / row of targets is "
-                    "unique): use an m-per-class sampler (rank_lab.data.MPerClassSampler) or a memory"
+                    "no query has a positive in its retrieval set (no label of labels is shared by another item of the "
+                    "batch or of ref_labels; no row of targets has a positive): use an m-per-class sampler "
+                    "(rank_lab.data.MPerClassSampler) or a memory"
                 )
         values = self.per_query(scores, rel, valid.bool())
-        return reduce_per_query(values, has_pos, self.reduction)  # type: ignore[arg-type]
+        return _reduce_per_query(values, has_pos, self.reduction)
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
         return self.forward_scores(batch.scores, batch.relevance, batch.valid)
@@ -327,8 +391,18 @@ def reachable_ks(ks: tuple[int, ...], database: torch.Tensor, name: str = "ks") 
 
 
 def per_query_mean(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) -> torch.Tensor:
-    """Mean of row values ``(R,)`` per query, ``(Q,)`` (0 for queries without rows)."""
+    """Mean of row values ``(R,)`` per query, ``(Q,)`` (0 for queries without rows).
+
+    Args:
+        values: ``(R,)`` finite floating values of the rows.
+        q_idx: ``(R,)`` query of each row, in ``[0, n_queries)``.
+        n_queries: Q.
+    """
+    values = _row_values(values, "values")
+    check_finite(values, "values")
+    q_idx = check_index(q_idx, values.shape[0], check_positive_int(n_queries, "n_queries"), "q_idx", "values").to(values.device)
     sums = values.new_zeros(n_queries).index_add(0, q_idx, values)
     counts = torch.bincount(q_idx, minlength=n_queries).to(values.dtype)
     return sums / counts.clamp(min=1)
+
 

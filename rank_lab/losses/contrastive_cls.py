@@ -28,7 +28,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
+from rank_lab._validation import (
+    as_tensor,
+    check_choice,
+    check_embeddings,
+    check_finite,
+    check_float,
+    check_labels,
+    check_nonneg_int,
+    check_positive_int,
+)
 
 __all__ = [
     "nt_xent_loss",
@@ -62,6 +71,22 @@ def _feats(z: torch.Tensor, labels: torch.Tensor | None, normalize: bool, name: 
             raise ValueError(f"labels must have shape (M,), got {tuple(labels.shape)}")
         labels = labels.to(z.device)
     return (F.normalize(z, dim=1) if normalize else z), labels
+
+
+def _check_classes(labels: torch.Tensor, n_classes: int, name: str = "labels") -> torch.Tensor:
+    """Raise naming ``name`` unless every label is a class index in ``[0, n_classes)``."""
+    if bool((labels < 0).any()) or bool((labels >= n_classes).any()):
+        raise ValueError(f"{name} must lie in [0, {n_classes}) (n_classes / prototypes), got range "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
+    return labels
+
+
+def _prototypes(prototypes: object, d: int, name: str = "prototypes") -> torch.Tensor:
+    """A finite ``(K, d)`` prototype matrix whose width matches the features, or raise naming ``name``."""
+    p = check_embeddings(prototypes, name)
+    if p.shape[1] != d:
+        raise ValueError(f"{name} have d={p.shape[1]} but the features have d={d}")
+    return p
 
 
 def _check_temperature(t: float) -> float:
@@ -119,8 +144,11 @@ def supcon_loss(
     Raises:
         ValueError: no anchor has a positive (the loss is undefined).
     """
+    check_choice(reduction, "reduction", ("mean", "none"))
     z, labels = _feats(z, labels, normalize)
     t = _check_temperature(temperature)
+    if base_temperature is not None:
+        base_temperature = check_float(base_temperature, "base_temperature", low=0.0, low_open=True)
     sim = z @ z.T / t
     log_den = torch.logsumexp(_masked_self(sim), dim=1)  # (M,)
     eye = torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
@@ -158,21 +186,30 @@ def cross_entropy_loss(
         temperature: logits are divided by it.
         reduction: ``"mean"`` or ``"none"`` (``(M,)``).
     """
-    logits = prototype_logits(z, weight, normalize=normalize, temperature=temperature)
+    check_choice(reduction, "reduction", ("mean", "none"))
+    logits = prototype_logits(z, weight, normalize=normalize, temperature=temperature, name="weight")
     if bias is not None:
-        logits = logits + bias
+        b = as_tensor(bias, "bias")
+        if b.shape != (logits.shape[1],):
+            raise ValueError(f"bias must have shape ({logits.shape[1]},): one per class of weight, got {tuple(b.shape)}")
+        check_finite(b, "bias")
+        logits = logits + b.to(device=logits.device, dtype=logits.dtype)
     labels = check_labels(labels, logits.shape[0], "labels").to(logits.device)
-    if bool((labels < 0).any()) or bool((labels >= logits.shape[1]).any()):
-        raise ValueError(f"labels must lie in [0, {logits.shape[1]})")
-    return F.cross_entropy(logits, labels, reduction=reduction)
+    if labels.ndim != 1:
+        raise ValueError(f"labels must have shape (M,), got {tuple(labels.shape)}")
+    return F.cross_entropy(logits, _check_classes(labels, logits.shape[1]), reduction=reduction)
 
 
-def prototype_logits(z: torch.Tensor, prototypes: torch.Tensor, *, normalize: bool = True, temperature: float = 1.0) -> torch.Tensor:
-    """``z theta^T / tau`` (``(M, K)``), with both sides L2-normalised when ``normalize``."""
+def prototype_logits(z: torch.Tensor, prototypes: torch.Tensor, *, normalize: bool = True, temperature: float = 1.0,
+                     name: str = "prototypes") -> torch.Tensor:
+    """``z theta^T / tau`` (``(M, K)``), with both sides L2-normalised when ``normalize``.
+
+    Args:
+        z: ``(M, d)`` features; prototypes: ``(K, d)`` (``name`` is used in error messages).
+        normalize: L2-normalise both; temperature: ``tau > 0``.
+    """
     z = check_embeddings(z, "z")
-    p = check_embeddings(prototypes, "prototypes")
-    if p.shape[1] != z.shape[1]:
-        raise ValueError(f"prototypes have d={p.shape[1]} but z has d={z.shape[1]}")
+    p = _prototypes(prototypes, z.shape[1], name)
     p = p.to(device=z.device, dtype=z.dtype)
     if normalize:
         z, p = F.normalize(z, dim=1), F.normalize(p, dim=1)
@@ -184,8 +221,16 @@ def spce_logits(z: torch.Tensor, labels: torch.Tensor, n_classes: int, queries: 
 
     ``1/N`` is the batch size (not the class size), ``j = i`` is included, and an absent class has
     logit 0. ``queries`` (default ``z``) are the ``z_i``; ``z, labels`` are the reference batch.
+
+    Args:
+        z: ``(N, d)`` reference features (normalised by the caller); labels: ``(N,)`` in ``[0, K)``.
+        n_classes: ``K``; queries: ``(Q, d)`` or None.
     """
     n_classes = check_positive_int(n_classes, "n_classes")
+    z, labels = _feats(z, labels, False)
+    _check_classes(labels, n_classes)
+    if queries is not None:
+        queries = _prototypes(queries, z.shape[1], "queries").to(device=z.device, dtype=z.dtype)
     onehot = F.one_hot(labels, n_classes).to(z.dtype)  # (N, K)
     sums = onehot.T @ z  # (K, d) class sums
     q = z if queries is None else queries
@@ -207,9 +252,14 @@ def spce_loss(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normaliz
 
 
 def class_means(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normalize: bool = True) -> torch.Tensor:
-    """Class means ``c_k`` of (normalised) features, ``(K, d)``; an absent class gets zeros. SPCE(M)."""
+    """Class means ``c_k`` of (normalised) features, ``(K, d)``; an absent class gets zeros. SPCE(M).
+
+    Args:
+        z: ``(N, d)``; labels: ``(N,)`` in ``[0, n_classes)``; n_classes: ``K``.
+    """
     z, labels = _feats(z, labels, normalize)
-    onehot = F.one_hot(labels, check_positive_int(n_classes, "n_classes")).to(z.dtype)
+    n_classes = check_positive_int(n_classes, "n_classes")
+    onehot = F.one_hot(_check_classes(labels, n_classes), n_classes).to(z.dtype)
     return (onehot.T @ z) / onehot.sum(0).clamp_min(1)[:, None]
 
 
@@ -221,7 +271,9 @@ def tightness_loss(
     With ``detach_features`` only the prototypes learn (SupCon+Tt: no gradient into the backbone).
     """
     z, labels = _feats(z.detach() if detach_features else z, labels, normalize)
-    p = F.normalize(prototypes, dim=1) if normalize else prototypes
+    p = _prototypes(prototypes, z.shape[1]).to(z.device)
+    _check_classes(labels, p.shape[0])
+    p = F.normalize(p, dim=1) if normalize else p
     return -(z * p[labels]).sum(1).mean()
 
 
@@ -236,10 +288,10 @@ def esupcon_terms(
     """
     z, labels = _feats(z, labels, normalize)
     t = _check_temperature(temperature)
-    protos = F.normalize(prototypes, dim=1) if normalize_prototypes else prototypes
+    protos = _prototypes(prototypes, z.shape[1]).to(z.device)
+    protos = F.normalize(protos, dim=1) if normalize_prototypes else protos
     logits = prototype_logits(z, protos, normalize=False, temperature=t)
-    if bool((labels < 0).any()) or bool((labels >= logits.shape[1]).any()):
-        raise ValueError(f"labels must lie in [0, {logits.shape[1]})")
+    _check_classes(labels, logits.shape[1])
     sim = _masked_self(z @ z.T / t)
     tt = logits.gather(1, labels[:, None]).squeeze(1)
     log_c1 = torch.logsumexp(logits, 1)
@@ -248,9 +300,27 @@ def esupcon_terms(
 
 
 def smooth_max_ce_supcon(l_ce: torch.Tensor, l_supcon: torch.Tensor) -> torch.Tensor:
-    """``log(exp(l_CE) + exp(l_SupCon) - 1)`` (Eq. 6.17), computed stably (both losses are >= 0)."""
+    """``log(exp(l_CE) + exp(l_SupCon) - 1)`` (Eq. 6.17), computed stably.
+
+    Args:
+        l_ce, l_supcon: per-sample losses of the same shape, finite and ``>= 0`` (both are; a
+            negative value could make the argument of the log negative).
+    """
+    l_ce, l_supcon = _nonneg_losses(l_ce, "l_ce"), _nonneg_losses(l_supcon, "l_supcon")
+    if l_ce.shape != l_supcon.shape:
+        raise ValueError(f"l_ce has shape {tuple(l_ce.shape)} but l_supcon has shape {tuple(l_supcon.shape)}")
     m = torch.maximum(l_ce, l_supcon)
     return m + torch.log(torch.exp(l_ce - m) + torch.exp(l_supcon - m) - torch.exp(-m))
+
+
+def _nonneg_losses(x: object, name: str) -> torch.Tensor:
+    t = as_tensor(x, name)
+    if not t.is_floating_point():
+        t = t.float()
+    check_finite(t, name)
+    if bool((t < -1e-6).any()):
+        raise ValueError(f"{name} must be >= 0 (a loss), got {float(t.min())}")
+    return t
 
 
 def esupcon_loss(
@@ -328,6 +398,8 @@ class SupConLoss(nn.Module):
 
     def __init__(self, temperature: float = 0.1, base_temperature: float | None = None) -> None:
         super().__init__()
+        if base_temperature is not None:
+            base_temperature = check_float(base_temperature, "base_temperature", low=0.0, low_open=True)
         self.temperature, self.base_temperature = _check_temperature(temperature), base_temperature
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -344,7 +416,11 @@ class SimCLRLoss(nn.Module):
         self.temperature = _check_temperature(temperature)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        """Args: embeddings ``(2N, d)``; labels are ignored. Returns a scalar."""
+        """Args: embeddings ``(2N, d)``; labels ``(2N,)`` (checked, then ignored: the positive of a
+        view is the other view of its image, whatever the labels). Returns a scalar."""
+        embeddings = check_embeddings(embeddings, "embeddings")
+        if labels is not None:
+            check_labels(labels, embeddings.shape[0], "labels")
         return nt_xent_loss(embeddings, self.temperature)
 
 
@@ -388,12 +464,15 @@ def imbalanced_indices(labels: torch.Tensor, imbalance_rate: float, *, minority_
     Returns:
         sorted ``(N',)`` long indices into ``labels``.
     """
-    labels = check_labels(labels, name="labels")
-    if not 0 < imbalance_rate <= 1:
-        raise ValueError(f"imbalance_rate must lie in (0, 1], got {imbalance_rate}")
+    labels = _label_vector(labels)
+    imbalance_rate = check_float(imbalance_rate, "imbalance_rate", low=0.0, high=1.0, low_open=True)
+    seed = check_nonneg_int(seed, "seed")
     classes = labels.unique()
-    minority = classes[1::2] if minority_classes is None else torch.as_tensor(minority_classes)
-    majority_size = max(int((labels == c).sum()) for c in classes if c not in minority)
+    minority = classes[1::2] if minority_classes is None else check_labels(minority_classes, name="minority_classes").reshape(-1)
+    majority = [c for c in classes if c not in minority]
+    if not majority:
+        raise ValueError("minority_classes holds every class: at least one majority class is needed")
+    majority_size = max(int((labels == c).sum()) for c in majority)
     g = torch.Generator().manual_seed(seed)
     keep = []
     for c in classes:
@@ -411,12 +490,13 @@ def noisy_labels(labels: torch.Tensor, noise_rate: float, n_classes: int | None 
     Exactly ``round(noise_rate * N)`` samples get a label drawn uniformly among the *other*
     classes, so the noise rate is the fraction of wrong labels.
     """
-    labels = check_labels(labels, name="labels")
-    if not 0 <= noise_rate <= 1:
-        raise ValueError(f"noise_rate must lie in [0, 1], got {noise_rate}")
+    labels = _label_vector(labels)
+    noise_rate = check_float(noise_rate, "noise_rate", low=0.0, high=1.0)
+    seed = check_nonneg_int(seed, "seed")
     k = int(labels.max()) + 1 if n_classes is None else check_positive_int(n_classes, "n_classes")
     if k < 2:
-        raise ValueError("noisy labels need at least 2 classes")
+        raise ValueError(f"noisy labels need at least 2 classes, got n_classes={k}")
+    _check_classes(labels, k)
     g = torch.Generator().manual_seed(seed)
     n_bad = round(noise_rate * labels.numel())
     idx = torch.randperm(labels.numel(), generator=g)[:n_bad]
@@ -426,14 +506,35 @@ def noisy_labels(labels: torch.Tensor, noise_rate: float, n_classes: int | None 
     return out
 
 
+def _label_vector(labels: object) -> torch.Tensor:
+    """``(N,)`` integer class labels ``>= 0``, or raise naming ``labels``."""
+    labels = check_labels(labels, name="labels")
+    if labels.ndim != 1:
+        raise ValueError(f"labels must have shape (N,), got {tuple(labels.shape)}")
+    if bool((labels < 0).any()):
+        raise ValueError(f"labels must be class indices >= 0, got {int(labels.min())}")
+    return labels
+
+
 def two_views(x: torch.Tensor, *, noise_std: float = 0.1, max_shift: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
     """Two random views of each input for toy contrastive training: ``(2N, ...)``, views stacked.
 
     Images ``(N, C, H, W)`` are shifted by up to ``max_shift`` pixels (zero padding); every input
     (images or ``(N, D)`` vectors) gets Gaussian noise of standard deviation ``noise_std``.
+
+    Args:
+        x: ``(N, ...)`` finite floating inputs, ``N > 0``, at least 2 dims.
+        noise_std: ``>= 0``; max_shift: pixels, ``>= 0``; generator: for the draws.
     """
-    if x.ndim < 2:
-        raise ValueError(f"x must have shape (N, ...) with at least 2 dims, got {tuple(x.shape)}")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+    if x.ndim < 2 or x.shape[0] == 0:
+        raise ValueError(f"x must have shape (N, ...) with N > 0 and at least 2 dims, got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating tensor, got dtype {x.dtype}")
+    check_finite(x, "x")
+    noise_std = check_float(noise_std, "noise_std", low=0.0)
+    max_shift = check_nonneg_int(max_shift, "max_shift")
     views = []
     for _ in range(2):
         out = x

@@ -43,8 +43,14 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from rank_lab._validation import as_tensor, check_float, check_scores_targets
-from rank_lab.losses.base import PreparedBatch, RankLoss, _check_choice, reduce_per_query
+from rank_lab._validation import (
+    as_tensor,
+    check_float,
+    check_index,
+    check_positive_int,
+    check_scores_targets,
+)
+from rank_lab.losses.base import PreparedBatch, RankLoss, _check_choice, _reduce_per_query
 from rank_lab.metrics.hierarchy import (
     as_hierarchical_labels,
     level_counts,
@@ -117,9 +123,39 @@ def weighted_lower_sums(
     min(rel(k), rel(j)) step(s_j - s_k)``. Differentiable steps are chunked with activation
     checkpointing (each chunk is recomputed in the backward pass).
 
+    Args:
+        scores: ``(Q, N)`` finite scores (a ``(N,)`` vector is one query).
+        relevance: ``(Q, N)`` graded relevance ``>= 0``.
+        valid: ``(Q, N)`` bool retrieval-set mask.
+        q_idx, k_idx: ``(R,)`` query and item of each row (e.g. :func:`rank_lab.ranking.positive_rows`).
+        step: the step function (:mod:`rank_lab.ranking.steps`).
+        weight: ``"lower"`` or ``"min"``.
+        max_elements: block size (None = device default).
+
     Returns:
         ``(R,)`` tensor (R = number of rows).
     """
+    scores, relevance = check_scores_targets(scores, relevance, "scores", "relevance")
+    valid = as_tensor(valid, "valid").to(scores.device)
+    if valid.dtype != torch.bool or valid.shape != scores.shape:
+        raise ValueError(f"valid must be a bool tensor of the scores' shape {tuple(scores.shape)}, got {valid.dtype} {tuple(valid.shape)}")
+    q_idx = as_tensor(q_idx, "q_idx")
+    if q_idx.ndim != 1:
+        raise ValueError(f"q_idx must be a (R,) vector of query indices, got shape {tuple(q_idx.shape)}")
+    q_idx = check_index(q_idx, q_idx.shape[0], scores.shape[0], "q_idx", "the rows").to(scores.device)
+    k_idx = check_index(k_idx, q_idx.shape[0], scores.shape[1], "k_idx", "q_idx").to(scores.device)
+    if not isinstance(step, StepFunction):
+        raise TypeError(f"step must be a rank_lab.ranking StepFunction, got {type(step).__name__}")
+    _check_choice(weight, "weight", ("lower", "min"))
+    if max_elements is not None:
+        check_positive_int(max_elements, "max_elements")
+    return _weighted_lower_sums(scores, relevance.to(scores.dtype), valid, q_idx, k_idx, step, weight=weight, max_elements=max_elements)
+
+
+def _weighted_lower_sums(scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor, q_idx: torch.Tensor,
+                         k_idx: torch.Tensor, step: StepFunction, *, weight: str = "lower",
+                         max_elements: int | None = None) -> torch.Tensor:
+    """:func:`weighted_lower_sums` without the checks (the losses' inner call)."""
     out = []
     chunk = _chunk_rows(scores.shape[1], max_elements, scores.device)
     grad = step.differentiable and scores.requires_grad and torch.is_grad_enabled()
@@ -214,10 +250,11 @@ class HierarchicalRankLoss(RankLoss):
         has_pos = (rel > 0).any(1)
         if not bool(has_pos.all()):
             if self.no_positive == "raise":
-                raise ValueError(f"{int((~has_pos).sum())} query(ies) have no relevant item (no_positive='raise')")
+                raise ValueError(f"{int((~has_pos).sum())} query(ies) have no relevant item (labels / ref_labels / relevance; no_positive='raise')")
             if not bool(has_pos.any()):
-                raise ValueError("no query has a relevant item in its retrieval set: use a class-balanced or hierarchical sampler")
-        return reduce_per_query(self.per_query(scores, rel, valid_t), has_pos, self.reduction)  # type: ignore[arg-type]
+                raise ValueError("no query has a relevant item in its retrieval set (labels / ref_labels / relevance): use a "
+                                 "class-balanced or hierarchical sampler")
+        return _reduce_per_query(self.per_query(scores, rel, valid_t), has_pos, self.reduction)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:
         return f"relevance={self.relevance_kind!r}, alpha={self.alpha}, impl={self.impl!r}, reduction={self.reduction!r}"
@@ -250,7 +287,7 @@ class SupHAP(HierarchicalRankLoss):
             return _direct_hap(scores, relevance, valid, Heaviside(), Heaviside(), self.step, total)
         q_idx, k_idx = positive_rows(relevance, valid)
         rank_pos = exact_rank_plus_rows(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements)
-        lower = weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, Heaviside(), max_elements=self.max_elements)
+        lower = _weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, Heaviside(), max_elements=self.max_elements)
         rel_k = relevance[q_idx, k_idx]
         h_rank = rel_k * rank_pos + lower  # Eq. 4.2 split at rel(k)
         rank_neg = row_step_sums(scores, q_idx, k_idx, self.step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements)[:, 0]
@@ -279,7 +316,7 @@ class SmoothHAP(HierarchicalRankLoss):
             return _direct_hap(scores, relevance, valid, self.step, self.step, self.step, total)
         q_idx, k_idx = positive_rows(relevance, valid)
         rel_k = relevance[q_idx, k_idx]
-        h_rank = rel_k + weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, self.step, weight="min", max_elements=self.max_elements)
+        h_rank = rel_k + _weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, self.step, weight="min", max_elements=self.max_elements)
         rank = 1 + row_step_sums(scores, q_idx, k_idx, self.step, ("all",), valid=valid, max_elements=self.max_elements)[:, 0]
         return 1 - _per_query_sum(h_rank / rank, q_idx, scores.shape[0]) / total.clamp(min=torch.finfo(total.dtype).tiny)
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
+from rank_lab.losses.base import check_references
 from rank_lab.metrics.hierarchy import as_hierarchical_labels, hierarchy_table
 
 __all__ = ["SigmaLoss", "sigma_loss", "CSLLoss"]
@@ -203,9 +204,10 @@ class CSLLoss(nn.Module):
         *,
         ref_self_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Scalar CSL loss of ``embeddings (B, d)`` with ``labels (B, L)`` (references ignored)."""
+        """Scalar CSL loss of ``embeddings (B, d)`` with ``labels (B, L)`` (references checked, not used)."""
         emb = check_embeddings(embeddings, "embeddings")
         lab = as_hierarchical_labels(labels, emb.shape[0]).to(emb.device)
+        check_references(emb, ref_embeddings, ref_labels)
         if lab.shape[1] != self.n_levels:
             raise ValueError(f"labels have {lab.shape[1]} levels but the loss was built for n_levels={self.n_levels}")
         if emb.shape[1] != self.dim:

@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 
 from rank_lab._validation import check_float, check_scores_targets
-from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice, reduce_per_query
+from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice, _reduce_per_query
 
 __all__ = ["pair_margin_loss", "ContrastiveLoss", "TripletMarginLoss"]
 
@@ -84,7 +84,7 @@ def pair_margin_loss(
         per_q = lp.sum(1) + ln.sum(1)
     else:
         raise ValueError(f"pair_reduction must be 'per_query_mean', 'per_query_sum' or 'avg_nonzero', got {pair_reduction!r}")
-    return reduce_per_query(per_q, valid.any(1), reduction)  # type: ignore[arg-type]
+    return _reduce_per_query(per_q, valid.any(1), reduction)  # type: ignore[arg-type]
 
 
 class ContrastiveLoss(MetricLoss):
@@ -178,8 +178,9 @@ class TripletMarginLoss(MetricLoss):
         per_q = sums / counts.clamp(min=1)
         keep = counts > 0 if self.triplet_average == "all" else losses.new_zeros(n_q).index_add(0, q_idx, mined.sum(1).to(losses.dtype)) > 0
         if not bool(keep.any()) and self.mining != "semihard":
-            raise ValueError("no valid triplet (anchor, positive, negative) in the batch (labels): use an m-per-class sampler")
-        return reduce_per_query(per_q, keep, self.reduction)  # type: ignore[arg-type]
+            raise ValueError("no valid triplet (anchor, positive, negative) in the batch or the references (labels / "
+                             "ref_labels): use an m-per-class sampler")
+        return _reduce_per_query(per_q, keep, self.reduction)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, distance={self.distance!r}, mining={self.mining!r}"

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
-from rank_lab.losses.base import MetricLoss, _check_choice
+from rank_lab.losses.base import MetricLoss, _check_choice, check_references
 
 __all__ = ["NormSoftmaxLoss", "ProxyNCAPlusPlusLoss", "PROXY_LR"]
 
@@ -61,9 +61,14 @@ class _ProxyLoss(MetricLoss):
         *,
         ref_self_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Cross-entropy over proxies of ``embeddings (B, d)``, ``labels (B,)|(B, L)``; refs ignored."""
+        """Cross-entropy over proxies of ``embeddings (B, d)``, ``labels (B,)|(B, L)``.
+
+        References are checked (:func:`~rank_lab.losses.base.check_references`) but not used: a
+        proxy loss compares each embedding with the class proxies only (``uses_references = False``).
+        """
         emb = check_embeddings(embeddings, "embeddings")
         lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
+        check_references(emb, ref_embeddings, ref_labels)
         if lab.ndim == 2:
             if not 0 <= self.hierarchy_level < lab.shape[1]:
                 raise ValueError(f"hierarchy_level={self.hierarchy_level} is out of range for labels with {lab.shape[1]} levels")

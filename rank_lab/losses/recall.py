@@ -33,7 +33,13 @@ from collections.abc import Sequence
 
 import torch
 
-from rank_lab._validation import check_float
+from rank_lab._validation import (
+    as_tensor,
+    check_finite,
+    check_float,
+    check_index,
+    check_positive_int,
+)
 from rank_lab.losses._direct import direct_recall_loss
 from rank_lab.losses.base import RankLoss, reachable_ks
 from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
@@ -45,8 +51,10 @@ DEFAULT_KS = (1, 2, 4, 8, 16)
 
 
 def _check_ks(ks: Sequence[int], tau_star: float | Sequence[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    ks_t = tuple(int(k) for k in ks)
-    if not ks_t or any(k < 1 for k in ks_t):
+    if isinstance(ks, (str, bytes)) or not hasattr(ks, "__iter__"):
+        raise TypeError(f"ks must be a non-empty sequence of positive ints, got {ks!r}")
+    ks_t = tuple(check_positive_int(k.item() if isinstance(k, torch.Tensor) else k, "ks") for k in ks)
+    if not ks_t:
         raise ValueError(f"ks must be a non-empty sequence of positive ints, got {ks!r}")
     if isinstance(tau_star, (int, float)):
         taus = (float(tau_star),) * len(ks_t)
@@ -78,6 +86,18 @@ def recall_surrogate_from_ranks(
         ``(Q,)`` per-query losses (1 for queries without rows).
     """
     ks_t, taus = _check_ks(ks, tau_star)
+    rank = as_tensor(rank, "rank")
+    if rank.ndim != 1:
+        raise ValueError(f"rank must be a (R,) vector of ranks, got shape {tuple(rank.shape)}")
+    if not rank.is_floating_point():
+        rank = rank.float()
+    check_finite(rank, "rank")
+    q_idx = check_index(q_idx, rank.shape[0], check_positive_int(n_queries, "n_queries"), "q_idx", "rank").to(rank.device)
+    return _recall_from_ranks(rank, q_idx, n_queries, ks_t, taus, bool(clip))
+
+
+def _recall_from_ranks(rank: torch.Tensor, q_idx: torch.Tensor, n_queries: int, ks_t: tuple[int, ...], taus: tuple[float, ...],
+                       clip: bool) -> torch.Tensor:
     n_pos = torch.bincount(q_idx, minlength=n_queries).to(rank.dtype)
     total = rank.new_zeros(n_queries)
     for k, t in zip(ks_t, taus, strict=True):
@@ -106,7 +126,7 @@ class _RecallLoss(RankLoss):
             return direct_recall_loss(scores, relevance, valid, self.pos_step, self.neg_step, ks, self.tau_star, self.clip)
         q_idx, k_idx = positive_rows(relevance, valid)
         rank = self._ranks(scores, relevance, valid, q_idx, k_idx)
-        return recall_surrogate_from_ranks(rank, q_idx, scores.shape[0], ks, self.tau_star, self.clip)
+        return _recall_from_ranks(rank, q_idx, scores.shape[0], ks, self.tau_star, self.clip)
 
     def extra_repr(self) -> str:
         return f"ks={self.ks}, tau_star={self.tau_star}, clip={self.clip}, impl={self.impl!r}"

@@ -48,10 +48,11 @@ from rank_lab._validation import (
     check_finite,
     check_float,
     check_labels,
+    check_nonneg_int,
     check_positive_int,
     check_scores_targets,
 )
-from rank_lab.losses.base import ListwiseLoss, reachable_ks, reduce_per_query
+from rank_lab.losses.base import ListwiseLoss, _reduce_per_query, reachable_ks
 
 __all__ = [
     "DEFAULT_KS",
@@ -127,7 +128,8 @@ def smooth_positive_ranks(
     Returns:
         ``(ranks (Q, P), valid (Q, P), index (Q, P))``: the smooth rank of the ``p``-th positive of
         each query, whether that slot holds a positive (rows are padded to the largest ``|P_q|``)
-        and its column in ``scores``.
+        and its column in ``scores``. A query without positives is legal here: its row has no
+        valid slot (``valid`` all False); :func:`recall_at_k_surrogate` decides what to do with it.
     """
     scores, positives = check_scores_targets(scores, positives, "scores", "positives")
     positives = positives.bool()
@@ -222,18 +224,19 @@ def recall_at_k_surrogate(
     check_float(tau2, "tau2", low=0.0, low_open=True)
     if normalization not in ("min", "positives"):
         raise ValueError(f"normalization must be 'min' or 'positives', got {normalization!r}")
+    if no_positive not in ("raise", "ignore"):
+        raise ValueError(f"no_positive must be 'raise' or 'ignore', got {no_positive!r}")
+    if chunk_size is not None:
+        chunk_size = check_positive_int(chunk_size, "chunk_size")
     has_pos = positives.any(1)
-    if not bool(has_pos.all()):
-        if no_positive == "raise":
-            bad = int((~has_pos).sum())
-            raise ValueError(f"{bad} query(ies) have no positive: recall@k is undefined (use no_positive='ignore')")
-        if no_positive != "ignore":
-            raise ValueError(f"no_positive must be 'raise' or 'ignore', got {no_positive!r}")
+    if not bool(has_pos.all()) and no_positive == "raise":
+        bad = int((~has_pos).sum())
+        raise ValueError(f"{bad} query(ies) have no positive (a row of positives is all False): recall@k is undefined "
+                         "(use no_positive='ignore')")
     q = scores.shape[0]
     if chunk_size is None or chunk_size >= q:
         out = _loss_block(scores, positives, database, ks, taus1, float(tau2), normalization)
     else:
-        chunk_size = check_positive_int(chunk_size, "chunk_size")
         parts = []
         for a in range(0, q, chunk_size):
             args = (scores[a : a + chunk_size], positives[a : a + chunk_size], database[a : a + chunk_size])
@@ -319,10 +322,10 @@ class RecallAtKSurrogate(ListwiseLoss):
         self.normalization = normalization
         self.simix = bool(simix)
         self.exclude_self_mixtures = bool(exclude_self_mixtures)
-        self.max_virtual = max_virtual
-        self.chunk_size = chunk_size
+        self.max_virtual = None if max_virtual is None else check_nonneg_int(max_virtual, "max_virtual")
+        self.chunk_size = None if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
         self._generator: torch.Generator | None = None
-        self.seed = seed
+        self.seed = None if seed is None else check_nonneg_int(seed, "seed")
 
     def extra_repr(self) -> str:
         return (
@@ -426,12 +429,12 @@ class RecallAtKSurrogate(ListwiseLoss):
             bad = int((~has_pos).sum())
             if self.no_positive == "raise":
                 raise ValueError(
-                    f"{bad} query(ies) have no positive: RS@k needs >= 2 samples per class "
+                    f"{bad} query(ies) have no positive (labels / ref_labels): RS@k needs >= 2 samples per class "
                     "(use an m-per-class sampler, or no_positive='skip')"
                 )
             if not bool(has_pos.any()):
-                raise ValueError("no query has a positive (every label of labels is unique): RS@k is undefined for this "
-                                 "batch (use an m-per-class sampler)")
+                raise ValueError("no query has a positive (no label of labels is shared in the batch or by ref_labels): "
+                                 "RS@k is undefined for this batch (use an m-per-class sampler)")
         per_q = recall_at_k_surrogate(
             scores,
             positives,
@@ -443,4 +446,4 @@ class RecallAtKSurrogate(ListwiseLoss):
             no_positive="ignore",
             chunk_size=self.chunk_size,
         )
-        return reduce_per_query(per_q, has_pos, self.reduction)  # type: ignore[arg-type]
+        return _reduce_per_query(per_q, has_pos, self.reduction)  # type: ignore[arg-type]

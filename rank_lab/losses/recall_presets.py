@@ -12,8 +12,9 @@ implementation": the values below (lr, epochs, MultiStepLR milestones, gamma 0.3
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
+from rank_lab._validation import check_choice, check_float, check_nonneg_int, check_positive_int
 from rank_lab.losses.recall_at_k import DEFAULT_KS, DEFAULT_KS_SIMIX, RecallAtKSurrogate
 
 __all__ = ["RecallRecipe", "RECALL_PRESETS", "get_recall_preset", "list_recall_presets"]
@@ -64,6 +65,36 @@ class RecallRecipe:
     n_batches: int | None = None
     source: str = "code"
     notes: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        """Check every field (a bad value raises naming it; ``scaled`` and the presets go through here)."""
+        for name in ("dataset", "arch"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise TypeError(f"{name} must be a non-empty str, got {getattr(self, name)!r}")
+        check_choice(self.optimizer, "optimizer", ("adam", "adamw"))
+        check_choice(self.source, "source", ("thesis", "code"))
+        check_float(self.lr, "lr", low=0.0, low_open=True)
+        check_float(self.gamma, "gamma", low=0.0, low_open=True)
+        check_float(self.weight_decay, "weight_decay", low=0.0)
+        check_float(self.tau1, "tau1", low=0.0, low_open=True)
+        check_float(self.tau2, "tau2", low=0.0, low_open=True)
+        for name in ("batch_size", "samples_per_class", "chunk_size", "embed_dim"):
+            check_positive_int(getattr(self, name), name)
+        for name in ("epochs", "n_batches"):
+            if getattr(self, name) is not None:
+                check_positive_int(getattr(self, name), name)
+        if self.epochs is None and self.n_batches is None:
+            raise ValueError("epochs and n_batches are both None: a recipe trains for epochs or for n_batches batches")
+        for name in ("ks", "ks_simix"):
+            v = getattr(self, name)
+            if not isinstance(v, (tuple, list)) or not v:
+                raise TypeError(f"{name} must be a non-empty tuple of positive ints, got {v!r}")
+            for k in v:
+                check_positive_int(k, name)
+        if not isinstance(self.milestones, (tuple, list)):
+            raise TypeError(f"milestones must be a tuple of epochs, got {self.milestones!r}")
+        for m in self.milestones:
+            check_nonneg_int(m, "milestones")
 
     def build_loss(self, simix: bool = False, **overrides: object) -> RecallAtKSurrogate:
         """The RS@k loss of this recipe (``simix`` switches the k set as the thesis does)."""
@@ -153,8 +184,13 @@ def get_recall_preset(name: str, **changes: object) -> RecallRecipe:
     Raises:
         ValueError: unknown name (the message lists the known ones).
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
     key = name.lower()
     if key not in RECALL_PRESETS:
-        raise ValueError(f"unknown RS@k preset {name!r}; known: {list_recall_presets()}")
+        raise ValueError(f"unknown RS@k preset name {name!r}; known: {list_recall_presets()}")
     recipe = RECALL_PRESETS[key]
+    unknown = sorted(set(changes) - {f.name for f in fields(RecallRecipe)})
+    if unknown:
+        raise ValueError(f"unknown RecallRecipe field(s) {unknown} in the changes to {name!r}")
     return recipe.scaled(**changes) if changes else recipe
