@@ -24,7 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import as_tensor, check_finite, check_positive_int
+from rank_lab._validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_float,
+    check_input_batch,
+    check_positive_int,
+)
 from rank_lab.metrics.text import text_recognition_metrics
 from rank_lab.utils import get_device
 
@@ -101,7 +108,11 @@ class CRNN(nn.Module):
     def __init__(self, n_classes: int, in_channels: int = 1, channels: Sequence[int] = (32, 64, 96), hidden: int = 64) -> None:
         super().__init__()
         self.n_classes = check_positive_int(n_classes, "n_classes")
-        c1, c2, c3 = channels
+        self.in_channels = check_positive_int(in_channels, "in_channels")
+        hidden = check_positive_int(hidden, "hidden")
+        if len(channels) != 3:
+            raise ValueError(f"channels must hold three widths, got {len(channels)}")
+        c1, c2, c3 = (check_positive_int(c, "channels") for c in channels)
         def block(i: int, o: int) -> list[nn.Module]:
             return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True)]
         self.cnn = nn.Sequential(
@@ -113,9 +124,15 @@ class CRNN(nn.Module):
         self.head = nn.Linear(2 * hidden, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Frame logits ``(B, T, C)``."""
-        if x.ndim != 4:
-            raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
+        """Frame logits ``(B, T, C)`` of images ``x`` ``(B, in_channels, H, W)``, ``H, W >= 4``.
+
+        Raises:
+            ValueError, TypeError: ``x`` is not a finite floating batch of that shape with ``B >= 1``
+                (float64 is cast to the weights' dtype).
+        """
+        x = check_input_batch(x, "x", ("B", self.in_channels, "H", "W"), dtype=self)
+        if x.shape[2] < 4 or x.shape[3] < 4:
+            raise ValueError(f"x must be at least 4 x 4 pixels (two 2x poolings), got {tuple(x.shape)}")
         f = self.cnn(x).mean(2).transpose(1, 2)  # (B, T, c3)
         return self.head(self.rnn(f)[0])
 
@@ -127,7 +144,12 @@ def ctc_loss(logits: torch.Tensor, targets: torch.Tensor, target_lengths: torch.
         logits: frame logits ``(B, T, C)``; class 0 is the blank.
         targets: padded class indices ``(B, U)`` (values ``1..C-1``; padding ignored).
         target_lengths: ``(B,)``.
+
+    Raises:
+        ValueError, TypeError: see :func:`ctc_best_path` (same checks).
     """
+    logits = check_input_batch(logits, "logits", ("B", "T", "C"))
+    targets, target_lengths = _check_targets(targets, target_lengths, logits.shape[0], logits.shape[2], 0)
     b, t, _ = logits.shape
     logp = logits.log_softmax(-1).transpose(0, 1)
     flat = torch.cat([targets[i, : int(target_lengths[i])] for i in range(b)]) if b else targets.new_zeros(0)
@@ -144,7 +166,13 @@ def ctc_collapse(paths: torch.Tensor, blank: int = 0) -> tuple[torch.Tensor, tor
 
     Returns:
         ``codes (B, T)`` left-aligned labels padded with -1, and ``lengths (B,)``.
+
+    Raises:
+        ValueError, TypeError: ``paths`` is not an integer ``(B, T)`` tensor with ``B, T >= 1``.
     """
+    paths = _check_int_matrix(paths, "paths")
+    if isinstance(blank, bool) or not isinstance(blank, int):
+        raise TypeError(f"blank must be an int, got {type(blank).__name__}")
     prev = torch.cat([torch.full_like(paths[:, :1], -1), paths[:, :-1]], 1)
     keep = (paths != blank) & (paths != prev)
     lengths = keep.sum(1)
@@ -182,6 +210,36 @@ def greedy_decode(scores: torch.Tensor, alphabet: Alphabet) -> list[str]:
     return alphabet.decode(codes.cpu(), lengths.cpu())
 
 
+def _check_int_matrix(x: object, name: str) -> torch.Tensor:
+    """An integer ``(B, T)`` tensor with ``B, T >= 1``."""
+    x = as_tensor(x, name)
+    if x.ndim != 2 or x.numel() == 0:
+        raise ValueError(f"{name} must have shape (B, T) with B, T >= 1, got {tuple(x.shape)}")
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer class indices, got dtype {x.dtype}")
+    return x
+
+
+def _check_targets(targets: object, target_lengths: object, b: int, c: int, blank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded targets ``(B, U)`` and lengths ``(B,)`` in ``[0, U]``; the used entries are classes ``!= blank`` of ``0..C-1``."""
+    targets, target_lengths = as_tensor(targets, "targets"), as_tensor(target_lengths, "target_lengths")
+    if targets.ndim != 2 or targets.shape[0] != b:
+        raise ValueError(f"targets must have shape ({b}, U) (one row per log_probs / logits row), got {tuple(targets.shape)}")
+    if target_lengths.shape != (b,):
+        raise ValueError(f"target_lengths must have shape ({b},), got {tuple(target_lengths.shape)}")
+    for name, t in (("targets", targets), ("target_lengths", target_lengths)):
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")
+    target_lengths = target_lengths.long()
+    if bool(((target_lengths < 0) | (target_lengths > targets.shape[1])).any()):
+        raise ValueError(f"target_lengths must be in [0, U = {targets.shape[1]}], got {target_lengths.tolist()}")
+    used = torch.arange(targets.shape[1], device=targets.device)[None] < target_lengths.to(targets.device)[:, None]
+    vals = targets[used]
+    if bool(((vals < 0) | (vals >= c) | (vals == blank)).any()):
+        raise ValueError(f"targets must hold classes in 0..{c - 1} other than the blank {blank} (within target_lengths)")
+    return targets.long(), target_lengths
+
+
 @torch.no_grad()
 def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor, blank: int = 0) -> torch.Tensor:
     """Forced alignment: the most probable CTC path of each target (Viterbi), batched.
@@ -196,8 +254,14 @@ def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths
         ``(B, T)`` frame labels; each row collapses (:func:`ctc_collapse`) to its target.
 
     Raises:
-        ValueError: if a target cannot be aligned in ``T`` frames (too long / too many repeats).
+        ValueError: if a target cannot be aligned in ``T`` frames (too long / too many repeats);
+            ``log_probs`` not a finite floating ``(B, T, C)`` batch (clamp probabilities away from 0
+            before the log), ``targets`` / ``target_lengths`` of another batch size or out of range.
     """
+    log_probs = check_input_batch(log_probs, "log_probs", ("B", "T", "C"))
+    if isinstance(blank, bool) or not isinstance(blank, int) or not 0 <= blank < log_probs.shape[2]:
+        raise ValueError(f"blank must be a class index in 0..{log_probs.shape[2] - 1}, got {blank!r}")
+    targets, target_lengths = _check_targets(targets, target_lengths, log_probs.shape[0], log_probs.shape[2], blank)
     b, t, _ = log_probs.shape
     dev = log_probs.device
     u = targets.shape[1]
@@ -246,12 +310,24 @@ def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths
     return path
 
 
+SCHEDULES = ("constant", "cosine", "tail_cosine")
+
+
 def lr_schedule(opt: torch.optim.Optimizer, steps: int, schedule: str) -> torch.optim.lr_scheduler.LRScheduler | None:
     """Learning-rate schedule of the proxy pre-training helpers (``None`` for ``"constant"``).
 
     ``"cosine"`` decays to 0 over ``steps``; ``"tail_cosine"`` keeps the rate constant for 70% of
     the steps and decays it to 0 with a half cosine over the last 30%.
+
+    Args:
+        opt: the optimiser.
+        steps: the number of scheduler steps (a positive int).
+        schedule: ``"constant"``, ``"cosine"`` or ``"tail_cosine"``.
     """
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise TypeError(f"opt must be a torch.optim.Optimizer, got {type(opt).__name__}")
+    steps = check_positive_int(steps, "steps")
+    check_choice(schedule, "schedule", SCHEDULES)
     if schedule == "constant":
         return None
     if schedule == "cosine":
@@ -291,10 +367,27 @@ def fit_proxy(
 
     Returns:
         The loss of every step (including those of a resumed run).
+
+    Raises:
+        ValueError, TypeError: a bad argument (``steps``, ``batch_size``, ``n_items``,
+            ``checkpoint_every`` positive ints; ``lr`` and ``grad_clip`` finite and ``> 0``).
+        FloatingPointError: a NaN / inf loss; raised before the step is applied, naming the step and
+            its item indices; the checkpoint on disk stays the last good one.
     """
     from tqdm.auto import tqdm
 
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not callable(batch_loss):
+        raise TypeError(f"batch_loss must be callable, got {type(batch_loss).__name__}")
+    n_items = check_positive_int(n_items, "n_items")
     steps = check_positive_int(steps, "steps")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    lr = check_float(lr, "lr", low=0, low_open=True)
+    check_choice(schedule, "schedule", SCHEDULES)
+    if grad_clip is not None:
+        grad_clip = check_float(grad_clip, "grad_clip", low=0, low_open=True)
+    checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
     dev = get_device(device)
     model.to(dev).train()
     gen = torch.Generator().manual_seed(seed)
@@ -321,6 +414,10 @@ def fit_proxy(
     for step in tqdm(range(start, steps), disable=not progress, desc=desc, initial=start, total=steps):
         idx = torch.randint(n_items, (min(batch_size, n_items),), generator=gen)
         loss = batch_loss(idx, dev)
+        if not bool(torch.isfinite(loss.detach()).all()):
+            where = f"; {str(ckpt)!r} holds the last good state" if ckpt is not None and ckpt.exists() else ""
+            raise FloatingPointError(f"{desc}: non-finite loss ({float(loss.detach())}) at step {step + 1} on items "
+                                     f"{idx.tolist()[:16]}: no update applied{where}; lower lr or check the data")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if grad_clip is not None:
@@ -370,9 +467,15 @@ def fit_ctc(
 
     Returns:
         The loss of every step.
+
+    Raises:
+        ValueError, TypeError: ``images`` not a finite floating ``(N, C, H, W)`` batch (float64 is
+            cast to the model's dtype), ``words`` not ``N`` strings of the alphabet, or a bad
+            optimisation argument (see :func:`fit_proxy`).
     """
-    if images.shape[0] != len(words):
-        raise ValueError(f"images has {images.shape[0]} rows but words has {len(words)}")
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    images, words = _check_images_words(images, words, alphabet, model)
     targets, lengths = alphabet.encode(words)
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
@@ -382,9 +485,38 @@ def fit_ctc(
                      grad_clip=5.0, checkpoint=checkpoint, desc="CTC")
 
 
+def _check_images_words(images: object, words: object, alphabet: object, model: nn.Module) -> tuple[torch.Tensor, list[str]]:
+    """The data check of the recogniser's entry points: images ``(N, C, H, W)`` and ``N`` words."""
+    images = check_input_batch(images, "images", ("N", "C", "H", "W"), dtype=model)
+    if not isinstance(alphabet, Alphabet):
+        raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
+    if isinstance(words, str) or not isinstance(words, Sequence) or not all(isinstance(w, str) for w in words):
+        raise TypeError(f"words must be a sequence of str, got {type(words).__name__}")
+    words = list(words)
+    if images.shape[0] != len(words):
+        raise ValueError(f"images has {images.shape[0]} rows but words has {len(words)}")
+    return images, words
+
+
 @torch.no_grad()
 def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_size: int = 256) -> list[str]:
-    """Greedy transcriptions of ``(N, 1, H, W)`` images (model switched to eval mode)."""
+    """Greedy transcriptions of ``(N, C, H, W)`` images (model switched to eval mode).
+
+    Args:
+        model: the recogniser, ``(B, C, H, W) -> (B, T, alphabet.n_classes)``.
+        images: finite floating ``(N, C, H, W)`` images (float64 is cast to the model's dtype).
+        alphabet: the model's alphabet.
+        batch_size: images per forward pass.
+
+    Returns:
+        ``N`` strings.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    images = check_input_batch(images, "images", ("N", "C", "H", "W"), dtype=model)
+    if not isinstance(alphabet, Alphabet):
+        raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
+    batch_size = check_positive_int(batch_size, "batch_size")
     model.eval()
     dev = next(model.parameters()).device
     out: list[str] = []
@@ -394,5 +526,15 @@ def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_
 
 
 def evaluate_recognizer(model: nn.Module, images: torch.Tensor, words: Sequence[str], alphabet: Alphabet) -> dict[str, float]:
-    """Accuracy, NED (higher is better) and TED of ``model`` on a labelled set (Tables 3.1-4.2)."""
-    return text_recognition_metrics(recognize(model, images, alphabet), list(words))
+    """Accuracy, NED (higher is better) and TED of ``model`` on a labelled set (Tables 3.1-4.2).
+
+    Args:
+        model: the recogniser.
+        images: ``(N, C, H, W)`` images (checked as in :func:`recognize`).
+        words: their ``N`` transcriptions.
+        alphabet: the model's alphabet.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    images, words = _check_images_words(images, words, alphabet, model)
+    return text_recognition_metrics(recognize(model, images, alphabet), words)

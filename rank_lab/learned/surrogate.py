@@ -15,7 +15,7 @@ are trained alternately (Algorithm 1, :class:`SurrogateTrainer`); the surrogate'
 come from a random generator R (*global*), from the model's own predictions (*local*), or both
 (*local-global*, the thesis' choice). :mod:`rank_lab.learned.feds` adds the filtering of Ch. 4.
 
-A task plugs into the trainer through the small :class:`SurrogateTask` protocol; the book's two
+A task plugs into the trainer through the small :class:`SurrogateTask` interface; the book's two
 tasks are :class:`rank_lab.learned.edit_task.EditDistanceTask` (LS-ED, with :class:`CharCNN`) and
 :class:`rank_lab.learned.boxes.BoxIoUTask` (LS-IoU, with :class:`BoxMLP`).
 """
@@ -23,15 +23,24 @@ tasks are :class:`rank_lab.learned.edit_task.EditDistanceTask` (LS-ED, with :cla
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
 
-from rank_lab._validation import check_finite
+from rank_lab._validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_float,
+    check_input_batch,
+    check_nonnegative_int,
+    check_positive_int,
+)
 from rank_lab.learned.embeddings import BoxMLP, CharCNN
 from rank_lab.utils import get_device
 
@@ -64,17 +73,43 @@ class EmbeddingSurrogate(nn.Module):
 
     def __init__(self, embedding: nn.Module, eps: float = 1e-12) -> None:
         super().__init__()
+        if not isinstance(embedding, nn.Module):
+            raise TypeError(f"embedding must be an nn.Module, got {type(embedding).__name__}")
         self.embedding = embedding
-        self.eps = eps
+        self.eps = check_float(eps, "eps", low=0, low_open=True)
 
     def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Surrogate values ``(B,)`` for predictions ``z`` and ground truths ``y`` of equal shape."""
-        if z.shape != y.shape:
-            raise ValueError(f"z has shape {tuple(z.shape)} but y has shape {tuple(y.shape)}")
-        if z.shape[0] == 0:
-            raise ValueError("z is an empty batch")
+        """Surrogate values ``(B,)`` for predictions ``z`` and ground truths ``y`` of equal shape.
+
+        Raises:
+            ValueError, TypeError: ``z`` or ``y`` is not a finite floating ``(B, *shape)`` batch
+                (``B >= 1``), or their shapes differ. Float64 inputs are cast to the weights' dtype.
+        """
+        z, y = _check_pair(z, y, self)
         d = self.embedding(z) - self.embedding(y)
         return torch.sqrt((d * d).flatten(1).sum(1) + self.eps)
+
+
+def _check_pair(z: object, y: object, dtype: torch.dtype | nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input check of every surrogate entry point: ``z`` and ``y`` finite floating ``(B, *shape)``.
+
+    Args:
+        z: predictions ``(B, *shape)`` (at least 2-D, ``B >= 1``).
+        y: ground truths of the same shape.
+        dtype: cast both to this dtype, or to the dtype of this module's weights (``None``: keep).
+
+    Returns:
+        ``(z, y)``, cast (autograd kept).
+    """
+    for name, t in (("z", z), ("y", y)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if t.ndim < 2:
+            raise ValueError(f"{name} must have shape (B, *shape) with at least 2 dims, got {tuple(t.shape)}")
+    if z.shape != y.shape:  # type: ignore[union-attr]
+        raise ValueError(f"z has shape {tuple(z.shape)} but y has shape {tuple(y.shape)}")  # type: ignore[union-attr]
+    free = ("B",) + ("*",) * (z.ndim - 1)  # type: ignore[union-attr]
+    return check_input_batch(z, "z", free, dtype=dtype), check_input_batch(y, "y", free, dtype=dtype)
 
 
 def surrogate_loss(
@@ -108,10 +143,25 @@ def surrogate_loss(
 
     Returns:
         The scalar loss and statistics ``{"fit", "gp", "l1", "grad_norm"}`` (floats).
+
+    Raises:
+        ValueError, TypeError: bad ``z`` / ``y`` (see :meth:`EmbeddingSurrogate.forward`), ``e_true`` not a finite
+            ``(B,)`` tensor (integer values, e.g. edit distances, are accepted), or a weight out of
+            range (``grad_penalty, grad_target >= 0``, ``fit_weight, eps > 0``, all finite).
     """
+    if not callable(surrogate):
+        raise TypeError(f"surrogate must be a module (z, y) -> (B,), got {type(surrogate).__name__}")
+    z, y = _check_pair(z, y, surrogate if isinstance(surrogate, nn.Module) else None)
+    grad_penalty = check_float(grad_penalty, "grad_penalty", low=0)
+    fit_weight = check_float(fit_weight, "fit_weight", low=0, low_open=True)
+    grad_target = check_float(grad_target, "grad_target", low=0)
+    eps = check_float(eps, "eps", low=0, low_open=True)
+    e_true = as_tensor(e_true, "e_true")
+    if e_true.dtype == torch.bool or e_true.is_complex():
+        raise TypeError(f"e_true must hold real metric values, got dtype {e_true.dtype}")
     e_true = e_true.detach().to(z.device, z.dtype)
     if e_true.shape != (z.shape[0],):
-        raise ValueError(f"e_true must have shape ({z.shape[0]},), got {tuple(e_true.shape)}")
+        raise ValueError(f"e_true must have shape ({z.shape[0]},) like z's batch, got {tuple(e_true.shape)}")
     check_finite(e_true, "e_true")
     z = z.detach().requires_grad_(True)
     e_hat = surrogate(z, y.detach())
@@ -129,29 +179,59 @@ def surrogate_loss(
     return loss, stats
 
 
-class SurrogateTask(Protocol):
-    """What Algorithms 1 and 2 need from a task (data, model output, metric, generator)."""
+class SurrogateTask:
+    """What Algorithms 1 and 2 need from a task (data, model output, metric, generator).
 
-    batch_size: int
+    The base class of :class:`~rank_lab.learned.edit_task.EditDistanceTask` and
+    :class:`~rank_lab.learned.boxes.BoxIoUTask`: its constructor checks what every task shares
+    (``batch_size``, ``device``), and a subclass implements the five methods. The trainers only use
+    the attributes and methods below, so any object that has them works too.
+
+    Args:
+        batch_size: training samples per step (a positive int).
+        device: where batches are placed (default: CUDA when present).
+    """
+
+    def __init__(self, batch_size: int = 64, device: torch.device | str | None = None) -> None:
+        self.batch_size = check_positive_int(batch_size, "batch_size")
+        self.device = get_device(device)
 
     def sample_batch(self, gen: torch.Generator) -> Any:
         """A training batch ``(x, y) ~ P_D``."""
+        raise NotImplementedError
 
     def predict(self, model: nn.Module, batch: Any) -> torch.Tensor:
         """``z = f_Theta(x)`` in the surrogate's input encoding, differentiable, ``(B, *shape)``."""
+        raise NotImplementedError
 
     def encode_target(self, z: torch.Tensor, batch: Any) -> torch.Tensor:
         """The ground truth in the same encoding as ``z`` (no gradient)."""
+        raise NotImplementedError
 
     def metric(self, z: torch.Tensor, batch: Any) -> torch.Tensor:
         """The true metric ``e(z, y)`` of the decoded predictions, ``(B,)`` float, no gradient."""
+        raise NotImplementedError
 
     def sample_global(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` pairs ``(z_r, y_r, e_r)`` from the random generator R."""
+        raise NotImplementedError
 
 
 def ls_model_loss(e_hat: torch.Tensor, e_true: torch.Tensor) -> torch.Tensor:
-    """The LS model loss: the batch mean of ``e_hat`` (eq. 3.3 minimised, Algorithm 1 line 13)."""
+    """The LS model loss: the batch mean of ``e_hat`` (eq. 3.3 minimised, Algorithm 1 line 13).
+
+    Args:
+        e_hat: ``(B,)`` finite surrogate values (``B >= 1``).
+        e_true: ``(B,)`` finite true metric values (unused by the loss; checked, integers accepted).
+
+    Returns:
+        The scalar ``mean(e_hat)``.
+    """
+    e_hat = check_input_batch(e_hat, "e_hat", ("B",))
+    e_true = as_tensor(e_true, "e_true")
+    if e_true.shape != e_hat.shape:
+        raise ValueError(f"e_hat has shape {tuple(e_hat.shape)} but e_true has shape {tuple(e_true.shape)}")
+    check_finite(e_true, "e_true")
     return e_hat.mean()
 
 
@@ -197,17 +277,21 @@ class LSConfig:
     monitor_local: bool = True
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
-        for name in ("epochs", "surrogate_steps", "model_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {v!r}")
-        for name in ("surrogate_lr", "model_lr"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.grad_penalty < 0 or self.fit_weight <= 0 or self.grad_target < 0:
-            raise ValueError("grad_penalty and grad_target must be >= 0 and fit_weight > 0")
+        """Check every field: ``epochs >= 1``, steps ``>= 0``, rates and weights finite and in range."""
+        check_choice(self.source, "source", SOURCES)
+        check_positive_int(self.epochs, "epochs")
+        for name in ("surrogate_steps", "model_steps"):
+            check_nonnegative_int(getattr(self, name), name)
+        for name in ("surrogate_lr", "model_lr", "fit_weight"):
+            check_float(getattr(self, name), name, low=0, low_open=True)
+        for name in ("grad_penalty", "grad_target"):
+            check_float(getattr(self, name), name, low=0)
+        if self.first_surrogate_steps is not None:
+            check_nonnegative_int(self.first_surrogate_steps, "first_surrogate_steps")
+        if self.global_batch_size is not None:
+            check_positive_int(self.global_batch_size, "global_batch_size")
+        if self.grad_clip is not None:
+            check_float(self.grad_clip, "grad_clip", low=0, low_open=True)
 
 
 class SurrogateTrainer:
@@ -252,6 +336,13 @@ class SurrogateTrainer:
         checkpoint: str | Path | None = None,
         progress: bool = False,
     ) -> None:
+        for name, m in (("model", model), ("surrogate", surrogate)):
+            if not isinstance(m, nn.Module):
+                raise TypeError(f"{name} must be an nn.Module, got {type(m).__name__}")
+        if config is not None and not isinstance(config, LSConfig):
+            raise TypeError(f"config must be an LSConfig, got {type(config).__name__}")
+        if not callable(model_loss):
+            raise TypeError(f"model_loss must be callable, got {type(model_loss).__name__}")
         self.config = config or LSConfig()
         self.device = get_device(device)
         self.model = model.to(self.device)
@@ -300,6 +391,7 @@ class SurrogateTrainer:
                 z = task.predict(self.model, batch)
                 e_hat = self.surrogate(z, task.encode_target(z, batch))
                 stats["l1_local"] = float((e_hat - task.metric(z, batch)).abs().mean())
+        _guard(loss, "surrogate", self.epoch, self.checkpoint)
         self.opt_s.zero_grad(set_to_none=True)
         loss.backward()
         self.opt_s.step()
@@ -322,6 +414,7 @@ class SurrogateTrainer:
             e_hat = self.surrogate(z, y)
             out = self.model_loss(e_hat, e)
             loss, extra = (out if isinstance(out, tuple) else (out, {}))
+            _guard(loss, "model", self.epoch, self.checkpoint)
             self.opt_m.zero_grad(set_to_none=True)
             loss.backward()
             if self.config.grad_clip is not None:
@@ -382,6 +475,14 @@ class SurrogateTrainer:
         self.gen.set_state(state["gen"])
 
 
+def _guard(loss: torch.Tensor, phase: str, epoch: int, checkpoint: Path | None) -> None:
+    """Stop before a NaN / inf loss updates the weights (the checkpoint keeps the last good epoch)."""
+    if not bool(torch.isfinite(loss.detach()).all()):
+        where = f"; {str(checkpoint)!r} holds the last good epoch" if checkpoint is not None else ""
+        raise FloatingPointError(f"non-finite {phase} loss ({float(loss.detach())}) in epoch {epoch + 1}: "
+                                 f"no update applied{where}; lower the learning rates or check the task's data")
+
+
 @torch.no_grad()
 def evaluate_surrogate(
     model: nn.Module | None,
@@ -403,12 +504,15 @@ def evaluate_surrogate(
 
     Returns:
         A dict with ``"e"`` (``(n,)`` true values), ``"e_hat"`` (``(n,)`` surrogate values),
-        ``"l1"`` (mean ``|e_hat - e|``) and ``"pearson"`` (their correlation).
+        ``"l1"`` (mean ``|e_hat - e|``) and ``"pearson"`` (their correlation; NaN, with a
+        ``UserWarning``, when ``e`` or ``e_hat`` is constant: the correlation is undefined).
     """
-    if source not in ("local", "global"):
-        raise ValueError(f"source must be 'local' or 'global', got {source!r}")
-    if source == "local" and model is None:
-        raise ValueError("model is required for source='local'")
+    check_choice(source, "source", ("local", "global"))
+    n_batches = check_positive_int(n_batches, "n_batches")
+    if not isinstance(surrogate, nn.Module):
+        raise TypeError(f"surrogate must be an nn.Module, got {type(surrogate).__name__}")
+    if source == "local" and not isinstance(model, nn.Module):
+        raise ValueError(f"model (an nn.Module) is required for source='local', got {type(model).__name__}")
     gen = torch.Generator().manual_seed(seed)
     surrogate.eval()
     if model is not None:
@@ -425,5 +529,10 @@ def evaluate_surrogate(
         es.append(e.float().cpu())
         ehs.append(surrogate(z, y).float().cpu())
     e, e_hat = torch.cat(es), torch.cat(ehs)
-    pearson = float(torch.corrcoef(torch.stack([e, e_hat]))[0, 1]) if e.std() > 0 and e_hat.std() > 0 else math.nan
+    if len(e) > 1 and e.std() > 0 and e_hat.std() > 0:
+        pearson = float(torch.corrcoef(torch.stack([e, e_hat]))[0, 1])
+    else:
+        warnings.warn("evaluate_surrogate: e or e_hat is constant, the Pearson correlation is undefined (NaN)",
+                      UserWarning, stacklevel=2)
+        pearson = math.nan
     return {"e": e, "e_hat": e_hat, "l1": float((e - e_hat).abs().mean()), "pearson": pearson}
