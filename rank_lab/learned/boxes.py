@@ -29,6 +29,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_float, check_input_batch, check_positive_int
+from rank_lab.learned._checks import (
+    check_boxes,
+    check_generator,
+    check_images,
+    check_module,
+    check_range,
+)
 from rank_lab.learned.recognizer import fit_proxy
 from rank_lab.learned.surrogate import SurrogateTask
 from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate, rotated_iou
@@ -45,36 +52,6 @@ __all__ = [
     "RotatedBoxPairBank",
     "BoxIoUTask",
 ]
-
-
-def _check_boxes(boxes: object, name: str = "boxes") -> torch.Tensor:
-    """Finite floating ``(N, 5)`` boxes ``(cx, cy, w, h, theta)`` with ``N >= 1`` and ``w, h > 0``."""
-    boxes = check_input_batch(boxes, name, ("N", 5))
-    if not bool((boxes[:, 2:4] > 0).all()):
-        raise ValueError(f"{name} must have positive widths and heights (columns 2 and 3)")
-    return boxes
-
-
-def _check_gen(gen: object, name: str = "gen") -> torch.Generator:
-    if not isinstance(gen, torch.Generator):
-        raise TypeError(f"{name} must be a torch.Generator, got {type(gen).__name__}")
-    return gen
-
-
-def _check_range(r: object, name: str, low: float | None = None) -> tuple[float, float]:
-    """A ``(lo, hi)`` pair of finite floats, ``lo <= hi`` (and ``lo >= low``)."""
-    if not isinstance(r, (tuple, list)) or len(r) != 2:
-        raise TypeError(f"{name} must be a (low, high) pair, got {r!r}")
-    lo, hi = check_float(r[0], name, low=low), check_float(r[1], name, low=low)
-    if lo > hi:
-        raise ValueError(f"{name} must satisfy low <= high, got {tuple(r)}")
-    return lo, hi
-
-
-def _check_model(model: object) -> nn.Module:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    return model
 
 
 def sample_rotated_boxes(
@@ -99,11 +76,9 @@ def sample_rotated_boxes(
         ``(n, 5)`` float32 boxes.
     """
     n = check_positive_int(n, "n")
-    _check_gen(gen)
-    center = _check_range(center, "center")
-    width, aspect = _check_range(width, "width", 0.0), _check_range(aspect, "aspect", 0.0)
-    if width[0] == 0 or aspect[0] == 0:
-        raise ValueError(f"width and aspect must be > 0, got {width} and {aspect}")
+    check_generator(gen)
+    center = check_range(center, "center")
+    width, aspect = check_range(width, "width", positive=True), check_range(aspect, "aspect", positive=True)
     max_angle = check_float(max_angle, "max_angle", low=0)
     u = torch.rand(n, 5, generator=gen, dtype=torch.float64)
     cx = center[0] + (center[1] - center[0]) * u[:, 0]
@@ -124,11 +99,11 @@ def render_box_images(boxes: torch.Tensor, size: int = 32, gen: torch.Generator 
         noise: maximum standard deviation of the pixel noise.
         supersample: anti-aliasing factor.
     """
-    boxes = _check_boxes(boxes)
+    boxes = check_boxes(boxes)
     size = check_positive_int(size, "size")
     noise = check_float(noise, "noise", low=0)
     supersample = check_positive_int(supersample, "supersample")
-    gen = _check_gen(gen) if gen is not None else torch.Generator().manual_seed(0)
+    gen = check_generator(gen) if gen is not None else torch.Generator().manual_seed(0)
     if boxes.shape[0] > 2048:  # bounded memory: the super-sampled grids are (n, S', S') floats
         return torch.cat([render_box_images(boxes[i : i + 2048], size, gen, noise, supersample) for i in range(0, boxes.shape[0], 2048)])
     n = boxes.shape[0]
@@ -251,7 +226,7 @@ def fit_box_regressor(
             batches of one size (float64 images are cast to the model's dtype), or a bad optimisation
             argument (see :func:`rank_lab.learned.recognizer.fit_proxy`).
     """
-    images, boxes = _check_images_boxes(images, boxes, _check_model(model))
+    images, boxes = _check_images_boxes(images, boxes, check_module(model))
     target = encode_box6(boxes).float()
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
@@ -263,8 +238,8 @@ def fit_box_regressor(
 
 def _check_images_boxes(images: object, boxes: object, model: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The data check of the box task's entry points: images ``(N, C, H, W)`` and boxes ``(N, 5)``."""
-    images = check_input_batch(images, "images", ("N", "C", "H", "W"), dtype=model)
-    boxes = _check_boxes(boxes)
+    images = check_images(images, model=model)
+    boxes = check_boxes(boxes)
     if images.shape[0] != boxes.shape[0]:
         raise ValueError(f"images has {images.shape[0]} rows but boxes has {boxes.shape[0]}")
     return images, boxes
@@ -279,7 +254,7 @@ def predict_boxes(model: nn.Module, images: torch.Tensor, batch_size: int = 512)
         images: finite floating images (float64 is cast to the model's dtype).
         batch_size: images per forward pass.
     """
-    images = check_input_batch(images, "images", ("N", "C", "H", "W"), dtype=_check_model(model))
+    images = check_images(images, model=check_module(model))
     batch_size = check_positive_int(batch_size, "batch_size")
     model.eval()
     dev = next(model.parameters()).device
@@ -295,7 +270,7 @@ def evaluate_box_regressor(model: nn.Module, images: torch.Tensor, boxes: torch.
         truth and one detection per image precision = recall = F1 (the fraction of images whose
         box has IoU above the threshold).
     """
-    images, boxes = _check_images_boxes(images, boxes, _check_model(model))
+    images, boxes = _check_images_boxes(images, boxes, check_module(model))
     pred = predict_boxes(model, images)
     iou = rotated_iou(pred, boxes.double())
     out = {"mean_iou": float(iou.mean())}
@@ -322,8 +297,8 @@ def perturb_boxes(
     Returns:
         ``(N, 5)`` float32 boxes.
     """
-    boxes = _check_boxes(boxes)
-    _check_gen(gen)
+    boxes = check_boxes(boxes)
+    check_generator(gen)
     center, log_scale = check_float(center, "center", low=0), check_float(log_scale, "log_scale", low=0)
     angle = check_float(angle, "angle", low=0)
     n = boxes.shape[0]
@@ -349,7 +324,7 @@ class RotatedBoxPairBank:
     """
 
     def __init__(self, gt_boxes: torch.Tensor, size: int = 20000, n_bins: int = 10, seed: int = 0, **perturb_kwargs: float) -> None:
-        gt_boxes = _check_boxes(gt_boxes, "gt_boxes")
+        gt_boxes = check_boxes(gt_boxes, "gt_boxes")
         size, n_bins = check_positive_int(size, "size"), check_positive_int(n_bins, "n_bins")
         gen = torch.Generator().manual_seed(seed)
         idx = torch.randint(gt_boxes.shape[0], (size,), generator=gen)
@@ -366,7 +341,7 @@ class RotatedBoxPairBank:
 
     def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` pairs ``(z_r (n, 6), y_r (n, 6), e_r = 1 - IoU (n,))``, uniform over the IoU bins."""
-        b = torch.randint(len(self.counts), (check_positive_int(n, "n"),), generator=_check_gen(gen))
+        b = torch.randint(len(self.counts), (check_positive_int(n, "n"),), generator=check_generator(gen))
         r = torch.floor(torch.rand(n, generator=gen) * self.counts[b]).long().clamp(max=self.counts[b] - 1)
         idx = self.flat[self.offsets[b] + r]
         return self.z[idx], self.y[idx], self.e[idx]

@@ -26,11 +26,11 @@ from torch import nn
 
 from rank_lab._validation import (
     check_float,
-    check_input_batch,
     check_nonnegative_int,
     check_positive_int,
 )
-from rank_lab.learned.recognizer import Alphabet, _check_int_matrix, ctc_best_path, ctc_collapse
+from rank_lab.learned._checks import check_generator, check_images, check_int_matrix, check_words
+from rank_lab.learned.recognizer import Alphabet, _check_alphabet, ctc_best_path, ctc_collapse
 from rank_lab.learned.surrogate import SurrogateTask
 from rank_lab.metrics.text import edit_distance
 
@@ -74,7 +74,7 @@ def random_ctc_path(
             integers in ``[0, U]``, used characters equal to ``blank``, ``frames`` not a positive int
             or too short.
     """
-    words = _check_int_matrix(words, "words")
+    words = check_int_matrix(words, "words")
     lengths = torch.as_tensor(lengths)
     if lengths.shape != (words.shape[0],) or lengths.is_floating_point() or lengths.dtype == torch.bool:
         raise ValueError(f"lengths must be ({words.shape[0]},) integers (one per row of words), "
@@ -82,8 +82,7 @@ def random_ctc_path(
     if bool(((lengths < 0) | (lengths > words.shape[1])).any()):
         raise ValueError(f"lengths must be in [0, U = {words.shape[1]}], got {lengths.tolist()}")
     frames = check_positive_int(frames, "frames")
-    if not isinstance(gen, torch.Generator):
-        raise TypeError(f"gen must be a torch.Generator, got {type(gen).__name__}")
+    check_generator(gen)
     used = torch.arange(words.shape[1])[None] < lengths[:, None]
     if bool((words[used] == blank).any()):
         raise ValueError(f"words must not hold the blank {blank} within lengths")
@@ -237,13 +236,9 @@ class EditDistanceTask(SurrogateTask):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__(batch_size, device)
-        images = check_input_batch(images, "images", ("N", "C", "H", "W"))
-        if not isinstance(alphabet, Alphabet):
-            raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
-        if isinstance(words, str) or not all(isinstance(w, str) for w in words):
-            raise TypeError("words must be a sequence of str")
-        if images.shape[0] != len(words):
-            raise ValueError(f"images has {images.shape[0]} rows but words has {len(words)}")
+        images = check_images(images)
+        words = check_words(words, images.shape[0])
+        _check_alphabet(alphabet)
         if generator is not None and not isinstance(generator, CTCEditPairGenerator):
             raise TypeError(f"generator must be a CTCEditPairGenerator or None, got {type(generator).__name__}")
         self.images = images

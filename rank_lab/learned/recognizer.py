@@ -15,9 +15,8 @@ which is a one-hot ``T x C`` path that collapses to the ground-truth word.
 
 from __future__ import annotations
 
-import math
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -26,14 +25,19 @@ from torch import nn
 
 from rank_lab._validation import (
     as_tensor,
-    check_choice,
     check_finite,
-    check_float,
     check_input_batch,
     check_positive_int,
 )
+from rank_lab.learned._checks import (
+    check_images,
+    check_int_matrix,
+    check_module,
+    check_targets,
+    check_words,
+)
+from rank_lab.learned._proxy import fit_proxy, lr_schedule
 from rank_lab.metrics.text import text_recognition_metrics
-from rank_lab.utils import get_device
 
 __all__ = [
     "Alphabet",
@@ -94,6 +98,12 @@ class Alphabet:
         return out
 
 
+def _check_alphabet(alphabet: object) -> Alphabet:
+    if not isinstance(alphabet, Alphabet):
+        raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
+    return alphabet
+
+
 class CRNN(nn.Module):
     """CNN + BiLSTM + linear CTC head: ``(B, in_channels, H, W) -> (B, W // 4, n_classes)`` logits.
 
@@ -149,7 +159,7 @@ def ctc_loss(logits: torch.Tensor, targets: torch.Tensor, target_lengths: torch.
         ValueError, TypeError: see :func:`ctc_best_path` (same checks).
     """
     logits = check_input_batch(logits, "logits", ("B", "T", "C"))
-    targets, target_lengths = _check_targets(targets, target_lengths, logits.shape[0], logits.shape[2], 0)
+    targets, target_lengths = check_targets(targets, target_lengths, logits.shape[0], logits.shape[2], 0)
     b, t, _ = logits.shape
     logp = logits.log_softmax(-1).transpose(0, 1)
     flat = torch.cat([targets[i, : int(target_lengths[i])] for i in range(b)]) if b else targets.new_zeros(0)
@@ -170,7 +180,7 @@ def ctc_collapse(paths: torch.Tensor, blank: int = 0) -> tuple[torch.Tensor, tor
     Raises:
         ValueError, TypeError: ``paths`` is not an integer ``(B, T)`` tensor with ``B, T >= 1``.
     """
-    paths = _check_int_matrix(paths, "paths")
+    paths = check_int_matrix(paths, "paths")
     if isinstance(blank, bool) or not isinstance(blank, int):
         raise TypeError(f"blank must be an int, got {type(blank).__name__}")
     prev = torch.cat([torch.full_like(paths[:, :1], -1), paths[:, :-1]], 1)
@@ -193,8 +203,7 @@ def greedy_decode(scores: torch.Tensor, alphabet: Alphabet) -> list[str]:
         ValueError: ``scores`` is not 3-D, holds NaN/inf, or its ``C`` differs from
             ``alphabet.n_classes`` (a class without a character, or a character never scored).
     """
-    if not isinstance(alphabet, Alphabet):
-        raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
+    _check_alphabet(alphabet)
     scores = as_tensor(scores, "scores")
     if scores.ndim != 3:
         raise ValueError(f"scores must have shape (B, T, C), got {tuple(scores.shape)}")
@@ -208,36 +217,6 @@ def greedy_decode(scores: torch.Tensor, alphabet: Alphabet) -> list[str]:
     check_finite(scores, "scores")
     codes, lengths = ctc_collapse(scores.argmax(-1))
     return alphabet.decode(codes.cpu(), lengths.cpu())
-
-
-def _check_int_matrix(x: object, name: str) -> torch.Tensor:
-    """An integer ``(B, T)`` tensor with ``B, T >= 1``."""
-    x = as_tensor(x, name)
-    if x.ndim != 2 or x.numel() == 0:
-        raise ValueError(f"{name} must have shape (B, T) with B, T >= 1, got {tuple(x.shape)}")
-    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer class indices, got dtype {x.dtype}")
-    return x
-
-
-def _check_targets(targets: object, target_lengths: object, b: int, c: int, blank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Padded targets ``(B, U)`` and lengths ``(B,)`` in ``[0, U]``; the used entries are classes ``!= blank`` of ``0..C-1``."""
-    targets, target_lengths = as_tensor(targets, "targets"), as_tensor(target_lengths, "target_lengths")
-    if targets.ndim != 2 or targets.shape[0] != b:
-        raise ValueError(f"targets must have shape ({b}, U) (one row per log_probs / logits row), got {tuple(targets.shape)}")
-    if target_lengths.shape != (b,):
-        raise ValueError(f"target_lengths must have shape ({b},), got {tuple(target_lengths.shape)}")
-    for name, t in (("targets", targets), ("target_lengths", target_lengths)):
-        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-            raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")
-    target_lengths = target_lengths.long()
-    if bool(((target_lengths < 0) | (target_lengths > targets.shape[1])).any()):
-        raise ValueError(f"target_lengths must be in [0, U = {targets.shape[1]}], got {target_lengths.tolist()}")
-    used = torch.arange(targets.shape[1], device=targets.device)[None] < target_lengths.to(targets.device)[:, None]
-    vals = targets[used]
-    if bool(((vals < 0) | (vals >= c) | (vals == blank)).any()):
-        raise ValueError(f"targets must hold classes in 0..{c - 1} other than the blank {blank} (within target_lengths)")
-    return targets.long(), target_lengths
 
 
 @torch.no_grad()
@@ -261,7 +240,7 @@ def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths
     log_probs = check_input_batch(log_probs, "log_probs", ("B", "T", "C"))
     if isinstance(blank, bool) or not isinstance(blank, int) or not 0 <= blank < log_probs.shape[2]:
         raise ValueError(f"blank must be a class index in 0..{log_probs.shape[2] - 1}, got {blank!r}")
-    targets, target_lengths = _check_targets(targets, target_lengths, log_probs.shape[0], log_probs.shape[2], blank)
+    targets, target_lengths = check_targets(targets, target_lengths, log_probs.shape[0], log_probs.shape[2], blank)
     b, t, _ = log_probs.shape
     dev = log_probs.device
     u = targets.shape[1]
@@ -310,128 +289,6 @@ def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths
     return path
 
 
-SCHEDULES = ("constant", "cosine", "tail_cosine")
-
-
-def lr_schedule(opt: torch.optim.Optimizer, steps: int, schedule: str) -> torch.optim.lr_scheduler.LRScheduler | None:
-    """Learning-rate schedule of the proxy pre-training helpers (``None`` for ``"constant"``).
-
-    ``"cosine"`` decays to 0 over ``steps``; ``"tail_cosine"`` keeps the rate constant for 70% of
-    the steps and decays it to 0 with a half cosine over the last 30%.
-
-    Args:
-        opt: the optimiser.
-        steps: the number of scheduler steps (a positive int).
-        schedule: ``"constant"``, ``"cosine"`` or ``"tail_cosine"``.
-    """
-    if not isinstance(opt, torch.optim.Optimizer):
-        raise TypeError(f"opt must be a torch.optim.Optimizer, got {type(opt).__name__}")
-    steps = check_positive_int(steps, "steps")
-    check_choice(schedule, "schedule", SCHEDULES)
-    if schedule == "constant":
-        return None
-    if schedule == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    if schedule == "tail_cosine":
-        start = int(0.7 * steps)
-        tail = max(steps - start, 1)
-        return torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda t: 1.0 if t < start else 0.5 * (1 + math.cos(math.pi * min(t - start, tail) / tail))
-        )
-    raise ValueError(f"schedule must be 'constant', 'cosine' or 'tail_cosine', got {schedule!r}")
-
-
-def fit_proxy(
-    model: nn.Module,
-    n_items: int,
-    batch_loss: Callable[[torch.Tensor, torch.device], torch.Tensor],
-    steps: int,
-    batch_size: int,
-    lr: float,
-    seed: int = 0,
-    device: torch.device | str | None = None,
-    progress: bool = False,
-    schedule: str = "tail_cosine",
-    grad_clip: float | None = None,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 500,
-    desc: str = "proxy",
-) -> list[float]:
-    """The proxy pre-training loop shared by :func:`fit_ctc` and ``fit_box_regressor``.
-
-    Adam with :func:`lr_schedule`; each step draws ``batch_size`` item indices with replacement
-    from a generator seeded with ``seed`` and minimises ``batch_loss(indices, device)``. With
-    ``checkpoint`` the state (model, optimiser, schedule, step, losses, generator) is saved every
-    ``checkpoint_every`` steps and at the end, and an existing file is resumed from, so an
-    interrupted run continues exactly where it stopped.
-
-    Returns:
-        The loss of every step (including those of a resumed run).
-
-    Raises:
-        ValueError, TypeError: a bad argument (``steps``, ``batch_size``, ``n_items``,
-            ``checkpoint_every`` positive ints; ``lr`` and ``grad_clip`` finite and ``> 0``).
-        FloatingPointError: a NaN / inf loss; raised before the step is applied, naming the step and
-            its item indices; the checkpoint on disk stays the last good one.
-    """
-    from tqdm.auto import tqdm
-
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if not callable(batch_loss):
-        raise TypeError(f"batch_loss must be callable, got {type(batch_loss).__name__}")
-    n_items = check_positive_int(n_items, "n_items")
-    steps = check_positive_int(steps, "steps")
-    batch_size = check_positive_int(batch_size, "batch_size")
-    lr = check_float(lr, "lr", low=0, low_open=True)
-    check_choice(schedule, "schedule", SCHEDULES)
-    if grad_clip is not None:
-        grad_clip = check_float(grad_clip, "grad_clip", low=0, low_open=True)
-    checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
-    dev = get_device(device)
-    model.to(dev).train()
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = lr_schedule(opt, steps, schedule)
-    losses: list[float] = []
-    start = 0
-    ckpt = Path(checkpoint) if checkpoint is not None else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=dev, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        if sched is not None:
-            sched.load_state_dict(state["sched"])
-        gen.set_state(state["gen"])
-        losses, start = state["losses"], int(state["step"])
-
-    def save(step: int) -> None:
-        if ckpt is not None:
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict() if sched else None,
-                        "gen": gen.get_state(), "losses": losses, "step": step}, ckpt)
-
-    for step in tqdm(range(start, steps), disable=not progress, desc=desc, initial=start, total=steps):
-        idx = torch.randint(n_items, (min(batch_size, n_items),), generator=gen)
-        loss = batch_loss(idx, dev)
-        if not bool(torch.isfinite(loss.detach()).all()):
-            where = f"; {str(ckpt)!r} holds the last good state" if ckpt is not None and ckpt.exists() else ""
-            raise FloatingPointError(f"{desc}: non-finite loss ({float(loss.detach())}) at step {step + 1} on items "
-                                     f"{idx.tolist()[:16]}: no update applied{where}; lower lr or check the data")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
-        if sched is not None:
-            sched.step()
-        losses.append(float(loss.detach()))
-        if (step + 1) % checkpoint_every == 0:
-            save(step + 1)
-    save(steps)
-    return losses
-
-
 def fit_ctc(
     model: nn.Module,
     images: torch.Tensor,
@@ -473,9 +330,7 @@ def fit_ctc(
             cast to the model's dtype), ``words`` not ``N`` strings of the alphabet, or a bad
             optimisation argument (see :func:`fit_proxy`).
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    images, words = _check_images_words(images, words, alphabet, model)
+    images, words = _check_images_words(images, words, alphabet, check_module(model))
     targets, lengths = alphabet.encode(words)
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
@@ -486,16 +341,10 @@ def fit_ctc(
 
 
 def _check_images_words(images: object, words: object, alphabet: object, model: nn.Module) -> tuple[torch.Tensor, list[str]]:
-    """The data check of the recogniser's entry points: images ``(N, C, H, W)`` and ``N`` words."""
-    images = check_input_batch(images, "images", ("N", "C", "H", "W"), dtype=model)
-    if not isinstance(alphabet, Alphabet):
-        raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
-    if isinstance(words, str) or not isinstance(words, Sequence) or not all(isinstance(w, str) for w in words):
-        raise TypeError(f"words must be a sequence of str, got {type(words).__name__}")
-    words = list(words)
-    if images.shape[0] != len(words):
-        raise ValueError(f"images has {images.shape[0]} rows but words has {len(words)}")
-    return images, words
+    """The data check of the recogniser's entry points: images ``(N, C, H, W)``, ``N`` words, an alphabet."""
+    images = check_images(images, model=model)
+    _check_alphabet(alphabet)
+    return images, check_words(words, images.shape[0])
 
 
 @torch.no_grad()
@@ -511,11 +360,8 @@ def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_
     Returns:
         ``N`` strings.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    images = check_input_batch(images, "images", ("N", "C", "H", "W"), dtype=model)
-    if not isinstance(alphabet, Alphabet):
-        raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
+    images = check_images(images, model=check_module(model))
+    _check_alphabet(alphabet)
     batch_size = check_positive_int(batch_size, "batch_size")
     model.eval()
     dev = next(model.parameters()).device
@@ -534,7 +380,5 @@ def evaluate_recognizer(model: nn.Module, images: torch.Tensor, words: Sequence[
         words: their ``N`` transcriptions.
         alphabet: the model's alphabet.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    images, words = _check_images_words(images, words, alphabet, model)
+    images, words = _check_images_words(images, words, alphabet, check_module(model))
     return text_recognition_metrics(recognize(model, images, alphabet), words)
