@@ -18,8 +18,8 @@ __all__ = [
     "check_positive_int",
     "check_float",
     "check_choice",
+    "check_nonneg_int",
     "check_input_batch",
-    "check_nonnegative_int",
 ]
 
 
@@ -162,6 +162,22 @@ def check_choice(value: object, name: str, choices: tuple[object, ...]) -> objec
     return value
 
 
+def check_nonneg_int(v: object, name: str) -> int:
+    """Check that ``v`` is an integer ``>= 0`` (not a bool; numpy integers accepted) and return it."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            import numpy as np
+
+            if not isinstance(v, np.integer):
+                raise TypeError
+            v = int(v)
+        except TypeError:
+            raise TypeError(f"{name} must be an int >= 0, got {type(v).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return int(v)
+
+
 def check_input_batch(
     x: object,
     name: str,
@@ -198,19 +214,3 @@ def check_input_batch(
         x = x.to(dtype)
     check_finite(x, name)
     return x
-
-
-def check_nonnegative_int(k: object, name: str) -> int:
-    """Check that ``k`` is an int ``>= 0`` (not a bool) and return it."""
-    if isinstance(k, bool) or not isinstance(k, int):
-        try:
-            import numpy as np
-
-            if not isinstance(k, np.integer):
-                raise TypeError
-            k = int(k)
-        except TypeError:
-            raise TypeError(f"{name} must be a non-negative int, got {type(k).__name__}") from None
-    if k < 0:
-        raise ValueError(f"{name} must be >= 0, got {k}")
-    return int(k)

@@ -107,7 +107,7 @@ def test_heat_config_and_beta() -> None:
         HEATConfig(lr=0.0)
     with pytest.raises(ValueError, match="lam must be finite"):
         HEATConfig(lam=math.inf)
-    with pytest.raises(TypeError, match="sgld_steps must be a non-negative int"):
+    with pytest.raises(TypeError, match="sgld_steps must be an int >= 0"):
         HEATConfig(sgld_steps=1.5)  # type: ignore[arg-type]
     comp = {"a": HybridEnergy(ClassGaussianEnergy(), 4, **SMALL)}
     with pytest.raises(ValueError, match="beta must be a real number or"):

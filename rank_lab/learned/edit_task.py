@@ -26,7 +26,7 @@ from torch import nn
 
 from rank_lab._validation import (
     check_float,
-    check_nonnegative_int,
+    check_nonneg_int,
     check_positive_int,
 )
 from rank_lab.learned._checks import check_generator, check_images, check_int_matrix, check_words
@@ -171,12 +171,12 @@ class CTCEditPairGenerator:
         if self.n_chars < 2:
             raise ValueError("n_chars must be >= 2 (a substitution needs another character)")
         self.frames = check_positive_int(frames, "frames")
-        min_len, max_len = check_nonnegative_int(min_len, "min_len"), check_positive_int(max_len, "max_len")
+        min_len, max_len = check_nonneg_int(min_len, "min_len"), check_positive_int(max_len, "max_len")
         if not min_len <= max_len or 2 * max_len > frames:
             raise ValueError(f"need min_len <= max_len and 2 * max_len <= frames, got {min_len}, {max_len}, {frames}")
         soften = check_float(soften, "soften", low=0, high=1, high_open=True)
         self.min_len, self.max_len = min_len, max_len
-        self.max_ed = max_len if max_ed is None else check_nonnegative_int(max_ed, "max_ed")
+        self.max_ed = max_len if max_ed is None else check_nonneg_int(max_ed, "max_ed")
         self.soften = soften
         self.candidates = check_positive_int(candidates, "candidates")
 

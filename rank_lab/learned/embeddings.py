@@ -18,7 +18,7 @@ from torch import nn
 from rank_lab._validation import (
     check_float,
     check_input_batch,
-    check_nonnegative_int,
+    check_nonneg_int,
     check_positive_int,
 )
 
@@ -71,7 +71,7 @@ class CharCNN(nn.Module):
         if len(kernel_sizes) != 5:
             raise ValueError(f"kernel_sizes must hold five sizes, got {len(kernel_sizes)}")
         kernel_sizes = [check_positive_int(k, "kernel_sizes") for k in kernel_sizes]
-        pool_after = [check_nonnegative_int(i, "pool_after") for i in pool_after]
+        pool_after = [check_nonneg_int(i, "pool_after") for i in pool_after]
         negative_slope = check_float(negative_slope, "negative_slope")
         layers: list[nn.Module] = []
         c_in, cur = n_classes, length

@@ -34,7 +34,7 @@ from rank_lab._validation import (
     check_finite,
     check_float,
     check_input_batch,
-    check_nonnegative_int,
+    check_nonneg_int,
     check_positive_int,
 )
 from rank_lab.learned._checks import check_module, check_pair
@@ -254,13 +254,13 @@ class LSConfig:
         check_choice(self.source, "source", SOURCES)
         check_positive_int(self.epochs, "epochs")
         for name in ("surrogate_steps", "model_steps"):
-            check_nonnegative_int(getattr(self, name), name)
+            check_nonneg_int(getattr(self, name), name)
         for name in ("surrogate_lr", "model_lr", "fit_weight"):
             check_float(getattr(self, name), name, low=0, low_open=True)
         for name in ("grad_penalty", "grad_target"):
             check_float(getattr(self, name), name, low=0)
         if self.first_surrogate_steps is not None:
-            check_nonnegative_int(self.first_surrogate_steps, "first_surrogate_steps")
+            check_nonneg_int(self.first_surrogate_steps, "first_surrogate_steps")
         if self.global_batch_size is not None:
             check_positive_int(self.global_batch_size, "global_batch_size")
         if self.grad_clip is not None:

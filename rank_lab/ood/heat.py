@@ -36,7 +36,7 @@ from rank_lab._validation import (
     check_embeddings,
     check_float,
     check_input_batch,
-    check_nonnegative_int,
+    check_nonneg_int,
     check_positive_int,
 )
 from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, _check_z
@@ -103,7 +103,7 @@ class HEATConfig:
             raise TypeError(f"betas must be a pair (beta1, beta2), got {self.betas!r}")
         for b in self.betas:
             check_float(b, "betas", low=0, high=1, high_open=True)
-        check_nonnegative_int(self.sgld_steps, "sgld_steps")
+        check_nonneg_int(self.sgld_steps, "sgld_steps")
         _spec(self.step_size, "step_size")
         if self.noise is not None:
             _spec(self.noise, "noise")

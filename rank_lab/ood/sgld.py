@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rank_lab._validation import check_choice, check_finite, check_float, check_nonnegative_int
+from rank_lab._validation import check_choice, check_finite, check_float, check_nonneg_int
 
 __all__ = ["schedule_values", "sgld"]
 
@@ -58,7 +58,7 @@ def schedule_values(spec: ScheduleSpec, steps: int, kind: str = "linear", power:
 
 def _values(spec: ScheduleSpec, steps: int, kind: str, power: float, spec_name: str, kind_name: str) -> list[float]:
     start, end = _spec(spec, spec_name)
-    steps = check_nonnegative_int(steps, "steps")
+    steps = check_nonneg_int(steps, "steps")
     check_choice(kind, kind_name, SCHEDULES)
     power = check_float(power, "power", low=0, low_open=True)
     if kind == "linear":
