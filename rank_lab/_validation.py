@@ -20,6 +20,7 @@ __all__ = [
     "check_choice",
     "check_nonneg_int",
     "check_index",
+    "check_input_batch",
 ]
 
 
@@ -195,3 +196,41 @@ def check_index(idx: object, n_rows: int, size: int, name: str, rows_name: str) 
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
         raise ValueError(f"{name} must lie in [0, {size}), got range [{int(t.min())}, {int(t.max())}]")
     return t.long()
+
+
+def check_input_batch(
+    x: object,
+    name: str,
+    shape: tuple[int | str, ...],
+    *,
+    dtype: torch.dtype | torch.nn.Module | None = None,
+) -> torch.Tensor:
+    """Check a batch fed to a model (a module's ``forward``, a trainer's data) and return it.
+
+    ``x`` must be a floating tensor with ``len(shape)`` dimensions, of size ``shape[i]`` where
+    ``shape[i]`` is an int (a string names a free size, e.g. ``("B", 6)`` for ``(B, 6)``), no
+    dimension of size 0 (an empty batch), and finite values. Integer inputs are refused (their scale
+    is ambiguous: pixels in 0..255, class indices ...). With ``dtype`` (a dtype, or a module: the
+    dtype of its first floating parameter or buffer) a floating ``x`` is cast to it, so float32 and
+    float64 inputs are both accepted by a float32 model; the cast keeps autograd.
+
+    Raises:
+        TypeError: ``x`` is not a tensor, or not floating.
+        ValueError: wrong number of dimensions or size, an empty dimension, NaN or inf; the message
+            names ``name`` and the expected shape.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    want = "(" + ", ".join(str(s) for s in shape) + ")"
+    if x.ndim != len(shape) or any(isinstance(s, int) and x.shape[i] != s for i, s in enumerate(shape)):
+        raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}; expected {want} with no size 0)")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
+    if isinstance(dtype, torch.nn.Module):
+        dtype = next((t.dtype for t in [*dtype.parameters(), *dtype.buffers()] if t.is_floating_point()), None)
+    if dtype is not None and x.dtype != dtype:
+        x = x.to(dtype)
+    check_finite(x, name)
+    return x

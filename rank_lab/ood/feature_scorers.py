@@ -11,7 +11,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_choice,
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_positive_int,
+)
 from rank_lab.ood.energies import ClassGaussianEnergy
 from rank_lab.ood.scorers import Data, OODScorer
 
@@ -40,8 +46,8 @@ class Mahalanobis(OODScorer):
 
     def __init__(self, normalize: bool = False, covariance: str = "tied", reg: float = 1e-6, key: str = "features") -> None:
         super().__init__()
-        if covariance not in ("tied", "class"):
-            raise ValueError(f"covariance must be 'tied' or 'class', got {covariance!r}")
+        check_choice(covariance, "covariance", ("tied", "class"))
+        reg = check_float(reg, "reg", low=0)
         self.normalize, self.covariance, self.reg, self.key = normalize, covariance, reg, key
 
     def fit(self, data: Data) -> Mahalanobis:
@@ -131,6 +137,9 @@ def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, ch
     bank = check_embeddings(bank, "bank")
     if queries.shape[1] != bank.shape[1]:
         raise ValueError(f"queries have d={queries.shape[1]} but bank has d={bank.shape[1]}")
+    if queries.dtype != bank.dtype:  # float32 and float64 mix: compute in the wider type
+        dt = torch.promote_types(queries.dtype, bank.dtype)
+        queries, bank = queries.to(dt), bank.to(dt)
     k = check_positive_int(k, "k")
     if k > bank.shape[0]:
         raise ValueError(f"k = {k} exceeds the number of training features ({bank.shape[0]})")
@@ -161,8 +170,7 @@ class KNN(OODScorer):
     def __init__(self, k: int = 50, device: Any = None, backend: str = "torch") -> None:
         super().__init__()
         self.k = check_positive_int(k, "k")
-        if backend not in ("torch", "faiss"):
-            raise ValueError(f"backend must be 'torch' or 'faiss', got {backend!r}")
+        check_choice(backend, "backend", ("torch", "faiss"))
         self.device, self.backend = device, backend
 
     def fit(self, data: Data) -> KNN:

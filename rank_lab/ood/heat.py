@@ -31,9 +31,16 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from rank_lab._validation import check_embeddings
+from rank_lab._validation import (
+    check_choice,
+    check_embeddings,
+    check_float,
+    check_input_batch,
+    check_nonneg_int,
+    check_positive_int,
+)
 from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, _check_z
-from rank_lab.ood.sgld import sgld
+from rank_lab.ood.sgld import SCHEDULES, _spec, sgld
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["HEATConfig", "ResidualMLP", "HybridEnergy"]
@@ -83,19 +90,25 @@ class HEATConfig:
     normalize: bool = False
 
     def __post_init__(self) -> None:
+        """Check every field (ints positive, rates finite and in range); errors name the field."""
         for name in ("hidden_dim", "n_layers", "epochs", "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_positive_int(getattr(self, name), name)
         if self.n_layers < 2:
             raise ValueError(f"n_layers must be >= 2 (input and output layers), got {self.n_layers}")
-        for name in ("lr", "lam", "input_noise"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.proposal not in ("prior", "normal", "gaussian", "data"):
-            raise ValueError(f"proposal must be 'prior', 'normal', 'gaussian' or 'data', got {self.proposal!r}")
-        if self.schedule not in ("linear", "polynomial"):
-            raise ValueError(f"schedule must be 'linear' or 'polynomial', got {self.schedule!r}")
+        check_float(self.lr, "lr", low=0, low_open=True)
+        for name in ("lam", "input_noise", "grad_scale"):
+            check_float(getattr(self, name), name, low=0)
+        check_float(self.negative_slope, "negative_slope")
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
+            raise TypeError(f"betas must be a pair (beta1, beta2), got {self.betas!r}")
+        for b in self.betas:
+            check_float(b, "betas", low=0, high=1, high_open=True)
+        check_nonneg_int(self.sgld_steps, "sgld_steps")
+        _spec(self.step_size, "step_size")
+        if self.noise is not None:
+            _spec(self.noise, "noise")
+        check_choice(self.proposal, "proposal", ("prior", "normal", "gaussian", "data"))
+        check_choice(self.schedule, "schedule", SCHEDULES)
 
     @classmethod
     def official(cls, prior: str = "gmm", **overrides: object) -> HEATConfig:
@@ -142,7 +155,11 @@ class ResidualMLP(nn.Module):
     def __init__(self, in_dim: int, hidden_dim: int = 1024, n_layers: int = 6, negative_slope: float = 0.2,
                  share_hidden: bool = False) -> None:
         super().__init__()
-        self.in_dim = int(in_dim)
+        self.in_dim = in_dim = check_positive_int(in_dim, "in_dim")
+        hidden_dim, n_layers = check_positive_int(hidden_dim, "hidden_dim"), check_positive_int(n_layers, "n_layers")
+        if n_layers < 2:
+            raise ValueError(f"n_layers must be >= 2 (input and output layers), got {n_layers}")
+        negative_slope = check_float(negative_slope, "negative_slope")
         self.inp = nn.Linear(in_dim, hidden_dim)
         n_hidden = n_layers - 2
         if share_hidden and n_hidden > 0:
@@ -163,6 +180,13 @@ class ResidualMLP(nn.Module):
                 p.copy_((2 * noise - 1).to(p) * bound)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """``E_theta(z)``: ``(N, in_dim) -> (N,)``.
+
+        Raises:
+            ValueError, TypeError: ``z`` is not a finite floating ``(N, in_dim)`` batch with ``N >= 1``
+                (float64 is cast to the weights' dtype).
+        """
+        z = check_input_batch(z, "z", ("N", self.in_dim), dtype=self)
         h = self.act(self.inp(z))
         for lin in self.hidden:
             h = self.act(lin(h))
@@ -184,8 +208,10 @@ class HybridEnergy(nn.Module):
 
     def __init__(self, prior: nn.Module | None, dim: int, config: HEATConfig | None = None, **overrides: object) -> None:
         super().__init__()
+        if config is not None and not isinstance(config, HEATConfig):
+            raise TypeError(f"config must be a HEATConfig, got {type(config).__name__}")
         self.config = replace(config or HEATConfig(), **overrides)  # type: ignore[arg-type]
-        self.dim = int(dim)
+        self.dim = check_positive_int(dim, "dim")
         self.prior = prior if prior is not None else ZeroEnergy()
         c = self.config
         self.residual = ResidualMLP(dim, c.hidden_dim, c.n_layers, c.negative_slope, c.share_hidden)
