@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from rank_lab._validation import as_tensor
+
 __all__ = ["DatasetFolderError", "require_path", "ImageListDataset", "pil_loader"]
 
 
@@ -60,6 +62,11 @@ class ImageListDataset(Dataset):
         loader: opens a path; default :func:`pil_loader`.
 
     Items are ``(transform(image), label)``, with ``label`` a ``torch.long`` scalar or ``(L,)`` row.
+    An empty list (no path, no label) is allowed (e.g. no distractors).
+
+    Raises:
+        TypeError: floating or bool ``labels``.
+        ValueError: ``labels`` not ``(N,)`` / ``(N, L)``, or not one row per path.
     """
 
     def __init__(
@@ -70,9 +77,14 @@ class ImageListDataset(Dataset):
         loader: Callable[[str | Path], Any] = pil_loader,
     ) -> None:
         self.paths = [Path(p) for p in paths]
-        self.labels = torch.as_tensor(labels, dtype=torch.long)
-        if self.labels.shape[0] != len(self.paths):
-            raise ValueError(f"labels has {self.labels.shape[0]} rows but paths has {len(self.paths)}")
+        lab = as_tensor(labels, "labels")
+        if lab.is_floating_point() or lab.is_complex() or lab.dtype == torch.bool:
+            raise TypeError(f"labels must hold integers, got dtype {lab.dtype}")
+        if lab.ndim not in (1, 2):
+            raise ValueError(f"labels must have shape (N,) or (N, L), got {tuple(lab.shape)}")
+        if lab.shape[0] != len(self.paths):
+            raise ValueError(f"labels has {lab.shape[0]} rows but paths has {len(self.paths)}")
+        self.labels = lab.long()
         self.transform = transform
         self.loader = loader
 
