@@ -23,7 +23,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rank_lab._validation import as_tensor, check_finite, check_float, check_labels, check_same_length
+from rank_lab._validation import (
+    as_tensor,
+    check_finite,
+    check_float,
+    check_labels,
+    check_same_length,
+)
 from rank_lab.data.datasets.base import require_path
 from rank_lab.data.splits import OpenSetSplit, _check_seed
 from rank_lab.utils import DeviceLike, get_device

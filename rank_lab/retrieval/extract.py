@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rank_lab._validation import check_finite
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
@@ -37,6 +38,19 @@ __all__ = ["DescriptorNet", "build_descriptor_net", "list_images", "preprocess_i
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 _EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+
+
+def _check_batch(x: object, module: nn.Module, name: str = "x") -> torch.Tensor:
+    """A non-empty, finite, floating batch, cast to the dtype of ``module``'s first floating weight."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor of images, got dtype {x.dtype}")
+    if x.ndim < 1 or x.shape[0] == 0:
+        raise ValueError(f"{name} is an empty batch (shape {tuple(x.shape)})")
+    check_finite(x, name)
+    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), x.dtype)
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 class DescriptorNet(nn.Module):
@@ -53,7 +67,20 @@ class DescriptorNet(nn.Module):
         self.backbone, self.pooling, self.whitening = backbone, pooling, whitening
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, 3, H, W)`` normalised images. Returns ``(B, D)`` L2-normalised descriptors."""
+        """Describe a batch.
+
+        Args:
+            x: ``(B, 3, H, W)`` normalised images (or what the backbone takes, e.g. ``(B, d)``),
+                floating and finite; float64 is cast to the weights' dtype.
+
+        Returns:
+            ``(B, D)`` L2-normalised descriptors.
+
+        Raises:
+            TypeError: ``x`` is not a floating tensor.
+            ValueError: an empty batch, or NaN / inf in ``x``.
+        """
+        x = _check_batch(x, self)
         f = self.backbone(x)
         if f.ndim == 4:
             if self.pooling is None:
@@ -235,8 +262,8 @@ def extract_descriptors(
     """Extract L2-normalised global descriptors ``(N, D)`` from images, batched, resumable.
 
     Args:
-        images: an image folder (recursively, sorted), a list of image files, or an ``(N, 3, H, W)``
-            tensor in ``[0, 1]``.
+        images: an image folder (recursively, sorted), a list of image files, or a floating,
+            finite ``(N, 3, H, W)`` tensor in ``[0, 1]``.
         net: a :class:`DescriptorNet` / any module mapping images to descriptors or feature maps,
             or a backbone name for :func:`build_descriptor_net`.
         pooling: pooling for a named backbone or a module returning feature maps.
@@ -264,6 +291,9 @@ def extract_descriptors(
     if isinstance(images, torch.Tensor):
         if images.ndim != 4 or images.shape[1] != 3:
             raise ValueError(f"images tensor must be (N, 3, H, W), got {tuple(images.shape)}")
+        if not images.is_floating_point():
+            raise TypeError(f"images tensor must be floating in [0, 1], got dtype {images.dtype}")
+        check_finite(images, "images")
         items: list[Any] = list(images)
         ident = [hashlib.sha1(images.detach().cpu().contiguous().numpy().tobytes()).hexdigest()]
     else:

@@ -69,6 +69,7 @@ def knn_self(
     backend: str = "auto",
     device: DeviceLike = None,
     chunk_size: int | None = None,
+    name: str = "k",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest neighbours (inner product) of every row of ``x`` among the rows of ``x``.
 
@@ -79,18 +80,23 @@ def knn_self(
             nearest other items; otherwise the item is excluded by index (never by dropping the
             first neighbour, which is wrong with duplicates).
         backend, device, chunk_size: passed to :func:`rank_lab.metrics.knn_search`.
+        name: how the caller calls ``k`` (named in the errors, e.g. ``"k1"``).
 
     Returns:
         ``(scores (n, k), indices (n, k))`` on the CPU, sorted by decreasing score.
+
+    Raises:
+        ValueError: ``k`` not a positive int or larger than the ``n - 1`` other items (``n`` with
+            ``include_self``).
     """
     from rank_lab.metrics import knn_search
 
     x = check_embeddings(x, "x")
-    k = check_positive_int(k, "k")
+    k = check_positive_int(k, name)
     n = x.shape[0]
     n_other = k - 1 if include_self else k
     if n_other > n - 1:
-        raise ValueError(f"k={k} is too large for n={n} items (include_self={include_self})")
+        raise ValueError(f"{name}={k} is too large for n={n} items (include_self={include_self})")
     cols_s, cols_i = [], []
     if include_self:
         cols_s.append((x * x).sum(1, keepdim=True).cpu())

@@ -129,7 +129,8 @@ def revisited_evaluate(
         scores: ``(Q, n_db)`` query-to-database similarities.
         gnd: ``Q`` ground-truth dicts with ``easy`` / ``hard`` / ``junk`` database indices.
         protocols: subset of ``("easy", "medium", "hard")``.
-        ks: cut-offs of mP@k.
+        ks: cut-offs of mP@k. Any ``k >= 1`` is defined, also beyond the database size: the
+            protocol scores ``P@k_q`` with ``k_q = min(position of the last positive, k)``.
         distractor_scores: ``(Q, N_d)`` similarities to distractors (R1M), negatives for every query.
         ap_kind: ``"trapezoid"`` (the protocol's definition) or ``"noninterp"`` (thesis eq. 3.1).
         chunk_size: queries scored together (memory ``O(chunk (n_db + N_d))``).
@@ -269,8 +270,21 @@ def inter_domain_from_positions(
 def grouped_map(ap: torch.Tensor, groups: object, names: Mapping[int, str] | None = None) -> dict[str, float]:
     """mAP (x 100) over each subset of queries sharing a group value (domain, attribute value).
 
-    NaN APs (queries without positives) are skipped; negative group values (unknown) are ignored.
+    Args:
+        ap: ``(Q,)`` per-query AP in [0, 1]; NaN marks a query without positives and is skipped
+            (a group of such queries gets NaN). Integer APs are cast to float.
+        groups: ``(Q,)`` integer group of every query; negative values (unknown) are ignored.
+        names: optional ``{value: name}`` for the keys.
+
+    Raises:
+        ValueError: ``ap`` holds inf or a value outside [0, 1], or ``groups`` has another shape.
     """
+    ap = as_tensor(ap, "ap").detach().cpu()
+    if not ap.is_floating_point():
+        ap = ap.double()
+    known = ap[~torch.isnan(ap)]
+    if bool(((known < 0) | (known > 1)).any()):
+        raise ValueError("ap must hold APs in [0, 1] (NaN for a query without positives), got inf or a value outside")
     g = as_tensor(groups, "groups").long().cpu()
     if g.shape != ap.shape:
         raise ValueError(f"groups has shape {tuple(g.shape)} but ap has {tuple(ap.shape)}")
@@ -379,15 +393,21 @@ def mean_ci(values: object, level: float = 0.95) -> tuple[float, float]:
     (``ddof = 1``); e.g. ``t = 2.776`` for 5 runs, ``2.064`` for 25.
 
     Args:
-        values: ``(n,)`` results of ``n >= 2`` repeated stochastic runs.
+        values: ``(n,)`` results of ``n >= 2`` repeated stochastic runs (integers are cast to float).
         level: confidence level in ``(0, 1)``.
 
     Returns:
         ``(mean, half_width)``.
+
+    Raises:
+        ValueError: ``values`` not 1-D, shorter than 2 or holding NaN / inf; ``level`` outside (0, 1).
     """
     from scipy import stats
 
-    x = np.asarray(as_tensor(values, "values").double().cpu().numpy(), dtype=np.float64).ravel()
+    t_values = as_tensor(values, "values")
+    if t_values.ndim != 1:
+        raise ValueError(f"values must have shape (n,), got {tuple(t_values.shape)}")
+    x = np.asarray(t_values.double().cpu().numpy(), dtype=np.float64)
     if x.size < 2:
         raise ValueError(f"values needs at least 2 runs for a confidence interval, got {x.size}")
     if not np.isfinite(x).all():

@@ -1,0 +1,113 @@
+"""Regression tests of the bad-input fixes in :mod:`rank_lab.data` and :mod:`rank_lab.retrieval`
+(issue 16): one direct test per defect class, where the matrix's variant alone would not show the rule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rank_lab.data import (
+    ImageListDataset,
+    OpenSetSplit,
+    load_digits,
+    split_by_classes,
+    stratified_split,
+)
+from rank_lab.models import MLPBackbone
+from rank_lab.retrieval import (
+    DescriptorNet,
+    extract_descriptors,
+    grouped_map,
+    l2n,
+    mean_ci,
+    revisited_evaluate,
+)
+
+NAN = float("nan")
+
+
+def _nan_at_0(x: torch.Tensor) -> torch.Tensor:
+    x = x.clone()
+    x.view(-1)[0] = NAN
+    return x
+
+
+# ----------------------------------------------------------------------------- data
+def test_splits_refuse_non_finite_data_and_name_both_sides_of_a_length_mismatch() -> None:
+    x, y = torch.randn(12, 4), torch.arange(12) % 4
+    for split in (lambda a, b: split_by_classes(a, b, (0, 1)), lambda a, b: stratified_split(a, b)):
+        with pytest.raises(ValueError, match=r"^x contains 1 NaN"):
+            split(_nan_at_0(x), y)  # was a silent NaN in the train side
+        with pytest.raises(ValueError, match=r"^x has 4 rows but y has 12"):
+            split(x[0], y)  # was "y has 12 rows but the embeddings have 4"
+        with pytest.raises(TypeError, match=r"^x must be floating"):
+            split(x.long(), y)
+    with pytest.raises(ValueError, match="x_train contains"):
+        OpenSetSplit(_nan_at_0(x[:6]), y[:6], x[6:], y[6:] + 4)
+    with pytest.raises(ValueError, match=r"^x_test has 5 rows but y_test has 6"):
+        OpenSetSplit(x[:6], y[:6], x[6:11], y[6:] + 4)
+
+
+def test_test_fraction_is_checked_even_when_the_open_set_split_ignores_it() -> None:
+    for bad in (-0.5, 1.5, NAN):
+        with pytest.raises(ValueError, match="test_fraction"):
+            load_digits(open_set=True, test_fraction=bad)
+
+
+def test_image_list_labels_must_be_integers_and_an_empty_list_stays_legal() -> None:
+    with pytest.raises(TypeError, match="labels must hold integers"):
+        ImageListDataset(["a.png", "b.png"], [0.5, 1.5])  # was truncated to [0, 1] silently
+    with pytest.raises(ValueError, match="labels must have shape"):
+        ImageListDataset(["a.png"], torch.zeros(1, 1, 1, dtype=torch.long))
+    assert len(ImageListDataset([], torch.zeros(0, dtype=torch.long))) == 0  # e.g. no R1M distractors
+
+
+# ----------------------------------------------------------------------------- retrieval
+def test_l2n_eps_must_be_a_finite_positive_number() -> None:
+    x = torch.randn(3, 4)
+    for bad in (0.0, -1.0, NAN, math.inf):  # inf divided every row to 0, NaN gave NaN rows
+        with pytest.raises(ValueError, match="eps"):
+            l2n(x, eps=bad)
+    torch.testing.assert_close(l2n(torch.zeros(1, 2), eps=1e-3), torch.zeros(1, 2))
+
+
+def test_grouped_map_skips_nan_ap_but_refuses_inf_and_casts_integers() -> None:
+    groups = torch.tensor([0, 0, 1])
+    assert grouped_map(torch.tensor([0.5, NAN, 1.0]), groups) == {"0": 50.0, "1": 100.0}  # documented rule
+    for bad in (math.inf, -math.inf, 1.5):
+        with pytest.raises(ValueError, match="ap must hold APs in"):
+            grouped_map(torch.tensor([0.5, bad, 1.0]), groups)
+    assert grouped_map(torch.tensor([1, 0, 1]), groups) == {"0": 50.0, "1": 100.0}  # was a mean() dtype error
+
+
+def test_mean_ci_wants_one_dimension_of_runs() -> None:
+    with pytest.raises(ValueError, match=r"values must have shape \(n,\)"):
+        mean_ci([[0.5, 0.6, 0.7]])  # was flattened silently
+    assert mean_ci([1, 2, 3]) == pytest.approx(mean_ci([1.0, 2.0, 3.0]))
+
+
+def test_revisited_mp_at_k_beyond_the_database_is_the_protocols_k_q() -> None:
+    # hand-worked (tests/test_protocols.py): hard protocol, last positive at position 2 -> k_q = 2 for any k >= 2
+    scores = torch.tensor([[0.9, 0.8, 0.7, 0.6, 0.5]])
+    gnd = [{"easy": [0], "hard": [3], "junk": [1]}]
+    res = revisited_evaluate(scores, gnd, ks=(2, 5, 100))["hard"]
+    assert res["mP@2"] == res["mP@5"] == res["mP@100"] == pytest.approx(50.0)
+
+
+def test_descriptor_net_checks_its_batch_and_accepts_float64() -> None:
+    torch.manual_seed(0)
+    net = DescriptorNet(MLPBackbone(4, (4,)))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(net(x.double()), net(x))  # was "mat1 and mat2 must have the same dtype"
+    with pytest.raises(TypeError, match="x must be a floating tensor"):
+        net(x.long())
+    with pytest.raises(ValueError, match="x is an empty batch"):
+        net(x[:0])  # was an obscure reshape error
+    with pytest.raises(ValueError, match="x contains 4 NaN or inf"):
+        net(torch.cat([x[:2], torch.full((1, 4), math.inf)]))
+    with pytest.raises(TypeError, match="images tensor must be floating"):
+        extract_descriptors(torch.ones(2, 3, 8, 8, dtype=torch.long), "tiny_cnn", image_size=None, progress=False)
+    with pytest.raises(ValueError, match="images contains"):
+        extract_descriptors(_nan_at_0(torch.rand(2, 3, 8, 8)), "tiny_cnn", image_size=None, progress=False)
