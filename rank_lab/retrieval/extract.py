@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_finite
+from rank_lab._validation import check_finite, check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
@@ -133,7 +134,11 @@ def build_descriptor_net(
 
 
 def list_images(folder: str | Path, extensions: Sequence[str] = _EXTS) -> list[Path]:
-    """All image files under ``folder`` (recursively), sorted by relative path."""
+    """All image files under ``folder`` (recursively), sorted by relative path.
+
+    Raises:
+        DatasetFolderError: ``folder`` is missing or holds no image with one of ``extensions``.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise DatasetFolderError(f"image folder {str(folder)!r} does not exist or is not a folder")
@@ -160,19 +165,39 @@ def preprocess_image(
 
     Returns:
         ``(3, H', W')`` float tensor in ``[0, 1]`` (not mean/std normalised).
+
+    Raises:
+        TypeError: ``image`` neither a PIL image nor a floating tensor.
+        ValueError: a tensor not ``(3, H, W)``, empty or with NaN / inf; ``image_size`` not a
+            positive int (or None); ``center_crop`` outside (0, 1]; a ``box`` not of 4 finite numbers.
     """
     import torchvision.transforms.functional as TF
 
-    x = image if isinstance(image, torch.Tensor) else TF.to_tensor(image.convert("RGB"))
+    if image_size is not None:
+        image_size = check_positive_int(image_size, "image_size")
+    if isinstance(image, torch.Tensor):
+        if not image.is_floating_point():
+            raise TypeError(f"image must be a floating tensor in [0, 1], got dtype {image.dtype}")
+        x = image
+    elif hasattr(image, "convert"):
+        x = TF.to_tensor(image.convert("RGB"))
+    else:
+        raise TypeError(f"image must be a PIL image or a (3, H, W) tensor, got {type(image).__name__}")
     if x.ndim != 3 or x.shape[0] != 3:
         raise ValueError(f"image must be (3, H, W), got {tuple(x.shape)}")
+    if x.shape[1] == 0 or x.shape[2] == 0:
+        raise ValueError(f"image is empty (shape {tuple(x.shape)})")
+    check_finite(x, "image")
     if box is not None:
-        x1, y1, x2, y2 = (int(round(float(v))) for v in box)
+        b = [float(v) for v in box]
+        if len(b) != 4 or not all(math.isfinite(v) for v in b):
+            raise ValueError(f"box must be 4 finite numbers [x1, y1, x2, y2], got {list(box)}")
+        x1, y1, x2, y2 = (int(round(v)) for v in b)
         x = x[:, max(y1, 0) : max(y2, y1 + 1), max(x1, 0) : max(x2, x1 + 1)]
     if grayscale:
         x = (0.299 * x[0] + 0.587 * x[1] + 0.114 * x[2])[None].expand(3, -1, -1)
     if center_crop is not None:
-        if not 0 < center_crop <= 1:
+        if isinstance(center_crop, bool) or not isinstance(center_crop, (int, float)) or not 0 < center_crop <= 1:
             raise ValueError(f"center_crop must be in (0, 1], got {center_crop}")
         h, w = x.shape[-2:]
         ch, cw = max(1, round(h * center_crop)), max(1, round(w * center_crop))

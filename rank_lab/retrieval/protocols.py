@@ -68,6 +68,23 @@ REVISITED_PROTOCOLS = ("easy", "medium", "hard")
 # ----------------------------------------------------------------------------- revisited
 
 
+def _check_positions(positions: object, valid: object, p_name: str, v_name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(c, P)`` integer 1-based positions and a same-shape bool mask (shape / dtype only: cheap)."""
+    pos = as_tensor(positions, p_name)
+    ok = as_tensor(valid, v_name)
+    if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
+        raise TypeError(f"{p_name} must hold integer positions, got dtype {pos.dtype}")
+    if ok.dtype != torch.bool:
+        raise TypeError(f"{v_name} must be a bool mask, got dtype {ok.dtype}")
+    if pos.ndim != 2:
+        raise ValueError(f"{p_name} must have shape (c, P), got {tuple(pos.shape)}")
+    if ok.shape != pos.shape:
+        raise ValueError(f"{v_name} has shape {tuple(ok.shape)} but {p_name} has {tuple(pos.shape)}")
+    if bool((pos[ok] < 1).any()):
+        raise ValueError(f"{p_name} must hold 1-based positions (>= 1) where {v_name} is True")
+    return pos, ok
+
+
 def revisited_masks(gnd: Mapping[str, Any], n_db: int, protocol: str) -> tuple[np.ndarray, np.ndarray]:
     """Positive and ignored (junk) masks ``(n_db,)`` of one query for ``protocol``.
 
@@ -76,7 +93,11 @@ def revisited_masks(gnd: Mapping[str, Any], n_db: int, protocol: str) -> tuple[n
             indices, as in ``gnd_roxford5k.pkl``).
         n_db: database size.
         protocol: ``"easy"``, ``"medium"`` or ``"hard"``.
+
+    Raises:
+        ValueError: unknown ``protocol``, ``n_db`` not a positive int, indices outside ``[0, n_db)``.
     """
+    n_db = check_positive_int(n_db, "n_db")
     if protocol not in REVISITED_PROTOCOLS:
         raise ValueError(f"protocol must be one of {REVISITED_PROTOCOLS}, got {protocol!r}")
     sets = {}
@@ -99,13 +120,27 @@ def trapezoid_ap_from_positions(positions: torch.Tensor, valid: torch.Tensor) ->
 
     ``AP = (1/R) sum_j ((j / r_j if r_j > 0 else 1) + (j + 1)/(r_j + 1)) / 2`` with ``r_j =
     positions_j - 1`` (0-based) and ``j`` the 0-based index among the positives.
+
+    Args:
+        positions: ``(c, P)`` integer 1-based positions (from
+            :func:`rank_lab.metrics.positive_positions`).
+        valid: ``(c, P)`` bool, which entries are positives.
+
+    Returns:
+        ``(c,)`` float64 AP (0 for a row without positive).
+
+    Raises:
+        TypeError / ValueError: non-integer ``positions``, non-bool ``valid``, other shapes, a
+            position below 1.
     """
+    positions, valid = _check_positions(positions, valid, "positions", "valid")
     r = positions.to(torch.float64) - 1.0
     j = torch.arange(positions.shape[1], dtype=torch.float64)[None, :]
     p0 = torch.where(r > 0, j / r.clamp_min(1.0), torch.ones_like(r))
     p1 = (j + 1) / (r + 1)
     n_pos = valid.sum(1).to(torch.float64).clamp_min(1.0)
-    return (((p0 + p1) / 2) * valid).sum(1) / n_pos
+    terms = torch.where(valid, (p0 + p1) / 2, torch.zeros_like(p1))  # padding never enters (even a 0)
+    return terms.sum(1) / n_pos
 
 
 def _noninterp_ap(positions: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -256,7 +291,23 @@ class CrossDomainReport:
 def inter_domain_from_positions(
     pos_all: torch.Tensor, valid_all: torch.Tensor, pos_cross: torch.Tensor, valid_cross: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``P1`` and ``APD`` per query from positive positions (NaN without a cross-domain positive)."""
+    """``P1`` and ``APD`` per query from positive positions (NaN without a cross-domain positive).
+
+    Args:
+        pos_all, valid_all: ``(Q, P)`` positions of all the positives and their mask.
+        pos_cross, valid_cross: ``(Q, P')`` positions of the cross-domain positives and their mask.
+
+    Returns:
+        ``(p1 (Q,), apd (Q,))`` float64; NaN marks a query without a cross-domain positive (the
+        protocol skips it, see the module docstring).
+
+    Raises:
+        TypeError / ValueError: non-integer positions, non-bool masks, mismatched shapes.
+    """
+    pos_all, valid_all = _check_positions(pos_all, valid_all, "pos_all", "valid_all")
+    pos_cross, valid_cross = _check_positions(pos_cross, valid_cross, "pos_cross", "valid_cross")
+    if pos_cross.shape[0] != pos_all.shape[0]:
+        raise ValueError(f"pos_cross has {pos_cross.shape[0]} rows but pos_all has {pos_all.shape[0]}")
     n_all = valid_all.sum(1).to(torch.float64)
     n_cross = valid_cross.sum(1).to(torch.float64)
     mean_all = (pos_all.to(torch.float64) * valid_all).sum(1) / n_all.clamp_min(1)

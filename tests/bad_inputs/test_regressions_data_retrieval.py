@@ -111,3 +111,42 @@ def test_descriptor_net_checks_its_batch_and_accepts_float64() -> None:
         extract_descriptors(torch.ones(2, 3, 8, 8, dtype=torch.long), "tiny_cnn", image_size=None, progress=False)
     with pytest.raises(ValueError, match="images contains"):
         extract_descriptors(_nan_at_0(torch.rand(2, 3, 8, 8)), "tiny_cnn", image_size=None, progress=False)
+
+
+def test_graph_helpers_refuse_non_finite_values_and_name_their_arguments() -> None:
+    import scipy.sparse as sp
+
+    from rank_lab.retrieval.graph import (
+        knn_self,
+        mutual_affinity,
+        sparse_operator,
+        sparse_rows_to_dense,
+    )
+
+    x = torch.nn.functional.normalize(torch.randn(10, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    s, i = knn_self(x, 3, backend="torch")
+    for bad in (NAN, math.inf):  # NaN gave a NaN gamma stored in the graph, inf a 0/1 graph
+        with pytest.raises(ValueError, match="gamma"):
+            mutual_affinity(s, i, 10, gamma=bad)
+    w = mutual_affinity(s, i, 10)
+    op = sparse_operator(w)
+    with pytest.raises(ValueError, match="v contains"):
+        op(_nan_at_0(torch.ones(10, 2)))
+    torch.testing.assert_close(sparse_operator(w, check_inputs=False)(torch.ones(10, 2)), op(torch.ones(10, 2)))
+    bad_w = sp.csr_matrix(w, copy=True)
+    bad_w.data[0] = NAN
+    with pytest.raises(ValueError, match="m holds 1 NaN"):
+        sparse_operator(bad_w)
+    # rows given as a torch tensor (the documented type) used to fail inside scipy's indexing
+    torch.testing.assert_close(sparse_rows_to_dense(w, torch.tensor([0, 2])), torch.from_numpy(w.toarray()[[0, 2]]))
+
+
+def test_trapezoid_ap_ignores_any_padding_value() -> None:
+    from rank_lab.retrieval.protocols import trapezoid_ap_from_positions
+
+    valid = torch.tensor([[True, True, False]])
+    a = trapezoid_ap_from_positions(torch.tensor([[2, 5, 1]]), valid)
+    b = trapezoid_ap_from_positions(torch.tensor([[2, 5, 10**6]]), valid)
+    assert torch.equal(a, b) and not torch.isnan(a).any()  # a padded slot used to give 0 * inf = NaN
+    # hand-worked: positions 2 and 5 -> (1/2) [((0/1) + (1/2))/2 + ((1/4) + (2/5))/2]
+    assert float(a) == pytest.approx(0.5 * ((0 + 0.5) / 2 + (0.25 + 0.4) / 2))
