@@ -92,9 +92,13 @@ def _read_csv(path: Path) -> dict[str, dict[str, float]]:
 def load_sf300(root: str | Path, split: str = "test") -> SF300Dataset:
     """Load one split of an SF300-style folder (layout in the module docstring).
 
+    ``split`` is the name of a sub-folder of ``root`` (``"train"`` / ``"test"`` in the assumed layout).
+
     Raises:
-        DatasetFolderError: missing split folder, no class folder or no image.
+        DatasetFolderError: missing root or split folder (naming ``split``), no class folder or no image.
     """
+    if Path(root).is_dir() and not (Path(root) / str(split)).is_dir():
+        raise DatasetFolderError(f"SF300: no folder for split={split!r} inside {str(root)!r}. {_LAYOUT}")
     split_dir = require_path(root, split, "SF300", _LAYOUT)
     class_dirs = sorted(p for p in split_dir.iterdir() if p.is_dir())
     if not class_dirs:
