@@ -184,6 +184,11 @@ def stratified_split(
     )
 
 
+def _check_test_fraction(test_fraction: object) -> None:
+    """Checked even when ``open_set=True`` leaves it unused: a bad value is never accepted silently."""
+    check_float(test_fraction, "test_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
+
+
 def _finish(
     images: np.ndarray,
     labels: np.ndarray,
@@ -203,8 +208,6 @@ def _finish(
     """Images ``(N, H, W)`` -> float tensors in [0, 1] ``(N, 1, H, W)`` (or ``(N, H*W)``) + split."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch dtype, got {dtype!r}")
-    # checked even when open_set=True leaves it unused: a bad value is never accepted silently
-    check_float(test_fraction, "test_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
     x = torch.from_numpy(np.asarray(images, dtype=np.float64) / max_value).to(dtype)
     x = x.reshape(x.shape[0], -1) if flatten else x[:, None]
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
@@ -252,6 +255,7 @@ def load_digits(
     """
     from sklearn.datasets import load_digits as _sk_load_digits
 
+    _check_test_fraction(test_fraction)
     bunch = _sk_load_digits()
     return _finish(
         bunch.images, bunch.target, 16.0, open_set=open_set, train_classes=train_classes,
@@ -333,6 +337,7 @@ def load_animal_mnist(
         ImportError: ``animal_mnist`` is not installed and no ``data_dir`` is given.
         DatasetFolderError: ``data_dir`` lacks one of the files.
     """
+    _check_test_fraction(test_fraction)
     layout = "Expected animal_data_version_3.gz and animal_label_version_3.gz (from animal_mnist)."
     root = _animal_mnist_folder() if data_dir is None else Path(data_dir)
     data_path = require_path(root, "animal_data_version_3.gz", "animal_mnist", layout)

@@ -89,7 +89,7 @@ def normalize_category(text: str) -> str:
     ``"https://commons.wikimedia.org/wiki/Category:Waterfalls"`` -> ``"waterfalls"``.
     """
     if not isinstance(text, str):
-        raise TypeError(f"a category must be a str, got {type(text).__name__}")
+        raise TypeError(f"text must be a str (a category), got {type(text).__name__}")
     s = unicodedata.normalize("NFKC", text).strip()
     s = re.sub(r"^https?://\S*?/wiki/", "", s)
     s = re.sub(r"^(category|wd|q\d+)\s*:\s*", "", s, flags=re.IGNORECASE)

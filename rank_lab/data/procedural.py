@@ -64,8 +64,13 @@ class MultiSourceImages:
             raise TypeError(f"images must be floating in [0, 1], got dtype {x.dtype}")
         check_finite(x, "images")
         n = x.shape[0]
-        self.labels = check_labels(self.labels, n, "labels")
-        self.domains = check_labels(self.domains, n, "domains")
+        if n == 0:
+            raise ValueError("images is empty (N = 0)")
+        for name in ("labels", "domains"):
+            y = check_labels(getattr(self, name), None, name)
+            if y.shape[0] != n:
+                raise ValueError(f"{name} has {y.shape[0]} rows but images has {n}")
+            setattr(self, name, y)
         if bool((self.domains < 0).any()) or bool((self.domains >= len(self.source_names)).any()):
             raise ValueError(f"domains must index source_names ({len(self.source_names)} sources)")
         for k, v in self.attributes.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import rank_lab.data as D
 
+from . import entries_datasets, entries_fixtures
 from .factories import emb, hier_labels, labels
 from .framework import cls, fn
 
@@ -40,3 +41,5 @@ ENTRIES = [
     cls(D.ImageListDataset, lambda: dict(paths=["a.png", "b.png"], labels=[0, 1]), {"labels": "labels"}, rows=(("paths", "labels"),)),
     fn(D.require_path, lambda: dict(root="/", relative="tmp", dataset="x"), {"root": "path"}),
 ]
+
+ENTRIES += [*entries_datasets.ENTRIES, *entries_fixtures.ENTRIES]
