@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -150,3 +151,111 @@ def test_trapezoid_ap_ignores_any_padding_value() -> None:
     assert torch.equal(a, b) and not torch.isnan(a).any()  # a padded slot used to give 0 * inf = NaN
     # hand-worked: positions 2 and 5 -> (1/2) [((0/1) + (1/2))/2 + ((1/4) + (2/5))/2]
     assert float(a) == pytest.approx(0.5 * ((0 + 0.5) / 2 + (0.25 + 0.4) / 2))
+
+
+# ----------------------------------------------------------------------------- dataset loaders
+def test_loaders_check_image_size_and_transform_whatever_the_transform(tmp_path) -> None:
+    from rank_lab.data.datasets.sop import load_sop
+    from rank_lab.data.datasets.transforms import default_transform
+    from rank_lab.data.fixtures import write_fixture
+
+    root = write_fixture("sop", tmp_path, n_classes=2, per_class=1, size=4)
+    with pytest.raises(TypeError, match="image_size"):
+        default_transform(False, image_size=1.5)  # was int(1.5) = 1, a 1-pixel crop
+    with pytest.raises(ValueError, match="image_size"):
+        load_sop(root, transform=None, image_size=0)  # was ignored without the default transform
+    with pytest.raises(ValueError, match="transform"):
+        load_sop(root, transform="bogus")
+    assert len(load_sop(root, transform=None)) == 2
+
+
+def test_loader_helpers_refuse_what_they_used_to_accept_silently(tmp_path) -> None:
+    from rank_lab.data.datasets import DatasetFolderError
+    from rank_lab.data.datasets.base import pil_loader
+    from rank_lab.data.datasets.cifar import ArrayImageDataset
+    from rank_lab.data.datasets.dyml import dyml_average
+    from rank_lab.data.datasets.landuse import load_landuse
+    from rank_lab.data.datasets.ood_sets import LMDBImageDataset, list_images, load_textures
+    from rank_lab.data.datasets.sources import torchvision_download
+    from rank_lab.data.fixtures import write_fixture
+
+    with pytest.raises(DatasetFolderError, match="does not exist"):
+        list_images(tmp_path / "nope")  # was an empty list
+    with pytest.raises(TypeError, match="db_paths must be a list"):
+        LMDBImageDataset(str(tmp_path))  # was split into one "path" per character
+    tex = write_fixture("textures", tmp_path / "tex", n_classes=2, per_class=3, size=4)
+    with pytest.raises(ValueError, match="partition"):
+        load_textures(tex, partition=11)  # checked also without a split
+    land = write_fixture("landuse", tmp_path / "land", n_classes=2, per_class=5, size=4)
+    with pytest.raises(ValueError, match="min_per_class"):
+        load_landuse(land, "ucm", min_per_class=0)
+    levels = {lvl: {"mAP": 50.0} for lvl in ("fine", "middle", "coarse")}
+    assert dyml_average(levels, ("mAP",)) == {"mAP": 50.0}
+    with pytest.raises(ValueError, match="per_level holds a NaN"):
+        dyml_average({**levels, "fine": {"mAP": NAN}}, ("mAP",))  # was a NaN average
+    with pytest.raises(ValueError, match="split must be one of"):
+        torchvision_download("textures", tmp_path, split="test")  # DTD comes whole: was ignored
+    with pytest.raises(TypeError, match="labels must hold integers"):
+        ArrayImageDataset(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.tensor([0.5, 1.5]))
+    with pytest.raises(TypeError, match="transform must be a callable"):
+        ArrayImageDataset(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.tensor([0, 1]), "default")
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(DatasetFolderError, match="bad.jpg.*is not a readable image"):
+        pil_loader(bad)
+
+
+def test_sf300_split_is_train_test_or_an_existing_folder(tmp_path) -> None:
+    from rank_lab.data.datasets import DatasetFolderError
+    from rank_lab.data.datasets.sf300 import load_sf300
+    from rank_lab.data.fixtures.search import write_sf300
+
+    write_sf300(tmp_path, "test", {"c1": 1}, size=4)
+    write_sf300(tmp_path, "extra_views", {"c1": 1}, size=4)
+    assert len(load_sf300(tmp_path, "extra_views")) == 1  # any folder of the layout
+    with pytest.raises(ValueError, match="split must be 'train', 'test' or a folder"):
+        load_sf300(tmp_path, "bogus")
+    with pytest.raises(DatasetFolderError, match="train"):
+        load_sf300(tmp_path, "train")  # the layout's split, missing: a folder error
+
+
+# ----------------------------------------------------------------------------- writers and generators
+def test_fixture_writers_refuse_bad_counts_before_writing(tmp_path) -> None:
+    from rank_lab.data.fixtures import write_image
+    from rank_lab.data.fixtures.ood import write_svhn
+    from rank_lab.data.fixtures.retrieval import cub_fixture
+
+    for kw, name in (({"n_classes": 0}, "n_classes"), ({"per_class": 1.5}, "per_class"), ({"size": -1}, "size"),
+                     ({"seed": -1}, "seed")):
+        with pytest.raises((TypeError, ValueError), match=name):
+            cub_fixture(tmp_path / "cub", **kw)
+    assert not (tmp_path / "cub").exists()  # nothing half-written
+    with pytest.raises(ValueError, match="colour"):
+        write_image(tmp_path / "a.png", (1, 2, 300))
+    with pytest.raises(ValueError, match="colour 'bogus'"):
+        write_image(tmp_path / "a.png", "bogus")
+    with pytest.raises(ValueError, match="x must be uint8"):
+        write_svhn(tmp_path, "test", np.zeros((32, 32, 3, 2), dtype=np.float32), np.array([[1], [2]]))
+
+
+def test_generators_refuse_non_finite_parameters_and_images(tmp_path) -> None:
+    from rank_lab.data.landmark_hierarchy import MappingRule, cluster_categories
+    from rank_lab.data.procedural import make_multi_source_images, write_image_folder
+    from rank_lab.retrieval.synthetic import bridged_clusters
+
+    with pytest.raises(ValueError, match="noise"):
+        make_multi_source_images(2, 1, image_size=8, noise=NAN)  # was NaN pixels clamped to black
+    with pytest.raises(ValueError, match="images contains"):
+        write_image_folder(_nan_at_0(torch.rand(1, 3, 4, 4)), tmp_path, ["a.png"])  # was written as 0
+    with pytest.raises(ValueError, match="natural_or_human_made"):
+        MappingRule("lake", "Lake", "maybe")
+    x = np.random.default_rng(0).normal(size=(4, 3))
+    with pytest.raises(TypeError, match="k must be a positive int"):
+        cluster_categories(x, k=1.5)  # was int(1.5) = 1 cluster
+    x_nan = x.copy()
+    x_nan[0, 0] = NAN
+    with pytest.raises(ValueError, match="embeddings contains 1 NaN"):
+        cluster_categories(x_nan, k=2)  # was sklearn's "Input X contains NaN"
+    assert sorted(set(cluster_categories(x, k=50).tolist())) == [0, 1, 2, 3]  # capped: one cluster per category
+    with pytest.raises(ValueError, match="dim must be >= 3"):
+        bridged_clusters(2, 2, dim=2)  # was NaN descriptors (no second orthogonal direction)
