@@ -18,6 +18,9 @@ __all__ = [
     "check_positive_int",
     "check_float",
     "check_choice",
+    "check_int_tensor",
+    "check_sparse",
+    "check_batch",
 ]
 
 
@@ -158,3 +161,74 @@ def check_choice(value: object, name: str, choices: tuple[object, ...]) -> objec
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
+
+
+def check_int_tensor(x: object, name: str, ndim: int | None = None) -> torch.Tensor:
+    """Check an integer (not bool) tensor of indices / positions, of ``ndim`` dims when given.
+
+    Returns:
+        The tensor as ``torch.long``.
+
+    Raises:
+        TypeError: floating, complex or bool values. ValueError: another number of dims.
+    """
+    t = as_tensor(x, name)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")
+    if ndim is not None and t.ndim != ndim:
+        shape = {1: "(M,)", 2: "(n, k)"}.get(ndim, f"{ndim} dims")
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+    return t.long()
+
+
+def check_sparse(m: object, name: str, *, allow_neg_inf: bool = False) -> object:
+    """Check a 2-D scipy sparse matrix (or dense array) with finite stored values.
+
+    Args:
+        m: the matrix.
+        name: the argument's name, for the messages.
+        allow_neg_inf: accept stored ``-inf`` (entries masked out); NaN and ``+inf`` never.
+
+    Returns:
+        ``m`` as a ``scipy.sparse.csr_matrix`` (no copy when it is one).
+
+    Raises:
+        TypeError: not convertible to a 2-D sparse matrix. ValueError: NaN / inf stored values.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    try:
+        out = sp.csr_matrix(m)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a 2-D scipy sparse matrix or array, got {type(m).__name__}") from exc
+    bad = np.isnan(out.data) | (out.data == np.inf) | ((out.data == -np.inf) & (not allow_neg_inf))
+    if bad.any():
+        raise ValueError(f"{name} holds {int(bad.sum())} NaN or inf value(s)")
+    return out
+
+
+def check_batch(x: object, name: str = "x", like: torch.nn.Module | None = None) -> torch.Tensor:
+    """Check a module's input batch: a floating, finite tensor with a non-empty first dim.
+
+    Args:
+        x: the batch ``(B, ...)``.
+        name: the argument's name, for the messages.
+        like: cast ``x`` to the dtype of this module's first floating weight (float32 and float64
+            are both accepted package-wide); None keeps the dtype.
+
+    Raises:
+        TypeError: not a floating tensor. ValueError: an empty batch, NaN or inf.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
+    if x.ndim < 1 or x.shape[0] == 0:
+        raise ValueError(f"{name} is an empty batch (shape {tuple(x.shape)})")
+    check_finite(x, name)
+    if like is not None:
+        dtype = next((p.dtype for p in like.parameters() if p.is_floating_point()), x.dtype)
+        if x.dtype != dtype:
+            x = x.to(dtype)
+    return x

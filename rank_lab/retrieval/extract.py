@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_finite, check_positive_int
+from rank_lab._validation import check_batch, check_finite, check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
@@ -39,19 +39,6 @@ __all__ = ["DescriptorNet", "build_descriptor_net", "list_images", "preprocess_i
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 _EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
-
-
-def _check_batch(x: object, module: nn.Module, name: str = "x") -> torch.Tensor:
-    """A non-empty, finite, floating batch, cast to the dtype of ``module``'s first floating weight."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor of images, got dtype {x.dtype}")
-    if x.ndim < 1 or x.shape[0] == 0:
-        raise ValueError(f"{name} is an empty batch (shape {tuple(x.shape)})")
-    check_finite(x, name)
-    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), x.dtype)
-    return x if x.dtype == dtype else x.to(dtype)
 
 
 class DescriptorNet(nn.Module):
@@ -81,7 +68,7 @@ class DescriptorNet(nn.Module):
             TypeError: ``x`` is not a floating tensor.
             ValueError: an empty batch, or NaN / inf in ``x``.
         """
-        x = _check_batch(x, self)
+        x = check_batch(x, "x", like=self)
         f = self.backbone(x)
         if f.ndim == 4:
             if self.pooling is None:
@@ -175,18 +162,13 @@ def preprocess_image(
 
     if image_size is not None:
         image_size = check_positive_int(image_size, "image_size")
-    if isinstance(image, torch.Tensor):
-        if not image.is_floating_point():
-            raise TypeError(f"image must be a floating tensor in [0, 1], got dtype {image.dtype}")
-        x = image
-    elif hasattr(image, "convert"):
-        x = TF.to_tensor(image.convert("RGB"))
-    else:
+    if not isinstance(image, torch.Tensor) and not hasattr(image, "convert"):
         raise TypeError(f"image must be a PIL image or a (3, H, W) tensor, got {type(image).__name__}")
-    if x.ndim != 3 or x.shape[0] != 3:
-        raise ValueError(f"image must be (3, H, W), got {tuple(x.shape)}")
-    if x.shape[1] == 0 or x.shape[2] == 0:
-        raise ValueError(f"image is empty (shape {tuple(x.shape)})")
+    x = image if isinstance(image, torch.Tensor) else TF.to_tensor(image.convert("RGB"))
+    if not x.is_floating_point():
+        raise TypeError(f"image must be a floating tensor in [0, 1], got dtype {x.dtype}")
+    if x.ndim != 3 or x.shape[0] != 3 or x.shape[1] == 0 or x.shape[2] == 0:
+        raise ValueError(f"image must be a non-empty (3, H, W) tensor, got {tuple(x.shape)}")
     check_finite(x, "image")
     if box is not None:
         b = [float(v) for v in box]

@@ -28,7 +28,9 @@ from rank_lab._validation import (
     check_embeddings,
     check_finite,
     check_float,
+    check_int_tensor,
     check_positive_int,
+    check_sparse,
 )
 from rank_lab.utils import DeviceLike
 
@@ -53,37 +55,6 @@ DENSE_LIMIT = 8192
 Symmetrize = Literal["mean", "sum", "min", "max", "none"]
 
 
-def _csr(m: object, name: str, *, allow_neg_inf: bool = False) -> sp.csr_matrix:
-    """``m`` (scipy sparse or dense 2-D) as CSR with finite stored values (``-inf`` if allowed)."""
-    try:
-        out = sp.csr_matrix(m)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a 2-D scipy sparse matrix or array, got {type(m).__name__}") from exc
-    bad = np.isnan(out.data) | (out.data == np.inf) | ((out.data == -np.inf) & (not allow_neg_inf))
-    if bad.any():
-        raise ValueError(f"{name} holds {int(bad.sum())} NaN or inf value(s)")
-    return out
-
-
-def _count(v: object, name: str) -> int:
-    """A non-negative int (not a bool)."""
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be a non-negative int, got {type(v).__name__}")
-    if v < 0:
-        raise ValueError(f"{name} must be >= 0, got {v}")
-    return int(v)
-
-
-def _index_matrix(indices: object, name: str) -> torch.Tensor:
-    """``(n, k)`` integer neighbour lists (negative = padding)."""
-    t = as_tensor(indices, name)
-    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer indices, got dtype {t.dtype}")
-    if t.ndim != 2:
-        raise ValueError(f"{name} must have shape (n, k), got {tuple(t.shape)}")
-    return t.long()
-
-
 def check_dense_ok(n_rows: int, n_cols: int, what: str, allow_dense: bool = False) -> None:
     """Raise ``ValueError`` if a dense ``n_rows x n_cols`` matrix would exceed ``DENSE_LIMIT^2`` entries.
 
@@ -91,9 +62,11 @@ def check_dense_ok(n_rows: int, n_cols: int, what: str, allow_dense: bool = Fals
     queries is fine even for a large gallery.
 
     Raises:
-        TypeError / ValueError: ``n_rows`` or ``n_cols`` not a non-negative int.
+        ValueError: ``n_rows`` or ``n_cols`` not a non-negative int.
     """
-    n_rows, n_cols = _count(n_rows, "n_rows"), _count(n_cols, "n_cols")
+    for name, v in (("n_rows", n_rows), ("n_cols", n_cols)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
     if n_rows * n_cols > DENSE_LIMIT**2 and not allow_dense:
         raise ValueError(
             f"{what}: a dense {n_rows} x {n_cols} matrix would be built (more than DENSE_LIMIT^2 = "
@@ -164,7 +137,7 @@ def sparse_from_knn(indices: torch.Tensor, values: torch.Tensor | None, n_cols: 
             with NaN / inf at a kept entry, an index ``>= n_cols``, ``n_cols`` not a positive int.
     """
     n_cols = check_positive_int(n_cols, "n_cols")
-    idx = _index_matrix(indices, "indices").detach().cpu().numpy()
+    idx = check_int_tensor(indices, "indices", 2).detach().cpu().numpy()
     n, k = idx.shape
     if idx.size and int(idx.max()) >= n_cols:
         raise ValueError(f"indices holds column {int(idx.max())} but n_cols={n_cols}")
@@ -191,7 +164,7 @@ def symmetrize(a: sp.spmatrix, how: Symmetrize = "mean") -> sp.csr_matrix:
     pairs 0.5); ``"sum"``: ``A + A^T`` (GQE code); ``"min"``: ``min(A, A^T)`` (mutual neighbours,
     Iscen et al.); ``"max"``: ``max(A, A^T)`` (union); ``"none"``: unchanged.
     """
-    a = _csr(a, "a")
+    a = check_sparse(a, "a")
     if a.shape[0] != a.shape[1]:
         raise ValueError(f"a must be square, got shape {a.shape}")
     if how == "mean":
@@ -231,7 +204,7 @@ def mutual_affinity(
     """
     gamma = check_float(gamma, "gamma", low=0.0, low_open=True)
     n = check_positive_int(n, "n")
-    idx = _index_matrix(indices, "indices")
+    idx = check_int_tensor(indices, "indices", 2)
     if idx.numel() and int(idx.max()) >= n:
         raise ValueError(f"indices holds item {int(idx.max())} but n={n}")
     scores = as_tensor(scores, "scores")
@@ -253,7 +226,7 @@ def normalize_graph(w: sp.spmatrix) -> sp.csr_matrix:
     Raises:
         ValueError: ``w`` holds NaN or inf, or is not square.
     """
-    w = _csr(w, "w")
+    w = check_sparse(w, "w")
     if w.shape[0] != w.shape[1]:
         raise ValueError(f"w must be square, got shape {w.shape}")
     deg = np.asarray(w.sum(1)).ravel()
@@ -271,7 +244,7 @@ def to_torch_sparse(m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtyp
     """
     from rank_lab.utils import get_device
 
-    m = _csr(m, "m")
+    m = check_sparse(m, "m")
     dev = get_device(device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
@@ -305,7 +278,7 @@ def sparse_operator(
     """
     from rank_lab.utils import get_device
 
-    m = _csr(m, "m")
+    m = check_sparse(m, "m")
     n_cols = m.shape[1]
 
     def check(v: torch.Tensor) -> None:
@@ -352,16 +325,8 @@ def in_neighbour_lists(indices: torch.Tensor, rows: torch.Tensor, cols: torch.Te
         TypeError / ValueError: non-integer inputs, ``indices`` not 2-D, ``rows`` and ``cols`` not
             of one shape ``(M,)``.
     """
-    indices = _index_matrix(indices, "indices").cpu()
-    pair = []
-    for name, t in (("rows", rows), ("cols", cols)):
-        t = as_tensor(t, name)
-        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-            raise TypeError(f"{name} must hold integer indices, got dtype {t.dtype}")
-        if t.ndim != 1:
-            raise ValueError(f"{name} must have shape (M,), got {tuple(t.shape)}")
-        pair.append(t.cpu().long())
-    rows, cols = pair
+    indices = check_int_tensor(indices, "indices", 2).cpu()
+    rows, cols = check_int_tensor(rows, "rows", 1).cpu(), check_int_tensor(cols, "cols", 1).cpu()
     if rows.shape != cols.shape:
         raise ValueError(f"rows has {rows.shape[0]} entries but cols has {cols.shape[0]}")
     if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= indices.shape[0]):
@@ -390,7 +355,7 @@ def sparse_row_topk(m: sp.spmatrix, k: int, *, exclude_diagonal: bool = False) -
         entries are padded with ``-inf`` / ``-1``.
     """
     k = check_positive_int(k, "k")
-    m = _csr(m, "m", allow_neg_inf=True)
+    m = check_sparse(m, "m", allow_neg_inf=True)
     n = m.shape[0]
     counts = np.diff(m.indptr)
     width = max(int(counts.max()) if n else 0, 1)
@@ -425,7 +390,7 @@ def sparse_rows_to_dense(m: sp.spmatrix, rows: torch.Tensor | np.ndarray | slice
     fill = check_float(fill, "fill")
     if isinstance(rows, torch.Tensor):
         rows = rows.detach().cpu().numpy()
-    sub = _csr(m, "m")[rows]
+    sub = check_sparse(m, "m")[rows]
     out = np.full(sub.shape, fill, dtype=np.float64)
     r = np.repeat(np.arange(sub.shape[0]), np.diff(sub.indptr))
     out[r, sub.indices] = sub.data

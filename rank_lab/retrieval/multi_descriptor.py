@@ -34,7 +34,7 @@ cMD adds ``lambda T`` to ``A`` "after eq. 4.4" (eq. 4.9), with ``t_ij = 1[domain
 * ``clamp_negative`` (``True``): ``max(s, 0)`` before the power ``alpha``.
 * Asymmetry: after step 2 ``S^v`` is not symmetric; rows are query-side vectors, never re-symmetrised.
 * Query exclusion at evaluation (the query's own column) is the protocol's job
-  (:mod:`rank_lab.retrieval.protocols`).
+  (:mod:`rank_lab.retrieval.cross_source`).
 
 **Dense and sparse.** Dense ``(n, n)`` matrices (``mode="dense"``, ``n <= DENSE_LIMIT``) follow the
 equations exactly; ``P^v`` is always sparse, so a step costs ``O(n^2 k2)``. ``mode="sparse"``

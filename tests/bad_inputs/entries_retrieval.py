@@ -6,6 +6,7 @@ import scipy.sparse as sp
 import torch
 
 import rank_lab.retrieval as RT
+import rank_lab.retrieval.cross_source as CS
 import rank_lab.retrieval.extract as EX
 import rank_lab.retrieval.graph as RG
 import rank_lab.retrieval.protocols as PR
@@ -141,7 +142,7 @@ ENTRIES = [
     fn(PR.trapezoid_ap_from_positions, lambda: dict(zip(("positions", "valid"), positions(), strict=True)),
        {"positions": "labels", "valid": "labels"}, rows=(("positions", "valid"),),
        extra={"zero": ("positions", lambda: torch.zeros(2, 3, dtype=torch.long), ("positions",))}),
-    fn(PR.inter_domain_from_positions,
+    fn(CS.inter_domain_from_positions,
        lambda: {"pos_all": positions()[0], "valid_all": positions()[1], "pos_cross": positions()[0][:, 1:],
                 "valid_cross": positions()[1][:, 1:]},
        {"pos_all": "labels", "valid_all": "labels", "pos_cross": "labels", "valid_cross": "labels"},
