@@ -18,9 +18,11 @@ __all__ = [
     "check_positive_int",
     "check_float",
     "check_choice",
+    "check_nonneg_int",
+    "check_index",
+    "check_input_batch",
     "check_int_tensor",
     "check_sparse",
-    "check_batch",
 ]
 
 
@@ -163,6 +165,79 @@ def check_choice(value: object, name: str, choices: tuple[object, ...]) -> objec
     return value
 
 
+def check_nonneg_int(v: object, name: str) -> int:
+    """Check that ``v`` is an integer ``>= 0`` (not a bool; numpy integers accepted) and return it."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            import numpy as np
+
+            if not isinstance(v, np.integer):
+                raise TypeError
+            v = int(v)
+        except TypeError:
+            raise TypeError(f"{name} must be an int >= 0, got {type(v).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return int(v)
+
+
+def check_index(idx: object, n_rows: int, size: int, name: str, rows_name: str) -> torch.Tensor:
+    """Check a ``(n_rows,)`` integer index into ``[0, size)`` (one entry per row of ``rows_name``).
+
+    Returns:
+        The index as a long tensor.
+
+    Raises:
+        TypeError: not integers. ValueError: wrong shape or out of range; the message names ``name``.
+    """
+    t = as_tensor(idx, name)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer indices, got dtype {t.dtype}")
+    if t.ndim != 1 or t.shape[0] != n_rows:
+        raise ValueError(f"{name} must have shape ({n_rows},): one index per row of {rows_name}, got {tuple(t.shape)}")
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
+        raise ValueError(f"{name} must lie in [0, {size}), got range [{int(t.min())}, {int(t.max())}]")
+    return t.long()
+
+
+def check_input_batch(
+    x: object,
+    name: str,
+    shape: tuple[int | str, ...],
+    *,
+    dtype: torch.dtype | torch.nn.Module | None = None,
+) -> torch.Tensor:
+    """Check a batch fed to a model (a module's ``forward``, a trainer's data) and return it.
+
+    ``x`` must be a floating tensor with ``len(shape)`` dimensions, of size ``shape[i]`` where
+    ``shape[i]`` is an int (a string names a free size, e.g. ``("B", 6)`` for ``(B, 6)``), no
+    dimension of size 0 (an empty batch), and finite values. Integer inputs are refused (their scale
+    is ambiguous: pixels in 0..255, class indices ...). With ``dtype`` (a dtype, or a module: the
+    dtype of its first floating parameter or buffer) a floating ``x`` is cast to it, so float32 and
+    float64 inputs are both accepted by a float32 model; the cast keeps autograd.
+
+    Raises:
+        TypeError: ``x`` is not a tensor, or not floating.
+        ValueError: wrong number of dimensions or size, an empty dimension, NaN or inf; the message
+            names ``name`` and the expected shape.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    want = "(" + ", ".join(str(s) for s in shape) + ")"
+    if x.ndim != len(shape) or any(isinstance(s, int) and x.shape[i] != s for i, s in enumerate(shape)):
+        raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}; expected {want} with no size 0)")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
+    if isinstance(dtype, torch.nn.Module):
+        dtype = next((t.dtype for t in [*dtype.parameters(), *dtype.buffers()] if t.is_floating_point()), None)
+    if dtype is not None and x.dtype != dtype:
+        x = x.to(dtype)
+    check_finite(x, name)
+    return x
+
+
 def check_int_tensor(x: object, name: str, ndim: int | None = None) -> torch.Tensor:
     """Check an integer (not bool) tensor of indices / positions, of ``ndim`` dims when given.
 
@@ -206,29 +281,3 @@ def check_sparse(m: object, name: str, *, allow_neg_inf: bool = False) -> object
     if bad.any():
         raise ValueError(f"{name} holds {int(bad.sum())} NaN or inf value(s)")
     return out
-
-
-def check_batch(x: object, name: str = "x", like: torch.nn.Module | None = None) -> torch.Tensor:
-    """Check a module's input batch: a floating, finite tensor with a non-empty first dim.
-
-    Args:
-        x: the batch ``(B, ...)``.
-        name: the argument's name, for the messages.
-        like: cast ``x`` to the dtype of this module's first floating weight (float32 and float64
-            are both accepted package-wide); None keeps the dtype.
-
-    Raises:
-        TypeError: not a floating tensor. ValueError: an empty batch, NaN or inf.
-    """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
-    if x.ndim < 1 or x.shape[0] == 0:
-        raise ValueError(f"{name} is an empty batch (shape {tuple(x.shape)})")
-    check_finite(x, name)
-    if like is not None:
-        dtype = next((p.dtype for p in like.parameters() if p.is_floating_point()), x.dtype)
-        if x.dtype != dtype:
-            x = x.to(dtype)
-    return x

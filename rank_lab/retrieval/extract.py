@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_batch, check_finite, check_positive_int
+from rank_lab._validation import check_finite, check_input_batch, check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
@@ -68,7 +68,8 @@ class DescriptorNet(nn.Module):
             TypeError: ``x`` is not a floating tensor.
             ValueError: an empty batch, or NaN / inf in ``x``.
         """
-        x = check_batch(x, "x", like=self)
+        free = ("B", *("_" * (x.ndim - 1))) if isinstance(x, torch.Tensor) and x.ndim else ("B",)  # the backbone's shape
+        x = check_input_batch(x, "x", free, dtype=self)
         f = self.backbone(x)
         if f.ndim == 4:
             if self.pooling is None:

@@ -29,6 +29,7 @@ from rank_lab._validation import (
     check_finite,
     check_float,
     check_int_tensor,
+    check_nonneg_int,
     check_positive_int,
     check_sparse,
 )
@@ -62,11 +63,9 @@ def check_dense_ok(n_rows: int, n_cols: int, what: str, allow_dense: bool = Fals
     queries is fine even for a large gallery.
 
     Raises:
-        ValueError: ``n_rows`` or ``n_cols`` not a non-negative int.
+        TypeError / ValueError: ``n_rows`` or ``n_cols`` not a non-negative int.
     """
-    for name, v in (("n_rows", n_rows), ("n_cols", n_cols)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+    n_rows, n_cols = check_nonneg_int(n_rows, "n_rows"), check_nonneg_int(n_cols, "n_cols")
     if n_rows * n_cols > DENSE_LIMIT**2 and not allow_dense:
         raise ValueError(
             f"{what}: a dense {n_rows} x {n_cols} matrix would be built (more than DENSE_LIMIT^2 = "
