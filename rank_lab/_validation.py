@@ -21,6 +21,8 @@ __all__ = [
     "check_nonneg_int",
     "check_index",
     "check_input_batch",
+    "check_int_tensor",
+    "check_sparse",
 ]
 
 
@@ -234,3 +236,48 @@ def check_input_batch(
         x = x.to(dtype)
     check_finite(x, name)
     return x
+
+
+def check_int_tensor(x: object, name: str, ndim: int | None = None) -> torch.Tensor:
+    """Check an integer (not bool) tensor of indices / positions, of ``ndim`` dims when given.
+
+    Returns:
+        The tensor as ``torch.long``.
+
+    Raises:
+        TypeError: floating, complex or bool values. ValueError: another number of dims.
+    """
+    t = as_tensor(x, name)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")
+    if ndim is not None and t.ndim != ndim:
+        shape = {1: "(M,)", 2: "(n, k)"}.get(ndim, f"{ndim} dims")
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+    return t.long()
+
+
+def check_sparse(m: object, name: str, *, allow_neg_inf: bool = False) -> object:
+    """Check a 2-D scipy sparse matrix (or dense array) with finite stored values.
+
+    Args:
+        m: the matrix.
+        name: the argument's name, for the messages.
+        allow_neg_inf: accept stored ``-inf`` (entries masked out); NaN and ``+inf`` never.
+
+    Returns:
+        ``m`` as a ``scipy.sparse.csr_matrix`` (no copy when it is one).
+
+    Raises:
+        TypeError: not convertible to a 2-D sparse matrix. ValueError: NaN / inf stored values.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    try:
+        out = sp.csr_matrix(m)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a 2-D scipy sparse matrix or array, got {type(m).__name__}") from exc
+    bad = np.isnan(out.data) | (out.data == np.inf) | ((out.data == -np.inf) & (not allow_neg_inf))
+    if bad.any():
+        raise ValueError(f"{name} holds {int(bad.sum())} NaN or inf value(s)")
+    return out
