@@ -18,6 +18,11 @@ __all__ = [
     "check_positive_int",
     "check_float",
     "check_choice",
+    "defer_finite_checks",
+    "check_finite_input",
+    "check_input",
+    "check_nonneg_int",
+    "check_module",
 ]
 
 
@@ -158,3 +163,117 @@ def check_choice(value: object, name: str, choices: tuple[object, ...]) -> objec
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
+
+
+# ------------------------------------------------------------------ module inputs (issue 16)
+import contextlib  # noqa: E402 - appended section (the file is append-only)
+import threading  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+_DEFERRED = threading.local()
+
+
+@contextlib.contextmanager
+def defer_finite_checks() -> Iterator[None]:
+    """Skip :func:`check_finite_input` inside the block (shape and dtype checks still run).
+
+    For callers with their own numerical guard: the trainer validates its data when it is built and
+    stops on a non-finite loss with the step, the batch indices and the last good checkpoint
+    (:class:`rank_lab.train.NonFiniteTrainingError`); a NaN activation inside its model must reach
+    that guard (the same on every rank of a distributed run) rather than stop one layer with a
+    ``ValueError``. :func:`rank_lab.train.embed_dataset` checks the embeddings it returns instead.
+    """
+    previous = getattr(_DEFERRED, "on", False)
+    _DEFERRED.on = True
+    try:
+        yield
+    finally:
+        _DEFERRED.on = previous
+
+
+def check_finite_input(x: torch.Tensor, name: str) -> None:
+    """:func:`check_finite` of a module or collective input, skipped under :func:`defer_finite_checks`
+    and on ``meta`` tensors (shape-only runs such as FLOP counting)."""
+    if getattr(_DEFERRED, "on", False) or x.device.type == "meta":
+        return
+    check_finite(x, name)
+
+
+def _float_dtype(like: object) -> torch.dtype | None:
+    """The floating dtype of a module's first floating parameter (or buffer), or of a tensor."""
+    if isinstance(like, torch.Tensor):
+        return like.dtype if like.is_floating_point() else None
+    if isinstance(like, torch.nn.Module):
+        for t in (*like.parameters(), *like.buffers()):
+            if t.is_floating_point():
+                return t.dtype
+    return None
+
+
+def check_input(
+    x: object,
+    name: str,
+    ndim: int | tuple[int, ...],
+    *,
+    shape: str | None = None,
+    like: torch.nn.Module | torch.Tensor | None = None,
+    allow_empty: bool = True,
+) -> torch.Tensor:
+    """Check the input of a module's ``forward`` (or of a function fed to one) and return it.
+
+    A tensor with one of the ``ndim`` numbers of dimensions, of a floating dtype (integer images
+    are refused rather than cast: ``uint8`` pixels in ``0..255`` are not the ``[0, 1]`` floats a
+    network expects), finite (:func:`check_finite_input`) and, with ``allow_empty=False``, a
+    non-empty batch. float32 and float64 are both accepted: with ``like`` (a module or a tensor)
+    the input is cast to its floating dtype, as the package does for every function.
+
+    Args:
+        x: the input.
+        name: the argument's name, as the caller wrote it (every message names it).
+        ndim: accepted numbers of dimensions.
+        shape: the expected shape in words for the message, e.g. ``"(B, C, H, W)"``.
+        like: module or tensor whose floating dtype the input is cast to.
+        allow_empty: accept a batch of size 0 (dim 0).
+
+    Raises:
+        TypeError: not a tensor, or not floating.
+        ValueError: wrong number of dimensions, empty batch (``allow_empty=False``), NaN or inf.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if x.ndim not in ndims:
+        want = shape or " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype} (convert it, e.g. x.float() / 255 for pixels)")
+    if not allow_empty and x.shape[0] == 0:
+        raise ValueError(f"{name} is an empty batch (shape {tuple(x.shape)})")
+    check_finite_input(x, name)
+    dtype = _float_dtype(like)
+    if dtype is not None and x.dtype != dtype:
+        x = x.to(dtype)
+    return x
+
+
+def check_nonneg_int(v: object, name: str) -> int:
+    """Check that ``v`` is an integer >= 0 (not a bool) and return it as an ``int``."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            import numpy as np
+
+            if not isinstance(v, np.integer):
+                raise TypeError
+            v = int(v)
+        except TypeError:
+            raise TypeError(f"{name} must be an int >= 0, got {type(v).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return int(v)
+
+
+def check_module(m: object, name: str) -> torch.nn.Module:
+    """Raise ``TypeError`` naming ``name`` unless ``m`` is an ``nn.Module``; return it."""
+    if not isinstance(m, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(m).__name__}")
+    return m

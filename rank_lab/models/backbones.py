@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rank_lab._validation import check_input, check_module, check_positive_int
 from rank_lab.models.weights import (
     create_timm_model,
     file_record,
@@ -56,9 +57,12 @@ def freeze_batchnorm(module: nn.Module) -> int:
 
     Returns:
         The number of BatchNorm layers put in eval mode.
+
+    Raises:
+        TypeError: ``module`` is not an ``nn.Module``.
     """
     n = 0
-    for m in module.modules():
+    for m in check_module(module, "module").modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             m.eval()
             n += 1
@@ -74,12 +78,15 @@ class TinyCNN(nn.Module):
     Args:
         in_channels: input channels (1 for digits / MNIST, 3 for RGB).
         width: channels of the first block (the output has ``4 * width``).
+
+    Raises:
+        TypeError, ValueError: ``in_channels`` or ``width`` not a positive int.
     """
 
     def __init__(self, in_channels: int = 1, width: int = 16) -> None:
         super().__init__()
-        if in_channels < 1 or width < 1:
-            raise ValueError(f"in_channels and width must be >= 1, got {in_channels}, {width}")
+        in_channels = check_positive_int(in_channels, "in_channels")
+        width = check_positive_int(width, "width")
 
         def block(cin: int, cout: int, pool: bool) -> list[nn.Module]:
             layers: list[nn.Module] = [
@@ -100,10 +107,20 @@ class TinyCNN(nn.Module):
         self.num_features = 4 * width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, C, H, W)``. Returns the feature map ``(B, 4*width, ceil(H/4), ceil(W/4))``."""
+        """Args: x ``(B, C, H, W)`` floating images, or ``(B, H, W)`` grey images when ``in_channels = 1``
+        (a 3-D input is always read as a batch of grey images). float64 inputs are cast to the
+        weights' dtype; an empty batch gives an empty batch.
+
+        Returns:
+            The feature map ``(B, 4*width, ceil(H/4), ceil(W/4))``.
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf.
+        """
+        x = check_input(x, "x", (3, 4), shape=f"(B, {self.in_channels}, H, W)", like=self)
         if x.ndim == 3:  # (B, H, W) grey images
             x = x.unsqueeze(1)
-        if x.ndim != 4 or x.shape[1] != self.in_channels:
+        if x.shape[1] != self.in_channels:
             raise ValueError(
                 f"x must have shape (B, {self.in_channels}, H, W), got {tuple(x.shape)}"
             )
@@ -119,17 +136,21 @@ class MLPBackbone(nn.Module):
     Args:
         input_dim: size of the (flattened) input.
         hidden_dims: widths of the hidden layers (at least one).
+
+    Raises:
+        TypeError, ValueError: ``input_dim`` or a width of ``hidden_dims`` not a positive int.
     """
 
     def __init__(self, input_dim: int, hidden_dims: Sequence[int] = (256, 256)) -> None:
         super().__init__()
-        if input_dim is None or int(input_dim) < 1:
-            raise ValueError(f"input_dim must be a positive int, got {input_dim!r}")
-        hidden_dims = tuple(int(h) for h in hidden_dims)
-        if not hidden_dims or min(hidden_dims) < 1:
+        if input_dim is None:
+            raise ValueError("input_dim must be a positive int, got None")
+        input_dim = check_positive_int(input_dim, "input_dim")
+        hidden_dims = tuple(check_positive_int(h, "hidden_dims") for h in hidden_dims)
+        if not hidden_dims:
             raise ValueError(f"hidden_dims must hold at least one positive width, got {hidden_dims}")
         layers: list[nn.Module] = []
-        prev = int(input_dim)
+        prev = input_dim
         for h in hidden_dims:
             layers += [nn.Linear(prev, h), nn.ReLU(inplace=True)]
             prev = h
@@ -138,8 +159,14 @@ class MLPBackbone(nn.Module):
         self.num_features = prev
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, input_dim)`` or ``(B, ...)`` with ``prod(...) = input_dim``. Returns ``(B, D)``."""
-        x = x.reshape(x.shape[0], -1)
+        """Args: x ``(B, input_dim)`` or ``(B, ...)`` with ``prod(...) = input_dim``, floating (float64 is
+        cast to the weights' dtype). Returns ``(B, D)`` (an empty batch gives ``(0, D)``).
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong size, NaN or inf.
+        """
+        x = check_input(x, "x", tuple(range(2, 9)), shape=f"(B, {self.input_dim}) or (B, ...)", like=self)
+        x = x.flatten(1)
         if x.shape[1] != self.input_dim:
             raise ValueError(f"x has {x.shape[1]} features per row but input_dim={self.input_dim}")
         return self.net(x)
@@ -199,6 +226,7 @@ def load_backbone_weights(
         ValueError: if no parameter of the file matches ``module`` (wrong architecture), or, with
             ``strict``, if some keys do not match.
     """
+    check_module(module, "module")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"weights_path {str(path)!r} does not exist or is not a file")
@@ -281,10 +309,12 @@ class TimmBackbone(nn.Module):
             import timm
         except ImportError as exc:  # pragma: no cover - timm is an optional dependency
             raise ImportError("TimmBackbone needs timm: pip install 'rank_lab[timm]'") from exc
-        if not timm.is_model(name.split(".", 1)[0]):
+        if not isinstance(name, str) or not timm.is_model(name.split(".", 1)[0]):
             raise ValueError(f"unknown timm model name {name!r} (see timm.list_models())")
+        in_chans = check_positive_int(in_chans, "in_chans")
         spec, strict = merge_legacy_weights(weights, pretrained, weights_path)
         self.name = name
+        self.in_chans = in_chans
         self.features_only = bool(features_only)
         kwargs: dict[str, Any] = {"in_chans": in_chans, **timm_kwargs}
         kwargs.update({"features_only": True, "out_indices": (-1,)} if self.features_only else {"num_classes": 0})
@@ -301,7 +331,17 @@ class TimmBackbone(nn.Module):
             self.num_features = int(self.model.num_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, C, H, W)``. Returns ``(B, D, h, w)`` (CNNs) or ``(B, D)`` (transformers)."""
+        """Args: x ``(B, C, H, W)`` floating images (float64 is cast to the weights' dtype).
+
+        Returns:
+            ``(B, D, h, w)`` (CNNs) or ``(B, D)`` (transformers).
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf.
+        """
+        x = check_input(x, "x", 4, shape=f"(B, {self.in_chans}, H, W)", like=self)
+        if x.shape[1] != self.in_chans:
+            raise ValueError(f"x must have shape (B, {self.in_chans}, H, W), got {tuple(x.shape)}")
         if self.features_only:
             return self.model(x)[-1]
         f = self.model.forward_features(x)

@@ -133,6 +133,8 @@ def timm_pretrained_name(name: str) -> str:
     import timm
     from timm.models import get_pretrained_cfg
 
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a timm model name (a non-empty str), got {name!r}")
     if "." in name:
         arch, tag = name.split(".", 1)
     else:
@@ -143,7 +145,7 @@ def timm_pretrained_name(name: str) -> str:
     full = f"{arch}.{tag}" if tag else arch
     if not timm.list_pretrained(full):
         raise ValueError(
-            f"timm has no pretrained weights for backbone {name!r}; use weights='none' or a weight file"
+            f"timm has no pretrained weights for backbone name={name!r}; use weights='none' or a weight file"
         )
     return full
 
@@ -204,10 +206,12 @@ def create_timm_model(name: str, weights: str | os.PathLike[str] | None = "none"
     """
     import timm
 
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a timm model name (a non-empty str), got {name!r}")
     spec = parse_weights(weights)
     arch = name.split(".", 1)[0]
     if not timm.is_model(arch):
-        raise ValueError(f"unknown timm model {name!r} (see timm.list_models())")
+        raise ValueError(f"unknown timm model name={name!r} (see timm.list_models())")
     if spec != "imagenet":
         model = timm.create_model(name, pretrained=False, **kwargs)
         if spec == "none":
@@ -237,6 +241,8 @@ def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetc
         WeightsUnavailableError, FileNotFoundError, ValueError: see :func:`create_timm_model`.
     """
     spec = parse_weights(weights)
+    if not isinstance(backbone, str) or not backbone:
+        raise TypeError(f"backbone must be a backbone name (a non-empty str), got {backbone!r}")
     if spec == "none":
         return {"weights": "none"}
     if isinstance(spec, Path):
@@ -251,8 +257,14 @@ def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetc
 
 
 def find_weights_record(module: nn.Module) -> dict[str, Any] | None:
-    """The ``weights_record`` of ``module`` or of its first sub-module that has one (``None`` if none)."""
-    for m in module.modules():
+    """The ``weights_record`` of ``module`` or of its first sub-module that has one (``None`` if none).
+
+    Raises:
+        TypeError: ``module`` is not an ``nn.Module``.
+    """
+    from rank_lab._validation import check_module
+
+    for m in check_module(module, "module").modules():
         rec = getattr(m, "weights_record", None)
         if isinstance(rec, Mapping):
             return dict(rec)
