@@ -41,7 +41,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_choice,
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_nonneg_int,
+    check_positive_int,
+)
 
 __all__ = [
     "global_class_ids",
@@ -93,7 +100,7 @@ class MultiDatasetSampler:
         y = check_labels(labels, d.shape[0], "labels").cpu().numpy()
         self.n_classes, self.k = check_positive_int(n_classes, "n_classes"), check_positive_int(k, "k")
         self.batches = check_positive_int(batches, "batches")
-        self.min_per_class = max(int(min_per_class), self.k)
+        self.min_per_class = max(check_nonneg_int(min_per_class, "min_per_class"), self.k)
         self.distinct, self.seed, self.epoch = bool(distinct), int(seed), 0
         self.datasets = sorted(int(v) for v in np.unique(d))
         self.members: dict[int, list[np.ndarray]] = {}
@@ -101,7 +108,8 @@ class MultiDatasetSampler:
             groups = [np.flatnonzero((d == ds) & (y == c)) for c in np.unique(y[d == ds])]
             groups = [g for g in groups if len(g) >= self.min_per_class]
             if not groups:
-                raise ValueError(f"dataset {ds} has no class with at least {self.min_per_class} images")
+                raise ValueError(f"dataset {ds} has no class with at least {self.min_per_class} images "
+                                 f"(k={self.k} images per draw, min_per_class={int(min_per_class)})")
             self.members[ds] = groups
         n_usable = sum(len(v) for v in self.members.values())
         if self.distinct and n_usable < self.n_classes:
@@ -176,11 +184,18 @@ def fit_multi_dataset(
 
     Returns:
         Mean loss of every epoch.
+
+    Raises:
+        TypeError, ValueError: ``epochs`` not a positive int, ``lr`` not a finite positive number,
+            ``niter`` / ``niter_decay`` not ints >= 0, and the errors of :class:`MultiDatasetSampler`.
     """
     from rank_lab.fewshot.episodes import gather_images
     from rank_lab.losses import SmoothAP
     from rank_lab.utils import get_device
 
+    epochs = check_positive_int(epochs, "epochs")
+    lr = check_float(lr, "lr", low=0.0, low_open=True)
+    niter, niter_decay = check_nonneg_int(niter, "niter"), check_nonneg_int(niter_decay, "niter_decay")
     dev = get_device(device)
     model.to(dev)
     y = global_class_ids(dataset_ids, labels)
@@ -283,7 +298,8 @@ def classify_by_retrieval(
         aqe: ``(alpha, n)`` of the alpha-QE post-processing of the queries (thesis ``(3, 10)``),
             or ``None``. With alpha-QE, supports and queries are L2-normalised first (the thesis'
             descriptors are unit-norm).
-        knn_k, vote: kNN classification (``method="knn"``).
+        knn_k, vote: kNN classification (``method="knn"``): ``knn_k`` in ``[1, S]``, ``vote`` one of
+            ``"majority"``, ``"similarity"``, ``"softmax"`` (checked whatever the method).
         shortlist: restrict class-mean methods to the classes among the ``shortlist`` nearest
             support images (cosine), or ``None`` (every class; the thesis).
         graph_k, diffusion_alpha: kNN graph size and ``alpha`` of ``method="diffusion"``.
@@ -291,6 +307,10 @@ def classify_by_retrieval(
 
     Returns:
         ``(Q,)`` predicted classes.
+
+    Raises:
+        TypeError, ValueError: bad descriptors or labels, an unknown ``method`` or ``vote``, a
+            ``knn_k`` that is not an int in ``[1, S]``.
     """
     from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
     from rank_lab.metrics.classification import knn_classify
@@ -303,6 +323,10 @@ def classify_by_retrieval(
         raise ValueError(f"queries have d={q.shape[1]} but support has d={s.shape[1]}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_choice(vote, "vote", ("majority", "similarity", "softmax"))
+    knn_k = check_positive_int(knn_k, "knn_k")
+    if knn_k > s.shape[0]:
+        raise ValueError(f"knn_k={knn_k} exceeds the {s.shape[0]} support vectors (set knn_k <= {s.shape[0]})")
     if aqe is not None:
         alpha, n = aqe
         allv = F.normalize(torch.cat([s, q]).float(), dim=1)  # descriptors are unit-norm in the thesis
@@ -360,9 +384,15 @@ def episodic_evaluate(
     Each episode draws ``n_way`` classes, ``k`` supports and ``n_query`` queries per class (fewer
     if a class is small). kwargs go to :func:`classify_by_retrieval` (``aqe`` is applied inside the
     episode's support + query set).
+
+    Raises:
+        TypeError, ValueError: ``k``, ``n_way``, ``n_query`` or ``episodes`` not a positive int, fewer
+            than ``n_way`` classes with more than ``k`` items.
     """
     x = check_embeddings(embeddings, "embeddings")
     y = check_labels(labels, x.shape[0], "labels")
+    k, n_way = check_positive_int(k, "k"), check_positive_int(n_way, "n_way")
+    n_query = check_positive_int(n_query, "n_query")
     rng = np.random.default_rng(seed)
     y_np = y.cpu().numpy()
     classes = [c for c in np.unique(y_np) if (y_np == c).sum() > k]
