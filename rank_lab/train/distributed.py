@@ -40,7 +40,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Sampler
 
-from rank_lab._validation import check_labels, check_positive_int
+from rank_lab._validation import (
+    check_finite_input,
+    check_float,
+    check_labels,
+    check_module,
+    check_nonneg_int,
+    check_positive_int,
+)
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -76,6 +83,16 @@ class DistEnv:
     local_rank: int = 0
     backend: str | None = None
     owns_group: bool = False
+
+    def __post_init__(self) -> None:
+        """``world_size >= 1``, ``0 <= rank < world_size``, ``local_rank >= 0`` (errors name the field)."""
+        world = check_positive_int(self.world_size, "world_size")
+        rank = check_nonneg_int(self.rank, "rank")
+        check_nonneg_int(self.local_rank, "local_rank")
+        if rank >= world:
+            raise ValueError(f"rank={rank} must lie in [0, world_size={world})")
+        if self.backend is not None and not isinstance(self.backend, str):
+            raise TypeError(f"backend must be a str or None, got {type(self.backend).__name__}")
 
     @property
     def is_main(self) -> bool:
@@ -131,9 +148,12 @@ def init_distributed(
         ``WORLD_SIZE`` or with ``WORLD_SIZE=1`` no group is created (single-process fallback).
 
     Raises:
-        ValueError: malformed variables, ``RANK`` outside ``[0, WORLD_SIZE)``, or a missing
+        ValueError: an unknown ``backend``, a ``timeout_s`` that is not a finite positive number,
+            malformed variables, ``RANK`` outside ``[0, WORLD_SIZE)``, or a missing
             ``MASTER_ADDR`` / ``MASTER_PORT``.
     """
+    _check_backend(backend)
+    timeout_s = check_float(timeout_s, "timeout_s", low=0.0, low_open=True)
     if dist.is_available() and dist.is_initialized():
         return current_env()
     world = _env_int("WORLD_SIZE", 1)
@@ -158,8 +178,29 @@ def init_distributed(
     return DistEnv(rank, world, local_rank, backend, owns_group=True)
 
 
+_BACKENDS = ("nccl", "gloo", "mpi", "ucc", "xccl")
+
+
+def _check_backend(backend: object) -> None:
+    """``None``, a torch.distributed backend name, or a ``"cpu:gloo,cuda:nccl"`` device map of them."""
+    if backend is None:
+        return
+    if not isinstance(backend, str) or not backend:
+        raise TypeError(f"backend must be a backend name (str) or None, got {backend!r}")
+    known = tuple(getattr(getattr(dist, "Backend", None), "backend_list", ())) or _BACKENDS
+    names = [part.split(":")[-1].strip().lower() for part in backend.split(",")]
+    if not all(n in known for n in names):
+        raise ValueError(f"backend must be one of {sorted(set(known))} (or a 'cpu:gloo,cuda:nccl' map), got {backend!r}")
+
+
 def cleanup_distributed(env: DistEnv | None = None) -> None:
-    """Destroy the process group if ``env`` created it (``env=None``: whatever group exists)."""
+    """Destroy the process group if ``env`` created it (``env=None``: whatever group exists).
+
+    Raises:
+        TypeError: ``env`` is neither a :class:`DistEnv` nor ``None``.
+    """
+    if env is not None and not isinstance(env, DistEnv):
+        raise TypeError(f"env must be a DistEnv or None, got {type(env).__name__}")
     if dist.is_available() and dist.is_initialized() and (env is None or env.owns_group):
         dist.destroy_process_group()
 
@@ -185,7 +226,12 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
 
 @torch.no_grad()
 def broadcast_module_state(module: nn.Module, src: int = 0) -> None:
-    """Overwrite every parameter and buffer of ``module`` with rank ``src``'s (e.g. loss proxies, a memory)."""
+    """Overwrite every parameter and buffer of ``module`` with rank ``src``'s (e.g. loss proxies, a memory).
+
+    Raises:
+        TypeError: ``module`` is not an ``nn.Module``.
+    """
+    check_module(module, "module")
     if _active():
         for t in module.state_dict().values():
             if isinstance(t, torch.Tensor) and t.numel() > 0:
@@ -220,9 +266,14 @@ def all_gather_tensor(x: torch.Tensor, *, same_size: bool = False) -> torch.Tens
 
     The ranks may hold different numbers of rows (exchanged first, padded internally);
     ``same_size=True`` promises equal ``n_r`` and skips that exchange. Identity in a single process.
+    Any dtype (labels, indices, booleans); a floating ``x`` must be finite.
+
+    Raises:
+        TypeError: ``x`` not a tensor. ValueError: a 0-d tensor, NaN or inf.
     """
-    if not isinstance(x, torch.Tensor) or x.ndim == 0:
-        raise ValueError("x must be a tensor with the rows on dim 0")
+    _check_rows(x)
+    if x.is_floating_point():
+        check_finite_input(x, "x")
     if not _active():
         return x
     return _gather_rows(x.detach(), _gather_sizes(x.shape[0], x.device, same_size))
@@ -259,18 +310,39 @@ def all_gather_with_grad(x: torch.Tensor, *, same_size: bool = False) -> torch.T
 
     Returns:
         ``(N, ...)`` with ``N = sum_r n_r``; rows ``[sum_{s<r} n_s, sum_{s<=r} n_s)`` are ``x``.
+
+    Raises:
+        TypeError: ``x`` not a floating tensor (also in a single process, so that a script behaves
+            the same on one rank and on many; gather labels with :func:`all_gather_tensor`).
+        ValueError: a 0-d tensor, NaN or inf (skipped inside the trainer's training step, whose
+            numerical guard checks the loss on every rank together).
     """
-    if not isinstance(x, torch.Tensor) or x.ndim == 0:
-        raise ValueError("x must be a tensor with the rows on dim 0")
+    _check_rows(x)
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor for all_gather_with_grad, got {x.dtype}; use all_gather_tensor")
+    check_finite_input(x, "x")
     if not _active():
         return x
-    if not x.is_floating_point():
-        raise TypeError(f"all_gather_with_grad needs a floating-point tensor, got {x.dtype}; use all_gather_tensor")
     return _AllGatherWithGrad.apply(x, bool(same_size))
 
 
+def _check_rows(x: object) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a tensor with the rows on dim 0, got {type(x).__name__}")
+    if x.ndim == 0:
+        raise ValueError("x must be a tensor with the rows on dim 0, got a 0-d tensor")
+
+
 def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` over the ranks (a new tensor; identity in a single process)."""
+    """Mean of ``x`` over the ranks (a new tensor; identity in a single process).
+
+    Raises:
+        TypeError: ``x`` is not a tensor. ValueError: NaN or inf in ``x``.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+    if x.is_floating_point():
+        check_finite_input(x, "x")
     if not _active():
         return x
     out = x.detach().clone().float() if not x.is_floating_point() else x.detach().clone()

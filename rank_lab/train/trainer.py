@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from rank_lab._validation import defer_finite_checks
 from rank_lab.train.checkpoint import (
     atomic_save,
     atomic_write_json,
@@ -73,7 +74,11 @@ class Trainer:
         loss: ``loss(emb (B,d), labels)`` and, with a memory,
             ``loss(emb, labels, ref_emb (M,d), ref_labels)`` (``None``: ``build_loss(config.loss,
             **config.loss_kwargs)``). Its parameters (proxies) are trained with ``loss_lr``.
-        train_data: ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``.
+        train_data: ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``; tensors are
+            checked when the trainer is built (integer labels, finite ``x``: ``ValueError`` /
+            ``TypeError`` naming ``train_data``, see :func:`~rank_lab.train.as_dataset`). A NaN met
+            later (a lazily read image, an overflow inside the model) stops training through the
+            numerical guard (:class:`NonFiniteTrainingError`, naming the step and the batch).
         test_data: same forms; evaluated every ``config.eval_every`` epochs.
         config: a :class:`TrainConfig` or a dict for :meth:`TrainConfig.from_dict`.
         memory: a :class:`rank_lab.memory.CrossBatchMemory` (``None``: built from
@@ -346,7 +351,8 @@ class Trainer:
         for x, y, idx in bar:
             self._set_lr()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            loss = self._forward_backward(x, y, idx)
+            with defer_finite_checks():  # a NaN inside the model reaches the guard of _batch_loss
+                loss = self._forward_backward(x, y, idx)
             self._check_gradients(params, idx)
             if cfg.grad_clip is not None:
                 self.scaler.unscale_(self.optimizer)
