@@ -216,7 +216,12 @@ def barrier() -> None:
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:
-    """Rank ``src``'s (picklable) ``obj`` on every rank (identity in a single process)."""
+    """Rank ``src``'s (picklable) ``obj`` on every rank (identity in a single process).
+
+    Raises:
+        TypeError, ValueError: ``src`` not a rank of the run (an int in ``[0, world_size)``).
+    """
+    _check_src(src)
     if not _active():
         return obj
     box = [obj]
@@ -229,13 +234,20 @@ def broadcast_module_state(module: nn.Module, src: int = 0) -> None:
     """Overwrite every parameter and buffer of ``module`` with rank ``src``'s (e.g. loss proxies, a memory).
 
     Raises:
-        TypeError: ``module`` is not an ``nn.Module``.
+        TypeError, ValueError: ``module`` is not an ``nn.Module``, ``src`` not a rank of the run.
     """
     check_module(module, "module")
+    _check_src(src)
     if _active():
         for t in module.state_dict().values():
             if isinstance(t, torch.Tensor) and t.numel() > 0:
                 dist.broadcast(t, src=src)
+
+
+def _check_src(src: object) -> None:
+    world = dist.get_world_size() if _active() else 1
+    if check_nonneg_int(src, "src") >= world:
+        raise ValueError(f"src={src} is not a rank of this run (world_size={world})")
 
 
 def _gather_sizes(n: int, device: torch.device, same_size: bool = False) -> list[int]:

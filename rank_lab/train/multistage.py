@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -85,8 +85,11 @@ def lock_batchnorm(model: nn.Module, *, freeze_affine: bool = True) -> nn.Module
 
     Returns:
         ``model`` (modified in place).
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
     """
-    for mod in model.modules():
+    for mod in check_module(model, "model").modules():
         if isinstance(mod, _BN_TYPES):
             mod.eval()
             if not getattr(mod, "_rank_lab_frozen", False):
@@ -104,10 +107,25 @@ def _chunks(n: int, chunk_size: int) -> Iterator[slice]:
 
 
 def _check_inputs(inputs: torch.Tensor) -> None:
+    """A non-empty batch on dim 0, finite when floating (integer inputs such as token ids go to the
+    model as they are: whether it takes them is the model's business)."""
     if not isinstance(inputs, torch.Tensor):
         raise TypeError(f"inputs must be a tensor with the batch on dim 0, got {type(inputs).__name__}")
     if inputs.ndim == 0 or inputs.shape[0] == 0:
         raise ValueError(f"inputs must hold a non-empty batch on dim 0, got shape {tuple(inputs.shape)}")
+    if inputs.is_floating_point():
+        check_finite_input(inputs, "inputs")
+
+
+def _forward(model: nn.Module, inputs: torch.Tensor, sl: slice, dev: torch.device) -> torch.Tensor:
+    """``model(inputs[sl])``; a ``ValueError`` / ``TypeError`` of the model (a shape or dtype it
+    refuses) is re-raised naming the chunk of ``inputs`` it came from."""
+    try:
+        return model(inputs[sl].to(dev, non_blocking=True))
+    except (ValueError, TypeError) as exc:
+        if type(exc) not in (ValueError, TypeError):
+            raise
+        raise type(exc)(f"model(inputs[{sl.start}:{sl.stop}]) raised: {exc}") from exc
 
 
 def embed_in_chunks(
@@ -129,7 +147,12 @@ def embed_in_chunks(
 
     Returns:
         ``(B, d)`` embeddings on ``device``.
+
+    Raises:
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch, ``chunk_size`` not a positive
+            int; an error of the model on a chunk, re-raised naming the chunk of ``inputs``.
     """
+    check_module(model, "model")
     _check_inputs(inputs)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     dev = _model_device(model) if device is None else get_device(device)
@@ -141,7 +164,7 @@ def embed_in_chunks(
         it = tqdm(it, desc="embed", leave=False)
     with torch.no_grad():
         for sl in it:
-            out.append(model(inputs[sl].to(dev, non_blocking=True)))
+            out.append(_forward(model, inputs, sl, dev))
     return torch.cat(out)
 
 
@@ -217,15 +240,20 @@ def multistage_backward(
         :class:`MultistageOutput` (loss, embeddings, their gradient).
 
     Raises:
-        ValueError: empty batch, a loss that is not a finite scalar.
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch, ``labels`` with another
+            number of rows, ``chunk_size`` not a positive int, ``atol`` not a finite number >= 0,
+            a loss that is not a finite scalar; an error of the model on a chunk, re-raised naming
+            the chunk of ``inputs``.
         RuntimeError: with ``check_consistency``, when pass 3 does not reproduce pass 1.
     """
+    check_module(model, "model")
     _check_inputs(inputs)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
+    atol = check_float(atol, "atol", low=0.0)
     if not isinstance(labels, torch.Tensor):
         labels = torch.as_tensor(labels)
-    if labels.shape[0] != inputs.shape[0]:
-        raise ValueError(f"labels has {labels.shape[0]} rows but inputs has {inputs.shape[0]}")
+    if labels.ndim == 0 or labels.shape[0] != inputs.shape[0]:
+        raise ValueError(f"labels has {labels.shape[0] if labels.ndim else 0} rows but inputs has {inputs.shape[0]}")
     dev = _model_device(model) if device is None else get_device(device)
     slices = list(_chunks(inputs.shape[0], chunk_size))
 
@@ -234,7 +262,7 @@ def multistage_backward(
     with torch.no_grad():
         for sl in _maybe_tqdm(slices, progress, "multistage: embed"):
             states.append(_rng_state(dev))
-            parts.append(model(inputs[sl].to(dev, non_blocking=True)))
+            parts.append(_forward(model, inputs, sl, dev))
     emb = torch.cat(parts).detach().requires_grad_(True)
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
 
@@ -345,10 +373,23 @@ def fit_multistage(
 
     Returns:
         The loss of every step.
+
+    Raises:
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch with one row per label,
+            ``steps`` not a positive int, ``lr`` not a finite positive number, and the errors of
+            :class:`~rank_lab.data.MPerClassSampler` and :func:`multistage_backward`.
     """
     from rank_lab.data import MPerClassSampler
 
     steps = check_positive_int(steps, "steps")
+    batch_size, m_per_class = check_positive_int(batch_size, "batch_size"), check_positive_int(m_per_class, "m_per_class")
+    check_module(model, "model")
+    _check_inputs(inputs)
+    if not isinstance(labels, torch.Tensor):
+        labels = torch.as_tensor(labels)
+    if labels.ndim == 0 or labels.shape[0] != inputs.shape[0]:
+        raise ValueError(f"labels has {labels.shape[0] if labels.ndim else 0} rows but inputs has {inputs.shape[0]}")
+    lr = check_float(lr, "lr", low=0.0, low_open=True)
     if optimizer is None:
         params = list(model.parameters())
         if isinstance(loss_fn, nn.Module):
