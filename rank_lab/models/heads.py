@@ -227,9 +227,11 @@ class ModelConfig:
 _OWN_BACKBONES = ("mlp", "tiny_cnn", "tinycnn")
 
 
-def _check_backbone_name(name: str) -> None:
+def _check_backbone_name(name: str, argument: str = "model.backbone") -> None:
     """Refuse a backbone name that is neither ``mlp`` / ``tiny_cnn`` nor a timm model (when timm is
-    installed; without it the build says so)."""
+    installed; without it the build says so); the message names ``argument``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{argument} must be a backbone name (a non-empty str), got {name!r}")
     key = name.lower()
     if key in _OWN_BACKBONES:
         return
@@ -239,7 +241,7 @@ def _check_backbone_name(name: str) -> None:
         return
     arch = (name[5:] if key.startswith("timm:") else name).split(".", 1)[0]
     if not timm.is_model(arch):
-        raise ValueError(f"unknown backbone {name!r} (model.backbone): use 'mlp', 'tiny_cnn' or a timm model name (see timm.list_models())")
+        raise ValueError(f"unknown backbone {name!r} ({argument}): use 'mlp', 'tiny_cnn' or a timm model name (see timm.list_models())")
 
 
 def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel:
