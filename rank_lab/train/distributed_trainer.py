@@ -165,6 +165,7 @@ class DistributedTrainer(Trainer):
         idx_all = meta_all[:, -1]
         if self.config.dist_loss == "full":
             return super()._batch_loss(emb_all, y_all, idx_all)  # the same value on every rank
+        self._check_embeddings(emb_all, idx_all)  # the gathered batch: every rank raises together
         self_index = torch.arange(n, device=emb.device) + self.env.rank * n
         loss = self.loss_fn(emb, y, emb_all, y_all, ref_self_index=self_index)
         finite = torch.tensor([float(torch.isfinite(loss.detach()))], device=emb.device)

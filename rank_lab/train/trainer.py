@@ -49,7 +49,7 @@ _RESUME_FREE = {
 
 
 class NonFiniteTrainingError(FloatingPointError):
-    """A NaN or inf loss, gradient or weight stopped training (the numerical guard of :class:`Trainer`).
+    """NaN or inf embeddings, loss, gradient or weight stopped training (the numerical guard of :class:`Trainer`).
 
     The offending batch was not applied and nothing was saved: the last checkpoint on disk, if any,
     is the last good state. Attributes: ``epoch`` (1-based), ``step`` (global optimiser steps done),
@@ -258,6 +258,7 @@ class Trainer:
 
     def _batch_loss(self, emb: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Loss of a batch's embeddings ``(B, d)``, checked finite (the distributed trainer gathers first)."""
+        self._check_embeddings(emb, idx)
         loss = self._loss(emb, y, idx)
         if not torch.isfinite(loss):
             self._non_finite(f"the loss is {float(loss.detach())}", idx)
@@ -279,6 +280,12 @@ class Trainer:
             f"{what} at {where}{batch}; training stopped before applying it and nothing was saved; {last}",
             epoch=self.epoch + 1, step=self.step, batch_indices=indices,
             checkpoint=None if self.last_good_checkpoint is None else self.last_good_checkpoint[0])
+
+    def _check_embeddings(self, emb: torch.Tensor, idx: torch.Tensor) -> None:
+        """NaN/inf embeddings (a bad input item read lazily, an overflow in the model) stop training here,
+        naming the batch, before the loss refuses them with a ``ValueError`` of its own."""
+        if not bool(torch.isfinite(emb.detach()).all()):
+            self._non_finite("the model's embeddings hold NaN or inf", idx)
 
     def _check_gradients(self, params: list[torch.Tensor], idx: torch.Tensor) -> None:
         """A finite loss can still give NaN/inf gradients: refuse the step (unless a grad scaler skips it)."""
