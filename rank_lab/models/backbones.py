@@ -18,7 +18,7 @@ BatchNorm layers of the backbone in eval mode (``freeze_batch_norm: True``); see
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,10 @@ from torch import nn
 
 from rank_lab._validation import check_input, check_module, check_positive_int
 from rank_lab.models.weights import (
+    CLASSIFIER_PREFIXES,
     create_timm_model,
     file_record,
+    load_backbone_weights,
     load_weights_file,
     merge_legacy_weights,
 )
@@ -40,12 +42,9 @@ __all__ = [
     "build_backbone",
     "load_backbone_weights",
     "freeze_batchnorm",
+    "lock_batchnorm",
     "CLASSIFIER_PREFIXES",
 ]
-
-#: State-dict prefixes of classification layers, dropped when loading backbone weights.
-CLASSIFIER_PREFIXES: tuple[str, ...] = ("fc.", "head.", "classifier.", "last_linear.", "head_dist.")
-
 
 def freeze_batchnorm(module: nn.Module) -> int:
     """Put every BatchNorm layer of ``module`` in eval mode (running statistics frozen).
@@ -67,6 +66,46 @@ def freeze_batchnorm(module: nn.Module) -> int:
             m.eval()
             n += 1
     return n
+
+
+_BN_TYPES = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
+
+
+def _force_eval_hook(module: nn.Module, args: object) -> None:
+    module.training = False
+
+
+def lock_batchnorm(model: nn.Module, *, freeze_affine: bool = True) -> nn.Module:
+    """Freeze every BatchNorm layer of ``model`` as the thesis does (Section 5.3.2).
+
+    The layers always run in eval mode (running statistics, not batch statistics), even after
+    ``model.train()``: a forward pre-hook forces it (unlike :func:`freeze_batchnorm`, which must be
+    called after every ``train()``). With ``freeze_affine`` their weight and bias stop requiring gradients: "the
+    BatchNorm parameters are kept frozen" (thesis); the official code only puts BN in eval mode and
+    still trains the affine parameters (``freeze_affine=False``). This makes the forward pass
+    independent of how the batch is chunked, so multistage back-propagation
+    (:mod:`rank_lab.train.multistage`, which re-exports it) reproduces a single pass exactly.
+
+    Args:
+        model: any module.
+        freeze_affine: also freeze the BN affine parameters.
+
+    Returns:
+        ``model`` (modified in place).
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+    """
+    for mod in check_module(model, "model").modules():
+        if isinstance(mod, _BN_TYPES):
+            mod.eval()
+            if not getattr(mod, "_rank_lab_frozen", False):
+                mod.register_forward_pre_hook(_force_eval_hook)
+                mod._rank_lab_frozen = True  # type: ignore[attr-defined]
+            if freeze_affine:
+                for p in mod.parameters(recurse=False):
+                    p.requires_grad_(False)
+    return model
 
 
 class TinyCNN(nn.Module):
@@ -170,105 +209,6 @@ class MLPBackbone(nn.Module):
         if x.shape[1] != self.input_dim:
             raise ValueError(f"x has {x.shape[1]} features per row but input_dim={self.input_dim}")
         return self.net(x)
-
-
-def _unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
-    """Find the tensor dict inside a checkpoint (``state_dict`` / ``model`` / ``net`` wrappers)."""
-    for _ in range(3):
-        if isinstance(obj, Mapping) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
-            return dict(obj)
-        if isinstance(obj, Mapping):
-            for key in ("state_dict", "model", "net", "model_state", "backbone"):
-                if key in obj and isinstance(obj[key], Mapping):
-                    obj = obj[key]
-                    break
-            else:
-                break
-        elif isinstance(obj, nn.Module):
-            return obj.state_dict()
-        else:
-            break
-    if isinstance(obj, Mapping):
-        tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
-        if tensors:
-            return tensors
-    raise ValueError("the weight file holds no state dict (a mapping of parameter names to tensors)")
-
-
-def load_backbone_weights(
-    module: nn.Module,
-    path: str | Path,
-    *,
-    strict: bool = False,
-    strip_prefixes: Sequence[str] = ("module.", "backbone.", "model."),
-    drop_prefixes: Sequence[str] = CLASSIFIER_PREFIXES,
-) -> dict[str, list[str]]:
-    """Load a local weight file into ``module`` (no download).
-
-    Accepts a plain ``state_dict`` (e.g. torchvision's ``resnet50-*.pth``, whose key names timm's
-    ResNets share) or a checkpoint that wraps one under ``state_dict`` / ``model`` / ``net``.
-    ``module.`` (DataParallel) and other listed prefixes are stripped when that makes keys match;
-    classifier weights (``fc.``, ``head.`` ...) are dropped.
-
-    Args:
-        module: the model to load into.
-        path: a file written by :func:`torch.save`.
-        strict: raise if a key of ``module`` is missing from the file or a kept key of the file is
-            not used.
-        strip_prefixes: prefixes removed (repeatedly) from a file key that ``module`` does not have.
-        drop_prefixes: prefixes of keys never loaded (classification layers).
-
-    Returns:
-        ``{"loaded": [...], "missing": [...], "unexpected": [...], "mismatched": [...]}`` key lists.
-
-    Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        ValueError: if no parameter of the file matches ``module`` (wrong architecture), or, with
-            ``strict``, if some keys do not match.
-    """
-    check_module(module, "module")
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights_path {str(path)!r} does not exist or is not a file")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the file name
-        raise ValueError(f"could not read weights_path {str(path)!r}: {exc}") from exc
-    src = _unwrap_state_dict(obj)
-    target = module.state_dict()
-    loaded: dict[str, torch.Tensor] = {}
-    unexpected: list[str] = []
-    mismatched: list[str] = []
-    for key, value in src.items():
-        k = key
-        stripped = True
-        while k not in target and stripped:
-            stripped = False
-            for p in strip_prefixes:
-                if k.startswith(p):
-                    k, stripped = k[len(p):], True
-                    break
-        if any(k.startswith(p) for p in drop_prefixes) and k not in target:
-            continue
-        if k not in target:
-            unexpected.append(key)
-        elif tuple(target[k].shape) != tuple(value.shape):
-            mismatched.append(f"{k}: file {tuple(value.shape)} vs model {tuple(target[k].shape)}")
-        else:
-            loaded[k] = value
-    if not loaded:
-        raise ValueError(
-            f"no parameter of {str(path)!r} matches the model ({len(src)} keys in the file, e.g. "
-            f"{list(src)[:3]}; model keys e.g. {list(target)[:3]}): wrong architecture?"
-        )
-    missing = [k for k in target if k not in loaded]
-    if strict and (missing or unexpected or mismatched):
-        raise ValueError(
-            f"strict loading of {str(path)!r} failed: missing={missing[:5]}, "
-            f"unexpected={unexpected[:5]}, mismatched={mismatched[:5]}"
-        )
-    module.load_state_dict(loaded, strict=False)
-    return {"loaded": sorted(loaded), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
 
 
 class TimmBackbone(nn.Module):

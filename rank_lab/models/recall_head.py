@@ -25,6 +25,7 @@ from rank_lab._validation import (
     check_module,
     check_positive_int,
 )
+from rank_lab.models.backbones import lock_batchnorm
 from rank_lab.models.pooling import GeM
 
 __all__ = ["RecallHead", "RecallEmbedder"]
@@ -117,7 +118,7 @@ class RecallEmbedder(nn.Module):
         in_dim: ``D``.
         embed_dim: ``d``.
         freeze_bn: lock every BatchNorm of the backbone in eval mode
-            (:func:`rank_lab.train.multistage.lock_batchnorm`).
+            (:func:`rank_lab.models.backbones.lock_batchnorm`).
         freeze_bn_affine: also freeze the BN affine parameters (thesis: "BatchNorm parameters are
             kept frozen"); the official code still trains them (``False``).
         **head_kwargs: passed to :class:`RecallHead`.
@@ -137,8 +138,6 @@ class RecallEmbedder(nn.Module):
         self.backbone = check_module(backbone, "backbone")
         self.head = RecallHead(in_dim, embed_dim, **head_kwargs)  # type: ignore[arg-type]
         if freeze_bn:
-            from rank_lab.train.multistage import lock_batchnorm
-
             lock_batchnorm(self.backbone, freeze_affine=freeze_bn_affine)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

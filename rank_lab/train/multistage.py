@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
+from rank_lab.models.backbones import lock_batchnorm
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -60,61 +61,27 @@ __all__ = [
     "fit_multistage",
 ]
 
-_BN_TYPES = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
-
-
-def _force_eval_hook(module: nn.Module, args: object) -> None:
-    module.training = False
-
-
-def lock_batchnorm(model: nn.Module, *, freeze_affine: bool = True) -> nn.Module:
-    """Freeze every BatchNorm layer of ``model`` as the thesis does (Section 5.3.2).
-
-    The layers always run in eval mode (running statistics, not batch statistics), even after
-    ``model.train()``: a forward pre-hook forces it (unlike
-    :func:`rank_lab.models.backbones.freeze_batchnorm`, which must be called after every
-    ``train()``). With ``freeze_affine`` their weight and bias stop requiring gradients: "the
-    BatchNorm parameters are kept frozen" (thesis); the official code only puts BN in eval mode and
-    still trains the affine parameters (``freeze_affine=False``). This makes the forward pass
-    independent of how the batch is chunked, so multistage back-propagation reproduces a single
-    pass exactly.
-
-    Args:
-        model: any module.
-        freeze_affine: also freeze the BN affine parameters.
-
-    Returns:
-        ``model`` (modified in place).
-
-    Raises:
-        TypeError: ``model`` is not an ``nn.Module``.
-    """
-    for mod in check_module(model, "model").modules():
-        if isinstance(mod, _BN_TYPES):
-            mod.eval()
-            if not getattr(mod, "_rank_lab_frozen", False):
-                mod.register_forward_pre_hook(_force_eval_hook)
-                mod._rank_lab_frozen = True  # type: ignore[attr-defined]
-            if freeze_affine:
-                for p in mod.parameters(recurse=False):
-                    p.requires_grad_(False)
-    return model
-
-
 def _chunks(n: int, chunk_size: int) -> Iterator[slice]:
     for a in range(0, n, chunk_size):
         yield slice(a, min(a + chunk_size, n))
 
 
-def _check_inputs(inputs: torch.Tensor) -> None:
+def _check_inputs(inputs: torch.Tensor, labels: object = None) -> torch.Tensor | None:
     """A non-empty batch on dim 0, finite when floating (integer inputs such as token ids go to the
-    model as they are: whether it takes them is the model's business)."""
+    model as they are: whether it takes them is the model's business); ``labels`` (returned as a
+    tensor) must have one row per input."""
     if not isinstance(inputs, torch.Tensor):
         raise TypeError(f"inputs must be a tensor with the batch on dim 0, got {type(inputs).__name__}")
     if inputs.ndim == 0 or inputs.shape[0] == 0:
         raise ValueError(f"inputs must hold a non-empty batch on dim 0, got shape {tuple(inputs.shape)}")
     if inputs.is_floating_point():
         check_finite_input(inputs, "inputs")
+    if labels is None:
+        return None
+    labels = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(labels)
+    if labels.ndim == 0 or labels.shape[0] != inputs.shape[0]:
+        raise ValueError(f"labels has {labels.shape[0] if labels.ndim else 0} rows but inputs has {inputs.shape[0]}")
+    return labels
 
 
 def _forward(model: nn.Module, inputs: torch.Tensor, sl: slice, dev: torch.device) -> torch.Tensor:
@@ -123,9 +90,9 @@ def _forward(model: nn.Module, inputs: torch.Tensor, sl: slice, dev: torch.devic
     try:
         return model(inputs[sl].to(dev, non_blocking=True))
     except (ValueError, TypeError) as exc:
-        if type(exc) not in (ValueError, TypeError):
-            raise
-        raise type(exc)(f"model(inputs[{sl.start}:{sl.stop}]) raised: {exc}") from exc
+        if type(exc) in (ValueError, TypeError):  # not subclasses, whose constructors differ
+            raise type(exc)(f"model(inputs[{sl.start}:{sl.stop}]) raised: {exc}") from exc
+        raise
 
 
 def embed_in_chunks(
@@ -247,13 +214,9 @@ def multistage_backward(
         RuntimeError: with ``check_consistency``, when pass 3 does not reproduce pass 1.
     """
     check_module(model, "model")
-    _check_inputs(inputs)
+    labels = _check_inputs(inputs, labels)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     atol = check_float(atol, "atol", low=0.0)
-    if not isinstance(labels, torch.Tensor):
-        labels = torch.as_tensor(labels)
-    if labels.ndim == 0 or labels.shape[0] != inputs.shape[0]:
-        raise ValueError(f"labels has {labels.shape[0] if labels.ndim else 0} rows but inputs has {inputs.shape[0]}")
     dev = _model_device(model) if device is None else get_device(device)
     slices = list(_chunks(inputs.shape[0], chunk_size))
 
@@ -384,11 +347,7 @@ def fit_multistage(
     steps = check_positive_int(steps, "steps")
     batch_size, m_per_class = check_positive_int(batch_size, "batch_size"), check_positive_int(m_per_class, "m_per_class")
     check_module(model, "model")
-    _check_inputs(inputs)
-    if not isinstance(labels, torch.Tensor):
-        labels = torch.as_tensor(labels)
-    if labels.ndim == 0 or labels.shape[0] != inputs.shape[0]:
-        raise ValueError(f"labels has {labels.shape[0] if labels.ndim else 0} rows but inputs has {inputs.shape[0]}")
+    labels = _check_inputs(inputs, labels)
     lr = check_float(lr, "lr", low=0.0, low_open=True)
     if optimizer is None:
         params = list(model.parameters())
