@@ -277,7 +277,7 @@ def load_weights_file(module: nn.Module, path: str | os.PathLike[str], *, strict
     """Load a local weight file into ``module`` and return its weights record.
 
     Classifier keys (``fc.``, ``head.`` ...) and ``module.`` / ``backbone.`` / ``model.`` prefixes are
-    handled by :func:`rank_lab.models.backbones.load_backbone_weights`.
+    handled by :func:`load_backbone_weights`.
 
     Args:
         module: the network to initialise.

@@ -4,7 +4,7 @@
 and checkpoints are spread over ``W`` processes (one per GPU), such that a ``W``-process run
 reproduces the single-process run with the same **global** batch (``config.batch_size``):
 
-1. :class:`~rank_lab.train.distributed.DistributedMPerClassSampler` gives rank ``r`` its
+1. :class:`~rank_lab.train.distributed_sampler.DistributedMPerClassSampler` gives rank ``r`` its
    ``batch_size / W`` items of the global m-per-class batch (whole class groups).
 2. The model runs wrapped in :class:`torch.nn.parallel.DistributedDataParallel` on the local slice.
 3. The embeddings, labels and dataset indices are all-gathered
