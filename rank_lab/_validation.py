@@ -6,6 +6,10 @@ NaN/inf values, empty batches. These helpers are the one place where such messag
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import torch
 
 __all__ = [
@@ -23,6 +27,10 @@ __all__ = [
     "check_input_batch",
     "check_int_tensor",
     "check_sparse",
+    "defer_finite_checks",
+    "check_finite_input",
+    "check_input",
+    "check_module",
 ]
 
 
@@ -207,34 +215,23 @@ def check_input_batch(
     *,
     dtype: torch.dtype | torch.nn.Module | None = None,
 ) -> torch.Tensor:
-    """Check a batch fed to a model (a module's ``forward``, a trainer's data) and return it.
+    """Check a non-empty batch of a fixed shape fed to a model and return it (cast like ``dtype``).
 
-    ``x`` must be a floating tensor with ``len(shape)`` dimensions, of size ``shape[i]`` where
-    ``shape[i]`` is an int (a string names a free size, e.g. ``("B", 6)`` for ``(B, 6)``), no
-    dimension of size 0 (an empty batch), and finite values. Integer inputs are refused (their scale
-    is ambiguous: pixels in 0..255, class indices ...). With ``dtype`` (a dtype, or a module: the
-    dtype of its first floating parameter or buffer) a floating ``x`` is cast to it, so float32 and
-    float64 inputs are both accepted by a float32 model; the cast keeps autograd.
+    :func:`check_input` with ``allow_empty=False``, plus the sizes of ``shape``: an int is a fixed
+    size, a string names a free one (``("B", 6)`` for ``(B, 6)``); no dimension may be 0.
 
     Raises:
         TypeError: ``x`` is not a tensor, or not floating.
         ValueError: wrong number of dimensions or size, an empty dimension, NaN or inf; the message
             names ``name`` and the expected shape.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
     want = "(" + ", ".join(str(s) for s in shape) + ")"
-    if x.ndim != len(shape) or any(isinstance(s, int) and x.shape[i] != s for i, s in enumerate(shape)):
+    like = torch.empty(0, dtype=dtype) if isinstance(dtype, torch.dtype) else dtype
+    x = check_input(x, name, len(shape), shape=want, like=like, allow_empty=False)
+    if any(isinstance(s, int) and x.shape[i] != s for i, s in enumerate(shape)):
         raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
     if x.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}; expected {want} with no size 0)")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
-    if isinstance(dtype, torch.nn.Module):
-        dtype = next((t.dtype for t in [*dtype.parameters(), *dtype.buffers()] if t.is_floating_point()), None)
-    if dtype is not None and x.dtype != dtype:
-        x = x.to(dtype)
-    check_finite(x, name)
     return x
 
 
@@ -281,3 +278,96 @@ def check_sparse(m: object, name: str, *, allow_neg_inf: bool = False) -> object
     if bad.any():
         raise ValueError(f"{name} holds {int(bad.sum())} NaN or inf value(s)")
     return out
+
+
+_DEFERRED = threading.local()
+
+
+@contextlib.contextmanager
+def defer_finite_checks() -> Iterator[None]:
+    """Skip :func:`check_finite_input` inside the block (shape and dtype checks still run).
+
+    For callers with their own numerical guard: the trainer validates its data when it is built and
+    stops on a non-finite loss with the step, the batch indices and the last good checkpoint
+    (:class:`rank_lab.train.NonFiniteTrainingError`); a NaN activation inside its model must reach
+    that guard (the same on every rank of a distributed run) rather than stop one layer with a
+    ``ValueError``. :func:`rank_lab.train.embed_dataset` checks the embeddings it returns instead.
+    """
+    previous = getattr(_DEFERRED, "on", False)
+    _DEFERRED.on = True
+    try:
+        yield
+    finally:
+        _DEFERRED.on = previous
+
+
+def check_finite_input(x: torch.Tensor, name: str) -> None:
+    """:func:`check_finite` of a module or collective input, skipped under :func:`defer_finite_checks`
+    and on ``meta`` tensors (shape-only runs such as FLOP counting)."""
+    if getattr(_DEFERRED, "on", False) or x.device.type == "meta":
+        return
+    check_finite(x, name)
+
+
+def _float_dtype(like: object) -> torch.dtype | None:
+    """The floating dtype of a module's first floating parameter (or buffer), or of a tensor."""
+    if isinstance(like, torch.Tensor):
+        return like.dtype if like.is_floating_point() else None
+    if isinstance(like, torch.nn.Module):
+        for t in (*like.parameters(), *like.buffers()):
+            if t.is_floating_point():
+                return t.dtype
+    return None
+
+
+def check_input(
+    x: object,
+    name: str,
+    ndim: int | tuple[int, ...],
+    *,
+    shape: str | None = None,
+    like: torch.nn.Module | torch.Tensor | None = None,
+    allow_empty: bool = True,
+) -> torch.Tensor:
+    """Check the input of a module's ``forward`` (or of a function fed to one) and return it.
+
+    A tensor with one of the ``ndim`` numbers of dimensions, of a floating dtype (integer images
+    are refused rather than cast: ``uint8`` pixels in ``0..255`` are not the ``[0, 1]`` floats a
+    network expects), finite (:func:`check_finite_input`) and, with ``allow_empty=False``, a
+    non-empty batch. float32 and float64 are both accepted: with ``like`` (a module or a tensor)
+    the input is cast to its floating dtype, as the package does for every function.
+
+    Args:
+        x: the input.
+        name: the argument's name, as the caller wrote it (every message names it).
+        ndim: accepted numbers of dimensions.
+        shape: the expected shape in words for the message, e.g. ``"(B, C, H, W)"``.
+        like: module or tensor whose floating dtype the input is cast to.
+        allow_empty: accept a batch of size 0 (dim 0).
+
+    Raises:
+        TypeError: not a tensor, or not floating.
+        ValueError: wrong number of dimensions, empty batch (``allow_empty=False``), NaN or inf.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if x.ndim not in ndims:
+        want = shape or " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype} (convert it, e.g. x.float() / 255 for pixels)")
+    if not allow_empty and x.shape[0] == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}: an empty batch)")
+    check_finite_input(x, name)
+    dtype = _float_dtype(like)
+    if dtype is not None and x.dtype != dtype:
+        x = x.to(dtype)
+    return x
+
+
+def check_module(m: object, name: str) -> torch.nn.Module:
+    """Raise ``TypeError`` naming ``name`` unless ``m`` is an ``nn.Module``; return it."""
+    if not isinstance(m, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(m).__name__}")
+    return m

@@ -20,11 +20,27 @@ from pathlib import Path
 
 import torch
 
+from rank_lab._validation import check_float, check_input, check_labels, check_positive_int
 from rank_lab.fewshot.episodes import EpisodeSampler, gather_images
 from rank_lab.fewshot.film import select_film_params
 from rank_lab.fewshot.rcnaps import RCNAPS, class_specific_smooth_ap
 
 __all__ = ["fit_rcnaps", "rcnaps_describe", "rcnaps_describe_tasks"]
+
+
+def _check_images(images: object, name: str, n: int | None = None, name_n: str = "") -> None:
+    """A tensor of images must be a finite floating ``(n, C, H, W)`` batch; a dataset needs a length
+    (its items are checked by the model's forward). With ``n``, the lengths must agree."""
+    if isinstance(images, torch.Tensor):
+        check_input(images, name, 4, shape="(n, C, H, W)", allow_empty=False)
+        size = images.shape[0]
+    else:
+        try:
+            size = len(images)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(f"{name} must be a tensor (n, C, H, W) or a dataset of (image, label), got {type(images).__name__}") from None
+    if n is not None and size != n:
+        raise ValueError(f"{name} has {size} items but {name_n} has {n}")
 
 
 def fit_rcnaps(
@@ -69,12 +85,23 @@ def fit_rcnaps(
 
     Returns:
         The loss of every episode (including those of a resumed run).
+
+    Raises:
+        TypeError, ValueError: ``mode`` unknown; ``lr`` or ``tau`` not a finite positive number;
+            ``film_l2`` not a finite number >= 0; ``images`` and ``labels`` of different lengths;
+            tensor ``images`` not a finite floating ``(n, C, H, W)`` batch; the errors of
+            :class:`~rank_lab.fewshot.EpisodeSampler`.
     """
     from rank_lab.losses import SmoothAP
     from rank_lab.utils import get_device
 
     if mode not in ("adapted", "plain"):
         raise ValueError(f"mode must be 'adapted' or 'plain', got {mode!r}")
+    lr, tau = check_float(lr, "lr", low=0.0, low_open=True), check_float(tau, "tau", low=0.0, low_open=True)
+    film_l2 = check_float(film_l2, "film_l2", low=0.0)
+    checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
+    labels = check_labels(labels, name="labels")
+    _check_images(images, "images", labels.shape[0], "labels")
     dev = get_device(device)
     model.to(dev)
     prev = model.train_backbone
@@ -134,9 +161,15 @@ def rcnaps_describe(model: RCNAPS, images: object, *, batch_size: int = 256, dev
 
     ``describe(support)`` adapts ``model`` to ``support (k, C, H, W)`` once and returns the
     ``(n, D)`` descriptors of all ``images`` (``support=None``: unadapted, setup C).
+
+    Raises:
+        TypeError, ValueError: ``batch_size`` not a positive int; tensor ``images`` not a finite
+            floating ``(n, C, H, W)`` batch.
     """
     from rank_lab.utils import get_device
 
+    batch_size = check_positive_int(batch_size, "batch_size")
+    _check_images(images, "images")
     dev = get_device(device)
     model.to(dev).eval()
     n = images.shape[0] if isinstance(images, torch.Tensor) else len(images)  # type: ignore[arg-type]
@@ -169,11 +202,20 @@ def rcnaps_describe_tasks(
         supports: ``(T, k, C, H, W)`` one support set per task.
         batch_size: images per forward pass (all tasks together).
         device: compute device.
+
+    Raises:
+        TypeError, ValueError: ``images`` not a finite floating ``(n, C, H, W)`` batch with
+            ``n >= 1``, ``supports`` not a finite floating ``(T, k, C, H, W)`` with ``T, k >= 1``
+            and the images' ``(C, H, W)``, ``batch_size`` not a positive int.
     """
     from rank_lab.utils import get_device
 
-    if supports.ndim != 5:
-        raise ValueError(f"supports must have shape (T, k, C, H, W), got {tuple(supports.shape)}")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    images = check_input(images, "images", 4, shape="(n, C, H, W)", like=model, allow_empty=False)
+    supports = check_input(supports, "supports", 5, shape="(T, k, C, H, W)", like=model, allow_empty=False)
+    if supports.shape[1] == 0 or supports.shape[2:] != images.shape[1:]:
+        raise ValueError(f"supports must have shape (T, k >= 1, {', '.join(map(str, images.shape[1:]))}) like the images, "
+                         f"got {tuple(supports.shape)}")
     dev = get_device(device)
     model.to(dev).eval()
     t, n = supports.shape[0], images.shape[0]

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rank_lab._validation import check_float, check_input, check_positive_int
 from rank_lab.models.backbones import build_backbone, freeze_batchnorm
-from rank_lab.models.pooling import build_pooling
+from rank_lab.models.pooling import POOLINGS, build_pooling
 
 __all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model"]
 
@@ -34,23 +35,36 @@ class EmbeddingHead(nn.Module):
         embed_dim: output size; ``None`` keeps ``D`` (no projection).
         layer_norm: LayerNorm without affine parameters before the projection (thesis §3.5.1).
         normalize: L2-normalise the output (computed in float32, also under autocast).
+
+    Raises:
+        TypeError, ValueError: ``in_dim`` or ``embed_dim`` (unless ``None``) not a positive int.
     """
 
     def __init__(
         self, in_dim: int, embed_dim: int | None = 512, layer_norm: bool = True, normalize: bool = True
     ) -> None:
         super().__init__()
-        if int(in_dim) < 1:
-            raise ValueError(f"in_dim must be >= 1, got {in_dim}")
-        if embed_dim is not None and int(embed_dim) < 1:
-            raise ValueError(f"embed_dim must be >= 1 or None, got {embed_dim}")
+        in_dim = check_positive_int(in_dim, "in_dim")
+        if embed_dim is not None:
+            embed_dim = check_positive_int(embed_dim, "embed_dim")
+        self.in_dim = in_dim
         self.norm = nn.LayerNorm(in_dim, elementwise_affine=False) if layer_norm else nn.Identity()
-        self.proj = nn.Linear(in_dim, int(embed_dim)) if embed_dim is not None else nn.Identity()
+        self.proj = nn.Linear(in_dim, embed_dim) if embed_dim is not None else nn.Identity()
         self.normalize = bool(normalize)
-        self.out_dim = int(embed_dim) if embed_dim is not None else int(in_dim)
+        self.out_dim = embed_dim if embed_dim is not None else in_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, in_dim)``. Returns ``(B, out_dim)``, unit-norm rows when ``normalize``."""
+        """Args: x ``(B, in_dim)`` floating features (float64 is cast to the weights' dtype).
+
+        Returns:
+            ``(B, out_dim)``, unit-norm rows when ``normalize`` (an empty batch gives ``(0, out_dim)``).
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf.
+        """
+        x = check_input(x, "x", 2, shape=f"(B, {self.in_dim})", like=self)
+        if x.shape[1] != self.in_dim:
+            raise ValueError(f"x has {x.shape[1]} features per row but in_dim={self.in_dim}")
         z = self.proj(self.norm(x))
         if self.normalize:
             z = F.normalize(z.float(), p=2.0, dim=-1, eps=1e-12)
@@ -85,6 +99,7 @@ class EmbeddingModel(nn.Module):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Pooled backbone features ``(B, D)`` (before the head)."""
+        x = check_input(x, "x", tuple(range(1, 9)), like=self)
         f = self.backbone(x)
         if f.ndim == 4:
             if self.pooling is None:
@@ -95,7 +110,14 @@ class EmbeddingModel(nn.Module):
         return f
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x a batch of inputs. Returns embeddings ``(B, d)`` (L2-normalised by default)."""
+        """Args: x a batch of floating inputs (the backbone's shape; float64 is cast to the weights' dtype).
+
+        Returns:
+            Embeddings ``(B, d)`` (L2-normalised by default).
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a shape the backbone refuses, NaN or inf.
+        """
         return self.head(self.features(x))
 
     def backbone_parameters(self) -> Iterator[nn.Parameter]:
@@ -162,8 +184,11 @@ class ModelConfig:
         self.hidden_dims = tuple(int(h) for h in self.hidden_dims)
         if not isinstance(self.backbone, str) or not self.backbone:
             raise ValueError(f"model.backbone must be a non-empty str, got {self.backbone!r}")
+        _check_backbone_name(self.backbone)
         if not isinstance(self.pooling, str):
             raise ValueError(f"model.pooling must be a str, got {self.pooling!r}")
+        if self.pooling.lower() not in POOLINGS:
+            raise ValueError(f"unknown pooling {self.pooling!r} (model.pooling); known: {sorted(POOLINGS)}")
         for name in ("in_channels", "width"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -172,8 +197,7 @@ class ModelConfig:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"model.{name} must be a positive int or None, got {v!r}")
-        if not self.gem_p > 0:
-            raise ValueError(f"model.gem_p must be > 0, got {self.gem_p}")
+        check_float(self.gem_p, "model.gem_p", low=0.0, low_open=True)
         if isinstance(self.weights, os.PathLike):
             self.weights = os.fspath(self.weights)
         if self.weights is not None and not isinstance(self.weights, str):
@@ -198,6 +222,26 @@ class ModelConfig:
         out = dataclasses.asdict(self)
         out["hidden_dims"] = list(self.hidden_dims)
         return out
+
+
+_OWN_BACKBONES = ("mlp", "tiny_cnn", "tinycnn")
+
+
+def _check_backbone_name(name: str, argument: str = "model.backbone") -> None:
+    """Refuse a backbone name that is neither ``mlp`` / ``tiny_cnn`` nor a timm model (when timm is
+    installed; without it the build says so); the message names ``argument``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{argument} must be a backbone name (a non-empty str), got {name!r}")
+    key = name.lower()
+    if key in _OWN_BACKBONES:
+        return
+    try:
+        import timm
+    except ImportError:  # pragma: no cover - timm is optional; build_backbone raises ImportError
+        return
+    arch = (name[5:] if key.startswith("timm:") else name).split(".", 1)[0]
+    if not timm.is_model(arch):
+        raise ValueError(f"unknown backbone {name!r} ({argument}): use 'mlp', 'tiny_cnn' or a timm model name (see timm.list_models())")
 
 
 def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel:

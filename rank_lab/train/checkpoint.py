@@ -34,11 +34,19 @@ def atomic_save(obj: Any, path: str | Path) -> None:
 
 
 def atomic_write_json(obj: Any, path: str | Path) -> None:
-    """Write JSON atomically (temporary file + rename)."""
+    """Write JSON atomically (temporary file + rename).
+
+    NumPy scalars, one-element tensors, tuples, sets and paths are converted; NaN and inf are
+    written as JSON's ``NaN`` / ``Infinity`` extensions (Python's ``json`` reads them back).
+
+    Raises:
+        TypeError: ``obj`` holds a value JSON cannot represent (nothing is written).
+    """
+    text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default)  # before touching the disk
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
@@ -53,7 +61,7 @@ def _json_default(o: Any) -> Any:
         return list(o)
     if isinstance(o, Path):
         return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    raise TypeError(f"obj holds a value that is not JSON serialisable: {type(o).__name__}")
 
 
 def get_rng_state() -> dict[str, Any]:
@@ -71,7 +79,23 @@ def get_rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`get_rng_state` captured."""
+    """Restore what :func:`get_rng_state` captured.
+
+    Raises:
+        TypeError, ValueError: ``state`` is not such a dict (a missing key, a malformed entry).
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be the dict of get_rng_state(), got {type(state).__name__}")
+    missing = [k for k in ("python", "numpy", "torch") if k not in state]
+    if missing:
+        raise ValueError(f"state lacks {missing}: pass the dict of get_rng_state() (a checkpoint's 'rng')")
+    try:
+        _set_rng_state(state)
+    except (TypeError, ValueError, RuntimeError, IndexError) as exc:
+        raise ValueError(f"state is not a valid get_rng_state() dict: {exc}") from exc
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     name, keys, pos, has_gauss, cached = state["numpy"]

@@ -27,7 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import (
+    check_float,
+    check_labels,
+    check_module,
+    check_nonneg_int,
+    check_positive_int,
+)
 from rank_lab.losses.contrastive_cls import (
     PrototypeClassifier,
     class_means,
@@ -58,6 +64,11 @@ class ContrastiveClassifier(nn.Module):
         proj_dim: output size of the projection head (SupCon variants).
         spce_temperature: divides the SPCE logits (1 = Eq. 6.7 as written; with L2-normalised
             features those logits are at most ``N_k / N``, so a smaller value trains faster).
+
+    Raises:
+        TypeError, ValueError: ``encoder`` not a module, an unknown ``method``, ``feat_dim``,
+            ``n_classes`` or ``proj_dim`` not a positive int, a temperature that is not a finite
+            positive number.
     """
 
     def __init__(
@@ -76,11 +87,10 @@ class ContrastiveClassifier(nn.Module):
             raise ValueError(f"method must be one of {CLS_METHODS}, got {method!r}")
         feat_dim = check_positive_int(feat_dim, "feat_dim")
         self.n_classes = check_positive_int(n_classes, "n_classes")
-        self.method, self.temperature = method, float(temperature)
-        if not spce_temperature > 0:
-            raise ValueError(f"spce_temperature must be > 0, got {spce_temperature}")
-        self.spce_temperature = float(spce_temperature)
-        self.encoder = encoder
+        proj_dim = check_positive_int(proj_dim, "proj_dim")
+        self.method, self.temperature = method, check_float(temperature, "temperature", low=0.0, low_open=True)
+        self.spce_temperature = check_float(spce_temperature, "spce_temperature", low=0.0, low_open=True)
+        self.encoder = check_module(encoder, "encoder")
         self.projection: nn.Module | None = (
             nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, proj_dim)) if method in _PROJECTED else None
         )
@@ -106,7 +116,15 @@ class ContrastiveClassifier(nn.Module):
         self.stage = 2
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Encoder features ``(B, feat_dim)``."""
+        """Encoder features ``(B, feat_dim)`` of a non-empty batch ``x`` (its shape is the encoder's business).
+
+        Raises:
+            TypeError, ValueError: ``x`` not a tensor, an empty batch, and the encoder's errors.
+        """
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+        if x.ndim == 0 or x.shape[0] == 0:
+            raise ValueError(f"x must be a non-empty batch, got shape {tuple(x.shape)}")
         return self.encoder(x)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -155,7 +173,18 @@ class ContrastiveClassifier(nn.Module):
 
 @torch.no_grad()
 def predict_logits(model: ContrastiveClassifier, x: torch.Tensor, *, batch_size: int = 512, device: DeviceLike = None) -> torch.Tensor:
-    """Logits ``(N, K)`` of ``x`` in eval mode (CPU float32)."""
+    """Logits ``(N, K)`` of ``x`` in eval mode (CPU float32).
+
+    Raises:
+        TypeError, ValueError: ``model`` not a :class:`ContrastiveClassifier`, ``x`` not a finite
+            floating batch, ``batch_size`` not a positive int.
+    """
+    from rank_lab._validation import check_input
+
+    if not isinstance(model, ContrastiveClassifier):
+        raise TypeError(f"model must be a ContrastiveClassifier, got {type(model).__name__}")
+    x = check_input(x, "x", tuple(range(2, 9)), shape="(N, ...)", allow_empty=False)
+    batch_size = check_positive_int(batch_size, "batch_size")
     dev = get_device(device) if device is not None else next(model.parameters()).device
     was = model.training
     model.eval()
@@ -196,14 +225,30 @@ def fit_classifier(
 
     Returns:
         One record per epoch: ``{"epoch", "stage", "loss"}``.
+
+    Raises:
+        TypeError, ValueError: ``model`` not a :class:`ContrastiveClassifier`; ``x`` not a finite
+            floating batch; ``y`` not integer labels in ``[0, K)``, one per row of ``x``; an epoch
+            count or ``batch_size`` not a positive int; ``lr`` not a finite positive number;
+            ``weight_decay`` or ``noise_std`` not a finite number >= 0; ``max_shift`` not an int >= 0.
     """
+    from rank_lab._validation import check_input
+
+    if not isinstance(model, ContrastiveClassifier):
+        raise TypeError(f"model must be a ContrastiveClassifier, got {type(model).__name__}")
+    x = check_input(x, "x", tuple(range(2, 9)), shape="(N, ...)", allow_empty=False)
+    y = check_labels(y, None, "y")
+    if y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise ValueError(f"y must have one label per row of x: shape ({x.shape[0]},), got {tuple(y.shape)}")
+    if int(y.min()) < 0 or int(y.max()) >= model.n_classes:
+        raise ValueError(f"y must hold labels in [0, {model.n_classes}), got [{int(y.min())}, {int(y.max())}]")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    lr, weight_decay = check_float(lr, "lr", low=0.0, low_open=True), check_float(weight_decay, "weight_decay", low=0.0)
+    noise_std, max_shift = check_float(noise_std, "noise_std", low=0.0), check_nonneg_int(max_shift, "max_shift")
     dev = get_device(device)
     model.to(dev)
     seed_everything(seed)
     g = torch.Generator().manual_seed(seed)
-    y = y.long()
-    if y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise ValueError(f"y must have shape ({x.shape[0]},), got {tuple(y.shape)}")
     history: list[dict[str, Any]] = []
     plan = [(1, check_positive_int(epochs, "epochs"))] + ([(2, check_positive_int(stage2_epochs, "stage2_epochs"))] if model.two_stage else [])
     total = sum(n for _, n in plan)

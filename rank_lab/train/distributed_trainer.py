@@ -4,7 +4,7 @@
 and checkpoints are spread over ``W`` processes (one per GPU), such that a ``W``-process run
 reproduces the single-process run with the same **global** batch (``config.batch_size``):
 
-1. :class:`~rank_lab.train.distributed.DistributedMPerClassSampler` gives rank ``r`` its
+1. :class:`~rank_lab.train.distributed_sampler.DistributedMPerClassSampler` gives rank ``r`` its
    ``batch_size / W`` items of the global m-per-class batch (whole class groups).
 2. The model runs wrapped in :class:`torch.nn.parallel.DistributedDataParallel` on the local slice.
 3. The embeddings, labels and dataset indices are all-gathered
@@ -165,6 +165,7 @@ class DistributedTrainer(Trainer):
         idx_all = meta_all[:, -1]
         if self.config.dist_loss == "full":
             return super()._batch_loss(emb_all, y_all, idx_all)  # the same value on every rank
+        self._check_embeddings(emb_all, idx_all)  # the gathered batch: every rank raises together
         self_index = torch.arange(n, device=emb.device) + self.env.rank * n
         loss = self.loss_fn(emb, y, emb_all, y_all, ref_self_index=self_index)
         finite = torch.tensor([float(torch.isfinite(loss.detach()))], device=emb.device)

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
+from rank_lab.models.backbones import lock_batchnorm
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -60,54 +61,38 @@ __all__ = [
     "fit_multistage",
 ]
 
-_BN_TYPES = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
-
-
-def _force_eval_hook(module: nn.Module, args: object) -> None:
-    module.training = False
-
-
-def lock_batchnorm(model: nn.Module, *, freeze_affine: bool = True) -> nn.Module:
-    """Freeze every BatchNorm layer of ``model`` as the thesis does (Section 5.3.2).
-
-    The layers always run in eval mode (running statistics, not batch statistics), even after
-    ``model.train()``: a forward pre-hook forces it (unlike
-    :func:`rank_lab.models.backbones.freeze_batchnorm`, which must be called after every
-    ``train()``). With ``freeze_affine`` their weight and bias stop requiring gradients: "the
-    BatchNorm parameters are kept frozen" (thesis); the official code only puts BN in eval mode and
-    still trains the affine parameters (``freeze_affine=False``). This makes the forward pass
-    independent of how the batch is chunked, so multistage back-propagation reproduces a single
-    pass exactly.
-
-    Args:
-        model: any module.
-        freeze_affine: also freeze the BN affine parameters.
-
-    Returns:
-        ``model`` (modified in place).
-    """
-    for mod in model.modules():
-        if isinstance(mod, _BN_TYPES):
-            mod.eval()
-            if not getattr(mod, "_rank_lab_frozen", False):
-                mod.register_forward_pre_hook(_force_eval_hook)
-                mod._rank_lab_frozen = True  # type: ignore[attr-defined]
-            if freeze_affine:
-                for p in mod.parameters(recurse=False):
-                    p.requires_grad_(False)
-    return model
-
-
 def _chunks(n: int, chunk_size: int) -> Iterator[slice]:
     for a in range(0, n, chunk_size):
         yield slice(a, min(a + chunk_size, n))
 
 
-def _check_inputs(inputs: torch.Tensor) -> None:
+def _check_inputs(inputs: torch.Tensor, labels: object = None) -> torch.Tensor | None:
+    """A non-empty batch on dim 0, finite when floating (integer inputs such as token ids go to the
+    model as they are: whether it takes them is the model's business); ``labels`` (returned as a
+    tensor) must have one row per input."""
     if not isinstance(inputs, torch.Tensor):
         raise TypeError(f"inputs must be a tensor with the batch on dim 0, got {type(inputs).__name__}")
     if inputs.ndim == 0 or inputs.shape[0] == 0:
         raise ValueError(f"inputs must hold a non-empty batch on dim 0, got shape {tuple(inputs.shape)}")
+    if inputs.is_floating_point():
+        check_finite_input(inputs, "inputs")
+    if labels is None:
+        return None
+    labels = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(labels)
+    if labels.ndim == 0 or labels.shape[0] != inputs.shape[0]:
+        raise ValueError(f"labels has {labels.shape[0] if labels.ndim else 0} rows but inputs has {inputs.shape[0]}")
+    return labels
+
+
+def _forward(model: nn.Module, inputs: torch.Tensor, sl: slice, dev: torch.device) -> torch.Tensor:
+    """``model(inputs[sl])``; a ``ValueError`` / ``TypeError`` of the model (a shape or dtype it
+    refuses) is re-raised naming the chunk of ``inputs`` it came from."""
+    try:
+        return model(inputs[sl].to(dev, non_blocking=True))
+    except (ValueError, TypeError) as exc:
+        if type(exc) in (ValueError, TypeError):  # not subclasses, whose constructors differ
+            raise type(exc)(f"model(inputs[{sl.start}:{sl.stop}]) raised: {exc}") from exc
+        raise
 
 
 def embed_in_chunks(
@@ -129,7 +114,12 @@ def embed_in_chunks(
 
     Returns:
         ``(B, d)`` embeddings on ``device``.
+
+    Raises:
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch, ``chunk_size`` not a positive
+            int; an error of the model on a chunk, re-raised naming the chunk of ``inputs``.
     """
+    check_module(model, "model")
     _check_inputs(inputs)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     dev = _model_device(model) if device is None else get_device(device)
@@ -141,7 +131,7 @@ def embed_in_chunks(
         it = tqdm(it, desc="embed", leave=False)
     with torch.no_grad():
         for sl in it:
-            out.append(model(inputs[sl].to(dev, non_blocking=True)))
+            out.append(_forward(model, inputs, sl, dev))
     return torch.cat(out)
 
 
@@ -217,15 +207,16 @@ def multistage_backward(
         :class:`MultistageOutput` (loss, embeddings, their gradient).
 
     Raises:
-        ValueError: empty batch, a loss that is not a finite scalar.
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch, ``labels`` with another
+            number of rows, ``chunk_size`` not a positive int, ``atol`` not a finite number >= 0,
+            a loss that is not a finite scalar; an error of the model on a chunk, re-raised naming
+            the chunk of ``inputs``.
         RuntimeError: with ``check_consistency``, when pass 3 does not reproduce pass 1.
     """
-    _check_inputs(inputs)
+    check_module(model, "model")
+    labels = _check_inputs(inputs, labels)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    if not isinstance(labels, torch.Tensor):
-        labels = torch.as_tensor(labels)
-    if labels.shape[0] != inputs.shape[0]:
-        raise ValueError(f"labels has {labels.shape[0]} rows but inputs has {inputs.shape[0]}")
+    atol = check_float(atol, "atol", low=0.0)
     dev = _model_device(model) if device is None else get_device(device)
     slices = list(_chunks(inputs.shape[0], chunk_size))
 
@@ -234,7 +225,7 @@ def multistage_backward(
     with torch.no_grad():
         for sl in _maybe_tqdm(slices, progress, "multistage: embed"):
             states.append(_rng_state(dev))
-            parts.append(model(inputs[sl].to(dev, non_blocking=True)))
+            parts.append(_forward(model, inputs, sl, dev))
     emb = torch.cat(parts).detach().requires_grad_(True)
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
 
@@ -345,10 +336,19 @@ def fit_multistage(
 
     Returns:
         The loss of every step.
+
+    Raises:
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch with one row per label,
+            ``steps`` not a positive int, ``lr`` not a finite positive number, and the errors of
+            :class:`~rank_lab.data.MPerClassSampler` and :func:`multistage_backward`.
     """
     from rank_lab.data import MPerClassSampler
 
     steps = check_positive_int(steps, "steps")
+    batch_size, m_per_class = check_positive_int(batch_size, "batch_size"), check_positive_int(m_per_class, "m_per_class")
+    check_module(model, "model")
+    labels = _check_inputs(inputs, labels)
+    lr = check_float(lr, "lr", low=0.0, low_open=True)
     if optimizer is None:
         params = list(model.parameters())
         if isinstance(loss_fn, nn.Module):

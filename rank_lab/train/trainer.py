@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from rank_lab._validation import defer_finite_checks
 from rank_lab.train.checkpoint import (
     atomic_save,
     atomic_write_json,
@@ -48,7 +49,7 @@ _RESUME_FREE = {
 
 
 class NonFiniteTrainingError(FloatingPointError):
-    """A NaN or inf loss, gradient or weight stopped training (the numerical guard of :class:`Trainer`).
+    """NaN or inf embeddings, loss, gradient or weight stopped training (the numerical guard of :class:`Trainer`).
 
     The offending batch was not applied and nothing was saved: the last checkpoint on disk, if any,
     is the last good state. Attributes: ``epoch`` (1-based), ``step`` (global optimiser steps done),
@@ -73,7 +74,11 @@ class Trainer:
         loss: ``loss(emb (B,d), labels)`` and, with a memory,
             ``loss(emb, labels, ref_emb (M,d), ref_labels)`` (``None``: ``build_loss(config.loss,
             **config.loss_kwargs)``). Its parameters (proxies) are trained with ``loss_lr``.
-        train_data: ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``.
+        train_data: ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``; tensors are
+            checked when the trainer is built (integer labels, finite ``x``: ``ValueError`` /
+            ``TypeError`` naming ``train_data``, see :func:`~rank_lab.train.as_dataset`). A NaN met
+            later (a lazily read image, an overflow inside the model) stops training through the
+            numerical guard (:class:`NonFiniteTrainingError`, naming the step and the batch).
         test_data: same forms; evaluated every ``config.eval_every`` epochs.
         config: a :class:`TrainConfig` or a dict for :meth:`TrainConfig.from_dict`.
         memory: a :class:`rank_lab.memory.CrossBatchMemory` (``None``: built from
@@ -253,6 +258,7 @@ class Trainer:
 
     def _batch_loss(self, emb: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Loss of a batch's embeddings ``(B, d)``, checked finite (the distributed trainer gathers first)."""
+        self._check_embeddings(emb, idx)
         loss = self._loss(emb, y, idx)
         if not torch.isfinite(loss):
             self._non_finite(f"the loss is {float(loss.detach())}", idx)
@@ -274,6 +280,12 @@ class Trainer:
             f"{what} at {where}{batch}; training stopped before applying it and nothing was saved; {last}",
             epoch=self.epoch + 1, step=self.step, batch_indices=indices,
             checkpoint=None if self.last_good_checkpoint is None else self.last_good_checkpoint[0])
+
+    def _check_embeddings(self, emb: torch.Tensor, idx: torch.Tensor) -> None:
+        """NaN/inf embeddings (a bad input item read lazily, an overflow in the model) stop training here,
+        naming the batch, before the loss refuses them with a ``ValueError`` of its own."""
+        if not bool(torch.isfinite(emb.detach()).all()):
+            self._non_finite("the model's embeddings hold NaN or inf", idx)
 
     def _check_gradients(self, params: list[torch.Tensor], idx: torch.Tensor) -> None:
         """A finite loss can still give NaN/inf gradients: refuse the step (unless a grad scaler skips it)."""
@@ -346,7 +358,8 @@ class Trainer:
         for x, y, idx in bar:
             self._set_lr()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            loss = self._forward_backward(x, y, idx)
+            with defer_finite_checks():  # a NaN inside the model reaches the guard of _batch_loss
+                loss = self._forward_backward(x, y, idx)
             self._check_gradients(params, idx)
             if cfg.grad_clip is not None:
                 self.scaler.unscale_(self.optimizer)
