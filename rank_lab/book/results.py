@@ -378,40 +378,53 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     return check_document(json.loads(p.read_text(encoding="utf-8")))
 
 
-def key_figures(results: Mapping[str, Any], paths: list[str] | tuple[str, ...]) -> dict[str, float]:
-    """Pick numbers out of nested ``results`` by dotted paths (``"synthetic.raw.R@1"``, ``"rows.0.AP"``).
+Path_ = str | tuple[str | int, ...] | list[str | int]
+
+
+def key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ...]) -> dict[str, float]:
+    """Pick numbers out of nested ``results``: ``{label: value}``.
+
+    Args:
+        results: the notebook's figures (nested mappings and lists).
+        paths: each a dotted string (``"synthetic.raw.R@1"``, ``"rows.0.AP"``: list items by
+            index) or, for keys that hold a dot, a tuple of keys (``("beta_sweep", "beta=0.1",
+            "AUROC")``); the label is the dotted form in both cases.
 
     Raises:
-        TypeError: if ``results`` is not a mapping or ``paths`` not a list of strings.
+        TypeError: if ``results`` is not a mapping or ``paths`` not a list of paths.
         KeyError: naming a path that does not exist.
         ValueError: naming a path whose value is not a finite number.
     """
     if not isinstance(results, Mapping):
         raise TypeError(f"results must be a mapping, got {type(results).__name__}")
-    if isinstance(paths, str) or not all(isinstance(p, str) for p in paths):
-        raise TypeError(f"paths must be a list of dotted strings, got {paths!r}")
+    if isinstance(paths, str) or not isinstance(paths, (list, tuple)) or not all(
+            isinstance(p, str) or (isinstance(p, (list, tuple)) and p) for p in paths):
+        raise TypeError(f"paths must be a list of dotted strings or key tuples, got {paths!r}")
+    data = _jsonable(results)
     out: dict[str, float] = {}
     for path in paths:
-        node: Any = _jsonable(results)
-        for part in path.split("."):
+        parts = path.split(".") if isinstance(path, str) else [str(p) for p in path]
+        label = ".".join(parts)
+        node: Any = data
+        for part in parts:
             if isinstance(node, Mapping) and part in node:
                 node = node[part]
             elif isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
                 node = node[int(part)]
             else:
-                raise KeyError(f"paths: {path!r} is not in the results (stopped at {part!r})")
+                raise KeyError(f"paths: {label!r} is not in the results (stopped at {part!r})")
         if isinstance(node, bool) or not isinstance(node, (int, float)) or not math.isfinite(node):
-            raise ValueError(f"paths: {path!r} is {node!r}, not a finite number")
-        out[path] = float(node)
+            raise ValueError(f"paths: {label!r} is {node!r}, not a finite number")
+        out[label] = float(node)
     return out
 
 
-def print_key_figures(results: Mapping[str, Any], paths: list[str] | tuple[str, ...], digits: int = 3) -> None:
-    """Print the key figures of a notebook, one ``path = value`` per line, to ``digits`` significant digits.
+def print_key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ...], digits: int = 3) -> None:
+    """Print the key figures of a notebook, one ``label = value`` per line, to ``digits`` significant digits.
 
     The notebook's checked cell (``# NBVAL_CHECK_OUTPUT``) calls it: the rounding keeps the printed
-    text stable from run to run and nbval compares it; the notebook tests read the paths from this
-    output and compare the unrounded values of ``results.json`` with ``tests/notebook_reference``.
+    text stable from run to run and nbval compares it; the notebook tests read these lines and
+    compare them with ``tests/notebook_reference/<name>.json`` (with tolerances).
 
     Raises:
         KeyError, ValueError, TypeError: see :func:`key_figures`; ``digits`` not a positive int.
