@@ -20,7 +20,14 @@ from rank_lab.book.parameters import (
     parse_cli_value,
     parse_parameters_cell,
 )
-from rank_lab.book.results import SCHEMA, check_document, failed_document, key_figures, print_key_figures, write_document
+from rank_lab.book.results import (
+    SCHEMA,
+    check_document,
+    failed_document,
+    key_figures,
+    print_key_figures,
+    write_document,
+)
 
 HEAD = """---
 jupytext:

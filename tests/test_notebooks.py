@@ -33,7 +33,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rank_lab.book import check_document, front_matter, list_notebooks, load_results, notebook_schema, run_notebook
+from rank_lab.book import (
+    check_document,
+    front_matter,
+    list_notebooks,
+    load_results,
+    notebook_schema,
+    run_notebook,
+)
 from rank_lab.book.notebooks import to_notebook
 
 NOTEBOOKS = list_notebooks()
