@@ -78,10 +78,20 @@ value = scale * (seed + 1) * sum(scales)
 ```{code-cell} ipython3
 # NBVAL_CHECK_OUTPUT
 print(value, smoke, dataset, device)
-save_results({"value": value, "smoke": smoke}, "results.json", cost={"took_s": 0.5});
+results_path = save_results({"value": value, "smoke": smoke}, "results.json", cost={"took_s": 0.5})
 ```
 """
 MINI = HEAD + PARAMS + BODY
+
+
+@pytest.fixture(autouse=True)
+def _no_run_state():
+    """start_run keeps the run of the process (one notebook per kernel); tests share a process."""
+    from rank_lab.book import results
+
+    results._RUN.clear()
+    yield
+    results._RUN.clear()
 
 
 @pytest.fixture()
@@ -251,7 +261,7 @@ def test_key_figures_by_dotted_path_or_key_tuple(capsys: pytest.CaptureFixture[s
         "a.b=0.1.c": 0.123456, "rows.0.AP": 2.0, "rows.-1.AP": -0.0, "t": 3.0}
     print_key_figures(res, [("a", "b=0.1", "c"), "rows.1.AP"])
     assert capsys.readouterr().out == "a.b=0.1.c = 0.123\nrows.1.AP = 0\n"
-    with pytest.raises(KeyError, match="'a.b' is not in the results"):
+    with pytest.raises(ValueError, match="'a.b' is not in the results"):
         key_figures(res, ["a.b"])
     with pytest.raises(ValueError, match="'n' is None, not a finite number"):
         key_figures(res, ["n"])
@@ -338,7 +348,8 @@ def test_cli_runs_with_yaml_values(mini_book: Path, tmp_path: Path, capsys: pyte
     assert book.main(argv) == 0
     doc = book.load_results(tmp_path / "cli" / "mini")
     assert doc["results"] == {"value": 4.0, "smoke": False}
-    assert "results: " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "results: " in out and out.endswith("key figures:\n4.0 False synthetic None\n")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -393,8 +404,10 @@ def test_cli_list_and_params(mini_book: Path, capsys: pytest.CaptureFixture[str]
 def test_find_notebook_errors_name_the_known_ones(mini_book: Path) -> None:
     with pytest.raises(book.NotebookNotFoundError, match="unknown notebook 'no_such_chapter'. Known notebooks: mini"):
         book.find_notebook("no_such_chapter")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="did you mean 'mini'"):
         book.find_notebook("mni")
+    with pytest.raises(FileNotFoundError, match="no such book folder"):
+        book.list_notebooks(mini_book / "absent")
 
 
 # ------------------------------------------------------------------------------- twins, api page

@@ -140,7 +140,7 @@ def _finite(obj: object) -> bool:
 def _printed_figures(nb_path: Path) -> dict[str, float]:
     nb = nbformat.read(nb_path, as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith(CHECK))
-    text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+    text = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
     figures = {}
     for line in text.splitlines():
         label, sep, value = line.rpartition(" = ")

@@ -85,9 +85,24 @@ def _run(args: argparse.Namespace) -> int:
         _error(str(exc))
         print(f"results: {exc.results_path} (status: failed)", file=sys.stderr)
         return 1
-    print(f"executed notebook: {out / (out.name + '.ipynb')}")
+    executed = out / f"{out.name}.ipynb"
+    print(f"executed notebook: {executed}")
     print(f"results: {out / 'results.json'}")
+    figures = _key_figures_text(executed)
+    if figures:
+        print("key figures:\n" + figures.rstrip("\n"))
     return 0
+
+
+def _key_figures_text(executed: object) -> str:
+    """The printed output of the notebook's checked cell (``# NBVAL_CHECK_OUTPUT``), or ``""``."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.source.lstrip().startswith("# NBVAL_CHECK_OUTPUT"):
+            return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-class NotebookNotFoundError(FileNotFoundError, ValueError):
+class NotebookNotFoundError(ValueError):
     """No book notebook has the name asked for (a user error: the CLI prints it and exits 2)."""
 
 
@@ -54,13 +54,13 @@ def list_notebooks(root: str | os.PathLike[str] | None = None) -> list[Path]:
 
     Raises:
         TypeError: if ``root`` is not a path.
-        NotebookNotFoundError: if ``root`` is not an existing folder.
+        FileNotFoundError: if ``root`` is not an existing folder.
     """
     if root is not None and not isinstance(root, (str, os.PathLike)):
         raise TypeError(f"root must be a folder path, got {type(root).__name__}")
     root = Path(root) if root is not None else book_dir()
     if not root.is_dir():
-        raise NotebookNotFoundError(f"root={str(root)!r}: no such book folder")
+        raise FileNotFoundError(f"root={str(root)!r}: no such book folder")
     return sorted(p for p in root.rglob("*.md") if "_build" not in p.parts and _is_notebook(p))
 
 
@@ -69,6 +69,10 @@ def suggest(name: str, known: list[str] | tuple[str, ...]) -> str:
 
     ``x`` is the closest of ``known`` to ``name`` (``difflib``, ratio at least 0.6).
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string, got {type(name).__name__}")
+    if isinstance(known, str) or not all(isinstance(k, str) for k in known):
+        raise TypeError(f"known must be a list of strings, got {known!r}")
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}? " if close else ". "
 

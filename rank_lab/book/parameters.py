@@ -395,6 +395,8 @@ def parse_cli_value(raw: str, parameter: Parameter) -> Any:
     """
     if not isinstance(parameter, Parameter):
         raise TypeError(f"parameter must be a Parameter, got {type(parameter).__name__}")
+    if not isinstance(raw, str):
+        raise TypeError(f"raw must be the text given on the command line, got {type(raw).__name__}")
     value = parse_parameter(raw)
     if isinstance(value, str) or "str" not in parameter.types:
         return value

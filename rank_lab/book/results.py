@@ -203,8 +203,10 @@ def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
 
     Under :func:`rank_lab.book.run_notebook` the parameters are the runner's checked values, and
     the kernel's values must agree with them. Run by hand (or by jupyter-book), the parameters are
-    the public literal values of ``namespace`` (what the parameters cell defined; IPython's own
-    names are left out), so call it before the notebook defines anything else.
+    the public literal values at the start of ``namespace`` (a dict keeps the order in which the
+    names were first bound: the parameters cell's names come first, IPython's own names are left
+    out, and the first module, function or class imported after them ends the list). So the cell
+    after the parameters cell starts with its imports, not with a constant.
 
     Returns:
         The effective parameters (name -> value), also recorded in ``results.json``.
@@ -234,8 +236,13 @@ def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
             hidden = set(ip.user_ns_hidden)
     except ImportError:  # pragma: no cover - IPython ships with every kernel
         pass
-    params = {k: v for k, v in namespace.items()
-              if not k.startswith("_") and k not in hidden and k not in ("In", "Out", "exit", "quit") and _literal(v)}
+    params = {}
+    for k, v in namespace.items():  # insertion order: the parameters cell's names come first
+        if k.startswith("_") or k in hidden or k in ("In", "Out", "exit", "quit", "get_ipython"):
+            continue
+        if not _literal(v):  # the first import (a module, function or class) ends the parameters
+            break
+        params[k] = v
     _RUN.clear()
     _RUN.update(notebook=None, parameters=_jsonable(params), started_utc=_utc_now(), runner="none")
     return dict(params)
@@ -392,8 +399,7 @@ def key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ..
 
     Raises:
         TypeError: if ``results`` is not a mapping or ``paths`` not a list of paths.
-        KeyError: naming a path that does not exist.
-        ValueError: naming a path whose value is not a finite number.
+        ValueError: naming a path that does not exist, or whose value is not a finite number.
     """
     if not isinstance(results, Mapping):
         raise TypeError(f"results must be a mapping, got {type(results).__name__}")
@@ -412,7 +418,7 @@ def key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ..
             elif isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
                 node = node[int(part)]
             else:
-                raise KeyError(f"paths: {label!r} is not in the results (stopped at {part!r})")
+                raise ValueError(f"paths: {label!r} is not in the results (stopped at {part!r})")
         if isinstance(node, bool) or not isinstance(node, (int, float)) or not math.isfinite(node):
             raise ValueError(f"paths: {label!r} is {node!r}, not a finite number")
         out[label] = float(node)
@@ -427,7 +433,7 @@ def print_key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Pat
     compare them with ``tests/notebook_reference/<name>.json`` (with tolerances).
 
     Raises:
-        KeyError, ValueError, TypeError: see :func:`key_figures`; ``digits`` not a positive int.
+        ValueError, TypeError: see :func:`key_figures`; ``digits`` not a positive int.
     """
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits must be a positive int, got {digits!r}")
