@@ -13,13 +13,8 @@ import pytest
 import torch
 
 from rank_lab import book
-from rank_lab.book.parameters import (
-    ParameterError,
-    ParameterTypeError,
-    injected_cell_source,
-    parse_cli_value,
-    parse_parameters_cell,
-)
+from rank_lab.book.cells import injected_cell_source, parse_parameters_cell
+from rank_lab.book.parameters import ParameterError, ParameterTypeError, parse_cli_value
 from rank_lab.book.results import (
     SCHEMA,
     check_document,

@@ -11,9 +11,11 @@ The modules:
 
 * :mod:`~rank_lab.book.notebooks`: where the notebooks are (``book/**/<name>.md``, jupytext MyST);
 * :mod:`~rank_lab.book.parameters`: the parameters cell is the schema, the front matter holds the
-  constraints; values are checked before any cell runs;
+  constraints; values are checked before any cell runs; :mod:`~rank_lab.book.cells` reads the
+  parameters cell and writes the injected one;
 * :mod:`~rank_lab.book.runner`: papermill execution with the checked values injected;
-* :mod:`~rank_lab.book.results`: ``results.json`` (parameters, provenance, results, cost);
+* :mod:`~rank_lab.book.results`: ``results.json`` (parameters, provenance, results, cost), its
+  :mod:`~rank_lab.book.provenance` section;
 * :mod:`~rank_lab.book.twins`: the Colab ``.ipynb`` twins; :mod:`~rank_lab.book.api`: ``book/api.md``.
 
 The contract is documented in ``docs/book_contract.md``.

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .notebooks import book_dir, find_notebook, to_notebook
-from .parameters import injected_cell_source, notebook_schema
+from .cells import injected_cell_source
+from .parameters import notebook_schema
 from .results import _CONTEXT_ENV, _utc_now, failed_document, load_results, write_document
 
 __all__ = ["NotebookRunError", "run_notebook"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 
 import rank_lab.book as B
-from rank_lab.book import api, cli, notebooks, parameters, results, runner, twins
+from rank_lab.book import api, cells, cli, notebooks, parameters, provenance, results, runner, twins
 
 from .framework import cls, fn
 
@@ -110,19 +110,19 @@ ENTRIES = [
         extra={"unknown": ("check.values", lambda: {"sede": 1}, ("sede",)),
                "choice": ("check.values", lambda: {"dataset": "c"}, ("dataset",)),
                "list": ("check.values", lambda: [("seed", 1)], ("parameters",))}),
-    fn(parameters.parse_parameters_cell, dict(source="a = 1  # one\nb = [1, 2]\n"),
+    fn(cells.parse_parameters_cell, dict(source="a = 1  # one\nb = [1, 2]\n"),
        extra={"int": ("source", lambda: 3, ("source",)),
               "tuple": ("source", lambda: "a, b = 1, 2", ("parameters cell",)),
               "expr": ("source", lambda: "a = 50000 // 32", ("parameters cell",)),
               "twice": ("source", lambda: "a = 1\na = 2", ("parameters cell",))}),
-    fn(parameters.parameters_cell_source, lambda: dict(nb=notebooks.to_notebook(_tiny()), where="tiny"),
+    fn(cells.parameters_cell_source, lambda: dict(nb=notebooks.to_notebook(_tiny()), where="tiny"),
        extra={"untagged": ("nb", _nb_without_parameters, ("parameters",))}),
     fn(parameters.notebook_schema, lambda: dict(name="tiny", root=str(_book())), {"root": "path"},
        extra={"unknown": ("name", lambda: "tinny", ("notebook",))}),
     fn(parameters.parse_parameter, dict(value="[1, 2]"), extra={"int": ("value", lambda: 3, ("value",))}),
     fn(parameters.parse_cli_value, lambda: dict(raw="3", parameter=_param()),
        extra={"str": ("parameter", lambda: "seed", ("parameter",)), "int": ("raw", lambda: 3, ("raw",))}),
-    fn(parameters.injected_cell_source, dict(values={"seed": 1, "dataset": "b"}),
+    fn(cells.injected_cell_source, dict(values={"seed": 1, "dataset": "b"}),
        extra={"list": ("values", lambda: [1], ("values",)), "nan": ("values", lambda: {"a": math.nan}, ("values",)),
               "name": ("values", lambda: {"a b": 1}, ("values",))}),
     # results
@@ -134,7 +134,7 @@ ENTRIES = [
     fn(results.load_results, lambda: dict(path=str(results.write_document(_doc(), _out()))), {"path": "path"},
        extra={"int": ("path", lambda: 3, ("path",)),
               "notadoc": ("path", lambda: _write('{"a": 1}'), ("document",))}),
-    fn(results.provenance, dict(notebook="nb", device="cpu", status="ok"),
+    fn(provenance.provenance, dict(notebook="nb", device="cpu", status="ok"),
        extra={"status": ("status", lambda: "done", ("status",)), "noerror": ("status", lambda: "failed", ("error",))}),
     fn(results.failed_document, lambda: dict(parameters={"seed": 0}, error=ValueError("x")),
        extra={"params": ("parameters", lambda: 3, ("parameters",)), "error": ("error", lambda: "x", ("error",))}),
