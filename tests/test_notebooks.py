@@ -80,7 +80,7 @@ def test_every_notebook_is_in_the_toc() -> None:
 
 
 @pytest.mark.parametrize("md", NOTEBOOKS, ids=IDS)
-def test_notebook_contract(md: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_notebook_contract(md: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     schema = notebook_schema(md)  # raises on a malformed cell or front matter
     for name in ("smoke", "seed", "device"):
         assert name in schema.names, f"{md.name}: parameter {name!r} missing"
@@ -105,13 +105,10 @@ def test_notebook_contract(md: Path, caplog: pytest.LogCaptureFixture) -> None:
     # papermill's own reader agrees with the schema, without a warning (for `papermill --help-notebook`)
     import papermill
 
-    src = md.parent / f".{md.stem}.inspect.ipynb"
+    src = tmp_path / f"{md.stem}.ipynb"
     nbformat.write(to_notebook(md), src)
-    try:
-        with caplog.at_level(logging.WARNING, logger="papermill"):
-            inspected = papermill.inspect_notebook(str(src))
-    finally:
-        src.unlink(missing_ok=True)
+    with caplog.at_level(logging.WARNING, logger="papermill"):
+        inspected = papermill.inspect_notebook(str(src))
     assert list(inspected) == schema.names
     assert not [r for r in caplog.records if r.name.startswith("papermill")], caplog.text
 
@@ -213,3 +210,46 @@ def test_notebook_runs_in_smoke_mode(md: Path, tmp_path: Path, monkeypatch: pyte
     assert by_hand["provenance"]["runner"] == "none"
     assert by_hand["parameters"] == doc["parameters"], "start_run read other parameters than the runner injected"
     assert by_hand["results"] == results, f"{md.name}: two runs with the same parameters gave different results"
+
+
+def test_cli_refuses_bad_parameters_of_the_book_notebooks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's cases, on the real notebooks: exit code 2 and one line, nothing executed."""
+    from rank_lab.book import main
+
+    out = ["--out", str(tmp_path / "out")]
+    assert main(["run", "evaluating_retrieval", "-p", "datset", "digits", *out]) == 2
+    known = ", ".join(notebook_schema("evaluating_retrieval").names)
+    assert capsys.readouterr().err == (f"error: unknown parameter 'datset' for evaluating_retrieval; "
+                                       f"did you mean 'dataset'? Known: {known}\n")
+    assert main(["run", "smooth_rank_surrogates", "-p", "dataset", "digitz", *out]) == 2
+    assert capsys.readouterr().err == ("error: parameter 'dataset' of smooth_rank_surrogates: got 'digitz' (str), "
+                                       "expected one of 'synthetic', 'digits'; did you mean 'digits'?\n")
+    assert main(["run", "heat", "-p", "smoke", "maybe", *out]) == 2
+    assert "parameter 'smoke' of heat: got 'maybe' (str), expected a bool (true or false)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.notebook
+def test_evaluating_retrieval_reads_its_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`-p dataset digits` changes the figures shown; a missing real dataset folder is one clear error."""
+    from rank_lab.book import main
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert main(["run", "evaluating_retrieval", "-p", "dataset", "digits", "--quiet", "--out", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out
+    default = json.loads((REFERENCE / "evaluating_retrieval.json").read_text())["figures"]
+    assert "embedding_set.metrics.raw pixels.R@1 = " in shown and "raw features" in " ".join(default)
+    digits = load_results(tmp_path / "evaluating_retrieval")["results"]["embedding_set"]
+    assert digits["dataset"] == "digits" and list(digits["metrics"]) == ["raw pixels"]
+    assert digits["metrics"]["raw pixels"]["mAP@R"] != pytest.approx(default["embedding_set.metrics.raw features.mAP@R"],
+                                                                     abs=0.01)
+
+    argv = ["run", "evaluating_retrieval", "-p", "dataset", "sop", "-p", "data_dir", "/nonexistent", "--quiet",
+            "--out", str(tmp_path)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "DatasetFolderError: SOP: root folder '/nonexistent' does not exist" in err and "Traceback" not in err
+    doc = load_results(tmp_path / "evaluating_retrieval")
+    assert doc["provenance"]["status"] == "failed" and doc["provenance"]["error"]["type"] == "DatasetFolderError"
+    assert doc["results"] == {}
