@@ -9,10 +9,10 @@ STAMP   = $(VENV)/.rank_lab-installed
 EXTRAS ?= book,test,faiss,timm,data
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup test test-unit test-notebooks book notebooks publish lint bench gpu-check clean
+.PHONY: help setup test test-unit test-notebooks notebook-reference book notebooks publish lint bench gpu-check clean
 
 help:
-	@echo "make setup | test | test-unit | test-notebooks | book | notebooks | publish | lint | bench | gpu-check | clean"
+	@echo "make setup | test | test-unit | test-notebooks | notebook-reference | book | notebooks | publish | lint | bench | gpu-check | clean"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,15 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m "not notebook" tests
 
+# The notebook tests execute every notebook in smoke mode with papermill, compare its key figures with
+# tests/notebook_reference/<name>.json, and re-execute the executed copy with nbval (--nbval-lax):
+# the cells marked `# NBVAL_CHECK_OUTPUT` must print the same text (docs/book_contract.md).
 test-notebooks: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests
+
+# Rewrite tests/notebook_reference/*.json from fresh smoke runs (tolerances kept); say why in the commit.
+notebook-reference: $(STAMP)
+	RANK_LAB_WRITE_REFERENCE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests/test_notebooks.py
 
 # Every notebook is executed (smoke mode = the parameters cell's defaults) on every build:
 # `execute_notebooks: force` in _config.yml, so no cached page can go stale when rank_lab/ changes.

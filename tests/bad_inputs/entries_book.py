@@ -1,0 +1,179 @@
+"""Matrix entries of :mod:`rank_lab.book` (the notebook runner, its parameter contract, results.json).
+
+Most arguments here are names, paths, mappings and notebook text rather than tensors, so the bad
+values are the ``extra`` variants of each entry: the wrong type, an unknown name, a malformed cell
+or document. ``run_notebook`` executes one tiny notebook (a kernel start) for its valid call; every
+bad variant is refused before a kernel starts.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+import rank_lab.book as B
+from rank_lab.book import api, cells, cli, notebooks, parameters, provenance, results, runner, twins
+
+from .framework import cls, fn
+
+TINY = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+    format_version: 0.13
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+rank_lab:
+  results_keys: [value]
+  parameters:
+    seed: {min: 0}
+    dataset: {choices: [a, b]}
+---
+
+```{code-cell} ipython3
+:tags: [parameters]
+smoke = True
+seed = 0
+dataset = "a"
+```
+
+```{code-cell} ipython3
+from rank_lab.book import save_results, start_run
+
+start_run(globals())
+results_path = save_results({"value": seed, "dataset": dataset, "smoke": smoke}, "results.json")
+```
+"""
+
+
+def _book() -> Path:
+    """A book folder holding the tiny notebook ``tiny`` (fresh on every call)."""
+    root = Path(tempfile.mkdtemp(prefix="rank_lab_matrix_book_")) / "book"
+    root.mkdir()
+    (root / "tiny.md").write_text(TINY)
+    return root
+
+
+def _tiny() -> str:
+    return str(_book() / "tiny.md")
+
+
+def _param() -> parameters.Parameter:
+    return parameters.Parameter("seed", 0, ("int",), min=0)
+
+
+def _schema() -> parameters.ParameterSchema:
+    return parameters.ParameterSchema("nb", {"seed": _param(), "dataset": parameters.Parameter(
+        "dataset", "a", ("str",), choices=("a", "b"))})
+
+
+def _doc() -> dict:
+    return results.failed_document({"seed": 0}, ValueError("boom"), notebook="nb")
+
+
+def _out() -> str:
+    return tempfile.mkdtemp(prefix="rank_lab_matrix_out_")
+
+
+def _nb_without_parameters() -> nbformat.NotebookNode:
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+
+
+ENTRIES = [
+    # notebooks
+    fn(notebooks.book_dir),
+    fn(notebooks.list_notebooks, lambda: dict(root=str(_book())), {"root": "path"},
+       extra={"int": ("root", lambda: 3, ("root",))}),
+    fn(notebooks.find_notebook, lambda: dict(name="tiny", root=str(_book())), {"root": "path"},
+       extra={"unknown": ("name", lambda: "tinny", ("notebook",)), "int": ("name", lambda: 3, ("name",))}),
+    fn(notebooks.front_matter, lambda: dict(md=_tiny()), {"md": "path"},
+       extra={"list": ("md", lambda: _write("---\n- a\n---\n"), ("front matter",)),
+              "open": ("md", lambda: _write("---\na: 1\n"), ("front matter",))}),
+    fn(notebooks.suggest, dict(name="datset", known=["dataset", "seed"]),
+       extra={"int": ("name", lambda: 3, ("name",)), "str": ("known", lambda: "dataset", ("known",))}),
+    cls(notebooks.NotebookNotFoundError),
+    # parameters
+    cls(parameters.ParameterError),
+    cls(parameters.ParameterTypeError),
+    cls(parameters.Parameter, lambda: dict(name="seed", default=0, types=("int",), min=0),
+        calls=[("check", dict(value=3, notebook="nb"), None)],
+        extra={"str": ("check.value", lambda: "3", ("seed",)), "below": ("check.value", lambda: -1, ("seed",)),
+               "nan": ("check.value", lambda: math.nan, ("seed",))}),
+    cls(parameters.ParameterSchema, lambda: dict(notebook="nb", parameters=_schema().parameters),
+        calls=[("check", dict(values={"seed": 1, "dataset": "b"}), None)],
+        extra={"unknown": ("check.values", lambda: {"sede": 1}, ("sede",)),
+               "choice": ("check.values", lambda: {"dataset": "c"}, ("dataset",)),
+               "list": ("check.values", lambda: [("seed", 1)], ("parameters",))}),
+    fn(cells.parse_parameters_cell, dict(source="a = 1  # one\nb = [1, 2]\n"),
+       extra={"int": ("source", lambda: 3, ("source",)),
+              "tuple": ("source", lambda: "a, b = 1, 2", ("parameters cell",)),
+              "expr": ("source", lambda: "a = 50000 // 32", ("parameters cell",)),
+              "twice": ("source", lambda: "a = 1\na = 2", ("parameters cell",))}),
+    fn(cells.parameters_cell_source, lambda: dict(nb=notebooks.to_notebook(_tiny()), where="tiny"),
+       extra={"untagged": ("nb", _nb_without_parameters, ("parameters",))}),
+    fn(parameters.notebook_schema, lambda: dict(name="tiny", root=str(_book())), {"root": "path"},
+       extra={"unknown": ("name", lambda: "tinny", ("notebook",))}),
+    fn(parameters.parse_parameter, dict(value="[1, 2]"), extra={"int": ("value", lambda: 3, ("value",))}),
+    fn(parameters.parse_cli_value, lambda: dict(raw="3", parameter=_param()),
+       extra={"str": ("parameter", lambda: "seed", ("parameter",)), "int": ("raw", lambda: 3, ("raw",))}),
+    fn(cells.injected_cell_source, dict(values={"seed": 1, "dataset": "b"}),
+       extra={"list": ("values", lambda: [1], ("values",)), "nan": ("values", lambda: {"a": math.nan}, ("values",)),
+              "name": ("values", lambda: {"a b": 1}, ("values",))}),
+    # results
+    fn(results.start_run, dict(namespace={"seed": 0}), extra={"list": ("namespace", lambda: [1], ("namespace",))}),
+    fn(results.save_results, lambda: dict(results={"a": 1.0}, path=_out(), cost={"t_s": 0.1}),
+       extra={"list": ("results", lambda: [1.0], ("results",)), "cost": ("cost", lambda: 3, ("cost",)),
+              "nan": ("results", lambda: {"a": math.nan}, ())},
+       legal={"results:nan": "a non-finite figure is written as null (JSON has no NaN)"}),
+    fn(results.load_results, lambda: dict(path=str(results.write_document(_doc(), _out()))), {"path": "path"},
+       extra={"int": ("path", lambda: 3, ("path",)),
+              "notadoc": ("path", lambda: _write('{"a": 1}'), ("document",))}),
+    fn(provenance.provenance, dict(notebook="nb", device="cpu", status="ok"),
+       extra={"status": ("status", lambda: "done", ("status",)), "noerror": ("status", lambda: "failed", ("error",))}),
+    fn(results.failed_document, lambda: dict(parameters={"seed": 0}, error=ValueError("x")),
+       extra={"params": ("parameters", lambda: 3, ("parameters",)), "error": ("error", lambda: "x", ("error",))}),
+    fn(results.write_document, lambda: dict(document=_doc(), path=_out()),
+       extra={"sections": ("document", lambda: {"results": {}}, ("document",)),
+              "int": ("document", lambda: 3, ("document",))}),
+    fn(results.check_document, lambda: dict(document=_doc()),
+       extra={"status": ("document", lambda: {**_doc(), "provenance": {**_doc()["provenance"], "status": "?"}},
+                         ("status",)), "int": ("document", lambda: 3, ("document",))}),
+    fn(results.key_figures, dict(results={"a": {"b": 1.0}, "c": [2, 3]}, paths=["a.b", ("c", 1)]),
+       extra={"str": ("paths", lambda: "a.b", ("paths",)), "absent": ("paths", lambda: ["a.z"], ("paths",)),
+              "list": ("results", lambda: [1], ("results",))}),
+    fn(results.print_key_figures, dict(results={"a": 1.0}, paths=["a"], digits=3), {"digits": "posint"},
+       extra={"nan": ("results", lambda: {"a": math.nan}, ("paths",))}),
+    # runner
+    cls(runner.NotebookRunError, lambda: dict(notebook="nb", ename="ValueError", evalue="x", cell=1, traceback=[],
+                                              results_path=Path("results.json"))),
+    fn(runner.run_notebook, lambda: dict(name=_tiny(), parameters={"seed": 1}, output_dir=_out(), timeout=120),
+       {"timeout": "posint"},
+       extra={"unknown": ("parameters", lambda: {"sede": 1}, ("sede",)),
+              "type": ("parameters", lambda: {"seed": "1"}, ("seed",)),
+              "choice": ("parameters", lambda: {"dataset": "c"}, ("dataset",)),
+              "name": ("name", lambda: "no_such_notebook_anywhere", ("notebook",)),
+              "out": ("output_dir", lambda: 3, ("output_dir",))}),
+    # twins, api page, command line
+    fn(twins.make_twin, lambda: dict(md_path=Path(_tiny()), out_path=Path(_out()) / "t.ipynb", repo="https://x/r.git"),
+       {"md_path": "path"}),
+    fn(twins.make_twins, lambda: dict(out_dir=_out(), root=_book(), repo="https://x/r.git"), {"root": "path"}),
+    fn(api.public_modules),
+    fn(api.api_page),
+    fn(cli.main, dict(argv=["list"]), extra={"unknown": ("argv", lambda: ["params", "no_such_notebook"], ())},
+       legal={"argv:unknown": "a usage error prints one message and returns exit code 2 (docs/book_contract.md)"}),
+]
+
+
+def _write(text: str) -> str:
+    path = Path(tempfile.mkdtemp(prefix="rank_lab_matrix_file_")) / "f.md"
+    path.write_text(text)
+    return str(path)
+
+
+assert B.run_notebook is runner.run_notebook  # the package re-exports the same objects (one entry each)
