@@ -154,7 +154,7 @@ LOSSES.update({"sup_hap": SupHAP, "smooth_hap": SmoothHAP, "sup_ndcg": SupNDCG, 
 __all__ += ["CSLLoss", "SigmaLoss", "SmoothHAP", "SupHAP", "SupNDCG", "happier", "happier_f", "rod_ndcg", "sigma_loss"]
 
 # --- Patel thesis ch. 5-6 losses (RS@k, SupCon, ESupCon), registered for build_loss ---
-from rank_lab.losses.contrastive_cls import ESupConLoss, SupConLoss  # noqa: E402
+from rank_lab.losses.contrastive import ESupConLoss, SupConLoss  # noqa: E402
 from rank_lab.losses.recall_at_k import RecallAtKSurrogate  # noqa: E402
 
 LOSSES.update({"rs_at_k": RecallAtKSurrogate, "recall_at_k_surrogate": RecallAtKSurrogate, "supcon": SupConLoss, "esupcon": ESupConLoss})

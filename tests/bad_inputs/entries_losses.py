@@ -8,7 +8,7 @@ import torch
 
 import rank_lab.losses as L
 
-from .factories import emb, hier_labels, images, labels, no_positive_targets, scores, targets
+from .factories import emb, hier_labels, labels, no_positive_targets, scores, targets
 from .framework import cls, fn
 
 CAST = "integer embeddings are cast to float (check_embeddings)"
@@ -146,7 +146,7 @@ ENTRIES = [
 # ------------------------------------------------------------------ losses' modules (issue 16, part 2)
 import rank_lab.losses.base as LB  # noqa: E402
 import rank_lab.losses.blackbox as LBB  # noqa: E402
-import rank_lab.losses.contrastive_cls as CC  # noqa: E402
+import rank_lab.losses.contrastive as CC  # noqa: E402
 import rank_lab.losses.hierarchical as LH  # noqa: E402
 import rank_lab.losses.histogram as LHIST  # noqa: E402
 import rank_lab.losses.recall as LR  # noqa: E402
@@ -217,16 +217,11 @@ ENTRIES += [
        {**ZL, "weight": "x", "bias": "x", "temperature": "pos", "reduction": "choice"}, rows=ZL_ROWS,
        legal={**Z_LEGAL, "weight:int": "integer weights are cast to float", "bias:int": "an integer bias is added as float"},
        extra={**LABEL_RANGE, "dim": ("weight", lambda: emb(3, 5), ("weight",))}),
-    fn(CC.prototype_logits, lambda: dict(z=emb(12), prototypes=_protos()), {"z": "x", "prototypes": "x", "temperature": "pos"},
-       legal={"*:int": "integer vectors are cast to float (check_embeddings)"},
-       extra={"dim": ("prototypes", lambda: emb(3, 5), ("prototypes",))}),
     fn(CC.spce_logits, lambda: dict(z=emb(12), labels=labels(12), n_classes=3, queries=emb(5, seed=4)),
        {**ZL, "n_classes": "posint", "queries": "x"}, rows=ZL_ROWS, legal={"*:int": "integer vectors are cast to float"},
        extra={**LABEL_RANGE, "dim": ("queries", lambda: emb(5, 3), ("queries",))}),
     fn(CC.spce_loss, lambda: dict(z=emb(12), labels=labels(12), n_classes=3), {**ZL, "n_classes": "posint", "temperature": "pos"},
        rows=ZL_ROWS, legal=Z_LEGAL, extra=LABEL_RANGE),
-    fn(CC.class_means, lambda: dict(z=emb(12), labels=labels(12), n_classes=3), {**ZL, "n_classes": "posint"}, rows=ZL_ROWS,
-       legal=Z_LEGAL, extra=LABEL_RANGE),
     fn(CC.tightness_loss, lambda: dict(z=emb(12), labels=labels(12), prototypes=_protos()), {**ZL, "prototypes": "x"}, rows=ZL_ROWS,
        legal={"*:int": "integer vectors are cast to float (check_embeddings)"}, extra=LABEL_RANGE),
     fn(CC.esupcon_terms, lambda: dict(z=emb(12), labels=labels(12), prototypes=_protos()), {**ZL, "prototypes": "x", "temperature": "pos"},
@@ -237,19 +232,8 @@ ENTRIES += [
        {"l_ce": "x", "l_supcon": "x"}, rows=(("l_ce", "l_supcon"),),
        legal={"*:ndim+": "elementwise: any shape (both the same)", "*:int": "integer losses are cast to float"},
        extra={"negative": ("l_ce", lambda: torch.tensor([-2.0, 1.2, 0.1]), ("l_ce",))}),
-    cls(CC.PrototypeClassifier, {"dim": 4, "n_classes": 3}, {"dim": "posint", "n_classes": "posint", "temperature": "pos"},
-        calls=[("__call__", lambda: dict(z=emb(5)), {"z": "x"})], legal={"__call__.z:int": "integer features are cast to float"}),
     loss(CC.SimCLRLoss, {}, {"temperature": "pos"},
          legal={"__call__.labels:nopos": "SimCLR ignores labels (checked): the positive of a view is the other view"}),
-    fn(CC.imbalanced_indices, lambda: dict(labels=labels(12), imbalance_rate=0.5, minority_classes=None), {"labels": "labels", "imbalance_rate": "prob",
-                                                                                  "seed": "nonnegint"},
-       extra={"all_minority": ("minority_classes", lambda: torch.tensor([0, 1, 2]), ("minority_classes",))}),
-    fn(CC.noisy_labels, lambda: dict(labels=labels(12), noise_rate=0.25, n_classes=3), {"labels": "labels", "noise_rate": "prob",
-                                                                                       "n_classes": "posint", "seed": "nonnegint"},
-       extra={"range": ("labels", lambda: labels(12) + 5, ("labels",))}),
-    fn(CC.two_views, lambda: dict(x=images(3, 1, 6), generator=torch.Generator().manual_seed(0)),
-       {"x": "x", "noise_std": "nonneg", "max_shift": "nonnegint"},
-       legal={"x:ndim*": "(N, ...): any input shape of 2 dims or more (images get the shift only when 4-D)"}),
     # hierarchical
     cls(LH.HierarchicalRankLoss, {}, {"relevance": "choice", "alpha": "pos", "level_mode": "choice"}),
     fn(LH.weighted_lower_sums, _rows, {"scores": "x", "weight": "choice", "max_elements": "posint"},
