@@ -41,6 +41,7 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
+from rank_lab.losses.base import ListwiseLoss, prepare_batch
 from rank_lab.models.heads import PrototypeClassifier, prototype_logits
 
 __all__ = [
@@ -81,12 +82,6 @@ def _prototypes(prototypes: object, d: int, name: str = "prototypes") -> torch.T
 
 def _check_temperature(t: float) -> float:
     return check_float(t, "temperature", low=0.0, low_open=True)
-
-
-def _masked_self(sim: torch.Tensor) -> torch.Tensor:
-    """Set the diagonal to -inf (``j != i`` in every denominator)."""
-    eye = torch.eye(sim.shape[0], dtype=torch.bool, device=sim.device)
-    return sim.masked_fill(eye, float("-inf"))
 
 
 def nt_xent_loss(z: torch.Tensor, temperature: float = 0.1, *, normalize: bool = True) -> torch.Tensor:
@@ -139,20 +134,42 @@ def supcon_loss(
     t = _check_temperature(temperature)
     if base_temperature is not None:
         base_temperature = check_float(base_temperature, "base_temperature", low=0.0, low_open=True)
-    sim = z @ z.T / t
-    log_den = torch.logsumexp(_masked_self(sim), dim=1)  # (M,)
     eye = torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
-    pos = (labels[:, None] == labels[None, :]) & ~eye
-    n_pos = pos.sum(1)
-    has = n_pos > 0
+    per, has = supcon_per_anchor(z @ z.T / t, (labels[:, None] == labels[None, :]) & ~eye, ~eye)
     if not bool(has.any()):
         raise ValueError("no anchor has a positive (every label of labels is unique): SupCon needs >= 2 samples "
                          "(or views) per class")
-    pos_sim = (sim * pos).sum(1) / n_pos.clamp_min(1)
-    per = torch.where(has, log_den - pos_sim, torch.zeros_like(log_den))
     if base_temperature is not None:
         per = per * (t / float(base_temperature))
     return per if reduction == "none" else per.sum() / has.sum()
+
+
+def supcon_per_anchor(
+    sim: torch.Tensor, positives: torch.Tensor, pool: torch.Tensor, extra_log_mass: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-anchor SupCon terms from similarities already divided by the temperature (Eq. 6.5).
+
+    ``l_i = log sum_{j in pool_i} exp(sim_ij) - 1/|P_i| sum_{p in P_i} sim_ip``; the one
+    implementation behind :func:`supcon_loss`, :class:`SupConLoss` and ESupCon (Eq. 6.15).
+
+    Args:
+        sim: ``(Q, N)`` ``z_i^T z_j / tau`` of anchors against the pool items.
+        positives: ``(Q, N)`` bool ``P_i`` (inside ``pool``).
+        pool: ``(Q, N)`` bool, the items of each anchor's denominator (``j != i``).
+        extra_log_mass: ``(Q,)`` log of more denominator mass (ESupCon's prototypes,
+            ``prototypes_in_all_denominators``), or None.
+
+    Returns:
+        ``(per (Q,), has (Q,))``: the losses (0 for an anchor without positives) and which anchors
+        have a positive.
+    """
+    log_den = torch.logsumexp(sim.masked_fill(~pool, float("-inf")), dim=1)  # (Q,)
+    if extra_log_mass is not None:
+        log_den = torch.logaddexp(extra_log_mass, log_den)
+    n_pos = positives.sum(1)
+    has = n_pos > 0
+    pos_sim = (sim * positives).sum(1) / n_pos.clamp_min(1)
+    return torch.where(has, log_den - pos_sim, torch.zeros_like(log_den)), has
 
 
 def cross_entropy_loss(
@@ -250,15 +267,44 @@ def esupcon_terms(
     """
     z, labels = _feats(z, labels, normalize)
     t = _check_temperature(temperature)
+    protos = _unit_prototypes(prototypes, z, normalize_prototypes)
+    return _esupcon_terms(z, labels, z @ z.T / t, ~_eye(z), protos, t)
+
+
+def _eye(z: torch.Tensor) -> torch.Tensor:
+    return torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
+
+
+def _unit_prototypes(prototypes: object, z: torch.Tensor, normalize_prototypes: bool) -> torch.Tensor:
     protos = _prototypes(prototypes, z.shape[1]).to(z.device)
-    protos = F.normalize(protos, dim=1) if normalize_prototypes else protos
+    return F.normalize(protos, dim=1) if normalize_prototypes else protos
+
+
+def _esupcon_terms(z: torch.Tensor, labels: torch.Tensor, sim: torch.Tensor, pool: torch.Tensor, protos: torch.Tensor,
+                   t: float) -> dict[str, torch.Tensor]:
+    """Eqs. 6.12 / 6.16 for anchors ``z (M, d)`` against the pool items (``sim = z r^T / tau``, ``(M, N)``)."""
     logits = prototype_logits(z, protos, normalize=False, temperature=t)
     check_class_indices(labels, logits.shape[1])
-    sim = _masked_self(z @ z.T / t)
     tt = logits.gather(1, labels[:, None]).squeeze(1)
     log_c1 = torch.logsumexp(logits, 1)
-    log_c2 = torch.logsumexp(sim, 1)
+    log_c2 = torch.logsumexp(sim.masked_fill(~pool, float("-inf")), 1)
     return {"T": tt, "log_C1": log_c1, "log_C2": log_c2, "l_pt": -tt + torch.logaddexp(log_c1, log_c2)}
+
+
+def _esupcon(z: torch.Tensor, labels: torch.Tensor, sim: torch.Tensor, pool: torch.Tensor, positives: torch.Tensor,
+             protos: torch.Tensor, t: float, all_denominators: bool) -> torch.Tensor:
+    """Eq. 6.15 for anchors ``z (M, d)`` against a pool (the batch, ``j != i``, or a memory)."""
+    terms = _esupcon_terms(z, labels, sim, pool, protos, t)
+    k = protos.shape[0]
+    onehot = F.one_hot(labels, k).to(z.dtype)  # (M, K)
+    counts = onehot.sum(0)
+    per_class = (onehot * terms["l_pt"][:, None]).sum(0) / counts.clamp_min(1)
+    proto_term = per_class[counts > 0].sum()
+    per, has = supcon_per_anchor(sim, positives, pool, terms["log_C1"] if all_denominators else None)
+    if not all_denominators and not bool(has.any()):
+        raise ValueError("no anchor has a positive (every label of labels is unique): SupCon needs >= 2 samples "
+                         "(or views) per class")
+    return (proto_term + per.sum()) / (z.shape[0] + k)
 
 
 def smooth_max_ce_supcon(l_ce: torch.Tensor, l_supcon: torch.Tensor) -> torch.Tensor:
@@ -310,38 +356,47 @@ def esupcon_loss(
         normalize, normalize_prototypes: L2-normalise features / prototypes.
         prototypes_in_all_denominators: the "fully extended" variant.
     """
-    terms = esupcon_terms(z, labels, prototypes, temperature, normalize=normalize, normalize_prototypes=normalize_prototypes)
     z, labels = _feats(z, labels, normalize)
-    k = prototypes.shape[0]
-    onehot = F.one_hot(labels, k).to(z.dtype)  # (M, K)
-    counts = onehot.sum(0)
-    per_class = (onehot * terms["l_pt"][:, None]).sum(0) / counts.clamp_min(1)
-    proto_term = per_class[counts > 0].sum()
-    if prototypes_in_all_denominators:
-        t = _check_temperature(temperature)
-        eye = torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
-        pos = (labels[:, None] == labels[None, :]) & ~eye
-        log_den = torch.logaddexp(terms["log_C1"], terms["log_C2"])
-        n_pos = pos.sum(1)
-        per = torch.where(n_pos > 0, log_den - ((z @ z.T / t) * pos).sum(1) / n_pos.clamp_min(1), torch.zeros_like(log_den))
-    else:
-        per = supcon_loss(z, labels, temperature, normalize=False, reduction="none")
-    return (proto_term + per.sum()) / (z.shape[0] + k)
+    t = _check_temperature(temperature)
+    protos = _unit_prototypes(prototypes, z, normalize_prototypes)
+    pool = ~_eye(z)
+    positives = (labels[:, None] == labels[None, :]) & pool
+    return _esupcon(z, labels, z @ z.T / t, pool, positives, protos, t, prototypes_in_all_denominators)
 
 
-class SupConLoss(nn.Module):
-    """Module form of :func:`supcon_loss`: ``loss(embeddings, labels)``."""
+class SupConLoss(ListwiseLoss):
+    """SupCon (Eqs. 6.4-6.5 of the Patel thesis) with the common call of every loss.
 
-    def __init__(self, temperature: float = 0.1, base_temperature: float | None = None) -> None:
-        super().__init__()
+    ``loss(embeddings (B, d), labels)`` is :func:`supcon_loss` on the batch (each anchor against
+    ``B \\ i``); ``loss(embeddings, labels, ref_embeddings (N, d), ref_labels)`` takes the positives and
+    the denominator from the reference set instead (e.g. a cross-batch memory,
+    :class:`rank_lab.memory.MemoryLoss`; ``ref_self_index`` removes each anchor's own copy). Also
+    ``forward_scores(scores (Q, N), targets (Q, N))`` on cosine scores.
+
+    Args:
+        temperature: ``tau`` (softmax temperature of the similarities, default 0.1).
+        base_temperature: multiply by ``tau / base_temperature`` as the public SupCon code (0.07);
+            ``None`` = the thesis formula.
+        **kwargs: ``normalize``, ``reduction``, ``no_positive`` (anchors without a positive are
+            skipped, an error if none has one), ``hierarchy_level`` ... (see
+            :class:`~rank_lab.losses.base.ListwiseLoss`).
+    """
+
+    def __init__(self, temperature: float = 0.1, base_temperature: float | None = None, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
         if base_temperature is not None:
             base_temperature = check_float(base_temperature, "base_temperature", low=0.0, low_open=True)
         self.temperature, self.base_temperature = _check_temperature(temperature), base_temperature
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Args: embeddings ``(M, d)``, labels ``(M,)``. Returns a scalar."""
-        embeddings = check_embeddings(embeddings, "embeddings")
-        return supcon_loss(embeddings, labels, self.temperature, base_temperature=self.base_temperature)
+    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Per-anchor SupCon ``(Q,)`` (:func:`supcon_per_anchor`) on ``scores / temperature``."""
+        per, _ = supcon_per_anchor(scores / self.temperature, (relevance > 0) & valid, valid)
+        if self.base_temperature is not None:
+            per = per * (self.temperature / float(self.base_temperature))
+        return per
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}, base_temperature={self.base_temperature}, reduction={self.reduction!r}"
 
 
 class SimCLRLoss(nn.Module):
@@ -361,29 +416,55 @@ class SimCLRLoss(nn.Module):
 
 
 class ESupConLoss(nn.Module):
-    """ESupCon with its own learnable prototypes: ``loss(embeddings, labels)`` (Eq. 6.15).
+    """ESupCon (Eq. 6.15 of the Patel thesis) with its own learnable prototypes and the common call.
 
-    The prototypes are the classifier: :meth:`predict_proba` is ``softmax(z theta^T / tau)``.
+    ``loss(embeddings (M, d), labels (M,))`` is :func:`esupcon_loss` on the batch;
+    ``loss(embeddings, labels, ref_embeddings (N, d), ref_labels (N,), ref_self_index=None)`` takes
+    the sample-sample terms (the SupCon positives and the ``C2`` sums of Eqs. 6.12 and 6.16) from the
+    reference set (e.g. a cross-batch memory; ``ref_self_index`` removes each anchor's own copy),
+    the prototype terms staying per anchor. The prototypes are the classifier
+    (:class:`rank_lab.models.heads.PrototypeClassifier`): :meth:`predict_proba` is
+    ``softmax(z theta^T / tau)``.
 
     Args:
-        dim, n_classes: shape of the prototypes ``(K, d)``.
+        n_classes, dim: shape of the prototypes ``(K, d)``, in this order like every proxy loss.
         temperature: ``tau`` (default 0.1).
         prototypes_in_all_denominators: see :func:`esupcon_loss`.
     """
 
-    def __init__(self, dim: int, n_classes: int, temperature: float = 0.1, *, prototypes_in_all_denominators: bool = False) -> None:
+    #: the sample-sample terms use the reference set (a memory wrapper passes it).
+    uses_references = True
+    #: embeddings are L2-normalised inside the loss (a memory stores them normalised).
+    normalize = True
+
+    def __init__(self, n_classes: int, dim: int, temperature: float = 0.1, *, prototypes_in_all_denominators: bool = False) -> None:
         super().__init__()
-        self.classifier = PrototypeClassifier(dim, n_classes, temperature)
+        self.classifier = PrototypeClassifier(n_classes, dim, temperature)
         self.temperature = self.classifier.temperature
         self.prototypes_in_all_denominators = prototypes_in_all_denominators
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Args: embeddings ``(M, d)``, labels ``(M,)``. Returns a scalar."""
-        embeddings = check_embeddings(embeddings, "embeddings")
-        return esupcon_loss(
-            embeddings, labels, self.classifier.prototypes, self.temperature,
-            prototypes_in_all_denominators=self.prototypes_in_all_denominators,
-        )
+    def forward(
+        self,
+        embeddings: torch.Tensor,
+        labels: torch.Tensor,
+        ref_embeddings: torch.Tensor | None = None,
+        ref_labels: torch.Tensor | None = None,
+        *,
+        ref_self_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Scalar ESupCon loss of ``embeddings (M, d)``, class ``labels (M,)`` in ``[0, K)`` (+ optional refs)."""
+        batch = prepare_batch(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+        for name, lab in (("labels", batch.labels), ("ref_labels", batch.ref_labels)):
+            if lab.ndim != 1:
+                raise ValueError(f"{name} must have shape (M,) (class indices of the prototypes), got {tuple(lab.shape)}")
+        z = batch.embeddings.to(batch.scores.dtype)
+        if z.shape[1] != self.classifier.prototypes.shape[1]:
+            raise ValueError(f"embeddings have d={z.shape[1]} but the prototypes have d={self.classifier.prototypes.shape[1]} "
+                             "(ESupConLoss takes (n_classes, dim), in this order)")
+        protos = _unit_prototypes(self.classifier.prototypes, z, True)
+        positives = (batch.relevance > 0) & batch.valid
+        return _esupcon(z, batch.labels, batch.scores / self.temperature, batch.valid, positives, protos, self.temperature,
+                        self.prototypes_in_all_denominators)
 
     def predict_proba(self, z: torch.Tensor) -> torch.Tensor:
         """``(M, K)`` posterior."""

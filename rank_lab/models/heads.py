@@ -345,10 +345,11 @@ class PrototypeClassifier(nn.Module):
     ``z^T theta_k / tau`` on L2-normalised vectors, posterior ``softmax`` over the prototypes.
 
     Args:
-        dim: ``d``; n_classes: ``K``; temperature: logits ``z^T theta / tau`` on normalised vectors.
+        n_classes: ``K``; dim: ``d`` (the order of every proxy / prototype matrix ``(K, d)``);
+        temperature: logits ``z^T theta / tau`` on normalised vectors.
     """
 
-    def __init__(self, dim: int, n_classes: int, temperature: float = 0.1) -> None:
+    def __init__(self, n_classes: int, dim: int, temperature: float = 0.1) -> None:
         super().__init__()
         self.prototypes = nn.Parameter(torch.randn(check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")) * 0.1)
         self.temperature = check_float(temperature, "temperature", low=0.0, low_open=True)

@@ -95,7 +95,7 @@ class ContrastiveClassifier(nn.Module):
         )
         self.linear: nn.Linear | None = nn.Linear(feat_dim, n_classes, bias=False) if method in ("ce", "supcon+ce") else None
         self.prototypes: PrototypeClassifier | None = (
-            None if self.linear is not None else PrototypeClassifier(feat_dim, n_classes, temperature)
+            None if self.linear is not None else PrototypeClassifier(n_classes=n_classes, dim=feat_dim, temperature=temperature)
         )
         self.stage = 1
 

@@ -170,13 +170,13 @@ def test_esupcon_module_prototypes_learn_and_posterior():
     torch.manual_seed(0)
     z = feats(12, 6, seed=7).requires_grad_(True)
     labels = torch.arange(3).repeat(4)
-    loss_mod = ESupConLoss(6, 3, temperature=0.2)
+    loss_mod = ESupConLoss(n_classes=3, dim=6, temperature=0.2)
     loss = loss_mod(z, labels)
     loss.backward()
     assert loss_mod.classifier.prototypes.grad is not None and float(loss_mod.classifier.prototypes.grad.abs().sum()) > 0
     p = loss_mod.predict_proba(z.detach())
     torch.testing.assert_close(p.sum(1), torch.ones(12, dtype=p.dtype))
-    clf = PrototypeClassifier(6, 3)
+    clf = PrototypeClassifier(n_classes=3, dim=6)
     clf.set_to_class_means(z.detach(), labels)
     torch.testing.assert_close(clf.prototypes.data, class_means(z.detach(), labels, 3).float())
 
@@ -247,3 +247,79 @@ def test_the_old_module_path_still_serves_every_name_with_a_deprecation_warning(
         from rank_lab.losses import contrastive_cls
 
         contrastive_cls.nope  # noqa: B018
+
+
+# ------------------------------------------------------------------ the common 4-argument call (issue 17)
+def naive_supcon_refs(q, labels, ref, ref_labels, tau, self_slot=None):
+    """Eq. 6.5 per anchor with the positives and the denominator taken from a reference set (loops)."""
+    out = []
+    for i in range(len(q)):
+        pool = [j for j in range(len(ref)) if self_slot is None or j != self_slot[i]]
+        pos = [j for j in pool if ref_labels[j] == labels[i]]
+        if not pos:
+            continue
+        den = sum(math.exp(float(q[i] @ ref[j]) / tau) for j in pool)
+        out.append(sum(-float(q[i] @ ref[p]) / tau + math.log(den) for p in pos) / len(pos))
+    return sum(out) / len(out)
+
+
+def test_supcon_module_takes_a_reference_set_like_every_loss():
+    q, ref = feats(6, 5, seed=20), feats(10, 5, seed=21)
+    labels, ref_labels = torch.tensor([0, 1, 2, 0, 1, 3]), torch.tensor([0, 0, 1, 1, 2, 2, 0, 1, 3, 4])
+    loss = SupConLoss(0.5)
+    assert float(loss(q, labels, ref, ref_labels)) == pytest.approx(naive_supcon_refs(q, labels, ref, ref_labels, 0.5), abs=1e-12)
+    # the batch given as its own reference set, each anchor's slot removed: the in-batch call
+    z, y = feats(8, 5), torch.tensor([0, 0, 1, 1, 1, 2, 2, 0])
+    slots = torch.arange(8)
+    assert float(loss(z, y, z, y, ref_self_index=slots)) == pytest.approx(float(supcon_loss(z, y, 0.5)), abs=1e-12)
+    assert float(loss(z, y)) == pytest.approx(float(supcon_loss(z, y, 0.5)), abs=1e-14)
+    assert float(loss.forward_scores(z @ z.T, y[:, None] == y[None, :], ~torch.eye(8, dtype=torch.bool))) == pytest.approx(
+        float(supcon_loss(z, y, 0.5)), abs=1e-12)
+    with pytest.raises(ValueError, match="ref_labels"):
+        loss(q, labels, ref, ref_labels + 100)  # no anchor has a positive among the refs
+
+
+def test_esupcon_module_takes_a_reference_set_like_every_loss():
+    torch.manual_seed(0)
+    loss = ESupConLoss(n_classes=4, dim=5, temperature=0.5).double()
+    theta = loss.classifier.prototypes.detach()
+    z, y = feats(8, 5, seed=22), torch.tensor([0, 0, 1, 1, 1, 2, 2, 0])
+    expect = float(esupcon_loss(z, y, theta, 0.5))
+    assert loss(z, y).item() == pytest.approx(expect, abs=1e-14)
+    assert float(loss(z, y, z, y, ref_self_index=torch.arange(8))) == pytest.approx(expect, abs=1e-12)
+    # against a memory that does not hold the anchors: Eq. 6.15 with the pool = the refs (loops)
+    ref, ref_y = feats(7, 5, seed=23), torch.tensor([0, 1, 2, 3, 0, 1, 1])
+    tn = F.normalize(theta, dim=1)
+    total = 0.0
+    for c in range(4):
+        members = [i for i in range(8) if y[i] == c]
+        if members:
+            acc = 0.0
+            for i in members:
+                den = sum(math.exp(float(z[i] @ tn[k]) / 0.5) for k in range(4))
+                den += sum(math.exp(float(z[i] @ ref[j]) / 0.5) for j in range(7))
+                acc += -float(z[i] @ tn[c]) / 0.5 + math.log(den)
+            total += acc / len(members)
+    for i in range(8):
+        pos = [j for j in range(7) if ref_y[j] == y[i]]
+        den = sum(math.exp(float(z[i] @ ref[j]) / 0.5) for j in range(7))
+        total += sum(-float(z[i] @ ref[p]) / 0.5 + math.log(den) for p in pos) / len(pos)
+    assert float(loss(z, y, ref, ref_y)) == pytest.approx(total / (8 + 4), abs=1e-12)
+    with pytest.raises(ValueError, match=r"\(n_classes, dim\), in this order"):
+        ESupConLoss(5, 4)(z, y)  # the old (dim, n_classes) order
+
+
+@pytest.mark.parametrize("make", [lambda: SupConLoss(0.2), lambda: ESupConLoss(n_classes=3, dim=6, temperature=0.2)],
+                         ids=["supcon", "esupcon"])
+def test_contrastive_losses_work_behind_a_cross_batch_memory(make):
+    from rank_lab.memory import CrossBatchMemory, MemoryLoss
+
+    torch.manual_seed(0)
+    wrapped = MemoryLoss(make(), CrossBatchMemory(24, 6))
+    y = torch.arange(3).repeat(4)
+    for step in range(3):
+        z = torch.randn(12, 6, requires_grad=True)
+        value = wrapped(z, y)
+        value.backward()
+        assert value.ndim == 0 and torch.isfinite(value) and torch.isfinite(z.grad).all()
+    assert len(wrapped.memory) == 24
