@@ -27,12 +27,14 @@ import torch
 
 from rank_lab.losses._direct import direct_ap_loss
 from rank_lab.losses.base import RankLoss, per_query_mean
+from rank_lab.losses.registry import register_loss
 from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = ["SmoothAP", "SupAP", "smooth_ap_loss", "sup_ap_loss"]
 
 
+@register_loss("smooth_ap")
 class SmoothAP(RankLoss):
     """Smooth-AP loss ``1 - mean_q Smooth-AP_q`` (Eq. 2.9 of the Ramzi thesis; Brown et al. 2020).
 
@@ -67,6 +69,7 @@ class SmoothAP(RankLoss):
         return f"tau={self.tau}, impl={self.impl!r}, reduction={self.reduction!r}"
 
 
+@register_loss("sup_ap")
 class SupAP(RankLoss):
     """SupAP loss (Eq. 3.11 of the Ramzi thesis; SupRank Eq. 11; ROADMAP Eq. 5).
 

@@ -29,6 +29,7 @@ import torch
 
 from rank_lab._validation import as_tensor, check_finite, check_float
 from rank_lab.losses.base import ListwiseLoss
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["BlackBoxAP", "normalised_rank", "blackbox_rank"]
 
@@ -94,6 +95,7 @@ class BlackBoxRank(torch.autograd.Function):
         return -(ranks - perturbed) / ctx.lambda_val, None
 
 
+@register_loss("blackbox_ap")
 class BlackBoxAP(ListwiseLoss):
     """BlackBox-AP loss ``1 - mean_q AP_q`` (Rolinek et al. 2020).
 

@@ -39,9 +39,11 @@ from rank_lab._validation import (
     check_finite,
     check_float,
     check_labels,
+    check_nonneg_int,
     check_positive_int,
 )
 from rank_lab.losses.base import ListwiseLoss, prepare_batch
+from rank_lab.losses.registry import register_loss
 from rank_lab.models.heads import PrototypeClassifier, prototype_logits
 
 __all__ = [
@@ -364,6 +366,7 @@ def esupcon_loss(
     return _esupcon(z, labels, z @ z.T / t, pool, positives, protos, t, prototypes_in_all_denominators)
 
 
+@register_loss("supcon")
 class SupConLoss(ListwiseLoss):
     """SupCon (Eqs. 6.4-6.5 of the Patel thesis) with the common call of every loss.
 
@@ -415,6 +418,7 @@ class SimCLRLoss(nn.Module):
         return nt_xent_loss(embeddings, self.temperature)
 
 
+@register_loss("esupcon", needs=("n_classes", "dim"))
 class ESupConLoss(nn.Module):
     """ESupCon (Eq. 6.15 of the Patel thesis) with its own learnable prototypes and the common call.
 
@@ -430,6 +434,8 @@ class ESupConLoss(nn.Module):
         n_classes, dim: shape of the prototypes ``(K, d)``, in this order like every proxy loss.
         temperature: ``tau`` (default 0.1).
         prototypes_in_all_denominators: see :func:`esupcon_loss`.
+        hierarchy_level: with ``(M, L)`` labels, the column of the prototypes' classes (0 = fine),
+            as every binary loss.
     """
 
     #: the sample-sample terms use the reference set (a memory wrapper passes it).
@@ -437,11 +443,13 @@ class ESupConLoss(nn.Module):
     #: embeddings are L2-normalised inside the loss (a memory stores them normalised).
     normalize = True
 
-    def __init__(self, n_classes: int, dim: int, temperature: float = 0.1, *, prototypes_in_all_denominators: bool = False) -> None:
+    def __init__(self, n_classes: int, dim: int, temperature: float = 0.1, *, prototypes_in_all_denominators: bool = False,
+                 hierarchy_level: int = 0) -> None:
         super().__init__()
         self.classifier = PrototypeClassifier(n_classes, dim, temperature)
         self.temperature = self.classifier.temperature
         self.prototypes_in_all_denominators = prototypes_in_all_denominators
+        self.hierarchy_level = check_nonneg_int(hierarchy_level, "hierarchy_level")
 
     def forward(
         self,
@@ -452,18 +460,17 @@ class ESupConLoss(nn.Module):
         *,
         ref_self_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Scalar ESupCon loss of ``embeddings (M, d)``, class ``labels (M,)`` in ``[0, K)`` (+ optional refs)."""
-        batch = prepare_batch(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-        for name, lab in (("labels", batch.labels), ("ref_labels", batch.ref_labels)):
-            if lab.ndim != 1:
-                raise ValueError(f"{name} must have shape (M,) (class indices of the prototypes), got {tuple(lab.shape)}")
+        """Scalar ESupCon loss of ``embeddings (M, d)``, class ``labels (M,)|(M, L)`` in ``[0, K)`` (+ optional refs)."""
+        batch = prepare_batch(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index,
+                              hierarchy_level=self.hierarchy_level)
+        classes = batch.labels if batch.labels.ndim == 1 else batch.labels[:, self.hierarchy_level]
         z = batch.embeddings.to(batch.scores.dtype)
         if z.shape[1] != self.classifier.prototypes.shape[1]:
             raise ValueError(f"embeddings have d={z.shape[1]} but the prototypes have d={self.classifier.prototypes.shape[1]} "
                              "(ESupConLoss takes (n_classes, dim), in this order)")
         protos = _unit_prototypes(self.classifier.prototypes, z, True)
         positives = (batch.relevance > 0) & batch.valid
-        return _esupcon(z, batch.labels, batch.scores / self.temperature, batch.valid, positives, protos, self.temperature,
+        return _esupcon(z, classes, batch.scores / self.temperature, batch.valid, positives, protos, self.temperature,
                         self.prototypes_in_all_denominators)
 
     def predict_proba(self, z: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ from rank_lab._validation import check_float, check_positive_int, check_scores_t
 from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss
 from rank_lab.losses.proxies import NormSoftmaxLoss
+from rank_lab.losses.registry import register_loss
 
 __all__ = [
     "PairDGLoss",
@@ -58,6 +59,7 @@ __all__ = [
 Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+@register_loss("pair_dg", aliases=("calibration",))
 class PairDGLoss(MetricLoss):
     """Pair-based decomposability loss ``L_DG`` (Eq. 3.7 of the Ramzi thesis; ROADMAP Eq. 7).
 
@@ -86,6 +88,7 @@ class PairDGLoss(MetricLoss):
         return f"alpha={self.alpha}, beta={self.beta}, pair_reduction={self.pair_reduction!r}"
 
 
+@register_loss("proxy_dg", needs=("n_classes", "dim"))
 class ProxyDGLoss(NormSoftmaxLoss):
     """Proxy-based decomposability loss ``L*_DG`` (Eq. 3.8 of the Ramzi thesis) = NormSoftmax.
 

@@ -51,6 +51,7 @@ from rank_lab._validation import (
     check_scores_targets,
 )
 from rank_lab.losses.base import PreparedBatch, RankLoss, _check_choice, _reduce_per_query
+from rank_lab.losses.registry import register_loss
 from rank_lab.metrics.hierarchy import (
     as_hierarchical_labels,
     level_counts,
@@ -264,6 +265,7 @@ def _per_query_sum(values: torch.Tensor, q_idx: torch.Tensor, n: int) -> torch.T
     return values.new_zeros(n).index_add(0, q_idx, values)
 
 
+@register_loss("sup_hap", hierarchical=True)
 class SupHAP(HierarchicalRankLoss):
     """``L_Sup-H-AP`` (Eq. 4.10 of the Ramzi thesis; SupRank Eq. 21): the SupRank surrogate of H-AP.
 
@@ -295,6 +297,7 @@ class SupHAP(HierarchicalRankLoss):
         return 1 - _per_query_sum(ratio, q_idx, scores.shape[0]) / total.clamp(min=torch.finfo(total.dtype).tiny)
 
 
+@register_loss("smooth_hap", hierarchical=True)
 class SmoothHAP(HierarchicalRankLoss):
     """Smooth-H-AP: H-AP with every Heaviside replaced by ``sigma(t / tau)`` (the ablation of Tab. 4.7).
 
@@ -321,6 +324,7 @@ class SmoothHAP(HierarchicalRankLoss):
         return 1 - _per_query_sum(h_rank / rank, q_idx, scores.shape[0]) / total.clamp(min=torch.finfo(total.dtype).tiny)
 
 
+@register_loss("sup_ndcg", hierarchical=True)
 class SupNDCG(HierarchicalRankLoss):
     """``L_Sup-NDCG`` (Eqs. 4.13-4.14 of the Ramzi thesis; SupRank Eq. 24), gains ``2^l - 1``.
 
@@ -384,6 +388,7 @@ def _proxy(n_classes: int | None, dim: int | None, temperature: float, name: str
     return ProxyDGLoss(n_classes, dim, temperature=temperature, hierarchy_level=0)
 
 
+@register_loss("happier", needs=("n_classes", "dim"), hierarchical=True, preset=True)
 def happier(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, alpha: float = 1.0, temperature: float = 0.05, **overrides: object) -> ROD:
     """HAPPIER (Eq. 4.11): ``(1 - lam) L_Sup-H-AP(alpha) + lam L*_DG``; alpha 1, lambda 0.1 (thesis §4.4.1).
 
@@ -395,6 +400,7 @@ def happier(n_classes: int | None = None, dim: int | None = None, lam: float = 0
     return ROD(SupHAP(alpha=alpha, **overrides), _proxy(n_classes, dim, temperature, "happier"), lam=lam)  # type: ignore[arg-type]
 
 
+@register_loss("happier_f", needs=("n_classes", "dim"), hierarchical=True, preset=True)
 def happier_f(n_classes: int | None = None, dim: int | None = None, dataset: str = "sop", lam: float = 0.1, alpha: float | None = None, **overrides: object) -> ROD:
     """HAPPIER_F: HAPPIER with a larger alpha (5 on SOP, 3 on iNat; thesis §4.4.1), more weight on fine levels.
 
@@ -409,6 +415,7 @@ def happier_f(n_classes: int | None = None, dim: int | None = None, dataset: str
     return happier(n_classes, dim, lam=lam, alpha=alpha, **overrides)
 
 
+@register_loss("rod_ndcg", needs=("n_classes", "dim"), hierarchical=True, preset=True)
 def rod_ndcg(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
     """ROD-NDCG (Eq. 4.15): ``(1 - lam) L_Sup-NDCG + lam L*_DG``, lambda 0.1 (official code ``[0.9, 0.1]``)."""
     from rank_lab.losses.presets import ROD

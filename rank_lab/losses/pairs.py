@@ -27,6 +27,7 @@ import torch
 
 from rank_lab._validation import check_float, check_scores_targets
 from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice, _reduce_per_query
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["pair_margin_loss", "ContrastiveLoss", "TripletMarginLoss"]
 
@@ -87,6 +88,7 @@ def pair_margin_loss(
     return _reduce_per_query(per_q, valid.any(1), reduction)  # type: ignore[arg-type]
 
 
+@register_loss("contrastive", aliases=("xbm_contrastive",))
 class ContrastiveLoss(MetricLoss):
     """Contrastive loss of the XBM paper (Wang et al. 2020), Hadsell et al. (2006) cosine form.
 
@@ -111,6 +113,7 @@ class ContrastiveLoss(MetricLoss):
         return f"pos_margin={self.pos_margin}, neg_margin={self.neg_margin}, pair_reduction={self.pair_reduction!r}"
 
 
+@register_loss("triplet")
 class TripletMarginLoss(MetricLoss):
     """Triplet loss with margin (Schroff et al., FaceNet, CVPR 2015; Eq. 2.7 of the Ramzi thesis).
 

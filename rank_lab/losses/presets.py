@@ -34,6 +34,7 @@ from rank_lab._validation import check_positive_int
 from rank_lab.losses.ap import SupAP
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
 from rank_lab.losses.recall import SupRecallAtK
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["ROD", "roadmap_neurips", "roadmap_tpami", "rod_recall", "PRESETS"]
 
@@ -92,12 +93,14 @@ def _need(n_classes: int | None, dim: int | None, name: str) -> tuple[int, int]:
     return check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")
 
 
+@register_loss("roadmap_neurips", preset=True)
 def roadmap_neurips(lam: float = 0.5, alpha: float = 0.9, beta: float = 0.6, **overrides: object) -> ROD:
     """ROADMAP as in the NeurIPS 2021 paper: SupAP + pair ``L_DG`` (alpha 0.9, beta 0.6), lambda 0.5."""
     shared = {k: overrides[k] for k in ("normalize", "include_query_as_positive", "hierarchy_level") if k in overrides}
     return ROD(SupAP(**overrides), PairDGLoss(alpha=alpha, beta=beta, **shared), lam=lam)  # type: ignore[arg-type]
 
 
+@register_loss("roadmap_tpami", needs=("n_classes", "dim"), preset=True)
 def roadmap_tpami(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
     """ROADMAP as in the SupRank paper / thesis: SupAP + ``L*_DG`` (NormSoftmax, eta 0.05), lambda 0.1."""
     c, d = _need(n_classes, dim, "roadmap_tpami")
@@ -105,6 +108,7 @@ def roadmap_tpami(n_classes: int | None = None, dim: int | None = None, lam: flo
     return ROD(SupAP(**overrides), ProxyDGLoss(c, d, temperature=temperature, hierarchy_level=level), lam=lam)  # type: ignore[arg-type]
 
 
+@register_loss("rod_recall", needs=("n_classes", "dim"), preset=True)
 def rod_recall(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
     """ROD-R@K (SupRank Eq. 17): Sup-R@K (K = {1, 2, 4, 8, 16}, tau* = 1) + ``L*_DG``, lambda 0.1."""
     c, d = _need(n_classes, dim, "rod_recall")

@@ -42,6 +42,7 @@ from rank_lab._validation import (
 )
 from rank_lab.losses._direct import direct_recall_loss
 from rank_lab.losses.base import RankLoss, reachable_ks
+from rank_lab.losses.registry import register_loss
 from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
@@ -132,6 +133,7 @@ class _RecallLoss(RankLoss):
         return f"ks={self.ks}, tau_star={self.tau_star}, clip={self.clip}, impl={self.impl!r}"
 
 
+@register_loss("smooth_recall")
 class SmoothRecallAtK(_RecallLoss):
     """Smooth-R@k / RS@k loss (Patel et al. 2022; Patel thesis Eq. 5.5-5.7).
 
@@ -159,6 +161,7 @@ class SmoothRecallAtK(_RecallLoss):
         return 1 + sums[:, 0]
 
 
+@register_loss("sup_recall")
 class SupRecallAtK(_RecallLoss):
     """Sup-R@K loss (Eq. 3.16-3.17 of the Ramzi thesis; SupRank Eq. 16-17).
 

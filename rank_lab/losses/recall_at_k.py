@@ -53,6 +53,7 @@ from rank_lab._validation import (
     check_scores_targets,
 )
 from rank_lab.losses.base import ListwiseLoss, _reduce_per_query, reachable_ks
+from rank_lab.losses.registry import register_loss
 
 __all__ = [
     "DEFAULT_KS",
@@ -250,6 +251,7 @@ def recall_at_k_surrogate(
     return torch.where(has_pos, out, torch.zeros_like(out))
 
 
+@register_loss("rs_at_k", aliases=("recall_at_k_surrogate",))
 class RecallAtKSurrogate(ListwiseLoss):
     """RS@k loss module: ``loss(embeddings, labels)`` or ``loss(embeddings, labels, ref_embeddings, ref_labels)``.
 

@@ -152,6 +152,7 @@ import rank_lab.losses.histogram as LHIST  # noqa: E402
 import rank_lab.losses.recall as LR  # noqa: E402
 import rank_lab.losses.recall_at_k as RK  # noqa: E402
 import rank_lab.losses.recall_presets as RP  # noqa: E402
+import rank_lab.losses.registry as LREG  # noqa: E402
 import rank_lab.losses.simix as SX  # noqa: E402
 from rank_lab.ranking import SigmoidStep, positive_rows  # noqa: E402
 
@@ -190,6 +191,13 @@ SP_LEGAL = {"scores:ndim-": "a (N,) score vector is one query", "scores:int": "i
 
 def _sp(**kw):
     return lambda: dict(scores=scores(), positives=targets(), **kw)
+
+
+def _throwaway_registered():
+    """Register a throwaway loss (once) so that the valid call of ``unregister_loss`` removes it."""
+    if "matrix_unregister" not in LREG.list_losses():
+        LREG.register_loss("matrix_unregister")(L.SmoothAP)
+    return {"name": "matrix_unregister"}
 
 
 RECIPE = dict(dataset="sop", arch="resnet50", optimizer="adam", lr=1e-4, epochs=10, milestones=(5,), ks=(1, 2, 4))
@@ -285,4 +293,12 @@ ENTRIES += [
        legal={"alphas:int": "0/1 integer coefficients are cast to float"}, extra=SIMIX_EXTRA),
     fn(SX.mix_embeddings, lambda: dict(embeddings=emb(3), **_simix_parents()), {"embeddings": "x", "alphas": "x"}, rows=SIMIX_ROWS,
        legal={"*:int": "integer values are cast to float"}, extra=SIMIX_EXTRA),
+    # the registry
+    fn(LREG.LossInfo, lambda: dict(name="sup_ap", build=L.SupAP)),
+    fn(LREG.loss_info, {"name": "sup_ap"}, {"name": "choice"}, extra={"number": ("name", lambda: 5, ("name",))}),
+    fn(LREG.list_losses, {"filter": "*ap*"}, extra={"number": ("filter", lambda: 5, ("filter",))}),
+    fn(LREG.register_loss, {"name": "matrix_throwaway", "aliases": (), "needs": ("dim",)},  # returns the decorator only
+       extra={"needs": ("needs", lambda: ("classes",), ("needs",)), "taken": ("name", lambda: "sup_ap", ("name",)),
+              "number": ("name", lambda: 5, ("name",)), "alias_taken": ("aliases", lambda: ("sup-ap",), ("name",))}),
+    fn(LREG.unregister_loss, _throwaway_registered, {"name": "choice"}, extra={"number": ("name", lambda: 5, ("name",))}),
 ]

@@ -317,7 +317,7 @@ def test_contrastive_losses_work_behind_a_cross_batch_memory(make):
     torch.manual_seed(0)
     wrapped = MemoryLoss(make(), CrossBatchMemory(24, 6))
     y = torch.arange(3).repeat(4)
-    for step in range(3):
+    for _ in range(3):
         z = torch.randn(12, 6, requires_grad=True)
         value = wrapped(z, y)
         value.backward()
