@@ -12,6 +12,7 @@ Old names keep working with a :class:`DeprecationWarning` that names the replace
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,20 +20,25 @@ from typing import Any
 __all__ = ["warn_deprecated", "renamed_kwargs", "moved_names"]
 
 
-def warn_deprecated(message: str, stacklevel: int = 3) -> None:
-    """Emit a :class:`DeprecationWarning` attributed to the caller's caller (``stacklevel=3``)."""
-    warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
+def warn_deprecated(message: str) -> None:
+    """Emit a :class:`DeprecationWarning` attributed to the first caller outside ``rank_lab``.
+
+    So the warning points at the user's line (a notebook cell, a script), whatever the depth of the
+    package's own calls (a constructor reached through ``super()``, a module ``__getattr__``).
+    """
+    frame, level = sys._getframe(1), 2  # level 1 is this function
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in ("rank_lab", "importlib"):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)
 
 
-def renamed_kwargs(kwargs: dict[str, Any], renames: Mapping[str, str], owner: str, stacklevel: int = 4) -> dict[str, Any]:
+def renamed_kwargs(kwargs: dict[str, Any], renames: Mapping[str, str], owner: str) -> dict[str, Any]:
     """Move old keyword names of ``kwargs`` to their new names, in place, with a ``DeprecationWarning``.
 
     Args:
         kwargs: the keyword arguments received (modified in place and returned).
         renames: ``{old: new}``.
         owner: the callable's name, for the messages (e.g. ``"SmoothRecallAtK"``).
-        stacklevel: of the warning (4: the user's call of a constructor that calls this helper
-            from a ``__init__`` reached through ``super()``; adjust for direct calls).
 
     Raises:
         TypeError: both the old and the new name were given.
@@ -42,7 +48,7 @@ def renamed_kwargs(kwargs: dict[str, Any], renames: Mapping[str, str], owner: st
             continue
         if new in kwargs:
             raise TypeError(f"{owner}: got both {old!r} (deprecated) and {new!r}; pass {new!r} only")
-        warn_deprecated(f"{owner}({old}=...) is deprecated: use {new}=... (same meaning)", stacklevel)
+        warn_deprecated(f"{owner}({old}=...) is deprecated: use {new}=... (same meaning)")
         kwargs[new] = kwargs.pop(old)
     return kwargs
 
@@ -63,7 +69,7 @@ def moved_names(module: str, moves: Mapping[str, str]) -> Callable[[str], Any]:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         target, _, new_name = moves[name].partition(":")
         new_name = new_name or name
-        warn_deprecated(f"{module}.{name} moved: use {target}.{new_name}", stacklevel=3)
+        warn_deprecated(f"{module}.{name} moved: use {target}.{new_name}")
         # imported on first use only: the new module may import the old one's package
         return getattr(importlib.import_module(target), new_name)
 

@@ -46,8 +46,8 @@ def test_chunked_equals_direct_values_and_gradients(cls, include_self):
     for args in ((lab,), (lab, ref_emb, ref_lab)):
         e1 = emb.clone().requires_grad_(True)
         e2 = emb.clone().requires_grad_(True)
-        a = cls(max_elements=64, include_query_as_positive=include_self)(e1, *args)
-        b = cls(impl="direct", include_query_as_positive=include_self)(e2, *args)
+        a = cls(max_elements=64, query_role="positive" if include_self else "excluded")(e1, *args)
+        b = cls(impl="direct", query_role="positive" if include_self else "excluded")(e2, *args)
         a.backward()
         b.backward()
         assert a.item() == pytest.approx(b.item(), abs=1e-12)

@@ -16,7 +16,7 @@ Exact AP of a query (Eq. 3.9 of the Ramzi thesis; Eq. 9 of SupRank)::
 Both have an ``O(Q * P * N)``-memory implementation (only rows k that are positives are ever built,
 in chunks; default) and the direct ``O(Q * N^2)`` one (``impl="direct"``), with equal values and
 gradients (tested). The official SupAP/Smooth-AP code keeps the query in its own retrieval set
-(``include_query_as_positive=True`` here); the papers rank against ``B \\ q`` (default). The
+(``query_role="positive"`` here); the papers rank against ``B \\ q`` (default). The
 official Smooth-AP code also always uses the sigmoid for rank+ (its "heaviside" switch is dead
 code, see the SupRank digest), which is what :class:`SmoothAP` does.
 """
@@ -44,7 +44,7 @@ class SmoothAP(RankLoss):
     Args:
         tau: sigmoid temperature (0.01: Brown et al.; thesis; official configs).
         **kwargs: ``impl``, ``max_elements``, ``no_positive``, ``normalize``, ``reduction``,
-            ``include_query_as_positive``, ``hierarchy_level`` (see :class:`RankLoss`).
+            ``query_role``, ``hierarchy_level`` (see :class:`RankLoss`).
 
     Shapes:
         ``forward(embeddings (B, d), labels (B,) | (B, L)[, ref_embeddings (N, d), ref_labels])``;

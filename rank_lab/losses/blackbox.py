@@ -104,7 +104,7 @@ class BlackBoxAP(ListwiseLoss):
         margin: score margin (0.02; official baseline config). 0 disables it.
         margin_noise: multiply the margin shift by ``|N(0, 1)|`` (RaMBO mAP code) instead of the
             deterministic shift (RaMBO recall code / paper; default).
-        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``include_query_as_positive``,
+        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``query_role``,
             ``hierarchy_level``.
     """
 

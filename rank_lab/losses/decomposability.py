@@ -70,7 +70,7 @@ class PairDGLoss(MetricLoss):
         beta: negative threshold, ``beta < alpha`` (0.6).
         pair_reduction: ``"per_query_mean"`` (paper, default) or ``"avg_nonzero"`` (official code)
             or ``"per_query_sum"``; see :func:`rank_lab.losses.pairs.pair_margin_loss`.
-        **kwargs: ``normalize``, ``reduction``, ``include_query_as_positive``, ``hierarchy_level``.
+        **kwargs: ``normalize``, ``reduction``, ``query_role``, ``hierarchy_level``.
     """
 
     def __init__(self, alpha: float = 0.9, beta: float = 0.6, pair_reduction: PairReduction = "per_query_mean", **kwargs: object) -> None:

@@ -32,7 +32,7 @@ for the rank+/rank- sums; a checkpointed chunk loop for the relevance-weighted s
 ``impl="direct"`` is the literal ``(Q, N, N)`` formulation of the official code (tests, benchmark).
 
 Paper vs code: the official HAPPIER code keeps the query in its own retrieval set as a positive
-(``include_query_as_positive=True`` here) and counts ``|Omega^(l)|`` with it; it uses ``delta=0.05``
+(``query_role="positive"`` here) and counts ``|Omega^(l)|`` with it; it uses ``delta=0.05``
 and ``offset=1.44`` (``SupRankStep`` options); λ = 0.5 in its HAPPIER_F SOP config (paper: silent).
 """
 
@@ -180,7 +180,7 @@ class HierarchicalRankLoss(RankLoss):
         weights: ``w_1..w_L`` of Property 1.
         level_mode: ``"lca"`` or ``"count"`` (see :func:`rank_lab.metrics.hierarchy.shared_level`).
         **kwargs: ``impl``, ``max_elements`` (:class:`~rank_lab.losses.base.RankLoss`),
-            ``no_positive``, ``normalize``, ``reduction``, ``include_query_as_positive``.
+            ``no_positive``, ``normalize``, ``reduction``, ``query_role``.
 
     Calls: ``loss(embeddings, labels[, ref_embeddings, ref_labels])``;
     ``forward_levels(scores (Q, N), levels (Q, N) ints in [0, L], valid, n_levels)``;

@@ -77,7 +77,7 @@ class FastAP(ListwiseLoss):
 
     Args:
         num_bins: L (10; FastAP paper and official code).
-        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``include_query_as_positive``,
+        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``query_role``,
             ``hierarchy_level``.
 
     Shapes:

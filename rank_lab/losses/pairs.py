@@ -98,7 +98,7 @@ class ContrastiveLoss(MetricLoss):
         pos_margin: 1.0 (XBM: ``1 - s`` on positives).
         neg_margin: 0.5 (XBM margin lambda = 0.5).
         pair_reduction: ``"per_query_sum"`` (XBM code), ``"per_query_mean"``, ``"avg_nonzero"``.
-        **kwargs: ``normalize``, ``reduction``, ``include_query_as_positive``, ``hierarchy_level``.
+        **kwargs: ``normalize``, ``reduction``, ``query_role``, ``hierarchy_level``.
     """
 
     def __init__(self, pos_margin: float = 1.0, neg_margin: float = 0.5, pair_reduction: PairReduction = "per_query_sum", **kwargs: object) -> None:
@@ -130,7 +130,7 @@ class TripletMarginLoss(MetricLoss):
             ``"hard"`` (hardest negative per anchor-positive pair).
         triplet_average: per anchor, average over ``"all"`` mined triplets or only ``"nonzero"``
             ones (the "batch-all" average of Hermans et al. 2017).
-        **kwargs: ``normalize``, ``reduction``, ``include_query_as_positive``, ``hierarchy_level``.
+        **kwargs: ``normalize``, ``reduction``, ``query_role``, ``hierarchy_level``.
     """
 
     def __init__(

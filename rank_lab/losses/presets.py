@@ -96,7 +96,7 @@ def _need(n_classes: int | None, dim: int | None, name: str) -> tuple[int, int]:
 @register_loss("roadmap_neurips", preset=True)
 def roadmap_neurips(lam: float = 0.5, alpha: float = 0.9, beta: float = 0.6, **overrides: object) -> ROD:
     """ROADMAP as in the NeurIPS 2021 paper: SupAP + pair ``L_DG`` (alpha 0.9, beta 0.6), lambda 0.5."""
-    shared = {k: overrides[k] for k in ("normalize", "include_query_as_positive", "hierarchy_level") if k in overrides}
+    shared = {k: overrides[k] for k in ("normalize", "query_role", "include_query_as_positive", "hierarchy_level") if k in overrides}
     return ROD(SupAP(**overrides), PairDGLoss(alpha=alpha, beta=beta, **shared), lam=lam)  # type: ignore[arg-type]
 
 

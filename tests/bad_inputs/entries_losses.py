@@ -101,7 +101,7 @@ ENTRIES = [
          ),
     loss(L.ESupConLoss, {"dim": 4, "n_classes": 3}, {"dim": "posint", "n_classes": "posint", "temperature": "pos"}, nopos=False),
     loss(L.SupConLoss, {}, {"temperature": "pos"}),
-    cls(L.MetricLoss, {}, {"reduction": "choice", "hierarchy_level": "nonnegint"}),
+    cls(L.MetricLoss, {}, {"reduction": "choice", "query_role": "choice", "hierarchy_level": "nonnegint"}),
     cls(L.ListwiseLoss, {}, {"no_positive": "choice"}),
     cls(L.RankLoss, {}, {"impl": "choice"}),
     fn(L.PreparedBatch, lambda: dict(embeddings=emb(3), ref_embeddings=emb(3), labels=labels(3), ref_labels=labels(3),
