@@ -60,8 +60,12 @@ from rank_lab.losses.histogram import FastAP, SoftBinAP
 from rank_lab.losses.pairs import ContrastiveLoss, TripletMarginLoss, pair_margin_loss
 from rank_lab.losses.presets import ROD, roadmap_neurips, roadmap_tpami, rod_recall
 from rank_lab.losses.proxies import PROXY_LR, NormSoftmaxLoss, ProxyNCAPlusPlusLoss
-from rank_lab.losses.recall import SmoothRecallAtK, SupRecallAtK
-from rank_lab.losses.recall_at_k import RecallAtKSurrogate
+from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK, SupRecallAtK
+from rank_lab.losses.recall_at_k import (
+    RecallAtKSurrogate,
+    recall_at_k_surrogate,
+    smooth_positive_ranks,
+)
 from rank_lab.losses.registry import (
     LOSSES,
     LossInfo,
@@ -73,6 +77,8 @@ from rank_lab.losses.registry import (
 )
 
 __all__ = [
+    "DEFAULT_KS",
+    "DEFAULT_KS_SIMIX",
     "binary_relevance",
     "BlackBoxAP",
     "build_loss",
@@ -103,6 +109,7 @@ __all__ = [
     "ProxyDGLoss",
     "ProxyNCAPlusPlusLoss",
     "random_batches",
+    "recall_at_k_surrogate",
     "RankLoss",
     "RecallAtKSurrogate",
     "register_loss",
@@ -114,6 +121,7 @@ __all__ = [
     "sigma_loss",
     "SigmaLoss",
     "smooth_ap_loss",
+    "smooth_positive_ranks",
     "SmoothAP",
     "SmoothHAP",
     "SmoothRecallAtK",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from rank_lab._validation import check_choice, check_float, check_nonneg_int, check_positive_int
-from rank_lab.losses.recall_at_k import DEFAULT_KS, DEFAULT_KS_SIMIX, RecallAtKSurrogate
+from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK
 
 __all__ = ["RecallRecipe", "RECALL_PRESETS", "get_recall_preset", "list_recall_presets"]
 
@@ -96,16 +96,16 @@ class RecallRecipe:
         for m in self.milestones:
             check_nonneg_int(m, "milestones")
 
-    def build_loss(self, simix: bool = False, **overrides: object) -> RecallAtKSurrogate:
+    def build_loss(self, simix: bool = False, **overrides: object) -> SmoothRecallAtK:
         """The RS@k loss of this recipe (``simix`` switches the k set as the thesis does)."""
         kw: dict[str, object] = {
             "ks": self.ks_simix if simix else self.ks,
-            "tau1": self.tau1,
-            "tau2": self.tau2,
+            "tau_star": self.tau1,
+            "tau": self.tau2,
             "simix": simix,
         }
         kw.update(overrides)
-        return RecallAtKSurrogate(**kw)  # type: ignore[arg-type]
+        return SmoothRecallAtK(**kw)  # type: ignore[arg-type]
 
     def build_optimizer(self, params: object) -> object:
         """Adam / AdamW with this recipe's lr and weight decay, and its MultiStepLR scheduler.
