@@ -50,6 +50,7 @@ from rank_lab._validation import (
     check_positive_int,
     check_scores_targets,
 )
+from rank_lab.losses._direct import direct_rank_terms
 from rank_lab.losses.base import PreparedBatch, RankLoss, _check_choice, _reduce_per_query
 from rank_lab.losses.registry import register_loss
 from rank_lab.metrics.hierarchy import (
@@ -345,7 +346,7 @@ class SupNDCG(HierarchicalRankLoss):
         r = torch.arange(1, scores.shape[1] + 1, device=scores.device, dtype=scores.dtype)
         idcg = (ideal / torch.log2(1 + r)).sum(1).clamp(min=torch.finfo(scores.dtype).tiny)
         if self.impl == "direct":
-            rank_pos, rank_neg, rows = _direct_terms(scores, relevance, valid, Heaviside(), self.step)
+            rank_pos, rank_neg, rows = direct_rank_terms(scores, relevance, valid, Heaviside(), self.step)
             dcg = torch.where(rows, relevance / torch.log2(1 + rank_pos + rank_neg), torch.zeros_like(scores)).sum(1)
             return 1 - dcg / idcg
         q_idx, k_idx = positive_rows(relevance, valid)
@@ -355,21 +356,9 @@ class SupNDCG(HierarchicalRankLoss):
         return 1 - dcg / idcg
 
 
-def _direct_terms(scores, relevance, valid, pos_step, neg_step):  # type: ignore[no-untyped-def]
-    """``(Q, N, N)`` rank+ (with the 1) and rank- for every row k; mask of rows that matter."""
-    diff = pairwise_differences(scores)  # D[q, k, j] = s_j - s_k
-    n = scores.shape[1]
-    base = valid[:, None, :] & ~torch.eye(n, dtype=torch.bool, device=scores.device)
-    lower = relevance[:, None, :] < relevance[:, :, None]
-    zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
-    rank_pos = 1 + torch.where(base & ~lower, pos_step(diff), zero).sum(-1)
-    rank_neg = torch.where(base & lower, neg_step(diff), zero).sum(-1)
-    return rank_pos, rank_neg, (relevance > 0) & valid
-
-
 def _direct_hap(scores, relevance, valid, hrank_step, pos_step, neg_step, total):  # type: ignore[no-untyped-def]
     """The official code's quick forward: ``(Q, N, N)`` H-rank, rank+ and rank- (Eq. 4.10)."""
-    rank_pos, rank_neg, rows = _direct_terms(scores, relevance, valid, pos_step, neg_step)
+    rank_pos, rank_neg, rows = direct_rank_terms(scores, relevance, valid, pos_step, neg_step)
     diff = pairwise_differences(scores)
     n = scores.shape[1]
     base = valid[:, None, :] & ~torch.eye(n, dtype=torch.bool, device=scores.device)
