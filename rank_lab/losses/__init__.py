@@ -47,18 +47,19 @@ from rank_lab.losses.decomposability import (
     random_batches,
     worst_case_dg_brute_force,
 )
-from rank_lab.losses.hierarchical import (
-    SmoothHAP,
-    SupHAP,
-    SupNDCG,
-    happier,
-    happier_f,
-    rod_ndcg,
-)
+from rank_lab.losses.hierarchical import SmoothHAP, SupHAP, SupNDCG
 from rank_lab.losses.hierarchical_baselines import CSLLoss, SigmaLoss, sigma_loss
 from rank_lab.losses.histogram import FastAP, SoftBinAP
 from rank_lab.losses.pairs import ContrastiveLoss, TripletMarginLoss, pair_margin_loss
-from rank_lab.losses.presets import ROD, roadmap_neurips, roadmap_tpami, rod_recall
+from rank_lab.losses.presets import (
+    ROD,
+    happier,
+    happier_f,
+    roadmap_neurips,
+    roadmap_tpami,
+    rod_ndcg,
+    rod_recall,
+)
 from rank_lab.losses.proxies import PROXY_LR, NormSoftmaxLoss, ProxyNCAPlusPlusLoss
 from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK, SupRecallAtK
 from rank_lab.losses.recall_at_k import (

@@ -17,8 +17,8 @@ graded relevance per query, computed over the query's retrieval set (the batch, 
   H-rank and rank replaced by ``sigma(t / tau)``.
 * :class:`SupNDCG` -- ``L_Sup-NDCG`` (Eqs. 4.13-4.14; SupRank Eq. 24): gains ``2^l - 1``,
   ``DCG_s = sum_k g_k / log2(1 + rank+(k) + rank_s^-(k))``, exact iDCG.
-* Presets (:func:`happier`, :func:`happier_f`, :func:`rod_ndcg`): the ROD combination
-  ``(1 - lambda) L + lambda L*_DG`` (Eqs. 4.11 and 4.15) with the fine-level NormSoftmax proxies.
+* The presets HAPPIER, HAPPIER_F and ROD-NDCG (the ROD combination ``(1 - lambda) L + lambda L*_DG``
+  of Eqs. 4.11 and 4.15 with the fine-level NormSoftmax proxies) are in :mod:`rank_lab.losses.presets`.
 
 Upper bounds (thesis §4.2.3-4.2.4): numerators exact, ``rank_s^- >= rank^-`` since ``H^- >= H``,
 so ``L_Sup-H-AP >= 1 - H-AP`` and ``L_Sup-NDCG >= 1 - NDCG`` (tested on tie-free scores). With
@@ -38,11 +38,12 @@ and ``offset=1.44`` (``SupRankStep`` options); λ = 0.5 in its HAPPIER_F SOP con
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from rank_lab._deprecation import moved_names
 from rank_lab._validation import (
     as_tensor,
     check_float,
@@ -68,25 +69,13 @@ from rank_lab.ranking.ranks import (
 )
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
-if TYPE_CHECKING:
-    from rank_lab.losses.decomposability import ProxyDGLoss
-    from rank_lab.losses.presets import ROD
-
 __all__ = [
     "HierarchicalRankLoss",
     "SupHAP",
     "SmoothHAP",
     "SupNDCG",
     "weighted_lower_sums",
-    "happier",
-    "happier_f",
-    "rod_ndcg",
-    "HAPPIER_F_ALPHA",
-    "HIERARCHICAL_PRESETS",
 ]
-
-#: alpha of HAPPIER_F per dataset (thesis §4.4.1 / SupRank §VII-C: 5 on SOP, 3 on iNat-base/full).
-HAPPIER_F_ALPHA = {"sop": 5.0, "inat": 3.0, "inaturalist": 3.0, "inat_base": 3.0, "inat_full": 3.0}
 
 
 def _weighted_chunk(scores, rel, valid, qi, ki, step, weight):  # type: ignore[no-untyped-def]
@@ -368,49 +357,11 @@ def _direct_hap(scores, relevance, valid, hrank_step, pos_step, neg_step, total)
     return 1 - ratio.sum(1) / total.clamp(min=torch.finfo(total.dtype).tiny)
 
 
-# ------------------------------------------------------------------ presets (ROD framework)
-def _proxy(n_classes: int | None, dim: int | None, temperature: float, name: str) -> ProxyDGLoss:
-    from rank_lab.losses.decomposability import ProxyDGLoss
-
-    if n_classes is None or dim is None:
-        raise ValueError(f"{name} uses L*_DG (fine-level NormSoftmax proxies): pass n_classes (training fine classes) and dim")
-    return ProxyDGLoss(n_classes, dim, temperature=temperature, hierarchy_level=0)
-
-
-@register_loss("happier", needs=("n_classes", "dim"), hierarchical=True, preset=True)
-def happier(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, alpha: float = 1.0, temperature: float = 0.05, **overrides: object) -> ROD:
-    """HAPPIER (Eq. 4.11): ``(1 - lam) L_Sup-H-AP(alpha) + lam L*_DG``; alpha 1, lambda 0.1 (thesis §4.4.1).
-
-    ``L*_DG`` is NormSoftmax on the fine labels (eta 0.05, official code). ``overrides`` reach
-    :class:`SupHAP`. Returns a :class:`rank_lab.losses.presets.ROD`.
-    """
-    from rank_lab.losses.presets import ROD
-
-    return ROD(SupHAP(alpha=alpha, **overrides), _proxy(n_classes, dim, temperature, "happier"), lam=lam)  # type: ignore[arg-type]
-
-
-@register_loss("happier_f", needs=("n_classes", "dim"), hierarchical=True, preset=True)
-def happier_f(n_classes: int | None = None, dim: int | None = None, dataset: str = "sop", lam: float = 0.1, alpha: float | None = None, **overrides: object) -> ROD:
-    """HAPPIER_F: HAPPIER with a larger alpha (5 on SOP, 3 on iNat; thesis §4.4.1), more weight on fine levels.
-
-    The papers do not state lambda for HAPPIER_F: 0.1 as HAPPIER by default; the official SOP config
-    uses ``weight: [0.5, 0.5]`` (pass ``lam=0.5``).
-    """
-    key = dataset.lower().replace("-", "_")
-    if alpha is None:
-        if key not in HAPPIER_F_ALPHA:
-            raise ValueError(f"unknown dataset {dataset!r} for HAPPIER_F; known: {sorted(HAPPIER_F_ALPHA)} (or pass alpha)")
-        alpha = HAPPIER_F_ALPHA[key]
-    return happier(n_classes, dim, lam=lam, alpha=alpha, **overrides)
-
-
-@register_loss("rod_ndcg", needs=("n_classes", "dim"), hierarchical=True, preset=True)
-def rod_ndcg(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
-    """ROD-NDCG (Eq. 4.15): ``(1 - lam) L_Sup-NDCG + lam L*_DG``, lambda 0.1 (official code ``[0.9, 0.1]``)."""
-    from rank_lab.losses.presets import ROD
-
-    return ROD(SupNDCG(**overrides), _proxy(n_classes, dim, temperature, "rod_ndcg"), lam=lam)  # type: ignore[arg-type]
-
-
-#: Hierarchical preset name -> factory (registered in :func:`rank_lab.losses.build_loss`).
-HIERARCHICAL_PRESETS = {"happier": happier, "happier_f": happier_f, "rod_ndcg": rod_ndcg}
+# The presets (HAPPIER, HAPPIER_F, ROD-NDCG) are in rank_lab.losses.presets with the other ROD presets.
+__getattr__ = moved_names(__name__, {
+    "happier": "rank_lab.losses.presets",
+    "happier_f": "rank_lab.losses.presets",
+    "rod_ndcg": "rank_lab.losses.presets",
+    "HAPPIER_F_ALPHA": "rank_lab.losses.presets",
+    "HIERARCHICAL_PRESETS": "rank_lab.losses.presets",
+})
