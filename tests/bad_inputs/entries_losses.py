@@ -151,7 +151,6 @@ import rank_lab.losses.hierarchical as LH  # noqa: E402
 import rank_lab.losses.histogram as LHIST  # noqa: E402
 import rank_lab.losses.recall as LR  # noqa: E402
 import rank_lab.losses.recall_at_k as RK  # noqa: E402
-import rank_lab.losses.recall_presets as RP  # noqa: E402
 import rank_lab.losses.registry as LREG  # noqa: E402
 import rank_lab.losses.simix as SX  # noqa: E402
 from rank_lab.ranking import SigmoidStep, positive_rows  # noqa: E402
@@ -200,7 +199,6 @@ def _throwaway_registered():
     return {"name": "matrix_unregister"}
 
 
-RECIPE = dict(dataset="sop", arch="resnet50", optimizer="adam", lr=1e-4, epochs=10, milestones=(5,), ks=(1, 2, 4))
 
 ENTRIES += [
     # base
@@ -267,14 +265,6 @@ ENTRIES += [
        rows=(("scores", "positives"),), nopos={"positives": no_positive_targets},
        legal=SP_LEGAL,
        extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",))}),
-    # RS@k recipes
-    fn(RP.RecallRecipe, RECIPE, {"lr": "pos", "epochs": "posint", "gamma": "pos", "weight_decay": "nonneg", "batch_size": "posint",
-                                 "samples_per_class": "posint", "chunk_size": "posint", "embed_dim": "posint", "tau1": "pos",
-                                 "tau2": "pos", "optimizer": "choice", "source": "choice"},
-       extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",)), "milestone": ("milestones", lambda: (-1,), ("milestones",))}),
-    fn(RP.get_recall_preset, {"name": "sop_resnet50", "lr": 1e-4}, {"name": "choice", "lr": "pos"},
-       extra={"number": ("name", lambda: 5, ("name",))}),
-    fn(RP.list_recall_presets),
     # SiMix
     fn(SX.SiMixBatch, lambda: dict(scores=torch.eye(3), labels=torch.tensor([0, 0, 1]), parents=torch.tensor([[0, 0], [1, 1], [2, 2]]),
                                    alphas=torch.ones(3), n_original=3)),

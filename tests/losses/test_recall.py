@@ -315,37 +315,8 @@ def test_errors():
         recall_at_k_surrogate(torch.rand(2, 3), torch.ones(2, 3, dtype=torch.bool), torch.zeros(2, 3, dtype=torch.bool))
 
 
-def test_presets():
-    from rank_lab.losses.recall_presets import get_recall_preset, list_recall_presets
-
-    names = list_recall_presets()
-    assert {"sop_resnet50", "cars196_resnet50", "inaturalist_vit_b16", "gldv1_resnet101"} <= set(names)
-    cars = get_recall_preset("cars196_resnet50")
-    assert (cars.batch_size, cars.lr, cars.epochs, cars.milestones) == (392, 1e-4, 170, (80, 140))
-    assert cars.build_loss().ks == (1, 2, 4, 8, 16)
-    simix_loss = cars.build_loss(simix=True)
-    assert simix_loss.simix and simix_loss.ks == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
-    gld = get_recall_preset("gldv1_resnet101")
-    assert gld.build_loss().ks == (1, 2, 4) and gld.build_loss(simix=True).ks == (1, 2, 4, 8)
-    assert get_recall_preset("sop_resnet50", batch_size=384).batch_size == 384
-    opt, sched = get_recall_preset("sop_vit_b16").build_optimizer([torch.nn.Parameter(torch.zeros(2))])
-    assert isinstance(opt, torch.optim.AdamW) and sched.milestones == {25: 1, 50: 1}
-    with pytest.raises(ValueError, match="unknown"):
-        get_recall_preset("nope")
-
-
 # ------------------------------------------------------------------ bad inputs (issue 16)
-def test_recipes_and_surrogate_options_are_checked():
-    from rank_lab.losses.recall_presets import RecallRecipe, get_recall_preset
-
-    with pytest.raises(ValueError, match="lr must be > 0"):
-        get_recall_preset("sop_resnet50", lr=-1.0)  # a recipe was any dataclass
-    with pytest.raises(ValueError, match=r"unknown RecallRecipe field\(s\) \['learning_rate'\]"):
-        get_recall_preset("sop_resnet50", learning_rate=1e-4)
-    with pytest.raises(TypeError, match="name must be a str"):
-        get_recall_preset(5)
-    with pytest.raises(ValueError, match="epochs and n_batches are both None"):
-        RecallRecipe("sop", "resnet50", "adam", 1e-4, None, ())
+def test_surrogate_options_are_checked():
     s, p = torch.randn(2, 5), torch.tensor([[True, False, True, False, False], [False, True, True, False, False]])
     with pytest.raises(ValueError, match=r"no_positive must be one of \('raise', 'zero'\)"):
         recall_at_k_surrogate(s, p, ks=(1,), no_positive="bogus")  # was accepted while every query has a positive
