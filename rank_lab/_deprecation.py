@@ -1,7 +1,7 @@
 """Deprecation helpers: renamed keyword arguments and names moved to another module.
 
-Old names keep working with a :class:`DeprecationWarning` that names the replacement
-(``docs/decisions.md``, 2026-11-26: one vocabulary per concept, one home per name).
+Old names keep working with a :class:`DeprecationWarning` that names the replacement (one
+vocabulary per concept, one home per name).
 
 * :func:`renamed_kwargs` -- inside a constructor or function: map the old keyword names of
   ``kwargs`` to the new ones (warning once per call); giving both spellings is a ``TypeError``.

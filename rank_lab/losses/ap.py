@@ -18,7 +18,7 @@ in chunks; default) and the direct ``O(Q * N^2)`` one (``impl="direct"``), with 
 gradients (tested). The official SupAP/Smooth-AP code keeps the query in its own retrieval set
 (``query_role="positive"`` here); the papers rank against ``B \\ q`` (default). The
 official Smooth-AP code also always uses the sigmoid for rank+ (its "heaviside" switch is dead
-code, see the SupRank digest), which is what :class:`SmoothAP` does.
+code), which is what :class:`SmoothAP` does.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Every loss is a :class:`torch.nn.Module` called as::
     loss(..., ref_self_index=slots)                            # where each query sits inside the refs
 
 * ``embeddings (B, d)`` float; ``labels (B,)`` int, or ``(B, L)`` hierarchical with the fine level
-  in column 0 (``docs/decisions.md``); binary losses use column ``hierarchy_level`` (default 0).
+  in column 0; binary losses use column ``hierarchy_level`` (default 0).
 * Embeddings are L2-normalised inside the loss (``normalize=True``) so that scores are cosine
   similarities ``s = v_q^T v_j`` (Sec. 2.0 of the Ramzi thesis); pass ``normalize=False`` when the
   model already normalises.
@@ -405,7 +405,7 @@ class RankLoss(ListwiseLoss):
 
 
 def reachable_ks(ks: tuple[int, ...], database: torch.Tensor, name: str = "ks") -> tuple[int, ...]:
-    """Clip each k to the retrieval-set size, with a warning (the R@k surrogates' rule, ``docs/decisions.md``).
+    """Clip each k to the retrieval-set size, with a warning (the rule of the R@k surrogates).
 
     A query ranked against ``n`` items has ranks ``1..n``: for ``k > n`` every positive is inside the
     top k whatever the scores, so that k's term of the surrogate is constant (RS@k with

@@ -1,4 +1,4 @@
-"""Deprecated module: its names moved by concept (docs/decisions.md, 2026-11-26).
+"""Deprecated module: its names moved by concept.
 
 * losses -> :mod:`rank_lab.losses.contrastive` (``supcon_loss``, ``esupcon_loss``, ``SupConLoss``,
   ``ESupConLoss``, ...);

@@ -1,6 +1,6 @@
 """Deprecated module: the RS@k training recipes moved to :mod:`rank_lab.train.recipes`.
 
-A recipe (optimiser, schedule, sampler) is training, not a loss (docs/decisions.md, 2026-11-26):
+A recipe (optimiser, schedule, sampler) is training, not a loss:
 ``RecallRecipe`` keeps its name; ``RECALL_PRESETS`` is ``RECALL_RECIPES``, ``get_recall_preset``
 is ``get_recall_recipe`` and ``list_recall_presets`` is ``list_recall_recipes``; the fields
 ``tau1`` / ``tau2`` are ``tau_star`` / ``tau``. The old names still work here, with a

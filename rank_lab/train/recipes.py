@@ -96,7 +96,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "backbone": "mlp", "hidden_dims": (128, 128), "embed_dim": 32, "layer_norm": True,
         "batch_size": 32, "m_per_class": 4, "epochs": 5, "optimizer": "adam", "lr": 1e-3,
         "scheduler": "cosine", "eval_ks": (1, 10), "amp": False,
-        "_sources": "rank_lab: CPU smoke run on rank_lab.data.make_open_set (digest §6 of the thesis).",
+        "_sources": "rank_lab: CPU smoke run on rank_lab.data.make_open_set (a stand-in for the open-set protocol of the Ramzi thesis, §2.3.1).",
     },
     "smoke_digits": {
         "backbone": "tiny_cnn", "in_channels": 1, "width": 16, "pooling": "avg", "embed_dim": 32,
