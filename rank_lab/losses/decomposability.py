@@ -42,6 +42,7 @@ from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss
 from rank_lab.losses.proxies import NormSoftmaxLoss
 from rank_lab.losses.registry import register_loss
+from rank_lab.metrics import average_precision
 
 __all__ = [
     "PairDGLoss",
@@ -99,8 +100,6 @@ class ProxyDGLoss(NormSoftmaxLoss):
 
 
 def _metric_default() -> Metric:
-    from rank_lab.metrics import average_precision
-
     return average_precision
 
 

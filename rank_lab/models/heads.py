@@ -28,7 +28,7 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
-from rank_lab.models.backbones import build_backbone, freeze_batchnorm
+from rank_lab.models.backbones import MLPBackbone, build_backbone, freeze_batchnorm
 from rank_lab.models.pooling import POOLINGS, build_pooling
 
 __all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model", "PrototypeClassifier", "prototype_logits",
@@ -290,8 +290,6 @@ def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel
 def _returns_map(backbone: nn.Module) -> bool:
     """Vector backbones (the MLP) need no pooling; any other may return a map. For timm
     transformers the pooling layer exists but is skipped at run time (their output is 2-D)."""
-    from rank_lab.models.backbones import MLPBackbone
-
     return not isinstance(backbone, MLPBackbone)
 
 
