@@ -31,6 +31,7 @@ __all__ = [
     "check_finite_input",
     "check_input",
     "check_module",
+    "check_class_indices",
 ]
 
 
@@ -371,3 +372,15 @@ def check_module(m: object, name: str) -> torch.nn.Module:
     if not isinstance(m, torch.nn.Module):
         raise TypeError(f"{name} must be a torch.nn.Module, got {type(m).__name__}")
     return m
+
+
+def check_class_indices(labels: torch.Tensor, n_classes: int, name: str = "labels") -> torch.Tensor:
+    """Raise ``ValueError`` naming ``name`` unless every label is a class index in ``[0, n_classes)``.
+
+    For labels that index rows of a ``(n_classes, d)`` prototype / class-weight matrix (checked
+    integer labels, e.g. from :func:`check_labels`). Returns ``labels``.
+    """
+    if bool((labels < 0).any()) or bool((labels >= n_classes).any()):
+        raise ValueError(f"{name} must lie in [0, {n_classes}) (n_classes / prototypes), got range "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
+    return labels

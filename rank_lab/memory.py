@@ -19,7 +19,7 @@ The representation drifts slowly, so embeddings of past batches are still useful
   the XBM paper uses ``(1, 1)``. Gradients flow only through the current batch (the memory is
   detached). Before activation (``activate_after`` epochs, official: 5; XBM: after a warm-up)
   only the batch loss is used and nothing is enqueued (XBM code). The query's own (detached) copy
-  in the memory is passed as ``ref_self_index``, so the loss' ``include_query_as_positive`` choice
+  in the memory is passed as ``ref_self_index``, so the loss' ``query_role`` choice
   applies to it as in-batch; older copies of the same image (``unique=False``) stay as positives.
 """
 

@@ -7,15 +7,17 @@ Every loss is a :class:`torch.nn.Module` called as::
     loss(..., ref_self_index=slots)                            # where each query sits inside the refs
 
 * ``embeddings (B, d)`` float; ``labels (B,)`` int, or ``(B, L)`` hierarchical with the fine level
-  in column 0 (``docs/decisions.md``); binary losses use column ``hierarchy_level`` (default 0).
+  in column 0; binary losses use column ``hierarchy_level`` (default 0).
 * Embeddings are L2-normalised inside the loss (``normalize=True``) so that scores are cosine
   similarities ``s = v_q^T v_j`` (Sec. 2.0 of the Ramzi thesis); pass ``normalize=False`` when the
   model already normalises.
-* The query itself: in-batch, the query is also an item of the retrieval set. With
-  ``include_query_as_positive=False`` (default; thesis/papers' ``B \\ q``) its column is removed;
-  with ``True`` it stays as a positive with ``s = 1`` (official ROADMAP/HAPPIER/RS@k code). With a
-  memory, pass ``ref_self_index`` (the memory slot of each query, ``-1`` if absent) to get the same
-  choice; without it, nothing is removed.
+* The query itself: in-batch, the query is also an item of the retrieval set. ``query_role`` says
+  what it is there: ``"excluded"`` (default; the thesis/papers' ``B \\ q``: its column is removed),
+  ``"positive"`` (kept as a positive with ``s = 1``: official ROADMAP/HAPPIER/SupRank code) or
+  ``"competitor"`` (kept and ranked, never a positive: official RS@k code; only the R@k
+  surrogates, :mod:`rank_lab.losses.recall`). With a memory, pass ``ref_self_index`` (the memory slot
+  of each query, ``-1`` if absent) to get the same choice; without it, nothing is removed.
+  (``include_query_as_positive=True`` is the deprecated spelling of ``query_role="positive"``.)
 * ``reduction``: ``"mean"`` (over queries that have a positive), ``"sum"`` or ``"none"`` (``(B,)``).
 * Scores are computed in float32 even under autocast (half precision is too coarse for
   temperatures of 0.01).
@@ -31,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import (
     as_tensor,
     check_embeddings,
@@ -56,6 +59,9 @@ __all__ = [
 
 Reduction = Literal["mean", "sum", "none"]
 NoPositive = Literal["skip", "raise"]
+#: The role of the query's own item in its retrieval set (see the module docstring).
+QueryRole = Literal["excluded", "positive", "competitor"]
+QUERY_ROLES = ("excluded", "positive", "competitor")
 
 
 @dataclass
@@ -113,13 +119,25 @@ def prepare_batch(
     ref_self_index: torch.Tensor | None = None,
     normalize: bool = True,
     hierarchy_level: int = 0,
-    include_query_as_positive: bool = False,
+    query_role: QueryRole = "excluded",
+    include_query_as_positive: bool | None = None,
 ) -> PreparedBatch:
     """Validate the common call, normalise, and build scores, relevance and the retrieval mask.
+
+    Args:
+        embeddings, labels, ref_embeddings, ref_labels, ref_self_index: the common call (module
+            docstring).
+        normalize: L2-normalise the embeddings (cosine scores).
+        hierarchy_level: label column of the binary relevance.
+        query_role: ``"excluded"`` (the query's own item is removed from its retrieval set) or
+            ``"positive"`` (it stays, as a positive); a loss that supports ``"competitor"`` builds
+            it on top of the ``"positive"`` batch (:class:`rank_lab.losses.recall.SmoothRecallAtK`).
+        include_query_as_positive: deprecated spelling of ``query_role="positive"``.
 
     Raises:
         ValueError / TypeError: naming the argument (shapes, NaN, dtypes, a lone ref argument).
     """
+    query_role = _query_role(query_role, include_query_as_positive, "prepare_batch", ("excluded", "positive"))
     emb = check_embeddings(embeddings, "embeddings")
     lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
     refs = check_references(emb, ref_embeddings, ref_labels)
@@ -138,7 +156,7 @@ def prepare_batch(
     work = torch.float64 if emb.dtype == torch.float64 else torch.float32
     scores = emb.to(work) @ ref.to(work).T
     rel = binary_relevance(lab, ref_lab, hierarchy_level).to(work)
-    valid = retrieval_mask(scores.shape[0], scores.shape[1], self_index, exclude_self=not include_query_as_positive, device=emb.device)
+    valid = retrieval_mask(scores.shape[0], scores.shape[1], self_index, exclude_self=query_role == "excluded", device=emb.device)
     return PreparedBatch(emb, ref, lab, ref_lab, scores, rel, valid, in_batch)
 
 
@@ -222,31 +240,51 @@ def _check_choice(value: str, name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _query_role(query_role: str, include_query_as_positive: bool | None, owner: str, allowed: tuple[str, ...]) -> str:
+    """``query_role`` checked against ``allowed``; the deprecated boolean mapped onto it."""
+    if include_query_as_positive is not None:
+        warn_deprecated(f"{owner}(include_query_as_positive=...) is deprecated: use query_role='positive' (True) or "
+                        "'excluded' (False)")
+        if query_role != "excluded":
+            raise TypeError(f"{owner}: got both include_query_as_positive (deprecated) and query_role; pass query_role only")
+        query_role = "positive" if include_query_as_positive else "excluded"
+    if query_role not in allowed:
+        extra = "" if query_role not in QUERY_ROLES else f" ({owner} does not support {query_role!r})"
+        raise ValueError(f"query_role must be one of {allowed}, got {query_role!r}{extra}")
+    return query_role
+
+
 class MetricLoss(nn.Module):
     """Base class: the common call of every loss (see the module docstring).
 
     Args:
         normalize: L2-normalise embeddings inside the loss.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
-        include_query_as_positive: keep the query in its own retrieval set (official code) or not.
+        query_role: the role of the query's own item in its retrieval set: ``"excluded"``
+            (default, the papers' ``B \\ q``), ``"positive"`` (official code) or, for the losses whose
+            :attr:`query_roles` hold it, ``"competitor"`` (see the module docstring).
         hierarchy_level: label column used for binary relevance with ``(N, L)`` labels.
+        include_query_as_positive: deprecated spelling of ``query_role="positive"`` (``True``).
     """
 
     #: False for losses that ignore ``ref_embeddings`` (proxy losses); a memory wrapper uses it.
     uses_references: bool = True
+    #: The values of ``query_role`` this loss supports.
+    query_roles: tuple[str, ...] = ("excluded", "positive")
 
     def __init__(
         self,
         *,
         normalize: bool = True,
         reduction: Reduction = "mean",
-        include_query_as_positive: bool = False,
+        query_role: QueryRole = "excluded",
         hierarchy_level: int = 0,
+        include_query_as_positive: bool | None = None,
     ) -> None:
         super().__init__()
         self.normalize = bool(normalize)
         self.reduction = _check_choice(reduction, "reduction", ("mean", "sum", "none"))
-        self.include_query_as_positive = bool(include_query_as_positive)
+        self.query_role = _query_role(query_role, include_query_as_positive, type(self).__name__, type(self).query_roles)
         if isinstance(hierarchy_level, bool) or not isinstance(hierarchy_level, int) or hierarchy_level < 0:
             raise ValueError(f"hierarchy_level must be an int >= 0, got {hierarchy_level!r}")
         self.hierarchy_level = hierarchy_level
@@ -259,7 +297,8 @@ class MetricLoss(nn.Module):
         ref_labels: torch.Tensor | None = None,
         ref_self_index: torch.Tensor | None = None,
     ) -> PreparedBatch:
-        """:func:`prepare_batch` with this loss' options."""
+        """:func:`prepare_batch` with this loss' options (a ``"competitor"`` query role gets the
+        ``"positive"`` batch: the loss then keeps the query's own item as a non-positive)."""
         return prepare_batch(
             embeddings,
             labels,
@@ -268,8 +307,13 @@ class MetricLoss(nn.Module):
             ref_self_index=ref_self_index,
             normalize=self.normalize,
             hierarchy_level=self.hierarchy_level,
-            include_query_as_positive=self.include_query_as_positive,
+            query_role="excluded" if self.query_role == "excluded" else "positive",
         )
+
+    @property
+    def include_query_as_positive(self) -> bool:
+        """Deprecated read-only view: ``query_role == "positive"``."""
+        return self.query_role == "positive"
 
     def forward(
         self,
@@ -361,7 +405,7 @@ class RankLoss(ListwiseLoss):
 
 
 def reachable_ks(ks: tuple[int, ...], database: torch.Tensor, name: str = "ks") -> tuple[int, ...]:
-    """Clip each k to the retrieval-set size, with a warning (the R@k surrogates' rule, ``docs/decisions.md``).
+    """Clip each k to the retrieval-set size, with a warning (the rule of the R@k surrogates).
 
     A query ranked against ``n`` items has ranks ``1..n``: for ``k > n`` every positive is inside the
     top k whatever the scores, so that k's term of the surrogate is constant (RS@k with

@@ -29,6 +29,7 @@ import torch
 
 from rank_lab._validation import as_tensor, check_finite, check_float
 from rank_lab.losses.base import ListwiseLoss
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["BlackBoxAP", "normalised_rank", "blackbox_rank"]
 
@@ -94,6 +95,7 @@ class BlackBoxRank(torch.autograd.Function):
         return -(ranks - perturbed) / ctx.lambda_val, None
 
 
+@register_loss("blackbox_ap")
 class BlackBoxAP(ListwiseLoss):
     """BlackBox-AP loss ``1 - mean_q AP_q`` (Rolinek et al. 2020).
 
@@ -102,7 +104,7 @@ class BlackBoxAP(ListwiseLoss):
         margin: score margin (0.02; official baseline config). 0 disables it.
         margin_noise: multiply the margin shift by ``|N(0, 1)|`` (RaMBO mAP code) instead of the
             deterministic shift (RaMBO recall code / paper; default).
-        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``include_query_as_positive``,
+        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``query_role``,
             ``hierarchy_level``.
     """
 

@@ -38,6 +38,7 @@ from rank_lab._validation import (
     check_scores_targets,
 )
 from rank_lab.losses.base import ListwiseLoss
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["FastAP", "SoftBinAP", "triangular_histogram"]
 
@@ -70,12 +71,13 @@ def _triangular_histogram(values: torch.Tensor, weights: torch.Tensor, centres: 
     return torch.stack(cols, dim=1)
 
 
+@register_loss("fast_ap")
 class FastAP(ListwiseLoss):
     """FastAP loss ``1 - mean_q FastAP_q`` (Cakir et al. 2019).
 
     Args:
         num_bins: L (10; FastAP paper and official code).
-        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``include_query_as_positive``,
+        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``query_role``,
             ``hierarchy_level``.
 
     Shapes:
@@ -102,6 +104,7 @@ class FastAP(ListwiseLoss):
         return f"num_bins={self.num_bins}"
 
 
+@register_loss("softbin_ap")
 class SoftBinAP(ListwiseLoss):
     """SoftBin-AP loss ``1 - mean_q AP_q`` by soft quantisation (Revaud et al. 2019).
 

@@ -31,6 +31,7 @@ from torch import nn
 
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
 from rank_lab.losses.base import MetricLoss, _check_choice, check_references
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["NormSoftmaxLoss", "ProxyNCAPlusPlusLoss", "PROXY_LR"]
 
@@ -84,6 +85,7 @@ class _ProxyLoss(MetricLoss):
         return f"n_classes={self.n_classes}, dim={self.dim}, temperature={self.temperature}"
 
 
+@register_loss("norm_softmax", needs=("n_classes", "dim"))
 class NormSoftmaxLoss(_ProxyLoss):
     """NormSoftmax (Zhai & Wu 2019) = ``L*_DG`` (Eq. 3.8 of the Ramzi thesis).
 
@@ -110,6 +112,7 @@ class NormSoftmaxLoss(_ProxyLoss):
         return v @ F.normalize(self.proxies, dim=1).to(v.dtype).T / self.temperature
 
 
+@register_loss("proxy_nca_pp", needs=("n_classes", "dim"))
 class ProxyNCAPlusPlusLoss(_ProxyLoss):
     """ProxyNCA++ (Teh et al. 2020): softmax over negative squared distances to normalised proxies.
 

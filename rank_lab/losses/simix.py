@@ -83,6 +83,25 @@ class SiMixBatch:
             | (b[:, None] == b[None, :])
         )
 
+    def ranking_problem(self, *, exclude_self_mixtures: bool = False, query_is_competitor: bool = False
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(scores, positives, database)``, each ``(M + V, M + V)``: every row ranked against ``B u B^``.
+
+        A row's positives are the other rows of its class; its database is every other row
+        (Algorithm 3 of the Patel thesis: virtual examples are queries and database items alike).
+
+        Args:
+            exclude_self_mixtures: also remove from a row's positives and database the rows that
+                share a parent with it (virtual examples made from the query itself).
+            query_is_competitor: keep the row itself in its database as a non-positive (the official
+                RS@k code; ``query_role="competitor"``).
+        """
+        eye = torch.eye(self.scores.shape[0], dtype=torch.bool, device=self.scores.device)
+        excluded = self.shared_parent_mask() if exclude_self_mixtures else eye
+        positives = (self.labels[:, None] == self.labels[None, :]) & ~excluded
+        database = ~excluded | eye if query_is_competitor else ~excluded
+        return self.scores, positives, database
+
 
 def same_class_pairs(labels: torch.Tensor) -> torch.Tensor:
     """All unordered pairs ``(x, z)``, ``x < z``, of same-class items, grouped by class.

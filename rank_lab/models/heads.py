@@ -20,11 +20,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_float, check_input, check_positive_int
-from rank_lab.models.backbones import build_backbone, freeze_batchnorm
+from rank_lab._validation import (
+    check_class_indices,
+    check_embeddings,
+    check_float,
+    check_input,
+    check_labels,
+    check_positive_int,
+)
+from rank_lab.models.backbones import MLPBackbone, build_backbone, freeze_batchnorm
 from rank_lab.models.pooling import POOLINGS, build_pooling
 
-__all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model"]
+__all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model", "PrototypeClassifier", "prototype_logits",
+           "class_means"]
 
 
 class EmbeddingHead(nn.Module):
@@ -282,6 +290,77 @@ def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel
 def _returns_map(backbone: nn.Module) -> bool:
     """Vector backbones (the MLP) need no pooling; any other may return a map. For timm
     transformers the pooling layer exists but is skipped at run time (their output is 2-D)."""
-    from rank_lab.models.backbones import MLPBackbone
-
     return not isinstance(backbone, MLPBackbone)
+
+
+# ------------------------------------------------------------------ prototype (cosine) classifier
+def prototype_logits(z: torch.Tensor, prototypes: torch.Tensor, *, normalize: bool = True, temperature: float = 1.0,
+                     name: str = "prototypes") -> torch.Tensor:
+    """``z theta^T / tau`` (``(M, K)``), with both sides L2-normalised when ``normalize``.
+
+    The logits of a cosine classifier (CE(n), Eq. 6.6 of the Patel thesis with normalised features
+    and weights) and the prototype term of ESupCon (Eq. 6.12).
+
+    Args:
+        z: ``(M, d)`` features; prototypes: ``(K, d)`` (``name`` is used in error messages).
+        normalize: L2-normalise both; temperature: ``tau > 0``.
+    """
+    z = check_embeddings(z, "z")
+    p = check_embeddings(prototypes, name)
+    if p.shape[1] != z.shape[1]:
+        raise ValueError(f"{name} have d={p.shape[1]} but the features have d={z.shape[1]}")
+    p = p.to(device=z.device, dtype=z.dtype)
+    if normalize:
+        z, p = F.normalize(z, dim=1), F.normalize(p, dim=1)
+    return z @ p.T / check_float(temperature, "temperature", low=0.0, low_open=True)
+
+
+def class_means(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normalize: bool = True) -> torch.Tensor:
+    """Class means ``c_k`` of (normalised) features, ``(K, d)``; an absent class gets zeros.
+
+    The prototypes of SPCE(M) (Section 6.3 of the Patel thesis: the SPCE logits of Eq. 6.8 with the
+    class sums replaced by class means), and the fixed point of the tightness loss (Eqs. 6.9-6.11).
+
+    Args:
+        z: ``(N, d)``; labels: ``(N,)`` in ``[0, n_classes)``; n_classes: ``K``.
+        normalize: L2-normalise the features first.
+    """
+    z = check_embeddings(z, "z")
+    labels = check_labels(labels, z.shape[0], "labels")
+    if labels.ndim != 1:
+        raise ValueError(f"labels must have shape (M,), got {tuple(labels.shape)}")
+    labels = labels.to(z.device)
+    z = F.normalize(z, dim=1) if normalize else z
+    n_classes = check_positive_int(n_classes, "n_classes")
+    onehot = F.one_hot(check_class_indices(labels, n_classes), n_classes).to(z.dtype)
+    return (onehot.T @ z) / onehot.sum(0).clamp_min(1)[:, None]
+
+
+class PrototypeClassifier(nn.Module):
+    """``K`` learnable class weights / prototypes ``theta`` of shape ``(K, d)`` with cosine logits.
+
+    The classifier of CE(n) and ESupCon (Eqs. 6.6 and 6.12-6.15 of the Patel thesis): logits
+    ``z^T theta_k / tau`` on L2-normalised vectors, posterior ``softmax`` over the prototypes.
+
+    Args:
+        n_classes: ``K``; dim: ``d`` (the order of every proxy / prototype matrix ``(K, d)``);
+        temperature: logits ``z^T theta / tau`` on normalised vectors.
+    """
+
+    def __init__(self, n_classes: int, dim: int, temperature: float = 0.1) -> None:
+        super().__init__()
+        self.prototypes = nn.Parameter(torch.randn(check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")) * 0.1)
+        self.temperature = check_float(temperature, "temperature", low=0.0, low_open=True)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """Args: z ``(M, d)``. Returns logits ``(M, K)``."""
+        return prototype_logits(z, self.prototypes, normalize=True, temperature=self.temperature)
+
+    def predict_proba(self, z: torch.Tensor) -> torch.Tensor:
+        """Softmax posterior ``p(k | z)`` (the CE posterior of ESupCon), ``(M, K)``."""
+        return self(z).softmax(1)
+
+    @torch.no_grad()
+    def set_to_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        """SPCE(M): set the prototypes to the class means of ``z``."""
+        self.prototypes.copy_(class_means(z, labels, self.prototypes.shape[0]))

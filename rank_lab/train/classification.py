@@ -17,7 +17,7 @@ and :meth:`~ContrastiveClassifier.logits` its classification logits (posterior =
 =================== ===========================================================================
 
 :func:`fit_classifier` trains one (two views per image from
-:func:`rank_lab.losses.contrastive_cls.two_views`) and :func:`predict_logits` evaluates it.
+:func:`rank_lab.data.perturbations.two_views`) and :func:`predict_logits` evaluates it.
 """
 
 from __future__ import annotations
@@ -34,16 +34,15 @@ from rank_lab._validation import (
     check_nonneg_int,
     check_positive_int,
 )
-from rank_lab.losses.contrastive_cls import (
-    PrototypeClassifier,
-    class_means,
+from rank_lab.data.perturbations import two_views
+from rank_lab.losses.contrastive import (
     cross_entropy_loss,
     esupcon_loss,
     spce_loss,
     supcon_loss,
     tightness_loss,
-    two_views,
 )
+from rank_lab.models.heads import PrototypeClassifier, class_means
 from rank_lab.utils import DeviceLike, get_device, seed_everything
 
 __all__ = ["CLS_METHODS", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
@@ -96,7 +95,7 @@ class ContrastiveClassifier(nn.Module):
         )
         self.linear: nn.Linear | None = nn.Linear(feat_dim, n_classes, bias=False) if method in ("ce", "supcon+ce") else None
         self.prototypes: PrototypeClassifier | None = (
-            None if self.linear is not None else PrototypeClassifier(feat_dim, n_classes, temperature)
+            None if self.linear is not None else PrototypeClassifier(n_classes=n_classes, dim=feat_dim, temperature=temperature)
         )
         self.stage = 1
 

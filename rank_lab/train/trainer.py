@@ -26,6 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from rank_lab._validation import defer_finite_checks
+from rank_lab.losses.registry import build_loss, loss_info
 from rank_lab.train.checkpoint import (
     atomic_save,
     atomic_write_json,
@@ -168,22 +169,16 @@ class Trainer:
         return int(dim)
 
     def _build_loss(self) -> nn.Module:
-        import inspect
-
         cfg = self.config
         if cfg.loss is None:
             raise ValueError("no loss given: pass a loss module or set config.loss to a rank_lab.losses name")
-        from rank_lab.losses import LOSSES, build_loss
-
         kwargs = dict(cfg.loss_kwargs)
-        factory = LOSSES.get(cfg.loss.strip().lower().replace("-", "_"))
-        if factory is not None:
-            params = inspect.signature(factory).parameters
-            fine = self.train_labels if self.train_labels.ndim == 1 else self.train_labels[:, 0]
-            if "n_classes" in params and "n_classes" not in kwargs:
-                kwargs["n_classes"] = int(fine.max()) + 1 if cfg.relabel_train else int(torch.unique(fine).numel())
-            if "dim" in params and "dim" not in kwargs:
-                kwargs["dim"] = self._embedding_dim()
+        needs = loss_info(cfg.loss).needs  # the registry says which training-set facts the loss takes
+        fine = self.train_labels if self.train_labels.ndim == 1 else self.train_labels[:, 0]
+        if "n_classes" in needs and "n_classes" not in kwargs:
+            kwargs["n_classes"] = int(fine.max()) + 1 if cfg.relabel_train else int(torch.unique(fine).numel())
+        if "dim" in needs and "dim" not in kwargs:
+            kwargs["dim"] = self._embedding_dim()
         return build_loss(cfg.loss, **kwargs)
 
     def _wrap_memory(self, loss: Any, memory: Any) -> Any:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import torch
+
 import rank_lab.data as D
+import rank_lab.data.perturbations as PT
 
 from . import entries_datasets, entries_fixtures
-from .factories import emb, hier_labels, labels
+from .factories import emb, hier_labels, images, labels
 from .framework import cls, fn
 
 NET = {"n_classes": "posint", "per_class": "posint", "dim": "posint", "input_dim": "posint", "noise": "nonneg",
@@ -40,6 +43,19 @@ ENTRIES = [
     fn(D.DatasetFolderError, {"args": None} and (lambda: {})),
     cls(D.ImageListDataset, lambda: dict(paths=["a.png", "b.png"], labels=[0, 1]), {"labels": "labels"}, rows=(("paths", "labels"),)),
     fn(D.require_path, lambda: dict(root="/", relative="tmp", dataset="x"), {"root": "path"}),
+]
+
+# the training-set protocols of Patel thesis §6.5 and the two-view augmentation
+ENTRIES += [
+    fn(PT.imbalanced_indices, lambda: dict(labels=labels(12), imbalance_rate=0.5, minority_classes=None), {"labels": "labels", "imbalance_rate": "prob",
+                                                                                  "seed": "nonnegint"},
+       extra={"all_minority": ("minority_classes", lambda: torch.tensor([0, 1, 2]), ("minority_classes",))}),
+    fn(PT.noisy_labels, lambda: dict(labels=labels(12), noise_rate=0.25, n_classes=3), {"labels": "labels", "noise_rate": "prob",
+                                                                                       "n_classes": "posint", "seed": "nonnegint"},
+       extra={"range": ("labels", lambda: labels(12) + 5, ("labels",))}),
+    fn(PT.two_views, lambda: dict(x=images(3, 1, 6), generator=torch.Generator().manual_seed(0)),
+       {"x": "x", "noise_std": "nonneg", "max_shift": "nonnegint"},
+       legal={"x:ndim*": "(N, ...): any input shape of 2 dims or more (images get the shift only when 4-D)"}),
 ]
 
 ENTRIES += [*entries_datasets.ENTRIES, *entries_fixtures.ENTRIES]

@@ -8,7 +8,7 @@ import torch
 
 import rank_lab.losses as L
 
-from .factories import emb, hier_labels, images, labels, no_positive_targets, scores, targets
+from .factories import emb, hier_labels, labels, no_positive_targets, scores, targets
 from .framework import cls, fn
 
 CAST = "integer embeddings are cast to float (check_embeddings)"
@@ -77,7 +77,7 @@ SAME_P = {"pos_per_batch": [2, 2], "neg_per_batch": [2, 2]}
 ENTRIES = [
     loss(L.SmoothAP, {"tau": 0.01}, {"tau": "pos"}),
     loss(L.SupAP, {"tau": 0.01, "rho": 100.0}, {"tau": "pos", "rho": "nonneg", "eps": "prob"}),
-    loss(L.SmoothRecallAtK, {"ks": (1, 2, 4)}, {"tau": "pos", "tau_star": "pos"},
+    loss(L.SmoothRecallAtK, {"ks": (1, 2, 4)}, {"tau": "pos", "tau_star": "pos", "normalization": "choice", "query_role": "choice"},
          extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",))}),
     loss(L.SupRecallAtK, {"ks": (1, 2, 4)}, {"tau": "pos", "tau_star": "pos", "rho": "nonneg"}),
     loss(L.RecallAtKSurrogate, {"ks": (1, 2, 4)}, {"tau1": "pos", "tau2": "pos", "normalization": "choice"}),
@@ -101,7 +101,7 @@ ENTRIES = [
          ),
     loss(L.ESupConLoss, {"dim": 4, "n_classes": 3}, {"dim": "posint", "n_classes": "posint", "temperature": "pos"}, nopos=False),
     loss(L.SupConLoss, {}, {"temperature": "pos"}),
-    cls(L.MetricLoss, {}, {"reduction": "choice", "hierarchy_level": "nonnegint"}),
+    cls(L.MetricLoss, {}, {"reduction": "choice", "query_role": "choice", "hierarchy_level": "nonnegint"}),
     cls(L.ListwiseLoss, {}, {"no_positive": "choice"}),
     cls(L.RankLoss, {}, {"impl": "choice"}),
     fn(L.PreparedBatch, lambda: dict(embeddings=emb(3), ref_embeddings=emb(3), labels=labels(3), ref_labels=labels(3),
@@ -146,12 +146,12 @@ ENTRIES = [
 # ------------------------------------------------------------------ losses' modules (issue 16, part 2)
 import rank_lab.losses.base as LB  # noqa: E402
 import rank_lab.losses.blackbox as LBB  # noqa: E402
-import rank_lab.losses.contrastive_cls as CC  # noqa: E402
+import rank_lab.losses.contrastive as CC  # noqa: E402
 import rank_lab.losses.hierarchical as LH  # noqa: E402
 import rank_lab.losses.histogram as LHIST  # noqa: E402
 import rank_lab.losses.recall as LR  # noqa: E402
 import rank_lab.losses.recall_at_k as RK  # noqa: E402
-import rank_lab.losses.recall_presets as RP  # noqa: E402
+import rank_lab.losses.registry as LREG  # noqa: E402
 import rank_lab.losses.simix as SX  # noqa: E402
 from rank_lab.ranking import SigmoidStep, positive_rows  # noqa: E402
 
@@ -192,7 +192,13 @@ def _sp(**kw):
     return lambda: dict(scores=scores(), positives=targets(), **kw)
 
 
-RECIPE = dict(dataset="sop", arch="resnet50", optimizer="adam", lr=1e-4, epochs=10, milestones=(5,), ks=(1, 2, 4))
+def _throwaway_registered():
+    """Register a throwaway loss (once) so that the valid call of ``unregister_loss`` removes it."""
+    if "matrix_unregister" not in LREG.list_losses():
+        LREG.register_loss("matrix_unregister")(L.SmoothAP)
+    return {"name": "matrix_unregister"}
+
+
 
 ENTRIES += [
     # base
@@ -217,16 +223,11 @@ ENTRIES += [
        {**ZL, "weight": "x", "bias": "x", "temperature": "pos", "reduction": "choice"}, rows=ZL_ROWS,
        legal={**Z_LEGAL, "weight:int": "integer weights are cast to float", "bias:int": "an integer bias is added as float"},
        extra={**LABEL_RANGE, "dim": ("weight", lambda: emb(3, 5), ("weight",))}),
-    fn(CC.prototype_logits, lambda: dict(z=emb(12), prototypes=_protos()), {"z": "x", "prototypes": "x", "temperature": "pos"},
-       legal={"*:int": "integer vectors are cast to float (check_embeddings)"},
-       extra={"dim": ("prototypes", lambda: emb(3, 5), ("prototypes",))}),
     fn(CC.spce_logits, lambda: dict(z=emb(12), labels=labels(12), n_classes=3, queries=emb(5, seed=4)),
        {**ZL, "n_classes": "posint", "queries": "x"}, rows=ZL_ROWS, legal={"*:int": "integer vectors are cast to float"},
        extra={**LABEL_RANGE, "dim": ("queries", lambda: emb(5, 3), ("queries",))}),
     fn(CC.spce_loss, lambda: dict(z=emb(12), labels=labels(12), n_classes=3), {**ZL, "n_classes": "posint", "temperature": "pos"},
        rows=ZL_ROWS, legal=Z_LEGAL, extra=LABEL_RANGE),
-    fn(CC.class_means, lambda: dict(z=emb(12), labels=labels(12), n_classes=3), {**ZL, "n_classes": "posint"}, rows=ZL_ROWS,
-       legal=Z_LEGAL, extra=LABEL_RANGE),
     fn(CC.tightness_loss, lambda: dict(z=emb(12), labels=labels(12), prototypes=_protos()), {**ZL, "prototypes": "x"}, rows=ZL_ROWS,
        legal={"*:int": "integer vectors are cast to float (check_embeddings)"}, extra=LABEL_RANGE),
     fn(CC.esupcon_terms, lambda: dict(z=emb(12), labels=labels(12), prototypes=_protos()), {**ZL, "prototypes": "x", "temperature": "pos"},
@@ -237,19 +238,8 @@ ENTRIES += [
        {"l_ce": "x", "l_supcon": "x"}, rows=(("l_ce", "l_supcon"),),
        legal={"*:ndim+": "elementwise: any shape (both the same)", "*:int": "integer losses are cast to float"},
        extra={"negative": ("l_ce", lambda: torch.tensor([-2.0, 1.2, 0.1]), ("l_ce",))}),
-    cls(CC.PrototypeClassifier, {"dim": 4, "n_classes": 3}, {"dim": "posint", "n_classes": "posint", "temperature": "pos"},
-        calls=[("__call__", lambda: dict(z=emb(5)), {"z": "x"})], legal={"__call__.z:int": "integer features are cast to float"}),
     loss(CC.SimCLRLoss, {}, {"temperature": "pos"},
          legal={"__call__.labels:nopos": "SimCLR ignores labels (checked): the positive of a view is the other view"}),
-    fn(CC.imbalanced_indices, lambda: dict(labels=labels(12), imbalance_rate=0.5, minority_classes=None), {"labels": "labels", "imbalance_rate": "prob",
-                                                                                  "seed": "nonnegint"},
-       extra={"all_minority": ("minority_classes", lambda: torch.tensor([0, 1, 2]), ("minority_classes",))}),
-    fn(CC.noisy_labels, lambda: dict(labels=labels(12), noise_rate=0.25, n_classes=3), {"labels": "labels", "noise_rate": "prob",
-                                                                                       "n_classes": "posint", "seed": "nonnegint"},
-       extra={"range": ("labels", lambda: labels(12) + 5, ("labels",))}),
-    fn(CC.two_views, lambda: dict(x=images(3, 1, 6), generator=torch.Generator().manual_seed(0)),
-       {"x": "x", "noise_std": "nonneg", "max_shift": "nonnegint"},
-       legal={"x:ndim*": "(N, ...): any input shape of 2 dims or more (images get the shift only when 4-D)"}),
     # hierarchical
     cls(LH.HierarchicalRankLoss, {}, {"relevance": "choice", "alpha": "pos", "level_mode": "choice"}),
     fn(LH.weighted_lower_sums, _rows, {"scores": "x", "weight": "choice", "max_elements": "posint"},
@@ -262,26 +252,19 @@ ENTRIES += [
        {"values": "x", "weights": "x", "centres": "x", "width": "pos"}, rows=(("values", "weights"),),
        legal={"values:ndim-": "a (N,) vector is one row (check_scores_targets)", "*:int": "integer values are cast to float"}),
     # recall
-    fn(LR.recall_surrogate_from_ranks, _ranks, {"rank": "x", "n_queries": "posint", "tau_star": "pos"}, rows=(("rank", "q_idx"),),
+    fn(LR.recall_surrogate_from_ranks, _ranks, {"rank": "x", "n_queries": "posint", "tau_star": "pos", "normalization": "choice"},
+       rows=(("rank", "q_idx"),),
        legal={"rank:int": "integer (exact) ranks are cast to float"},
        extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",)), "ks_frac": ("ks", lambda: (1.5,), ("ks",)),
               "q_range": ("q_idx", lambda: torch.tensor([0, 0, 1, 2, 7]), ("q_idx",))}),
-    fn(RK.smooth_positive_ranks, _sp(), {**SP, "tau2": "pos"}, rows=(("scores", "positives"),),
+    fn(RK.smooth_positive_ranks, _sp(), {**SP, "tau": "pos"}, rows=(("scores", "positives"),),
        nopos={"positives": no_positive_targets},
        legal={**SP_LEGAL, "positives:nopos": "a query without positives has no valid slot (valid is False)"}),
-    fn(RK.recall_at_k_surrogate, _sp(ks=(1, 2)), {**SP, "tau1": "pos", "tau2": "pos", "normalization": "choice", "no_positive": "choice",
-                                                  "chunk_size": "posint"},
+    fn(RK.recall_at_k_surrogate, _sp(ks=(1, 2)), {**SP, "tau_star": "pos", "tau": "pos", "normalization": "choice",
+                                                  "no_positive": "choice"},
        rows=(("scores", "positives"),), nopos={"positives": no_positive_targets},
        legal=SP_LEGAL,
        extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",))}),
-    # RS@k recipes
-    fn(RP.RecallRecipe, RECIPE, {"lr": "pos", "epochs": "posint", "gamma": "pos", "weight_decay": "nonneg", "batch_size": "posint",
-                                 "samples_per_class": "posint", "chunk_size": "posint", "embed_dim": "posint", "tau1": "pos",
-                                 "tau2": "pos", "optimizer": "choice", "source": "choice"},
-       extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",)), "milestone": ("milestones", lambda: (-1,), ("milestones",))}),
-    fn(RP.get_recall_preset, {"name": "sop_resnet50", "lr": 1e-4}, {"name": "choice", "lr": "pos"},
-       extra={"number": ("name", lambda: 5, ("name",))}),
-    fn(RP.list_recall_presets),
     # SiMix
     fn(SX.SiMixBatch, lambda: dict(scores=torch.eye(3), labels=torch.tensor([0, 0, 1]), parents=torch.tensor([[0, 0], [1, 1], [2, 2]]),
                                    alphas=torch.ones(3), n_original=3)),
@@ -301,4 +284,12 @@ ENTRIES += [
        legal={"alphas:int": "0/1 integer coefficients are cast to float"}, extra=SIMIX_EXTRA),
     fn(SX.mix_embeddings, lambda: dict(embeddings=emb(3), **_simix_parents()), {"embeddings": "x", "alphas": "x"}, rows=SIMIX_ROWS,
        legal={"*:int": "integer values are cast to float"}, extra=SIMIX_EXTRA),
+    # the registry
+    fn(LREG.LossInfo, lambda: dict(name="sup_ap", build=L.SupAP)),
+    fn(LREG.loss_info, {"name": "sup_ap"}, {"name": "choice"}, extra={"number": ("name", lambda: 5, ("name",))}),
+    fn(LREG.list_losses, {"filter": "*ap*"}, extra={"number": ("filter", lambda: 5, ("filter",))}),
+    fn(LREG.register_loss, {"name": "matrix_throwaway", "aliases": (), "needs": ("dim",)},  # returns the decorator only
+       extra={"needs": ("needs", lambda: ("classes",), ("needs",)), "taken": ("name", lambda: "sup_ap", ("name",)),
+              "number": ("name", lambda: 5, ("name",)), "alias_taken": ("aliases", lambda: ("sup-ap",), ("name",))}),
+    fn(LREG.unregister_loss, _throwaway_registered, {"name": "choice"}, extra={"number": ("name", lambda: 5, ("name",))}),
 ]

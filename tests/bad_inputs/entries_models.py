@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 import rank_lab.models as MO
+import rank_lab.models.heads as HD
 import rank_lab.models.recall_head as RH
 import rank_lab.models.weights as W
 
-from .factories import emb, images
+from .factories import emb, images, labels
 from .framework import cls, fn
 
 MAP = {"x": "x"}
@@ -80,4 +81,25 @@ ENTRIES = [
     fn(W.check_weights, {"weights": "none", "backbone": "resnet18", "fetch": False}, {"weights": "path"},
        extra={"not_str": ("backbone", lambda: 3, ("backbone",))}),
     fn(W.find_weights_record, lambda: {"module": MO.TinyCNN(1, 4)}, extra={"not_module": ("module", _not_module, ("module",))}),
+]
+
+# ------------------------------------------------------------------ the prototype (cosine) classifier head
+Z_LEGAL = {"z:int": "integer features are cast to float (check_embeddings)"}
+ZL = {"z": "x", "labels": "labels"}
+ZL_ROWS = (("z", "labels"),)
+LABEL_RANGE = {"range": ("labels", lambda: labels(12, 3) + 5, ("labels",))}
+
+
+def _protos(k=3, d=4, seed=7):
+    return emb(k, d, seed=seed)
+
+
+ENTRIES += [
+    fn(HD.prototype_logits, lambda: dict(z=emb(12), prototypes=_protos()), {"z": "x", "prototypes": "x", "temperature": "pos"},
+       legal={"*:int": "integer vectors are cast to float (check_embeddings)"},
+       extra={"dim": ("prototypes", lambda: emb(3, 5), ("prototypes",))}),
+    fn(HD.class_means, lambda: dict(z=emb(12), labels=labels(12), n_classes=3), {**ZL, "n_classes": "posint"}, rows=ZL_ROWS,
+       legal=Z_LEGAL, extra=LABEL_RANGE),
+    cls(HD.PrototypeClassifier, {"dim": 4, "n_classes": 3}, {"dim": "posint", "n_classes": "posint", "temperature": "pos"},
+        calls=[("__call__", lambda: dict(z=emb(5)), {"z": "x"})], legal={"__call__.z:int": "integer features are cast to float"}),
 ]

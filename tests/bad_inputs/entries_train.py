@@ -10,6 +10,7 @@ import rank_lab.train.classification as CL
 import rank_lab.train.distributed as DI
 import rank_lab.train.launch as LA
 import rank_lab.train.multistage as MS
+import rank_lab.train.recipes as TR
 from rank_lab.losses import SmoothAP
 from rank_lab.models import MLPBackbone
 from rank_lab.train.trainer import NonFiniteTrainingError
@@ -50,6 +51,8 @@ def _classifier(method: str = "esupcon"):
     return CL.ContrastiveClassifier(MLPBackbone(6, (8,)), 8, 3, method)
 
 
+#: a valid RS@k recipe (Patel thesis §5.3.2)
+RECIPE = dict(dataset="sop", arch="resnet50", optimizer="adam", lr=1e-4, epochs=10, milestones=(5,), ks=(1, 2, 4))
 SYNTH = {"n_classes": 4, "per_class": 4, "dim": 4, "input_dim": 6, "hidden_dim": 8}
 RUN_CFG = {**CFG, "dataset": "synthetic", "device": "cpu", "eval_ks": (1,)}
 WHOLE_ROWS = "rows of any trailing shape (or none) are gathered unchanged, an empty set of rows too"
@@ -95,7 +98,15 @@ TRAIN_EXTRA = {
 ENTRIES = [
     fn(T.TrainConfig, {}, {"epochs": "posint", "batch_size": "posint", "lr": "pos", "optimizer": "choice", "scheduler": "choice",
                            "warmup_epochs": "nonnegint", "eval_every": "nonnegint", "grad_clip": "pos"}),
-    fn(T.list_presets),
+    fn(TR.list_recipes),
+    # the RS@k recipes (Patel thesis §5.3.2)
+    fn(TR.RecallRecipe, RECIPE, {"lr": "pos", "epochs": "posint", "gamma": "pos", "weight_decay": "nonneg", "batch_size": "posint",
+                                 "samples_per_class": "posint", "chunk_size": "posint", "embed_dim": "posint", "tau_star": "pos",
+                                 "tau": "pos", "optimizer": "choice", "source": "choice"},
+       extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",)), "milestone": ("milestones", lambda: (-1,), ("milestones",))}),
+    fn(TR.get_recall_recipe, {"name": "sop_resnet50", "lr": 1e-4}, {"name": "choice", "lr": "pos"},
+       extra={"number": ("name", lambda: 5, ("name",))}),
+    fn(TR.list_recall_recipes),
     cls(T.Trainer, _train, calls=[("fit", None, None)], extra=TRAIN_EXTRA),
     cls(T.DistributedTrainer, lambda: {**_train(), "config": {**CFG, "device": "cpu"}}, {"eval_index": "choice"},
         calls=[("fit", None, None)], extra={k: v for k, v in TRAIN_EXTRA.items() if k not in ("bad_config", "unknown_key")}),

@@ -146,7 +146,7 @@ LOSS_CASES = [
 @pytest.mark.parametrize("mode", ["batch", "batch_keep_self", "refs", "hier"])
 def test_efficient_equals_direct_values_and_gradients(cls, kw, mode):
     emb, lab = _data(5, hier=mode == "hier")
-    extra = {"include_query_as_positive": mode == "batch_keep_self", "hierarchy_level": 1 if mode == "hier" else 0}
+    extra = {"query_role": "positive" if mode == "batch_keep_self" else "excluded", "hierarchy_level": 1 if mode == "hier" else 0}
     results = []
     for impl in ("efficient", "direct"):
         e = emb.clone().requires_grad_()
@@ -289,12 +289,21 @@ def test_self_exclusion_choices():
     en = F.normalize(emb, dim=1)
     s = en @ en.T
     y = lab[:, None] == lab[None, :]
-    keep = SupAP(include_query_as_positive=True)(emb, lab)
+    keep = SupAP(query_role="positive")(emb, lab)
     assert keep.item() == pytest.approx(SupAP().forward_scores(s, y).item(), abs=1e-12)
     drop = SupAP()(emb, lab)
     valid = ~torch.eye(8, dtype=torch.bool)
     assert drop.item() == pytest.approx(SupAP().forward_scores(s, y, valid).item(), abs=1e-12)
     assert keep.item() < drop.item()  # the query itself is a free positive ranked first
+    # one vocabulary: the deprecated boolean still works, with a warning naming query_role
+    with pytest.warns(DeprecationWarning, match="use query_role='positive'"):
+        old = SupAP(include_query_as_positive=True)
+    assert old.query_role == "positive" and old.include_query_as_positive
+    assert old(emb, lab).item() == keep.item()
+    with pytest.raises(ValueError, match="does not support 'competitor'"):
+        SupAP(query_role="competitor")  # only the R@k surrogates rank the query as a competitor
+    with pytest.raises(TypeError, match="pass query_role only"):
+        SupAP(include_query_as_positive=True, query_role="positive")
 
 
 def test_reductions_and_no_positive_handling():

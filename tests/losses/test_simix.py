@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rank_lab.losses.recall_at_k import DEFAULT_KS_SIMIX, RecallAtKSurrogate, recall_at_k_surrogate
+from rank_lab.losses.recall import DEFAULT_KS_SIMIX, SmoothRecallAtK
+from rank_lab.losses.recall_at_k import recall_at_k_surrogate
 from rank_lab.losses.simix import (
     mix_embeddings,
     mixing_matrix,
@@ -98,7 +99,7 @@ def test_rs_at_k_with_simix_equals_explicit_mixing_value_and_gradient(exclude_se
     ks = DEFAULT_KS_SIMIX
     e1 = e0.clone().requires_grad_(True)
     e2 = e0.clone().requires_grad_(True)
-    loss = RecallAtKSurrogate(ks=ks, simix=True, exclude_self_mixtures=exclude_self_mixtures, normalize=False)
+    loss = SmoothRecallAtK(ks=ks, simix=True, exclude_self_mixtures=exclude_self_mixtures, normalize=False)
     # feed the same alphas as the explicit path: the module draws them from its generator, so
     # compute the module's problem with fixed alphas through the functional API instead
     b = simix(e1, labels, alphas=alphas)
@@ -118,12 +119,12 @@ def test_rs_at_k_with_simix_equals_explicit_mixing_value_and_gradient(exclude_se
 def test_module_is_deterministic_given_seed_and_gradcheck():
     labels = torch.tensor([0, 0, 0, 1, 1, 1])
     e = unit(6, 4, seed=4).requires_grad_(True)
-    l1 = RecallAtKSurrogate(simix=True, seed=0, tau2=0.2)
-    l2 = RecallAtKSurrogate(simix=True, seed=0, tau2=0.2)
+    l1 = SmoothRecallAtK(simix=True, seed=0, tau=0.2)
+    l2 = SmoothRecallAtK(simix=True, seed=0, tau=0.2)
     assert float(l1(e, labels).detach()) == float(l2(e, labels).detach())
 
     def fn(x):
-        return RecallAtKSurrogate(simix=True, seed=0, tau2=0.2, ks=(1, 2, 4))(x, labels)
+        return SmoothRecallAtK(simix=True, seed=0, tau=0.2, ks=(1, 2, 4))(x, labels)
 
     assert torch.autograd.gradcheck(fn, (e,), eps=1e-6, atol=1e-6)
 
