@@ -250,7 +250,7 @@ class DistributedTrainer(Trainer):
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: set config.checkpoint_dir or pass path")
-        self._check_weights()  # on every rank (DDP keeps them equal), so that all ranks raise together
+        self.engine.check_weights()  # on every rank (DDP keeps them equal), so that all ranks raise together
         if self.env.is_main:
             super().save_checkpoint(path)
         barrier()
