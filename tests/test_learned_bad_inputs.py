@@ -173,8 +173,10 @@ def test_fit_proxy_stops_on_a_non_finite_loss_and_keeps_the_checkpoint(tmp_path)
     good = ckpt.read_bytes()
     weights = [p.detach().clone() for p in model.parameters()]
     state["poison"] = True  # resume for two more steps: the third one is NaN
-    with pytest.raises(FloatingPointError, match=r"non-finite loss \(nan\) in proxy step 3 on items \[.*\]: no update applied; '.*p.pt' holds the last good"):
-        fit_proxy(model, 6, batch_loss, steps=4, **kw)
+    with pytest.raises(FloatingPointError, match=r"the loss is nan at proxy step 3, batch indices \[.*\] \(3 items\); training "
+                       r"stopped before applying it and nothing was saved; the last good checkpoint is '.*p.pt' \(step 2\)") as info:
+        fit_proxy(model, 6, batch_loss, steps=4, **kw)  # the engine's NonFiniteTrainingError, a FloatingPointError
+    assert (info.value.step, len(info.value.batch_indices), info.value.checkpoint) == (2, 3, ckpt)
     assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))  # no update applied
     assert ckpt.read_bytes() == good
     with pytest.raises(ValueError, match="lr must be finite"):

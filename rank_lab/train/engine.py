@@ -223,7 +223,7 @@ class Engine:
         """Raise :class:`NonFiniteTrainingError` naming the step, the batch and the last good checkpoint."""
         idx = None if indices is None else [int(i) for i in torch.as_tensor(indices).reshape(-1).tolist()]
         step = f"step {self.step + 1}"
-        where = step if self.config.unit == "step" else f"epoch {self.epoch + 1}, {step}"
+        where = f"{self.config.desc} {step}" if self.config.unit == "step" else f"epoch {self.epoch + 1}, {step}"
         if self.last_good_checkpoint is not None:
             path, ep = self.last_good_checkpoint
             at = f"step {ep}" if self.config.unit == "step" else f"epoch {ep}"
