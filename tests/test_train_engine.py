@@ -313,13 +313,22 @@ def test_the_one_schedule_reproduces_the_former_ones_exactly():
         assert lr_at(t + 4, 0.1, total_steps=20, warmup_steps=4) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12)
         opt.step()
         sched.step()
+    # torch's MultiStepLR (the RS@k recipes), bit for bit, in units of 3 steps
+    opt = torch.optim.Adam([nn.Parameter(torch.zeros(1))], lr=3e-4)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[2, 5, 5], gamma=0.3)
+    for e in range(8):
+        assert all(lr_at(3 * e + j, 3e-4, total_steps=24, schedule="step", milestones=(2, 5, 5), gamma=0.3, step_unit=3)
+                   == opt.param_groups[0]["lr"] for j in range(3))
+        opt.step()
+        sched.step()
     assert Schedule("constant", 5).length_free and Schedule("linear", 5, hold_steps=1, decay_steps=1).length_free
+    assert Schedule("step", 5, milestones=[2]).length_free and Schedule("step", 5, milestones=[2]).milestones == (2,)
     assert not Schedule("cosine", 5).length_free and not Schedule("tail_cosine", 5).length_free
     assert Schedule("cosine", 10, min_lr=1e-3, ref_lr=1e-2).lr(10, 2e-2) == pytest.approx(2e-3)  # the floor keeps the ratio
     with pytest.raises(ValueError, match="hold_steps and decay_steps"):
         lr_at(0, 0.1, total_steps=3, schedule="linear")
     with pytest.raises(ValueError, match="kind"):
-        Schedule("step", 3)
+        Schedule("exponential", 3)
 
 
 def test_build_optimizer_and_the_engine_step():

@@ -35,9 +35,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from rank_lab._validation import check_float, defer_finite_checks
+from rank_lab._validation import defer_finite_checks
 from rank_lab.train.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
 from rank_lab.train.guard import NonFiniteTrainingError, check_resume, describe_batch
+from rank_lab.train.optim import build_optimizer
 from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.train.schedule import Schedule
 from rank_lab.utils import DeviceLike, get_device
@@ -366,9 +367,7 @@ def fit(
     """
     modules = dict(model) if isinstance(model, Mapping) else {"model": model}
     if optimizer is None:
-        lr = check_float(lr, "lr", low=0.0, low_open=True)
-        params = [p for m in modules.values() for p in m.parameters() if p.requires_grad]
-        optimizer = torch.optim.Adam(params, lr=lr)
+        optimizer = build_optimizer([p for m in modules.values() for p in m.parameters() if p.requires_grad], lr=lr)
     engine = Engine(modules, optimizer, config, **engine_kwargs)
     engine.run(step_fn, data, steps_per_epoch=steps_per_epoch, on_epoch_start=on_epoch_start, on_epoch_end=on_epoch_end)
     return engine

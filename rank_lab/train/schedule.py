@@ -12,6 +12,8 @@ resumed run needs only the step to continue the schedule. The kinds:
 * ``"linear"``: constant for ``hold_steps`` units, then a linear decay by ``1 / (decay_steps + 1)``
   per unit (the ``niter`` / ``niter_decay`` policy of the Gominski thesis' author code, §5.4, one
   unit = one epoch: ``step_unit`` = steps per epoch).
+* ``"step"``: multiplied by ``gamma`` at each of the ``milestones`` (units; torch's ``MultiStepLR``,
+  the RS@k recipes of the Patel thesis, Section 5.4).
 
 Each kind may start with a linear warm-up (``warmup_steps``). ``"constant"`` and ``"linear"`` do not
 depend on the run's length, so a run of those kinds may be resumed with more epochs or steps
@@ -21,6 +23,7 @@ depend on the run's length, so a run of those kinds may be resumed with more epo
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,9 +32,9 @@ from rank_lab._validation import check_choice, check_float, check_positive_int
 __all__ = ["SCHEDULES", "lr_at", "Schedule"]
 
 #: The schedule kinds of :func:`lr_at`.
-SCHEDULES = ("cosine", "constant", "tail_cosine", "linear")
+SCHEDULES = ("cosine", "constant", "tail_cosine", "linear", "step")
 #: Kinds whose learning rate does not depend on the run's length.
-LENGTH_FREE = ("constant", "linear")
+LENGTH_FREE = ("constant", "linear", "step")
 
 
 def lr_at(
@@ -45,6 +48,8 @@ def lr_at(
     hold_steps: int | None = None,
     decay_steps: int | None = None,
     step_unit: int = 1,
+    milestones: Sequence[int] = (),
+    gamma: float = 0.1,
 ) -> float:
     """Learning rate at a global step (0-based) of a run of ``total_steps`` steps.
 
@@ -55,7 +60,9 @@ def lr_at(
     * ``"tail_cosine"``: ``base`` for ``t < H`` (``H = hold_steps``, default ``int(0.7 T)``), then
       ``min + (base - min) (1 + cos(pi min(t - H, T - H) / (T - H))) / 2``;
     * ``"linear"``: with ``u = t // step_unit``, ``min + (base - min) (1 - max(0, u + 1 - H) / (D + 1))``
-      (``H = hold_steps`` and ``D = decay_steps`` in units).
+      (``H = hold_steps`` and ``D = decay_steps`` in units);
+    * ``"step"``: ``base`` times ``gamma`` per milestone ``<= u`` (repeated products, as torch's
+      ``MultiStepLR``).
 
     Args:
         step: the global step ``t >= 0``.
@@ -66,7 +73,8 @@ def lr_at(
         min_lr: the floor of the decaying kinds (>= 0).
         hold_steps: ``H`` of ``"tail_cosine"`` (steps) and ``"linear"`` (units, required).
         decay_steps: ``D`` of ``"linear"`` (units, required).
-        step_unit: steps per unit of ``"linear"`` (e.g. the steps of an epoch).
+        step_unit: steps per unit of ``"linear"`` and ``"step"`` (e.g. the steps of an epoch).
+        milestones, gamma: the units where ``"step"`` multiplies the rate by ``gamma`` (> 0).
 
     Raises:
         ValueError, TypeError: a negative step, a non-positive ``base_lr`` / ``total_steps`` /
@@ -98,9 +106,16 @@ def lr_at(
         if step < start:
             return base_lr
         return min_lr + (base_lr - min_lr) * (0.5 * (1 + math.cos(math.pi * min(step - start, tail) / tail)))
+    unit = step // step_unit
+    if schedule == "step":
+        gamma = check_float(gamma, "gamma", low=0.0, low_open=True)
+        lr = base_lr
+        for m in sorted(set(milestones)):  # as MultiStepLR: times gamma ** (repeats of m) at milestone m
+            if _nonneg_int(m, "milestones") <= unit:
+                lr = lr * gamma ** list(milestones).count(m)
+        return lr
     if hold_steps is None or decay_steps is None:  # "linear"
         raise ValueError("schedule='linear' needs hold_steps and decay_steps (in units of step_unit steps)")
-    unit = step // step_unit
     return min_lr + (base_lr - min_lr) * (1.0 - max(0, unit + 1 - hold_steps) / float(decay_steps + 1))
 
 
@@ -121,7 +136,7 @@ class Schedule:
 
     Attributes:
         kind: one of :data:`SCHEDULES`.
-        total_steps, warmup_steps, min_lr, hold_steps, decay_steps, step_unit: see :func:`lr_at`.
+        total_steps, warmup_steps, min_lr, hold_steps, decay_steps, step_unit, milestones, gamma: see :func:`lr_at`.
         ref_lr: the base rate ``min_lr`` refers to (``None``: ``min_lr`` is absolute).
     """
 
@@ -133,11 +148,15 @@ class Schedule:
     hold_steps: int | None = None
     decay_steps: int | None = None
     step_unit: int = 1
+    milestones: tuple[int, ...] = ()
+    gamma: float = 0.1
 
     def __post_init__(self) -> None:
         check_choice(self.kind, "kind", SCHEDULES)
         lr_at(0, 1.0, total_steps=self.total_steps, warmup_steps=self.warmup_steps, schedule=self.kind,
-              min_lr=self.min_lr, hold_steps=self.hold_steps, decay_steps=self.decay_steps, step_unit=self.step_unit)
+              min_lr=self.min_lr, hold_steps=self.hold_steps, decay_steps=self.decay_steps, step_unit=self.step_unit,
+              milestones=self.milestones, gamma=self.gamma)
+        object.__setattr__(self, "milestones", tuple(self.milestones))
         if self.ref_lr is not None:
             check_float(self.ref_lr, "ref_lr", low=0.0, low_open=True)
 
@@ -150,7 +169,8 @@ class Schedule:
         """The rate of a group with base rate ``base_lr`` at ``step``."""
         floor = self.min_lr if self.ref_lr is None else self.min_lr * base_lr / self.ref_lr
         return lr_at(step, base_lr, total_steps=self.total_steps, warmup_steps=self.warmup_steps, schedule=self.kind,
-                     min_lr=floor, hold_steps=self.hold_steps, decay_steps=self.decay_steps, step_unit=self.step_unit)
+                     min_lr=floor, hold_steps=self.hold_steps, decay_steps=self.decay_steps, step_unit=self.step_unit,
+                     milestones=self.milestones, gamma=self.gamma)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict (recorded in checkpoints by the engine)."""
