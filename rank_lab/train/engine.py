@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from rank_lab._validation import defer_finite_checks
 from rank_lab.train.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
@@ -193,8 +194,6 @@ class Engine:
         """Run the remaining epochs: resume (when ``config.resume`` and the checkpoint exists), then
         per epoch ``on_epoch_start(e)``, the steps of ``data(e)``, the weight check,
         ``on_epoch_end(e, results)`` (``self.epoch`` already counts the epoch) and the checkpoint."""
-        from tqdm.auto import tqdm
-
         cfg = self.config
         if resume:
             self.maybe_resume()

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
 from rank_lab.data.samplers import MPerClassSampler
@@ -131,8 +132,6 @@ def embed_in_chunks(
     out = []
     it = list(_chunks(inputs.shape[0], chunk_size))
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(it, desc="embed", leave=False)
     with torch.no_grad():
         for sl in it:
@@ -270,8 +269,6 @@ def multistage_backward(
 def _maybe_tqdm(items: list, show: bool, desc: str) -> list:
     if not show:
         return items
-    from tqdm.auto import tqdm
-
     return tqdm(items, desc=desc, leave=False)
 
 

@@ -23,7 +23,11 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
 
+from rank_lab.data import HierarchicalSampler, MPerClassSampler
+from rank_lab.memory import CrossBatchMemory, MemoryLoss
+from rank_lab.models import build_model
 from rank_lab.train.checkpoint import atomic_write_json
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import _Indexed, as_dataset, embed_dataset, relabel
@@ -125,8 +129,6 @@ class Trainer(RetrievalEvaluation):
 
     # ------------------------------------------------------------------ construction
     def _build_model(self) -> nn.Module:
-        from rank_lab.models import build_model
-
         mcfg = self.config.model
         if mcfg.backbone.lower() == "mlp" and mcfg.input_dim is None:
             x0 = self.train_set[0][0]
@@ -136,8 +138,6 @@ class Trainer(RetrievalEvaluation):
     def _build_sampler(self) -> Any:
         """The batch sampler of the training set: m-per-class (Ramzi thesis §3.5.1) or, with
         ``sampler="hierarchical"``, the super-class sampler of §4.4.1 (HAPPIER)."""
-        from rank_lab.data import HierarchicalSampler, MPerClassSampler
-
         cfg = self.config
         if cfg.sampler == "hierarchical":
             if self.train_labels.ndim != 2 or self.train_labels.shape[1] < 2:
@@ -174,8 +174,6 @@ class Trainer(RetrievalEvaluation):
         return build_loss(cfg.loss, **kwargs)
 
     def _wrap_memory(self, loss: Any, memory: Any) -> Any:
-        from rank_lab.memory import CrossBatchMemory, MemoryLoss
-
         cfg = self.config
         if isinstance(loss, MemoryLoss):
             self.memory = loss.memory
@@ -310,8 +308,6 @@ class Trainer(RetrievalEvaluation):
 
     def train_epoch(self) -> dict[str, Any]:
         """Run one epoch (epoch index ``self.epoch``) and return its partial record."""
-        from tqdm.auto import tqdm
-
         e = self.epoch
         self._start_epoch(e)
         with tqdm(total=self.steps_per_epoch, desc=f"epoch {e + 1}/{self.config.epochs}",
