@@ -173,8 +173,10 @@ def test_fit_proxy_stops_on_a_non_finite_loss_and_keeps_the_checkpoint(tmp_path)
     good = ckpt.read_bytes()
     weights = [p.detach().clone() for p in model.parameters()]
     state["poison"] = True  # resume for two more steps: the third one is NaN
-    with pytest.raises(FloatingPointError, match=r"non-finite loss \(nan\) in proxy step 3 on items \[.*\]: no update applied; '.*p.pt' holds the last good"):
-        fit_proxy(model, 6, batch_loss, steps=4, **kw)
+    with pytest.raises(FloatingPointError, match=r"the loss is nan at proxy step 3, batch indices \[.*\] \(3 items\); training "
+                       r"stopped before applying it and nothing was saved; the last good checkpoint is '.*p.pt' \(step 2\)") as info:
+        fit_proxy(model, 6, batch_loss, steps=4, **kw)  # the engine's NonFiniteTrainingError, a FloatingPointError
+    assert (info.value.step, len(info.value.batch_indices), info.value.checkpoint) == (2, 3, ckpt)
     assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))  # no update applied
     assert ckpt.read_bytes() == good
     with pytest.raises(ValueError, match="lr must be finite"):
@@ -192,7 +194,8 @@ def test_surrogate_trainer_stops_before_a_non_finite_update() -> None:
     trainer = SurrogateTrainer(model, sur, task, LSConfig(epochs=1, surrogate_steps=1, model_steps=1, source="local"),
                                model_loss=lambda e_hat, e: e_hat.mean() * NAN, device="cpu")
     before = [p.detach().clone() for p in model.parameters()]
-    with pytest.raises(FloatingPointError, match=r"non-finite loss \(nan\) in the model phase of epoch 1: no update applied"):
+    with pytest.raises(FloatingPointError, match=r"the loss is nan in the model phase at epoch 1, step 2; training stopped "
+                       r"before applying it and nothing was saved"):  # the engine's NonFiniteTrainingError
         trainer.fit()
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     with pytest.raises(TypeError, match="config must be an LSConfig"):

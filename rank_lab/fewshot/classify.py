@@ -42,7 +42,6 @@ import torch.nn.functional as F
 from rank_lab._validation import check_choice, check_embeddings, check_labels, check_positive_int
 from rank_lab.fewshot.multi_dataset import (
     MultiDatasetSampler,
-    _lr_factor,  # noqa: F401 - re-exported for the tests of the schedule
     fit_multi_dataset,
     global_class_ids,
 )

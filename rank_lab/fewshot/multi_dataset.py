@@ -4,8 +4,8 @@ Batches are drawn from a *pool of datasets*: ``N`` times, (1) a dataset uniforml
 uniformly within it, (3) ``k`` images of that class (:class:`MultiDatasetSampler`; author's code:
 ``N = 32``, ``k = 5``, classes with fewer than 5 images dropped, classes of different datasets
 never merged, :func:`global_class_ids`). :func:`fit_multi_dataset` trains with Smooth-AP (no
-classifier): 15 epochs, Adam (lr 1e-4, beta1 = 0.5), constant for 10 epochs then linear decay over
-5 (the author's code). Evaluation is in :mod:`rank_lab.fewshot.classify`, which re-exports these.
+classifier) on the training engine: 15 epochs, Adam (lr 1e-4, beta1 = 0.5), constant for 10 epochs
+then linear decay over 5 (the author's code). Evaluation is in :mod:`rank_lab.fewshot.classify`, which re-exports these.
 """
 
 from __future__ import annotations
@@ -16,7 +16,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rank_lab._validation import check_float, check_labels, check_nonneg_int, check_positive_int
+from rank_lab._validation import (
+    check_finite,
+    check_float,
+    check_labels,
+    check_nonneg_int,
+    check_positive_int,
+)
+from rank_lab.fewshot.episodes import gather_images
+from rank_lab.losses import SmoothAP
+from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.optim import build_optimizer
+from rank_lab.train.schedule import Schedule
+from rank_lab.utils import get_device
 
 __all__ = ["global_class_ids", "MultiDatasetSampler", "fit_multi_dataset"]
 
@@ -100,11 +112,6 @@ class MultiDatasetSampler:
             yield self.batch(b)
 
 
-def _lr_factor(epoch: int, niter: int, niter_decay: int) -> float:
-    """Author's-code schedule: 1 for ``niter`` epochs, then linear decay over ``niter_decay``."""
-    return 1.0 - max(0, epoch + 1 - niter) / float(niter_decay + 1)
-
-
 def fit_multi_dataset(
     model: torch.nn.Module,
     images: object,
@@ -125,8 +132,14 @@ def fit_multi_dataset(
     device: object = None,
     checkpoint_path: str | Path | None = None,
     progress: bool = True,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = None,
 ) -> list[float]:
-    """Multi-dataset Smooth-AP training of §5.4 (resumable per epoch from ``checkpoint_path``).
+    """Multi-dataset Smooth-AP training of §5.4 on the training engine (resumable per epoch from ``checkpoint_path``).
+
+    The learning rate follows the author's code: constant for ``niter`` epochs, then a linear decay
+    by ``1 / (niter_decay + 1)`` per epoch (``schedule="linear"`` of :func:`rank_lab.train.lr_at`).
 
     Args:
         model: maps images ``(B, C, H, W)`` to descriptors ``(B, d)`` (e.g.
@@ -137,58 +150,58 @@ def fit_multi_dataset(
         epochs, lr, betas, niter, niter_decay: schedule (author's code: 15 = 10 + 5, 1e-4, 0.5).
         tau: Smooth-AP temperature.
         transform: batch augmentation.
-        seed, device, checkpoint_path, progress: as usual.
+        seed, device, progress: as usual.
+        checkpoint_path, resume, amp, grad_clip: the engine's options (a checkpoint file written
+            after every epoch and resumed from; a run may be resumed with more epochs).
 
     Returns:
         Mean loss of every epoch.
 
     Raises:
         TypeError, ValueError: ``epochs`` not a positive int, ``lr`` not a finite positive number,
-            ``niter`` / ``niter_decay`` not ints >= 0, and the errors of :class:`MultiDatasetSampler`.
+            ``niter`` / ``niter_decay`` not ints >= 0, tensor ``images`` not a finite floating batch
+            of one image per label, and the errors of :class:`MultiDatasetSampler`.
+        NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
-    from rank_lab.fewshot.episodes import gather_images
-    from rank_lab.losses import SmoothAP
-    from rank_lab.utils import get_device
-
     epochs = check_positive_int(epochs, "epochs")
     lr = check_float(lr, "lr", low=0.0, low_open=True)
     niter, niter_decay = check_nonneg_int(niter, "niter"), check_nonneg_int(niter_decay, "niter_decay")
     dev = get_device(device)
     model.to(dev)
     y = global_class_ids(dataset_ids, labels)
+    if isinstance(images, torch.Tensor):  # checked once here: the engine defers the model's own checks
+        if images.ndim == 0 or images.shape[0] != y.shape[0]:
+            raise ValueError(f"images must hold one image per label ({y.shape[0]}), got shape {tuple(images.shape)}")
+        if images.is_floating_point():
+            check_finite(images, "images")
     sampler = MultiDatasetSampler(dataset_ids, labels, n_classes, k, batches_per_epoch, seed=seed)
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr, betas=betas)
+    opt = build_optimizer([p for p in model.parameters() if p.requires_grad], lr=lr, betas=betas)
     loss_fn = SmoothAP(tau=tau)
-    history: list[float] = []
-    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=dev, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        history = list(state["history"])
-    for epoch in range(len(history), epochs):
-        for g in opt.param_groups:
-            g["lr"] = lr * _lr_factor(epoch, niter, niter_decay)
+    steps = len(sampler)
+    engine = Engine(model, opt, EngineConfig(
+        epochs=epochs, checkpoint=checkpoint_path, resume=resume, progress=progress, amp=amp, grad_clip=grad_clip,
+        desc="multi-dataset"), device=dev,
+        schedule=Schedule("linear", epochs * steps, hold_steps=niter, decay_steps=niter_decay, step_unit=steps),
+        run_key={"n_classes": n_classes, "k": k, "batches_per_epoch": steps, "lr": lr, "betas": list(betas), "tau": tau,
+                 "seed": seed, "n_items": int(y.shape[0])})
+
+    def start(epoch: int) -> None:
         sampler.set_epoch(epoch)
         model.train()
-        batches = iter(sampler)
-        if progress:
-            from tqdm.auto import tqdm
 
-            batches = tqdm(batches, total=len(sampler), desc=f"epoch {epoch + 1}/{epochs}", leave=False)
+    def step(idx: list[int]) -> torch.Tensor:
+        x = gather_images(images, idx).to(dev)
+        if transform is not None:
+            x = transform(x)
+        return loss_fn(model(x), y[idx].to(dev))
+
+    def end(epoch: int, results: list[StepResult]) -> None:
         total = 0.0
-        for idx in batches:
-            x = gather_images(images, idx).to(dev)
-            if transform is not None:
-                x = transform(x)
-            loss = loss_fn(model(x), y[idx].to(dev))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach())
-        history.append(total / len(sampler))
-        if ckpt is not None:
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "history": history}, ckpt)
+        for r in results:
+            total += r.loss
+        engine.history.append(total / steps)
+
+    engine.run(step, lambda epoch: (Batch(idx, indices=idx) for idx in sampler), steps_per_epoch=steps,
+               on_epoch_start=start, on_epoch_end=end)
     model.eval()
-    return history
+    return engine.history

@@ -6,7 +6,8 @@
   ``m`` target-class queries is minimised (thesis ``k = 5``, ``m = 10``, ``N = 6``). Adam,
   learning rate 1e-4, ``tau = 0.01`` (not given by the thesis; the author's chapter-5 code).
   ``mode="plain"`` trains the unadapted network with the usual Smooth-AP (eq. 4.12) on the same
-  batches. Resumable from a checkpoint (episode ``i`` depends only on ``(seed, i)``).
+  batches. Runs on the training engine (:mod:`rank_lab.train.engine`); resumable from a checkpoint
+  (episode ``i`` depends only on ``(seed, i)``).
 * :func:`rcnaps_describe` -- the ``describe(support)`` function of the few-shot retrieval protocol
   (:func:`rank_lab.fewshot.evaluate_fewshot_retrieval`): the base described with the model
   adapted to one support.
@@ -15,15 +16,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
 from rank_lab._validation import check_float, check_input, check_labels, check_positive_int
-from rank_lab.fewshot.episodes import EpisodeSampler, gather_images
+from rank_lab.fewshot.episodes import Episode, EpisodeSampler, gather_images
 from rank_lab.fewshot.film import select_film_params
 from rank_lab.fewshot.rcnaps import RCNAPS, class_specific_smooth_ap
+from rank_lab.losses import SmoothAP
+from rank_lab.train.engine import Batch, Engine, EngineConfig
+from rank_lab.train.optim import build_optimizer
+from rank_lab.utils import get_device
 
 __all__ = ["fit_rcnaps", "rcnaps_describe", "rcnaps_describe_tasks"]
 
@@ -62,8 +67,11 @@ def fit_rcnaps(
     checkpoint_path: str | Path | None = None,
     checkpoint_every: int = 100,
     progress: bool = True,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = None,
 ) -> list[float]:
-    """Episodic training of rCNAPS (Fig. 4.8), resumable from ``checkpoint_path``.
+    """Episodic training of rCNAPS (Fig. 4.8) on the training engine, resumable from ``checkpoint_path``.
 
     Args:
         model: an :class:`RCNAPS`.
@@ -80,8 +88,9 @@ def fit_rcnaps(
         seed: seed of the episodes.
         device: training device (CUDA when present by default).
         checkpoint_path: a file; saved every ``checkpoint_every`` episodes and at the end, and
-            resumed from when it exists.
+            resumed from when it exists (``resume``; a run may be resumed with more episodes).
         progress: tqdm bar.
+        amp, grad_clip: the engine's mixed precision (CUDA) and gradient clipping.
 
     Returns:
         The loss of every episode (including those of a resumed run).
@@ -91,10 +100,8 @@ def fit_rcnaps(
             ``film_l2`` not a finite number >= 0; ``images`` and ``labels`` of different lengths;
             tensor ``images`` not a finite floating ``(n, C, H, W)`` batch; the errors of
             :class:`~rank_lab.fewshot.EpisodeSampler`.
+        NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
-    from rank_lab.losses import SmoothAP
-    from rank_lab.utils import get_device
-
     if mode not in ("adapted", "plain"):
         raise ValueError(f"mode must be 'adapted' or 'plain', got {mode!r}")
     lr, tau = check_float(lr, "lr", low=0.0, low_open=True), check_float(tau, "tau", low=0.0, low_open=True)
@@ -110,49 +117,39 @@ def fit_rcnaps(
         params = [p for n, p in model.named_parameters() if n.startswith(("extractor.", "pool."))]
     else:
         params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=lr)
     sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed)
-    losses: list[float] = []
-    start = 0
-    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=dev, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        losses, start = list(state["losses"]), int(state["episode"])
+    engine = Engine(model, build_optimizer(params, lr=lr), EngineConfig(
+        epochs=episodes, checkpoint=checkpoint_path, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
+        amp=amp, grad_clip=grad_clip, desc=f"rCNAPS ({mode})", unit="step"), device=dev,
+        run_key={"mode": mode, "k": k, "m": m, "n_classes": n_classes, "lr": lr, "tau": tau, "film_l2": film_l2, "seed": seed,
+                 "n_items": int(labels.shape[0])})
     plain_loss = SmoothAP(tau=tau)
-    it = range(start, episodes)
-    if progress:
-        from tqdm.auto import tqdm
 
-        it = tqdm(it, desc=f"rCNAPS ({mode})", initial=start, total=episodes)
-    model.train()
-    for i in it:
-        ep = sampler.episode(i)
+    def step(ep: Episode) -> torch.Tensor:
         x = gather_images(images, ep.batch).to(dev)
         if transform is not None:
             x = transform(x)
         y = ep.batch_labels.to(dev)
         if mode == "plain":
-            loss = plain_loss(model(x), y)
-        else:
-            s = gather_images(images, ep.support).to(dev)
-            if transform is not None:
-                s = transform(s)
-            loss = class_specific_smooth_ap(model(x, s), y, ep.target, tau=tau)
-            if film_l2 > 0:
-                loss = loss + film_l2 * model.adaptation.regularization_term()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-        if ckpt is not None and ((i + 1) % checkpoint_every == 0 or i + 1 == episodes):
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses, "episode": i + 1}, ckpt)
+            return plain_loss(model(x), y)
+        s = gather_images(images, ep.support).to(dev)
+        if transform is not None:
+            s = transform(s)
+        loss = class_specific_smooth_ap(model(x, s), y, ep.target, tau=tau)
+        if film_l2 > 0:
+            loss = loss + film_l2 * model.adaptation.regularization_term()
+        return loss
+
+    def episode(i: int) -> Iterator[Batch]:
+        ep = sampler.episode(i)
+        yield Batch(ep, indices=ep.batch)
+
+    model.train()
+    engine.run(step, episode, steps_per_epoch=1, on_epoch_end=lambda i, res: engine.history.append(res[0].loss))
     if mode == "plain":
         model.set_train_backbone(prev)
     model.eval()
-    return losses
+    return engine.history
 
 
 @torch.no_grad()
@@ -166,8 +163,6 @@ def rcnaps_describe(model: RCNAPS, images: object, *, batch_size: int = 256, dev
         TypeError, ValueError: ``batch_size`` not a positive int; tensor ``images`` not a finite
             floating ``(n, C, H, W)`` batch.
     """
-    from rank_lab.utils import get_device
-
     batch_size = check_positive_int(batch_size, "batch_size")
     _check_images(images, "images")
     dev = get_device(device)
@@ -208,8 +203,6 @@ def rcnaps_describe_tasks(
             ``n >= 1``, ``supports`` not a finite floating ``(T, k, C, H, W)`` with ``T, k >= 1``
             and the images' ``(C, H, W)``, ``batch_size`` not a positive int.
     """
-    from rank_lab.utils import get_device
-
     batch_size = check_positive_int(batch_size, "batch_size")
     images = check_input(images, "images", 4, shape="(n, C, H, W)", like=model, allow_empty=False)
     supports = check_input(supports, "supports", 5, shape="(T, k, C, H, W)", like=model, allow_empty=False)

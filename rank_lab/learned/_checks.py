@@ -2,14 +2,14 @@
 
 Every entry point of the package (module ``forward``, trainers, tasks, data helpers) checks its
 arguments with these helpers, built on :mod:`rank_lab._validation`: bad input raises a
-``ValueError`` / ``TypeError`` naming the argument before any work; a training loop stops on a
-non-finite loss *before* the update (:func:`check_loss`), so no NaN model is ever saved.
+``ValueError`` / ``TypeError`` naming the argument before any work. The training loops stop on a
+non-finite loss *before* the update through the engine's guard
+(:class:`rank_lab.train.NonFiniteTrainingError`), so no NaN model is ever saved.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -119,18 +119,3 @@ def check_pair(z: object, y: object, dtype: torch.dtype | nn.Module | None = Non
         raise ValueError(f"z has shape {tuple(z.shape)} but y has shape {tuple(y.shape)}")  # type: ignore[union-attr]
     free = ("B",) + ("*",) * (z.ndim - 1)  # type: ignore[union-attr]
     return check_input_batch(z, "z", free, dtype=dtype), check_input_batch(y, "y", free, dtype=dtype)
-
-
-def check_loss(loss: torch.Tensor, where: str, checkpoint: str | Path | None = None) -> None:
-    """Raise ``FloatingPointError`` on a NaN / inf loss, before the step that would apply it.
-
-    Args:
-        loss: the loss about to be back-propagated.
-        where: what and when (e.g. ``"proxy: step 12 on items [3, 5]"``), quoted in the message.
-        checkpoint: a checkpoint file that holds the last good state (named when it exists).
-    """
-    if not bool(torch.isfinite(loss.detach()).all()):
-        ckpt = Path(checkpoint) if checkpoint is not None else None
-        last = f"; {str(ckpt)!r} holds the last good state" if ckpt is not None and ckpt.exists() else ""
-        raise FloatingPointError(f"non-finite loss ({float(loss.detach().flatten()[0])}) in {where}: no update "
-                                 f"applied{last}; lower the learning rate or check the data")

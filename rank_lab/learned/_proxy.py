@@ -3,29 +3,36 @@
 Implementation module of :func:`rank_lab.learned.recognizer.fit_proxy` and
 :func:`rank_lab.learned.recognizer.lr_schedule` (import them from there). Used by
 :func:`rank_lab.learned.recognizer.fit_ctc` and :func:`rank_lab.learned.boxes.fit_box_regressor`.
+The loop is a configuration of the training engine (:mod:`rank_lab.train.engine`): one step per
+engine step, the batch generator checkpointed, the learning rate from the one schedule
+(:func:`rank_lab.train.lr_at`).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from rank_lab._validation import check_choice, check_float, check_positive_int
-from rank_lab.learned._checks import check_loss, check_module
+from rank_lab.learned._checks import check_module
+from rank_lab.train.engine import Batch, Engine, EngineConfig
+from rank_lab.train.optim import build_optimizer
+from rank_lab.train.schedule import Schedule, lr_at
 from rank_lab.utils import get_device
 
 SCHEDULES = ("constant", "cosine", "tail_cosine")
 
 
 def lr_schedule(opt: torch.optim.Optimizer, steps: int, schedule: str) -> torch.optim.lr_scheduler.LRScheduler | None:
-    """Learning-rate schedule of the proxy pre-training helpers (``None`` for ``"constant"``).
+    """The proxy pre-training schedule as a torch scheduler (``None`` for ``"constant"``).
 
     ``"cosine"`` decays to 0 over ``steps``; ``"tail_cosine"`` keeps the rate constant for 70% of
-    the steps and decays it to 0 with a half cosine over the last 30%.
+    the steps and decays it to 0 with a half cosine over the last 30%. Both are the one schedule
+    :func:`rank_lab.train.lr_at` (a ``LambdaLR`` of its factor; :func:`fit_proxy` sets the rates
+    through the engine instead).
 
     Args:
         opt: the optimiser.
@@ -38,13 +45,7 @@ def lr_schedule(opt: torch.optim.Optimizer, steps: int, schedule: str) -> torch.
     check_choice(schedule, "schedule", SCHEDULES)
     if schedule == "constant":
         return None
-    if schedule == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    start = int(0.7 * steps)  # "tail_cosine"
-    tail = max(steps - start, 1)
-    return torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: 1.0 if t < start else 0.5 * (1 + math.cos(math.pi * min(t - start, tail) / tail))
-    )
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda t: lr_at(t, 1.0, total_steps=steps, schedule=schedule))
 
 
 def fit_proxy(
@@ -62,14 +63,17 @@ def fit_proxy(
     checkpoint: str | Path | None = None,
     checkpoint_every: int = 500,
     desc: str = "proxy",
+    resume: bool = True,
+    amp: bool = False,
 ) -> list[float]:
-    """The proxy pre-training loop shared by :func:`fit_ctc` and ``fit_box_regressor``.
+    """The proxy pre-training loop shared by :func:`fit_ctc` and ``fit_box_regressor``, on the engine.
 
-    Adam with :func:`lr_schedule`; each step draws ``batch_size`` item indices with replacement
-    from a generator seeded with ``seed`` and minimises ``batch_loss(indices, device)``. With
-    ``checkpoint`` the state (model, optimiser, schedule, step, losses, generator) is saved every
-    ``checkpoint_every`` steps and at the end, and an existing file is resumed from, so an
-    interrupted run continues exactly where it stopped.
+    Adam with the schedule ``schedule`` (:func:`lr_schedule`); each step draws ``batch_size`` item
+    indices with replacement from a generator seeded with ``seed`` and minimises
+    ``batch_loss(indices, device)``. With ``checkpoint`` the state (model, optimiser, step, losses,
+    generator, RNG) is saved every ``checkpoint_every`` steps and at the end, and an existing file
+    is resumed from (``resume``), so an interrupted run continues exactly where it stopped; under
+    ``schedule="constant"`` a run may be resumed with more steps.
 
     Returns:
         The loss of every step (including those of a resumed run).
@@ -77,11 +81,10 @@ def fit_proxy(
     Raises:
         ValueError, TypeError: a bad argument (``steps``, ``batch_size``, ``n_items``,
             ``checkpoint_every`` positive ints; ``lr`` and ``grad_clip`` finite and ``> 0``).
-        FloatingPointError: a NaN / inf loss; raised before the step is applied, naming the step and
-            its item indices; the checkpoint on disk stays the last good one.
+        NonFiniteTrainingError: a NaN / inf loss or gradient (a ``FloatingPointError``); raised
+            before the step is applied, naming the step, its item indices and the last good
+            checkpoint, which stays on disk.
     """
-    from tqdm.auto import tqdm
-
     check_module(model)
     if not callable(batch_loss):
         raise TypeError(f"batch_loss must be callable, got {type(batch_loss).__name__}")
@@ -90,45 +93,19 @@ def fit_proxy(
     batch_size = check_positive_int(batch_size, "batch_size")
     lr = check_float(lr, "lr", low=0, low_open=True)
     check_choice(schedule, "schedule", SCHEDULES)
-    if grad_clip is not None:
-        grad_clip = check_float(grad_clip, "grad_clip", low=0, low_open=True)
     checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
     dev = get_device(device)
     model.to(dev).train()
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = lr_schedule(opt, steps, schedule)
-    losses: list[float] = []
-    start = 0
-    ckpt = Path(checkpoint) if checkpoint is not None else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=dev, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        if sched is not None:
-            sched.load_state_dict(state["sched"])
-        gen.set_state(state["gen"])
-        losses, start = state["losses"], int(state["step"])
+    engine = Engine(model, build_optimizer(model.parameters(), lr=lr), EngineConfig(
+        epochs=steps, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
+        amp=amp, grad_clip=grad_clip, desc=desc, unit="step"), device=dev, generators={"batches": gen},
+        schedule=Schedule(schedule, steps), run_key={"n_items": n_items, "batch_size": batch_size, "lr": lr, "seed": seed})
 
-    def save(step: int) -> None:
-        if ckpt is not None:
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict() if sched else None,
-                        "gen": gen.get_state(), "losses": losses, "step": step}, ckpt)
-
-    for step in tqdm(range(start, steps), disable=not progress, desc=desc, initial=start, total=steps):
+    def batch(step: int) -> Iterator[Batch]:
         idx = torch.randint(n_items, (min(batch_size, n_items),), generator=gen)
-        loss = batch_loss(idx, dev)
-        check_loss(loss, f"{desc} step {step + 1} on items {idx.tolist()[:16]}", ckpt)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
-        if sched is not None:
-            sched.step()
-        losses.append(float(loss.detach()))
-        if (step + 1) % checkpoint_every == 0:
-            save(step + 1)
-    save(steps)
-    return losses
+        yield Batch(idx, indices=idx)
+
+    engine.run(lambda idx: batch_loss(idx, dev), batch, steps_per_epoch=1,
+               on_epoch_end=lambda step, res: engine.history.append(res[0].loss))
+    return engine.history

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rank_lab._validation import check_choice, check_positive_int
-from rank_lab.learned._checks import check_loss, check_module
+from rank_lab.learned._checks import check_module
 from rank_lab.learned.surrogate import (
     EmbeddingSurrogate,
     LSConfig,
@@ -26,32 +26,37 @@ from rank_lab.learned.surrogate import (
     ls_model_loss,
     surrogate_loss,
 )
+from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import get_device
 
 __all__: list[str] = []  # re-exported by rank_lab.learned.surrogate
 
 
 class SurrogateTrainer:
-    """Alternating training of a surrogate and a model: Algorithm 1 of the Patel thesis.
+    """Alternating training of a surrogate and a model: Algorithm 1 of the Patel thesis, on the engine.
 
     Each epoch first updates ``Phi`` for ``I_a`` steps with eq. 3.6 on pairs from the configured
     source (the model is frozen and its predictions detached), then updates ``Theta`` for ``I_b``
     steps on ``model_loss(e_hat, e)`` with ``Phi`` frozen (gradients flow *through* ``h_Phi``).
     With :func:`ls_model_loss` this is LS; :class:`rank_lab.learned.feds.FEDSTrainer` plugs in
-    the filtered loss of eq. 4.7 (Algorithm 2).
+    the filtered loss of eq. 4.7 (Algorithm 2). The two phases are steps of one training engine
+    (:class:`rank_lab.train.engine.Engine`) with two optimisers (``opt_s``, ``opt_m``): the same
+    NaN guard, checkpoint/resume, progress and AMP as every loop of the package.
 
     Args:
         model: the pre-trained task model ``f_Theta``.
         surrogate: an :class:`EmbeddingSurrogate` (randomly initialised, Sec. 3.2.3).
         task: the task adapter (:class:`SurrogateTask`).
-        config: :class:`LSConfig`.
+        config: :class:`LSConfig` (``epochs`` may be raised between two :meth:`fit` calls).
         model_loss: ``(e_hat, e_true) -> loss`` or ``-> (loss, stats)``; default LS.
         seed: seeds all sampling (batches, generator).
         device: device (default: CUDA when present).
         eval_fn: called as ``eval_fn(model)`` after each epoch (and once before training); its
             dict is stored in ``history["eval"]``.
-        checkpoint: file to save after every epoch; an existing file is resumed from.
+        checkpoint: file to save after every epoch; an existing file is resumed from (``resume``).
         progress: show a tqdm bar over epochs.
+        resume, amp: the engine's options (mixed precision on CUDA).
 
     Attributes:
         history: lists ``surrogate`` (per surrogate step: ``l1_local``, ``l1_global``, ``gp``,
@@ -72,6 +77,8 @@ class SurrogateTrainer:
         eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
         checkpoint: str | Path | None = None,
         progress: bool = False,
+        resume: bool = True,
+        amp: bool = False,
     ) -> None:
         check_module(model), check_module(surrogate, "surrogate")
         if config is not None and not isinstance(config, LSConfig):
@@ -87,15 +94,28 @@ class SurrogateTrainer:
         self.eval_fn = eval_fn
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
         self.progress = progress
+        self.seed = seed
         self.gen = torch.Generator().manual_seed(seed)
-        self.opt_s = torch.optim.Adam(self.surrogate.parameters(), lr=self.config.surrogate_lr)
-        self.opt_m = torch.optim.Adam(self.model.parameters(), lr=self.config.model_lr)
-        self.epoch = 0
-        self.history: dict[str, list[dict[str, float]]] = {"surrogate": [], "model": [], "eval": []}
+        self.opt_s = build_optimizer(self.surrogate.parameters(), lr=self.config.surrogate_lr)
+        self.opt_m = build_optimizer(self.model.parameters(), lr=self.config.model_lr)
+        self.engine = Engine(
+            {"model": self.model, "surrogate": self.surrogate}, {"opt_s": self.opt_s, "opt_m": self.opt_m},
+            EngineConfig(epochs=self.config.epochs, checkpoint=self.checkpoint, resume=resume, progress=progress, amp=amp,
+                         grad_clip={"opt_m": self.config.grad_clip}, desc="LS epochs"),
+            device=self.device, generators={"gen": self.gen}, run_key=self._run_key)
+        self.engine.history = {"surrogate": [], "model": [], "eval": []}
 
-    # -- one step of each phase ------------------------------------------------------------
-    def surrogate_step(self) -> dict[str, float]:
-        """One update of ``Phi`` (Algorithm 1 lines 4-7; Algorithm 2 lines 4-7)."""
+    epoch = property(lambda self: self.engine.epoch, lambda self, v: setattr(self.engine, "epoch", v),
+                     doc="Completed epochs (the engine's counter).")
+    history = property(lambda self: self.engine.history, lambda self, v: setattr(self.engine, "history", v),
+                       doc="The run's history (the engine's).")
+
+    def _run_key(self) -> dict[str, Any]:
+        return {**{k: v for k, v in asdict(self.config).items() if k != "epochs"}, "seed": self.seed}
+
+    # -- the two phases: the engine's step functions -------------------------------------------
+    def _surrogate_phase(self, _: object) -> tuple[torch.Tensor, dict[str, float]]:
+        """The surrogate's loss of one step (Algorithm 1 lines 4-7; Algorithm 2 lines 4-7)."""
         cfg, task = self.config, self.task
         self.model.eval()
         self.surrogate.train()
@@ -126,15 +146,11 @@ class SurrogateTrainer:
                 z = task.predict(self.model, batch)
                 e_hat = self.surrogate(z, task.encode_target(z, batch))
                 stats["l1_local"] = float((e_hat - task.metric(z, batch)).abs().mean())
-        check_loss(loss, f"the surrogate phase of epoch {self.epoch + 1}", self.checkpoint)
-        self.opt_s.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt_s.step()
-        stats["loss"] = float(loss.detach())
-        return stats
+        return loss, stats
 
-    def model_step(self) -> dict[str, float]:
-        """One update of ``Theta`` through the frozen surrogate (Algorithm 1 lines 11-14)."""
+    def _model_phase(self, _: object) -> tuple[torch.Tensor, dict[str, float]]:
+        """The model's loss of one step through the frozen surrogate (Algorithm 1 lines 11-14),
+        back-propagated here while ``Phi`` is frozen."""
         task = self.task
         self.model.train(self.config.model_train_mode)
         self.surrogate.eval()
@@ -149,65 +165,58 @@ class SurrogateTrainer:
             e_hat = self.surrogate(z, y)
             out = self.model_loss(e_hat, e)
             loss, extra = (out if isinstance(out, tuple) else (out, {}))
-            check_loss(loss, f"the model phase of epoch {self.epoch + 1}", self.checkpoint)
-            self.opt_m.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.config.grad_clip is not None:
-                nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-            self.opt_m.step()
+            self.engine.backward(loss)
         finally:
             for p in self.surrogate.parameters():
                 p.requires_grad_(True)
-        stats = {"loss": float(loss.detach()), "e_hat": float(e_hat.detach().mean()), "e": float(e.float().mean())}
+        stats = {"e_hat": float(e_hat.detach().mean()), "e": float(e.float().mean())}
         stats.update({k: float(v) for k, v in extra.items()})
-        return stats
+        return loss, stats
+
+    def surrogate_step(self) -> dict[str, float]:
+        """One update of ``Phi`` (Algorithm 1 lines 4-7; Algorithm 2 lines 4-7)."""
+        r = self.engine.train_step(self._surrogate_phase, Batch(None, optimizer="opt_s", label="the surrogate phase"))
+        return {**r.stats, "loss": r.loss}
+
+    def model_step(self) -> dict[str, float]:
+        """One update of ``Theta`` through the frozen surrogate (Algorithm 1 lines 11-14)."""
+        r = self.engine.train_step(self._model_phase, Batch(None, optimizer="opt_m", label="the model phase"))
+        return {"loss": r.loss, **r.stats}
 
     # -- the loop ----------------------------------------------------------------------------
+    def _n_surrogate(self, epoch: int) -> int:
+        cfg = self.config
+        return cfg.first_surrogate_steps if (epoch == 0 and cfg.first_surrogate_steps is not None) else cfg.surrogate_steps
+
+    def _phases(self, epoch: int) -> Iterator[Batch]:
+        for _ in range(self._n_surrogate(epoch)):
+            yield Batch(self._surrogate_phase, optimizer="opt_s", label="the surrogate phase")
+        for _ in range(self.config.model_steps):
+            yield Batch(self._model_phase, optimizer="opt_m", label="the model phase")
+
+    def _end_epoch(self, epoch: int, results: list[StepResult]) -> None:
+        n_s = self._n_surrogate(epoch)
+        self.history["surrogate"] += [{"epoch": epoch + 1, **r.stats, "loss": r.loss} for r in results[:n_s]]
+        self.history["model"] += [{"epoch": epoch + 1, "loss": r.loss, **r.stats} for r in results[n_s:]]
+        if self.eval_fn is not None:
+            self.history["eval"].append({"epoch": self.epoch, **self.eval_fn(self.model)})
+
     def fit(self) -> dict[str, list[dict[str, float]]]:
         """Run the remaining epochs (resuming from ``checkpoint`` if it exists); returns history."""
-        from tqdm.auto import tqdm
-
-        if self.checkpoint is not None and self.checkpoint.exists():
-            self.load_state_dict(torch.load(self.checkpoint, map_location=self.device, weights_only=False))
+        self.engine.config.epochs = self.config.epochs  # may have been raised since the last call
+        self.engine.maybe_resume()
         if self.eval_fn is not None and not self.history["eval"]:
             self.history["eval"].append({"epoch": 0, **self.eval_fn(self.model)})
-        cfg = self.config
-        for _ in tqdm(range(self.epoch, cfg.epochs), disable=not self.progress, desc="LS epochs"):
-            n_s = cfg.first_surrogate_steps if (self.epoch == 0 and cfg.first_surrogate_steps is not None) else cfg.surrogate_steps
-            for _ in range(n_s):
-                self.history["surrogate"].append({"epoch": self.epoch + 1, **self.surrogate_step()})
-            for _ in range(cfg.model_steps):
-                self.history["model"].append({"epoch": self.epoch + 1, **self.model_step()})
-            self.epoch += 1
-            if self.eval_fn is not None:
-                self.history["eval"].append({"epoch": self.epoch, **self.eval_fn(self.model)})
-            if self.checkpoint is not None:
-                self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-                torch.save(self.state_dict(), self.checkpoint)
+        self.engine.run(lambda phase: phase(None), self._phases, on_epoch_end=self._end_epoch, resume=False)
         return self.history
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: weights, optimisers, epoch, history, RNG state."""
-        return {
-            "model": self.model.state_dict(),
-            "surrogate": self.surrogate.state_dict(),
-            "opt_s": self.opt_s.state_dict(),
-            "opt_m": self.opt_m.state_dict(),
-            "epoch": self.epoch,
-            "history": self.history,
-            "gen": self.gen.get_state(),
-            "config": asdict(self.config),
-        }
+        """Everything needed to resume: weights, optimisers, epoch, history, generator and RNG states."""
+        return self.engine.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`."""
-        self.model.load_state_dict(state["model"])
-        self.surrogate.load_state_dict(state["surrogate"])
-        self.opt_s.load_state_dict(state["opt_s"])
-        self.opt_m.load_state_dict(state["opt_m"])
-        self.epoch = int(state["epoch"])
-        self.history = state["history"]
-        self.gen.set_state(state["gen"])
+        """Restore a :meth:`state_dict` (the resume rule of the engine applies)."""
+        self.engine.load_state_dict(state)
 
 
 @torch.no_grad()

@@ -1,21 +1,18 @@
 """LS-IoU task: a small rotated-box regression problem on procedural images (Patel thesis, 3.3.3).
 
-The thesis post-tunes the regression branch of a rotated text detector (RRPN on ICDAR'15)
-with a learned surrogate of ``1 - IoU`` between rotated boxes. This module is an offline,
-CPU-sized stand-in that keeps the ingredients:
+The thesis post-tunes the regression branch of a rotated text detector (RRPN on ICDAR'15) with a
+learned surrogate of ``1 - IoU``; this module is an offline, CPU-sized stand-in with its ingredients:
 
-* :func:`make_box_dataset`: images with one text-like rotated bar (striped texture, random
-  contrast, blur, noise and a distractor patch) and its box ``(cx, cy, w, h, theta)`` in
-  normalised image coordinates (the box's long side is ``w``; ``|theta| < pi/2``);
-* :class:`BoxRegressor`: a CoordConv CNN predicting the 6-d code of the thesis
-  ``(cx, cy, w, h, cos theta, sin theta)`` (:func:`rank_lab.metrics.detection.encode_box6`),
-  pre-trained with smooth-L1 (:func:`fit_box_regressor`, the thesis' proxy loss);
-* :class:`RotatedBoxPairBank`: the random generator R: perturbed copies of training boxes,
-  stored with their IoU and sampled uniformly over IoU bins (the thesis stores ~3M pairs
-  because "uniform sampling over the range of IoU is difficult");
-* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`,
-  with metric ``e = 1 - IoU`` (the surrogate is a distance, so it must approximate an error that
-  is 0 at a perfect prediction; the thesis' wording "approximates the IoU" means this).
+* :func:`make_box_dataset`: images with one text-like rotated bar (stripes, random contrast, blur,
+  noise, a distractor) and its box ``(cx, cy, w, h, theta)``, normalised (long side ``w``, ``|theta| < pi/2``);
+* :class:`BoxRegressor`: a CoordConv CNN predicting the 6-d code ``(cx, cy, w, h, cos theta, sin theta)``
+  of the thesis (:func:`rank_lab.metrics.detection.encode_box6`), pre-trained with smooth-L1
+  (:func:`fit_box_regressor`, the thesis' proxy loss, on the training engine);
+* :class:`RotatedBoxPairBank`: the random generator R: perturbed copies of training boxes stored
+  with their IoU, sampled uniformly over IoU bins (the thesis stores ~3M pairs for that reason);
+* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`, with
+  metric ``e = 1 - IoU`` (the surrogate is a distance: 0 at a perfect prediction; the thesis'
+  "approximates the IoU" means this).
 """
 
 from __future__ import annotations
@@ -200,13 +197,15 @@ def fit_box_regressor(
     progress: bool = False,
     schedule: str = "tail_cosine",
     checkpoint: str | Path | None = None,
+    checkpoint_every: int = 500,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = None,
 ) -> list[float]:
-    """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss).
+    """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss), on the training engine.
 
     Args:
-        model: a :class:`BoxRegressor`.
-        images: ``(N, 1, S, S)`` images.
-        boxes: ``(N, 5)`` their boxes.
+        model: a :class:`BoxRegressor`; images: ``(N, 1, S, S)`` images; boxes: ``(N, 5)`` their boxes.
         steps: Adam steps (mini-batches drawn with replacement).
         batch_size: images per step.
         lr: initial learning rate.
@@ -216,7 +215,8 @@ def fit_box_regressor(
         schedule: ``"tail_cosine"`` (constant, then a cosine decay over the last 30%: a converged
             proxy model), ``"cosine"`` or ``"constant"`` (see
             :func:`rank_lab.learned.recognizer.lr_schedule`).
-        checkpoint: file to save / resume the run (see :func:`rank_lab.learned.recognizer.fit_proxy`).
+        checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options (see
+            :func:`rank_lab.learned.recognizer.fit_proxy`).
 
     Returns:
         The loss of every step.
@@ -233,7 +233,8 @@ def fit_box_regressor(
         return F.smooth_l1_loss(model(images[idx].to(dev)), target[idx].to(dev), beta=0.1)
 
     return fit_proxy(model, images.shape[0], batch_loss, steps, batch_size, lr, seed, device, progress, schedule,
-                     checkpoint=checkpoint, desc="smooth-L1")
+                     grad_clip=grad_clip, checkpoint=checkpoint, checkpoint_every=checkpoint_every, desc="smooth-L1",
+                     resume=resume, amp=amp)
 
 
 def _check_images_boxes(images: object, boxes: object, model: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -302,8 +302,12 @@ def fit_ctc(
     progress: bool = False,
     schedule: str = "tail_cosine",
     checkpoint: str | Path | None = None,
+    checkpoint_every: int = 500,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = 5.0,
 ) -> list[float]:
-    """Train ``model`` with the CTC proxy loss (Adam, gradient norm clipped at 5).
+    """Train ``model`` with the CTC proxy loss (Adam, gradient norm clipped at 5) on the training engine.
 
     Args:
         model: a :class:`CRNN` (or any ``(B, 1, H, W) -> (B, T, C)`` model).
@@ -320,7 +324,8 @@ def fit_ctc(
             steps: the proxy model ends converged for its budget, as in the thesis' post-tuning
             setup, without decaying before CTC leaves its initial all-blank plateau),
             ``"cosine"`` (over all steps) or ``"constant"``. See :func:`lr_schedule`.
-        checkpoint: file to save / resume the run (see :func:`fit_proxy`).
+        checkpoint, checkpoint_every, resume: the file saving / resuming the run (see :func:`fit_proxy`).
+        amp, grad_clip: the engine's mixed precision (CUDA) and gradient clipping (5, the thesis code's).
 
     Returns:
         The loss of every step.
@@ -337,7 +342,8 @@ def fit_ctc(
         return ctc_loss(model(images[idx].to(dev)), targets[idx].to(dev), lengths[idx].to(dev))
 
     return fit_proxy(model, len(words), batch_loss, steps, batch_size, lr, seed, device, progress, schedule,
-                     grad_clip=5.0, checkpoint=checkpoint, desc="CTC")
+                     grad_clip=grad_clip, checkpoint=checkpoint, checkpoint_every=checkpoint_every, desc="CTC",
+                     resume=resume, amp=amp)
 
 
 def _check_images_words(images: object, words: object, alphabet: object, model: nn.Module) -> tuple[torch.Tensor, list[str]]:

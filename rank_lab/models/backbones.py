@@ -46,49 +46,52 @@ __all__ = [
     "CLASSIFIER_PREFIXES",
 ]
 
-def freeze_batchnorm(module: nn.Module) -> int:
-    """Put every BatchNorm layer of ``module`` in eval mode (running statistics frozen).
+def _force_eval_hook(module: nn.Module, args: object) -> None:
+    module.training = False
 
-    This is the ``freeze_batch_norm`` option of the ROADMAP / SupRank / Smooth-AP code (the thesis
-    does not mention it): with 4 images per class the batch statistics are poor estimates, so the
-    ImageNet statistics are kept. As in that code the affine parameters still train. Call it after
-    every ``module.train()`` (:class:`~rank_lab.models.heads.EmbeddingModel` does it for you).
+
+def freeze_batchnorm(module: nn.Module, *, sticky: bool = False, freeze_affine: bool = False) -> int:
+    """Put every BatchNorm layer of ``module`` in eval mode (running statistics frozen): the one
+    batch-norm freezer of rank_lab.
+
+    * Default: the ``freeze_batch_norm`` option of the ROADMAP / SupRank / Smooth-AP code (the
+      Ramzi thesis does not mention it): with 4 images per class the batch statistics are poor
+      estimates, so the ImageNet statistics are kept, and the affine parameters still train. Call
+      it after every ``module.train()`` (:class:`~rank_lab.models.heads.EmbeddingModel` does it for you).
+    * ``sticky=True``: a forward pre-hook keeps the layers in eval mode even after ``module.train()``
+      (registered once per layer). The forward pass then does not depend on how a batch is chunked,
+      so multistage back-propagation (:mod:`rank_lab.train.multistage`) reproduces a single pass.
+    * ``freeze_affine=True``: the layers' weight and bias stop requiring gradients ("the BatchNorm
+      parameters are kept frozen", Patel thesis Section 5.3.2).
 
     Returns:
-        The number of BatchNorm layers put in eval mode.
+        The number of BatchNorm layers frozen.
 
     Raises:
         TypeError: ``module`` is not an ``nn.Module``.
     """
     n = 0
     for m in check_module(module, "module").modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):  # SyncBatchNorm included
             m.eval()
             n += 1
+            if sticky and not getattr(m, "_rank_lab_frozen", False):
+                m.register_forward_pre_hook(_force_eval_hook)
+                m._rank_lab_frozen = True  # type: ignore[attr-defined]
+            if freeze_affine:
+                for p in m.parameters(recurse=False):
+                    p.requires_grad_(False)
     return n
 
 
-_BN_TYPES = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
-
-
-def _force_eval_hook(module: nn.Module, args: object) -> None:
-    module.training = False
-
-
 def lock_batchnorm(model: nn.Module, *, freeze_affine: bool = True) -> nn.Module:
-    """Freeze every BatchNorm layer of ``model`` as the thesis does (Section 5.3.2).
+    """Freeze every BatchNorm layer of ``model`` as the Patel thesis does (Section 5.3.2):
+    ``freeze_batchnorm(model, sticky=True, freeze_affine=freeze_affine)``.
 
-    The layers always run in eval mode (running statistics, not batch statistics), even after
-    ``model.train()``: a forward pre-hook forces it (unlike :func:`freeze_batchnorm`, which must be
-    called after every ``train()``). With ``freeze_affine`` their weight and bias stop requiring gradients: "the
-    BatchNorm parameters are kept frozen" (thesis); the official code only puts BN in eval mode and
-    still trains the affine parameters (``freeze_affine=False``). This makes the forward pass
-    independent of how the batch is chunked, so multistage back-propagation
-    (:mod:`rank_lab.train.multistage`, which re-exports it) reproduces a single pass exactly.
-
-    Args:
-        model: any module.
-        freeze_affine: also freeze the BN affine parameters.
+    The layers always run in eval mode, even after ``model.train()``; with ``freeze_affine`` their
+    weight and bias stop requiring gradients (the thesis); the official code only puts BN in eval
+    mode and still trains the affine parameters (``freeze_affine=False``). Re-exported by
+    :mod:`rank_lab.train.multistage`.
 
     Returns:
         ``model`` (modified in place).
@@ -96,15 +99,7 @@ def lock_batchnorm(model: nn.Module, *, freeze_affine: bool = True) -> nn.Module
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
     """
-    for mod in check_module(model, "model").modules():
-        if isinstance(mod, _BN_TYPES):
-            mod.eval()
-            if not getattr(mod, "_rank_lab_frozen", False):
-                mod.register_forward_pre_hook(_force_eval_hook)
-                mod._rank_lab_frozen = True  # type: ignore[attr-defined]
-            if freeze_affine:
-                for p in mod.parameters(recurse=False):
-                    p.requires_grad_(False)
+    freeze_batchnorm(check_module(model, "model"), sticky=True, freeze_affine=freeze_affine)
     return model
 
 

@@ -18,6 +18,7 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
+from rank_lab.metrics import knn_search
 from rank_lab.ood.energies import ClassGaussianEnergy
 from rank_lab.ood.scorers import Data, OODScorer
 
@@ -124,7 +125,9 @@ def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, ch
     """Euclidean distance from each L2-normalised query to its ``k``-th nearest L2-normalised bank row.
 
     ``||q - b||^2 = 2 - 2 q.b`` for unit vectors, so the ``k`` largest inner products give the
-    ``k`` nearest neighbours; computed in chunks of queries (memory ``chunk_size x N`` floats).
+    ``k`` nearest neighbours: the exact search of :func:`rank_lab.metrics.knn_search` (torch backend,
+    on the bank's device, in the wider dtype of the two: float64 stays float64), in chunks of
+    queries (memory ``chunk_size x N`` floats).
 
     Args:
         queries: ``(M, d)``; bank: ``(N, d)``, both normalised; k: ``1 <= k <= N``.
@@ -137,21 +140,14 @@ def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, ch
     bank = check_embeddings(bank, "bank")
     if queries.shape[1] != bank.shape[1]:
         raise ValueError(f"queries have d={queries.shape[1]} but bank has d={bank.shape[1]}")
-    if queries.dtype != bank.dtype:  # float32 and float64 mix: compute in the wider type
-        dt = torch.promote_types(queries.dtype, bank.dtype)
-        queries, bank = queries.to(dt), bank.to(dt)
     k = check_positive_int(k, "k")
     if k > bank.shape[0]:
         raise ValueError(f"k = {k} exceeds the number of training features ({bank.shape[0]})")
     if chunk_size is None:
         chunk_size = max(1, min(4096, 2**25 // bank.shape[0]))
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    out = []
-    for i in range(0, queries.shape[0], chunk_size):
-        sims = queries[i:i + chunk_size] @ bank.T
-        kth = sims.topk(k, dim=1).values[:, -1]
-        out.append(torch.sqrt((2 - 2 * kth).clamp_min(0)))
-    return torch.cat(out)
+    sims, _ = knn_search(queries, bank, k, backend="torch", device=bank.device, chunk_size=chunk_size, progress=False)
+    return torch.sqrt((2 - 2 * sims[:, -1]).clamp_min(0))
 
 
 class KNN(OODScorer):

@@ -23,13 +23,12 @@ hidden layers of the MLP sharing one Linear module.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from rank_lab._validation import (
     check_choice,
@@ -41,6 +40,8 @@ from rank_lab._validation import (
 )
 from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, _check_z
 from rank_lab.ood.sgld import SCHEDULES, _spec, sgld
+from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["HEATConfig", "ResidualMLP", "HybridEnergy"]
@@ -308,21 +309,29 @@ class HybridEnergy(nn.Module):
         checkpoint: str | Path | None = None,
         progress: bool = True,
         fit_prior: bool = True,
+        resume: bool = True,
+        amp: bool = False,
+        grad_clip: float | None = None,
     ) -> HybridEnergy:
-        """Fit the prior (if it has ``fit``) and train the residual with Algorithm 2.
+        """Fit the prior (if it has ``fit``) and train the residual with Algorithm 2 on the training engine.
 
         Args:
             z: ``(N, d)`` ID training features.
             labels: ``(N,)`` class labels (needed by a :class:`ClassGaussianEnergy` prior).
             seed: seeds the residual's initialisation, the batch order, the proposals and the noise.
             device: where to train (``None``: CUDA when present).
-            checkpoint: a file saved after every epoch; an existing one is resumed (its config must
-                match, except ``epochs``, which may be raised to train longer).
+            checkpoint: a file saved after every epoch; an existing one is resumed (``resume``; its
+                config and seed must match, except ``epochs``, which may be raised to train longer).
             progress: show a tqdm bar over epochs.
             fit_prior: fit the prior on ``z`` first (set ``False`` for an already fitted prior).
+            resume, amp, grad_clip: the engine's options (mixed precision on CUDA, gradient clipping).
 
         Returns:
             ``self`` (in eval mode); ``self.history`` holds per-epoch mean losses.
+
+        Raises:
+            NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied; a diverging SGLD
+                chain raises its own ``ValueError``).
         """
         z = check_embeddings(z, "z")
         if z.shape[1] != self.dim:
@@ -339,41 +348,27 @@ class HybridEnergy(nn.Module):
         gen.manual_seed(int(seed))
         self.residual.reset_parameters(gen)
         c = self.config
-        opt = torch.optim.Adam(self.residual.parameters(), lr=c.lr, betas=c.betas)
-        start, self.history = 0, []
-        ckpt = Path(checkpoint) if checkpoint is not None else None
-        if ckpt is not None and ckpt.exists():
-            state = torch.load(ckpt, map_location=dev, weights_only=False)
-            if state.get("config") != _resume_key(c) or state.get("seed") != seed:
-                raise ValueError(f"checkpoint {str(ckpt)!r} was written with another config or seed")
-            self.residual.load_state_dict(state["residual"])
-            opt.load_state_dict(state["optimizer"])
-            gen.set_state(state["generator"].cpu())
-            start, self.history = int(state["epoch"]), list(state["history"])
+        engine = Engine({"model": self.residual}, build_optimizer(self.residual.parameters(), lr=c.lr, betas=c.betas),
+                        EngineConfig(epochs=c.epochs, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp,
+                                     grad_clip=grad_clip, desc="HEAT"),
+                        device=dev, generators={"generator": gen}, run_key={**_resume_key(c), "seed": seed})
         n = zp.shape[0]
-        self.residual.train()
-        for epoch in tqdm(range(start, c.epochs), desc="HEAT", disable=not progress, leave=False):
+
+        def batches(epoch: int) -> Iterator[Batch]:
             perm = torch.randperm(n, generator=gen, device=gen.device).to(dev)
-            sums: dict[str, float] = {}
-            n_batches = 0
             for i in range(0, n, c.batch_size):
-                loss, logs = self.loss(zp[perm[i:i + c.batch_size]], gen)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                for k, v in logs.items():
+                yield Batch(zp[perm[i:i + c.batch_size]], indices=perm[i:i + c.batch_size])
+
+        def end(epoch: int, results: list[StepResult]) -> None:
+            sums: dict[str, float] = {}
+            for r in results:
+                for k, v in r.stats.items():
                     sums[k] = sums.get(k, 0.0) + v
-                n_batches += 1
-            self.history.append({"epoch": epoch, **{k: v / n_batches for k, v in sums.items()}})
-            if not math.isfinite(self.history[-1]["loss"]):
-                raise ValueError("HEAT training diverged (non-finite loss): lower lr or SGLD step size")
-            if ckpt is not None:
-                ckpt.parent.mkdir(parents=True, exist_ok=True)
-                tmp = ckpt.with_suffix(ckpt.suffix + ".tmp")
-                torch.save({"epoch": epoch + 1, "residual": self.residual.state_dict(), "optimizer": opt.state_dict(),
-                            "generator": gen.get_state(), "history": self.history, "config": _resume_key(c),
-                            "seed": seed}, tmp)
-                tmp.replace(ckpt)
+            engine.history.append({"epoch": epoch, **{k: v / len(results) for k, v in sums.items()}})
+
+        self.residual.train()
+        engine.run(lambda zb: self.loss(zb, gen), batches, on_epoch_end=end)
+        self.history = engine.history
         self.eval()
         self.is_fitted = True
         return self

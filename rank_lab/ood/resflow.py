@@ -31,12 +31,12 @@ marginal NLL). Sign convention: higher = more OOD.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
-from tqdm.auto import tqdm
 
 from rank_lab._validation import (
     check_choice,
@@ -47,6 +47,8 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.ood.scorers import Data, OODScorer
+from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import get_device
 
 __all__ = ["LipSwish", "InvertibleResidualBlock", "ResidualFlow", "ResFlow"]
@@ -234,7 +236,9 @@ class ResFlow(OODScorer):
         seed: seeds the initialisation, the batch order and the probes.
         device: ``None`` = CUDA when present.
         progress: tqdm bar over epochs.
-        checkpoint: optional path; training resumes from it and writes it after each epoch.
+        checkpoint: optional path; training resumes from it (``resume``; its config, seed and data
+            must match, except ``epochs``) and writes it after each epoch.
+        resume, amp, grad_clip: the training engine's options (:mod:`rank_lab.train.engine`).
     """
 
     name, key = "ResFlow", "features"
@@ -244,7 +248,8 @@ class ResFlow(OODScorer):
                  lr: float = 1e-3, weight_decay: float = 0.0, logdet: str = "series", n_terms: int = 8,
                  n_samples: int = 1, score_samples: int = 4, normalize: bool = False, seed: int = 0,
                  device: str | torch.device | None = None, progress: bool = False,
-                 checkpoint: str | Path | None = None) -> None:
+                 checkpoint: str | Path | None = None, resume: bool = True, amp: bool = False,
+                 grad_clip: float | None = None) -> None:
         super().__init__()
         check_choice(reduction, "reduction", ("max", "logsumexp"))
         check_choice(logdet, "logdet", ("series", "exact"))
@@ -260,6 +265,7 @@ class ResFlow(OODScorer):
         self.epochs, self.batch_size, self.lr, self.weight_decay = epochs, batch_size, float(lr), float(weight_decay)
         self.logdet, self.n_terms, self.n_samples, self.score_samples = logdet, n_terms, n_samples, score_samples
         self.seed, self.device, self.progress, self.checkpoint = int(seed), device, progress, checkpoint
+        self.resume, self.amp, self.grad_clip = resume, amp, grad_clip
 
     def _features(self, data: Data) -> torch.Tensor:
         z = self._get(data)
@@ -290,40 +296,33 @@ class ResFlow(OODScorer):
                 self.flow.eval()
                 u = torch.cat([self.flow(z[i:i + 1024], **kw)[0] for i in range(0, z.shape[0], 1024)])
                 self.flow.means.copy_(torch.stack([u[y_idx == c].mean(0) for c in range(n_cls)]))
-        opt = torch.optim.Adam(self.flow.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        start, self.history = 0, []
-        ckpt = Path(self.checkpoint) if self.checkpoint is not None else None
-        key = {"flow": self.flow_kwargs, "seed": self.seed, "n": z.shape[0], "d": z.shape[1], "lr": self.lr}
-        if ckpt is not None and ckpt.exists():
-            state = torch.load(ckpt, map_location=dev, weights_only=False)
-            if state.get("key") != key:
-                raise ValueError(f"checkpoint {str(ckpt)!r} was written with another config, seed or data")
-            self.flow.load_state_dict(state["flow"])
-            opt.load_state_dict(state["optimizer"])
-            gen.set_state(state["generator"].cpu() if dev.type == "cpu" else state["generator"])
-            start, self.history = int(state["epoch"]), list(state["history"])
+        key = {"flow": self.flow_kwargs, "seed": self.seed, "n": z.shape[0], "d": z.shape[1], "lr": self.lr,
+               "weight_decay": self.weight_decay, "batch_size": self.batch_size, "class_conditional": self.class_conditional,
+               "logdet": self.logdet, "n_terms": self.n_terms, "n_samples": self.n_samples, "normalize": self.normalize}
+        engine = Engine({"model": self.flow}, build_optimizer(self.flow.parameters(), lr=self.lr, weight_decay=self.weight_decay),
+                        EngineConfig(epochs=self.epochs, checkpoint=self.checkpoint, resume=self.resume, progress=self.progress,
+                                     amp=self.amp, grad_clip=self.grad_clip, desc="ResFlow"),
+                        device=dev, generators={"generator": gen}, run_key=key)
         n = z.shape[0]
-        self.flow.train()
-        for epoch in tqdm(range(start, self.epochs), desc="ResFlow", disable=not self.progress, leave=False):
+
+        def batches(epoch: int) -> Iterator[Batch]:
             perm = torch.randperm(n, generator=gen, device=dev)
-            total = 0.0
             for i in range(0, n, self.batch_size):
-                idx = perm[i:i + self.batch_size]
-                ll = self.flow.class_log_likelihood(z[idx], **kw)
-                loss = -ll.gather(1, y_idx[idx, None]).mean() / z.shape[1]  # NLL per dimension
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total += float(loss.detach()) * len(idx)
-            self.history.append(total / n)
-            if not math.isfinite(self.history[-1]):
-                raise ValueError("ResFlow training diverged (non-finite NLL): lower lr or coeff")
-            if ckpt is not None:
-                ckpt.parent.mkdir(parents=True, exist_ok=True)
-                tmp = ckpt.with_suffix(ckpt.suffix + ".tmp")
-                torch.save({"epoch": epoch + 1, "flow": self.flow.state_dict(), "optimizer": opt.state_dict(),
-                            "generator": gen.get_state(), "history": self.history, "key": key}, tmp)
-                tmp.replace(ckpt)
+                yield Batch(perm[i:i + self.batch_size], indices=perm[i:i + self.batch_size])
+
+        def step(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            ll = self.flow.class_log_likelihood(z[idx], **kw)
+            return -ll.gather(1, y_idx[idx, None]).mean() / z.shape[1], {"n": len(idx)}  # NLL per dimension
+
+        def end(epoch: int, results: list[StepResult]) -> None:
+            total = 0.0
+            for r in results:
+                total += r.loss * r.stats["n"]
+            engine.history.append(total / n)
+
+        self.flow.train()
+        engine.run(step, batches, on_epoch_end=end)
+        self.history = engine.history
         self.flow.eval()
         return self
 

@@ -6,17 +6,18 @@
 * :func:`energy_grid`: an energy evaluated on a 2-D grid and normalised numerically into a
   log-density (the partition function of a 2-D EBM is a sum over the grid).
 * :class:`SmallConvNet` and :func:`train_classifier`: a tiny CNN for 8x8 digits whose last feature
-  map gives average-pooled and std-pooled features (:mod:`rank_lab.ood.features`).
+  map gives average-pooled and std-pooled features (:mod:`rank_lab.ood.features`), trained with
+  cross-entropy on the training engine (:mod:`rank_lab.train.engine`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from rank_lab._validation import (
     check_choice,
@@ -26,6 +27,8 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
+from rank_lab.train.engine import Batch, Engine, EngineConfig
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["make_ring_segments", "make_ring_ood", "energy_grid", "SmallConvNet", "train_classifier"]
@@ -174,8 +177,9 @@ class SmallConvNet(nn.Module):
 def train_classifier(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int = 30, batch_size: int = 64,
     lr: float = 3e-3, weight_decay: float = 1e-4, seed: int = 0, device: DeviceLike = None, progress: bool = False,
+    checkpoint: str | Path | None = None, resume: bool = True, amp: bool = False, grad_clip: float | None = None,
 ) -> nn.Module:
-    """Train a classifier with cross-entropy and Adam; returns it frozen (eval mode, no grad).
+    """Train a classifier with cross-entropy and Adam on the training engine; returns it frozen (eval mode, no grad).
 
     Args:
         model: maps ``x`` to logits.
@@ -184,11 +188,14 @@ def train_classifier(
         seed: seeds the initialisation (re-seeded here) and the batch order.
         device: training device.
         progress: show a tqdm bar.
+        checkpoint, resume, amp, grad_clip: the engine's options (a checkpoint file written after
+            every epoch and resumed from; mixed precision on CUDA; gradient clipping).
 
     Raises:
         ValueError, TypeError: ``x`` not a finite floating ``(N, ...)`` tensor with ``N >= 1``, ``y``
             not ``(N,)`` integer labels, a bad optimisation argument.
-        FloatingPointError: a NaN / inf loss (raised before the step is applied).
+        NonFiniteTrainingError: a NaN / inf loss or gradient (a ``FloatingPointError``, raised
+            before the step is applied).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -210,17 +217,19 @@ def train_classifier(
             m.reset_parameters()
     model.to(dev).train()
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = build_optimizer(model.parameters(), lr=lr, weight_decay=weight_decay)
     x, y = x.to(dev), y.to(dev)
-    for _ in tqdm(range(epochs), desc="classifier", disable=not progress, leave=False):
+    engine = Engine(model, opt, EngineConfig(epochs=epochs, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp,
+                                             grad_clip=grad_clip, desc="classifier"),
+                    device=dev, generators={"batches": g},
+                    run_key={"batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "seed": seed, "n_items": int(x.shape[0])})
+
+    def batches(epoch: int) -> Iterator[Batch]:
         perm = torch.randperm(x.shape[0], generator=g).to(dev)
         for i in range(0, x.shape[0], batch_size):
             idx = perm[i:i + batch_size]
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            if not bool(torch.isfinite(loss.detach())):
-                raise FloatingPointError(f"train_classifier: non-finite loss on items {idx.tolist()[:16]}; lower lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            yield Batch(idx, indices=idx)
+
+    engine.run(lambda idx: nn.functional.cross_entropy(model(x[idx]), y[idx]), batches)
     model.eval().requires_grad_(False)
     return model

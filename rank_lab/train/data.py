@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from rank_lab._validation import check_finite, check_labels, check_positive_int, defer_finite_checks
 from rank_lab.utils import get_device
 
-__all__ = ["as_dataset", "relabel", "embed_dataset"]
+__all__ = ["as_dataset", "relabel", "embed_dataset", "SamplerStream"]
 
 
 def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
@@ -123,3 +123,35 @@ def embed_dataset(
     if not out:
         raise ValueError("data is empty: nothing to embed")
     return torch.cat(out), labels
+
+
+class SamplerStream:
+    """The batches of a batch sampler, epoch after epoch (``set_epoch`` between them): ``stream(s)``
+    is batch ``s`` of the stream (``stream.last`` the latest); asking for an earlier batch (a resumed
+    run) replays the draw from the start, which costs only the sampler's index draws.
+
+    Args:
+        sampler: a batch sampler with ``set_epoch`` whose epoch's draw depends only on its seed and
+            the epoch (:class:`rank_lab.data.MPerClassSampler`).
+    """
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler, self.pos, self.epoch, self.it, self.last = sampler, 0, 0, None, None
+
+    def __call__(self, s: int) -> list[int]:
+        if self.it is None or s < self.pos:
+            self.epoch, self.pos = 0, 0
+            self.sampler.set_epoch(0)
+            self.it = iter(self.sampler)
+        while True:
+            try:
+                idx = next(self.it)
+            except StopIteration:
+                self.epoch += 1
+                self.sampler.set_epoch(self.epoch)
+                self.it = iter(self.sampler)
+                idx = next(self.it)
+            self.pos += 1
+            if self.pos - 1 == s:
+                self.last = idx
+                return idx

@@ -49,6 +49,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
+from rank_lab.metrics.distributed_knn import sharded_retrieval_metrics
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import as_dataset, embed_dataset
 from rank_lab.train.distributed import (
@@ -228,8 +229,6 @@ class DistributedTrainer(Trainer):
 
     def _metrics(self, emb: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]) -> dict[str, float]:
         """Metrics on rank 0 with a faiss index over the visible GPUs (or the CPU), broadcast to all ranks."""
-        from rank_lab.metrics.distributed_knn import sharded_retrieval_metrics
-
         res = None
         if self.env.is_main:
             res = sharded_retrieval_metrics(emb, labels, ks=ks, metrics=self.config.eval_metrics, device=self.device,
@@ -250,7 +249,7 @@ class DistributedTrainer(Trainer):
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: set config.checkpoint_dir or pass path")
-        self._check_weights()  # on every rank (DDP keeps them equal), so that all ranks raise together
+        self.engine.check_weights()  # on every rank (DDP keeps them equal), so that all ranks raise together
         if self.env.is_main:
             super().save_checkpoint(path)
         barrier()

@@ -31,7 +31,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rank_lab._validation import check_float, check_positive_int
+from rank_lab.data import load_digits, make_open_set
+from rank_lab.data.datasets.retrieval import load_retrieval_dataset
 from rank_lab.train.config import TrainConfig
+from rank_lab.train.distributed import cleanup_distributed, init_distributed
+from rank_lab.train.distributed_trainer import DistributedTrainer
 
 __all__ = ["build_data", "load_config", "run", "main", "launch_local"]
 
@@ -60,13 +65,9 @@ def build_data(cfg: TrainConfig, data: Mapping[str, Any] | None = None) -> tuple
     if not name:
         raise ValueError("cfg.dataset is not set (config.dataset): use 'synthetic', 'digits' or a retrieval dataset name")
     if name in ("synthetic", "digits"):
-        from rank_lab.data import load_digits, make_open_set
-
         kw.setdefault("seed", cfg.seed)
         split = make_open_set(**kw) if name == "synthetic" else load_digits(**kw)
         return (split.x_train, split.y_train), (split.x_test, split.y_test)
-    from rank_lab.data.datasets.retrieval import load_retrieval_dataset
-
     kw.setdefault("image_size", cfg.image_size)
     return (load_retrieval_dataset(name, cfg.data_dir, "train", **kw),
             load_retrieval_dataset(name, cfg.data_dir, "test", **kw))
@@ -124,9 +125,6 @@ def run(
         TypeError: ``config`` is neither a :class:`~rank_lab.train.TrainConfig` nor a mapping; and
             the errors of :func:`build_data`, :func:`init_distributed` and the trainer.
     """
-    from rank_lab.train.distributed import cleanup_distributed, init_distributed
-    from rank_lab.train.distributed_trainer import DistributedTrainer
-
     cfg = _as_config(config)
     env = init_distributed(device=cfg.device, timeout_s=timeout_s)
     try:
@@ -198,8 +196,6 @@ def launch_local(
             ``threads_per_proc`` not a positive int, ``timeout`` not a finite positive number.
         RuntimeError: the run failed (its stderr tail is in the message).
     """
-    from rank_lab._validation import check_float, check_positive_int
-
     nproc = check_positive_int(nproc, "nproc")
     if threads_per_proc is not None:
         threads_per_proc = check_positive_int(threads_per_proc, "threads_per_proc")

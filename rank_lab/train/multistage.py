@@ -44,12 +44,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
+from rank_lab.data.samplers import MPerClassSampler
 from rank_lab.models.backbones import lock_batchnorm
+from rank_lab.train.data import SamplerStream
+from rank_lab.train.engine import Batch, Engine, EngineConfig, one_batch
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -126,8 +132,6 @@ def embed_in_chunks(
     out = []
     it = list(_chunks(inputs.shape[0], chunk_size))
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(it, desc="embed", leave=False)
     with torch.no_grad():
         for sl in it:
@@ -265,8 +269,6 @@ def multistage_backward(
 def _maybe_tqdm(items: list, show: bool, desc: str) -> list:
     if not show:
         return items
-    from tqdm.auto import tqdm
-
     return tqdm(items, desc=desc, leave=False)
 
 
@@ -315,13 +317,18 @@ def fit_multistage(
     device: DeviceLike = None,
     seed: int = 0,
     progress: bool = True,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 100,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = None,
 ) -> list[float]:
     """Train with very large m-per-class batches by multistage back-propagation (Algorithm 3 with
-    the large-batch implementation of Section 5.3.2 of the Patel thesis).
+    the large-batch implementation of Section 5.3.2 of the Patel thesis), on the training engine.
 
     Each step draws a batch of ``batch_size`` items (``batch_size // m_per_class`` classes x
-    ``m_per_class`` images, :class:`rank_lab.data.MPerClassSampler`) and calls
-    :func:`multistage_step`, so the memory is that of one ``chunk_size`` chunk whatever the batch.
+    ``m_per_class`` images, :class:`rank_lab.data.MPerClassSampler`) and back-propagates it with
+    :func:`multistage_backward`, so the memory is that of one ``chunk_size`` chunk whatever the batch.
 
     Args:
         model: embedding network; loss_fn: ``loss(embeddings, labels)`` (e.g. RS@k).
@@ -333,43 +340,53 @@ def fit_multistage(
         device: compute device (default: the model's).
         seed: sampler seed.
         progress: tqdm bar.
+        checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options
+            (:class:`rank_lab.train.engine.EngineConfig`; ``checkpoint_every`` in steps).
 
     Returns:
-        The loss of every step.
+        The loss of every step (including those of a resumed run).
 
     Raises:
         TypeError, ValueError: ``inputs`` not a non-empty finite batch with one row per label,
             ``steps`` not a positive int, ``lr`` not a finite positive number, and the errors of
             :class:`~rank_lab.data.MPerClassSampler` and :func:`multistage_backward`.
+        NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
-    from rank_lab.data import MPerClassSampler
-
     steps = check_positive_int(steps, "steps")
     batch_size, m_per_class = check_positive_int(batch_size, "batch_size"), check_positive_int(m_per_class, "m_per_class")
     check_module(model, "model")
     labels = _check_inputs(inputs, labels)
     lr = check_float(lr, "lr", low=0.0, low_open=True)
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
     if optimizer is None:
         params = list(model.parameters())
         if isinstance(loss_fn, nn.Module):
             params += list(loss_fn.parameters())
-        optimizer = torch.optim.Adam([p for p in params if p.requires_grad], lr=lr)
+        optimizer = build_optimizer([p for p in params if p.requires_grad], "adam", lr=lr)
     sampler = MPerClassSampler(labels, m=m_per_class, batch_size=batch_size, length=steps * batch_size, seed=seed)
-    history: list[float] = []
-    bar = _maybe_tqdm(list(range(steps)), progress, f"multistage B={batch_size}")
-    it = iter(sampler)
-    epoch = 0
+    stream = SamplerStream(sampler)
+    modules = {"model": model, **({"loss": loss_fn} if isinstance(loss_fn, nn.Module) else {})}
+    engine = Engine(modules, optimizer, EngineConfig(
+        epochs=steps, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
+        amp=amp, grad_clip=grad_clip, desc=f"multistage B={batch_size}", unit="step"),
+        device=_model_device(model) if device is None else device, autocast=False,
+        run_key={"batch_size": batch_size, "m_per_class": m_per_class, "chunk_size": chunk_size, "seed": seed,
+                 "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr})
+
+    def step(idx: torch.Tensor) -> torch.Tensor:
+        seen: list[torch.Tensor] = []
+
+        def guarded(emb: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            seen.append(loss_fn(emb, y))
+            engine.check_loss(seen[-1])
+            return engine.scaler.scale(seen[-1])
+
+        with engine.autocast():
+            multistage_backward(model, inputs[idx], labels[idx], guarded, chunk_size=chunk_size, device=device)
+        engine.mark_backward_done()
+        return seen[-1].detach()
+
     model.train()
-    for _ in bar:
-        try:
-            idx = next(it)
-        except StopIteration:
-            epoch += 1
-            sampler.set_epoch(epoch)
-            it = iter(sampler)
-            idx = next(it)
-        idx_t = torch.as_tensor(idx)
-        history.append(
-            multistage_step(model, optimizer, inputs[idx_t], labels[idx_t], loss_fn, chunk_size=chunk_size, device=device)
-        )
-    return history
+    engine.run(step, lambda s: one_batch(Batch(torch.as_tensor(stream(s)), indices=stream.last)),
+               steps_per_epoch=1, on_epoch_end=lambda s, res: engine.history.append(res[0].loss))
+    return engine.history

@@ -7,10 +7,15 @@ import torch
 import rank_lab.train as T
 import rank_lab.train.checkpoint as CK
 import rank_lab.train.classification as CL
+import rank_lab.train.data as DA
 import rank_lab.train.distributed as DI
+import rank_lab.train.engine as EN
+import rank_lab.train.guard as GU
 import rank_lab.train.launch as LA
 import rank_lab.train.multistage as MS
+import rank_lab.train.optim as OP
 import rank_lab.train.recipes as TR
+import rank_lab.train.schedule as SC
 from rank_lab.losses import SmoothAP
 from rank_lab.models import MLPBackbone
 from rank_lab.train.trainer import NonFiniteTrainingError
@@ -84,6 +89,23 @@ def _ms_step():
 
 
 MS_ROLES = {"inputs": "x", "labels": "labels", "chunk_size": "posint"}
+
+
+def _engine():
+    model = torch.nn.Linear(3, 1)
+    return {"modules": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1), "config": EN.EngineConfig(),
+            "device": "cpu"}
+
+
+def _engine_step():
+    return {"step_fn": lambda x: x.sum() * 0.0, "batch": EN.Batch(torch.ones(2, 3, requires_grad=True), indices=[0, 1])}
+
+
+def _fit():
+    model = torch.nn.Linear(3, 1)
+    x = emb(6, 3)
+    return {"model": model, "step_fn": lambda i: model(x[i]).pow(2).mean(), "data": lambda e: [torch.arange(3), torch.arange(3, 6)],
+            "config": EN.EngineConfig(epochs=2), "device": "cpu"}
 
 
 TRAIN_EXTRA = {
@@ -182,4 +204,29 @@ ENTRIES = [
     fn(MS.multistage_step, _ms_step, MS_ROLES, rows=(("inputs", "labels"),)),
     fn(MS.fit_multistage, lambda: {**_ms(), "batch_size": 4, "m_per_class": 2, "steps": 2, "progress": False},
        {**MS_ROLES, "batch_size": "posint", "m_per_class": "posint", "steps": "posint", "lr": "pos"}, rows=(("inputs", "labels"),)),
+    # rank_lab.train.engine, .options, .guard, .schedule, .optim, .data (the one training engine)
+    fn(EN.EngineConfig, {"epochs": 2, "checkpoint_every": 1, "checkpoint": None, "resume": True},
+       {"epochs": "posint", "checkpoint_every": "posint", "amp_dtype": "choice", "unit": "choice", "grad_clip": "pos"},
+       extra={"not_path": ("checkpoint", lambda: 3, ("checkpoint",)), "not_bool": ("resume", lambda: "yes", ("resume",))}),
+    fn(EN.Batch, lambda: {"data": emb(3), "indices": [0, 1, 2]}),
+    fn(EN.StepResult, {"loss": 0.5}),
+    cls(EN.Engine, _engine, calls=[("train_step", _engine_step, None)],
+        extra={"not_module": ("modules", lambda: {"model": 3}, ("model",)),
+               "reserved": ("modules", lambda: {"history": torch.nn.Linear(2, 1)}, ("history",)),
+               "not_config": ("config", lambda: {"epochs": 1}, ("config",))}),
+    fn(EN.fit, _fit, {"lr": "pos"}, extra={"not_config": ("config", lambda: 3, ("config",))}),
+    fn(GU.check_resume, lambda: {"state": {"config": {"lr": 0.1}, "epoch": 1, "step": 3}, "run_key": {"lr": 0.1},
+                                 "record": {"epochs": 2, "total_steps": 6}},
+       extra={"other_config": ("run_key", lambda: {"lr": 0.2}, ("lr",))}),
+    fn(GU.describe_batch, {"indices": [3, 1, 2]}),
+    cls(SC.Schedule, {"kind": "cosine", "total_steps": 10, "warmup_steps": 2},
+        {"kind": "choice", "total_steps": "posint", "warmup_steps": "nonnegint", "min_lr": "nonneg", "ref_lr": "pos",
+         "step_unit": "posint"}, calls=[("lr", {"step": 3, "base_lr": 0.1}, {"step": "nonnegint", "base_lr": "pos"})],
+        extra={"linear_without_hold": ("kind", lambda: "linear", ("linear", "hold_steps"))}),
+    fn(OP.build_optimizer, lambda: {"params": list(torch.nn.Linear(2, 1).parameters())},
+       {"kind": "choice", "lr": "pos", "weight_decay": "nonneg"}, extra={"no_params": ("params", list, ("params",))}),
+    fn(OP.param_groups, lambda: {"model": MLPBackbone(4, (4,)), "lr": 0.1},
+       extra={"no_parameter": ("model", torch.nn.Identity, ("model", "trainable"))}),
+    cls(DA.SamplerStream, lambda: {"sampler": T.DistributedMPerClassSampler(labels(24, 6), m=2, batch_size=4, num_replicas=1, rank=0)},
+        calls=[("__call__", {"s": 3}, None)]),
 ]
