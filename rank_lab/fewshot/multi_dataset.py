@@ -173,7 +173,7 @@ def fit_multi_dataset(
         model.train()
         batches = iter(sampler)
         if progress:
-            from tqdm.auto import tqdm
+            from rank_lab._progress import tqdm
 
             batches = tqdm(batches, total=len(sampler), desc=f"epoch {epoch + 1}/{epochs}", leave=False)
         total = 0.0

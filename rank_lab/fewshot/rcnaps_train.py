@@ -123,7 +123,7 @@ def fit_rcnaps(
     plain_loss = SmoothAP(tau=tau)
     it = range(start, episodes)
     if progress:
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         it = tqdm(it, desc=f"rCNAPS ({mode})", initial=start, total=episodes)
     model.train()

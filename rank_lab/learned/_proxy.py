@@ -80,7 +80,7 @@ def fit_proxy(
         FloatingPointError: a NaN / inf loss; raised before the step is applied, naming the step and
             its item indices; the checkpoint on disk stays the last good one.
     """
-    from tqdm.auto import tqdm
+    from rank_lab._progress import tqdm
 
     check_module(model)
     if not callable(batch_loss):

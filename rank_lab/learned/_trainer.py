@@ -165,7 +165,7 @@ class SurrogateTrainer:
     # -- the loop ----------------------------------------------------------------------------
     def fit(self) -> dict[str, list[dict[str, float]]]:
         """Run the remaining epochs (resuming from ``checkpoint`` if it exists); returns history."""
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         if self.checkpoint is not None and self.checkpoint.exists():
             self.load_state_dict(torch.load(self.checkpoint, map_location=self.device, weights_only=False))

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import (
     check_choice,
     check_embeddings,

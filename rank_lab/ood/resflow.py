@@ -36,8 +36,8 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
-from tqdm.auto import tqdm
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import (
     check_choice,
     check_finite,

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import (
     check_choice,
     check_finite,

@@ -254,7 +254,7 @@ def fit_classifier(
     total = sum(n for _, n in plan)
     bar = range(total)
     if progress:
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         bar = tqdm(bar, desc=model.method, leave=False)
     it = iter(bar)

@@ -126,7 +126,7 @@ def embed_in_chunks(
     out = []
     it = list(_chunks(inputs.shape[0], chunk_size))
     if progress:
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         it = tqdm(it, desc="embed", leave=False)
     with torch.no_grad():
@@ -265,7 +265,7 @@ def multistage_backward(
 def _maybe_tqdm(items: list, show: bool, desc: str) -> list:
     if not show:
         return items
-    from tqdm.auto import tqdm
+    from rank_lab._progress import tqdm
 
     return tqdm(items, desc=desc, leave=False)
 

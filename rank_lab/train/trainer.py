@@ -335,7 +335,7 @@ class Trainer:
 
     def train_epoch(self) -> dict[str, Any]:
         """Run one epoch (epoch index ``self.epoch``) and return its partial record."""
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         cfg, e = self.config, self.epoch
         self.sampler.set_epoch(e)
