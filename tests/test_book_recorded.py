@@ -309,7 +309,7 @@ CLAIM = "Sup-AP beats Smooth-AP on SOP and iNaturalist (SupRank Tab. II)"
 def test_reading_a_resolved_effect_in_the_claimed_direction() -> None:
     d = paired_difference([0.55, 0.56, 0.57], [0.54, 0.54, 0.55])  # d = [1, 2, 2] points: CI [0.23, 3.10]
     assert readings.effect_sentence(d, claim=CLAIM, scale=100, unit=" points", **KW) == (
-        "SupAP beats Smooth-AP by 1.67 mAP@R points (95 % CI of SupAP − Smooth-AP: [0.23, 3.10], 3 seeds): "
+        "SupAP beats Smooth-AP by 1.67 points in mAP@R (95 % CI of SupAP − Smooth-AP: [0.23, 3.10], 3 seeds): "
         "the CI excludes zero, as the source claims: Sup-AP beats Smooth-AP on SOP and iNaturalist "
         "(SupRank Tab. II).")
     assert readings.effect_sentence(d, claim=None, scale=100, **KW).endswith("3 seeds): the CI excludes zero.")
@@ -328,7 +328,7 @@ def test_reading_an_unresolved_effect() -> None:
 def test_reading_a_reversed_effect_names_the_claim_and_the_reasons() -> None:
     d = paired_difference([0.45, 0.46, 0.47], [0.54, 0.54, 0.55])  # A - B = [-9, -8, -8]
     assert readings.effect_sentence(d, claim=CLAIM, scale=100, **KW) == (
-        "Smooth-AP beats SupAP by 8.33 mAP@R (95 % CI of Smooth-AP − SupAP: [6.90, 9.77], 3 seeds): the CI "
+        "Smooth-AP beats SupAP by 8.33 in mAP@R (95 % CI of Smooth-AP − SupAP: [6.90, 9.77], 3 seeds): the CI "
         "excludes zero, against the source's claim that Sup-AP beats Smooth-AP on SOP and iNaturalist "
         "(SupRank Tab. II); likely reasons: toy data; small MLP.")
     assert readings.effect_sentence(d, claim=None, scale=100, **KW).endswith(
@@ -339,12 +339,12 @@ def test_reading_a_metric_where_lower_is_better() -> None:
     d = paired_difference([5.0, 6.0, 5.5], [8.0, 9.0, 8.7])  # A - B < 0: A wins on FPR95
     assert readings.effect_sentence(d, a="HEAT", b="GMM", metric="FPR95", claim=None, reasons="toy",
                                     higher_is_better=False) == (
-        "HEAT beats GMM by 3.07 FPR95, lower is better (95 % CI of HEAT − GMM: [-3.35, -2.78], 3 seeds): "
+        "HEAT beats GMM by 3.07 in FPR95, lower is better (95 % CI of HEAT − GMM: [-3.35, -2.78], 3 seeds): "
         "the CI excludes zero.")
     worse = readings.effect_sentence(paired_difference([8.0, 9.0, 8.7], [5.0, 6.0, 5.5]), a="HEAT", b="GMM",
                                      metric="FPR95", claim="HEAT beats the GMM", reasons="toy",
                                      higher_is_better=False)
-    assert worse.startswith("GMM beats HEAT by 3.07 FPR95, lower is better (95 % CI of GMM − HEAT: [-3.35, -2.78]")
+    assert worse.startswith("GMM beats HEAT by 3.07 in FPR95, lower is better (95 % CI of GMM − HEAT: [-3.35, -2.78]")
     assert "against the source's claim that HEAT beats the GMM; likely reasons: toy." in worse
 
 

@@ -5,7 +5,7 @@ cannot drift from the output. For an effect "A minus B over the same seeds"
 (:func:`rank_lab.stats.paired_difference`) :func:`effect_sentence` picks one of three wordings
 from the sign of the difference and whether its confidence interval excludes zero:
 
-* A is better and the CI excludes zero: ``"SupAP beats Smooth-AP by 1.20 mAP@R points (95 % CI
+* A is better and the CI excludes zero: ``"SupAP beats Smooth-AP by 1.20 points in mAP@R (95 % CI
   of SupAP − Smooth-AP: [0.40, 2.00], 5 seeds): the CI excludes zero"`` (and, given the source's
   claim, that it agrees with it);
 * the CI holds zero: ``"No difference between SupAP and Smooth-AP in mAP@R that we can resolve
@@ -118,7 +118,7 @@ def effect_sentence(
     # the interval of winner - loser in the metric's own direction: A - B, or B - A = -(A - B)
     w_mean, w_lo, w_hi = (mean, lo, hi) if winner == a else (-mean, -hi, -lo)
     lower = "" if higher_is_better else ", lower is better"
-    text = (f"{winner} beats {loser} by {f(abs(w_mean))} {metric}{unit}{lower} "
+    text = (f"{winner} beats {loser} by {f(abs(w_mean))}{unit} in {metric}{lower} "
             f"(95 % CI of {winner} − {loser}: [{f(w_lo)}, {f(w_hi)}], {seeds}): the CI excludes zero")
     if sign > 0:
         return text + (f", as the source claims: {claim}." if claim is not None else ".")
