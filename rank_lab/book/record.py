@@ -250,6 +250,7 @@ def write_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Pat
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(rec, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        os.chmod(tmp, 0o644)  # a committed file, readable like the chapter (mkstemp makes it 0600)
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
