@@ -371,3 +371,16 @@ def test_reading_box_is_a_myst_admonition(rec_book: Path) -> None:
         ["one."], recorded.load_record("recmini"))
     with pytest.raises(TypeError, match="sentences"):
         readings.reading_markdown("one.")
+
+
+def test_without_the_book_folder_every_record_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installed rank_lab without book/ (a Colab twin) shows the 'no record' header, no crash."""
+    monkeypatch.setenv("RANK_LAB_BOOK", str(tmp_path / "nowhere"))
+    run = recorded.load_record("smooth_rank_surrogates")
+    assert not run and run.path == Path("recorded/smooth_rank_surrogates.json")
+    assert recorded.record_header(run).startswith("No recorded full run of smooth_rank_surrogates yet")
+    assert recorded.load_record("heat", "gpu").path.name == "heat.gpu.json"
+    with pytest.raises(ValueError, match="variant"):
+        recorded.load_record("heat", "GPU run")
+    with pytest.raises(TypeError, match="name"):
+        recorded.load_record(3)

@@ -31,8 +31,8 @@ from typing import Any
 
 from rank_lab._validation import check_float, check_nonneg_int
 
-from .notebooks import find_notebook
-from .record import check_record, record_path
+from .notebooks import book_dir, find_notebook
+from .record import _VARIANT, check_record, record_path
 
 __all__ = [
     "RecordedRun",
@@ -93,11 +93,23 @@ def load_record(name: str | os.PathLike[str], variant: str | None = None) -> Rec
         name: the notebook's stem (``"smooth_rank_surrogates"``) or path to its ``.md`` source.
         variant: ``None`` for the reference record, else e.g. ``"gpu"``.
 
+    Without the book's folder (an installed rank_lab, e.g. in a Colab twin) every record is
+    missing: the header then says so instead of the notebook failing.
+
     Raises:
-        NotebookNotFoundError: no such notebook.
+        NotebookNotFoundError: no such notebook in the book's folder.
         RecordError: the file exists but is not a valid record (a broken record is an error, not
             a missing one).
     """
+    if not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"name must be a notebook name or path, got {type(name).__name__}")
+    if variant is not None and (not isinstance(variant, str) or not _VARIANT.match(variant)):
+        raise ValueError(f"variant must be a short lower-case name such as 'gpu', got {variant!r}")
+    if not book_dir().is_dir() and not Path(name).is_file():
+        # an installed rank_lab without the book's sources (e.g. a Colab twin): no record here
+        stem = Path(name).stem if Path(name).suffix else Path(name).name
+        return RecordedRun(stem, Path("recorded") / (f"{stem}.{variant}.json" if variant
+                                                     else f"{stem}.json"), None)
     md = find_notebook(name)
     path = record_path(md, variant)
     if not path.is_file():
