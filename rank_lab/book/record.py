@@ -11,17 +11,17 @@ A chapter that shows a full-scale run declares it in its front matter::
 :func:`record_notebook` runs the notebook with ``smoke = False`` (plus checked parameters),
 through :func:`rank_lab.book.run_notebook`, and writes ``book/<part>/recorded/<name>.json``:
 
-=============  ======================================================================================
-key            content
-=============  ======================================================================================
-``schema``     ``"rank_lab.book.recorded/1"``
-``notebook``   the notebook's name
-``parameters`` the effective parameters of the run (``smoke`` is ``False``)
-``provenance`` the run's ``results.json`` provenance (status ``"ok"``, UTC times, versions,
-               ``git_commit`` / ``git_dirty``, ``device``, ``threads``) plus ``seeds`` (the list at
-               the declared path), ``wall_s`` (the runner's wall time) and ``variant``
-``results``    the declared keys of the run's ``results`` (figures only: small, no per-item arrays)
-=============  ======================================================================================
+==============  ======================================================================================
+key             content
+==============  ======================================================================================
+``schema``      ``"rank_lab.book.recorded/1"``
+``notebook``    the notebook's name
+``parameters``  the effective parameters of the run (``smoke`` is ``False``)
+``provenance``  the run's ``results.json`` provenance (status ``"ok"``, UTC times, versions,
+                ``git_commit`` / ``git_dirty``, ``device``, ``threads``) plus ``seeds`` (the list at
+                the declared path), ``wall_s`` (the runner's wall time) and ``variant``
+``results``     the declared keys of the run's ``results`` (figures only: small, no per-item arrays)
+==============  ======================================================================================
 
 Rules (:func:`check_record`): at most :data:`MAX_RECORD_BYTES` of JSON, no list longer than
 :data:`MAX_LIST_ITEMS`, finite numbers. The file is written atomically and only after a run that
