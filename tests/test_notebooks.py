@@ -15,6 +15,11 @@ equal the runner's: two runs with the same parameters agree outside provenance a
 
 ``make notebook-reference`` (``RANK_LAB_WRITE_REFERENCE=1``) rewrites the reference files from
 the smoke runs, keeping their tolerances; a commit that changes them says why.
+
+Clean outputs (issue 15): the executed smoke notebooks carry no warning text, no stderr stream and
+no stray return value (an ``execute_result`` that is a bare repr such as ``PosixPath(...)``); code
+lines are at most 90 characters; the book names no project-internal material; a notebook that
+declares a recorded full run (``rank_lab.recorded``) has a valid record next to it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from rank_lab.book import (
     run_notebook,
 )
 from rank_lab.book.notebooks import to_notebook
+from rank_lab.book.record import record_spec
+from rank_lab.book.recorded import load_record
 
 NOTEBOOKS = list_notebooks()
 IDS = [p.stem for p in NOTEBOOKS]
@@ -53,6 +60,11 @@ SMOKE = {"seed": 0, "device": "cpu"}  # with the defaults of each parameters cel
 DEFAULT_TOLERANCE = {"rel": 0.05, "abs": 0.01}
 TIMING_KEY = re.compile(r"(^|_)(s|sec|secs|seconds|time|elapsed|runtime|per_s)$|^(seconds|elapsed|runtime|time)")
 CHECK = "# NBVAL_CHECK_OUTPUT"
+MAX_CODE_LINE = 90
+#: Warning text that must not appear in an executed notebook's outputs.
+WARNING_TEXT = re.compile(r"Warning\b|DeprecationWarning|TqdmWarning|IProgress not found|without encryption")
+#: Words naming project-internal material that readers never see (the book cites the sources).
+INTERNAL = re.compile(r"digest|shared/seeds|seeds folder", re.IGNORECASE)
 
 
 def _code_cells(md: Path) -> list:
@@ -111,6 +123,75 @@ def test_notebook_contract(md: Path, tmp_path: Path, caplog: pytest.LogCaptureFi
         inspected = papermill.inspect_notebook(str(src))
     assert list(inspected) == schema.names
     assert not [r for r in caplog.records if r.name.startswith("papermill")], caplog.text
+
+
+def _code_lines(md: Path) -> list[tuple[int, str]]:
+    """``(line number, text)`` of the code lines of a jupytext MyST notebook (fences excluded)."""
+    out, inside = [], False
+    for i, line in enumerate(md.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```{code-cell}"):
+            inside = True
+        elif inside and line.startswith("```"):
+            inside = False
+        elif inside:
+            out.append((i, line))
+    return out
+
+
+@pytest.mark.parametrize("md", NOTEBOOKS, ids=IDS)
+def test_code_lines_fit_in_90_characters(md: Path) -> None:
+    long = [f"line {i}: {len(t)} characters" for i, t in _code_lines(md) if len(t) > MAX_CODE_LINE]
+    assert not long, f"{md.name}: code lines longer than {MAX_CODE_LINE} characters (the book cuts them): {long}"
+
+
+def test_book_cites_sources_not_internal_material() -> None:
+    """No mention of project-internal notes (a "digest", its errata, the seeds folder) anywhere in book/."""
+    found = []
+    for path in sorted((ROOT / "book").rglob("*")):
+        if path.is_file() and path.suffix in (".md", ".py", ".bib", ".json", ".css", ".yml"):
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if INTERNAL.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()[:80]}")
+    assert not found, "cite the source's section or equation instead:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("md", NOTEBOOKS, ids=IDS)
+def test_declared_record_is_present_and_valid(md: Path) -> None:
+    """A chapter that declares ``rank_lab.recorded`` ships its record (the book shows it)."""
+    spec = record_spec(md)
+    if spec is None:
+        assert "load_record(" not in md.read_text(encoding="utf-8"), \
+            f"{md.name} loads a record but declares none (front matter rank_lab.recorded)"
+        return
+    run = load_record(md)  # raises on a malformed record
+    assert run, (f"{md.name} declares a recorded full run but {run.path} is missing: "
+                 f"run `python -m rank_lab.book record {md.stem}` and commit the file")
+    schema = notebook_schema(md)
+    assert set(run.parameters) == set(schema.names), f"{run.path.name}: parameters differ from the notebook's"
+    assert schema.check(run.parameters) == run.parameters and run.parameters["smoke"] is False
+    assert list(run.results) == list(spec.keys)
+    assert len(run.seeds) >= 3, f"{run.path.name}: a recorded run has at least 3 seeds, got {run.seeds}"
+    assert run.provenance["notebook"] == md.stem and run.provenance["git_commit"], run.provenance
+
+
+def _output_problems(nb: nbformat.NotebookNode) -> list[str]:
+    """Warning text, stderr streams and stray return values in the outputs of an executed notebook."""
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            kind = out.get("output_type")
+            if kind == "stream" and out.get("name") == "stderr":
+                problems.append(f"cell {i}: stderr: {out.get('text', '')[:200]!r}")
+            elif kind == "stream" and WARNING_TEXT.search(out.get("text", "")):
+                problems.append(f"cell {i}: warning text: {out.get('text', '')[:200]!r}")
+            elif kind == "execute_result" and set(out.get("data", {})) <= {"text/plain"}:
+                problems.append(f"cell {i}: stray return value {out['data'].get('text/plain', '')[:80]!r} "
+                                "(assign it, or end the cell with a statement)")
+            elif kind in ("display_data", "execute_result"):
+                text = out.get("data", {}).get("text/plain", "")
+                if WARNING_TEXT.search(text if isinstance(text, str) else "".join(text)):
+                    problems.append(f"cell {i}: warning text in a display: {text[:200]!r}")
+    return problems
 
 
 def _timing_keys(obj: object, path: str = "") -> list[str]:
@@ -203,6 +284,8 @@ def test_notebook_runs_in_smoke_mode(md: Path, tmp_path: Path, monkeypatch: pyte
     nb = nbformat.read(executed, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, f"{md.name}: error outputs {errors[:1]}"
+    problems = _output_problems(nb)
+    assert not problems, f"{md.name}: the executed notebook's outputs are not clean:\n" + "\n".join(problems)
     _compare_with_reference(md.stem, _printed_figures(executed))
 
     rerun = _nbval(executed, tmp_path / "nbval")

@@ -1,8 +1,9 @@
-"""The command line of the book: ``python -m rank_lab.book {list,params,run,twins,api}``.
+"""The command line of the book: ``python -m rank_lab.book {list,params,run,record,twins,api}``.
 
 Exit codes: 0 success; 1 the notebook failed while running (its ``results.json`` records
 ``status: "failed"``); 2 a usage error refused before anything ran (unknown notebook, unknown
-parameter, wrong type, value outside the choices or range). User errors (those above, and a
+parameter, wrong type, value outside the choices or range; for ``record``: a notebook that declares
+no record, ``-p smoke true``, a checkout with uncommitted changes). User errors (those above, and a
 missing dataset folder, weight file or network for the weights, or a full run refused on a CPU)
 print one message without a traceback; ``--traceback`` shows it.
 """
@@ -18,6 +19,8 @@ from collections.abc import Sequence
 from .api import api_page
 from .notebooks import NotebookNotFoundError, book_dir, find_notebook, list_notebooks
 from .parameters import ParameterError, notebook_schema
+from .record import RecordBuildError, RecordError, record_notebook, record_path
+from .recorded import load_record, record_header
 from .runner import NotebookRunError, run_notebook
 from .twins import make_twins
 
@@ -32,6 +35,7 @@ EXAMPLES = """examples:
   python -m rank_lab.book list
   python -m rank_lab.book params evaluating_retrieval
   python -m rank_lab.book run evaluating_retrieval -p dataset digits -p seed 1 --out outputs/
+  python -m rank_lab.book record smooth_rank_surrogates
   python -m rank_lab.book twins --out _build/html/_notebooks
 values of -p are YAML literals: false, 3, 0.5, [1, 2], null; anything else is a string."""
 
@@ -53,6 +57,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--kernel", default=None, help="Jupyter kernel name")
     run.add_argument("--traceback", action="store_true", help="show the traceback of an error")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    rec = sub.add_parser("record", help="run one notebook at full scale (smoke=False) and write its record "
+                         "book/<part>/recorded/<name>.json")
+    rec.add_argument("notebook", help="notebook stem or path to its .md source")
+    rec.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                     help="a parameter (repeatable); VALUE is a YAML literal; smoke is always false")
+    rec.add_argument("--out", default="outputs", help="folder of the executed notebook (default: outputs/)")
+    rec.add_argument("--variant", default=None, help="write <name>.<variant>.json (e.g. gpu) instead of <name>.json")
+    rec.add_argument("--allow-dirty", action="store_true", help="record from a checkout with uncommitted changes")
+    rec.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds")
+    rec.add_argument("--kernel", default=None, help="Jupyter kernel name")
+    rec.add_argument("--traceback", action="store_true", help="show the traceback of an error")
+    rec.add_argument("--quiet", action="store_true", help="no progress bar")
     tw = sub.add_parser("twins", help="write .ipynb twins with an install cell (for Colab)")
     tw.add_argument("--out", default="_build/html/_notebooks")
     tw.add_argument("--repo", default=None, help="git URL used by the install cell")
@@ -94,6 +110,30 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _record(args: argparse.Namespace) -> int:
+    md = find_notebook(args.notebook)
+    overrides = notebook_schema(md).parse_cli([tuple(p) for p in args.parameter])
+    target = record_path(md, args.variant)
+    try:
+        path = record_notebook(md, overrides, output_dir=args.out, variant=args.variant,
+                               allow_dirty=args.allow_dirty, timeout=args.timeout, kernel_name=args.kernel,
+                               progress=not args.quiet)
+    except NotebookRunError as exc:
+        if args.traceback or exc.ename not in USER_ERRORS:
+            print(_ANSI.sub("", "\n".join(exc.traceback)), file=sys.stderr)
+        _error(str(exc))
+        print(f"results: {exc.results_path} (status: failed); the record {target} was left as it was",
+              file=sys.stderr)
+        return 1
+    except RecordBuildError as exc:
+        _error(str(exc))
+        print(f"the record {target} was left as it was", file=sys.stderr)
+        return 1
+    print(f"record: {path}")
+    print(record_header(load_record(md, args.variant)))
+    return 0
+
+
 def _key_figures_text(executed: object) -> str:
     """The printed output of the notebook's checked cell (``# NBVAL_CHECK_OUTPUT``), or ``""``."""
     import nbformat
@@ -127,8 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for p in make_twins(args.out, repo=args.repo):
                 print(p)
             return 0
+        if args.cmd == "record":
+            return _record(args)
         return _run(args)
-    except (NotebookNotFoundError, ParameterError) as exc:
+    except (NotebookNotFoundError, ParameterError, RecordError) as exc:
         if getattr(args, "traceback", False):
             traceback.print_exc()
         _error(str(exc))

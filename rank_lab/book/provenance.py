@@ -33,12 +33,26 @@ def _git(*args: str) -> str | None:
 
 
 def _version(module: str) -> str | None:
-    import importlib
+    """The installed version of ``module``'s distribution, read from its metadata (no import).
+
+    Importing a package only to read ``__version__`` has side effects in a notebook kernel:
+    ``timm`` imports ``huggingface_hub``, which imports ``tqdm.auto``, which warns when ipywidgets
+    is absent. ``None`` when the module is not installed.
+    """
+    import importlib.util
+    from importlib import metadata
 
     try:
-        return str(getattr(importlib.import_module(module), "__version__", None) or "unknown")
-    except Exception:  # noqa: BLE001 - an absent or broken optional package has no version
+        if importlib.util.find_spec(module) is None:
+            return None
+    except (ImportError, ValueError):
         return None
+    for dist in metadata.packages_distributions().get(module, []) + [module]:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 def _cpu_name() -> str:

@@ -1,19 +1,19 @@
 """``results.json``: the document every notebook run writes (schema ``rank_lab.book.results/1``).
 
-=============  ======================================================================================
-key            content
-=============  ======================================================================================
-``parameters`` the effective parameter values of the run (defaults updated with the checked values)
-``provenance`` ``schema``, ``notebook``, ``status`` (``"ok"`` or ``"failed"``), ``error`` (failed
-               runs: ``{"type", "message"}``), ``started_utc`` / ``ended_utc`` (ISO 8601),
-               ``rank_lab`` (version), ``git_commit`` / ``git_dirty`` (``None`` outside a checkout),
-               ``python``, ``torch``, ``faiss``, ``timm`` (versions, ``None`` when absent),
-               ``device`` (e.g. ``"cpu: AMD EPYC 7B13"``, ``"cuda:0: NVIDIA H100"``), ``threads``
-               and ``runner`` (``"rank_lab.book"`` or ``"none"``: run by hand or by jupyter-book)
-``results``    the figures of the notebook only: two runs with the same parameters on one machine
-               give equal ``results``
-``cost``       timings and throughputs (seconds, items per second), which vary between runs
-=============  ======================================================================================
+==============  ======================================================================================
+key             content
+==============  ======================================================================================
+``parameters``  the effective parameter values of the run (defaults updated with the checked values)
+``provenance``  ``schema``, ``notebook``, ``status`` (``"ok"`` or ``"failed"``), ``error`` (failed
+                runs: ``{"type", "message"}``), ``started_utc`` / ``ended_utc`` (ISO 8601),
+                ``rank_lab`` (version), ``git_commit`` / ``git_dirty`` (``None`` outside a checkout),
+                ``python``, ``torch``, ``faiss``, ``timm`` (versions, ``None`` when absent),
+                ``device`` (e.g. ``"cpu: AMD EPYC 7B13"``, ``"cuda:0: NVIDIA H100"``), ``threads``
+                and ``runner`` (``"rank_lab.book"`` or ``"none"``: run by hand or by jupyter-book)
+``results``     the figures of the notebook only: two runs with the same parameters on one machine
+                give equal ``results``
+``cost``        timings and throughputs (seconds, items per second), which vary between runs
+==============  ======================================================================================
 
 Under :func:`rank_lab.book.run_notebook` the runner hands the checked parameters to the kernel
 (``$RANK_LAB_RUN``, a JSON file) and completes the document after the last cell; run by hand,

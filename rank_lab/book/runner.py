@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .notebooks import book_dir, find_notebook, to_notebook
 from .cells import injected_cell_source
+from .kernels import kernel_manager_config
+from .notebooks import book_dir, find_notebook, to_notebook
 from .parameters import notebook_schema
 from .results import _CONTEXT_ENV, _utc_now, failed_document, load_results, write_document
 
@@ -116,7 +117,8 @@ def run_notebook(
     error: BaseException | None = None
     try:
         pm.execute_notebook(str(src), str(dst), parameters=None, cwd=str(out), kernel_name=kernel_name,
-                            progress_bar=progress, execution_timeout=timeout, log_output=False)
+                            progress_bar=progress, execution_timeout=timeout, log_output=False,
+                            config=kernel_manager_config())  # encrypted kernel transport, no warning
     except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised below
         error = exc
     finally:

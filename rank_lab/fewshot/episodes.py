@@ -274,7 +274,7 @@ def fewshot_retrieval_scores(
     cache: torch.Tensor | None = None
     items = list(supports.items())
     if progress:
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         items = tqdm(items, desc="classes")
     for c, sup in items:

@@ -74,7 +74,7 @@ def faiss_available() -> bool:
 def _progress(iterable: Iterable, total: int, show: bool, desc: str) -> Iterable:
     if not show:
         return iterable
-    from tqdm.auto import tqdm
+    from rank_lab._progress import tqdm
 
     return tqdm(iterable, total=total, desc=desc, leave=False)
 

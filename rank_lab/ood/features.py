@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
-from tqdm.auto import tqdm
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import check_finite, check_positive_int
 from rank_lab.utils import DeviceLike, get_device
 

@@ -371,7 +371,7 @@ def extract_descriptors(
     starts = range(done, n, batch_size)
     show = len(starts) > 2 if progress is None else progress
     if show:
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         starts = tqdm(starts, desc="descriptors", initial=done // batch_size, total=(n + batch_size - 1) // batch_size, leave=False)
     result: torch.Tensor | None = None

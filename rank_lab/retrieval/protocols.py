@@ -20,7 +20,8 @@ The cross-source protocol of the thesis (§4.1.2) is in :mod:`rank_lab.retrieval
 (its names are importable from here too). Ties follow the project rule (``docs/decisions.md``):
 the worst case, tied negatives first (:func:`rank_lab.metrics.positive_positions`).
 
-Confidence intervals for repeated stochastic runs: :func:`mean_ci` (Student t, thesis §4.3.3).
+Confidence intervals for repeated stochastic runs: :func:`mean_ci` (Student t, thesis §4.3.3), defined
+in :mod:`rank_lab.stats` and re-exported here.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from rank_lab.retrieval.cross_source import (  # noqa: F401
     inter_domain_from_positions,
     multilabel_targets,
 )
+from rank_lab.stats import mean_ci  # the one implementation; re-exported where it was
 
 __all__ = [
     "REVISITED_PROTOCOLS",
@@ -196,35 +198,3 @@ def revisited_evaluate(
         res["n_empty"] = float(n_empty)
         out[proto] = res
     return out
-
-
-def mean_ci(values: object, level: float = 0.95) -> tuple[float, float]:
-    """Mean and half-width of the Student-t confidence interval (thesis §4.3.3, digest §3.7).
-
-    ``mean +- t_{(1+level)/2, n-1} s / sqrt(n)`` with ``s`` the sample standard deviation
-    (``ddof = 1``); e.g. ``t = 2.776`` for 5 runs, ``2.064`` for 25.
-
-    Args:
-        values: ``(n,)`` results of ``n >= 2`` repeated stochastic runs (integers are cast to float).
-        level: confidence level in ``(0, 1)``.
-
-    Returns:
-        ``(mean, half_width)``.
-
-    Raises:
-        ValueError: ``values`` not 1-D, shorter than 2 or holding NaN / inf; ``level`` outside (0, 1).
-    """
-    from scipy import stats
-
-    t_values = as_tensor(values, "values")
-    if t_values.ndim != 1:
-        raise ValueError(f"values must have shape (n,), got {tuple(t_values.shape)}")
-    x = np.asarray(t_values.double().cpu().numpy(), dtype=np.float64)
-    if x.size < 2:
-        raise ValueError(f"values needs at least 2 runs for a confidence interval, got {x.size}")
-    if not np.isfinite(x).all():
-        raise ValueError("values contains NaN or inf")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    t = stats.t.ppf((1 + level) / 2, x.size - 1)
-    return float(x.mean()), float(t * x.std(ddof=1) / np.sqrt(x.size))

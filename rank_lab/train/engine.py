@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import defer_finite_checks
 from rank_lab.train.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
 from rank_lab.train.guard import NonFiniteTrainingError, check_resume, describe_batch

@@ -48,8 +48,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
 from rank_lab.data.samplers import MPerClassSampler
 from rank_lab.models.backbones import lock_batchnorm

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
+from rank_lab._progress import tqdm
 from rank_lab.data import HierarchicalSampler, MPerClassSampler
 from rank_lab.losses.registry import build_loss, loss_info
 from rank_lab.memory import CrossBatchMemory, MemoryLoss

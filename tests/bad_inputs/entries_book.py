@@ -15,7 +15,22 @@ from pathlib import Path
 import nbformat
 
 import rank_lab.book as B
-from rank_lab.book import api, cells, cli, notebooks, parameters, provenance, results, runner, twins
+from rank_lab.book import (
+    api,
+    cells,
+    cli,
+    kernels,
+    notebooks,
+    parameters,
+    provenance,
+    readings,
+    record,
+    recorded,
+    results,
+    runner,
+    twins,
+)
+from rank_lab.stats import paired_difference
 
 from .framework import cls, fn
 
@@ -62,6 +77,57 @@ def _book() -> Path:
 
 def _tiny() -> str:
     return str(_book() / "tiny.md")
+
+
+TINY_REC = TINY.replace("  results_keys: [value]\n", "  results_keys: [run]\n  recorded:\n    keys: [run]\n"
+                        "    seeds: run.seeds\n").replace(
+    'save_results({"value": seed, "dataset": dataset, "smoke": smoke}, "results.json")',
+    'save_results({"run": {"seeds": [seed], "value": 1.0 + seed, "dataset": dataset}}, "results.json")')
+
+
+def _rec_tiny() -> str:
+    """A book folder holding ``rtiny``, a notebook that declares a recorded run."""
+    root = Path(tempfile.mkdtemp(prefix="rank_lab_matrix_book_")) / "book"
+    root.mkdir()
+    (root / "rtiny.md").write_text(TINY_REC)
+    return str(root / "rtiny.md")
+
+
+def _ok_doc() -> dict:
+    doc = results.failed_document({"smoke": False, "seed": 0}, ValueError("x"), notebook="rtiny")
+    doc["provenance"].update(status="ok", error=None)
+    doc["results"] = {"run": {"seeds": [0, 1, 2], "value": 1.5}}
+    doc["cost"] = {"run_s": 3.0}
+    return doc
+
+
+def _spec() -> record.RecordSpec:
+    return record.RecordSpec("rtiny", ("run",), "run.seeds")
+
+
+def _rec() -> dict:
+    return record.make_record(_ok_doc(), _spec())
+
+
+def _run() -> recorded.RecordedRun:
+    return recorded.RecordedRun("rtiny", Path("recorded/rtiny.json"), _rec())
+
+
+def _ax():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.figure().add_subplot()
+
+
+_CI = {"mean": 0.5, "lo": 0.4, "hi": 0.6}
+_ROWS = [{"loss": "SupAP", "mAP@R": "54.3 [50.0, 58.6]"}, {"loss": "Smooth-AP", "mAP@R": 0.5}]
+
+
+def _diff() -> dict:
+    return paired_difference([0.55, 0.56, 0.57], [0.54, 0.54, 0.55])
 
 
 def _param() -> parameters.Parameter:
@@ -163,6 +229,59 @@ ENTRIES = [
     fn(twins.make_twin, lambda: dict(md_path=Path(_tiny()), out_path=Path(_out()) / "t.ipynb", repo="https://x/r.git"),
        {"md_path": "path"}),
     fn(twins.make_twins, lambda: dict(out_dir=_out(), root=_book(), repo="https://x/r.git"), {"root": "path"}),
+    # recorded full runs, their display and readings
+    cls(record.RecordError),
+    cls(record.RecordBuildError),
+    cls(record.RecordSpec, dict(notebook="rtiny", keys=("run",), seeds="run.seeds")),
+    fn(record.record_spec, lambda: dict(name=_rec_tiny()),
+       extra={"int": ("name", lambda: 3, ("name",)), "unknown": ("name", lambda: "tinny", ("notebook",))}),
+    fn(record.record_path, lambda: dict(name=_rec_tiny(), variant="gpu"),
+       extra={"variant": ("variant", lambda: "GPU run", ("variant",))}),
+    fn(record.make_record, lambda: dict(document=_ok_doc(), spec=_spec()),
+       extra={"spec": ("spec", lambda: "run.seeds", ("spec",)), "list": ("document", lambda: [1], ("document",)),
+              "smoke": ("document", lambda: {**_ok_doc(), "parameters": {"smoke": True}}, ("document",)),
+              "keys": ("document", lambda: {**_ok_doc(), "results": {}}, ("document",))}),
+    fn(record.check_record, lambda: dict(record=_rec()),
+       extra={"int": ("record", lambda: 3, ("record",)), "schema": ("record", lambda: {**_rec(), "schema": "x"},
+                                                                    ("record",)),
+              "nan": ("record", lambda: {**_rec(), "results": {"x": math.nan}}, ("record",))}),
+    fn(record.write_record, lambda: dict(record=_rec(), path=Path(_out()) / "r.json"),
+       extra={"empty": ("record", lambda: {}, ("record",))}),
+    fn(record.record_notebook, lambda: dict(name=_rec_tiny(), parameters={"seed": 1}, output_dir=_out(),
+                                            allow_dirty=True, timeout=120), {"timeout": "posint"},
+       extra={"smoke": ("parameters", lambda: {"smoke": True}, ("smoke",)),
+              "list": ("parameters", lambda: [("seed", 1)], ("parameters",)),
+              "unknown": ("parameters", lambda: {"sede": 1}, ("sede",)),
+              "undeclared": ("name", _tiny, ("recorded",))}),
+    cls(recorded.RecordedRun, lambda: dict(notebook="rtiny", path=Path("recorded/rtiny.json"), document=None)),
+    fn(recorded.load_record, lambda: dict(name=_rec_tiny(), variant=None),
+       extra={"int": ("name", lambda: 3, ("name",)), "variant": ("variant", lambda: "A B", ("variant",))}),
+    fn(recorded.record_header, lambda: dict(run=_run()), extra={"str": ("run", lambda: "rtiny", ("run",))}),
+    fn(recorded.show_header, lambda: dict(run=_run()), extra={"str": ("run", lambda: "rtiny", ("run",))}),
+    fn(recorded.show_markdown, dict(text="**x**"), extra={"int": ("text", lambda: 3, ("text",))}),
+    fn(recorded.format_ci, dict(summary=_CI, digits=2, scale=100.0), {"digits": "nonnegint", "scale": "real"},
+       extra={"missing": ("summary", lambda: {"mean": 1.0}, ("summary",))}),
+    fn(recorded.table_text, dict(rows=_ROWS, columns=["loss", "mAP@R"], digits=2), {"digits": "nonnegint"},
+       extra={"dict": ("rows", lambda: {"a": 1}, ("rows",)), "columns": ("columns", lambda: "loss", ("columns",))}),
+    fn(recorded.table_html, dict(rows=_ROWS, caption="c"), extra={"dict": ("rows", lambda: {"a": 1}, ("rows",))}),
+    fn(recorded.show_table, dict(rows=_ROWS), extra={"dict": ("rows", lambda: {"a": 1}, ("rows",))}),
+    fn(recorded.ci_errorbar, lambda: dict(ax=_ax(), x=[0, 1], summaries=[_CI, _CI], scale=1.0), {"scale": "real"},
+       extra={"len": ("x", lambda: [0], ("x", "summaries")),
+              "summary": ("summaries", lambda: [_CI, {"mean": 1.0}], ("summaries",))}),
+    fn(readings.effect_sentence, lambda: dict(difference=_diff(), a="SupAP", b="Smooth-AP", metric="mAP@R",
+                                              claim="Sup-AP beats Smooth-AP", reasons=["toy data"], digits=2,
+                                              scale=100.0),
+       {"digits": "nonnegint", "scale": "real"},
+       extra={"reasons": ("reasons", lambda: [], ("reasons",)),
+              "difference": ("difference", lambda: {"mean": 1.0}, ("difference",)),
+              "metric": ("metric", lambda: "", ("metric",)), "claim": ("claim", lambda: 3, ("claim",))}),
+    fn(readings.reading_markdown, lambda: dict(sentences=["one."], run=_run()),
+       extra={"str": ("sentences", lambda: "one.", ("sentences",)), "run": ("run", lambda: 3, ("run",))}),
+    fn(readings.show_reading, lambda: dict(sentences=["one."]),
+       extra={"str": ("sentences", lambda: "one.", ("sentences",))}),
+    fn(kernels.curve_available),
+    fn(kernels.kernel_manager_config),
+    fn(kernels.encrypt_kernel_transport),
     fn(api.public_modules),
     fn(api.api_page),
     fn(cli.main, dict(argv=["list"]), extra={"unknown": ("argv", lambda: ["params", "no_such_notebook"], ())},

@@ -1,4 +1,5 @@
-"""Matrix entries of :mod:`rank_lab.memory`, :mod:`rank_lab.utils`, :mod:`rank_lab.cost` and :mod:`rank_lab.publish`."""
+"""Matrix entries of :mod:`rank_lab.memory`, :mod:`rank_lab.utils`, :mod:`rank_lab.cost`, :mod:`rank_lab.publish`
+and :mod:`rank_lab.stats` (whose ``mean_ci`` keeps its entry in ``entries_retrieval``, where it is re-exported)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import torch
+
 import rank_lab.cost as C
 import rank_lab.losses as L
 import rank_lab.memory as MEM
 import rank_lab.publish as P
+import rank_lab.stats as S
 import rank_lab.utils as U
 
 from .factories import emb, labels
@@ -96,4 +100,19 @@ ENTRIES += [
                                     "repo_not_str": ("repo", lambda: 3, ("repo",))}),
     fn(P.publish, lambda: {"root": _repo(), "html_dir": _html(), "remote": _remote()}, {"root": "path", "html_dir": "path"}),
     fn(P.main, lambda: {"argv": ["check", "--root", str(_repo())]}),
+]
+
+# ----------------------------------------------------------------------------- rank_lab.stats
+_RUNS = lambda: torch.tensor([0.5, 0.6, 0.7, 0.65])  # noqa: E731
+
+ENTRIES += [
+    fn(S.t_quantile, {"level": 0.95, "dof": 4}, {"level": "prob", "dof": "posint"}),
+    fn(S.ci_summary, lambda: {"values": _RUNS()}, {"values": "x", "level": "prob"},
+       legal={"values:int": "integer results are cast to float"}),
+    fn(S.paired_difference, lambda: {"a": _RUNS(), "b": _RUNS().flip(0)}, {"a": "x", "b": "x", "level": "prob"},
+       rows=(("a", "b"),), legal={"a:int": "integer results are cast to float", "b:int": "integer results are cast to float"}),
+    fn(S.ci_sign, {"summary": {"lo": -0.1, "hi": 0.2}},
+       extra={"list": ("summary", lambda: [-0.1, 0.2], ("summary",)),
+              "order": ("summary", lambda: {"lo": 0.2, "hi": -0.1}, ("summary",)),
+              "nan": ("summary", lambda: {"lo": float("nan"), "hi": 0.2}, ("summary",))}),
 ]
