@@ -294,3 +294,19 @@ def test_bib_entries_and_errors() -> None:
                                 if line.startswith("@"))
     for entry in book_bib.values():
         assert not re.search(r"[{}\\]", entry.reference()), entry.reference()
+
+
+def test_doc_targets_resolve_to_the_page_title_and_its_twin(tmp_path: Path) -> None:
+    from rank_lab.book.colab import doc_resolver
+
+    book = tmp_path / "book"
+    (book / "a").mkdir(parents=True)
+    (book / "b").mkdir()
+    (book / "a" / "one.md").write_text("# One\n")
+    (book / "b" / "two.md").write_text("---\nx: 1\n---\n# The second page\n")
+    resolve = doc_resolver(book / "a" / "one.md", book, "https://colab/base")
+    assert resolve("../b/two") == ("The second page", "https://colab/base/b/two.ipynb")
+    assert resolve("/book/b/two.md") == ("The second page", "https://colab/base/b/two.ipynb")
+    assert doc_resolver(book / "a" / "one.md", book, None)("../b/two") == ("The second page", None)
+    with pytest.raises(MystConversionError, match="names no page"):
+        resolve("../b/three")

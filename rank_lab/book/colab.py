@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .bibtex import BibEntry, BibError
 
-__all__ = ["ColabMarkdown", "MystConversionError", "MYST_LEFTOVER", "equation_labels"]
+__all__ = ["ColabMarkdown", "MystConversionError", "MYST_LEFTOVER", "equation_labels", "doc_resolver"]
 
 
 class MystConversionError(ValueError):
@@ -255,8 +255,9 @@ def doc_resolver(md_path: Path, root: Path, colab_base: str | None) -> Callable[
 
     def resolve(target: str) -> tuple[str, str | None]:
         rel = target.removesuffix(".md").removesuffix(".ipynb")
-        page = (root / rel) if rel.startswith("/") else (md_path.parent / rel)
-        page = Path(str(page).replace("//", "/")).with_suffix(".md").resolve()
+        # "/x/y" is relative to the project root (the folder above book/), as in Sphinx; else to the page
+        page = (root.parent / rel.lstrip("/")) if rel.startswith("/") else (md_path.parent / rel)
+        page = page.with_suffix(".md").resolve()
         if not page.is_file():
             raise MystConversionError(f"{md_path.stem}: {{doc}}`{target}` names no page ({page})")
         heading = next((ln[2:].strip() for ln in page.read_text(encoding="utf-8").splitlines()
