@@ -73,8 +73,11 @@ def equation_labels(markdown_cells: list[str]) -> dict[str, int]:
     ``:label:`` (Sphinx numbers the labelled equations of a page 1, 2, ...).
 
     Raises:
+        TypeError: ``markdown_cells`` is not a list of strings.
         MystConversionError: a label defined twice.
     """
+    if isinstance(markdown_cells, str) or not all(isinstance(c, str) for c in markdown_cells):
+        raise TypeError("markdown_cells must be a list of the Markdown cells' texts (str)")
     labels: dict[str, int] = {}
     for text in markdown_cells:
         found = [(start, lab) for start, _, lab in _math_spans(text) if lab]

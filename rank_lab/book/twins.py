@@ -83,7 +83,10 @@ def install_spec(md: str | os.PathLike[str] | Mapping[str, Any]) -> InstallSpec:
     Raises:
         TwinError: an unknown key, an extra that is not in :data:`TWIN_EXTRAS` (``book`` is refused:
             it pulls the Sphinx stack into Colab), or a non-bool ``animal_mnist``.
+        TypeError: ``md`` is neither a path nor a mapping.
     """
+    if not isinstance(md, (str, os.PathLike, Mapping)):
+        raise TypeError(f"md must be a notebook path or its front matter (a mapping), got {type(md).__name__}")
     meta = front_matter(md) if isinstance(md, (str, os.PathLike)) else md
     name = Path(md).stem if isinstance(md, (str, os.PathLike)) else "notebook"
     block = (meta.get("rank_lab") or {}).get("install")
@@ -184,7 +187,10 @@ def install_cell(spec: InstallSpec, repo: str, ref: str) -> str:
 
     Raises:
         TwinError: ``ref`` is not a commit or tag name, or ``repo`` is not a clonable URL.
+        TypeError: ``spec`` is not an :class:`InstallSpec`.
     """
+    if not isinstance(spec, InstallSpec):
+        raise TypeError(f"spec must be an InstallSpec (install_spec of a notebook), got {type(spec).__name__}")
     repo = check_repository_url(repo, "the repo argument")
     if not isinstance(ref, str) or not _REF.match(ref) or ".." in ref:
         raise TwinError(f"ref must be a commit or a tag name, got {ref!r}")
