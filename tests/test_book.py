@@ -405,20 +405,7 @@ def test_find_notebook_errors_name_the_known_ones(mini_book: Path) -> None:
         book.list_notebooks(mini_book / "absent")
 
 
-# ------------------------------------------------------------------------------- twins, api page
-def test_twins_have_an_install_cell(tmp_path: Path) -> None:
-    root = tmp_path / "book"
-    (root / "part").mkdir(parents=True)
-    (root / "part" / "mini.md").write_text(MINI)
-    written = book.make_twins(tmp_path / "twins", root=root, repo="https://github.com/o/r.git")
-    assert written == [tmp_path / "twins" / "part" / "mini.ipynb"]
-    nb = nbformat.read(written[0], as_version=4)
-    assert "pip" in nb.cells[0].source and "git+https://github.com/o/r.git" in nb.cells[0].source
-    assert nb.cells[0].metadata["tags"] == ["colab-install"]
-    assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells)
-    assert "save_results" in nb.cells[-1].source
-
-
+# ------------------------------------------------------------------------------- api page (twins: tests/test_twins.py)
 def test_api_page_is_current() -> None:
     page = book.book_dir() / "api.md"
     assert page.exists(), "run: python -m rank_lab.book api --write"

@@ -28,7 +28,7 @@ __all__ = ["USER_ERRORS", "main"]
 
 #: Exception names raised inside a notebook that are the user's to fix: one message, no traceback.
 USER_ERRORS = ("DatasetFolderError", "WeightsUnavailableError", "FullRunOnCPUError", "FileNotFoundError",
-               "ParameterError", "ParameterTypeError")
+               "ParameterError", "ParameterTypeError", "TwinError", "MystConversionError", "BibError")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 EXAMPLES = """examples:
@@ -36,7 +36,7 @@ EXAMPLES = """examples:
   python -m rank_lab.book params evaluating_retrieval
   python -m rank_lab.book run evaluating_retrieval -p dataset digits -p seed 1 --out outputs/
   python -m rank_lab.book record smooth_rank_surrogates
-  python -m rank_lab.book twins --out _build/html/_notebooks
+  python -m rank_lab.book twins --out _build/html/_notebooks [--ref v0.1.0]
 values of -p are YAML literals: false, 3, 0.5, [1, 2], null; anything else is a string."""
 
 
@@ -69,9 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--kernel", default=None, help="Jupyter kernel name")
     rec.add_argument("--traceback", action="store_true", help="show the traceback of an error")
     rec.add_argument("--quiet", action="store_true", help="no progress bar")
-    tw = sub.add_parser("twins", help="write .ipynb twins with an install cell (for Colab)")
+    tw = sub.add_parser("twins", help="write the Colab .ipynb twins (pinned install cell, Colab Markdown)")
     tw.add_argument("--out", default="_build/html/_notebooks")
-    tw.add_argument("--repo", default=None, help="git URL used by the install cell")
+    tw.add_argument("--repo", default=None, help="git URL of the install cell (default: repository.url of _config.yml)")
+    tw.add_argument("--ref", default=None, help="commit or tag the install cell pins (default: the checkout's HEAD)")
     api = sub.add_parser("api", help="print (or --write) the API reference page book/api.md")
     api.add_argument("--write", action="store_true")
     return parser
@@ -164,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "params":
             return _params(args.notebook)
         if args.cmd == "twins":
-            for p in make_twins(args.out, repo=args.repo):
+            for p in make_twins(args.out, repo=args.repo, ref=args.ref):
                 print(p)
             return 0
         if args.cmd == "record":

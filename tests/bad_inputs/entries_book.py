@@ -17,8 +17,10 @@ import nbformat
 import rank_lab.book as B
 from rank_lab.book import (
     api,
+    bibtex,
     cells,
     cli,
+    colab,
     kernels,
     notebooks,
     parameters,
@@ -226,9 +228,48 @@ ENTRIES = [
               "name": ("name", lambda: "no_such_notebook_anywhere", ("notebook",)),
               "out": ("output_dir", lambda: 3, ("output_dir",))}),
     # twins, api page, command line
-    fn(twins.make_twin, lambda: dict(md_path=Path(_tiny()), out_path=Path(_out()) / "t.ipynb", repo="https://x/r.git"),
-       {"md_path": "path"}),
-    fn(twins.make_twins, lambda: dict(out_dir=_out(), root=_book(), repo="https://x/r.git"), {"root": "path"}),
+    fn(twins.make_twin, lambda: dict(md_path=Path(_tiny()), out_path=Path(_out()) / "t.ipynb", repo="https://x/r.git",
+                                     ref="0123abc"), {"md_path": "path"},
+       extra={"ref": ("ref", lambda: "a b", ("ref",)), "repo": ("repo", lambda: "https://x/<org>", ("repo",))}),
+    fn(twins.make_twins, lambda: dict(out_dir=_out(), root=_book(), repo="https://x/r.git", ref="0123abc"),
+       {"root": "path"}, extra={"out": ("out_dir", lambda: 3, ("out_dir",)), "ref": ("ref", lambda: "x@y", ("ref",))}),
+    fn(twins.install_spec, dict(md={"rank_lab": {"install": {"extras": ["plots"], "animal_mnist": True}}}),
+       extra={"int": ("md", lambda: 3, ("md",)),
+              "book": ("md", lambda: {"rank_lab": {"install": {"extras": ["book"]}}}, ("extras",)),
+              "key": ("md", lambda: {"rank_lab": {"install": {"extra": ["timm"]}}}, ("key",))}),
+    fn(twins.install_cell, lambda: dict(spec=twins.InstallSpec(("plots",)), repo="https://x/r", ref="0123abc"),
+       extra={"spec": ("spec", lambda: "plots", ("spec",)), "ref": ("ref", lambda: "../x", ("ref",)),
+              "repo": ("repo", lambda: "", ("repo",))}),
+    fn(twins.check_repository_url, dict(url="https://github.com/o/r"),
+       extra={"unset": ("url", lambda: "", ("url",)), "placeholder": ("url", lambda: "https://github.com/<org>/r", ("url",)),
+              "scheme": ("url", lambda: "ftp://h/r", ("url",))}),
+    fn(twins.repository_url, lambda: dict(project=_project()), {"project": "path"},
+       extra={"unset": ("project", lambda: _project(""), ("url",))}),
+    fn(twins.source_ref, lambda: dict(project=_project(git=True)), {"project": "path"},
+       extra={"nogit": ("project", lambda: _project(), ("ref",))}),
+    cls(twins.InstallSpec, dict(extras=("plots",), animal_mnist=False),
+        calls=[("requirement", dict(repo="https://x/r", ref="0123abc"), None)]),
+    cls(twins.TwinError),
+    # MyST -> Colab Markdown, BibTeX
+    cls(colab.ColabMarkdown, dict(name="p", equations={"e": 1}, bibliography={}, doc_link=None),
+        calls=[("convert", dict(text="See {eq}`e` and {func}`~a.b`."), None), ("references_cell", None, None)],
+        extra={"int": ("convert.text", lambda: 3, ("text",)), "role": ("convert.text", lambda: "{ref}`x`", ("role",)),
+               "label": ("convert.text", lambda: "{eq}`z`", ("label",)),
+               "cite": ("convert.text", lambda: "{cite}`nobody2020`", ("key",))}),
+    cls(colab.MystConversionError),
+    fn(colab.equation_labels, dict(markdown_cells=["$$ a $$ (x)", "$$ b $$ (y)"]),
+       extra={"str": ("markdown_cells", lambda: "$$ a $$ (x)", ("markdown_cells",)),
+              "twice": ("markdown_cells", lambda: ["$$ a $$ (x)", "$$ b $$ (x)"], ("label",))}),
+    fn(colab.doc_resolver, lambda: dict(md_path=Path(_tiny()), root=Path(_tiny()).parent, colab_base=None)),
+    fn(bibtex.latex_to_text, dict(value="J{\\\"a}rvelin"), extra={"int": ("value", lambda: 3, ("value",))}),
+    fn(bibtex.parse_bib, dict(text="@misc{a, author = {A, B}, title = {T}, year = {2020}}"),
+       extra={"int": ("text", lambda: 3, ("text",)),
+              "twice": ("text", lambda: "@misc{a, title={x}}\n@misc{a, title={y}}", ("key",)),
+              "open": ("text", lambda: "@misc{a, title={x}", ("entry",))}),
+    fn(bibtex.read_bib, lambda: dict(path=_write("@misc{a, title = {T}}")), {"path": "path"}),
+    cls(bibtex.BibEntry, dict(kind="misc", key="k", fields={"author": "A, B and C, D", "year": "2020", "title": "T"}),
+        calls=[("authors_short", None, None), ("reference", None, None)]),
+    cls(bibtex.BibError),
     # recorded full runs, their display and readings
     cls(record.RecordError),
     cls(record.RecordBuildError),
@@ -287,6 +328,18 @@ ENTRIES = [
     fn(cli.main, dict(argv=["list"]), extra={"unknown": ("argv", lambda: ["params", "no_such_notebook"], ())},
        legal={"argv:unknown": "a usage error prints one message and returns exit code 2 (docs/book_contract.md)"}),
 ]
+
+
+def _project(url: str = "https://github.com/o/r", *, git: bool = False) -> str:
+    """A project folder with a ``_config.yml`` (``repository.url``), a git checkout with one commit if ``git``."""
+    import subprocess
+
+    root = Path(tempfile.mkdtemp(prefix="rank_lab_matrix_project_"))
+    (root / "_config.yml").write_text(f"repository: {{url: '{url}'}}\n")
+    if git:
+        for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@e.org", "commit", "-qm", "x"]):
+            subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    return str(root)
 
 
 def _write(text: str) -> str:
