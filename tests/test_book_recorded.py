@@ -240,6 +240,14 @@ def test_loaded_record_header_and_errors(rec_book: Path) -> None:
     record.write_record(_record_doc(git_dirty=True, wall_s=42.0, seeds=[7]), path)
     assert recorded.record_header(recorded.load_record("recmini")).startswith(
         "recorded full run: 2026-11-26, cpu: Test CPU, 1 seed, commit 0123456 (uncommitted changes); 42 s")
+    moved = record.pin_start_commit(_record_doc(git_commit="fedcba9876543210"), "0123456789abcdef")
+    assert moved["provenance"]["git_commit"] == "0123456789abcdef"
+    assert moved["provenance"]["git_commit_end"] == "fedcba9876543210"
+    assert record.pin_start_commit(_record_doc(), "0123456789abcdef") == _record_doc()  # HEAD did not move
+    assert record.pin_start_commit(_record_doc(), None) == _record_doc()  # outside a git checkout
+    record.write_record(moved, path)
+    assert "commit 0123456 (HEAD moved to fedcba9 during the run);" in recorded.record_header(
+        recorded.load_record("recmini"))
     path.write_text(json.dumps({**_record_doc(), "notebook": "other"}))
     with pytest.raises(RecordError, match="not of 'recmini'"):
         recorded.load_record("recmini")

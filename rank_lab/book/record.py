@@ -60,6 +60,7 @@ __all__ = [
     "check_record",
     "write_record",
     "record_notebook",
+    "pin_start_commit",
 ]
 
 RECORD_SCHEMA = "rank_lab.book.recorded/1"
@@ -310,9 +311,40 @@ def record_notebook(
     if not allow_dirty and _git("status", "--porcelain", "--untracked-files=no"):
         raise RecordError("the git checkout has uncommitted changes: commit them first, so that the record "
                           "names the code that produced it (or pass allow_dirty / --allow-dirty)")
+    start_commit = _git("rev-parse", "HEAD")  # the code the run starts from (HEAD may move meanwhile)
     out = run_notebook(md, values, output_dir, kernel_name=kernel_name, timeout=timeout, progress=progress)
     try:
         record = make_record(load_results(out), spec, variant)
     except RecordError as exc:
         raise RecordBuildError(f"{md.stem} ran, but {out / 'results.json'} cannot be recorded: {exc}") from exc
-    return write_record(record, target)
+    return write_record(pin_start_commit(record, start_commit), target)
+
+
+def pin_start_commit(record: Mapping[str, Any], start_commit: str | None) -> dict[str, Any]:
+    """The record with ``git_commit`` set to the commit the run started from.
+
+    The notebook's ``results.json`` reads ``git rev-parse HEAD`` when it saves its results, which
+    names a later commit when someone commits while a long full run goes on. The record keeps the
+    start commit as ``git_commit`` and, when HEAD moved, the end one as ``git_commit_end`` (the
+    header of the chapter then says so).
+
+    Args:
+        record: a record (:func:`make_record`).
+        start_commit: ``git rev-parse HEAD`` before the run, ``None`` outside a git checkout.
+
+    Returns:
+        The record, checked by :func:`check_record`.
+
+    Raises:
+        TypeError: ``start_commit`` not a string or ``None``; ``record`` not a mapping.
+        RecordError: ``record`` breaks the rules of :func:`check_record`.
+    """
+    if start_commit is not None and not isinstance(start_commit, str):
+        raise TypeError(f"start_commit must be a commit string or None, got {type(start_commit).__name__}")
+    record = dict(check_record(record))
+    prov = dict(record["provenance"])
+    end = prov.get("git_commit")
+    if start_commit and end != start_commit:
+        prov.update(git_commit=start_commit, git_commit_end=end)
+    record["provenance"] = prov
+    return check_record(record)

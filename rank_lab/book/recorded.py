@@ -152,6 +152,8 @@ def record_header(run: RecordedRun) -> str:
                 f"{run.path.parent.name}/{run.path.name} next to the chapter.")
     p = run.provenance
     commit = (p.get("git_commit") or "unknown")[:7] + (" (uncommitted changes)" if p.get("git_dirty") else "")
+    if p.get("git_commit_end"):
+        commit += f" (HEAD moved to {p['git_commit_end'][:7]} during the run)"
     n = len(p["seeds"])
     return (f"recorded full run: {_date(p['ended_utc'])}, {p['device']}, {n} seed{'s' if n != 1 else ''}, "
             f"commit {commit}; {_duration(p.get('wall_s'))}, rank_lab {p['rank_lab']}, torch {p['torch']}")
