@@ -538,3 +538,32 @@ def test_sharded_index_on_gpus():
         assert index.placement == ("gpu" if n == 1 else f"gpu-{'shards' if mode == 'shard' else 'replicas'}")
         vals, idx = sharded_knn_search(x, x, 5, exclude_self=True, index=index)
         assert torch.equal(idx, ref[1]) and torch.allclose(vals, ref[0], atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- local batches
+def test_local_batch_loss_is_the_mean_of_the_slice_losses_and_differs_from_the_gathered_loss():
+    from rank_lab.losses import SupAP
+    from rank_lab.train import LocalBatchLoss
+
+    gen = torch.Generator().manual_seed(5)
+    emb = torch.randn(16, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    lab = torch.arange(16) // 4  # 4 classes x 4, contiguous class groups as the sampler gives them
+    base = SupAP().double()
+    local = LocalBatchLoss(base, 2)(emb, lab)
+    by_hand = (base(emb[:8], lab[:8]) + base(emb[8:], lab[8:])) / 2
+    assert local.item() == pytest.approx(by_hand.item(), abs=1e-12)
+    (g_local,) = torch.autograd.grad(local, emb)
+    (g_hand,) = torch.autograd.grad(by_hand, emb)
+    assert torch.allclose(g_local, g_hand, atol=1e-12)
+    # one slice is the wrapped loss itself; two slices are not the loss of the whole batch
+    assert LocalBatchLoss(base, 1)(emb, lab).item() == pytest.approx(base(emb, lab).item(), abs=1e-12)
+    assert abs(local.item() - base(emb, lab).item()) > 1e-3
+    # references (a memory) reach every slice unchanged
+    ref, ref_lab = emb.detach()[::2], lab[::2]  # 2 items of every class
+    with_ref = LocalBatchLoss(base, 2)(emb, lab, ref, ref_lab)
+    assert with_ref.item() == pytest.approx(
+        ((base(emb[:8], lab[:8], ref, ref_lab) + base(emb[8:], lab[8:], ref, ref_lab)) / 2).item(), abs=1e-12)
+    with pytest.raises(ValueError, match="n_slices"):
+        LocalBatchLoss(base, 3)(emb, lab)
+    with pytest.raises(TypeError, match="loss"):
+        LocalBatchLoss("supap", 2)

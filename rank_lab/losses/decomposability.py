@@ -21,7 +21,8 @@ Losses:
 DG tools (exact metrics from :mod:`rank_lab.metrics`):
 
 * :func:`decomposability_gap` -- DG of a fixed partition; :func:`random_batches` and
-  :func:`expected_decomposability_gap` for random (optionally class-balanced) partitions.
+  :func:`expected_decomposability_gap` for random (optionally class-balanced) partitions;
+  :func:`embedding_decomposability_gap` for the mean DG of a labelled embedding set.
 * :func:`dg_upper_bound` -- the worst case when every batch is perfectly ranked (Eq. 3.18 of the
   thesis; SupRank Eq. 26; ROADMAP Eq. 8), attained by the juxtaposed batches of
   :func:`juxtaposed_batches` (thesis Fig. 3.10 / A.1); :func:`worst_case_dg_brute_force` checks it
@@ -37,7 +38,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rank_lab._validation import check_float, check_positive_int, check_scores_targets
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_positive_int,
+    check_scores_targets,
+)
 from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss
 from rank_lab.losses.proxies import NormSoftmaxLoss
@@ -50,6 +57,7 @@ __all__ = [
     "decomposability_gap",
     "random_batches",
     "expected_decomposability_gap",
+    "embedding_decomposability_gap",
     "dg_upper_bound",
     "dg_calibrated_bound",
     "calibration_counts",
@@ -215,6 +223,76 @@ def expected_decomposability_gap(
         vals.append(float(decomposability_gap(scores, targets, ids, metric=metric)))
     t = torch.tensor(vals, dtype=torch.float64)
     return float(t.mean()), float(t.std()) if len(vals) > 1 else 0.0
+
+
+def embedding_decomposability_gap(
+    embeddings: torch.Tensor,
+    labels: torch.Tensor,
+    batch_size: int,
+    *,
+    n_draws: int = 5,
+    seed: int = 0,
+    metric: Metric | None = None,
+) -> tuple[float, float]:
+    """Mean DG (Eq. 3.6 of the Ramzi thesis) of a labelled embedding set, over queries and partitions.
+
+    The first item of every class (in the order of ``torch.unique(labels)``) is a query; the
+    other ``N`` items form the retrieval set, scored by cosine similarity. Each draw splits the
+    retrieval set into ``N / batch_size`` random batches (:func:`random_batches`, not
+    class-balanced) shared by all queries, and computes every query's DG with
+    :func:`decomposability_gap` (a batch holding none of a query's positives is skipped for that
+    query). With ``batch_size / N`` small, a query's batch metric is that of a few positives among
+    ``batch_size`` random items, against its metric over the whole set.
+
+    Args:
+        embeddings: ``(n, d)`` embeddings (normalised here).
+        labels: ``(n,)`` integer class labels; every class needs at least 2 items.
+        batch_size: B; the retrieval set size ``N = n - n_classes`` must be a multiple of it.
+        n_draws: number of random partitions.
+        seed: base seed (draw i uses ``seed + i``).
+        metric: see :func:`decomposability_gap` (default: AP).
+
+    Returns:
+        ``(mean, std)``: the mean DG over queries and draws, and the standard deviation over the
+        draws of the per-draw mean over queries (0.0 for one draw).
+
+    Raises:
+        ValueError: bad shapes or values, a class with a single item, ``N`` not a multiple of
+            ``batch_size``.
+    """
+    emb = check_embeddings(embeddings, "embeddings")
+    lab = check_labels(labels, emb.shape[0], "labels")
+    if lab.ndim != 1:
+        raise ValueError(f"labels must have shape (n,), got {tuple(lab.shape)}")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    n_draws = check_positive_int(n_draws, "n_draws")
+    classes, counts = torch.unique(lab, return_counts=True)
+    if bool((counts < 2).any()):
+        raise ValueError(
+            f"labels: every class needs at least 2 items (a query and a positive), class "
+            f"{int(classes[counts < 2][0])} has 1"
+        )
+    queries = torch.stack([torch.nonzero(lab == c)[0, 0] for c in classes])
+    gallery = torch.ones(len(lab), dtype=torch.bool, device=lab.device)
+    gallery[queries] = False
+    n = int(gallery.sum())
+    if n % batch_size:
+        raise ValueError(
+            f"batch_size={batch_size} must divide the retrieval set size N={n} "
+            f"(items minus one query per class)"
+        )
+    emb = torch.nn.functional.normalize(emb.double(), dim=1)
+    scores = emb[queries] @ emb[gallery].T
+    targets = lab[queries][:, None] == lab[gallery][None, :]
+    per_draw = torch.tensor(
+        [
+            float(decomposability_gap(scores, targets, random_batches(n, batch_size, seed=seed + i),
+                                      metric=metric).mean())
+            for i in range(n_draws)
+        ],
+        dtype=torch.float64,
+    )
+    return float(per_draw.mean()), float(per_draw.std()) if n_draws > 1 else 0.0
 
 
 def _one_query(scores: object, targets: object) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,7 +16,8 @@
 * :class:`DistributedTrainer` -- the same under ``torchrun`` (DDP, one global rank-loss batch
   all-gathered over the ranks, rank-agnostic checkpoints); :mod:`rank_lab.train.distributed` holds
   the process group, the differentiable all-gather and the distributed m-per-class sampler, and
-  ``python -m rank_lab.train.launch`` is the command-line entry point.
+  ``python -m rank_lab.train.launch`` is the command-line entry point;
+  :class:`LocalBatchLoss` is the objective of ranks that skip the all-gather (for comparison).
 """
 
 from rank_lab._deprecation import moved_names
@@ -30,6 +31,7 @@ from rank_lab.train.distributed import (
 )
 from rank_lab.train.distributed_trainer import DistributedTrainer
 from rank_lab.train.engine import Batch, Engine, EngineConfig, NonFiniteTrainingError, fit
+from rank_lab.train.local_batches import LocalBatchLoss
 from rank_lab.train.optim import build_optimizer
 from rank_lab.train.recipes import (
     RECALL_RECIPES,
@@ -60,6 +62,7 @@ __all__ = [
     "Trainer",
     "DistributedTrainer",
     "DistributedMPerClassSampler",
+    "LocalBatchLoss",
     "all_gather_with_grad",
     "init_distributed",
     "as_dataset",

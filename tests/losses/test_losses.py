@@ -31,6 +31,7 @@ from rank_lab.losses import (
     decomposability_gap,
     dg_calibrated_bound,
     dg_upper_bound,
+    embedding_decomposability_gap,
     expected_decomposability_gap,
     juxtaposed_batches,
     random_batches,
@@ -569,6 +570,38 @@ def test_random_batches_and_expected_dg():
     with pytest.raises(ValueError, match="no positive"):
         decomposability_gap(s, y, contiguous, empty_batch="raise")
     assert decomposability_gap(s, y, contiguous).item() == pytest.approx(0.0)  # skipped: only batch 0 counts
+
+
+def test_embedding_decomposability_gap_matches_a_per_query_brute_force():
+    gen = torch.Generator().manual_seed(3)
+    lab = torch.arange(4).repeat_interleave(4)[torch.randperm(16, generator=gen)]  # 4 classes x 4
+    emb = torch.randn(16, 5, generator=gen, dtype=torch.float64)
+    mean, std = embedding_decomposability_gap(emb, lab, 3, n_draws=3, seed=7)
+    # brute force: the queries, retrieval set and partitions rebuilt by hand, one query at a time
+    unit = emb / emb.norm(dim=1, keepdim=True)
+    queries = [int(torch.nonzero(lab == c)[0, 0]) for c in range(4)]
+    rest = [i for i in range(16) if i not in queries]
+    draws = []
+    for d in range(3):
+        ids = random_batches(12, 3, seed=7 + d)
+        gaps = []
+        for q in queries:
+            s = torch.stack([unit[q] @ unit[j] for j in rest])
+            y = torch.tensor([int(lab[j] == lab[q]) for j in rest])
+            batch_aps = [average_precision(s[ids == b][None], y[ids == b][None]).item()
+                         for b in range(4) if y[ids == b].any()]
+            gaps.append(sum(batch_aps) / len(batch_aps) - average_precision(s[None], y[None]).item())
+        draws.append(sum(gaps) / len(gaps))
+    assert mean == pytest.approx(sum(draws) / 3, abs=1e-12)
+    assert std == pytest.approx(torch.tensor(draws, dtype=torch.float64).std().item(), abs=1e-12)
+    # one batch = the whole retrieval set: no gap; a perfect embedding: no gap at any B
+    assert embedding_decomposability_gap(emb, lab, 12, n_draws=2) == (pytest.approx(0.0), pytest.approx(0.0))
+    onehot = torch.nn.functional.one_hot(lab, 4).double()
+    assert embedding_decomposability_gap(onehot, lab, 3, n_draws=2)[0] == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        embedding_decomposability_gap(emb, lab, 5)
+    with pytest.raises(ValueError, match="labels"):
+        embedding_decomposability_gap(emb[:5], torch.tensor([0, 0, 1, 1, 2]), 2)  # class 2: 1 item
 
 
 # ----------------------------------------------------------------------------- presets / factory
