@@ -245,6 +245,10 @@ def test_loaded_record_header_and_errors(rec_book: Path) -> None:
     assert moved["provenance"]["git_commit_end"] == "fedcba9876543210"
     assert record.pin_start_commit(_record_doc(), "0123456789abcdef") == _record_doc()  # HEAD did not move
     assert record.pin_start_commit(_record_doc(), None) == _record_doc()  # outside a git checkout
+    edited = record.pin_start_commit(_record_doc(git_dirty=True), "0123456789abcdef", False)
+    assert edited["provenance"]["git_dirty"] is False  # edited during the run, clean when it started
+    with pytest.raises(TypeError, match="start_dirty"):
+        record.pin_start_commit(_record_doc(), None, "no")
     record.write_record(moved, path)
     assert "commit 0123456 (HEAD moved to fedcba9 during the run);" in recorded.record_header(
         recorded.load_record("recmini"))

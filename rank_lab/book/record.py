@@ -308,7 +308,8 @@ def record_notebook(
         raise ParameterError(f"parameter 'smoke' of {md.stem}: a record is a full run, smoke must be false")
     target = record_path(md, variant)
     values = notebook_schema(md).check({**given, "smoke": False})
-    if not allow_dirty and _git("status", "--porcelain", "--untracked-files=no"):
+    start_dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    if not allow_dirty and start_dirty:
         raise RecordError("the git checkout has uncommitted changes: commit them first, so that the record "
                           "names the code that produced it (or pass allow_dirty / --allow-dirty)")
     start_commit = _git("rev-parse", "HEAD")  # the code the run starts from (HEAD may move meanwhile)
@@ -317,34 +318,43 @@ def record_notebook(
         record = make_record(load_results(out), spec, variant)
     except RecordError as exc:
         raise RecordBuildError(f"{md.stem} ran, but {out / 'results.json'} cannot be recorded: {exc}") from exc
-    return write_record(pin_start_commit(record, start_commit), target)
+    return write_record(pin_start_commit(record, start_commit, start_dirty), target)
 
 
-def pin_start_commit(record: Mapping[str, Any], start_commit: str | None) -> dict[str, Any]:
-    """The record with ``git_commit`` set to the commit the run started from.
+def pin_start_commit(record: Mapping[str, Any], start_commit: str | None,
+                     start_dirty: bool | None = None) -> dict[str, Any]:
+    """The record with ``git_commit`` (and ``git_dirty``) as they were when the run started.
 
     The notebook's ``results.json`` reads ``git rev-parse HEAD`` when it saves its results, which
     names a later commit when someone commits while a long full run goes on. The record keeps the
     start commit as ``git_commit`` and, when HEAD moved, the end one as ``git_commit_end`` (the
-    header of the chapter then says so).
+    header of the chapter then says so). Likewise ``git_dirty`` is the state of the checkout at the
+    start (an edit made in the checkout while the run goes on does not change the code it runs).
 
     Args:
         record: a record (:func:`make_record`).
         start_commit: ``git rev-parse HEAD`` before the run, ``None`` outside a git checkout.
+        start_dirty: whether tracked files had uncommitted changes before the run; ``None``
+            keeps the flag of the run's ``results.json``.
 
     Returns:
         The record, checked by :func:`check_record`.
 
     Raises:
-        TypeError: ``start_commit`` not a string or ``None``; ``record`` not a mapping.
+        TypeError: ``start_commit`` not a string or ``None``, ``start_dirty`` not a bool or
+            ``None``; ``record`` not a mapping.
         RecordError: ``record`` breaks the rules of :func:`check_record`.
     """
     if start_commit is not None and not isinstance(start_commit, str):
         raise TypeError(f"start_commit must be a commit string or None, got {type(start_commit).__name__}")
+    if start_dirty is not None and not isinstance(start_dirty, bool):
+        raise TypeError(f"start_dirty must be a bool or None, got {type(start_dirty).__name__}")
     record = dict(check_record(record))
     prov = dict(record["provenance"])
     end = prov.get("git_commit")
     if start_commit and end != start_commit:
         prov.update(git_commit=start_commit, git_commit_end=end)
+    if start_dirty is not None:
+        prov["git_dirty"] = start_dirty
     record["provenance"] = prov
     return check_record(record)
