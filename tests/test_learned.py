@@ -18,6 +18,8 @@ from rank_lab.learned.boxes import (
     evaluate_box_regressor,
     fit_box_regressor,
     make_box_dataset,
+    perturb_boxes,
+    predict_boxes,
 )
 from rank_lab.learned.edit_task import CTCEditPairGenerator, EditDistanceTask, random_ctc_path
 from rank_lab.learned.feds import FEDSConfig, FEDSTrainer, feds_filter, feds_loss, feds_mask
@@ -39,7 +41,7 @@ from rank_lab.learned.surrogate import (
     evaluate_surrogate,
     surrogate_loss,
 )
-from rank_lab.metrics.detection import decode_box6, encode_box6, rotated_iou
+from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate, rotated_iou
 from rank_lab.metrics.text import levenshtein_reference
 
 
@@ -391,6 +393,19 @@ def test_box_regressor_and_evaluation(box_setup: tuple) -> None:
     r = evaluate_box_regressor(model, images[:50], boxes[:50])
     assert 0 <= r["mean_iou"] <= 1
     assert r["precision@0.5"] == r["recall@0.5"] == pytest.approx(r["f1@0.5"], abs=1e-12)
+    # the vectorised protocol equals the per-image ICDAR'15 protocol (one box per image)
+    pred = predict_boxes(model, images[:50])
+    for thr in (0.5, 0.7):
+        ref = icdar15_evaluate([b[None] for b in boxes[:50].double()], [p[None] for p in pred], iou_threshold=thr)
+        assert r[f"f1@{thr}"] == pytest.approx(ref["f1"], abs=1e-12)
+        assert ref["precision"] == pytest.approx(ref["recall"], abs=1e-12)
+    # the matching rule on pairs whose IoU covers [0, 1]: matched iff IoU > threshold
+    moved = perturb_boxes(boxes[:60], torch.Generator().manual_seed(1)).double()
+    iou = rotated_iou(moved, boxes[:60].double())
+    assert iou.min() < 0.5 < iou.max()
+    for thr in (0.5, 0.7):
+        ref = icdar15_evaluate([b[None] for b in boxes[:60].double()], [p[None] for p in moved], iou_threshold=thr)
+        assert float((iou > thr).double().mean()) == pytest.approx(ref["f1"], abs=1e-12)
     task = BoxIoUTask(images, boxes, batch_size=8, device="cpu")
     batch = task.sample_batch(torch.Generator().manual_seed(0))
     zz = task.predict(model, batch)
