@@ -31,7 +31,7 @@ from rank_lab._validation import (
     check_same_length,
 )
 from rank_lab.data.datasets.base import require_path
-from rank_lab.data.splits import OpenSetSplit, _check_seed
+from rank_lab.data.splits import OpenSetSplit, check_seed
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -165,7 +165,7 @@ def stratified_split(
     """
     x, y = _check_xy(x, y)
     test_fraction = check_float(test_fraction, "test_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
-    gen = torch.Generator().manual_seed(_check_seed(seed))
+    gen = torch.Generator().manual_seed(check_seed(seed))
     fine = (y if y.ndim == 1 else y[:, 0]).cpu()
     is_test = torch.zeros(fine.shape[0], dtype=torch.bool)
     for c in torch.unique(fine).tolist():
@@ -253,6 +253,7 @@ def load_digits(
     Returns:
         :class:`OpenSetSplit` with ``x`` in [0, 1] (pixel / 16) and ``y (N,)`` long digit ids.
     """
+    # heavy import, paid only on this path
     from sklearn.datasets import load_digits as _sk_load_digits
 
     _check_test_fraction(test_fraction)

@@ -143,7 +143,7 @@ class OpenSetSplit:
         )
 
 
-def _check_float(
+def check_number(
     value: object, name: str, *, positive: bool = False, nonneg: bool = False
 ) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -158,7 +158,7 @@ def _check_float(
     return value
 
 
-def _check_seed(seed: object, name: str = "seed") -> int:
+def check_seed(seed: object, name: str = "seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"{name} must be an int, got {type(seed).__name__}")
     if seed < 0:

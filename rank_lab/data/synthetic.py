@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from rank_lab._validation import check_finite, check_positive_int
-from rank_lab.data.splits import OpenSetSplit, _check_float, _check_seed
+from rank_lab.data.splits import OpenSetSplit, check_number, check_seed
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["OpenSetSplit", "RandomNonlinearMap", "make_open_set", "make_hierarchical_open_set"]
@@ -87,9 +87,9 @@ class RandomNonlinearMap:
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
         self.activation = activation
-        self.gain = _check_float(gain, "gain", positive=True)
-        self.input_scale = _check_float(input_scale, "input_scale", positive=True)
-        gen = torch.Generator().manual_seed(_check_seed(seed))
+        self.gain = check_number(gain, "gain", positive=True)
+        self.input_scale = check_number(input_scale, "input_scale", positive=True)
+        gen = torch.Generator().manual_seed(check_seed(seed))
         f64 = torch.float64
         self.w1 = torch.randn(self.hidden_dim, self.dim, generator=gen, dtype=f64) / math.sqrt(
             self.dim
@@ -223,12 +223,12 @@ def make_open_set(
     per_class = check_positive_int(per_class, "per_class")
     dim = check_positive_int(dim, "dim")
     input_dim = check_positive_int(input_dim, "input_dim")
-    noise = _check_float(noise, "noise", nonneg=True)
-    class_sep = _check_float(class_sep, "class_sep", nonneg=True)
-    obs_noise = _check_float(obs_noise, "obs_noise", nonneg=True)
-    train_fraction = _check_float(train_fraction, "train_fraction")
-    seed = _check_seed(seed)
-    map_seed = seed if map_seed is None else _check_seed(map_seed, "map_seed")
+    noise = check_number(noise, "noise", nonneg=True)
+    class_sep = check_number(class_sep, "class_sep", nonneg=True)
+    obs_noise = check_number(obs_noise, "obs_noise", nonneg=True)
+    train_fraction = check_number(train_fraction, "train_fraction")
+    seed = check_seed(seed)
+    map_seed = seed if map_seed is None else check_seed(map_seed, "map_seed")
     if n_classes < 2:
         raise ValueError(f"n_classes must be >= 2 for an open-set split, got {n_classes}")
     n_train = _n_train(n_classes, train_fraction, "classes")
@@ -338,16 +338,16 @@ def make_hierarchical_open_set(
             f"level_std has {len(level_std)} entries but branching has {n_levels} levels"
         )
     level_std = tuple(
-        _check_float(s, f"level_std[{i}]", nonneg=True) for i, s in enumerate(level_std)
+        check_number(s, f"level_std[{i}]", nonneg=True) for i, s in enumerate(level_std)
     )
     per_class = check_positive_int(per_class, "per_class")
     dim = check_positive_int(dim, "dim")
     input_dim = check_positive_int(input_dim, "input_dim")
-    noise = _check_float(noise, "noise", nonneg=True)
-    obs_noise = _check_float(obs_noise, "obs_noise", nonneg=True)
-    train_fraction = _check_float(train_fraction, "train_fraction")
-    seed = _check_seed(seed)
-    map_seed = seed if map_seed is None else _check_seed(map_seed, "map_seed")
+    noise = check_number(noise, "noise", nonneg=True)
+    obs_noise = check_number(obs_noise, "obs_noise", nonneg=True)
+    train_fraction = check_number(train_fraction, "train_fraction")
+    seed = check_seed(seed)
+    map_seed = seed if map_seed is None else check_seed(map_seed, "map_seed")
     if split == "fine":
         k = _n_train(branching[-1], train_fraction, "fine classes per parent (branching[-1])")
     elif split == "coarse":

@@ -19,7 +19,14 @@ from dataclasses import dataclass
 
 import torch
 
-from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_nonneg_int,
+    check_positive_int,
+)
+from rank_lab.data import RandomNonlinearMap
 
 __all__ = ["anisotropic_classes", "MultiDataset", "make_multi_dataset"]
 
@@ -135,9 +142,6 @@ def make_multi_dataset(
             >= 0), a standard deviation not a finite number >= 0, ``classes_per_dataset >
             n_concepts``, or ``concept_dim`` / ``nuisance_rank`` that do not fit in ``dim``.
     """
-    from rank_lab._validation import check_nonneg_int
-    from rank_lab.data import RandomNonlinearMap
-
     nd, nc = check_positive_int(n_datasets, "n_datasets"), check_positive_int(n_concepts, "n_concepts")
     cpd, n = check_positive_int(classes_per_dataset, "classes_per_dataset"), check_positive_int(per_class, "per_class")
     dim, input_dim = check_positive_int(dim, "dim"), check_positive_int(input_dim, "input_dim")

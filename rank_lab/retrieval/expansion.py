@@ -36,7 +36,14 @@ import scipy.sparse as sp
 import torch
 
 from rank_lab._validation import check_embeddings, check_float, check_positive_int
-from rank_lab.retrieval.graph import check_dense_ok, knn_self, sparse_from_knn, symmetrize
+from rank_lab.metrics import knn_search
+from rank_lab.retrieval.graph import (
+    check_dense_ok,
+    knn_self,
+    sparse_from_knn,
+    sparse_row_topk,
+    symmetrize,
+)
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike
 
@@ -69,8 +76,6 @@ def alpha_qe(
     Returns:
         ``(Q, d)`` expanded, L2-normalised descriptors.
     """
-    from rank_lab.metrics import knn_search
-
     queries = check_embeddings(queries, "queries")
     n = check_positive_int(n, "n")
     alpha = check_float(alpha, "alpha", low=0.0)
@@ -102,8 +107,6 @@ def average_qe(
 
 def _euclid_knn(x: torch.Tensor, k: int, backend: str, device: DeviceLike) -> tuple[torch.Tensor, torch.Tensor]:
     """k nearest rows by squared Euclidean distance (self included), via an inner-product search."""
-    from rank_lab.metrics import knn_search
-
     sq = (x * x).sum(1, keepdim=True)
     qa = torch.cat([x, torch.ones_like(sq)], 1)
     ga = torch.cat([2 * x, -sq], 1)
@@ -307,7 +310,6 @@ def gqe(
         cos = (enc @ enc.T).tocsr()
         if not include_self:
             cos.setdiag(-np.inf)
-        from rank_lab.retrieval.graph import sparse_row_topk
 
         s2, i2 = sparse_row_topk(cos, k2)
         s2 = torch.where(i2 >= 0, s2, torch.zeros_like(s2))

@@ -33,7 +33,8 @@ from rank_lab._validation import (
     check_positive_int,
     check_sparse,
 )
-from rank_lab.utils import DeviceLike
+from rank_lab.metrics import knn_search
+from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
     "DENSE_LIMIT",
@@ -102,8 +103,6 @@ def knn_self(
         ValueError: ``k`` not a positive int or larger than the ``n - 1`` other items (``n`` with
             ``include_self``).
     """
-    from rank_lab.metrics import knn_search
-
     x = check_embeddings(x, "x")
     k = check_positive_int(k, name)
     n = x.shape[0]
@@ -241,8 +240,6 @@ def to_torch_sparse(m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtyp
     Raises:
         ValueError: ``m`` holds NaN or inf.
     """
-    from rank_lab.utils import get_device
-
     m = check_sparse(m, "m")
     dev = get_device(device)
     with warnings.catch_warnings():
@@ -275,8 +272,6 @@ def sparse_operator(
         ValueError: ``m`` holds NaN or inf; with ``check_inputs``, a ``v`` with another number of
             rows or with NaN / inf (``TypeError`` for a non-floating ``v``).
     """
-    from rank_lab.utils import get_device
-
     m = check_sparse(m, "m")
     n_cols = m.shape[1]
 
