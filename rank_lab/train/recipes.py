@@ -6,7 +6,7 @@ named loss.
 * :data:`RECIPES` -- the :class:`~rank_lab.train.TrainConfig` recipes of the Ramzi thesis (§3.5.1,
   §4.4.1), the SupRank TPAMI paper (§VII-A/B) and the ROADMAP NeurIPS paper (§4), with the official
   code ([CODE]) where the texts are silent; each recipe's ``_sources`` entry says which is which.
-  ``TrainConfig.preset(name)`` starts a config from one; :func:`list_recipes` lists them.
+  ``TrainConfig.recipe(name)`` starts a config from one; :func:`list_recipes` lists them.
 * :class:`RecallRecipe`, :data:`RECALL_RECIPES` -- the per-dataset RS@k recipes of Section 5.3.2 of
   the Patel thesis: Adam for ResNets, AdamW for ViTs; 4 samples per class; batch 4,000 (Cars196:
   392 = 4 x 98 classes); ``tau_star = 1``, ``tau = 0.01`` (the thesis' tau_1, tau_2);
