@@ -23,7 +23,7 @@ __all__ = ["OpenSetSplit"]
 class OpenSetSplit:
     """A train/test split for retrieval, open-set by default (Ramzi thesis §2.3.1, Fig. 2.13).
 
-    In the open-set protocol (§3.5.1; digest 000 section 3) the train and test classes are
+    In the open-set protocol (Ramzi thesis §3.5.1) the train and test classes are
     disjoint, and every test item queries all the other test items. Class ids are the original
     ones (not re-indexed). ``open_set=False`` marks a closed-set split (same classes on both sides),
     e.g. ``load_digits(open_set=False)``; disjointness is only checked when ``open_set`` is True.

@@ -1,11 +1,11 @@
 """Synthetic open-set retrieval tasks: Gaussian classes behind a fixed random nonlinear map.
 
 This is the offline stand-in for the **open-set protocol** of image retrieval (Ramzi thesis,
-§2.3.1 / Fig. 2.13 and the evaluation protocol of §3.5.1; digest 000, sections 3 and 6): train
+§2.3.1 / Fig. 2.13 and the evaluation protocol of §3.5.1): train
 and test classes are *disjoint*, so a model is scored on classes it never saw and must learn an
 embedding that generalises, not a classifier.
 
-Generative model (digest 000 §6, "shared synthetic generator"):
+Generative model (a rank_lab stand-in; the thesis has no synthetic set):
 
 * class centres in a latent space ``R^dim``: ``mu_c ~ N(0, class_sep^2 I)`` (flat) or, for a
   hierarchy, ``c_g ~ N(0, s_0^2 I)``, ``mu_f = c_g + N(0, s_1^2 I)`` (fine classes of one
@@ -54,7 +54,7 @@ def _n_train(n: int, train_fraction: float, what: str) -> int:
 
 
 class RandomNonlinearMap:
-    """A fixed, seeded random 2-layer MLP ``g: R^dim -> R^input_dim`` (digest 000 §6).
+    """A fixed, seeded random 2-layer MLP ``g: R^dim -> R^input_dim`` (the generator's observation map).
 
     ``g(u) = W_2 act(gain * W_1 (u / input_scale) + b_1) + b_2`` with ``W_1 ~ N(0, 1/dim)``,
     ``b_1 ~ N(0, 0.5^2)``, ``W_2 ~ N(0, 1/hidden_dim)``, ``b_2 ~ N(0, 0.1^2)``. ``input_scale``
@@ -187,7 +187,7 @@ def make_open_set(
     """Flat open-set task: Gaussian classes in ``R^dim`` through a fixed random nonlinear map.
 
     Offline stand-in for the open-set retrieval protocol of the Ramzi thesis (§2.3.1, Fig. 2.13;
-    §3.5.1; digest 000 sections 3 and 6). Classes ``0 .. n_train - 1`` (with
+    §3.5.1). Classes ``0 .. n_train - 1`` (with
     ``n_train = round(train_fraction * n_classes)``) form the train split and the others the test
     split (as CUB-200: first 100 classes train, last 100 test, §3.5.1); the centres are i.i.d., so
     which ids go where does not matter. Labels keep their original ids (the two sets are
@@ -282,7 +282,7 @@ def make_hierarchical_open_set(
     """Hierarchical open-set task: a class tree with hierarchically drawn latent centres.
 
     The stand-in for the hierarchical datasets of Ramzi thesis ch. 4 (SOP/iNat with super-classes,
-    §4.4.1; digest 000 section 6). With ``branching = (b_0, ..., b_{L-1})`` (top level first) there
+    §4.4.1). With ``branching = (b_0, ..., b_{L-1})`` (top level first) there
     are ``b_0`` root groups, each with ``b_1`` children, ... and ``prod(b)`` fine classes. Centres are
     drawn top-down: ``c_root ~ N(0, s_0^2 I)``, ``c_child = c_parent + N(0, s_l^2 I)``, so the fine
     classes of one super-class are closer on average than classes of different super-classes.

@@ -8,7 +8,7 @@ class, with a feature extractor adapted to that class' support set.
 Training episodes (Fig. 4.8, :class:`EpisodeSampler`): pick a target class ``c*``, ``k`` support
 images of ``c*`` and a batch of ``m`` images from each of ``N`` classes including ``c*``
 (thesis: ``k = 5``, ``m = 10``, ``N = 6``; 60 images). Support and batch images of ``c*`` are
-disjoint (digest decision; ``disjoint=False`` allows overlap).
+disjoint (a rank_lab decision, the thesis does not say; ``disjoint=False`` allows overlap).
 
 Evaluation (Fig. 4.9, :func:`evaluate_fewshot_retrieval`): for every class, draw a support, describe
 the whole base with the adapted model and rank the base for the queries of that class; the rows of

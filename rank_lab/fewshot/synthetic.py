@@ -2,12 +2,12 @@
 
 * :func:`anisotropic_classes` -- Gaussian classes sharing an anisotropic covariance (a few
   dominant directions), the setting where Simple CNAPS' Mahalanobis rule beats a Euclidean nearest
-  mean (digest 004 §6, R10). ``scale`` shrinks everything, to show that the ``+ I`` regulariser of
+  mean (Gominski thesis eq. 5.2). ``scale`` shrinks everything, to show that the ``+ I`` regulariser of
   eq. 5.2 then swamps the covariances and the two rules coincide.
 * :func:`make_multi_dataset` -- several "datasets" drawing their classes from a shared pool of
   latent concepts, each with its own nuisance directions and rendering offset, seen through one
   fixed random nonlinear map (:class:`rank_lab.data.RandomNonlinearMap`); some concepts are shared
-  by several datasets, as land-use classes are across UCM, AID, RESISC45... (digest §6, R12). A
+  by several datasets, as land-use classes are across UCM, AID, RESISC45... (Gominski thesis §5.3). A
   model trained on some datasets is tested k-shot all-ways on an unseen one.
 """
 

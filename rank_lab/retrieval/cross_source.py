@@ -1,4 +1,4 @@
-"""The cross-source evaluation protocol of the Gominski thesis (§4.1.2; digest 004 §3.4).
+"""The cross-source evaluation protocol of the Gominski thesis (§4.1.2, Fig. 4.2).
 
 Every annotated image queries the base (itself excluded by index). *Absolute* performance: mAP over all queries, positives = images
 sharing at least one class with the query (multi-label). *Intra-domain / attribute-specific*: the

@@ -1,6 +1,6 @@
 """Global-descriptor extraction over an image folder, multi-scale, resumable (Gominski thesis Fig. 4.1).
 
-The pipeline of the thesis (digest 004 §2.1, §2.5): image -> test-time preprocessing (optional
+The pipeline of the Gominski thesis (Fig. 4.1; test-time preprocessing §4.1.3): image -> test-time preprocessing (optional
 **grayscale** and **0.9 centre crop**, Table 4.1; resize) -> backbone (a timm model with
 ``weights="imagenet"``, ``"none"`` or a local file, or any ``nn.Module``) -> pooling (MAC / SPoC /
 GeM / R-MAC) -> L2 normalisation. Multi-scale extraction averages the L2-normalised descriptors of

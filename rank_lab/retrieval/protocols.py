@@ -1,7 +1,7 @@
 """Evaluation protocols of image search: Revisited Oxford/Paris (and confidence intervals).
 
-**Revisited Oxford / Paris** (Radenović et al. 2018; Gominski thesis §3.1, digest 004 §3.3, [EXT]
-revisitop). Every query has ``easy``, ``hard`` and ``junk`` database images; the rest are negatives.
+**Revisited Oxford / Paris** (Radenović et al. 2018; Gominski thesis §3.1; the
+revisitop evaluation code). Every query has ``easy``, ``hard`` and ``junk`` database images; the rest are negatives.
 *Easy*: positives = easy, ignored = junk + hard. *Medium*: positives = easy + hard, ignored = junk.
 *Hard*: positives = hard, ignored = junk + easy. Ignored images are removed from the ranking
 before scoring. The protocol's AP is the revisitop ``compute_ap`` **trapezoidal** interpolation
