@@ -1,5 +1,5 @@
 """One regression test per defect listed in issue 16 (the resume and NaN-guard cases are in
-``tests/test_train_resume_guard.py``, the k-vs-gallery rule of the trainer in ``tests/test_train.py``)."""
+``tests/train/test_train_resume_guard.py``, the k-vs-gallery rule of the trainer in ``tests/train/test_train.py``)."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def test_retrieval_metrics_and_trainer_refuse_k_beyond_the_gallery():
     with pytest.raises(ValueError, match=r"ks holds k=\[100\], larger than the number of gallery items available \(19\)"):
         retrieval_metrics(emb, labels)  # default ks (1, 10, 100)
     assert "R@10" in retrieval_metrics(emb, labels, ks=(1, 10))  # the message's remedy works
-    # the trainer follows the same rule (and checks before training): tests/test_train.py::test_input_checks
+    # the trainer follows the same rule (and checks before training): tests/train/test_train.py::test_input_checks
 
 
 # ------------------------------------------------------------------------------------ not what it says
