@@ -39,18 +39,18 @@ test-notebooks: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests
 
 # Every notebook's real-data branches, each on a tiny fixture in the dataset's published layout
-# (rank_lab.data.fixtures), weights="none", a tiny backbone, one short epoch (tests/test_realdata.py).
+# (rank_lab.data.fixtures), weights="none", a tiny backbone, one short epoch (tests/book/test_realdata.py).
 test-realdata: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m realdata tests
 
 # A fresh venv (pip, ipykernel, the torch a Colab runtime ships) runs two twins' pinned install cells
-# against a one-commit snapshot of the working tree, then the twins themselves (tests/test_colab.py).
+# against a one-commit snapshot of the working tree, then the twins themselves (tests/book/test_colab.py).
 test-colab: $(STAMP)
 	$(PY) -m pytest -q -m colab tests
 
 # Rewrite tests/notebook_reference/*.json from fresh smoke runs (tolerances kept); say why in the commit.
 notebook-reference: $(STAMP)
-	RANK_LAB_WRITE_REFERENCE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests/test_notebooks.py
+	RANK_LAB_WRITE_REFERENCE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests/book/test_notebooks.py
 
 # Every notebook is executed (smoke mode = the parameters cell's defaults) on every build:
 # `execute_notebooks: force` in _config.yml, so no cached page can go stale when rank_lab/ changes.

@@ -1,6 +1,6 @@
 """rank_lab: robust image retrieval and training with non-differentiable objectives.
 
-Sub-packages are named by domain (see ``docs/decisions.md`` and ``shared/ARCHITECTURE.md``):
+Sub-packages are named by domain (the floors and what may import what: ``docs/architecture.md``):
 
 * :mod:`rank_lab.metrics` -- exact retrieval metrics and the evaluation engine.
 * :mod:`rank_lab.data` -- synthetic generators, bundled datasets, samplers, dataset loaders.

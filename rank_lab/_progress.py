@@ -28,8 +28,10 @@ def in_notebook_with_widgets() -> bool:
 
 def _front_end() -> Any:
     if in_notebook_with_widgets():
+        # chosen at run time (notebook widget or terminal bar)
         from tqdm.notebook import tqdm as bar
     else:
+        # chosen at run time (notebook widget or terminal bar)
         from tqdm.std import tqdm as bar
     return bar
 

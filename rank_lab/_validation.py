@@ -10,6 +10,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -121,8 +122,6 @@ def check_positive_int(k: object, name: str) -> int:
     """Check that ``k`` is a positive integer (not a bool) and return it."""
     if isinstance(k, bool) or not isinstance(k, int):
         try:
-            import numpy as np
-
             if isinstance(k, np.integer):
                 k = int(k)
             else:
@@ -178,8 +177,6 @@ def check_nonneg_int(v: object, name: str) -> int:
     """Check that ``v`` is an integer ``>= 0`` (not a bool; numpy integers accepted) and return it."""
     if isinstance(v, bool) or not isinstance(v, int):
         try:
-            import numpy as np
-
             if not isinstance(v, np.integer):
                 raise TypeError
             v = int(v)
@@ -268,7 +265,7 @@ def check_sparse(m: object, name: str, *, allow_neg_inf: bool = False) -> object
     Raises:
         TypeError: not convertible to a 2-D sparse matrix. ValueError: NaN / inf stored values.
     """
-    import numpy as np
+    # heavy import, paid only on this path
     import scipy.sparse as sp
 
     try:

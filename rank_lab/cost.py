@@ -26,8 +26,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from rank_lab._validation import check_float, check_nonneg_int, check_positive_int
+from rank_lab.models import build_backbone
+from rank_lab.models.heads import check_backbone_name
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -105,18 +108,13 @@ def forward_flops(backbone: str | nn.Module, image_size: int | tuple[int, int], 
         TypeError, ValueError: an unknown backbone name, ``image_size`` or ``in_channels`` not
             positive ints.
     """
-    from torch.utils.flop_counter import FlopCounterMode
-
     sizes = (image_size, image_size) if not isinstance(image_size, (tuple, list)) else tuple(image_size)
     if len(sizes) != 2:
         raise ValueError(f"image_size must be an int or (height, width), got {image_size!r}")
     h, w = (check_positive_int(v, "image_size") for v in sizes)
     in_channels = check_positive_int(in_channels, "in_channels")
     if isinstance(backbone, str):
-        from rank_lab.models import build_backbone
-        from rank_lab.models.heads import _check_backbone_name
-
-        _check_backbone_name(backbone, "backbone")
+        check_backbone_name(backbone, "backbone")
 
         kwargs: dict[str, Any] = {"input_dim": in_channels * h * w} if backbone.lower() == "mlp" else {}
         with torch.device("meta"):

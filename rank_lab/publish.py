@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
+import yaml
+
 __all__ = [
     "PublishError",
     "repository_url",
@@ -65,8 +67,6 @@ def repository_url(root: str | Path) -> str:
         FileNotFoundError: ``root`` is not a folder.
         PublishError: when the file, the key or its value is missing.
     """
-    import yaml
-
     config = _require_dir(root, "root") / "_config.yml"
     try:
         cfg = yaml.safe_load(config.read_text(encoding="utf-8")) or {}

@@ -59,6 +59,7 @@ def t_quantile(level: float, dof: int) -> float:
     Raises:
         ValueError / TypeError: ``level`` outside ``(0, 1)``; ``dof`` not a positive int.
     """
+    # heavy import, paid only on this path
     from scipy import stats
 
     level = _level(level)

@@ -4,16 +4,14 @@
 """
 
 from __future__ import annotations
+import rank_lab
+import pkgutil
 
 __all__ = ["public_modules", "api_page"]
 
 
 def public_modules() -> list[str]:
     """Dotted names of the package's public modules (no sub-package ``__init__``, no ``_`` leaf), sorted."""
-    import pkgutil
-
-    import rank_lab
-
     names = []
     for info in pkgutil.walk_packages(rank_lab.__path__, "rank_lab."):
         leaf = info.name.rsplit(".", 1)[-1]

@@ -137,6 +137,7 @@ def _record(args: argparse.Namespace) -> int:
 
 def _key_figures_text(executed: object) -> str:
     """The printed output of the notebook's checked cell (``# NBVAL_CHECK_OUTPUT``), or ``""``."""
+    # optional dependency (extra "book"), imported where it is used
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)

@@ -24,6 +24,7 @@ __all__ = ["curve_available", "kernel_manager_config", "encrypt_kernel_transport
 
 def curve_available() -> bool:
     """Whether the installed libzmq supports CurveZMQ (pyzmq wheels ship it with libsodium)."""
+    # optional dependency (extra "book"), imported where it is used
     import zmq
 
     return bool(zmq.has("curve"))
@@ -35,6 +36,7 @@ def kernel_manager_config() -> Any:
     Empty when libzmq has no CurveZMQ (then the policy must stay ``"disabled"``: jupyter_client
     refuses ``"auto"`` without it).
     """
+    # optional dependency (extra "book"), imported where it is used
     from traitlets.config import Config
 
     config = Config()
@@ -51,6 +53,7 @@ def encrypt_kernel_transport() -> bool:
     """
     if not curve_available():
         return False
+    # optional dependency (extra "book"), imported where it is used
     from jupyter_client import KernelManager
 
     trait = KernelManager.class_traits().get("transport_encryption")

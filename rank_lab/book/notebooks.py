@@ -12,6 +12,7 @@ import difflib
 import os
 from pathlib import Path
 from typing import Any
+import yaml
 
 __all__ = [
     "NotebookNotFoundError",
@@ -110,8 +111,6 @@ def front_matter(md: str | os.PathLike[str]) -> dict[str, Any]:
         FileNotFoundError: if the file does not exist.
         ValueError: if the front matter is not a YAML mapping.
     """
-    import yaml
-
     text = Path(md).read_text(encoding="utf-8")
     if not text.startswith("---"):
         return {}
@@ -126,6 +125,7 @@ def front_matter(md: str | os.PathLike[str]) -> dict[str, Any]:
 
 def to_notebook(md_path: str | os.PathLike[str]) -> Any:
     """The jupytext notebook (``nbformat`` node) of a ``.md`` source, with a ``python3`` kernelspec."""
+    # optional dependency (extra "book"), imported where it is used
     import jupytext
 
     nb = jupytext.read(Path(md_path))

@@ -41,6 +41,7 @@ from typing import Any
 
 from .cells import parameters_cell_source, parse_parameters_cell
 from .notebooks import find_notebook, front_matter, suggest, to_notebook
+import yaml
 
 __all__ = [
     "TYPE_NAMES",
@@ -306,8 +307,6 @@ def parse_parameter(value: str) -> Any:
     Raises:
         TypeError: if ``value`` is not a string.
     """
-    import yaml
-
     if not isinstance(value, str):
         raise TypeError(f"value must be the text given on the command line, got {type(value).__name__}")
     try:

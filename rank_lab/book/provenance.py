@@ -11,17 +11,22 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from rank_lab.utils import get_device
+import rank_lab
+from importlib import metadata
+import importlib.util
+import torch
 
 __all__ = ["SCHEMA", "provenance"]
 
 SCHEMA = "rank_lab.book.results/1"
 
 
-def _utc_now() -> str:
+def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _git(*args: str) -> str | None:
+def git_output(*args: str) -> str | None:
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None
@@ -39,9 +44,6 @@ def _version(module: str) -> str | None:
     ``timm`` imports ``huggingface_hub``, which imports ``tqdm.auto``, which warns when ipywidgets
     is absent. ``None`` when the module is not installed.
     """
-    import importlib.util
-    from importlib import metadata
-
     try:
         if importlib.util.find_spec(module) is None:
             return None
@@ -66,10 +68,6 @@ def _cpu_name() -> str:
 
 
 def _device_name(device: Any) -> str:
-    import torch
-
-    from rank_lab.utils import get_device
-
     try:
         dev = get_device(device if isinstance(device, (str, torch.device)) or device is None else None)
     except (ValueError, TypeError):
@@ -101,23 +99,19 @@ def provenance(
     Raises:
         ValueError: if ``status`` is neither ``"ok"`` nor ``"failed"``, or a failed run has no error.
     """
-    import torch
-
-    import rank_lab
-
     if status not in ("ok", "failed"):
         raise ValueError(f"status must be 'ok' or 'failed', got {status!r}")
     if (status == "failed") != (error is not None):
         raise ValueError("error must be given exactly when status is 'failed'")
-    commit = _git("rev-parse", "HEAD")
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    commit = git_output("rev-parse", "HEAD")
+    dirty = git_output("status", "--porcelain", "--untracked-files=no")
     return {
         "schema": SCHEMA,
         "notebook": notebook,
         "status": status,
         "error": dict(error) if error is not None else None,
-        "started_utc": started_utc or _utc_now(),
-        "ended_utc": _utc_now(),
+        "started_utc": started_utc or utc_now(),
+        "ended_utc": utc_now(),
         "rank_lab": rank_lab.__version__,
         "git_commit": commit,
         "git_dirty": None if dirty is None else bool(dirty),

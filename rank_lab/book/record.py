@@ -44,8 +44,9 @@ from typing import Any
 
 from .notebooks import find_notebook, front_matter
 from .parameters import ParameterError, notebook_schema
-from .provenance import _git, _utc_now
+from .provenance import git_output, utc_now
 from .results import load_results
+from .runner import run_notebook
 
 __all__ = [
     "RECORD_SCHEMA",
@@ -68,7 +69,7 @@ RECORD_SCHEMA = "rank_lab.book.recorded/1"
 MAX_RECORD_BYTES = 64 * 1024
 #: No list of a record is longer (per-seed values and short curves pass; per-item arrays do not).
 MAX_LIST_ITEMS = 100
-_VARIANT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+VARIANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _SECTIONS = ("schema", "notebook", "parameters", "provenance", "results")
 
 
@@ -126,7 +127,7 @@ def record_path(name: str | os.PathLike[str], variant: str | None = None) -> Pat
         ValueError: a variant that is not a short lower-case name.
     """
     md = find_notebook(name)
-    if variant is not None and (not isinstance(variant, str) or not _VARIANT.match(variant)):
+    if variant is not None and (not isinstance(variant, str) or not VARIANT_PATTERN.match(variant)):
         raise ValueError(f"variant must be a short lower-case name such as 'gpu', got {variant!r}")
     return md.parent / "recorded" / (f"{md.stem}.{variant}.json" if variant else f"{md.stem}.json")
 
@@ -171,7 +172,7 @@ def make_record(document: Mapping[str, Any], spec: RecordSpec, variant: str | No
         raise RecordError(f"document: the run's results lack the recorded keys {missing}")
     seeds = _at(results, spec.seeds)
     prov.update(seeds=seeds, wall_s=(document.get("cost") or {}).get("run_s"), variant=variant,
-                recorded_utc=_utc_now())
+                recorded_utc=utc_now())
     record = {"schema": RECORD_SCHEMA, "notebook": spec.notebook, "parameters": params, "provenance": prov,
               "results": {k: results[k] for k in spec.keys}}
     return check_record(record)
@@ -294,8 +295,6 @@ def record_notebook(
         ParameterError / ParameterTypeError: a parameter the notebook refuses.
         NotebookRunError: a cell raised (the record is untouched).
     """
-    from .runner import run_notebook
-
     md = find_notebook(name)
     spec = record_spec(md)
     if spec is None:
@@ -308,11 +307,11 @@ def record_notebook(
         raise ParameterError(f"parameter 'smoke' of {md.stem}: a record is a full run, smoke must be false")
     target = record_path(md, variant)
     values = notebook_schema(md).check({**given, "smoke": False})
-    start_dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    start_dirty = bool(git_output("status", "--porcelain", "--untracked-files=no"))
     if not allow_dirty and start_dirty:
         raise RecordError("the git checkout has uncommitted changes: commit them first, so that the record "
                           "names the code that produced it (or pass allow_dirty / --allow-dirty)")
-    start_commit = _git("rev-parse", "HEAD")  # the code the run starts from (HEAD may move meanwhile)
+    start_commit = git_output("rev-parse", "HEAD")  # the code the run starts from (HEAD may move meanwhile)
     out = run_notebook(md, values, output_dir, kernel_name=kernel_name, timeout=timeout, progress=progress)
     try:
         record = make_record(load_results(out), spec, variant)

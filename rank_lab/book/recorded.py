@@ -32,7 +32,8 @@ from typing import Any
 from rank_lab._validation import check_float, check_nonneg_int
 
 from .notebooks import book_dir, find_notebook
-from .record import _VARIANT, check_record, record_path
+from .record import VARIANT_PATTERN, check_record, record_path
+from .record import RecordError
 
 __all__ = [
     "RecordedRun",
@@ -103,7 +104,7 @@ def load_record(name: str | os.PathLike[str], variant: str | None = None) -> Rec
     """
     if not isinstance(name, (str, os.PathLike)):
         raise TypeError(f"name must be a notebook name or path, got {type(name).__name__}")
-    if variant is not None and (not isinstance(variant, str) or not _VARIANT.match(variant)):
+    if variant is not None and (not isinstance(variant, str) or not VARIANT_PATTERN.match(variant)):
         raise ValueError(f"variant must be a short lower-case name such as 'gpu', got {variant!r}")
     if not book_dir().is_dir() and not Path(name).is_file():
         # an installed rank_lab without the book's sources (e.g. a Colab twin): no record here
@@ -116,8 +117,6 @@ def load_record(name: str | os.PathLike[str], variant: str | None = None) -> Rec
         return RecordedRun(md.stem, path, None)
     doc = check_record(json.loads(path.read_text(encoding="utf-8")))
     if doc["notebook"] != md.stem:
-        from .record import RecordError
-
         raise RecordError(f"{path}: the record of {doc['notebook']!r}, not of {md.stem!r}")
     return RecordedRun(md.stem, path, doc)
 
@@ -161,11 +160,13 @@ def record_header(run: RecordedRun) -> str:
 
 def _display(data: Mapping[str, str]) -> None:
     """Publish a MIME bundle in a Jupyter kernel; print its plain text anywhere else."""
+    # only inside a notebook kernel (IPython is not a dependency)
     from IPython import get_ipython
 
     if get_ipython() is None:  # a script or a console without IPython
         print(data["text/plain"])
         return
+    # only inside a notebook kernel (IPython is not a dependency)
     from IPython.display import display
 
     display(dict(data), raw=True)

@@ -31,7 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .provenance import SCHEMA, _utc_now, provenance
+from .provenance import SCHEMA, provenance, utc_now
+import numpy as np
+import torch
 
 __all__ = [
     "SCHEMA",
@@ -47,25 +49,17 @@ __all__ = [
 ]
 
 SECTIONS = ("parameters", "provenance", "results", "cost")
-_CONTEXT_ENV = "RANK_LAB_RUN"
+CONTEXT_ENV = "RANK_LAB_RUN"
 _RUN: dict[str, Any] = {}  # the run of this process (a kernel runs one notebook): set by start_run
 
 
 def _jsonable(obj: Any) -> Any:
     """Tensors, arrays and numpy scalars to JSON types; non-finite floats become ``None``."""
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        np = None
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        torch = None
-    if torch is not None and isinstance(obj, torch.Tensor):
+    if isinstance(obj, torch.Tensor):
         obj = obj.detach().cpu().tolist()
-    if np is not None and isinstance(obj, np.ndarray):
+    if isinstance(obj, np.ndarray):
         obj = obj.tolist()
-    if np is not None and isinstance(obj, np.generic):
+    if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, Mapping):
         return {str(k): _jsonable(v) for k, v in obj.items()}
@@ -79,7 +73,7 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _context() -> dict[str, Any] | None:
-    path = os.environ.get(_CONTEXT_ENV)
+    path = os.environ.get(CONTEXT_ENV)
     if not path or not Path(path).is_file():
         return None
     return json.loads(Path(path).read_text(encoding="utf-8"))
@@ -126,6 +120,7 @@ def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
         return dict(params)
     hidden: set[str] = set()
     try:
+        # only inside a notebook kernel (IPython is not a dependency)
         from IPython import get_ipython
 
         ip = get_ipython()
@@ -141,7 +136,7 @@ def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
             break
         params[k] = v
     _RUN.clear()
-    _RUN.update(notebook=None, parameters=_jsonable(params), started_utc=_utc_now(), runner="none")
+    _RUN.update(notebook=None, parameters=_jsonable(params), started_utc=utc_now(), runner="none")
     return dict(params)
 
 

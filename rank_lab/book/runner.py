@@ -21,7 +21,7 @@ from .cells import injected_cell_source
 from .kernels import kernel_manager_config
 from .notebooks import book_dir, find_notebook, to_notebook
 from .parameters import notebook_schema
-from .results import _CONTEXT_ENV, _utc_now, failed_document, load_results, write_document
+from .results import CONTEXT_ENV, failed_document, load_results, utc_now, write_document
 
 __all__ = ["NotebookRunError", "run_notebook"]
 
@@ -42,6 +42,7 @@ class NotebookRunError(RuntimeError):
 
 
 def _inject(nb: Any, values: Mapping[str, Any]) -> Any:
+    # optional dependency (extra "book"), imported where it is used
     import nbformat
 
     if not values:
@@ -85,7 +86,9 @@ def run_notebook(
         ParameterError / ParameterTypeError: a ``ValueError`` / ``TypeError`` naming the parameter.
         NotebookRunError: a cell raised (``results.json`` then records ``status: "failed"``).
     """
+    # optional dependency (extra "book"), imported where it is used
     import nbformat
+    # optional dependency (extra "book"), imported where it is used
     import papermill as pm
 
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
@@ -106,13 +109,13 @@ def run_notebook(
     nb = _inject(to_notebook(md), overrides)
     nb.metadata.setdefault("papermill", {})["parameters"] = overrides
     nbformat.write(nb, src)
-    started = _utc_now()
+    started = utc_now()
     context = out / ".rank_lab_run.json"
     context.write_text(json.dumps({"notebook": md.stem, "parameters": effective, "started_utc": started}),
                        encoding="utf-8")
-    saved = {k: os.environ.get(k) for k in ("RANK_LAB_BOOK", _CONTEXT_ENV)}
+    saved = {k: os.environ.get(k) for k in ("RANK_LAB_BOOK", CONTEXT_ENV)}
     os.environ["RANK_LAB_BOOK"] = str(book_dir().resolve())
-    os.environ[_CONTEXT_ENV] = str(context)
+    os.environ[CONTEXT_ENV] = str(context)
     t0 = time.perf_counter()
     error: BaseException | None = None
     try:
@@ -143,6 +146,7 @@ def run_notebook(
 
 def _fail(notebook: str, effective: dict[str, Any], started: str, wall: float, error: BaseException,
           results_path: Path) -> Path:
+    # optional dependency (extra "book"), imported where it is used
     import papermill as pm
 
     if isinstance(error, pm.PapermillExecutionError):

@@ -35,6 +35,10 @@ from urllib.parse import urlparse
 
 from .notebooks import book_dir, front_matter, list_notebooks
 from .notebooks import to_notebook as _to_notebook
+from .bibtex import read_bib
+from .colab import ColabMarkdown, doc_resolver, equation_labels
+from rank_lab.publish import github_repo
+import yaml
 
 __all__ = [
     "TWIN_EXTRAS",
@@ -136,8 +140,6 @@ def check_repository_url(url: object, where: str = "_config.yml") -> str:
 
 
 def _config(project: Path) -> dict[str, Any]:
-    import yaml
-
     path = project / "_config.yml"
     try:
         cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -228,8 +230,6 @@ def install_cell(spec: InstallSpec, repo: str, ref: str) -> str:
 
 
 def _colab_base(cfg: Mapping[str, Any], repo: str) -> str | None:
-    from rank_lab.publish import github_repo
-
     org_repo = github_repo(repo)
     branch = ((cfg.get("sphinx") or {}).get("config") or {}).get("colab_notebooks_branch", "gh-pages")
     return f"https://colab.research.google.com/github/{org_repo}/blob/{branch}/_notebooks" if org_repo else None
@@ -250,10 +250,8 @@ def make_twin(md_path: str | os.PathLike[str], out_path: str | os.PathLike[str],
         TwinError: a bad install declaration, URL or ref.
         MystConversionError / BibError: MyST syntax without a Colab rendering, an unknown label or key.
     """
+    # optional dependency (extra "book"), imported where it is used
     import nbformat
-
-    from .bibtex import read_bib
-    from .colab import ColabMarkdown, doc_resolver, equation_labels
 
     md_path = Path(md_path)
     root = Path(root) if root is not None else book_dir()

@@ -2,7 +2,7 @@
 
 * :mod:`rank_lab.data.synthetic` -- :class:`OpenSetSplit`, :func:`make_open_set`,
   :func:`make_hierarchical_open_set` (offline stand-ins for the open-set protocol of the Ramzi
-  thesis, §2.3.1 and §3.5.1; digest 000 sections 3 and 6).
+  thesis, §2.3.1 and §3.5.1).
 * :mod:`rank_lab.data.bundled` -- :func:`load_digits` (scikit-learn), :func:`load_animal_mnist`,
   and the split helpers :func:`split_by_classes`, :func:`stratified_split`.
 * :mod:`rank_lab.data.samplers` -- :class:`MPerClassSampler` (Ramzi thesis §3.5.1).

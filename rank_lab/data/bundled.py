@@ -1,8 +1,8 @@
 """Small real image datasets that ship with installed packages (nothing is downloaded).
 
 * :func:`load_digits`: scikit-learn's bundled digits, 1,797 grey 8x8 images of 10 digits
-  (:func:`sklearn.datasets.load_digits`). Digest 000 §6 uses it as the "real pixels" sanity run of
-  the open-set protocol: train on digits 0-4, retrieve among digits 5-9.
+  (:func:`sklearn.datasets.load_digits`), the offline "real pixels" sanity run of the open-set
+  protocol (Ramzi thesis §3.5.1): train on digits 0-4, retrieve among digits 5-9.
 * :func:`load_animal_mnist`: the 10,000 28x28 animal silhouettes (10 classes x 1,000) of the
   ``animal_mnist`` package, read straight from the package's data files.
 
@@ -31,7 +31,7 @@ from rank_lab._validation import (
     check_same_length,
 )
 from rank_lab.data.datasets.base import require_path
-from rank_lab.data.splits import OpenSetSplit, _check_seed
+from rank_lab.data.splits import OpenSetSplit, check_seed
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -165,7 +165,7 @@ def stratified_split(
     """
     x, y = _check_xy(x, y)
     test_fraction = check_float(test_fraction, "test_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
-    gen = torch.Generator().manual_seed(_check_seed(seed))
+    gen = torch.Generator().manual_seed(check_seed(seed))
     fine = (y if y.ndim == 1 else y[:, 0]).cpu()
     is_test = torch.zeros(fine.shape[0], dtype=torch.bool)
     for c in torch.unique(fine).tolist():
@@ -237,7 +237,7 @@ def load_digits(
 
     1,797 images of 8x8 pixels with integer intensities 0..16, 10 classes (about 180 each).
     The open-set default (train digits 0-4, test digits 5-9: 901 / 896 images) is the offline
-    "real pixels" run of the open-set protocol (Ramzi thesis §3.5.1; digest 000 §6).
+    "real pixels" run of the open-set protocol (Ramzi thesis §3.5.1).
 
     Args:
         open_set: split by class (default) or, if False, a stratified split of all 10 classes.
@@ -253,6 +253,7 @@ def load_digits(
     Returns:
         :class:`OpenSetSplit` with ``x`` in [0, 1] (pixel / 16) and ``y (N,)`` long digit ids.
     """
+    # heavy import, paid only on this path
     from sklearn.datasets import load_digits as _sk_load_digits
 
     _check_test_fraction(test_fraction)

@@ -133,6 +133,7 @@ def embed_categories(texts: Sequence[str], method: str = "auto", model_path: str
     if method == "sentence":
         if not (local and has_st):
             raise ValueError("method='sentence' needs the sentence_transformers package and a local model folder (model_path)")
+        # optional (not a declared dependency), imported where it is used
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(str(model_path), device="cpu")
@@ -140,8 +141,13 @@ def embed_categories(texts: Sequence[str], method: str = "auto", model_path: str
         return emb
     if method != "tfidf":
         raise ValueError(f"method must be 'auto', 'tfidf' or 'sentence', got {method!r}")
+    # heavy import, paid only on this path
     from scipy.sparse import hstack
+
+    # heavy import, paid only on this path
     from sklearn.feature_extraction.text import TfidfVectorizer
+
+    # heavy import, paid only on this path
     from sklearn.preprocessing import normalize
 
     chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), sublinear_tf=True).fit_transform(texts)
@@ -162,6 +168,7 @@ def cluster_categories(embeddings: np.ndarray, k: int = 12, seed: int = 0) -> np
         ValueError / TypeError: an empty, non-2-D or non-finite ``embeddings``; ``k`` not a
             positive int.
     """
+    # heavy import, paid only on this path
     from sklearn.cluster import KMeans
 
     k = check_positive_int(k, "k")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from PIL import Image
 
 from rank_lab._validation import check_finite, check_float, check_labels, check_positive_int
 
@@ -267,8 +268,6 @@ def write_image_folder(images: torch.Tensor, root: str | Path, names: Sequence[s
         ValueError / TypeError: ``images`` not a finite floating ``(N, 3, H, W)`` tensor, or not one
             name per image.
     """
-    from PIL import Image
-
     root = Path(root)
     if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[1] != 3:
         raise ValueError(f"images must be (N, 3, H, W), got {tuple(getattr(images, 'shape', ()))}")

@@ -1,6 +1,6 @@
 """Class-balanced batch sampling for metric learning.
 
-The **m-per-class sampler** of the Ramzi thesis §3.5.1 (digest 000 section 2.12; NormSoftmax [66]):
+The **m-per-class sampler** of the Ramzi thesis §3.5.1 (and §4.4.1; after NormSoftmax, ref. [66] of the thesis):
 every batch of ``B`` items holds ``B / m`` distinct classes with ``m`` items each (``B = 128``,
 ``m = 4``, 32 classes on CUB / iNaturalist in the thesis). Rank losses need it: a random batch over
 thousands of classes would hold almost no positive pair.
@@ -23,7 +23,7 @@ class MPerClassSampler(Sampler[list[int]]):
     """Batch sampler: ``batch_size // m`` distinct classes per batch, ``m`` items of each.
 
     Ramzi thesis §3.5.1 ("we choose a batch size (e.g. 128) and a number of samples per class
-    (e.g. 4). We then randomly sample classes (e.g. 32) to construct our batches"); digest 000 §2.12.
+    (e.g. 4). We then randomly sample classes (e.g. 32) to construct our batches").
     Use it as ``DataLoader(dataset, batch_sampler=sampler)``.
 
     Drawing scheme (one epoch). Each class ``c`` with ``n_c`` items is cut into

@@ -23,7 +23,7 @@ __all__ = ["OpenSetSplit"]
 class OpenSetSplit:
     """A train/test split for retrieval, open-set by default (Ramzi thesis §2.3.1, Fig. 2.13).
 
-    In the open-set protocol (§3.5.1; digest 000 section 3) the train and test classes are
+    In the open-set protocol (Ramzi thesis §3.5.1) the train and test classes are
     disjoint, and every test item queries all the other test items. Class ids are the original
     ones (not re-indexed). ``open_set=False`` marks a closed-set split (same classes on both sides),
     e.g. ``load_digits(open_set=False)``; disjointness is only checked when ``open_set`` is True.
@@ -143,7 +143,7 @@ class OpenSetSplit:
         )
 
 
-def _check_float(
+def check_number(
     value: object, name: str, *, positive: bool = False, nonneg: bool = False
 ) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -158,7 +158,7 @@ def _check_float(
     return value
 
 
-def _check_seed(seed: object, name: str = "seed") -> int:
+def check_seed(seed: object, name: str = "seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"{name} must be an int, got {type(seed).__name__}")
     if seed < 0:

@@ -1,11 +1,11 @@
 """Synthetic open-set retrieval tasks: Gaussian classes behind a fixed random nonlinear map.
 
 This is the offline stand-in for the **open-set protocol** of image retrieval (Ramzi thesis,
-§2.3.1 / Fig. 2.13 and the evaluation protocol of §3.5.1; digest 000, sections 3 and 6): train
+§2.3.1 / Fig. 2.13 and the evaluation protocol of §3.5.1): train
 and test classes are *disjoint*, so a model is scored on classes it never saw and must learn an
 embedding that generalises, not a classifier.
 
-Generative model (digest 000 §6, "shared synthetic generator"):
+Generative model (a rank_lab stand-in; the thesis has no synthetic set):
 
 * class centres in a latent space ``R^dim``: ``mu_c ~ N(0, class_sep^2 I)`` (flat) or, for a
   hierarchy, ``c_g ~ N(0, s_0^2 I)``, ``mu_f = c_g + N(0, s_1^2 I)`` (fine classes of one
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from rank_lab._validation import check_finite, check_positive_int
-from rank_lab.data.splits import OpenSetSplit, _check_float, _check_seed
+from rank_lab.data.splits import OpenSetSplit, check_number, check_seed
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["OpenSetSplit", "RandomNonlinearMap", "make_open_set", "make_hierarchical_open_set"]
@@ -54,7 +54,7 @@ def _n_train(n: int, train_fraction: float, what: str) -> int:
 
 
 class RandomNonlinearMap:
-    """A fixed, seeded random 2-layer MLP ``g: R^dim -> R^input_dim`` (digest 000 §6).
+    """A fixed, seeded random 2-layer MLP ``g: R^dim -> R^input_dim`` (the generator's observation map).
 
     ``g(u) = W_2 act(gain * W_1 (u / input_scale) + b_1) + b_2`` with ``W_1 ~ N(0, 1/dim)``,
     ``b_1 ~ N(0, 0.5^2)``, ``W_2 ~ N(0, 1/hidden_dim)``, ``b_2 ~ N(0, 0.1^2)``. ``input_scale``
@@ -87,9 +87,9 @@ class RandomNonlinearMap:
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
         self.activation = activation
-        self.gain = _check_float(gain, "gain", positive=True)
-        self.input_scale = _check_float(input_scale, "input_scale", positive=True)
-        gen = torch.Generator().manual_seed(_check_seed(seed))
+        self.gain = check_number(gain, "gain", positive=True)
+        self.input_scale = check_number(input_scale, "input_scale", positive=True)
+        gen = torch.Generator().manual_seed(check_seed(seed))
         f64 = torch.float64
         self.w1 = torch.randn(self.hidden_dim, self.dim, generator=gen, dtype=f64) / math.sqrt(
             self.dim
@@ -187,7 +187,7 @@ def make_open_set(
     """Flat open-set task: Gaussian classes in ``R^dim`` through a fixed random nonlinear map.
 
     Offline stand-in for the open-set retrieval protocol of the Ramzi thesis (§2.3.1, Fig. 2.13;
-    §3.5.1; digest 000 sections 3 and 6). Classes ``0 .. n_train - 1`` (with
+    §3.5.1). Classes ``0 .. n_train - 1`` (with
     ``n_train = round(train_fraction * n_classes)``) form the train split and the others the test
     split (as CUB-200: first 100 classes train, last 100 test, §3.5.1); the centres are i.i.d., so
     which ids go where does not matter. Labels keep their original ids (the two sets are
@@ -223,12 +223,12 @@ def make_open_set(
     per_class = check_positive_int(per_class, "per_class")
     dim = check_positive_int(dim, "dim")
     input_dim = check_positive_int(input_dim, "input_dim")
-    noise = _check_float(noise, "noise", nonneg=True)
-    class_sep = _check_float(class_sep, "class_sep", nonneg=True)
-    obs_noise = _check_float(obs_noise, "obs_noise", nonneg=True)
-    train_fraction = _check_float(train_fraction, "train_fraction")
-    seed = _check_seed(seed)
-    map_seed = seed if map_seed is None else _check_seed(map_seed, "map_seed")
+    noise = check_number(noise, "noise", nonneg=True)
+    class_sep = check_number(class_sep, "class_sep", nonneg=True)
+    obs_noise = check_number(obs_noise, "obs_noise", nonneg=True)
+    train_fraction = check_number(train_fraction, "train_fraction")
+    seed = check_seed(seed)
+    map_seed = seed if map_seed is None else check_seed(map_seed, "map_seed")
     if n_classes < 2:
         raise ValueError(f"n_classes must be >= 2 for an open-set split, got {n_classes}")
     n_train = _n_train(n_classes, train_fraction, "classes")
@@ -282,7 +282,7 @@ def make_hierarchical_open_set(
     """Hierarchical open-set task: a class tree with hierarchically drawn latent centres.
 
     The stand-in for the hierarchical datasets of Ramzi thesis ch. 4 (SOP/iNat with super-classes,
-    §4.4.1; digest 000 section 6). With ``branching = (b_0, ..., b_{L-1})`` (top level first) there
+    §4.4.1). With ``branching = (b_0, ..., b_{L-1})`` (top level first) there
     are ``b_0`` root groups, each with ``b_1`` children, ... and ``prod(b)`` fine classes. Centres are
     drawn top-down: ``c_root ~ N(0, s_0^2 I)``, ``c_child = c_parent + N(0, s_l^2 I)``, so the fine
     classes of one super-class are closer on average than classes of different super-classes.
@@ -338,16 +338,16 @@ def make_hierarchical_open_set(
             f"level_std has {len(level_std)} entries but branching has {n_levels} levels"
         )
     level_std = tuple(
-        _check_float(s, f"level_std[{i}]", nonneg=True) for i, s in enumerate(level_std)
+        check_number(s, f"level_std[{i}]", nonneg=True) for i, s in enumerate(level_std)
     )
     per_class = check_positive_int(per_class, "per_class")
     dim = check_positive_int(dim, "dim")
     input_dim = check_positive_int(input_dim, "input_dim")
-    noise = _check_float(noise, "noise", nonneg=True)
-    obs_noise = _check_float(obs_noise, "obs_noise", nonneg=True)
-    train_fraction = _check_float(train_fraction, "train_fraction")
-    seed = _check_seed(seed)
-    map_seed = seed if map_seed is None else _check_seed(map_seed, "map_seed")
+    noise = check_number(noise, "noise", nonneg=True)
+    obs_noise = check_number(obs_noise, "obs_noise", nonneg=True)
+    train_fraction = check_number(train_fraction, "train_fraction")
+    seed = check_seed(seed)
+    map_seed = seed if map_seed is None else check_seed(map_seed, "map_seed")
     if split == "fine":
         k = _n_train(branching[-1], train_fraction, "fine classes per parent (branching[-1])")
     elif split == "coarse":

@@ -40,11 +40,16 @@ import torch
 import torch.nn.functional as F
 
 from rank_lab._validation import check_choice, check_embeddings, check_labels, check_positive_int
+from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
 from rank_lab.fewshot.multi_dataset import (
     MultiDatasetSampler,
     fit_multi_dataset,
     global_class_ids,
 )
+from rank_lab.metrics import knn_search
+from rank_lab.metrics.classification import knn_classify
+from rank_lab.retrieval import alpha_qe, build_graph
+from rank_lab.retrieval.diffusion import diffuse
 
 __all__ = [
     "global_class_ids",
@@ -84,9 +89,6 @@ def allways_split(labels: torch.Tensor, k: int, *, seed: int = 0) -> tuple[torch
 
 
 def _diffusion_logits(support: torch.Tensor, support_labels: torch.Tensor, queries: torch.Tensor, graph_k: int, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
-    from rank_lab.retrieval import build_graph
-    from rank_lab.retrieval.diffusion import diffuse
-
     allv = F.normalize(torch.cat([support, queries]).float(), dim=1)
     graph = build_graph(allv, min(graph_k, allv.shape[0] - 1), mutual=False)
     classes, inv = torch.unique(support_labels, return_inverse=True)
@@ -135,10 +137,6 @@ def classify_by_retrieval(
         TypeError, ValueError: bad descriptors or labels, an unknown ``method`` or ``vote``, a
             ``knn_k`` that is not an int in ``[1, S]``.
     """
-    from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
-    from rank_lab.metrics.classification import knn_classify
-    from rank_lab.retrieval import alpha_qe
-
     q = check_embeddings(queries, "queries")
     s = check_embeddings(support, "support")
     ys = check_labels(support_labels, s.shape[0], "support_labels")
@@ -164,8 +162,6 @@ def classify_by_retrieval(
     else:
         classes, logits = nearest_mean_logits(q, s, ys, metric=method)
     if shortlist is not None:
-        from rank_lab.metrics import knn_search
-
         kk = min(check_positive_int(shortlist, "shortlist"), s.shape[0])
         _, nn_idx = knn_search(F.normalize(q.float(), dim=1), F.normalize(s.float(), dim=1), kk)
         allowed = (ys[nn_idx.cpu()][:, :, None] == classes[None, None, :].cpu()).any(1)

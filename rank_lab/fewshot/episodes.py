@@ -8,7 +8,7 @@ class, with a feature extractor adapted to that class' support set.
 Training episodes (Fig. 4.8, :class:`EpisodeSampler`): pick a target class ``c*``, ``k`` support
 images of ``c*`` and a batch of ``m`` images from each of ``N`` classes including ``c*``
 (thesis: ``k = 5``, ``m = 10``, ``N = 6``; 60 images). Support and batch images of ``c*`` are
-disjoint (digest decision; ``disjoint=False`` allows overlap).
+disjoint (a rank_lab decision, the thesis does not say; ``disjoint=False`` allows overlap).
 
 Evaluation (Fig. 4.9, :func:`evaluate_fewshot_retrieval`): for every class, draw a support, describe
 the whole base with the adapted model and rank the base for the queries of that class; the rows of
@@ -31,15 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import check_labels, check_positive_int
-
-if TYPE_CHECKING:
-    from rank_lab.retrieval.protocols import CrossDomainReport
+from rank_lab.retrieval import CrossDomainReport, cross_domain_evaluate
 
 __all__ = [
     "Episode",
@@ -274,8 +272,6 @@ def fewshot_retrieval_scores(
     cache: torch.Tensor | None = None
     items = list(supports.items())
     if progress:
-        from rank_lab._progress import tqdm
-
         items = tqdm(items, desc="classes")
     for c, sup in items:
         q = torch.nonzero(y == c).flatten()
@@ -326,8 +322,6 @@ def evaluate_fewshot_retrieval(
     Returns:
         :class:`rank_lab.retrieval.CrossDomainReport` (``summary["mAP"]`` x 100, mP1, qP1, mAPD).
     """
-    from rank_lab.retrieval import cross_domain_evaluate
-
     y = check_labels(labels, name="labels")
     d = torch.zeros_like(y) if domains is None else torch.as_tensor(domains).long()
     if d.shape != y.shape:

@@ -37,6 +37,8 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock
 
 from rank_lab._validation import check_finite_input, check_input, check_positive_int
+from rank_lab.models import load_backbone_weights
+from rank_lab.models.weights import create_timm_model, file_record, merge_legacy_weights
 
 __all__ = [
     "FILM_KEYS",
@@ -291,13 +293,12 @@ def film_resnet18(
             fetched by timm), ``"none"`` or a weight file (:mod:`rank_lab.models.weights`);
             default random. The record is ``model.weights_record``.
     """
-    from rank_lab.models.weights import create_timm_model, file_record, merge_legacy_weights
-
     if source not in ("torchvision", "timm"):
         raise ValueError(f"source must be 'torchvision' or 'timm', got {source!r}")
     in_channels = check_positive_int(in_channels, "in_channels")
     spec, strict = merge_legacy_weights(weights, False, weights_path)
     if source == "torchvision":
+        # heavy import, paid only on this path
         from torchvision.models import resnet18
 
         if in_channels != 3:
@@ -313,8 +314,6 @@ def film_resnet18(
     body.fc = nn.Identity()
     model = FiLMResNet(body)
     if isinstance(spec, Path):
-        from rank_lab.models import load_backbone_weights
-
         model.load_report = load_backbone_weights(body, spec, strict=strict)
         record = file_record(spec)
     elif spec == "none":

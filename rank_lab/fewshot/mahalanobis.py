@@ -21,7 +21,7 @@ for comparison only; the book shows the difference.
 
 **Scale.** The ``+ I`` term is scale-dependent: for unit-norm descriptors in high dimension the
 covariances are much smaller than ``I`` and the rule is close to a (shrunk) Euclidean nearest mean
-(digest 004 §2.14); ``identity_scale`` exposes the coefficient (1 in the thesis).
+(Gominski thesis §5.4-5.5); ``identity_scale`` exposes the coefficient (1 in the thesis).
 
 Baselines: :func:`nearest_mean_logits` (Euclidean or cosine prototypes, Snell et al.; thesis
 §3.4.3) and kNN voting through :func:`rank_lab.metrics.classification.knn_classify` (not used in

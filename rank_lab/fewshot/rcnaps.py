@@ -51,6 +51,7 @@ from rank_lab.fewshot.film import (
     film_resnet18,
     film_tiny_resnet,
 )
+from rank_lab.losses import SmoothAP
 from rank_lab.models.pooling import GeM
 
 __all__ = [
@@ -350,8 +351,6 @@ def class_specific_smooth_ap(embeddings: torch.Tensor, labels: torch.Tensor, tar
     Returns:
         Scalar loss.
     """
-    from rank_lab.losses import SmoothAP
-
     emb = check_embeddings(embeddings, "embeddings")
     y = check_labels(labels, emb.shape[0], "labels").to(emb.device)
     q = torch.nonzero(y == int(target)).flatten()

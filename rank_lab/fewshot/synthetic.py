@@ -2,12 +2,12 @@
 
 * :func:`anisotropic_classes` -- Gaussian classes sharing an anisotropic covariance (a few
   dominant directions), the setting where Simple CNAPS' Mahalanobis rule beats a Euclidean nearest
-  mean (digest 004 §6, R10). ``scale`` shrinks everything, to show that the ``+ I`` regulariser of
+  mean (Gominski thesis eq. 5.2). ``scale`` shrinks everything, to show that the ``+ I`` regulariser of
   eq. 5.2 then swamps the covariances and the two rules coincide.
 * :func:`make_multi_dataset` -- several "datasets" drawing their classes from a shared pool of
   latent concepts, each with its own nuisance directions and rendering offset, seen through one
   fixed random nonlinear map (:class:`rank_lab.data.RandomNonlinearMap`); some concepts are shared
-  by several datasets, as land-use classes are across UCM, AID, RESISC45... (digest §6, R12). A
+  by several datasets, as land-use classes are across UCM, AID, RESISC45... (Gominski thesis §5.3). A
   model trained on some datasets is tested k-shot all-ways on an unseen one.
 """
 
@@ -19,7 +19,14 @@ from dataclasses import dataclass
 
 import torch
 
-from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_nonneg_int,
+    check_positive_int,
+)
+from rank_lab.data import RandomNonlinearMap
 
 __all__ = ["anisotropic_classes", "MultiDataset", "make_multi_dataset"]
 
@@ -135,9 +142,6 @@ def make_multi_dataset(
             >= 0), a standard deviation not a finite number >= 0, ``classes_per_dataset >
             n_concepts``, or ``concept_dim`` / ``nuisance_rank`` that do not fit in ``dim``.
     """
-    from rank_lab._validation import check_nonneg_int
-    from rank_lab.data import RandomNonlinearMap
-
     nd, nc = check_positive_int(n_datasets, "n_datasets"), check_positive_int(n_concepts, "n_concepts")
     cpd, n = check_positive_int(classes_per_dataset, "classes_per_dataset"), check_positive_int(per_class, "per_class")
     dim, input_dim = check_positive_int(dim, "dim"), check_positive_int(input_dim, "input_dim")

@@ -2,7 +2,7 @@
 
 Implementation module of :class:`rank_lab.learned.surrogate.SurrogateTrainer` and
 :func:`rank_lab.learned.surrogate.evaluate_surrogate` (import them from there): the surrogate, its
-loss, the task interface and the configuration are in :mod:`rank_lab.learned.surrogate`.
+loss, the task interface and the configuration are in :mod:`rank_lab.learned.surrogate_model`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch import nn
 
 from rank_lab._validation import check_choice, check_positive_int
 from rank_lab.learned._checks import check_module
-from rank_lab.learned.surrogate import (
+from rank_lab.learned.surrogate_model import (
     EmbeddingSurrogate,
     LSConfig,
     SurrogateTask,

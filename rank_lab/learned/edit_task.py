@@ -30,7 +30,7 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.learned._checks import check_generator, check_images, check_int_matrix, check_words
-from rank_lab.learned.recognizer import Alphabet, _check_alphabet, ctc_best_path, ctc_collapse
+from rank_lab.learned.recognizer import Alphabet, check_alphabet, ctc_best_path, ctc_collapse
 from rank_lab.learned.surrogate import SurrogateTask
 from rank_lab.metrics.text import edit_distance
 
@@ -238,7 +238,7 @@ class EditDistanceTask(SurrogateTask):
         super().__init__(batch_size, device)
         images = check_images(images)
         words = check_words(words, images.shape[0])
-        _check_alphabet(alphabet)
+        check_alphabet(alphabet)
         if generator is not None and not isinstance(generator, CTCEditPairGenerator):
             raise TypeError(f"generator must be a CTCEditPairGenerator or None, got {type(generator).__name__}")
         self.images = images

@@ -30,7 +30,7 @@ class CharCNN(nn.Module):
 
     Five 1-D convolutions with LeakyReLU, then two fully-connected layers (as in the thesis,
     after Zhang et al.'s character CNN); widths and kernels are not given in the thesis, the
-    defaults are a small choice of this package, sized for CPU use.
+    defaults are a small choice of rank_lab, sized for CPU use.
 
     Args:
         n_classes: size ``C`` of each distribution (alphabet, with blank/pad).

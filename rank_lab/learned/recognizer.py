@@ -98,7 +98,7 @@ class Alphabet:
         return out
 
 
-def _check_alphabet(alphabet: object) -> Alphabet:
+def check_alphabet(alphabet: object) -> Alphabet:
     if not isinstance(alphabet, Alphabet):
         raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
     return alphabet
@@ -203,7 +203,7 @@ def greedy_decode(scores: torch.Tensor, alphabet: Alphabet) -> list[str]:
         ValueError: ``scores`` is not 3-D, holds NaN/inf, or its ``C`` differs from
             ``alphabet.n_classes`` (a class without a character, or a character never scored).
     """
-    _check_alphabet(alphabet)
+    check_alphabet(alphabet)
     scores = as_tensor(scores, "scores")
     if scores.ndim != 3:
         raise ValueError(f"scores must have shape (B, T, C), got {tuple(scores.shape)}")
@@ -349,7 +349,7 @@ def fit_ctc(
 def _check_images_words(images: object, words: object, alphabet: object, model: nn.Module) -> tuple[torch.Tensor, list[str]]:
     """The data check of the recogniser's entry points: images ``(N, C, H, W)``, ``N`` words, an alphabet."""
     images = check_images(images, model=model)
-    _check_alphabet(alphabet)
+    check_alphabet(alphabet)
     return images, check_words(words, images.shape[0])
 
 
@@ -367,7 +367,7 @@ def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_
         ``N`` strings.
     """
     images = check_images(images, model=check_module(model))
-    _check_alphabet(alphabet)
+    check_alphabet(alphabet)
     batch_size = check_positive_int(batch_size, "batch_size")
     model.eval()
     dev = next(model.parameters()).device

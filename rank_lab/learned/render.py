@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from rank_lab._validation import check_float, check_positive_int
 
@@ -45,6 +46,7 @@ def font_paths(names: Sequence[str] = DEFAULT_FONTS) -> list[Path]:
     if isinstance(names, (str, bytes)) or not all(isinstance(n, str) for n in names):
         raise TypeError(f"names must be a sequence of font file names (str), got {names!r}")
     try:
+        # optional dependency (extra "plots"), imported where it is used
         import matplotlib
     except ImportError:  # pragma: no cover - matplotlib is a book dependency
         return []
@@ -54,7 +56,6 @@ def font_paths(names: Sequence[str] = DEFAULT_FONTS) -> list[Path]:
 
 @lru_cache(maxsize=256)
 def _font(path: str, size: int):  # noqa: ANN202 - PIL font object
-    from PIL import ImageFont
 
     if path == "":
         try:
@@ -133,8 +134,6 @@ class WordRenderer:
 
     def render(self, word: str, rng: np.random.Generator) -> np.ndarray:
         """Render ``word`` with random style drawn from ``rng``; returns ``(H, W)`` float32."""
-        from PIL import Image, ImageDraw, ImageFilter
-
         s = self.supersample
         big_w, big_h = self.width * s, self.height * s
         font = _font(self.fonts[int(rng.integers(len(self.fonts)))], int(big_h * 0.75))

@@ -36,6 +36,7 @@ from torch import nn
 from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import (
     as_tensor,
+    check_choice,
     check_embeddings,
     check_finite,
     check_index,
@@ -201,7 +202,7 @@ def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduct
     Raises:
         ValueError / TypeError: naming ``values``, ``keep`` or ``reduction``.
     """
-    _check_choice(reduction, "reduction", ("mean", "sum", "none"))
+    check_choice(reduction, "reduction", ("mean", "sum", "none"))
     values = _row_values(values, "values")
     keep = as_tensor(keep, "keep")
     if keep.dtype != torch.bool:
@@ -209,7 +210,7 @@ def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduct
     if keep.shape != values.shape:
         raise ValueError(f"keep has shape {tuple(keep.shape)} but values has shape {tuple(values.shape)}")
     check_finite(values[keep.to(values.device)], "values")
-    return _reduce_per_query(values, keep.to(values.device), reduction)
+    return reduce_kept(values, keep.to(values.device), reduction)
 
 
 def _row_values(values: object, name: str) -> torch.Tensor:
@@ -222,7 +223,7 @@ def _row_values(values: object, name: str) -> torch.Tensor:
     return values
 
 
-def _reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: str) -> torch.Tensor:
+def reduce_kept(values: torch.Tensor, keep: torch.Tensor, reduction: str) -> torch.Tensor:
     """:func:`reduce_per_query` without the checks (the losses' inner call)."""
     values = torch.where(keep, values, torch.zeros_like(values))
     if reduction == "none":
@@ -232,12 +233,6 @@ def _reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: str) 
     if reduction == "mean":
         return values.sum() / keep.sum().clamp(min=1)
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-
-
-def _check_choice(value: str, name: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
 
 
 def _query_role(query_role: str, include_query_as_positive: bool | None, owner: str, allowed: tuple[str, ...]) -> str:
@@ -283,7 +278,7 @@ class MetricLoss(nn.Module):
     ) -> None:
         super().__init__()
         self.normalize = bool(normalize)
-        self.reduction = _check_choice(reduction, "reduction", ("mean", "sum", "none"))
+        self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
         self.query_role = _query_role(query_role, include_query_as_positive, type(self).__name__, type(self).query_roles)
         if isinstance(hierarchy_level, bool) or not isinstance(hierarchy_level, int) or hierarchy_level < 0:
             raise ValueError(f"hierarchy_level must be an int >= 0, got {hierarchy_level!r}")
@@ -346,7 +341,7 @@ class ListwiseLoss(MetricLoss):
 
     def __init__(self, *, no_positive: NoPositive = "skip", **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.no_positive = _check_choice(no_positive, "no_positive", ("skip", "raise"))
+        self.no_positive = check_choice(no_positive, "no_positive", ("skip", "raise"))
 
     def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         """Per-query loss ``(Q,)`` (any value for queries without positives)."""
@@ -382,7 +377,7 @@ class ListwiseLoss(MetricLoss):
                     "(rank_lab.data.MPerClassSampler) or a memory"
                 )
         values = self.per_query(scores, rel, valid.bool())
-        return _reduce_per_query(values, has_pos, self.reduction)
+        return reduce_kept(values, has_pos, self.reduction)
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
         return self.forward_scores(batch.scores, batch.relevance, batch.valid)
@@ -400,7 +395,7 @@ class RankLoss(ListwiseLoss):
 
     def __init__(self, *, impl: Literal["efficient", "direct"] = "efficient", max_elements: int | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.impl = _check_choice(impl, "impl", ("efficient", "direct"))
+        self.impl = check_choice(impl, "impl", ("efficient", "direct"))
         self.max_elements = max_elements
 
 

@@ -39,13 +39,14 @@ from collections.abc import Callable, Sequence
 import torch
 
 from rank_lab._validation import (
+    check_choice,
     check_embeddings,
     check_float,
     check_labels,
     check_positive_int,
     check_scores_targets,
 )
-from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice
+from rank_lab.losses.base import MetricLoss, PreparedBatch
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss
 from rank_lab.losses.proxies import NormSoftmaxLoss
 from rank_lab.losses.registry import register_loss
@@ -88,7 +89,7 @@ class PairDGLoss(MetricLoss):
         if not beta < alpha:
             raise ValueError(f"beta must be < alpha, got alpha={alpha}, beta={beta}")
         self.alpha, self.beta = alpha, beta
-        self.pair_reduction = _check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
+        self.pair_reduction = check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
         return pair_margin_loss(batch.scores, batch.relevance, batch.valid, self.alpha, self.beta, self.pair_reduction, self.reduction)  # type: ignore[arg-type]
@@ -135,7 +136,7 @@ def decomposability_gap(
     """
     one = torch.as_tensor(scores).ndim == 1
     scores, targets = check_scores_targets(scores, targets)
-    _check_choice(empty_batch, "empty_batch", ("skip", "raise"))
+    check_choice(empty_batch, "empty_batch", ("skip", "raise"))
     batch_ids = torch.as_tensor(batch_ids, device=scores.device).long()
     if batch_ids.shape != (scores.shape[1],):
         raise ValueError(f"batch_ids must have shape ({scores.shape[1]},), got {tuple(batch_ids.shape)}")

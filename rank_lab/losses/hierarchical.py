@@ -46,13 +46,14 @@ from torch.utils.checkpoint import checkpoint
 from rank_lab._deprecation import moved_names
 from rank_lab._validation import (
     as_tensor,
+    check_choice,
     check_float,
     check_index,
     check_positive_int,
     check_scores_targets,
 )
 from rank_lab.losses._direct import direct_rank_terms
-from rank_lab.losses.base import PreparedBatch, RankLoss, _check_choice, _reduce_per_query
+from rank_lab.losses.base import PreparedBatch, RankLoss, reduce_kept
 from rank_lab.losses.registry import register_loss
 from rank_lab.metrics.hierarchy import (
     as_hierarchical_labels,
@@ -61,7 +62,7 @@ from rank_lab.metrics.hierarchy import (
     shared_level,
 )
 from rank_lab.ranking.ranks import (
-    _chunk_rows,
+    chunk_rows,
     exact_rank_plus_rows,
     pairwise_differences,
     positive_rows,
@@ -137,7 +138,7 @@ def weighted_lower_sums(
     k_idx = check_index(k_idx, q_idx.shape[0], scores.shape[1], "k_idx", "q_idx").to(scores.device)
     if not isinstance(step, StepFunction):
         raise TypeError(f"step must be a rank_lab.ranking StepFunction, got {type(step).__name__}")
-    _check_choice(weight, "weight", ("lower", "min"))
+    check_choice(weight, "weight", ("lower", "min"))
     if max_elements is not None:
         check_positive_int(max_elements, "max_elements")
     return _weighted_lower_sums(scores, relevance.to(scores.dtype), valid, q_idx, k_idx, step, weight=weight, max_elements=max_elements)
@@ -148,7 +149,7 @@ def _weighted_lower_sums(scores: torch.Tensor, relevance: torch.Tensor, valid: t
                          max_elements: int | None = None) -> torch.Tensor:
     """:func:`weighted_lower_sums` without the checks (the losses' inner call)."""
     out = []
-    chunk = _chunk_rows(scores.shape[1], max_elements, scores.device)
+    chunk = chunk_rows(scores.shape[1], max_elements, scores.device)
     grad = step.differentiable and scores.requires_grad and torch.is_grad_enabled()
     for a in range(0, q_idx.numel(), chunk):
         qi, ki = q_idx[a : a + chunk], k_idx[a : a + chunk]
@@ -190,12 +191,12 @@ class HierarchicalRankLoss(RankLoss):
         **kwargs: object,
     ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.relevance_kind = _check_choice(relevance or self.default_relevance, "relevance", ("hap", "weighted_ap", "ndcg"))
+        self.relevance_kind = check_choice(relevance or self.default_relevance, "relevance", ("hap", "weighted_ap", "ndcg"))
         alpha = check_float(alpha, "alpha", low=0.0, low_open=True)
         if self.relevance_kind == "weighted_ap" and weights is None:
             raise ValueError("relevance='weighted_ap' needs weights w_1..w_L")
         self.alpha, self.weights = float(alpha), weights
-        self.level_mode = _check_choice(level_mode, "level_mode", ("lca", "count"))
+        self.level_mode = check_choice(level_mode, "level_mode", ("lca", "count"))
 
     def relevance_from_levels(self, levels: torch.Tensor, n_levels: int, valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """``(Q, N)`` relevance, level sets counted over the valid items (the retrieval set)."""
@@ -245,7 +246,7 @@ class HierarchicalRankLoss(RankLoss):
             if not bool(has_pos.any()):
                 raise ValueError("no query has a relevant item in its retrieval set (labels / ref_labels / relevance): use a "
                                  "class-balanced or hierarchical sampler")
-        return _reduce_per_query(self.per_query(scores, rel, valid_t), has_pos, self.reduction)  # type: ignore[arg-type]
+        return reduce_kept(self.per_query(scores, rel, valid_t), has_pos, self.reduction)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:
         return f"relevance={self.relevance_kind!r}, alpha={self.alpha}, impl={self.impl!r}, reduction={self.reduction!r}"

@@ -25,8 +25,8 @@ from typing import Literal
 
 import torch
 
-from rank_lab._validation import check_float, check_scores_targets
-from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice, _reduce_per_query
+from rank_lab._validation import check_choice, check_float, check_scores_targets
+from rank_lab.losses.base import MetricLoss, PreparedBatch, reduce_kept
 from rank_lab.losses.registry import register_loss
 
 __all__ = ["pair_margin_loss", "ContrastiveLoss", "TripletMarginLoss"]
@@ -85,7 +85,7 @@ def pair_margin_loss(
         per_q = lp.sum(1) + ln.sum(1)
     else:
         raise ValueError(f"pair_reduction must be 'per_query_mean', 'per_query_sum' or 'avg_nonzero', got {pair_reduction!r}")
-    return _reduce_per_query(per_q, valid.any(1), reduction)  # type: ignore[arg-type]
+    return reduce_kept(per_q, valid.any(1), reduction)  # type: ignore[arg-type]
 
 
 @register_loss("contrastive", aliases=("xbm_contrastive",))
@@ -104,7 +104,7 @@ class ContrastiveLoss(MetricLoss):
     def __init__(self, pos_margin: float = 1.0, neg_margin: float = 0.5, pair_reduction: PairReduction = "per_query_sum", **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.pos_margin, self.neg_margin = check_float(pos_margin, "pos_margin"), check_float(neg_margin, "neg_margin")
-        self.pair_reduction = _check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
+        self.pair_reduction = check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
         return pair_margin_loss(batch.scores, batch.relevance, batch.valid, self.pos_margin, self.neg_margin, self.pair_reduction, self.reduction)  # type: ignore[arg-type]
@@ -143,9 +143,9 @@ class TripletMarginLoss(MetricLoss):
     ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.margin = check_float(margin, "margin", low=0.0)
-        self.distance = _check_choice(distance, "distance", ("squared_euclidean", "cosine"))
-        self.mining = _check_choice(mining, "mining", ("all", "semihard", "hard"))
-        self.triplet_average = _check_choice(triplet_average, "triplet_average", ("all", "nonzero"))
+        self.distance = check_choice(distance, "distance", ("squared_euclidean", "cosine"))
+        self.mining = check_choice(mining, "mining", ("all", "semihard", "hard"))
+        self.triplet_average = check_choice(triplet_average, "triplet_average", ("all", "nonzero"))
 
     def _distances(self, batch: PreparedBatch) -> torch.Tensor:
         if self.distance == "cosine":
@@ -183,7 +183,7 @@ class TripletMarginLoss(MetricLoss):
         if not bool(keep.any()) and self.mining != "semihard":
             raise ValueError("no valid triplet (anchor, positive, negative) in the batch or the references (labels / "
                              "ref_labels): use an m-per-class sampler")
-        return _reduce_per_query(per_q, keep, self.reduction)  # type: ignore[arg-type]
+        return reduce_kept(per_q, keep, self.reduction)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, distance={self.distance!r}, mining={self.mining!r}"

@@ -29,8 +29,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
-from rank_lab.losses.base import MetricLoss, _check_choice, check_references
+from rank_lab._validation import (
+    check_choice,
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_positive_int,
+)
+from rank_lab.losses.base import MetricLoss, check_references
 from rank_lab.losses.registry import register_loss
 
 __all__ = ["NormSoftmaxLoss", "ProxyNCAPlusPlusLoss", "PROXY_LR"]
@@ -126,7 +132,7 @@ class ProxyNCAPlusPlusLoss(_ProxyLoss):
 
     def __init__(self, n_classes: int, dim: int, temperature: float = 1.0 / 9.0, distance: str = "squared_euclidean", **kwargs: object) -> None:
         super().__init__(n_classes, dim, temperature, **kwargs)
-        self.distance = _check_choice(distance, "distance", ("squared_euclidean",))
+        self.distance = check_choice(distance, "distance", ("squared_euclidean",))
         with torch.no_grad():
             self.proxies.normal_(0.0, 1.0).div_(8.0)
 

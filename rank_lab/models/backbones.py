@@ -241,6 +241,7 @@ class TimmBackbone(nn.Module):
     ) -> None:
         super().__init__()
         try:
+            # optional dependency (extra "timm"), imported where it is used
             import timm
         except ImportError as exc:  # pragma: no cover - timm is an optional dependency
             raise ImportError("TimmBackbone needs timm: pip install 'rank_lab[timm]'") from exc

@@ -192,7 +192,7 @@ class ModelConfig:
         self.hidden_dims = tuple(int(h) for h in self.hidden_dims)
         if not isinstance(self.backbone, str) or not self.backbone:
             raise ValueError(f"model.backbone must be a non-empty str, got {self.backbone!r}")
-        _check_backbone_name(self.backbone)
+        check_backbone_name(self.backbone)
         if not isinstance(self.pooling, str):
             raise ValueError(f"model.pooling must be a str, got {self.pooling!r}")
         if self.pooling.lower() not in POOLINGS:
@@ -235,7 +235,7 @@ class ModelConfig:
 _OWN_BACKBONES = ("mlp", "tiny_cnn", "tinycnn")
 
 
-def _check_backbone_name(name: str, argument: str = "model.backbone") -> None:
+def check_backbone_name(name: str, argument: str = "model.backbone") -> None:
     """Refuse a backbone name that is neither ``mlp`` / ``tiny_cnn`` nor a timm model (when timm is
     installed; without it the build says so); the message names ``argument``."""
     if not isinstance(name, str) or not name:
@@ -244,6 +244,7 @@ def _check_backbone_name(name: str, argument: str = "model.backbone") -> None:
     if key in _OWN_BACKBONES:
         return
     try:
+        # optional dependency (extra "timm"), imported where it is used
         import timm
     except ImportError:  # pragma: no cover - timm is optional; build_backbone raises ImportError
         return

@@ -86,7 +86,7 @@ def rmac_regions(height: int, width: int, levels: int = 3, overlap: float = 0.4)
     ``w = min(H, W)``; level ``l`` has ``l`` regions along the short side and ``l + extra``
     along the long side, where ``extra`` (0 for square maps) is the number of steps in
     ``{2..7}`` minimising ``|(w^2 - w b) / w^2 - overlap|`` with ``b = (max(H, W) - w) / (steps - 1)``
-    (the cirtorch convention, digest 004 §2.2). Region starts are spread evenly over the map.
+    (the convention of Radenović et al.'s cirtorch code). Region starts are spread evenly over the map.
 
     Args:
         height: map height ``H`` (>= 1).

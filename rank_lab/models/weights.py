@@ -135,7 +135,10 @@ def timm_pretrained_name(name: str) -> str:
     Raises:
         ValueError: if timm has no pretrained weights for ``name``.
     """
+    # optional dependency (extra "timm"), imported where it is used
     import timm
+
+    # optional dependency (extra "timm"), imported where it is used
     from timm.models import get_pretrained_cfg
 
     if not isinstance(name, str) or not name:
@@ -310,6 +313,7 @@ def create_timm_model(name: str, weights: str | os.PathLike[str] | None = "none"
             names ``weights='none'`` and a local file as alternatives, and the cause.
         ValueError: no pretrained weights exist for ``name``, or a weight file does not match.
     """
+    # optional dependency (extra "timm"), imported where it is used
     import timm
 
     if not isinstance(name, str) or not name:
@@ -368,8 +372,6 @@ def find_weights_record(module: nn.Module) -> dict[str, Any] | None:
     Raises:
         TypeError: ``module`` is not an ``nn.Module``.
     """
-    from rank_lab._validation import check_module
-
     for m in check_module(module, "module").modules():
         rec = getattr(m, "weights_record", None)
         if isinstance(rec, Mapping):

@@ -35,7 +35,7 @@ from rank_lab._validation import (
 __all__ = ["LogitEnergy", "ClassGaussianEnergy", "ZeroEnergy"]
 
 
-def _check_z(z: torch.Tensor, dim: int | None, name: str = "z") -> torch.Tensor:
+def check_features(z: torch.Tensor, dim: int | None, name: str = "z") -> torch.Tensor:
     """Shape/finiteness check of a feature batch that keeps autograd (no copy, no dtype change).
 
     The one input check of every energy (priors, residual, hybrid): ``(N, d)``, ``N >= 1``, ``d`` as
@@ -94,7 +94,7 @@ class LogitEnergy(nn.Module):
 
     def logits(self, z: torch.Tensor) -> torch.Tensor:
         """``(N, d) -> (N, C)`` logits of the frozen head."""
-        z = _check_z(z, self.dim)
+        z = check_features(z, self.dim)
         return z @ self.weight.to(z.dtype).T + self.bias.to(z.dtype)
 
     def energy(self, z: torch.Tensor) -> torch.Tensor:
@@ -225,7 +225,7 @@ class ClassGaussianEnergy(nn.Module):
         Computed as ``||L^{-1} z - L^{-1} mu_c||^2`` with one matrix product (``Sigma = L L^T``).
         """
         self._require_fitted()
-        z = _check_z(z, self.dim)
+        z = check_features(z, self.dim)
         w = self.whitener.to(z.dtype)
         zw = z @ w.T
         mw = self.means.to(z.dtype) @ w.T
@@ -283,7 +283,7 @@ class ZeroEnergy(nn.Module):
 
     def energy(self, z: torch.Tensor) -> torch.Tensor:
         """``(N, d) -> (N,)`` zeros (keeps the graph so ``grad_z`` is defined)."""
-        z = _check_z(z, None)
+        z = check_features(z, None)
         return z.sum(1) * 0.0
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:

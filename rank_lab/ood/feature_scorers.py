@@ -174,6 +174,7 @@ class KNN(OODScorer):
         if self.k > bank.shape[0]:
             raise ValueError(f"k = {self.k} exceeds the number of training features ({bank.shape[0]})")
         if self.backend == "faiss":
+            # optional dependency (extra "faiss"), imported where it is used
             import faiss
 
             self.index = faiss.IndexFlatL2(bank.shape[1])

@@ -38,8 +38,8 @@ from rank_lab._validation import (
     check_nonneg_int,
     check_positive_int,
 )
-from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, _check_z
-from rank_lab.ood.sgld import SCHEDULES, _spec, sgld
+from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, check_features
+from rank_lab.ood.sgld import SCHEDULES, schedule_endpoints, sgld
 from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
 from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device
@@ -105,9 +105,9 @@ class HEATConfig:
         for b in self.betas:
             check_float(b, "betas", low=0, high=1, high_open=True)
         check_nonneg_int(self.sgld_steps, "sgld_steps")
-        _spec(self.step_size, "step_size")
+        schedule_endpoints(self.step_size, "step_size")
         if self.noise is not None:
-            _spec(self.noise, "noise")
+            schedule_endpoints(self.noise, "noise")
         check_choice(self.proposal, "proposal", ("prior", "normal", "gaussian", "data"))
         check_choice(self.schedule, "schedule", SCHEDULES)
 
@@ -228,7 +228,7 @@ class HybridEnergy(nn.Module):
         ``z`` is cast to the dtype of the residual network (float32 unless the module was converted,
         e.g. with ``.double()``), so float64 features are accepted.
         """
-        z = _check_z(z, self.dim).to(next(self.residual.parameters()).dtype)
+        z = check_features(z, self.dim).to(next(self.residual.parameters()).dtype)
         return nn.functional.normalize(z, dim=1) if self.config.normalize else z
 
     def _project(self, z: torch.Tensor) -> torch.Tensor:

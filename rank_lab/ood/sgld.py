@@ -25,7 +25,7 @@ ScheduleSpec = float | Sequence[float]
 SCHEDULES = ("linear", "polynomial")
 
 
-def _spec(spec: ScheduleSpec, name: str) -> tuple[float, float]:
+def schedule_endpoints(spec: ScheduleSpec, name: str) -> tuple[float, float]:
     """``(start, end)`` of a constant or a ``(start, end)`` pair, both finite and ``>= 0``."""
     if isinstance(spec, (str, bytes)) or not isinstance(spec, Sequence):
         start = end = check_float(spec, name, low=0)
@@ -57,7 +57,7 @@ def schedule_values(spec: ScheduleSpec, steps: int, kind: str = "linear", power:
 
 
 def _values(spec: ScheduleSpec, steps: int, kind: str, power: float, spec_name: str, kind_name: str) -> list[float]:
-    start, end = _spec(spec, spec_name)
+    start, end = schedule_endpoints(spec, spec_name)
     steps = check_nonneg_int(steps, "steps")
     check_choice(kind, kind_name, SCHEDULES)
     power = check_float(power, "power", low=0, low_open=True)

@@ -35,7 +35,7 @@ from typing import Literal
 
 import torch
 
-from rank_lab._validation import check_positive_int, check_scores_targets
+from rank_lab._validation import as_tensor, check_finite, check_positive_int, check_scores_targets
 from rank_lab.ranking.steps import Heaviside, StepFunction, make_step
 
 __all__ = [
@@ -106,8 +106,6 @@ def pairwise_differences(scores: torch.Tensor) -> torch.Tensor:
 
 
 def _check_scores(scores: object, name: str = "scores") -> torch.Tensor:
-    from rank_lab._validation import as_tensor, check_finite
-
     scores = as_tensor(scores, name)
     if scores.ndim != 2:
         raise ValueError(f"{name} must have shape (Q, N), got {tuple(scores.shape)}")
@@ -163,7 +161,7 @@ def _check_relations(relations: Sequence[str]) -> tuple[Relation, ...]:
     return rels  # type: ignore[return-value]
 
 
-def _chunk_rows(n_cols: int, max_elements: int | None, device: torch.device) -> int:
+def chunk_rows(n_cols: int, max_elements: int | None, device: torch.device) -> int:
     budget = default_max_elements(device) if max_elements is None else int(max_elements)
     return max(1, budget // max(1, n_cols))
 
@@ -332,7 +330,7 @@ def row_step_sums(
         raise ValueError("relevance is required for the 'geq' and 'lower' relations")
     valid_t = _valid_or_all(scores, valid)
     rel_t = None if relevance is None else torch.as_tensor(relevance, device=scores.device).to(scores.dtype)
-    chunk = _chunk_rows(scores.shape[1], max_elements, scores.device)
+    chunk = chunk_rows(scores.shape[1], max_elements, scores.device)
     q_idx, k_idx = q_idx.to(scores.device).long(), k_idx.to(scores.device).long()
     if q_idx.numel() == 0:
         return scores.new_zeros(0, len(rels)) + 0 * scores.sum()

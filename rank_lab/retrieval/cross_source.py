@@ -1,4 +1,4 @@
-"""The cross-source evaluation protocol of the Gominski thesis (§4.1.2; digest 004 §3.4).
+"""The cross-source evaluation protocol of the Gominski thesis (§4.1.2, Fig. 4.2).
 
 Every annotated image queries the base (itself excluded by index). *Absolute* performance: mAP over all queries, positives = images
 sharing at least one class with the query (multi-label). *Intra-domain / attribute-specific*: the
@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from rank_lab._validation import as_tensor, check_finite, check_int_tensor
+from rank_lab.metrics import positive_positions
 
 __all__ = [
     "multilabel_targets",
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-def _check_positions(positions: object, valid: object, p_name: str, v_name: str) -> tuple[torch.Tensor, torch.Tensor]:
+def check_positions(positions: object, valid: object, p_name: str, v_name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """``(c, P)`` integer 1-based positions and a same-shape bool mask (shape / dtype only: cheap)."""
     pos = check_int_tensor(positions, p_name, 2)
     ok = as_tensor(valid, v_name)
@@ -51,7 +52,7 @@ def _check_positions(positions: object, valid: object, p_name: str, v_name: str)
     return pos, ok
 
 
-def _noninterp_ap(positions: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def noninterpolated_ap(positions: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     j = torch.arange(1, positions.shape[1] + 1, dtype=torch.float64)[None, :]
     return ((j / positions.to(torch.float64)) * valid).sum(1) / valid.sum(1).to(torch.float64).clamp_min(1.0)
 
@@ -127,8 +128,8 @@ def inter_domain_from_positions(
     Raises:
         TypeError / ValueError: non-integer positions, non-bool masks, mismatched shapes.
     """
-    pos_all, valid_all = _check_positions(pos_all, valid_all, "pos_all", "valid_all")
-    pos_cross, valid_cross = _check_positions(pos_cross, valid_cross, "pos_cross", "valid_cross")
+    pos_all, valid_all = check_positions(pos_all, valid_all, "pos_all", "valid_all")
+    pos_cross, valid_cross = check_positions(pos_cross, valid_cross, "pos_cross", "valid_cross")
     if pos_cross.shape[0] != pos_all.shape[0]:
         raise ValueError(f"pos_cross has {pos_cross.shape[0]} rows but pos_all has {pos_all.shape[0]}")
     n_all = valid_all.sum(1).to(torch.float64)
@@ -202,8 +203,6 @@ def cross_domain_evaluate(
     Returns:
         A :class:`CrossDomainReport`.
     """
-    from rank_lab.metrics import positive_positions
-
     scores = as_tensor(scores, "scores").detach().cpu()
     positives = as_tensor(positives, "positives").detach().cpu().bool()
     if scores.ndim != 2 or positives.shape != scores.shape:
@@ -233,7 +232,7 @@ def cross_domain_evaluate(
         neg = ~positives[a : a + chunk_size] & ~ig
         cross = gd[None, :] != qd[a : a + chunk_size, None]
         pos_all, valid_all = positive_positions(s, pos, neg)
-        ap = _noninterp_ap(pos_all, valid_all)
+        ap = noninterpolated_ap(pos_all, valid_all)
         ap = torch.where(valid_all.any(1), ap, torch.full_like(ap, float("nan")))
         pos_x, valid_x = positive_positions(s, pos & cross, neg | (pos & ~cross))
         p1, apd = inter_domain_from_positions(pos_all, valid_all, pos_x, valid_x)

@@ -5,8 +5,8 @@
 * **alpha-QE** (eq. 4.10 of the thesis, Radenović et al.): ``d_q <- L2N(d_q + sum_{j in NN_n(q)}
   [s_qj]_+^alpha d_j)``. ``include_self=True`` keeps the query with weight ``s_qq^alpha = 1`` (the
   paper); ``include_self=False`` is the thesis' Chapter-5 code (neighbours only). Here ``n`` counts
-  the neighbours *other than* the query (the digest's prototype counts the query among the ``n``).
-  Negative similarities are clamped before the power (digest decision).
+  the neighbours *other than* the query. Negative similarities are clamped before the power (a
+  rank_lab decision: a non-integer power of a negative number is undefined).
 * **k-reciprocal re-ranking** (Zhong et al. 2017, [122]; [EXT], not in the thesis' tables): the
   Jaccard distance of k-reciprocal encodings, ``d* = (1 - lambda) d_J + lambda d``; a faithful port
   of the reference code (squared Euclidean distances normalised by each row's maximum, expansion by
@@ -16,8 +16,7 @@
   node features are the rows of the symmetrised kNN adjacency ``A* = (A + A^T)/2`` (``k1``,
   self included), propagated ``layers`` times over the top-``k2`` neighbours,
   ``h_i <- L2N(sum_{j in NN_k2(i)} [s_ij]_+^alpha h_j)``, and the final similarity is the cosine
-  between node features. ``variant="code"`` is the released implementation as described in digest
-  004 §2.8 (``A <- A + A^T`` summed, ``h_i <- h_i + sum s_ij^2 h_j``, 2 layers) -- [EXT], not
+  between node features. ``variant="code"`` is the authors' released implementation of GQE (Zhang et al.) (``A <- A + A^T`` summed, ``h_i <- h_i + sum s_ij^2 h_j``, 2 layers) -- [EXT], not
   checked against the CUDA source. Edge weights ``s_ij`` are descriptor cosines (the code); the
   thesis' sentence that GQE "uses neighbor encoding features to re-compute similarities (edge
   features)" is available as ``edge_similarity="encoding"`` (cosine between rows of ``A*``).
@@ -36,7 +35,14 @@ import scipy.sparse as sp
 import torch
 
 from rank_lab._validation import check_embeddings, check_float, check_positive_int
-from rank_lab.retrieval.graph import check_dense_ok, knn_self, sparse_from_knn, symmetrize
+from rank_lab.metrics import knn_search
+from rank_lab.retrieval.graph import (
+    check_dense_ok,
+    knn_self,
+    sparse_from_knn,
+    sparse_row_topk,
+    symmetrize,
+)
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike
 
@@ -69,8 +75,6 @@ def alpha_qe(
     Returns:
         ``(Q, d)`` expanded, L2-normalised descriptors.
     """
-    from rank_lab.metrics import knn_search
-
     queries = check_embeddings(queries, "queries")
     n = check_positive_int(n, "n")
     alpha = check_float(alpha, "alpha", low=0.0)
@@ -102,8 +106,6 @@ def average_qe(
 
 def _euclid_knn(x: torch.Tensor, k: int, backend: str, device: DeviceLike) -> tuple[torch.Tensor, torch.Tensor]:
     """k nearest rows by squared Euclidean distance (self included), via an inner-product search."""
-    from rank_lab.metrics import knn_search
-
     sq = (x * x).sum(1, keepdim=True)
     qa = torch.cat([x, torch.ones_like(sq)], 1)
     ga = torch.cat([2 * x, -sq], 1)
@@ -307,7 +309,6 @@ def gqe(
         cos = (enc @ enc.T).tocsr()
         if not include_self:
             cos.setdiag(-np.inf)
-        from rank_lab.retrieval.graph import sparse_row_topk
 
         s2, i2 = sparse_row_topk(cos, k2)
         s2 = torch.where(i2 >= 0, s2, torch.zeros_like(s2))

@@ -1,6 +1,6 @@
 """Global-descriptor extraction over an image folder, multi-scale, resumable (Gominski thesis Fig. 4.1).
 
-The pipeline of the thesis (digest 004 §2.1, §2.5): image -> test-time preprocessing (optional
+The pipeline of the Gominski thesis (Fig. 4.1; test-time preprocessing §4.1.3): image -> test-time preprocessing (optional
 **grayscale** and **0.9 centre crop**, Table 4.1; resize) -> backbone (a timm model with
 ``weights="imagenet"``, ``"none"`` or a local file, or any ``nn.Module``) -> pooling (MAC / SPoC /
 GeM / R-MAC) -> L2 normalisation. Multi-scale extraction averages the L2-normalised descriptors of
@@ -29,8 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import check_finite, check_input_batch, check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader
+from rank_lab.models.backbones import build_backbone, load_backbone_weights
+from rank_lab.models.pooling import build_pooling
+from rank_lab.models.weights import load_weights_file, parse_weights
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
 
@@ -102,21 +106,14 @@ def build_descriptor_net(
             (:mod:`rank_lab.models.weights`); default: random weights (nothing is downloaded).
             The record is ``net.backbone.weights_record``.
     """
-    from rank_lab.models.backbones import build_backbone
-    from rank_lab.models.pooling import build_pooling
-
     if isinstance(backbone, str):
         backbone = build_backbone(backbone, in_channels=3, weights_path=weights_path, weights=weights)
     elif weights is not None and weights != "none":
-        from rank_lab.models.weights import load_weights_file, parse_weights
-
         spec = parse_weights(weights)
         if not isinstance(spec, Path):
             raise ValueError("weights='imagenet' needs a backbone name (timm builds it), not a module")
         backbone.weights_record = load_weights_file(backbone, spec)
     elif weights_path is not None:
-        from rank_lab.models.backbones import load_backbone_weights
-
         load_backbone_weights(backbone, weights_path)
     return DescriptorNet(backbone, build_pooling(pooling, **(pooling_kwargs or {})), whitening)
 
@@ -159,6 +156,7 @@ def preprocess_image(
         ValueError: a tensor not ``(3, H, W)``, empty or with NaN / inf; ``image_size`` not a
             positive int (or None); ``center_crop`` outside (0, 1]; a ``box`` not of 4 finite numbers.
     """
+    # heavy import, paid only on this path
     import torchvision.transforms.functional as TF
 
     if image_size is not None:
@@ -329,8 +327,6 @@ def extract_descriptors(
     else:
         name = type(net).__name__
         if not isinstance(net, DescriptorNet):
-            from rank_lab.models.pooling import build_pooling
-
             net = DescriptorNet(net, build_pooling(pooling))
     net = net.to(dev).eval()
     settings = {
@@ -371,8 +367,6 @@ def extract_descriptors(
     starts = range(done, n, batch_size)
     show = len(starts) > 2 if progress is None else progress
     if show:
-        from rank_lab._progress import tqdm
-
         starts = tqdm(starts, desc="descriptors", initial=done // batch_size, total=(n + batch_size - 1) // batch_size, leave=False)
     result: torch.Tensor | None = None
     for a in starts:

@@ -1,10 +1,10 @@
 """The kNN affinity graph and the sparse helpers shared by expansion, diffusion and MD.
 
-Graph view of diffusion (Gominski thesis §3.4.2, eqs. 3.2-3.4; digest 004 §2.7): the similarity
+Graph view of diffusion (Gominski thesis §3.4.2, eqs. 3.2-3.4): the similarity
 ``s_ij`` (eq. 3.2), the kNN adjacency ``a_ij = 1[x_j in NN_k(x_i)]`` (eq. 3.4), its
 symmetrisation ``A* = (A + A^T)/2`` (eq. 4.3, values in {0, 0.5, 1}, eq. 4.4), and the mutual
 kNN affinity of Iscen et al. ``w_ij = [s_ij]_+^gamma`` when ``i`` and ``j`` are each in the other's
-k nearest neighbours, normalised as ``D^{-1/2} W D^{-1/2}`` (digest §2.9, [EXT]).
+k nearest neighbours, normalised as ``D^{-1/2} W D^{-1/2}`` (Iscen et al. 2017; cited, not used, by the thesis).
 
 **Sparse throughout.** Neighbour lists come from :func:`rank_lab.metrics.knn_search` (faiss or
 chunked torch); graphs are ``scipy.sparse.csr_matrix`` with ``n k`` non-zeros and are turned into
@@ -33,7 +33,8 @@ from rank_lab._validation import (
     check_positive_int,
     check_sparse,
 )
-from rank_lab.utils import DeviceLike
+from rank_lab.metrics import knn_search
+from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
     "DENSE_LIMIT",
@@ -102,8 +103,6 @@ def knn_self(
         ValueError: ``k`` not a positive int or larger than the ``n - 1`` other items (``n`` with
             ``include_self``).
     """
-    from rank_lab.metrics import knn_search
-
     x = check_embeddings(x, "x")
     k = check_positive_int(k, name)
     n = x.shape[0]
@@ -182,7 +181,7 @@ def symmetrize(a: sp.spmatrix, how: Symmetrize = "mean") -> sp.csr_matrix:
 def mutual_affinity(
     scores: torch.Tensor, indices: torch.Tensor, n: int, *, gamma: float = 3.0, mutual: bool = True
 ) -> sp.csr_matrix:
-    """The kNN affinity graph of Iscen et al. (digest 004 §2.9, [EXT]).
+    """The kNN affinity graph of Iscen et al. 2017 (cited by the Gominski thesis §3.4.2).
 
     ``w_ij = [s_ij]_+^gamma`` if ``j in NN_k(i)`` and ``i in NN_k(j)`` (``mutual=True``; ``W =
     min(W~, W~^T)``), or if either holds (``mutual=False``; ``max``). The diagonal is zero.
@@ -241,8 +240,6 @@ def to_torch_sparse(m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtyp
     Raises:
         ValueError: ``m`` holds NaN or inf.
     """
-    from rank_lab.utils import get_device
-
     m = check_sparse(m, "m")
     dev = get_device(device)
     with warnings.catch_warnings():
@@ -275,8 +272,6 @@ def sparse_operator(
         ValueError: ``m`` holds NaN or inf; with ``check_inputs``, a ``v`` with another number of
             rows or with NaN / inf (``TypeError`` for a non-floating ``v``).
     """
-    from rank_lab.utils import get_device
-
     m = check_sparse(m, "m")
     n_cols = m.shape[1]
 

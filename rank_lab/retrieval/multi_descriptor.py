@@ -16,7 +16,7 @@ cMD adds ``lambda T`` to ``A`` "after eq. 4.4" (eq. 4.9), with ``t_ij = 1[domain
 (eq. 4.8): since only the ``k2`` propagation neighbours are read, cross-domain neighbours weigh
 ``{0.5, 1} + lambda`` instead of ``{0.5, 1}``.
 
-**Decision points** (digest 004 §2.10, every one an argument):
+**Decision points** (choices the thesis' §4.2.1 leaves open, every one an argument):
 
 * ``include_self`` (default ``False``): whether the item itself may be one of its ``k2``
   propagation neighbours. The thesis does not say; with self included and a large ``alpha`` (the
@@ -85,7 +85,7 @@ def similarity_matrix(x: torch.Tensor) -> torch.Tensor:
 def concat_descriptors(features: Sequence[torch.Tensor]) -> torch.Tensor:
     """Concatenation of L2-normalised descriptors, re-normalised: ``[x^1; ..; x^U] / sqrt(U)``.
 
-    Its cosine matrix equals the mean of the per-descriptor cosine matrices (digest §2.10 (vi)):
+    Its cosine matrix equals the mean of the per-descriptor cosine matrices (the L2-normalised concatenation has norm sqrt(V) before re-normalisation):
     "late fusion" and "concatenation" are the same baseline.
     """
     xs = [l2n(check_embeddings(x, f"features[{v}]")) for v, x in enumerate(features)]
@@ -156,7 +156,7 @@ def _row_topk(s: Matrix, k: int, exclude_diagonal: bool) -> tuple[torch.Tensor, 
 
 
 def _row_cosine_knn(s: Matrix, k: int, exclude_diagonal: bool, chunk: int = 1024) -> torch.Tensor:
-    """kNN by cosine between the rows of ``s`` (digest decision point 3, ``"row_cosine"``)."""
+    """kNN by cosine between the rows of ``s`` (decision point 3 above, ``"row_cosine"``)."""
     if not sp.issparse(s):
         r = l2n(s)
         return _row_topk(r @ r.T, k, exclude_diagonal)[1]

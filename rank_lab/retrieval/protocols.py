@@ -1,7 +1,7 @@
 """Evaluation protocols of image search: Revisited Oxford/Paris (and confidence intervals).
 
-**Revisited Oxford / Paris** (Radenović et al. 2018; Gominski thesis §3.1, digest 004 §3.3, [EXT]
-revisitop). Every query has ``easy``, ``hard`` and ``junk`` database images; the rest are negatives.
+**Revisited Oxford / Paris** (Radenović et al. 2018; Gominski thesis §3.1; the
+revisitop evaluation code). Every query has ``easy``, ``hard`` and ``junk`` database images; the rest are negatives.
 *Easy*: positives = easy, ignored = junk + hard. *Medium*: positives = easy + hard, ignored = junk.
 *Hard*: positives = hard, ignored = junk + easy. Ignored images are removed from the ranking
 before scoring. The protocol's AP is the revisitop ``compute_ap`` **trapezoidal** interpolation
@@ -33,16 +33,17 @@ import numpy as np
 import torch
 
 from rank_lab._validation import as_tensor, check_finite, check_positive_int
+from rank_lab.metrics import positive_positions
 
 # the cross-source protocol lived here: its names stay importable from this module
 from rank_lab.retrieval.cross_source import (  # noqa: F401
     CrossDomainReport,
-    _check_positions,
-    _noninterp_ap,
+    check_positions,
     cross_domain_evaluate,
     grouped_map,
     inter_domain_from_positions,
     multilabel_targets,
+    noninterpolated_ap,
 )
 from rank_lab.stats import mean_ci  # the one implementation; re-exported where it was
 
@@ -108,7 +109,7 @@ def trapezoid_ap_from_positions(positions: torch.Tensor, valid: torch.Tensor) ->
         TypeError / ValueError: non-integer ``positions``, non-bool ``valid``, other shapes, a
             position below 1.
     """
-    positions, valid = _check_positions(positions, valid, "positions", "valid")
+    positions, valid = check_positions(positions, valid, "positions", "valid")
     r = positions.to(torch.float64) - 1.0
     j = torch.arange(positions.shape[1], dtype=torch.float64)[None, :]
     p0 = torch.where(r > 0, j / r.clamp_min(1.0), torch.ones_like(r))
@@ -144,8 +145,6 @@ def revisited_evaluate(
         ``{protocol: {"mAP": .., "mP@1": .., ..., "n_queries": .., "n_empty": ..}}`` in percent
         (mAP and mP@k x 100, as the papers report them).
     """
-    from rank_lab.metrics import positive_positions
-
     scores = as_tensor(scores, "scores").detach().cpu()
     if scores.ndim != 2:
         raise ValueError(f"scores must have shape (Q, n_db), got {tuple(scores.shape)}")
@@ -181,7 +180,7 @@ def revisited_evaluate(
             positions, valid = positive_positions(s, pos, neg)
             has = valid.any(1)
             n_empty += int((~has).sum())
-            ap = trapezoid_ap_from_positions(positions, valid) if ap_kind == "trapezoid" else _noninterp_ap(positions, valid)
+            ap = trapezoid_ap_from_positions(positions, valid) if ap_kind == "trapezoid" else noninterpolated_ap(positions, valid)
             big = torch.where(valid, positions, torch.zeros_like(positions)).amax(1)
             pr = []
             for k in ks:

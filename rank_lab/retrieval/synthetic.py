@@ -1,4 +1,4 @@
-"""Synthetic descriptor sets for the image-search chapters (digest 004 §6 R3-R5, §7.2).
+"""Synthetic descriptor sets for the image-search chapters (the settings of the Gominski thesis §3.4.2, Fig. 3.18, and §4.2).
 
 Each generator returns L2-normalised descriptors, class labels and a domain ("source") label, with
 the structure that makes one claim of the Gominski thesis visible:
@@ -13,8 +13,8 @@ the structure that makes one claim of the Gominski thesis visible:
   every domain adds a shared offset, so same-domain negatives outrank cross-domain positives (a
   large mAPD) -- the setting of cMD's lambda trade-off.
 
-They use ``numpy.random.default_rng(seed)`` in the same order as the digest's prototype, so its
-reference numbers can be checked.
+They use ``numpy.random.default_rng(seed)`` in a fixed order, so the chapters'
+numbers are reproducible.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _pack(xs: list[np.ndarray], y: list[int] | np.ndarray, dom: list[int] | np.n
 def bridged_clusters(
     n_classes: int = 30, per_stage: int = 10, dim: int = 64, step: float = 1.5, sigma: float = 0.3, seed: int = 0
 ) -> DescriptorSet:
-    """Bent chains ``mu -> mu + step D1 -> mu + step (D1 + D2)`` (digest R3; prototype ``bridged``).
+    """Bent chains ``mu -> mu + step D1 -> mu + step (D1 + D2)`` (the bridged views of Fig. 3.18 of the Gominski thesis).
 
     Stage 0/1/2 ("ground / oblique / vertical") is the domain; every stage spreads along its
     segment (``t ~ U(-0.3, 0.3)``) with isotropic noise ``sigma``.

@@ -1,6 +1,6 @@
 """Post-processing of global descriptors: L2 normalisation, PCA / PCA-whitening, learned whitening.
 
-Gominski thesis §3.4.1 and digest 004 §2.3: "the dimension can be reduced with a whitening layer,
+Gominski thesis §3.4.1: "the dimension can be reduced with a whitening layer,
 PCA, or product quantization"; the formulas are those of the cited papers ([EXT]):
 
 * **PCA-whitening** (Jégou & Chum 2012) learned on a held-out set with mean ``mu`` and covariance
@@ -116,7 +116,7 @@ def learn_pca_whitening(
     shrinkage: float = 0.0,
     eps: float = 1e-9,
 ) -> Whitening:
-    """Learn PCA / PCA-whitening on a learning set (Jégou & Chum 2012; digest 004 §2.3).
+    """Learn PCA / PCA-whitening on a learning set (Jégou & Chum 2012).
 
     Args:
         x: ``(N, d)`` learning descriptors (usually L2-normalised, held out from the test set).
@@ -164,7 +164,7 @@ def learn_lw_whitening(
     ridge: float = 0.0,
     eps: float = 1e-9,
 ) -> Whitening:
-    """Learn the supervised "Lw" whitening from matching pairs (Radenović et al.; digest 004 §2.3).
+    """Learn the supervised "Lw" whitening from matching pairs (Radenović et al. 2018).
 
     Args:
         x: ``(N, d)`` learning descriptors.

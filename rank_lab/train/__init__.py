@@ -8,7 +8,7 @@
   built by :func:`build_optimizer`.
 * :class:`TrainConfig` -- a flat dataclass that a papermill parameters cell can fill
   (:meth:`TrainConfig.from_dict`), started from one of the papers' training recipes
-  (:meth:`TrainConfig.preset`; :mod:`rank_lab.train.recipes`: :data:`RECIPES`, and the RS@k
+  (:meth:`TrainConfig.recipe`; :mod:`rank_lab.train.recipes`: :data:`RECIPES`, and the RS@k
   :class:`RecallRecipe` of :data:`RECALL_RECIPES`).
 * :class:`Trainer` -- m-per-class batches, rank loss (+ cross-batch memory), Adam/AdamW/SGD with a
   separate head learning rate, cosine schedule with warm-up, evaluation with

@@ -6,7 +6,7 @@ so that a papermill ``parameters`` cell can fill it: :meth:`TrainConfig.from_dic
 ``{"model": {...}}`` dict, or dotted keys (``"model.embed_dim"``). Every field is checked in
 ``__post_init__`` and a bad value raises ``ValueError``/``TypeError`` naming the field.
 
-:meth:`TrainConfig.preset` starts from one of the training recipes of :mod:`rank_lab.train.recipes`
+:meth:`TrainConfig.recipe` starts from one of the training recipes of :mod:`rank_lab.train.recipes`
 (:data:`~rank_lab.train.recipes.RECIPES`: the hyper-parameters of the Ramzi thesis §3.5.1 and §4.4.1,
 the SupRank TPAMI paper §VII-A/B and the ROADMAP NeurIPS paper §4, with the official code where the
 texts are silent).
@@ -79,8 +79,8 @@ class TrainConfig:
       ``log_path`` (``None`` = ``checkpoint_dir/log.json`` if any), ``progress`` (tqdm).
     * Model: ``model``, a :class:`~rank_lab.models.ModelConfig` (flat keys such as ``backbone`` and
       ``weights`` -- ``"imagenet"``, ``"none"`` or a weight file, :mod:`rank_lab.models.weights` --
-      are routed there); ``preset_name``, the preset started from, if any (set by :meth:`preset`
-      or a ``"preset"`` key of :meth:`from_dict`).
+      are routed there); ``preset_name``, the recipe started from, if any (set by :meth:`recipe`
+      or a ``"recipe"`` key of :meth:`from_dict`).
     """
 
     seed: int = 0
@@ -213,7 +213,7 @@ class TrainConfig:
 
         Args:
             d: e.g. ``{"lr": 1e-4, "backbone": "mlp", "model": {"embed_dim": 32}, "model.width": 8}``.
-                A ``"preset"`` key starts from that preset.
+                A ``"recipe"`` key (former name ``"preset"``) starts from that recipe.
             ignore_unknown: skip unknown keys instead of raising (handy to pass a notebook's
                 whole parameter dict).
             **kw: more keys, applied after ``d``.
@@ -224,9 +224,11 @@ class TrainConfig:
         items = dict(d or {})
         items.update(kw)
         base: dict[str, Any] = {}
-        preset = items.pop("preset", None)
+        if "recipe" in items and "preset" in items:
+            raise ValueError("give 'recipe' or its former name 'preset', not both")
+        preset = items.pop("recipe", items.pop("preset", None))
         if preset is not None:
-            base = cls.preset(preset).to_dict()
+            base = cls.recipe(preset).to_dict()
         train_fields = {f.name for f in dataclasses.fields(cls)}
         model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
         model: dict[str, Any] = dict(base.pop("model", {}) or {})
@@ -277,21 +279,31 @@ class TrainConfig:
         """A validated copy with some keys changed (flat model keys allowed)."""
         return _replace(self, changes)
 
-    # ------------------------------------------------------------------ presets
+    # ------------------------------------------------------------------ recipes
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> TrainConfig:
+    def recipe(cls, name: str, **overrides: Any) -> TrainConfig:
         """The papers' training recipes by name (:data:`rank_lab.train.recipes.RECIPES`, :func:`~rank_lab.train.recipes.list_recipes`).
 
-        ``TrainConfig.preset("roadmap_sop", epochs=5, weights="imagenet")`` starts from the
+        ``TrainConfig.recipe("roadmap_sop", epochs=5, weights="imagenet")`` starts from the
         recipe and applies validated overrides (``weights`` may also be ``"none"`` or a file path).
+        A *recipe* is a training setting (optimiser, schedule, sampler, data); a *preset* is a named
+        loss combination (:mod:`rank_lab.losses.presets`). ``preset_name`` records the recipe.
+
+        Raises:
+            ValueError: an unknown recipe name (with close matches) or a bad override.
         """
         if name not in RECIPES:
-            raise ValueError(_unknown(name, set(RECIPES), what="preset"))
+            raise ValueError(_unknown(name, set(RECIPES), what="recipe"))
         d = {k: v for k, v in copy.deepcopy(RECIPES[name]).items() if not k.startswith("_")}
         d.update(overrides)
         cfg = cls.from_dict(d)
         cfg.preset_name = name
         return cfg
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> TrainConfig:
+        """Former name of :meth:`recipe` (same call, same result; kept while the book still uses it)."""
+        return cls.recipe(name, **overrides)
 
 
 def _replace(cfg: TrainConfig, changes: Mapping[str, Any]) -> TrainConfig:

@@ -67,7 +67,7 @@ def relabel(labels: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.unique(c, return_inverse=True)[1] for c in labels.T], dim=1)
 
 
-class _Indexed(Dataset):
+class IndexedDataset(Dataset):
     """``(x, label, index)`` items: the labels given here (re-indexed) and the dataset index."""
 
     def __init__(self, base: Dataset, labels: torch.Tensor) -> None:

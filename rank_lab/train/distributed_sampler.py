@@ -17,6 +17,7 @@ from torch.utils.data import Sampler
 
 from rank_lab._validation import check_labels, check_positive_int
 from rank_lab.data import MPerClassSampler
+from rank_lab.train.dist_env import current_env
 
 __all__ = ["DistributedMPerClassSampler"]
 
@@ -59,10 +60,6 @@ class DistributedMPerClassSampler(Sampler[list[int]]):
         rank: int | None = None,
         epoch: int = 0,
     ) -> None:
-        from rank_lab.train.distributed import (
-            current_env,  # deferred: rank_lab.train.distributed re-exports this module
-        )
-
         env = current_env()
         self.num_replicas = check_positive_int(env.world_size if num_replicas is None else num_replicas, "num_replicas")
         self.rank = env.rank if rank is None else rank

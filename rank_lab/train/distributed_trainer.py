@@ -47,6 +47,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, TensorDataset
 
 from rank_lab.metrics.distributed_knn import sharded_retrieval_metrics
@@ -134,8 +135,6 @@ class DistributedTrainer(Trainer):
             raise ValueError("dist_loss='local' does not support a cross-batch memory; use dist_loss='full'")
         self.ddp_model: nn.Module | None = None
         if self.env.is_distributed:
-            from torch.nn.parallel import DistributedDataParallel
-
             find = cfg.freeze_backbone_epochs > 0 if find_unused_parameters is None else bool(find_unused_parameters)
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.ddp_model = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=find)

@@ -15,7 +15,7 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
 * **checkpoint/resume**: modules, optimisers, grad scaler, named generators, the Python / NumPy /
   torch (CUDA) RNG states, epoch, step and history, written atomically every ``checkpoint_every``
   epochs and resumed from when the file exists (``resume``). A resumed run equals the straight run
-  bit for bit (tested for every loop, ``tests/test_train_engine.py``). **Resume rule**
+  bit for bit (tested for every loop, ``tests/train/test_train_engine.py``). **Resume rule**
   (``docs/decisions.md``): a checkpoint records the run's configuration and schedule; resuming is
   refused (``ValueError``, saying how to start a new run) unless it continues the same run, or makes
   a run whose schedule does not depend on its length (:data:`~rank_lab.train.schedule.LENGTH_FREE`) longer;

@@ -10,7 +10,7 @@ One GPU, or the CPU::
 
 Several nodes: the same command on every node with ``--nnodes``, ``--node_rank`` and a rendezvous
 endpoint (see the SLURM script of the book page "Scaling up"). The config file is a JSON
-:class:`~rank_lab.train.TrainConfig` (flat, nested or ``{"preset": ...}`` keys) plus an optional
+:class:`~rank_lab.train.TrainConfig` (flat, nested or ``{"recipe": ...}`` keys) plus an optional
 ``"data"`` dict of keyword arguments for the data builder (:func:`build_data`); ``--set key=value``
 overrides a key (the value is parsed as JSON when it can be). A run with ``checkpoint_dir``
 resumes from ``checkpoint_dir/last.pt`` -- written by any number of ranks.

@@ -12,7 +12,7 @@ the ``(B, d)`` embeddings, so the gradient can be split:
    (``E_chunk.backward(G_chunk)``); parameter gradients accumulate over the chunks.
 
 By the chain rule the result equals the gradient of a single pass, provided that the second forward
-reproduces the first exactly (tested in ``tests/test_multistage.py`` to 1e-10 in float64). Peak
+reproduces the first exactly (tested in ``tests/train/test_multistage.py`` to 1e-10 in float64). Peak
 memory is the activations of one chunk plus ``O(B d)`` (plus whatever the loss needs).
 
 Determinism (what this module does and what it requires):

@@ -6,7 +6,7 @@ named loss.
 * :data:`RECIPES` -- the :class:`~rank_lab.train.TrainConfig` recipes of the Ramzi thesis (§3.5.1,
   §4.4.1), the SupRank TPAMI paper (§VII-A/B) and the ROADMAP NeurIPS paper (§4), with the official
   code ([CODE]) where the texts are silent; each recipe's ``_sources`` entry says which is which.
-  ``TrainConfig.preset(name)`` starts a config from one; :func:`list_recipes` lists them.
+  ``TrainConfig.recipe(name)`` starts a config from one; :func:`list_recipes` lists them.
 * :class:`RecallRecipe`, :data:`RECALL_RECIPES` -- the per-dataset RS@k recipes of Section 5.3.2 of
   the Patel thesis: Adam for ResNets, AdamW for ViTs; 4 samples per class; batch 4,000 (Cars196:
   392 = 4 x 98 classes); ``tau_star = 1``, ``tau = 0.01`` (the thesis' tau_1, tau_2);
@@ -29,6 +29,8 @@ import torch
 from rank_lab._deprecation import renamed_kwargs
 from rank_lab._validation import check_choice, check_float, check_nonneg_int, check_positive_int
 from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK
+from rank_lab.train.optim import build_optimizer
+from rank_lab.train.schedule import Schedule
 
 __all__ = ["RECIPES", "list_recipes", "RecallRecipe", "RECALL_RECIPES", "get_recall_recipe", "list_recall_recipes"]
 
@@ -123,8 +125,9 @@ class RecallRecipe:
         optimizer: ``"adam"`` or ``"adamw"``.
         lr: learning rate.
         epochs: training epochs (for GLDv1: ``None``, it trains for ``n_batches``).
-        milestones: MultiStepLR milestones (epochs).
-        gamma: MultiStepLR factor.
+        milestones: the epochs where the rate is multiplied by ``gamma`` (torch's MultiStepLR; the
+            engine's ``"step"`` schedule, :meth:`schedule`).
+        gamma: the factor at each milestone.
         weight_decay: optimiser weight decay.
         batch_size: images per batch ``M``.
         samples_per_class: ``m``.
@@ -200,16 +203,38 @@ class RecallRecipe:
         kw.update(overrides)
         return SmoothRecallAtK(**kw)  # type: ignore[arg-type]
 
-    def build_optimizer(self, params: object) -> object:
-        """Adam / AdamW with this recipe's lr and weight decay, and its MultiStepLR scheduler.
+    def schedule(self, steps_per_epoch: int = 1) -> Schedule:
+        """This recipe's MultiStepLR as the engine's ``"step"`` schedule.
+
+        The rate is multiplied by ``gamma`` at each of the ``milestones`` (epochs), as torch's
+        ``MultiStepLR(milestones, gamma)`` stepped once per epoch; the engine counts optimiser steps,
+        so an epoch is ``steps_per_epoch`` of them (``step_unit``).
+
+        Args:
+            steps_per_epoch: optimiser steps per epoch (a positive int; 1: the schedule counts epochs).
 
         Returns:
-            ``(optimizer, scheduler)``.
+            A :class:`~rank_lab.train.schedule.Schedule` of kind ``"step"`` over the recipe's length
+            (``epochs`` epochs, or ``n_batches`` steps).
         """
-        cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[self.optimizer]
-        opt = cls(params, lr=self.lr, weight_decay=self.weight_decay)  # type: ignore[arg-type]
-        sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(self.milestones), gamma=self.gamma)
-        return opt, sched
+        steps_per_epoch = check_positive_int(steps_per_epoch, "steps_per_epoch")
+        total = self.epochs * steps_per_epoch if self.epochs is not None else int(self.n_batches)  # type: ignore[arg-type]
+        return Schedule(kind="step", total_steps=total, step_unit=steps_per_epoch, milestones=tuple(self.milestones),
+                        gamma=self.gamma)
+
+    def build_optimizer(self, params: object, steps_per_epoch: int = 1) -> tuple[torch.optim.Optimizer, Schedule]:
+        """Adam / AdamW with this recipe's lr and weight decay, and its schedule (:meth:`schedule`).
+
+        Args:
+            params: the trainable tensors or parameter groups (:func:`rank_lab.train.optim.build_optimizer`).
+            steps_per_epoch: optimiser steps per epoch, for the schedule.
+
+        Returns:
+            ``(optimizer, schedule)``: give both to :class:`rank_lab.train.engine.Engine`, which sets
+            every group's rate from the schedule before each step.
+        """
+        opt = build_optimizer(params, self.optimizer, lr=self.lr, weight_decay=self.weight_decay)  # type: ignore[arg-type]
+        return opt, self.schedule(steps_per_epoch)
 
     def to_dict(self) -> dict[str, object]:
         """A plain dict (for configs and logs)."""

@@ -31,7 +31,7 @@ from rank_lab.memory import CrossBatchMemory, MemoryLoss
 from rank_lab.models import build_model
 from rank_lab.train.checkpoint import atomic_write_json
 from rank_lab.train.config import TrainConfig
-from rank_lab.train.data import _Indexed, as_dataset, embed_dataset, relabel
+from rank_lab.train.data import IndexedDataset, as_dataset, embed_dataset, relabel
 from rank_lab.train.engine import Batch, Engine, EngineConfig, NonFiniteTrainingError, StepResult
 from rank_lab.train.evaluation import RetrievalEvaluation
 from rank_lab.train.multistage import multistage_backward
@@ -267,7 +267,7 @@ class Trainer(RetrievalEvaluation):
         cfg = self.config
         gen = torch.Generator()
         gen.manual_seed(cfg.seed * 100_003 + e)
-        loader = DataLoader(_Indexed(self.train_set, self.train_labels), batch_sampler=self.sampler,
+        loader = DataLoader(IndexedDataset(self.train_set, self.train_labels), batch_sampler=self.sampler,
                             num_workers=cfg.num_workers, generator=gen, pin_memory=self.device.type == "cuda")
         for x, y, idx in loader:
             yield Batch((x, y, idx), indices=idx)

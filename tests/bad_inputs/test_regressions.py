@@ -1,5 +1,5 @@
 """One regression test per defect listed in issue 16 (the resume and NaN-guard cases are in
-``tests/test_train_resume_guard.py``, the k-vs-gallery rule of the trainer in ``tests/test_train.py``)."""
+``tests/train/test_train_resume_guard.py``, the k-vs-gallery rule of the trainer in ``tests/train/test_train.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from rank_lab.data.datasets import DatasetFolderError
 from rank_lab.fewshot import covariance
 from rank_lab.learned import Alphabet, feds_filter, feds_loss, greedy_decode
 from rank_lab.losses import (
-    RecallAtKSurrogate,
     SmoothRecallAtK,
     dg_upper_bound,
     worst_case_dg_brute_force,
@@ -133,7 +132,7 @@ def test_load_tiny_imagenet_names_a_malformed_annotation_line(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ silent wrong output
-@pytest.mark.parametrize("loss_cls", [SmoothRecallAtK, RecallAtKSurrogate])
+@pytest.mark.parametrize("loss_cls", [SmoothRecallAtK])
 def test_recall_surrogate_clips_a_k_the_batch_cannot_reach(loss_cls):
     torch.manual_seed(0)
     emb = torch.randn(12, 4, requires_grad=True)
@@ -152,7 +151,7 @@ def test_retrieval_metrics_and_trainer_refuse_k_beyond_the_gallery():
     with pytest.raises(ValueError, match=r"ks holds k=\[100\], larger than the number of gallery items available \(19\)"):
         retrieval_metrics(emb, labels)  # default ks (1, 10, 100)
     assert "R@10" in retrieval_metrics(emb, labels, ks=(1, 10))  # the message's remedy works
-    # the trainer follows the same rule (and checks before training): tests/test_train.py::test_input_checks
+    # the trainer follows the same rule (and checks before training): tests/train/test_train.py::test_input_checks
 
 
 # ------------------------------------------------------------------------------------ not what it says

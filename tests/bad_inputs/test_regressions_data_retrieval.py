@@ -90,7 +90,7 @@ def test_mean_ci_wants_one_dimension_of_runs() -> None:
 
 
 def test_revisited_mp_at_k_beyond_the_database_is_the_protocols_k_q() -> None:
-    # hand-worked (tests/test_protocols.py): hard protocol, last positive at position 2 -> k_q = 2 for any k >= 2
+    # hand-worked (tests/retrieval/test_protocols.py): hard protocol, last positive at position 2 -> k_q = 2 for any k >= 2
     scores = torch.tensor([[0.9, 0.8, 0.7, 0.6, 0.5]])
     gnd = [{"easy": [0], "hard": [3], "junk": [1]}]
     res = revisited_evaluate(scores, gnd, ks=(2, 5, 100))["hard"]

@@ -1,4 +1,4 @@
-"""An ALEGORIA-style cross-source benchmark folder (Gominski thesis §3.2; digest 004 §4.1.1).
+"""An ALEGORIA-style cross-source benchmark folder (Gominski thesis §3.2).
 
 The ALEGORIA images are not distributed with the thesis and no annotation-file format is
 published, so this loader reads **an assumed layout** that carries exactly what the thesis'

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from rank_lab._validation import as_tensor
@@ -43,7 +44,7 @@ def require_path(root: str | Path, relative: str | Path, dataset: str, layout: s
     return p
 
 
-def _check_transform(transform: object, name: str = "transform") -> None:
+def check_transform(transform: object, name: str = "transform") -> None:
     """Raise ``TypeError`` unless ``transform`` is None or callable (a string such as ``"default"``
     is resolved by the loaders, :func:`~rank_lab.data.datasets.transforms.resolve_transform`)."""
     if transform is not None and not callable(transform):
@@ -57,8 +58,6 @@ def pil_loader(path: str | Path) -> Any:
         FileNotFoundError: ``path`` does not exist (the message names it).
         DatasetFolderError: the file is not a readable image (named, with PIL's reason).
     """
-    from PIL import Image, UnidentifiedImageError
-
     with open(path, "rb") as f:
         try:
             img = Image.open(f)
@@ -100,7 +99,7 @@ class ImageListDataset(Dataset):
         if lab.shape[0] != len(self.paths):
             raise ValueError(f"labels has {lab.shape[0]} rows but paths has {len(self.paths)}")
         self.labels = lab.long()
-        _check_transform(transform)
+        check_transform(transform)
         self.transform = transform
         if not callable(loader):
             raise TypeError(f"loader must be callable, got {type(loader).__name__}")

@@ -54,6 +54,7 @@ def read_cars_annos(path: str | Path) -> tuple[list[str], list[int], dict[int, s
     Raises:
         DatasetFolderError: unreadable file, or no ``annotations`` struct with the two fields.
     """
+    # heavy import, paid only on this path
     from scipy.io import loadmat
 
     path = Path(path)

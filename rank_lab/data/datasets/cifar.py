@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import Dataset
 
 from rank_lab._validation import as_tensor
-from rank_lab.data.datasets.base import DatasetFolderError, _check_transform
-from rank_lab.data.datasets.sources import published
+from rank_lab.data.datasets.base import DatasetFolderError, check_transform
+from rank_lab.data.datasets.sources import published, torchvision_download
 from rank_lab.data.datasets.transforms import check_split, find_root
 
 __all__ = [
@@ -144,7 +145,7 @@ class ArrayImageDataset(Dataset):
         labels = labels.long()
         if labels.shape[0] != images.shape[0]:
             raise ValueError(f"labels has {labels.shape[0]} rows but images has {images.shape[0]}")
-        _check_transform(transform)
+        check_transform(transform)
         self.images, self.labels, self.transform = images, labels, transform
         self.class_names, self.name, self.split = class_names, name, split
 
@@ -155,7 +156,6 @@ class ArrayImageDataset(Dataset):
         img = self.images[index]
         if self.transform is None:
             return img.float().div(255.0), self.labels[index]
-        from PIL import Image
 
         arr = img.permute(1, 2, 0).numpy()
         pil = Image.fromarray(arr[:, :, 0] if arr.shape[2] == 1 else arr)
@@ -196,8 +196,6 @@ def load_cifar(
     if label not in ("fine", "coarse", "both"):
         raise ValueError(f"label must be 'fine', 'coarse' or 'both', got {label!r}")
     if download:
-        from rank_lab.data.datasets.sources import torchvision_download
-
         torchvision_download(name, root, split)
     folder, layout = _LAYOUTS[name]
     marker = "test_batch" if name == "cifar10" else "test"

@@ -41,6 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.dyml import load_dyml
+from rank_lab.data.datasets.inaturalist import load_inaturalist
+from rank_lab.data.datasets.sop import load_sop
 from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import check_files_exist, resolve_transform
 
@@ -190,15 +193,9 @@ def load_hierarchical_dataset(
     if root is None:
         raise ValueError(f"dataset {name!r} needs a data folder (root / data_dir), got None")
     if key == "sop":
-        from rank_lab.data.datasets.sop import load_sop
-
         return load_sop(root, split, transform, hierarchical=True, **kwargs)
     if key.startswith("inat"):
-        from rank_lab.data.datasets.inaturalist import load_inaturalist
-
         return load_inaturalist(root, split, transform, levels=key.split("_")[1], **kwargs)
     if key.startswith("dyml"):
-        from rank_lab.data.datasets.dyml import load_dyml
-
         return load_dyml(root, split, transform, variant=key.split("_")[1], **kwargs)
     return load_gldv2_hierarchical(root, split, transform, **kwargs)

@@ -1,6 +1,6 @@
 """Land-use (remote-sensing scene classification) datasets in their folder-per-class layouts.
 
-The eight datasets of the Gominski thesis' chapter 5 (Table 5.4; digest 004 §4.1.4), as they are
+The eight datasets of the Gominski thesis' chapter 5 (§5.3, Table 5.4), as they are
 distributed (nothing is downloaded): one folder per class holding the images, sometimes below a
 top folder of the archive, and for RSI-CB below a level of super-categories::
 

@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import Dataset
 
-from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset, _check_transform
+from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset, check_transform
 from rank_lab.data.datasets.cifar import ArrayImageDataset, load_cifar
 from rank_lab.data.datasets.sources import published, torchvision_download
 from rank_lab.data.datasets.transforms import check_split, find_root
@@ -121,6 +122,7 @@ def load_svhn(root: str | Path, split: str = "test", transform: Transform = None
     Labels are mapped ``10 -> 0`` (the file codes digit 0 as 10). ``root`` is the folder with the
     ``.mat`` files; ``download=True`` lets torchvision fetch the split's file into it first.
     """
+    # heavy import, paid only on this path
     import scipy.io
 
     if download:
@@ -271,11 +273,12 @@ class LMDBImageDataset(Dataset):
     """
 
     def __init__(self, db_paths: list[Path], transform: Transform = None) -> None:
+        # optional dependency (extra "data"), imported where it is used
         import lmdb
 
         if isinstance(db_paths, (str, Path)):
             raise TypeError(f"db_paths must be a list of LMDB paths, got one path {str(db_paths)!r}")
-        _check_transform(transform)
+        check_transform(transform)
         self.db_paths, self.transform, self._envs = [Path(p) for p in db_paths], transform, None
         if not self.db_paths:
             raise ValueError("db_paths is empty")
@@ -297,8 +300,8 @@ class LMDBImageDataset(Dataset):
         return len(self.index)
 
     def __getitem__(self, index: int) -> tuple[Any, torch.Tensor]:
+        # optional dependency (extra "data"), imported where it is used
         import lmdb
-        from PIL import Image
 
         if self._envs is None:
             self._envs = [lmdb.open(str(p), readonly=True, lock=False, readahead=False, meminit=False,

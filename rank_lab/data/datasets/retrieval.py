@@ -9,6 +9,7 @@ Names: ``"sop"`` (:func:`~rank_lab.data.datasets.sop.load_sop`), ``"cub"``
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,6 @@ def load_retrieval_dataset(
         ValueError: unknown ``name`` (the message lists the known ones).
         DatasetFolderError: see the loaders.
     """
-    import importlib
-
     key = str(name).lower()
     if key not in RETRIEVAL_DATASETS:
         raise ValueError(f"unknown retrieval dataset name {name!r}; known: {sorted(RETRIEVAL_DATASETS)}")

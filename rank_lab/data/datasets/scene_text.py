@@ -16,19 +16,22 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import Dataset
 
 from rank_lab._validation import check_positive_int
 from rank_lab.data.datasets.base import (
     DatasetFolderError,
-    _check_transform,
+    check_transform,
     pil_loader,
     require_path,
 )
@@ -42,8 +45,7 @@ _ENVS: dict[tuple[str, int], Any] = {}
 
 def _open_env(root: Path) -> Any:
     """One read-only LMDB handle per folder and process (``lmdb`` refuses a second ``open``)."""
-    import os
-
+    # optional dependency (extra "data"), imported where it is used
     import lmdb
 
     key = (str(root.resolve()), os.getpid())
@@ -88,13 +90,14 @@ class LmdbTextDataset(Dataset):
         lowercase: bool = False,
     ) -> None:
         try:
+            # optional dependency (extra "data"), imported where it is used
             import lmdb
         except ImportError as exc:  # pragma: no cover - exercised only without lmdb
             raise ImportError("LmdbTextDataset needs the 'lmdb' package: pip install lmdb") from exc
         root = Path(root)
         if max_length is not None:
             max_length = check_positive_int(max_length, "max_length")
-        _check_transform(transform)
+        check_transform(transform)
         require_path(root, "data.mdb", "LMDB scene-text set", _LMDB_LAYOUT)
         self.root, self.transform, self.mode, self.lowercase = root, transform, mode, lowercase
         env = _open_env(root)
@@ -131,6 +134,7 @@ class LmdbTextDataset(Dataset):
                 self.labels.append(text)
 
     def _txn_get(self, key: bytes) -> bytes | None:
+        # optional dependency (extra "data"), imported where it is used
         import lmdb
 
         try:
@@ -143,8 +147,6 @@ class LmdbTextDataset(Dataset):
         return len(self.indices)
 
     def __getitem__(self, index: int) -> tuple[Any, str]:
-        from PIL import Image
-
         i = self.indices[index]
         buf = self._txn_get(b"image-%09d" % i)
         if buf is None:
@@ -181,9 +183,6 @@ def load_lmdb_words(
             int (``max_items`` and ``max_length`` may be None).
         DatasetFolderError: see :class:`LmdbTextDataset`; no sample passes the filters.
     """
-    import numpy as np
-    from PIL import Image
-
     height, width = check_positive_int(height, "height"), check_positive_int(width, "width")
     if max_items is not None:
         max_items = check_positive_int(max_items, "max_items")
@@ -309,7 +308,7 @@ class IcdarDetectionDataset(Dataset):
     """
 
     def __init__(self, root: str | Path, images_dir: str = "images", gt_dir: str = "gt", transform: Callable[[Any], Any] | None = None) -> None:
-        _check_transform(transform)
+        check_transform(transform)
         layout = f"Expected {images_dir}/img_<n>.jpg and {gt_dir}/gt_img_<n>.txt. {published('icdar')}"
         img_root = require_path(root, images_dir, "ICDAR", layout)
         self.annotations = read_icdar_folder(require_path(root, gt_dir, "ICDAR", layout))

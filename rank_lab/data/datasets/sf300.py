@@ -1,4 +1,4 @@
-"""SF300-style aerial folders (Gominski thesis §5.1; digest 004 §4.1.3, §3.5).
+"""SF300-style aerial folders (Gominski thesis §5.1; its protocol §5.2).
 
 SF300 is not distributed with the thesis; the thesis says each class is a square ground footprint
 with several 512x512 vertical / oblique images and that the image parameters "were propagated to

@@ -111,6 +111,7 @@ def torchvision_download(name: str, root: str | Path, split: str | None = None, 
         DatasetFolderError: when the download or its check fails (e.g. no network); the message
             says where the data is published, to fetch it by hand.
     """
+    # heavy import, paid only on this path
     import torchvision.datasets as tvd
 
     key = str(name).lower()

@@ -43,6 +43,7 @@ def default_transform(train: bool, image_size: int = 224, resize: int | None = N
     Raises:
         TypeError / ValueError: ``image_size`` or ``resize`` not a positive int.
     """
+    # heavy import, paid only on this path
     from torchvision import transforms as T
 
     image_size = check_positive_int(image_size, "image_size")

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab.losses.recall_at_k import RecallAtKSurrogate
+from rank_lab.losses import SmoothRecallAtK
 from rank_lab.models.recall_head import RecallEmbedder, RecallHead
 from rank_lab.train.multistage import (
     embed_in_chunks,
@@ -44,7 +44,7 @@ def test_gradient_equals_single_pass_float64():
     model = RecallEmbedder(small_cnn(), in_dim=6, embed_dim=5).double()
     model.train()  # BN is locked in eval mode by RecallEmbedder, as in the thesis
     x, y = data()
-    loss_fn = RecallAtKSurrogate(ks=(1, 2, 4), tau2=0.05)
+    loss_fn = SmoothRecallAtK(ks=(1, 2, 4), tau=0.05)
 
     model.zero_grad()
     ref = loss_fn(model(x), y)
@@ -65,7 +65,7 @@ def test_chunk_size_does_not_matter_and_grads_accumulate():
     torch.manual_seed(1)
     model = nn.Sequential(nn.Flatten(), nn.Linear(36, 16), nn.Tanh(), nn.Linear(16, 8)).double()
     x, y = data(seed=1)
-    loss_fn = RecallAtKSurrogate(tau2=0.1)
+    loss_fn = SmoothRecallAtK(tau=0.1)
     results = []
     for chunk in (1, 7, 24, 100):
         model.zero_grad()
@@ -84,7 +84,7 @@ def test_dropout_rng_replay_matches_chunked_graph_and_leaves_rng_in_place():
     model = nn.Sequential(nn.Flatten(), nn.Linear(36, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 8)).double()
     model.train()
     x, y = data(seed=2)
-    loss_fn = RecallAtKSurrogate(tau2=0.1)
+    loss_fn = SmoothRecallAtK(tau=0.1)
     chunk = 8
 
     # reference: the same chunked forward kept in one graph, same RNG stream
@@ -115,7 +115,7 @@ def test_training_mode_batchnorm_updates_running_stats_once():
     model = nn.Sequential(small_cnn(), nn.AdaptiveAvgPool2d(1), nn.Flatten()).double()
     model.train()
     x, y = data(seed=3)
-    loss_fn = RecallAtKSurrogate(tau2=0.1)
+    loss_fn = SmoothRecallAtK(tau=0.1)
     bn = model[0][1]
     twin = nn.Sequential(small_cnn(), nn.AdaptiveAvgPool2d(1), nn.Flatten()).double()
     twin.load_state_dict(model.state_dict())
@@ -142,7 +142,7 @@ def test_lock_batchnorm_survives_train_and_loss_parameters_get_gradients():
     net = nn.Sequential(nn.Flatten(), nn.Linear(36, 8)).double()
     proj = nn.Linear(8, 8, bias=False).double()
     x, y = data(seed=4)
-    rs = RecallAtKSurrogate(tau2=0.1)
+    rs = SmoothRecallAtK(tau=0.1)
 
     def loss_fn(e, lab):
         return rs(proj(e), lab)
@@ -168,7 +168,7 @@ def test_first_pass_has_no_graph_and_chunks_are_bounded():
             return F.normalize(self.lin(x.flatten(1)), dim=1)
 
     x, y = data(b=30, seed=5)
-    multistage_backward(Spy(), x, y, RecallAtKSurrogate(tau2=0.1), chunk_size=8)
+    multistage_backward(Spy(), x, y, SmoothRecallAtK(tau=0.1), chunk_size=8)
     assert [s for s, _ in seen] == [8, 8, 8, 6] * 2
     assert [g for _, g in seen] == [False] * 4 + [True] * 4
 
@@ -181,7 +181,7 @@ def test_large_cpu_batch_step_and_embed_in_chunks():
     y = torch.arange(250).repeat_interleave(4)
     x = torch.randn(250, 1, 8, 8)[y] + 0.05 * torch.randn(1000, 1, 8, 8)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = RecallAtKSurrogate(chunk_size=250)
+    loss_fn = SmoothRecallAtK()
     before = [p.detach().clone() for p in model.parameters()]
     value = multistage_step(model, opt, x, y, loss_fn, chunk_size=100)
     assert 0.0 < value < 1.0
@@ -227,6 +227,6 @@ def test_fit_multistage_trains():
     y = torch.arange(20).repeat_interleave(6)
     x = torch.randn(20, 16)[y] + 0.3 * torch.randn(120, 16)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
-    hist = fit_multistage(model, RecallAtKSurrogate(ks=(1, 2, 4)), x, y, batch_size=40, steps=30,
+    hist = fit_multistage(model, SmoothRecallAtK(ks=(1, 2, 4)), x, y, batch_size=40, steps=30,
                           chunk_size=16, lr=1e-2, progress=False)
     assert len(hist) == 30 and sum(hist[-5:]) / 5 < sum(hist[:5]) / 5

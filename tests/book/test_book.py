@@ -405,7 +405,7 @@ def test_find_notebook_errors_name_the_known_ones(mini_book: Path) -> None:
         book.list_notebooks(mini_book / "absent")
 
 
-# ------------------------------------------------------------------------------- api page (twins: tests/test_twins.py)
+# ------------------------------------------------------------------------------- api page (twins: tests/book/test_twins.py)
 def test_api_page_is_current() -> None:
     page = book.book_dir() / "api.md"
     assert page.exists(), "run: python -m rank_lab.book api --write"

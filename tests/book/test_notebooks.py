@@ -52,8 +52,8 @@ from rank_lab.book.recorded import load_record
 
 NOTEBOOKS = list_notebooks()
 IDS = [p.stem for p in NOTEBOOKS]
-ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = Path(__file__).parent / "notebook_reference"
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = Path(__file__).resolve().parents[1] / "notebook_reference"
 SMOKE = {"seed": 0, "device": "cpu"}  # with the defaults of each parameters cell (smoke = True)
 #: Tolerances of a new reference file: the smoke figures of the small trained models may move by a
 #: few percent on another CPU (float summation order); exact computations get tighter ones by hand.

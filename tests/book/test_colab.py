@@ -36,7 +36,7 @@ from packaging.requirements import Requirement
 from rank_lab.book import check_document, find_notebook, front_matter, notebook_schema
 from rank_lab.book.twins import make_twin
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ("heat", "optimising_recall_at_k")
 #: Distributions a Colab runtime provides (with their dependencies), exposed to the fresh environment.
 COLAB_PROVIDES = ("torch", "torchvision")

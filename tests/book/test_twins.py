@@ -3,7 +3,7 @@
 Every book notebook's twin is opened as JSON: its first cell pins ``rank_lab[<declared extras>] @
 git+<repository.url>@<commit>`` (never the book extra), binds no public name, prints the device, and
 no Markdown cell keeps MyST syntax. The converter and the BibTeX reader are checked on hand-written
-inputs with exact outputs. ``tests/test_colab.py`` runs two twins in a fresh environment.
+inputs with exact outputs. ``tests/book/test_colab.py`` runs two twins in a fresh environment.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from rank_lab.book.twins import (
     repository_url,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = list_notebooks()
 SHA = "0123456789abcdef0123456789abcdef01234567"
 PINNED = re.compile(r"'rank_lab(\[(?P<extras>[a-z,]+)\])? @ git\+(?P<url>\S+)@(?P<ref>[0-9a-f]{40})'")

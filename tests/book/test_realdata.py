@@ -34,7 +34,7 @@ from rank_lab.book import (
 )
 from rank_lab.data.fixtures import write_fixture
 
-REFERENCE = Path(__file__).parent / "notebook_reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "notebook_reference"
 #: Dataset options that need no data folder (bundled or generated).
 OFFLINE = {"synthetic", "digits"}
 

@@ -94,7 +94,7 @@ def rec_book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                                                           "    seeds: training.seeds\n", "") + BODY)
     monkeypatch.setenv("RANK_LAB_BOOK", str(root))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(record, "_git", lambda *args: "")  # a clean checkout unless a test says otherwise
+    monkeypatch.setattr(record, "git_output", lambda *args: "")  # a clean checkout unless a test says otherwise
     return root
 
 
@@ -173,7 +173,7 @@ def test_record_refusals_run_nothing_and_touch_nothing(rec_book: Path, tmp_path:
     assert "a record is a full run, smoke must be false" in capsys.readouterr().err
     assert book.main(["record", "recmini", "-p", "n_seeds", "1", *out]) == 2
     assert "parameter 'n_seeds' of recmini" in capsys.readouterr().err
-    monkeypatch.setattr(record, "_git", lambda *args: " M rank_lab/stats.py")
+    monkeypatch.setattr(record, "git_output", lambda *args: " M rank_lab/stats.py")
     assert book.main(["record", "recmini", *out]) == 2
     assert "uncommitted changes" in capsys.readouterr().err
     assert path.read_text() == "{}" and not (tmp_path / "out").exists()

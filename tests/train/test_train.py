@@ -99,24 +99,29 @@ def test_config_validation_errors(bad, err, match):
         TrainConfig.from_dict(bad)
 
 
-def test_presets_transcribe_the_papers():
-    sop = TrainConfig.preset("roadmap_sop")
+def test_recipes_transcribe_the_papers():
+    sop = TrainConfig.recipe("roadmap_sop")
     assert (sop.lr, sop.batch_size, sop.m_per_class, sop.epochs, sop.scheduler) == (5e-5, 256, 4, 100, "cosine")
     assert (sop.model.backbone, sop.model.pooling, sop.model.embed_dim, sop.model.layer_norm) == ("resnet50", "avg", 512, True)
     assert sop.model.pretrained is False and sop.preset_name == "roadmap_sop"
-    inat = TrainConfig.preset("roadmap_inat")
+    inat = TrainConfig.recipe("roadmap_inat")
     assert (inat.lr, inat.weight_decay, inat.min_lr, inat.eval_ks) == (1e-5, 4e-4, 1e-6, (1, 4, 16, 32))
-    cub = TrainConfig.preset("roadmap_cub")
+    cub = TrainConfig.recipe("roadmap_cub")
     assert (cub.model.pooling, cub.image_size, cub.eval_ks) == ("max", 256, (1, 2, 4, 8))
-    assert TrainConfig.preset("roadmap_sop_sota").model.pooling == "gem"
-    assert TrainConfig.preset("roadmap_sop_sota").memory_size == 59551
-    assert TrainConfig.preset("happier_sop").freeze_backbone_epochs == 5
-    over = TrainConfig.preset("roadmap_sop", epochs=2, weights_path="/x/r50.pth")
+    assert TrainConfig.recipe("roadmap_sop_sota").model.pooling == "gem"
+    assert TrainConfig.recipe("roadmap_sop_sota").memory_size == 59551
+    assert TrainConfig.recipe("happier_sop").freeze_backbone_epochs == 5
+    over = TrainConfig.recipe("roadmap_sop", epochs=2, weights_path="/x/r50.pth")
     assert over.epochs == 2 and over.model.weights_path == "/x/r50.pth" and over.lr == 5e-5
-    assert TrainConfig.from_dict({"preset": "roadmap_inat", "epochs": 3}).lr == 1e-5
+    assert TrainConfig.from_dict({"recipe": "roadmap_inat", "epochs": 3}).lr == 1e-5
+    # the former names of the recipe entry points: same configs
+    assert TrainConfig.preset("roadmap_sop", epochs=2) == TrainConfig.recipe("roadmap_sop", epochs=2)
+    assert TrainConfig.from_dict({"preset": "roadmap_inat"}) == TrainConfig.from_dict({"recipe": "roadmap_inat"})
+    with pytest.raises(ValueError, match="not both"):
+        TrainConfig.from_dict({"preset": "roadmap_inat", "recipe": "roadmap_sop"})
     assert set(list_recipes()) == set(RECIPES) and all(list_recipes().values())
-    with pytest.raises(ValueError, match="unknown preset"):
-        TrainConfig.preset("roadmap_xyz")
+    with pytest.raises(ValueError, match="unknown recipe"):
+        TrainConfig.recipe("roadmap_xyz")
 
 
 # ---------------------------------------------------------------------------- schedule

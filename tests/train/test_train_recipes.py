@@ -32,8 +32,9 @@ def test_rs_at_k_recipes():
     gld = get_recall_recipe("gldv1_resnet101")
     assert gld.build_loss().ks == (1, 2, 4) and gld.build_loss(simix=True).ks == (1, 2, 4, 8)
     assert get_recall_recipe("sop_resnet50", batch_size=384).batch_size == 384
-    opt, sched = get_recall_recipe("sop_vit_b16").build_optimizer([torch.nn.Parameter(torch.zeros(2))])
-    assert isinstance(opt, torch.optim.AdamW) and sched.milestones == {25: 1, 50: 1}
+    opt, sched = get_recall_recipe("sop_vit_b16").build_optimizer([torch.nn.Parameter(torch.zeros(2))], steps_per_epoch=3)
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["lr"] == 5e-5 and opt.defaults["weight_decay"] == 4e-4
+    assert (sched.kind, sched.milestones, sched.gamma, sched.step_unit, sched.total_steps) == ("step", (25, 50), 0.3, 3, 165)
     with pytest.raises(ValueError, match="unknown RS@k recipe name 'nope'"):
         get_recall_recipe("nope")
 
@@ -54,7 +55,7 @@ def test_recipes_are_checked():
 def test_train_config_recipes():
     assert set(list_recipes()) == set(RECIPES) and all(list_recipes().values())
     for name in RECIPES:
-        cfg = TrainConfig.preset(name)
+        cfg = TrainConfig.recipe(name)
         assert cfg.preset_name == name and cfg.lr == RECIPES[name]["lr"]
     assert "sop_resnet50" in RECALL_RECIPES and "roadmap_sop" in RECIPES  # two kinds of recipes, one module
 
@@ -79,3 +80,20 @@ def test_former_names_answer_with_a_deprecation_warning():
         assert train.PRESETS is RECIPES
     with pytest.warns(DeprecationWarning, match="list_presets moved"):
         assert config.list_presets() == list_recipes()
+
+
+@pytest.mark.parametrize("name", ["sop_vit_b16", "cars196_vit_b32", "gldv1_resnet101"])
+def test_recall_recipe_schedule_is_torch_multisteplr(name):
+    """The engine's "step" schedule of a recipe gives, at every optimiser step, the rate that torch's
+    MultiStepLR(milestones, gamma) stepped once per epoch gives (the recipe's original scheduler)."""
+    recipe, per_epoch = get_recall_recipe(name), 2
+    opt, sched = recipe.build_optimizer([torch.nn.Parameter(torch.zeros(1))], steps_per_epoch=per_epoch)
+    reference = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(recipe.milestones), gamma=recipe.gamma)
+    for epoch in range(min(sched.total_steps // per_epoch, 60)):
+        expected = reference.get_last_lr()[0]
+        for s in range(per_epoch):
+            assert sched.lr(epoch * per_epoch + s, recipe.lr) == pytest.approx(expected, rel=1e-12)
+        opt.step()
+        reference.step()
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        recipe.schedule(0)

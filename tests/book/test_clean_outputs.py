@@ -1,6 +1,6 @@
 """Clean executed outputs at their root: the tqdm front-end, the kernel transport, provenance imports.
 
-The notebook tests scan every executed smoke notebook for warning text (tests/test_notebooks.py);
+The notebook tests scan every executed smoke notebook for warning text (tests/book/test_notebooks.py);
 these tests pin the causes that were fixed: ``tqdm.auto`` printing ``TqdmWarning: IProgress not
 found`` in kernels without ipywidgets, ipykernel's "running over TCP without encryption" warning on
 every kernel start, and ``timm`` (through ``huggingface_hub``) importing ``tqdm.auto`` when the
@@ -20,7 +20,7 @@ import pytest
 import rank_lab._progress as progress
 from rank_lab.book import kernels
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_progress_front_end(monkeypatch: pytest.MonkeyPatch) -> None:
