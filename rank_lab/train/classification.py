@@ -22,6 +22,7 @@ and :meth:`~ContrastiveClassifier.logits` its classification logits (posterior =
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,17 +61,19 @@ class ContrastiveClassifier(nn.Module):
     """An encoder with the classifier of a chapter-6 method (see the module docstring).
 
     Args:
-        encoder: maps inputs to ``(B, feat_dim)`` features.
-        feat_dim: feature size.
-        n_classes: ``K``.
-        method: one of :data:`CLS_METHODS`.
+        encoder: maps inputs to ``(B, dim)`` features.
+        n_classes: ``K`` (keyword).
+        dim: feature size ``D`` of the encoder (keyword; the package's order is ``(n_classes, dim)``).
+        method: one of :data:`CLS_METHODS` (keyword).
         temperature: of SupCon / ESupCon and of the prototype (cosine) logits.
         proj_dim: output size of the projection head (SupCon variants).
         spce_temperature: divides the SPCE logits (1 = Eq. 6.7 as written; with L2-normalised
             features those logits are at most ``N_k / N``, so a smaller value trains faster).
+        feat_dim: former name of ``dim`` (``DeprecationWarning``).
 
     Raises:
-        TypeError, ValueError: ``encoder`` not a module, an unknown ``method``, ``feat_dim``,
+        TypeError, ValueError: positional sizes after ``encoder``, ``n_classes`` or ``dim``
+            missing, ``encoder`` not a module, an unknown ``method``, ``dim``,
             ``n_classes`` or ``proj_dim`` not a positive int, a temperature that is not a finite
             positive number.
     """
@@ -78,18 +81,33 @@ class ContrastiveClassifier(nn.Module):
     def __init__(
         self,
         encoder: nn.Module,
-        feat_dim: int,
-        n_classes: int,
+        *legacy: Any,
+        n_classes: int | None = None,
+        dim: int | None = None,
         method: str = "esupcon",
-        *,
         temperature: float = 0.1,
         proj_dim: int = 64,
         spce_temperature: float = 1.0,
+        feat_dim: int | None = None,
     ) -> None:
         super().__init__()
+        if legacy:
+            raise TypeError(
+                "ContrastiveClassifier takes n_classes=, dim= and method= by keyword (the package's order "
+                f"is (n_classes, dim)); got {len(legacy)} positional value(s) after encoder: the former "
+                "order (feat_dim, n_classes, method) is not guessed, as two ints cannot be told apart"
+            )
+        if feat_dim is not None:
+            if dim is not None:
+                raise TypeError("give dim or its former name feat_dim, not both")
+            warnings.warn("ContrastiveClassifier(feat_dim=...) is deprecated: use dim=", DeprecationWarning,
+                          stacklevel=2)
+            dim = feat_dim
+        if n_classes is None or dim is None:
+            raise TypeError("ContrastiveClassifier needs n_classes= and dim= (keywords)")
         if method not in CLS_METHODS:
             raise ValueError(f"method must be one of {CLS_METHODS}, got {method!r}")
-        feat_dim = check_positive_int(feat_dim, "feat_dim")
+        feat_dim = check_positive_int(dim, "dim")
         self.n_classes = check_positive_int(n_classes, "n_classes")
         proj_dim = check_positive_int(proj_dim, "proj_dim")
         self.method, self.temperature = method, check_float(temperature, "temperature", low=0.0, low_open=True)

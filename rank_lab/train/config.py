@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -302,7 +303,17 @@ class TrainConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TrainConfig:
-        """Former name of :meth:`recipe` (same call, same result; kept while the book still uses it)."""
+        """Former name of :meth:`recipe` (same call, same result, with a ``DeprecationWarning``).
+
+        Args:
+            name: a recipe of :data:`rank_lab.train.recipes.RECIPES`.
+            **overrides: config keys that replace the recipe's values.
+
+        Returns:
+            The config of :meth:`recipe`.
+        """
+        warnings.warn("TrainConfig.preset is deprecated: use TrainConfig.recipe (a preset is a loss combination, "
+                      "a recipe a training setting)", DeprecationWarning, stacklevel=2)
         return cls.recipe(name, **overrides)
 
 

@@ -53,7 +53,7 @@ def _tmp(name: str) -> str:
 
 
 def _classifier(method: str = "esupcon"):
-    return CL.ContrastiveClassifier(MLPBackbone(6, (8,)), 8, 3, method)
+    return CL.ContrastiveClassifier(MLPBackbone(6, (8,)), n_classes=3, dim=8, method=method)
 
 
 #: a valid RS@k recipe (Patel thesis §5.3.2)
@@ -163,8 +163,8 @@ ENTRIES = [
     fn(CK.set_rng_state, lambda: {"state": CK.get_rng_state()},
        extra={"missing_keys": ("state", dict, ("state",)), "not_dict": ("state", lambda: [1, 2], ("state",))}),
     # rank_lab.train.classification
-    cls(CL.ContrastiveClassifier, lambda: {"encoder": MLPBackbone(6, (8,)), "feat_dim": 8, "n_classes": 3},
-        {"feat_dim": "posint", "n_classes": "posint", "method": "choice", "temperature": "pos", "proj_dim": "posint",
+    cls(CL.ContrastiveClassifier, lambda: {"encoder": MLPBackbone(6, (8,)), "dim": 8, "n_classes": 3},
+        {"dim": "posint", "n_classes": "posint", "method": "choice", "temperature": "pos", "proj_dim": "posint",
          "spce_temperature": "pos"},
         calls=[("logits", lambda: {"x": emb(4, 6)}, {"x": "x"})],
         extra={"not_module": ("encoder", lambda: 3, ("encoder",))}),

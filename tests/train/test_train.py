@@ -115,7 +115,8 @@ def test_recipes_transcribe_the_papers():
     assert over.epochs == 2 and over.model.weights_path == "/x/r50.pth" and over.lr == 5e-5
     assert TrainConfig.from_dict({"recipe": "roadmap_inat", "epochs": 3}).lr == 1e-5
     # the former names of the recipe entry points: same configs
-    assert TrainConfig.preset("roadmap_sop", epochs=2) == TrainConfig.recipe("roadmap_sop", epochs=2)
+    with pytest.warns(DeprecationWarning, match="TrainConfig.recipe"):
+        assert TrainConfig.preset("roadmap_sop", epochs=2) == TrainConfig.recipe("roadmap_sop", epochs=2)
     assert TrainConfig.from_dict({"preset": "roadmap_inat"}) == TrainConfig.from_dict({"recipe": "roadmap_inat"})
     with pytest.raises(ValueError, match="not both"):
         TrainConfig.from_dict({"preset": "roadmap_inat", "recipe": "roadmap_sop"})

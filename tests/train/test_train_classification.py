@@ -19,7 +19,7 @@ def test_every_method_learns_a_separable_task(method):
     x = centers[y] + 0.5 * torch.randn(120, 10, generator=g)
     torch.manual_seed(0)
     enc = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))
-    model = ContrastiveClassifier(enc, 16, 4, method, temperature=0.2)
+    model = ContrastiveClassifier(enc, n_classes=4, dim=16, method=method, temperature=0.2)
     hist = fit_classifier(model, x, y, epochs=15, stage2_epochs=10, batch_size=40, lr=5e-3, seed=0)
     assert len(hist) == (25 if model.two_stage else 15)
     logits = predict_logits(model, x)
@@ -36,6 +36,22 @@ def test_classifier_errors():
     from rank_lab.train.classification import ContrastiveClassifier
 
     with pytest.raises(ValueError, match="method"):
-        ContrastiveClassifier(torch.nn.Linear(3, 3), 3, 2, "svm")
+        ContrastiveClassifier(torch.nn.Linear(3, 3), n_classes=2, dim=3, method="svm")
     with pytest.raises(ValueError, match="single stage"):
-        ContrastiveClassifier(torch.nn.Linear(3, 3), 3, 2, "esupcon").start_stage2()
+        ContrastiveClassifier(torch.nn.Linear(3, 3), n_classes=2, dim=3, method="esupcon").start_stage2()
+
+
+def test_classifier_sizes_by_keyword_in_the_package_order():
+    from rank_lab.train.classification import ContrastiveClassifier
+
+    model = ContrastiveClassifier(torch.nn.Linear(3, 5), n_classes=2, dim=5, method="ce")
+    assert model.linear.weight.shape == (2, 5)  # (n_classes, dim)
+    with pytest.raises(TypeError, match="by keyword"):
+        ContrastiveClassifier(torch.nn.Linear(3, 5), 5, 2, "ce")  # the former positional order
+    with pytest.raises(TypeError, match="n_classes= and dim="):
+        ContrastiveClassifier(torch.nn.Linear(3, 5), n_classes=2)
+    with pytest.warns(DeprecationWarning, match="feat_dim"):
+        old = ContrastiveClassifier(torch.nn.Linear(3, 5), n_classes=2, feat_dim=5, method="ce")
+    assert old.linear.weight.shape == (2, 5)
+    with pytest.raises(TypeError, match="not both"):
+        ContrastiveClassifier(torch.nn.Linear(3, 5), n_classes=2, dim=5, feat_dim=5)

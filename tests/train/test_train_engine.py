@@ -77,7 +77,8 @@ def _classifier(ckpt):
 
     torch.manual_seed(0)
     x, y = torch.randn(24, 1, 5, 5), torch.arange(4).repeat_interleave(6)
-    model = ContrastiveClassifier(nn.Sequential(nn.Flatten(), nn.Linear(25, 12)), 12, 4, "supcon+ce")
+    model = ContrastiveClassifier(nn.Sequential(nn.Flatten(), nn.Linear(25, 12)), n_classes=4, dim=12,
+                                  method="supcon+ce")
     hist = fit_classifier(model, x, y, epochs=2, stage2_epochs=2, batch_size=8, lr=3e-3, seed=1, device="cpu", checkpoint=ckpt)
     return model, [h["loss"] for h in hist]
 
