@@ -33,6 +33,8 @@ from collections.abc import Sequence
 
 import torch
 
+from rank_lab.metrics.chunking import progress as progress_bar
+from rank_lab.metrics.counting import positive_positions
 from rank_lab.metrics.hierarchy import relevance_table
 
 __all__ = ["HIERARCHICAL_METRICS", "hierarchical_chunk_metrics", "hierarchical_route"]
@@ -94,8 +96,6 @@ def hierarchical_chunk_metrics(
         l = L fine), ``"H-R@{k}"``, and for ``"MS@k"`` the per-query sums ``"MS_sum@{k}"`` and
         counts ``"MS_n@{k}"`` of the top-k mistakes' LCA heights.
     """
-    from rank_lab.metrics.engine import positive_positions
-
     dev = scores.device
     in_set = levels >= 0
     counts = torch.zeros(scores.shape[0], n_levels + 2, dtype=torch.long, device=dev)
@@ -184,8 +184,6 @@ def hierarchical_route(
     Returns:
         ``{name: (Q,) tensor}`` (see :func:`hierarchical_chunk_metrics`).
     """
-    from rank_lab.metrics.engine import _progress
-
     n_levels = lab.shape[1]
     ref_d, ref_lab_d = ref.to(dev), ref_lab.to(dev)
     if chunk_size is None:
@@ -196,7 +194,7 @@ def hierarchical_route(
     n_chunks = math.ceil(emb.shape[0] / c)
     show = n_chunks > 8 if progress is None else progress
     parts: dict[str, list[torch.Tensor]] = {}
-    for start in _progress(range(0, emb.shape[0], c), n_chunks, show, "hierarchical metrics"):
+    for start in progress_bar(range(0, emb.shape[0], c), n_chunks, show, "hierarchical metrics"):
         qc = emb[start : start + c].to(dev)
         s = qc @ ref_d.T
         lq = lab[start : start + c].to(dev)
