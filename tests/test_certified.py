@@ -259,6 +259,31 @@ def test_float64_inputs_use_float64_canonical_scores() -> None:
     assert [r[:5] for r in a[1].tolist()] == [[j for _, j in row[:5]] for row in _brute_lists(x, x, 5, True)]
 
 
+@pytest.mark.parametrize("kind", ["random", "clustered", "tied", "ulp"])
+def test_long_lists_and_unordered_sets(kind: str) -> None:
+    """k > 128 takes the whole-row stage 1; ``ordered=False`` returns the same sets by index."""
+    x, _ = _data(kind, 400, 12, seed=12)
+    q = x[:60]
+    want = _brute_lists(q, x, 150, False)
+    for prec in PRECISIONS:
+        lists = certified_neighbours(q, x, 150, precision=prec)
+        sets = certified_neighbours(q, x, 150, precision=prec, ordered=False)
+        assert sets.n_candidates <= lists.n_candidates
+        for i in range(60):
+            a, b = int(lists.offsets[i]), int(lists.offsets[i + 1])
+            assert list(zip(lists.scores[a:b].tolist(), lists.indices[a:b].tolist(), strict=True)) == want[i], (prec, i)
+            a2, b2 = int(sets.offsets[i]), int(sets.offsets[i + 1])
+            assert sets.indices[a2:b2].tolist() == sorted(j for _, j in want[i]), (prec, i)
+            exact = dict((j, sc) for sc, j in want[i])
+            assert all(sc <= exact[j] for sc, j in zip(sets.scores[a2:b2].tolist(), sets.indices[a2:b2].tolist(), strict=True))
+    # small k, self excluded, unordered
+    for prec in PRECISIONS:
+        sets = certified_neighbours(x, x, 7, exclude_self=True, precision=prec, ordered=False)
+        brute = _brute_lists(x, x, 7, True)
+        assert [sets.indices[int(sets.offsets[i]) : int(sets.offsets[i + 1])].tolist() for i in range(400)] == \
+            [sorted(j for _, j in row) for row in brute]
+
+
 def test_dense_neighbourhoods_are_rescanned_exactly() -> None:
     """700 items within 1e-4 of each other: bfloat16 cannot separate them, the exact route must."""
     g = torch.Generator().manual_seed(8)

@@ -50,6 +50,7 @@ from rank_lab.metrics.score_bounds import (
 __all__ = ["NeighbourLists", "certified_neighbours"]
 
 KnnFn = Callable[[torch.Tensor, torch.Tensor, int, bool], tuple[torch.Tensor, torch.Tensor]]
+_TILE_KMAX = 128  # longer lists are searched by whole rows (block maxima need 4k blocks per tile)
 _NAMES = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -125,6 +126,25 @@ class _Stage1:
                                                self.d, self.work, fmt, sample, flush)
         self.cmp = torch.float64 if self.work == torch.float64 else torch.float32
 
+    def sure_thresholds(self, kth_scaled: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For rows whose k-th stage-1 score is ``kth``: ``(sure, H)``.
+
+        ``H = hi(kth) + A`` (float64, unscaled) is an upper bound of the k-th canonical score, and an
+        item with stage-1 score ``>= sure`` (scaled units, rounded up) has ``lo(s^) - A >= H``: its
+        canonical score reaches the k-th one whatever the rounding.
+        """
+        e = self.exp[rows]
+        u = torch.ldexp(kth_scaled.to(torch.float64), -e)
+        a, eta = self.a[rows], self.eta[rows]
+        h = u + self.c * u.abs() + eta + a
+        h = h + 2.0**-40 * (u.abs() + a + eta)
+        y = h + a + eta
+        x = torch.where(y >= 0, y / (1.0 - self.c), y / (1.0 + self.c))
+        x = torch.ldexp(x + 2.0**-40 * (y.abs() + x.abs()), e)
+        up = x.to(self.cmp)
+        up = torch.where(up.to(torch.float64) < x, torch.nextafter(up, torch.full_like(up, torch.inf)), up)
+        return up, h
+
     def thresholds(self, lam_scaled: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Stage-1 thresholds (scaled units, comparison dtype) of ``rows`` from their ``lam``."""
         e = self.exp[rows]
@@ -136,8 +156,8 @@ class _Stage1:
 
 
 def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Tensor | None, symmetric: bool,
-          tile: int, show: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stage-1 candidates ``(rows, cols, s^ scaled)`` of the queries ``rows`` (indices into ``st.qr``)."""
+          tile: int, show: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage-1 candidates ``(rows, cols, s^ scaled, k-th s^ of each row)`` of the queries ``rows``."""
     dev = st.gr.device
     n_g = st.gr.shape[0]
     nq = rows.shape[0]
@@ -179,6 +199,8 @@ def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Te
         out_c.append(c0 + jb[mi] * b + t)
         out_v.append(blocks[mi, t])
 
+    if kmax > _TILE_KMAX and not symmetric:  # long lists: whole rows, exact k-th stage-1 score
+        return _scan_rows(st, qr, gr, n_g, kq, own, row_ids, tile, show)
     with exact_matmul():
         for i0, j0 in progress_bar(work, len(work), show, "certified search"):
             i1, j1 = min(i0 + tile, n_rows if symmetric else nq), min(j0 + tile, gr.shape[0])
@@ -204,10 +226,68 @@ def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Te
     v = torch.cat(out_v) if out_v else torch.zeros(0, dtype=st.cmp, device=dev)
     final = st.thresholds(lam, row_ids)  # lam only grew: the last thresholds are the tightest valid ones
     keep = (v >= final[r]) & (r < nq) & (c < n_g)
-    return r[keep], c[keep], v[keep]
+    r, c, v = r[keep], c[keep], v[keep]
+    return r, c, v, _kth_of_candidates(r, v, kq.to(dev), nq)
 
 
-def _scan_knn(knn: KnnFn, st: _Stage1, q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor, exclude_self: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _kth_of_candidates(r: torch.Tensor, v: torch.Tensor, kq: torch.Tensor, nq: int) -> torch.Tensor:
+    """The ``kq[row]``-th largest candidate value of every row (candidates hold every row's top k)."""
+    order = torch.argsort(-v, stable=True)
+    order = order[torch.argsort(r[order], stable=True)]
+    counts = torch.bincount(r, minlength=nq)
+    if bool((counts < kq).any()):
+        bad = int(torch.nonzero(counts < kq)[0])
+        raise RuntimeError(f"certified search kept {int(counts[bad])} < k={int(kq[bad])} candidates for query {bad}: "
+                           "the stage-1 error bound was violated (please report)")
+    start = torch.cumsum(counts, 0) - counts
+    return v[order][start + kq - 1]
+
+
+def _kth_largest(s: torch.Tensor, kq: torch.Tensor) -> torch.Tensor:
+    """The ``kq[r]``-th largest entry of every row of ``s`` (a selection, not a sort)."""
+    if s.device.type == "cpu":
+        import numpy as np
+
+        a = s.to(torch.float64 if s.dtype == torch.float64 else torch.float32).numpy()
+        n = a.shape[1]
+        kth = sorted({n - int(k) for k in kq.tolist()})
+        part = np.partition(a, kth, axis=1)
+        return torch.from_numpy(part[np.arange(a.shape[0]), n - kq.numpy()])
+    kmax = int(kq.max())  # pragma: no cover - GPU only
+    return torch.topk(s.float() if s.dtype != torch.float64 else s, kmax, dim=1).values.gather(1, (kq - 1).to(s.device)[:, None])[:, 0]
+
+
+def _scan_rows(st: _Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torch.Tensor, own: torch.Tensor | None,
+               row_ids: torch.Tensor, tile: int, show: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage 1 by whole rows: the exact k-th stage-1 score of each row, then every item above the threshold."""
+    dev = gr.device
+    nq = qr.shape[0]
+    band = max(1, min(nq, tile * tile // max(1, gr.shape[0])))
+    out_r, out_c, out_v, out_k = [], [], [], []
+    starts = range(0, nq, band)
+    with exact_matmul():
+        for i0 in progress_bar(starts, len(starts), show, "certified search"):
+            i1 = min(i0 + band, nq)
+            s, _ = reduced_matmul(qr[i0:i1], gr)
+            if own is not None:
+                r = torch.arange(i1 - i0, device=dev)
+                c = own[i0:i1]
+                hit = (c >= 0) & (c < gr.shape[0])
+                s[r[hit], c[hit]] = -torch.inf
+            if gr.shape[0] > n_g:
+                s[:, n_g:] = -torch.inf
+            lam = _kth_largest(s, kq[i0:i1]).to(dev)
+            thr = st.thresholds(lam, row_ids[i0:i1])
+            rr, cc = torch.nonzero(s >= thr[:, None], as_tuple=True)
+            out_r.append(i0 + rr)
+            out_c.append(cc)
+            out_v.append(s[rr, cc].to(st.cmp))
+            out_k.append(lam.to(st.cmp))
+    return torch.cat(out_r), torch.cat(out_c), torch.cat(out_v), torch.cat(out_k)
+
+
+def _scan_knn(knn: KnnFn, st: _Stage1, q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor,
+              exclude_self: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Candidates from a flat float32 index: lists lengthened until their last score is below the threshold."""
     nq, n_g = q.shape[0], g.shape[0]
     n_avail = n_g - int(exclude_self)
@@ -215,7 +295,8 @@ def _scan_knn(knn: KnnFn, st: _Stage1, q: torch.Tensor, g: torch.Tensor, kq: tor
     todo = torch.arange(nq)
     width = min(n_avail, kmax + max(8, kmax // 4))
     first = True
-    out_r, out_c = [], []
+    out_r, out_c, out_v = [], [], []
+    kth = torch.empty(nq, dtype=torch.float64)
     while todo.numel():
         if first:
             s, i = knn(q, g, width, exclude_self)
@@ -229,14 +310,16 @@ def _scan_knn(knn: KnnFn, st: _Stage1, q: torch.Tensor, g: torch.Tensor, kq: tor
         lam = torch.sort(s, dim=1, descending=True).values.gather(1, (kq[todo] - 1)[:, None])[:, 0]
         thr = threshold(lam, st.a[todo].cpu(), st.c, st.eta[todo].cpu(), torch.float64)
         done = (last < thr) | (torch.isfinite(s).sum(1) >= n_avail)
+        kth[todo[done]] = lam[done]
         keep = (s >= thr[:, None]) & torch.isfinite(s) & done[:, None]
         rr, cc = torch.nonzero(keep, as_tuple=True)
         out_r.append(todo[rr])
         out_c.append(i[rr, cc])
+        out_v.append(s[rr, cc])
         todo = todo[~done]
         width = min(n_avail, 2 * width)
         first = False
-    return torch.cat(out_r), torch.cat(out_c)
+    return torch.cat(out_r), torch.cat(out_c), torch.cat(out_v), kth
 
 
 def certified_neighbours(
@@ -247,8 +330,9 @@ def certified_neighbours(
     exclude_self: bool = False,
     precision: str = "auto",
     knn: KnnFn | None = None,
-    device: torch.device | None = None,
+    device: torch.device | str | None = None,
     tile: int = 4096,
+    ordered: bool = True,
     progress: bool | None = None,
 ) -> NeighbourLists:
     """The certified top-k (with ties) of every query (module docstring).
@@ -262,6 +346,10 @@ def certified_neighbours(
         knn: a flat float32 index used for stage 1 instead of the tiled matmul.
         device: compute device.
         tile: queries (and items) per tile.
+        ordered: ``True``: lists by decreasing canonical score, ties by increasing index, every
+            score canonical. ``False``: the same *sets* by increasing index; only the items the
+            bound cannot place are re-scored (the others' ``scores`` hold a certified lower bound of
+            their canonical score) -- the cheap form for long lists (e.g. truncated diffusion).
         progress: tqdm bar over the tiles (default: more than 16 tiles).
 
     Returns:
@@ -292,48 +380,90 @@ def certified_neighbours(
     q = queries.to(dev, work)
     g = q if same else gallery.to(dev, work)
     nq, n_g = q.shape[0], g.shape[0]
-    symmetric = exclude_self and q.shape == g.shape and (q is g or bool(torch.equal(q, g)))
-    fmt = q.dtype if knn is not None else resolve_precision(precision, q.dtype, dev)
-    if knn is not None:
-        st = _Stage1(q, g, torch.float32 if q.dtype == torch.float64 else q.dtype, False)
-    else:
-        st = _Stage1(q, g, fmt, symmetric)
+    kmax = int(kq.max())
+    symmetric = exclude_self and kmax <= _TILE_KMAX and q.shape == g.shape and (q is g or bool(torch.equal(q, g)))
+    show = math.ceil(nq / tile) * math.ceil(n_g / tile) > 16 if progress is None else bool(progress)
     self_cols = torch.arange(nq) if exclude_self else None
-    n_tiles = math.ceil(nq / tile) * math.ceil(n_g / tile)
-    show = n_tiles > 16 if progress is None else bool(progress)
     rescanned = 0
     if knn is not None:
-        rows, cols = _scan_knn(knn, st, q, g, kq, exclude_self)
+        st = _Stage1(q, g, torch.float32, False)
+        rows, cols, vals, kth = _scan_knn(knn, st, q, g, kq, exclude_self)
+        rows, cols, vals, kth = rows.to(dev), cols.to(dev), vals.to(dev), kth.to(dev)
+        sure_thr, h_k = st.sure_thresholds(kth, torch.arange(nq, device=dev))
         name = "knn"
     else:
-        rows, cols, _ = _scan(st, torch.arange(nq), kq, self_cols, symmetric, tile, show)
-        rows, cols = rows.cpu(), cols.cpu()
+        fmt = resolve_precision(precision, work, dev)
+        st = _Stage1(q, g, fmt, symmetric)
+        rows, cols, vals, kth = _scan(st, torch.arange(nq), kq, self_cols, symmetric, tile, show)
+        sure_thr, h_k = st.sure_thresholds(kth, torch.arange(nq, device=dev))
         name = _NAMES[fmt]
-        if fmt != q.dtype:
-            counts = torch.bincount(rows, minlength=nq)
-            over = torch.nonzero(counts > torch.clamp(4 * kq, min=kq + 512)).flatten()
+        if fmt != work:
+            counts = torch.bincount(rows, minlength=nq).cpu()
+            cap = torch.clamp(4 * kq, min=kq + 512)
+            over = torch.nonzero(counts > cap).flatten()
             if over.numel():
                 rescanned = int(over.numel())
-                exact = _Stage1(q[over.to(dev)], g, q.dtype, False)
-                r2, c2, _ = _scan(exact, torch.arange(over.numel()), kq[over], None if self_cols is None else over,
-                                  False, tile, False)
-                keep = counts[rows] <= torch.clamp(4 * kq[rows], min=kq[rows] + 512)
-                rows = torch.cat([rows[keep], over[r2.cpu()]])
-                cols = torch.cat([cols[keep], c2.cpu()])
-    scores = canonical_scores(q, g, rows.to(dev), cols.to(dev)).cpu()
-    order = torch.argsort(cols, stable=True)
-    order = order[torch.argsort(-scores[order], stable=True)]
-    order = order[torch.argsort(rows[order], stable=True)]
-    rows, cols, scores = rows[order], cols[order], scores[order]
-    counts = torch.bincount(rows, minlength=nq)
-    if bool((counts < kq).any()):
-        bad = int(torch.nonzero(counts < kq)[0])
-        raise RuntimeError(f"certified search kept {int(counts[bad])} < k={int(kq[bad])} candidates for query {bad}: "
-                           "the stage-1 error bound was violated (please report)")
-    start = torch.cumsum(counts, 0) - counts
-    kth = scores[start + kq - 1]
-    keep = scores >= kth[rows]
+                over_d = over.to(dev)
+                exact = _Stage1(q[over_d], g, work, False)
+                r2, c2, v2, k2 = _scan(exact, torch.arange(over.numel()), kq[over], None if self_cols is None else over,
+                                       False, tile, False)
+                s2, h2 = exact.sure_thresholds(k2, torch.arange(over.numel(), device=dev))
+                keep = (counts <= cap).to(dev)[rows]
+                rows, cols = torch.cat([rows[keep], over_d[r2]]), torch.cat([cols[keep], c2])
+                vals = torch.cat([vals[keep], v2.to(vals.dtype)])
+                sure_thr, h_k = sure_thr.clone(), h_k.clone()
+                sure_thr[over_d], h_k[over_d] = s2.to(sure_thr.dtype), h2
+    if ordered:
+        rows, cols = rows.cpu(), cols.cpu()
+        scores = canonical_scores(q, g, rows.to(dev), cols.to(dev)).cpu()
+        n_canon = int(rows.numel())
+        order = torch.argsort(cols, stable=True)
+        order = order[torch.argsort(-scores[order], stable=True)]
+        order = order[torch.argsort(rows[order], stable=True)]
+        rows, cols, scores = rows[order], cols[order], scores[order]
+        counts = torch.bincount(rows, minlength=nq)
+        start = torch.cumsum(counts, 0) - counts
+        keep = scores >= scores[start + kq - 1][rows]
+    else:
+        sure = vals >= sure_thr[rows]
+        rows, cols, scores, keep, n_canon = _certified_sets(q, g, rows, cols, sure, h_k, kq, dev)
     rows, cols, scores = rows[keep], cols[keep], scores[keep]
     kept = torch.bincount(rows, minlength=nq)
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(kept, 0)])
-    return NeighbourLists(offsets, cols, scores, kq, name, rescanned, int(order.numel()))
+    return NeighbourLists(offsets, cols, scores, kq, name, rescanned, n_canon)
+
+
+def _certified_sets(q, g, rows, cols, sure, h_k, kq, dev):
+    """Set mode: ``T = {j : s_j >= t_K}`` re-scoring only the candidates the bounds cannot place.
+
+    ``H`` (``h_k``), an upper bound of the k-th canonical score ``t_K``; ``sure`` candidates have
+    ``L_j >= H`` and are in T (``c`` of them); with ``e_m`` the ``m = k - c``-th largest canonical
+    score of the others, ``t_K = min(e_m, H)`` (``H`` when ``m <= 0``): the others are in T iff
+    ``s_j >= t_K``. Sure members get ``H`` (a lower bound of their score) as score.
+    """
+    nq = kq.shape[0]
+    amb = torch.nonzero(~sure).flatten()
+    ra = rows[amb]
+    exact = canonical_scores(q, g, ra, cols[amb]).to(torch.float64)
+    n_sure = torch.bincount(rows[sure], minlength=nq).cpu()
+    m = (kq - n_sure).to(dev)
+    o = torch.argsort(-exact, stable=True)
+    o = o[torch.argsort(ra[o], stable=True)]
+    n_amb = torch.bincount(ra, minlength=nq)
+    a_start = torch.cumsum(n_amb, 0) - n_amb
+    e_m = torch.full((nq,), torch.inf, dtype=torch.float64, device=dev)
+    has_m = m >= 1
+    if bool(has_m.any()):
+        e_m[has_m] = exact[o][(a_start + m - 1)[has_m]]
+    t_k = torch.minimum(e_m, h_k)
+    keep = sure.clone()
+    keep[amb] = exact >= t_k[ra]
+    scores = h_k.to(q.dtype)[rows]
+    scores = torch.where(scores.to(torch.float64) > h_k[rows], torch.nextafter(scores, torch.full_like(scores, -torch.inf)), scores)
+    scores[amb] = exact.to(q.dtype)
+    rows, cols, scores, keep = rows.cpu(), cols.cpu(), scores.cpu(), keep.cpu()
+    key = rows * (int(cols.max()) + 1 if cols.numel() else 1) + cols
+    if key.numel() > 1 and not bool((key[1:] > key[:-1]).all()):
+        order = torch.argsort(key)
+        rows, cols, scores, keep = rows[order], cols[order], scores[order], keep[order]
+    return rows, cols, scores, keep, int(amb.numel())
