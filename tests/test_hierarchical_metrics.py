@@ -368,3 +368,54 @@ def test_cuda_matches_cpu():  # pragma: no cover - run on the GPU machine
     b = retrieval_metrics(x.cuda(), lab.cuda(), ks=(1, 10), metrics=("R@k", "mAP"), hierarchical=True, device="cuda")
     for name in a:
         assert a[name] == pytest.approx(b[name], abs=1e-4), name
+
+
+HIER = ("H-AP", "ASI", "NDCG-h", "AP@level", "H-R@k", "MS@k")
+
+
+def _counting_route(monkeypatch, *args, **kwargs):
+    """The engine with the previous route (explicit (c, N) level blocks, hierarchical_chunk_metrics)."""
+    import rank_lab.metrics.engine as E
+    import rank_lab.metrics.hierarchical_engine as H
+
+    monkeypatch.setattr(E, "hierarchical_route", H._route_by_counting)
+    try:
+        return retrieval_metrics(*args, **kwargs)
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("n_levels", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["tied", "random"])
+def test_sorted_route_equals_the_counting_route(monkeypatch, n_levels, kind):
+    """Issue 19: the route at scale (permuted gallery, one sort per row, packed higher levels) gives
+    the values of the counting route, per query, to float64 rounding; exactly on tied integer data."""
+    g = torch.Generator().manual_seed(30 + n_levels)
+    n = 400
+    fine = torch.randint(0, 40, (n,), generator=g)
+    lab = torch.stack([fine // (3**j) for j in range(n_levels)], 1)
+    if kind == "tied":
+        x = torch.randint(-2, 3, (n, 5), generator=g).double()
+    else:
+        x = torch.randn(n, 12, generator=g)
+    for alpha in (1.0, 4.0, 0.2):  # 0.2: Eq. 4.7 non-monotone for some queries
+        kw = dict(ks=(1, 5, 60), metrics=HIER, per_query=True, normalize=kind == "random", hap_alpha=alpha, device="cpu")
+        got = retrieval_metrics(x, lab, **kw)["per_query"]
+        ref = _counting_route(monkeypatch, x, lab, **kw)["per_query"]
+        for name, v in ref.items():
+            assert torch.allclose(got[name], v, atol=1e-12, rtol=0), (name, alpha, float((got[name] - v).abs().max()))
+        # query / gallery form
+        got_q = retrieval_metrics(x[:50], lab[:50], x[50:], lab[50:], **kw)["per_query"]
+        ref_q = _counting_route(monkeypatch, x[:50], lab[:50], x[50:], lab[50:], **kw)["per_query"]
+        for name, v in ref_q.items():
+            assert torch.allclose(got_q[name], v, atol=1e-12, rtol=0), name
+
+
+def test_sorted_route_values_do_not_depend_on_the_chunking():
+    g = torch.Generator().manual_seed(40)
+    x, fine = torch.randn(300, 8, generator=g), torch.randint(0, 30, (300,), generator=g)
+    lab = torch.stack([fine, fine // 5], 1)
+    a = retrieval_metrics(x, lab, ks=(1, 5), metrics=HIER, per_query=True, device="cpu")["per_query"]
+    b = retrieval_metrics(x, lab, ks=(1, 5), metrics=HIER, per_query=True, device="cpu", chunk_size=7)["per_query"]
+    for name, v in a.items():
+        assert torch.equal(v, b[name]), name

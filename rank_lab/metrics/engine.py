@@ -450,7 +450,7 @@ def _first_relevant_positions(emb, lab, ref, ref_lab, rows, exclude_self, dev, c
     if exclude_self:
         keep = pair_g != rows_d[pair_q]
         pair_q, pair_g = pair_q[keep], pair_g[keep]
-    sc = canonical_scores(emb_d, ref_d, rows_d[pair_q], pair_g)
+    sc = canonical_scores(emb_d, ref_d, rows_d[pair_q], pair_g, check=False)
     best = torch.full((rows.numel(),), -torch.inf, dtype=sc.dtype, device=dev).scatter_reduce(0, pair_q, sc, "amax")
     g_norm = float(ref_d.to(torch.float64).norm(dim=1).max())
     qn = emb_d[rows_d].to(torch.float64).norm(dim=1)
@@ -471,7 +471,7 @@ def _first_relevant_positions(emb, lab, ref, ref_lab, rows, exclude_self, dev, c
         count = certain.sum(1)
         ur, uc = torch.nonzero(unsure, as_tuple=True)
         if ur.numel():
-            cs = canonical_scores(emb_d, ref_d, qi[ur], uc)
+            cs = canonical_scores(emb_d, ref_d, qi[ur], uc, check=False)
             count = count + torch.bincount(ur[cs >= best[s0 + ur]], minlength=qi.numel())
         out[s0 : s0 + c] = (1 + count).cpu()
     return out

@@ -187,7 +187,7 @@ def exact_matmul() -> Iterator[None]:
 
 
 def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-                     *, block_elements: int = 2**20) -> torch.Tensor:
+                     *, block_elements: int = 2**20, check: bool = True) -> torch.Tensor:
     """The canonical score ``s(queries[rows[m]], gallery[cols[m]])`` of every pair m (module docstring).
 
     Args:
@@ -195,6 +195,8 @@ def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.T
         gallery: ``(N, d)``; the pair is computed in the promoted dtype of both.
         rows, cols: ``(M,)`` integer indices into ``queries`` and ``gallery``.
         block_elements: pairs are processed in blocks of about this many products.
+        check: validate the inputs (``False``: for callers that already did; the indices must be
+            long tensors on the inputs' device, the inputs finite and of one working dtype).
 
     Returns:
         ``(M,)`` in the working dtype, on the inputs' device: the fixed pairwise-tree sum of the
@@ -203,24 +205,26 @@ def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.T
     Raises:
         ValueError / TypeError: naming the argument (shapes, non-finite values, indices out of range).
     """
-    queries = check_embeddings(queries, "queries")
-    gallery = check_embeddings(gallery, "gallery")
-    if queries.shape[1] != gallery.shape[1]:
-        raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}")
-    work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
-    queries, gallery = queries.to(work), gallery.to(work)
-    block_elements = check_positive_int(block_elements, "block_elements")
-    idx = []
-    for name, ix, n in (("rows", rows, queries.shape[0]), ("cols", cols, gallery.shape[0])):
-        ix = as_tensor(ix, name)
-        if ix.ndim != 1 or ix.is_floating_point() or ix.dtype == torch.bool:
-            raise TypeError(f"{name} must be a 1-D integer tensor, got {ix.dtype} of shape {tuple(ix.shape)}")
-        if ix.numel() and (int(ix.min()) < 0 or int(ix.max()) >= n):
-            raise ValueError(f"{name} holds indices outside [0, {n})")
-        idx.append(ix.long().to(queries.device))
-    rows, cols = idx
-    if rows.shape != cols.shape:
-        raise ValueError(f"rows has {rows.numel()} entries but cols has {cols.numel()}")
+    if check:
+        queries = check_embeddings(queries, "queries")
+        gallery = check_embeddings(gallery, "gallery")
+        if queries.shape[1] != gallery.shape[1]:
+            raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}")
+        work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
+        queries, gallery = queries.to(work), gallery.to(work)
+        block_elements = check_positive_int(block_elements, "block_elements")
+        idx = []
+        for name, ix, n in (("rows", rows, queries.shape[0]), ("cols", cols, gallery.shape[0])):
+            ix = as_tensor(ix, name)
+            if ix.ndim != 1 or ix.is_floating_point() or ix.dtype == torch.bool:
+                raise TypeError(f"{name} must be a 1-D integer tensor, got {ix.dtype} of shape {tuple(ix.shape)}")
+            if ix.numel() and (int(ix.min()) < 0 or int(ix.max()) >= n):
+                raise ValueError(f"{name} holds indices outside [0, {n})")
+            idx.append(ix.long().to(queries.device))
+        rows, cols = idx
+        if rows.shape != cols.shape:
+            raise ValueError(f"rows has {rows.numel()} entries but cols has {cols.numel()}")
+    work = queries.dtype
     d = queries.shape[1]
     width = 1 << _tree_depth(d)
     out = torch.empty(rows.shape[0], dtype=work, device=queries.device)
