@@ -37,8 +37,8 @@ from typing import Literal
 import torch
 
 from rank_lab._validation import check_positive_int, check_scores_targets
-from rank_lab.metrics.hierarchy import _check_levels, _weights
-from rank_lab.metrics.retrieval import _handle_empty, average_precision, ndcg, worst_case_order
+from rank_lab.metrics.hierarchy import check_levels, level_weights
+from rank_lab.metrics.retrieval import average_precision, ndcg, worst_case_order
 
 __all__ = [
     "h_rank",
@@ -56,6 +56,20 @@ __all__ = [
 ]
 
 NoPositive = Literal["raise", "zero"]
+
+
+def _no_positive(values: torch.Tensor, n_pos: torch.Tensor, no_positive: NoPositive, metric: str, name: str) -> torch.Tensor:
+    """Queries without a relevant item: raise (``"raise"``) or score them 0 (``"zero"``)."""
+    if no_positive not in ("raise", "zero"):
+        raise ValueError(f"no_positive must be 'raise' or 'zero', got {no_positive!r}")
+    empty = n_pos == 0
+    if bool(empty.any()):
+        if no_positive == "raise":
+            first = int(torch.nonzero(empty).flatten()[0])
+            raise ValueError(f"{metric}: {int(empty.sum())} query(ies) have no relevant item in {name} (first: row "
+                             f"{first}); pass no_positive='zero' to score them 0")
+        values = torch.where(empty, torch.zeros_like(values), values)
+    return values
 
 
 def _graded_sorted(scores: object, relevance: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -135,7 +149,7 @@ def h_average_precision(scores: torch.Tensor, relevance: torch.Tensor, *, no_pos
     pos = torch.arange(1, r.shape[1] + 1, dtype=torch.float64, device=r.device)
     total = r.sum(1)
     val = (_prefix_min_sums(r) * (r > 0) / pos).sum(1) / torch.where(total > 0, total, torch.ones_like(total))
-    return _handle_empty(val, (r > 0).sum(1), no_positive, "h_average_precision", "relevance")
+    return _no_positive(val, (r > 0).sum(1), no_positive, "h_average_precision", "relevance")
 
 
 def hierarchical_pr_curve(scores: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +161,7 @@ def hierarchical_pr_curve(scores: torch.Tensor, relevance: torch.Tensor) -> tupl
     """
     _, _, r = _graded_sorted(scores, relevance)
     total = r.sum(1, keepdim=True)
-    _handle_empty(total[:, 0], (r > 0).sum(1), "raise", "hierarchical_pr_curve", "relevance")
+    _no_positive(total[:, 0], (r > 0).sum(1), "raise", "hierarchical_pr_curve", "relevance")
     pos = torch.arange(1, r.shape[1] + 1, dtype=torch.float64, device=r.device)
     hp = torch.where(r > 0, _prefix_min_sums(r) / (pos * torch.where(r > 0, r, torch.ones_like(r))), torch.zeros_like(r))
     return hp, r.cumsum(1) / total
@@ -180,7 +194,7 @@ def h_precision_at_k(scores: torch.Tensor, relevance: torch.Tensor, k: int) -> t
 
 def _levels_for(scores: object, levels: object, n_levels: int) -> tuple[torch.Tensor, torch.Tensor]:
     scores, lv = check_scores_targets(scores, levels, "scores", "levels")
-    lv, _ = _check_levels(lv, n_levels)
+    lv, _ = check_levels(lv, n_levels)
     return scores, lv
 
 
@@ -199,7 +213,7 @@ def weighted_sum_ap(
     scores: torch.Tensor, levels: torch.Tensor, n_levels: int, weights: Sequence[float] | torch.Tensor, *, no_positive: NoPositive = "raise"
 ) -> torch.Tensor:
     """``sum w AP = sum_l w_l AP^(l)`` (Property 1 of the Ramzi thesis, Eq. 4.9), ``(Q,)``."""
-    w = _weights(weights, n_levels)
+    w = level_weights(weights, n_levels)
     apl = ap_per_level(scores, levels, n_levels, no_positive=no_positive)
     return apl @ w.to(apl.device)
 
@@ -231,7 +245,7 @@ def average_set_intersection(scores: torch.Tensor, levels: torch.Tensor, n_level
     n = torch.arange(1, a.shape[1] + 1, device=a.device)
     si = inter / n
     val = (si * (n[None, :] <= n_pos[:, None])).sum(1) / n_pos.clamp(min=1)
-    return _handle_empty(val, n_pos, no_positive, "average_set_intersection", "levels")
+    return _no_positive(val, n_pos, no_positive, "average_set_intersection", "levels")
 
 
 def mistake_levels(scores: torch.Tensor, levels: torch.Tensor, n_levels: int, k: int) -> torch.Tensor:

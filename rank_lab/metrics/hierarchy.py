@@ -42,6 +42,8 @@ __all__ = [
     "as_hierarchical_labels",
     "hierarchy_table",
     "shared_level",
+    "check_levels",
+    "level_weights",
     "level_counts",
     "level_set",
     "relevance_table",
@@ -115,7 +117,20 @@ def shared_level(labels: torch.Tensor, ref_labels: torch.Tensor, *, mode: LevelM
     return out
 
 
-def _check_levels(levels: object, n_levels: int, valid: object = None) -> tuple[torch.Tensor, torch.Tensor]:
+def check_levels(levels: object, n_levels: int, valid: object = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check ``(Q, N)`` shared levels in ``[0, L]`` (a ``(N,)`` vector is one query) and a retrieval mask.
+
+    Args:
+        levels: integer levels.
+        n_levels: L (a positive int).
+        valid: ``(Q, N)`` bool retrieval-set mask, or None (every item).
+
+    Returns:
+        ``(levels long (Q, N), valid bool (Q, N))`` (empty when Q = 0).
+
+    Raises:
+        ValueError / TypeError: naming the argument.
+    """
     lv = as_tensor(levels, "levels")
     if lv.ndim == 1:
         lv = lv[None]
@@ -148,7 +163,7 @@ def level_counts(levels: torch.Tensor, n_levels: int, valid: torch.Tensor | None
         n_levels: L.
         valid: ``(Q, N)`` bool retrieval-set mask (the query's own column excluded), or None.
     """
-    lv, v = _check_levels(levels, n_levels, valid)
+    lv, v = check_levels(levels, n_levels, valid)
     return torch.stack([((lv == lev) & v).sum(1) for lev in range(n_levels + 1)], dim=1)
 
 
@@ -159,7 +174,8 @@ def level_set(levels: torch.Tensor, level: int, valid: torch.Tensor | None = Non
     return mask if valid is None else mask & as_tensor(valid, "valid").bool().to(mask.device)
 
 
-def _weights(weights: object, n_levels: int) -> torch.Tensor:
+def level_weights(weights: object, n_levels: int) -> torch.Tensor:
+    """Check the weights ``w_1..w_L`` of Property 1 (finite, > 0, summing to 1); ``(L,)`` float64."""
     n_levels = check_positive_int(n_levels, "n_levels")
     w = as_tensor(weights, "weights", torch.float64)
     if w.ndim > 1:
@@ -211,7 +227,7 @@ def relevance_table(
     elif kind == "weighted_ap":
         if weights is None:
             raise ValueError("kind='weighted_ap' needs weights w_1..w_L")
-        w = _weights(weights, n_levels).to(c.device)
+        w = level_weights(weights, n_levels).to(c.device)
         above = c.flip(1).cumsum(1).flip(1)[:, 1:]  # |Omega^{+,p}| for p = 1..L
         terms = torch.where(above > 0, w / above.clamp(min=1), torch.zeros_like(above))
         table = torch.cat([torch.zeros_like(c[:, :1]), terms.cumsum(1)], dim=1)
@@ -239,7 +255,7 @@ def level_relevance(
 
     Level sets are counted over the valid items only; invalid items get relevance 0.
     """
-    lv, v = _check_levels(levels, n_levels, valid)
+    lv, v = check_levels(levels, n_levels, valid)
     table = relevance_table(level_counts(lv, n_levels, v), n_levels, kind, alpha=alpha, weights=weights, normalize=normalize)
     return torch.where(v, table.gather(1, lv), torch.zeros_like(table.gather(1, lv)))
 

@@ -8,6 +8,7 @@ import rank_lab.metrics as M
 import rank_lab.metrics.certified as CE
 import rank_lab.metrics.chunking as CH
 import rank_lab.metrics.counting as CO
+import rank_lab.metrics.hierarchy as HY
 import rank_lab.metrics.score_bounds as SB
 
 from .factories import emb, labels, levels, no_positive_targets, scores, targets
@@ -102,4 +103,8 @@ ENTRIES = [
     fn(CO.metrics_from_positions, lambda: dict(pos=torch.tensor([[1, 3]]), valid=torch.tensor([[True, True]]),
                                                n_pos=torch.tensor([2]), ks=(1, 2), wanted={"R@k", "mAP@R"})),
     fn(CO.row_sums, lambda: dict(x=torch.rand(3, 4))),
+    fn(HY.check_levels, lambda: dict(levels=levels(), n_levels=2), {"levels": "x", "n_levels": "posint"},
+       legal={"levels:ndim-": "a (N,) vector is one query (documented)", "levels:int": "levels are integers",
+              "levels:empty": "no query: the (0, N) tensors are returned as they are"}),
+    fn(HY.level_weights, lambda: dict(weights=[0.25, 0.75], n_levels=2), {"weights": "x", "n_levels": "posint"}),
 ]
