@@ -431,12 +431,15 @@ def _candidate_sets(gallery: torch.Tensor, queries: torch.Tensor, r: int, extra:
 
     lists = certified_neighbours(queries, gallery, r, precision="exact", ordered=False, device=get_device(device),
                                  progress=False)
-    rows, cols = lists.rows, lists.indices
-    if extra is not None:
-        rows = torch.cat([rows, torch.arange(extra.shape[0]).repeat_interleave(extra.shape[1])])
-        cols = torch.cat([cols, extra.reshape(-1).cpu().long()])
-    key = torch.unique(rows * gallery.shape[0] + cols)  # sorted, deduplicated
-    rows, cols = key // gallery.shape[0], key % gallery.shape[0]
+    n = gallery.shape[0]
+    key = lists.rows * n + lists.indices  # sorted: rows, then items
+    if extra is not None:  # the query vector's support, almost always inside already
+        want = (torch.arange(extra.shape[0])[:, None] * n + extra.cpu().long()).reshape(-1)
+        at = torch.searchsorted(key, want).clamp(max=max(key.numel() - 1, 0))
+        missing = want[key[at] != want] if key.numel() else want
+        if missing.numel():
+            key = torch.unique(torch.cat([key, missing]))
+    rows, cols = key // n, key % n
     counts = torch.bincount(rows, minlength=queries.shape[0])
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
     return offsets.numpy(), cols.numpy()
@@ -578,7 +581,8 @@ def offline_diffusion(
     right-hand sides, ``O(n * iters * nnz(S))`` in all). With ``truncate = R`` (the reference
     setting is 1,000), item ``i``'s system is restricted to its ``R`` nearest items by cosine (ties
     at the R-th included, certified exact) united with its query vector's support, and
-    ``batch_size`` items are solved together: their sub-graphs form one block-diagonal matrix, one
+    items are solved in groups of ``min(batch_size, 32)`` (small enough to stay in cache): their
+    sub-graphs form one block-diagonal matrix, one
     CG run per block with its own step sizes and stopping test (as :func:`conjugate_gradient`'s
     columns), one sparse product per iteration for all of them, the blocks split over
     ``torch.get_num_threads()`` threads. The per-item work is ``O(iters * R k)`` -- the rows of its
@@ -631,12 +635,13 @@ def offline_diffusion(
         return torch.cat(out_rows) if topk is None else (torch.cat(out_rows), torch.cat(out_idx))
     r = min(check_positive_int(truncate, "truncate"), n)
     outs = []
-    for a in range(0, n, batch_size):
-        z = min(a + batch_size, n)
+    step = max(batch_size, 4096)  # candidate search per large block of items; solves per batch_size
+    for a in range(0, n, step):
+        z = min(a + step, n)
         offsets, nodes = _candidate_sets(graph.gallery, graph.gallery[a:z], r, iv[a:z], device)
         y_rows = np.repeat(np.arange(z - a), kq)
         f = _truncated_solve(graph, offsets, nodes, y_rows, iv[a:z].numpy().ravel(), yv[a:z].ravel(), alpha, iters, tol,
-                             torch.get_num_threads())
+                             torch.get_num_threads(), group=min(batch_size, 32))
         outs.append(_truncated_rank(graph, graph.gallery[a:z], offsets, nodes, f, topk))
     if topk is None:
         return torch.cat(outs)  # type: ignore[arg-type]
