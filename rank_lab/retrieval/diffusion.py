@@ -294,12 +294,11 @@ def _block_subgraphs(w: sp.csr_matrix, offsets: np.ndarray, nodes: np.ndarray, m
     lens = np.diff(rows_w.indptr)
     cols = rows_w.indices
     local = np.empty(cols.shape[0], dtype=np.int64)
-    entry_bounds = rows_w.indptr[offsets]
-    for b in range(offsets.shape[0] - 1):
+    bounds = rows_w.indptr[offsets]
+    for b in range(offsets.shape[0] - 1):  # node -> flat position, one set at a time (mark stays in cache)
         c = nodes[offsets[b] : offsets[b + 1]]
         mark[c] = np.arange(offsets[b], offsets[b + 1])
-        e0, e1 = entry_bounds[b], entry_bounds[b + 1]
-        np.take(mark, cols[e0:e1], out=local[e0:e1])
+        np.take(mark, cols[bounds[b] : bounds[b + 1]], out=local[bounds[b] : bounds[b + 1]])
         mark[c] = -1
     keep = local >= 0
     row = np.repeat(np.arange(m), lens)[keep]
@@ -314,17 +313,20 @@ def _block_subgraphs(w: sp.csr_matrix, offsets: np.ndarray, nodes: np.ndarray, m
 
 def _block_cg(s_blocks: sp.csr_matrix, offsets: np.ndarray, b: np.ndarray, alpha: float, iters: int,
               tol: float) -> np.ndarray:
-    """:func:`conjugate_gradient` on ``(I - alpha S) x = b`` for every block at once (float64).
+    """:func:`conjugate_gradient` on ``(I - alpha S) x = b`` for every block at once.
 
     Each block (``offsets[i]:offsets[i + 1]``) is an independent CG run with its own step sizes and
     stopping test ``||r|| <= tol ||b||``, exactly as the columns of :func:`conjugate_gradient`; the
-    blocks share one sparse product per iteration; block sums are sequential (``reduceat``).
+    blocks share one sparse product per iteration. Vectors and products are in the dtype of ``b``
+    and ``s_blocks`` (float64, or float32 for the fast mode); block sums are sequential
+    (``reduceat``) and accumulated in float64, and so are the step sizes.
     """
     starts = offsets[:-1]
     sizes = np.diff(offsets)
+    dt = b.dtype
 
     def seg(v: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(v, starts)
+        return np.add.reduceat(v, starts, dtype=np.float64)
 
     tiny = np.finfo(np.float64).tiny
     x = np.zeros_like(b)
@@ -338,12 +340,12 @@ def _block_cg(s_blocks: sp.csr_matrix, offsets: np.ndarray, b: np.ndarray, alpha
         if done.all():
             break
         ap = s_blocks @ p
-        ap *= -alpha
+        ap *= dt.type(-alpha)
         ap += p
         np.multiply(p, ap, out=tmp)
         denom = seg(tmp)
         step = np.where(done | (denom <= 0), 0.0, rs / np.maximum(denom, tiny))
-        step_e = np.repeat(step, sizes)
+        step_e = np.repeat(step.astype(dt, copy=False), sizes)
         np.multiply(step_e, p, out=tmp)
         x += tmp
         np.multiply(step_e, ap, out=tmp)
@@ -352,7 +354,7 @@ def _block_cg(s_blocks: sp.csr_matrix, offsets: np.ndarray, b: np.ndarray, alpha
         rs_new = seg(tmp)
         done = done | (np.sqrt(rs_new) <= tol * b_norm)
         beta = np.where(done, 0.0, rs_new / np.maximum(rs, tiny))
-        p *= np.repeat(beta, sizes)
+        p *= np.repeat(beta.astype(dt, copy=False), sizes)
         p += r
         rs = rs_new
     return x
@@ -360,7 +362,7 @@ def _block_cg(s_blocks: sp.csr_matrix, offsets: np.ndarray, b: np.ndarray, alpha
 
 def _truncated_solve(graph: DiffusionGraph, offsets: np.ndarray, nodes: np.ndarray, y_rows: np.ndarray,
                      y_cols: np.ndarray, y_vals: np.ndarray, alpha: float, iters: int, tol: float,
-                     threads: int, group: int = 32) -> np.ndarray:
+                     threads: int, group: int = 32, dtype: type = np.float64) -> np.ndarray:
     """Diffusion scores ``(1 - alpha) f`` on every candidate set (flat, aligned with ``nodes``).
 
     Set b is ``nodes[offsets[b]:offsets[b + 1]]`` (sorted); its right-hand side holds ``y_vals`` at
@@ -373,6 +375,7 @@ def _truncated_solve(graph: DiffusionGraph, offsets: np.ndarray, nodes: np.ndarr
     y_order = np.argsort(y_rows, kind="stable")
     y_rows, y_cols, y_vals = y_rows[y_order], y_cols[y_order], y_vals[y_order]
     y_bounds = np.searchsorted(y_rows, np.arange(n_sets + 1))
+    table = graph.n  # one length-n position table per thread
 
     def work(a: int, mark: np.ndarray) -> None:
         z = min(a + group, n_sets)
@@ -380,14 +383,16 @@ def _truncated_solve(graph: DiffusionGraph, offsets: np.ndarray, nodes: np.ndarr
         offs = offsets[a : z + 1] - lo_
         sub = nodes[lo_:hi_]
         s_blocks = _block_subgraphs(graph.affinity, offs, sub, mark)
+        if dtype != np.float64:
+            s_blocks = s_blocks.astype(dtype)
         ys = slice(y_bounds[a], y_bounds[z])
-        rhs = np.zeros(hi_ - lo_)
+        rhs = np.zeros(hi_ - lo_, dtype=dtype)
         np.add.at(rhs, _positions_in_sets(offs, sub, y_rows[ys] - a, y_cols[ys]), y_vals[ys])
         out[lo_:hi_] = (1.0 - alpha) * _block_cg(s_blocks, offs, rhs, alpha, iters, tol)
 
     starts = list(range(0, n_sets, group))
     if threads <= 1 or len(starts) <= 1:
-        mark = np.full(graph.n, -1, dtype=np.int64)
+        mark = np.full(table, -1, dtype=np.int64)
         for a in starts:
             work(a, mark)
         return out
@@ -396,7 +401,7 @@ def _truncated_solve(graph: DiffusionGraph, offsets: np.ndarray, nodes: np.ndarr
 
     marks: SimpleQueue = SimpleQueue()
     for _ in range(threads):
-        marks.put(np.full(graph.n, -1, dtype=np.int64))
+        marks.put(np.full(table, -1, dtype=np.int64))
 
     def run(a: int) -> None:
         mark = marks.get()
