@@ -193,10 +193,10 @@ def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Te
         if rb.numel() == 0:
             return
         blocks = vals.view(vals.shape[0], -1, b)[rb, jb] if not transposed else vals.view(-1, b, vals.shape[1])[jb, :, rb]
-        mi, t = torch.nonzero(blocks >= thr[rb, None], as_tuple=True)
+        mi, t = torch.nonzero(blocks >= thr[rb, None], as_tuple=True)  # compared in float32 (promotion)
         out_r.append(r0 + rb[mi])
         out_c.append(c0 + jb[mi] * b + t)
-        out_v.append(blocks[mi, t])
+        out_v.append(blocks[mi, t].to(st.cmp))
 
     if kmax > _TILE_KMAX and not symmetric:  # long lists: whole rows, exact k-th stage-1 score
         return _scan_rows(st, qr, gr, n_g, kq, own, row_ids, tile, show)
@@ -204,7 +204,6 @@ def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Te
         for i0, j0 in progress_bar(work, len(work), show, "certified search"):
             i1, j1 = min(i0 + tile, n_rows if symmetric else nq), min(j0 + tile, gr.shape[0])
             s, _ = reduced_matmul(qr[i0:i1], gr[j0:j1])
-            s = s.to(st.cmp)  # exact (bfloat16/float16 values are float32 numbers); fast reductions
             if own is not None:
                 r = torch.arange(i1 - i0, device=dev)
                 c = own[i0:i1] - j0
@@ -214,11 +213,11 @@ def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Te
                 s[:, n_g - j0 :] = -torch.inf
             if symmetric and i1 > nq:
                 s[nq - i0 :, :] = -torch.inf
-            bm = s.view(i1 - i0, -1, b).amax(-1)
+            bm = s.view(i1 - i0, -1, b).amax(-1).to(st.cmp)  # exact: reduced values are float32 numbers
             thr = update(slice(i0, i1), bm)
             extract(s, bm, thr, i0, j0, False)
             if symmetric and j0 > i0:
-                bmt = s.view(-1, b, j1 - j0).amax(1).T
+                bmt = s.view(-1, b, j1 - j0).amax(1).T.to(st.cmp)
                 thr_t = update(slice(j0, j1), bmt)
                 extract(s, bmt, thr_t, j0, i0, True)
     r = torch.cat(out_r) if out_r else torch.zeros(0, dtype=torch.long, device=dev)
