@@ -224,7 +224,7 @@ def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Te
     c = torch.cat(out_c) if out_c else torch.zeros(0, dtype=torch.long, device=dev)
     v = torch.cat(out_v) if out_v else torch.zeros(0, dtype=st.cmp, device=dev)
     final = st.thresholds(lam, row_ids)  # lam only grew: the last thresholds are the tightest valid ones
-    keep = (v >= final[r]) & (r < nq) & (c < n_g)
+    keep = (v >= final[r]) & (r < nq) & (c < n_g) & (v > -torch.inf)  # never the query itself or padding
     r, c, v = r[keep], c[keep], v[keep]
     return r, c, v, _kth_of_candidates(r, v, kq.to(dev), nq)
 
@@ -277,7 +277,7 @@ def _scan_rows(st: _Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: to
                 s[:, n_g:] = -torch.inf
             lam = _kth_largest(s, kq[i0:i1]).to(dev)
             thr = st.thresholds(lam, row_ids[i0:i1])
-            rr, cc = torch.nonzero(s >= thr[:, None], as_tuple=True)
+            rr, cc = torch.nonzero((s >= thr[:, None]) & (s > -torch.inf), as_tuple=True)
             out_r.append(i0 + rr)
             out_c.append(cc)
             out_v.append(s[rr, cc].to(st.cmp))
