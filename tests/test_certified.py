@@ -367,3 +367,13 @@ def test_precision_is_validated() -> None:
     if faiss_available():
         with pytest.raises(ValueError, match="precision"):
             knn_search(x, x, 2, backend="faiss", precision="bf16")
+
+
+@pytest.mark.parametrize("n", [2, 3, 6])
+def test_smallest_galleries_take_every_other_item(n: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, 3, generator=g)
+    for prec in PRECISIONS:
+        s, i = knn_search(x, x, n - 1, exclude_self=True, precision=prec, device="cpu")
+        assert i.tolist() == [[j for _, j in row[: n - 1]] for row in _brute_lists(x, x, n - 1, True)]
+        assert all(r not in row for r, row in enumerate(i.tolist()))
