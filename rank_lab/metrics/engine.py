@@ -146,6 +146,12 @@ def knn_search(
         ``(scores (Q, k), indices (Q, k))`` on the compute device, sorted by decreasing canonical
         score, ties by increasing index; scores in the working precision (float32, float64 for
         float64 inputs).
+
+    Note:
+        The matmuls run inside :func:`~rank_lab.metrics.score_bounds.exact_matmul`: no TF32 (which
+        would silently round the exact route's float32 inputs to 10 bits) and no reduced-precision
+        reductions in float16/bfloat16 matmuls (the bound assumes float32 accumulation); the
+        caller's settings are restored afterwards.
     """
     queries = check_embeddings(queries, "queries")
     gallery = check_embeddings(gallery, "gallery")
@@ -285,6 +291,11 @@ def retrieval_metrics(
 
     Returns:
         A dict such as ``{"R@1": 0.71, "R@10": 0.9, "mAP@R": 0.42, "n_queries": 1000, "n_skipped": 0}``.
+
+    Note:
+        Every matmul runs inside :func:`~rank_lab.metrics.score_bounds.exact_matmul` (no TF32 on
+        CUDA, no implicit bfloat16 on the CPU, float32 accumulation for reduced formats), whatever
+        the caller's global settings, which are restored afterwards.
     """
     emb = check_embeddings(embeddings, "embeddings")
     lab = check_labels(labels, emb.shape[0], "labels")
