@@ -291,7 +291,6 @@ def _block_subgraphs(w: sp.csr_matrix, offsets: np.ndarray, nodes: np.ndarray, m
     """
     m = nodes.shape[0]
     rows_w = w[nodes]  # the candidates' rows, in order (C row gather)
-    lens = np.diff(rows_w.indptr)
     cols = rows_w.indices
     local = np.empty(cols.shape[0], dtype=np.int64)
     bounds = rows_w.indptr[offsets]
@@ -300,14 +299,16 @@ def _block_subgraphs(w: sp.csr_matrix, offsets: np.ndarray, nodes: np.ndarray, m
         mark[c] = np.arange(offsets[b], offsets[b + 1])
         np.take(mark, cols[bounds[b] : bounds[b + 1]], out=local[bounds[b] : bounds[b + 1]])
         mark[c] = -1
-    keep = local >= 0
-    row = np.repeat(np.arange(m), lens)[keep]
-    local, vals = local[keep], rows_w.data[keep]
-    deg = np.bincount(row, weights=vals, minlength=m)
+    kept_at = np.flatnonzero(local >= 0)  # entries inside their own set (index + take: no boolean masks)
+    local, vals = np.take(local, kept_at), np.take(rows_w.data, kept_at)
+    kept_rows = np.diff(np.searchsorted(kept_at, rows_w.indptr))  # kept entries per row
+    indptr = np.concatenate([[0], np.cumsum(kept_rows)])
+    # degrees: sequential row sums (as scipy's), empty rows 0
+    deg = np.add.reduceat(np.append(vals, 0.0), indptr[:-1])
+    deg = np.where(kept_rows > 0, deg, 0.0)
     with np.errstate(divide="ignore"):
         inv = np.where(deg > 0, 1.0 / np.sqrt(deg), 0.0)
-    vals = vals * inv[row] * inv[local]
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=m))])
+    vals = vals * np.repeat(inv, kept_rows) * inv[local]
     return sp.csr_matrix((vals, local, indptr), shape=(m, m))
 
 
