@@ -15,9 +15,10 @@ Placement falls back cleanly: several GPUs visible to faiss -> shards / replicas
 ``cpu_shards`` shards (threaded; this is also how the merge logic is tested without GPUs); faiss
 not installed -> the chunked torch route of :func:`rank_lab.metrics.retrieval_metrics`.
 
-:func:`sharded_retrieval_metrics` feeds the neighbour lists to the same exact computation as the
-evaluation engine (worst-case ties, queries whose list is cut inside a tie group recomputed by
-counting; ``docs/decisions.md``), so its numbers equal :func:`rank_lab.metrics.retrieval_metrics`.
+:func:`sharded_retrieval_metrics` uses the index as stage 1 of the engine's certified neighbour
+lists (:mod:`rank_lab.metrics.certified`: lists lengthened until certified, candidates re-scored with
+the canonical score, worst-case ties; ``docs/decisions.md``), so its numbers equal
+:func:`rank_lab.metrics.retrieval_metrics`.
 """
 
 from __future__ import annotations
