@@ -333,6 +333,7 @@ def certified_neighbours(
     tile: int = 4096,
     ordered: bool = True,
     progress: bool | None = None,
+    check: bool = True,
 ) -> NeighbourLists:
     """The certified top-k (with ties) of every query (module docstring).
 
@@ -350,6 +351,7 @@ def certified_neighbours(
             bound cannot place are re-scored (the others' ``scores`` hold a certified lower bound of
             their canonical score) -- the cheap form for long lists (e.g. truncated diffusion).
         progress: tqdm bar over the tiles (default: more than 16 tiles).
+        check: validate the embeddings (``False`` for callers that did: finite 2-D floating tensors).
 
     Returns:
         :class:`NeighbourLists`.
@@ -358,8 +360,9 @@ def certified_neighbours(
         ValueError / TypeError: a bad argument, named.
     """
     same = queries is gallery
-    queries = check_embeddings(queries, "queries")
-    gallery = queries if same else check_embeddings(gallery, "gallery")
+    if check:
+        queries = check_embeddings(queries, "queries")
+        gallery = queries if same else check_embeddings(gallery, "gallery")
     if queries.shape[1] != gallery.shape[1]:
         raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}")
     work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32

@@ -175,7 +175,8 @@ def knn_search(
     dev = get_device(device)
     knn = _faiss_knn(dev, chunk_size, max_memory_mb, progress) if backend == "faiss" else None
     lists = certified_neighbours(queries, gallery, k, exclude_self=exclude_self, precision=precision, knn=knn,
-                                 device=dev, tile=_tile(gallery.shape[0], max_memory_mb, chunk_size), progress=progress)
+                                 device=dev, tile=_tile(gallery.shape[0], max_memory_mb, chunk_size), progress=progress,
+                                 check=False)
     s, i = lists.topk(k)
     return s.to(dev), i.to(dev)
 
@@ -415,7 +416,7 @@ def _list_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, pr
     """Neighbour-list metrics from the certified lists (every item reaching the K-th canonical score)."""
     kq = n_pos.clamp(min=max(ks) if ks else 1)
     lists = certified_neighbours(emb, ref, kq, exclude_self=exclude_self, precision=precision, knn=knn, device=dev,
-                                 tile=tile, progress=progress)
+                                 tile=tile, progress=progress, check=False)
     rows, lab_c, ref_lab_c = lists.rows, lab.cpu(), ref_lab.cpu()
     rel = ref_lab_c[lists.indices] == lab_c[rows]
     n_q = emb.shape[0]

@@ -436,7 +436,7 @@ def _candidate_sets(gallery: torch.Tensor, queries: torch.Tensor, r: int, extra:
     from rank_lab.metrics.certified import certified_neighbours
 
     lists = certified_neighbours(queries, gallery, r, precision="exact", ordered=False, device=get_device(device),
-                                 progress=False)
+                                 progress=False, check=False)
     n = gallery.shape[0]
     key = lists.rows * n + lists.indices  # sorted: rows, then items
     if extra is not None:  # the query vector's support, almost always inside already
