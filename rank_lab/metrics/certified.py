@@ -50,6 +50,7 @@ from rank_lab.metrics.score_bounds import (
 __all__ = ["NeighbourLists", "certified_neighbours"]
 
 KnnFn = Callable[[torch.Tensor, torch.Tensor, int, bool], tuple[torch.Tensor, torch.Tensor]]
+_AUTO_MIN_WORK = 2**33  # precision="auto" takes a reduced format only when Q * N * d is at least this
 _TILE_KMAX = 128  # longer lists are searched by whole rows (block maxima need 4k blocks per tile)
 _NAMES = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -342,7 +343,8 @@ def certified_neighbours(
         gallery: ``(N, d)``.
         k: list length, an int or ``(Q,)`` long per query (``<= N``, ``<= N - 1`` with ``exclude_self``).
         exclude_self: the queries are the gallery; query i never lists item i.
-        precision: see :func:`rank_lab.metrics.score_bounds.resolve_precision`.
+        precision: see :func:`rank_lab.metrics.score_bounds.resolve_precision`; ``"auto"`` stays exact
+            for small products (``Q N d < 2^33``), where the reduced copies would not pay off.
         knn: a flat float32 index used for stage 1 instead of the tiled matmul.
         device: compute device.
         tile: queries (and items) per tile.
@@ -394,6 +396,8 @@ def certified_neighbours(
         sure_thr, h_k = st.sure_thresholds(kth, torch.arange(nq, device=dev))
         name = "knn"
     else:
+        if precision == "auto" and nq * n_g * q.shape[1] < _AUTO_MIN_WORK:
+            precision = "exact"  # small products: the reduced copies and the probe would cost more than they save
         fmt = resolve_precision(precision, work, dev)
         st = _Stage1(q, g, fmt, symmetric)
         rows, cols, vals, kth = _scan(st, torch.arange(nq), kq, self_cols, symmetric, tile, show)

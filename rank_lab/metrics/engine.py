@@ -136,7 +136,8 @@ def knn_search(
             (torch).
         precision: stage-1 format, one of :data:`~rank_lab.metrics.score_bounds.PRECISIONS`:
             ``"auto"`` (bfloat16 on CPUs with native bfloat16 dot products, float16 on CUDA, else
-            exact), ``"exact"`` (the working precision), ``"fp32"``, ``"bf16"``, ``"fp16"``.
+            exact; exact also for small products, ``Q N d < 2^33``), ``"exact"`` (the working
+            precision), ``"fp32"``, ``"bf16"``, ``"fp16"``.
         device: where to compute (default: CUDA when present).
         chunk_size: queries (and gallery items) per tile, at least 64 (default: from ``max_memory_mb``).
         max_memory_mb: memory budget of one tile's scores.
