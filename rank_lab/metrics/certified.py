@@ -169,6 +169,9 @@ def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Te
     qr = st.qr[rows] if not symmetric else gr
     n_rows = nq + (g_pad if symmetric else 0)
     tile = max(b, tile // b * b)
+    if kmax > _TILE_KMAX and not symmetric:  # long lists: whole rows, exact k-th stage-1 score
+        own = None if self_cols is None else self_cols.to(dev)
+        return _scan_rows(st, qr, gr, n_g, kq, own, rows.to(dev), tile, show)
     buf = torch.full((n_rows, kmax), -torch.inf, dtype=st.cmp, device=dev)
     kidx = torch.cat([kq - 1, kq.new_zeros(n_rows - nq)]).to(dev)
     lam = torch.full((n_rows,), -torch.inf, dtype=st.cmp, device=dev)
@@ -199,8 +202,6 @@ def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Te
         out_c.append(c0 + jb[mi] * b + t)
         out_v.append(blocks[mi, t].to(st.cmp))
 
-    if kmax > _TILE_KMAX and not symmetric:  # long lists: whole rows, exact k-th stage-1 score
-        return _scan_rows(st, qr, gr, n_g, kq, own, row_ids, tile, show)
     with exact_matmul():
         for i0, j0 in progress_bar(work, len(work), show, "certified search"):
             i1, j1 = min(i0 + tile, n_rows if symmetric else nq), min(j0 + tile, gr.shape[0])
