@@ -30,13 +30,16 @@ score is below the threshold.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
 
 from rank_lab._validation import check_embeddings, check_positive_int
 from rank_lab.metrics.chunking import progress as progress_bar
+from rank_lab.metrics.chunking import torch_threads
 from rank_lab.metrics.score_bounds import (
     canonical_scores,
     exact_matmul,
@@ -202,26 +205,32 @@ def _scan(st: _Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Te
         out_c.append(c0 + jb[mi] * b + t)
         out_v.append(blocks[mi, t].to(st.cmp))
 
-    with exact_matmul():
-        for i0, j0 in progress_bar(work, len(work), show, "certified search"):
-            i1, j1 = min(i0 + tile, n_rows if symmetric else nq), min(j0 + tile, gr.shape[0])
-            s, _ = reduced_matmul(qr[i0:i1], gr[j0:j1])
-            if own is not None:
-                r = torch.arange(i1 - i0, device=dev)
-                c = own[i0:i1] - j0
-                hit = (c >= 0) & (c < j1 - j0)
-                s[r[hit], c[hit]] = -torch.inf
-            if j1 > n_g:
-                s[:, n_g - j0 :] = -torch.inf
-            if symmetric and i1 > nq:
-                s[nq - i0 :, :] = -torch.inf
-            bm = s.view(i1 - i0, -1, b).amax(-1).to(st.cmp)  # exact: reduced values are float32 numbers
+    lock = threading.Lock()
+
+    def tile_work(ij: tuple[int, int]) -> None:
+        i0, j0 = ij
+        i1, j1 = min(i0 + tile, n_rows if symmetric else nq), min(j0 + tile, gr.shape[0])
+        s, _ = reduced_matmul(qr[i0:i1], gr[j0:j1])
+        if own is not None:
+            r = torch.arange(i1 - i0, device=dev)
+            c = own[i0:i1] - j0
+            hit = (c >= 0) & (c < j1 - j0)
+            s[r[hit], c[hit]] = -torch.inf
+        if j1 > n_g:
+            s[:, n_g - j0 :] = -torch.inf
+        if symmetric and i1 > nq:
+            s[nq - i0 :, :] = -torch.inf
+        bm = s.view(i1 - i0, -1, b).amax(-1).to(st.cmp)  # exact: reduced values are float32 numbers
+        both = symmetric and j0 > i0
+        bmt = s.view(-1, b, j1 - j0).amax(1).T.to(st.cmp) if both else None
+        with lock:  # the running bounds and the candidate lists are shared by the tiles
             thr = update(slice(i0, i1), bm)
             extract(s, bm, thr, i0, j0, False)
-            if symmetric and j0 > i0:
-                bmt = s.view(-1, b, j1 - j0).amax(1).T.to(st.cmp)
+            if bmt is not None:
                 thr_t = update(slice(j0, j1), bmt)
                 extract(s, bmt, thr_t, j0, i0, True)
+
+    _run_parallel(tile_work, work, show, dev)
     r = torch.cat(out_r) if out_r else torch.zeros(0, dtype=torch.long, device=dev)
     c = torch.cat(out_c) if out_c else torch.zeros(0, dtype=torch.long, device=dev)
     v = torch.cat(out_v) if out_v else torch.zeros(0, dtype=st.cmp, device=dev)
@@ -264,27 +273,41 @@ def _scan_rows(st: _Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: to
     dev = gr.device
     nq = qr.shape[0]
     band = max(1, min(nq, tile * tile // max(1, gr.shape[0])))
-    out_r, out_c, out_v, out_k = [], [], [], []
     starts = range(0, nq, band)
+    parts: dict[int, tuple[torch.Tensor, ...]] = {}
+
+    def band_work(i0: int) -> None:
+        i1 = min(i0 + band, nq)
+        s, _ = reduced_matmul(qr[i0:i1], gr)
+        if own is not None:
+            r = torch.arange(i1 - i0, device=dev)
+            c = own[i0:i1]
+            hit = (c >= 0) & (c < gr.shape[0])
+            s[r[hit], c[hit]] = -torch.inf
+        if gr.shape[0] > n_g:
+            s[:, n_g:] = -torch.inf
+        lam = _kth_largest(s, kq[i0:i1]).to(dev)
+        thr = st.thresholds(lam, row_ids[i0:i1])
+        rr, cc = torch.nonzero((s >= thr[:, None]) & (s > -torch.inf), as_tuple=True)
+        parts[i0] = (i0 + rr, cc, s[rr, cc].to(st.cmp), lam.to(st.cmp))
+
+    _run_parallel(band_work, list(starts), show, dev)
+    out = [parts[i0] for i0 in starts]
+    return tuple(torch.cat([p[j] for p in out]) for j in range(4))  # type: ignore[return-value]
+
+
+def _run_parallel(fn: Callable[[object], None], items: list, show: bool, dev: torch.device) -> None:
+    """``fn`` on every item inside :func:`exact_matmul`: on the CPU in ``torch.get_num_threads()``
+    Python threads, each with single-threaded torch (no OpenMP barrier per small op); in order on GPUs."""
+    threads = max(1, torch.get_num_threads())
     with exact_matmul():
-        for i0 in progress_bar(starts, len(starts), show, "certified search"):
-            i1 = min(i0 + band, nq)
-            s, _ = reduced_matmul(qr[i0:i1], gr)
-            if own is not None:
-                r = torch.arange(i1 - i0, device=dev)
-                c = own[i0:i1]
-                hit = (c >= 0) & (c < gr.shape[0])
-                s[r[hit], c[hit]] = -torch.inf
-            if gr.shape[0] > n_g:
-                s[:, n_g:] = -torch.inf
-            lam = _kth_largest(s, kq[i0:i1]).to(dev)
-            thr = st.thresholds(lam, row_ids[i0:i1])
-            rr, cc = torch.nonzero((s >= thr[:, None]) & (s > -torch.inf), as_tuple=True)
-            out_r.append(i0 + rr)
-            out_c.append(cc)
-            out_v.append(s[rr, cc].to(st.cmp))
-            out_k.append(lam.to(st.cmp))
-    return torch.cat(out_r), torch.cat(out_c), torch.cat(out_v), torch.cat(out_k)
+        if dev.type != "cpu" or threads == 1 or len(items) == 1:
+            for it in progress_bar(items, len(items), show, "certified search"):
+                fn(it)
+            return
+        with torch_threads(1), ThreadPoolExecutor(max_workers=threads) as pool:
+            for _ in progress_bar(pool.map(fn, items), len(items), show, "certified search"):
+                pass
 
 
 def _scan_knn(knn: KnnFn, st: _Stage1, q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor,

@@ -9,11 +9,14 @@ one's private names, issue 17).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+import torch
 
 from rank_lab._validation import check_float, check_positive_int
 
-__all__ = ["progress", "chunk_rows"]
+__all__ = ["progress", "chunk_rows", "torch_threads"]
 
 
 def progress(iterable: Iterable, total: int, show: bool, desc: str) -> Iterable:
@@ -55,3 +58,27 @@ def chunk_rows(n_cols: int, max_memory_mb: float, chunk_size: int | None = None,
     max_memory_mb = check_float(max_memory_mb, "max_memory_mb", low=0, low_open=True)
     per_row = max(1, check_positive_int(bytes_per_item, "bytes_per_item") * n_cols)
     return max(1, min(int(max_rows), int(max_memory_mb * 2**20 // per_row)))
+
+
+def torch_threads(n: int) -> AbstractContextManager[None]:
+    """A context manager that runs a block with ``n`` torch intra-op threads, then restores them.
+
+    The routes use ``torch_threads(1)`` around work spread over Python threads (one tile or block of
+    rows each): every small op then runs without an OpenMP barrier, which on a shared, loaded
+    machine costs more than the op itself, and the cores stay busy with independent tiles.
+
+    Raises:
+        ValueError / TypeError: ``n`` is not a positive int.
+    """
+    n = check_positive_int(n, "n")
+
+    @contextmanager
+    def block() -> Iterator[None]:
+        saved = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(saved)
+
+    return block()

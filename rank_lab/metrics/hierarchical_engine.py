@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from rank_lab.metrics.chunking import chunk_rows
+from rank_lab.metrics.chunking import chunk_rows, torch_threads
 from rank_lab.metrics.chunking import progress as progress_bar
 from rank_lab.metrics.counting import positive_positions, row_sums
 from rank_lab.metrics.hierarchy import relevance_table
@@ -328,19 +328,6 @@ def hierarchical_chunk_metrics(
     return _metrics_core(lv, valid, positions.to(torch.float64), vals, counts, n_levels, ks, wanted, alpha)
 
 
-class _torch_threads:  # noqa: N801 - a context manager used like a function
-    """Set torch's intra-op threads for a block; restore them after."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.saved = n, torch.get_num_threads()
-
-    def __enter__(self) -> None:
-        torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc: object) -> None:
-        torch.set_num_threads(self.saved)
-
-
 def _level_counts(lab: torch.Tensor, ref_lab: torch.Tensor, exclude_self: bool) -> torch.Tensor:
     """``|Omega^(l)|`` of every query, ``(Q, L + 1)`` long, from label counts (no scores)."""
     n_levels = lab.shape[1]
@@ -466,32 +453,30 @@ def hierarchical_route(
         inv[g_order] = torch.arange(g_order.numel())
         self_col = inv[q_order]
     counts = _level_counts(lab_q, ref_lab_p, exclude_self)
-    c = chunk_rows(ref.shape[0], max_memory_mb, chunk_size, bytes_per_item=6)
-    n_chunks = math.ceil(emb.shape[0] / c)
-    show = n_chunks > 8 if progress is None else progress
+    # rows per task: its scores (rows, N) and positives (rows, P) stay small; tasks run in Python
+    # threads with single-threaded torch (each computes its own matmul rows): no OpenMP barriers
+    sub = chunk_rows(ref.shape[0], max_memory_mb / 8, chunk_size, bytes_per_item=4, max_rows=128)
+    starts = list(range(0, emb.shape[0], sub))
+    show = len(starts) > 64 if progress is None else progress
     threads = max(1, torch.get_num_threads())
     results: dict[int, dict[str, torch.Tensor]] = {}
 
-    def block(start: int, s: np.ndarray, r0: int, r1: int) -> None:
-        """Rows ``start + r0 : start + r1``: positions and metrics (one thread, single-threaded torch)."""
-        ra, rb = range_a[start + r0 : start + r1], range_b[start + r0 : start + r1]
+    def block(r0: int) -> None:
+        """Queries ``r0 : r0 + sub`` (sorted order): scores, positions, metrics."""
+        r1 = min(r0 + sub, emb.shape[0])
+        s = (emb[q_order[r0:r1]].to(dev) @ ref_p.T).numpy()
+        ra, rb = range_a[r0:r1], range_b[r0:r1]
         cut = [0, *(torch.nonzero((ra[1:] != ra[:-1]) | (rb[1:] != rb[:-1])).flatten() + 1).tolist(), r1 - r0]
         groups = [(i0, i1, int(ra[i0]), int(rb[i0])) for i0, i1 in zip(cut[:-1], cut[1:], strict=True)]
-        own = None if self_col is None else self_col[start + r0 : start + r1]
-        vals, lv, valid, ge = _positions_block(s[r0:r1], groups, lab_q[start + r0 : start + r1], ref_lab_p, own, n_levels)
+        own = None if self_col is None else self_col[r0:r1]
+        vals, lv, valid, ge = _positions_block(s, groups, lab_q[r0:r1], ref_lab_p, own, n_levels)
         width = max(int(valid.sum(1).max()), 1)
-        results[start + r0] = _metrics_sparse(lv[:, :width], valid[:, :width], ge[:, :width], vals[:, :width],
-                                              counts[start + r0 : start + r1], n_levels, ks, wanted, alpha)
+        results[r0] = _metrics_sparse(lv[:, :width], valid[:, :width], ge[:, :width], vals[:, :width],
+                                      counts[r0:r1], n_levels, ks, wanted, alpha)
 
-    sub = 64  # rows per task: their (rows, P) arrays stay in cache
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for start in progress_bar(range(0, emb.shape[0], c), n_chunks, show, "hierarchical metrics"):
-            stop = min(start + c, emb.shape[0])
-            with exact_matmul():
-                s = (emb[q_order[start:stop]].to(dev) @ ref_p.T).cpu().numpy()
-            with _torch_threads(1):  # parallel over rows in Python threads: no OpenMP barrier per small op
-                list(pool.map(lambda r0, s=s, start=start, stop=stop: block(start, s, r0, min(r0 + sub, stop - start)),
-                              range(0, stop - start, sub)))
+    with exact_matmul(), torch_threads(1), ThreadPoolExecutor(max_workers=threads) as pool:
+        for _ in progress_bar(pool.map(block, starts), len(starts), show, "hierarchical metrics"):
+            pass
     parts: dict[str, list[torch.Tensor]] = {}
     for key in sorted(results):
         for name, v in results[key].items():

@@ -229,7 +229,8 @@ def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.T
     width = 1 << _tree_depth(d)
     out = torch.empty(rows.shape[0], dtype=work, device=queries.device)
     step = max(1, block_elements // width)
-    for a in range(0, rows.shape[0], step):
+
+    def block(a: int) -> None:
         p = queries[rows[a : a + step]] * gallery[cols[a : a + step]]  # elementwise, rounded once
         if width > d:
             p = F.pad(p, (0, width - d))
@@ -238,6 +239,19 @@ def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.T
             p[:, :h] += p[:, h : 2 * h]
             h //= 2
         out[a : a + step] = p[:, 0]
+
+    starts = list(range(0, rows.shape[0], step))
+    threads = torch.get_num_threads()
+    if queries.device.type != "cpu" or threads == 1 or len(starts) < 4:
+        for a in starts:
+            block(a)
+        return out
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rank_lab.metrics.chunking import torch_threads
+
+    with torch_threads(1), ThreadPoolExecutor(max_workers=threads) as pool:  # elementwise: any split is exact
+        list(pool.map(block, starts))
     return out
 
 

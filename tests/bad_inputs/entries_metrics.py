@@ -98,6 +98,7 @@ ENTRIES = [
        {"precision": "choice"}),
     fn(SB.check_accumulation, lambda: dict(fmt=torch.bfloat16, device=torch.device("cpu"))),
     fn(CH.progress, lambda: dict(iterable=[1, 2], total=2, show=False, desc="chunks")),
+    fn(CH.torch_threads, lambda: dict(n=1), {"n": "posint"}),
     fn(CH.chunk_rows, lambda: dict(n_cols=100, max_memory_mb=1.0),
        {"n_cols": "posint", "max_memory_mb": "pos", "chunk_size": "posint"}),
     fn(CO.metrics_from_positions, lambda: dict(pos=torch.tensor([[1, 3]]), valid=torch.tensor([[True, True]]),
