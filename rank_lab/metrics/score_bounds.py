@@ -57,6 +57,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import torch
@@ -69,6 +70,7 @@ from rank_lab._validation import (
     check_finite,
     check_positive_int,
 )
+from rank_lab.metrics.chunking import torch_threads
 
 __all__ = ["PRECISIONS", "canonical_scores", "score_bound", "exact_matmul", "check_accumulation", "resolve_precision"]
 
@@ -246,10 +248,6 @@ def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.T
         for a in starts:
             block(a)
         return out
-    from concurrent.futures import ThreadPoolExecutor
-
-    from rank_lab.metrics.chunking import torch_threads
-
     with torch_threads(1), ThreadPoolExecutor(max_workers=threads) as pool:  # elementwise: any split is exact
         list(pool.map(block, starts))
     return out
