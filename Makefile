@@ -6,13 +6,13 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.rank_lab-installed
-EXTRAS ?= book,test,faiss,timm,data
+EXTRAS ?= book,test,plots,faiss,timm,data
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup test test-unit test-notebooks book notebooks publish lint bench gpu-check clean
+.PHONY: help setup test test-unit test-notebooks test-realdata test-colab notebook-reference book notebooks publish lint bench gpu-check clean
 
 help:
-	@echo "make setup | test | test-unit | test-notebooks | book | notebooks | publish | lint | bench | gpu-check | clean"
+	@echo "make setup | test | test-unit | test-notebooks | test-realdata | test-colab | notebook-reference | book | notebooks | publish | lint | bench | gpu-check | clean"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,11 +27,30 @@ setup: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q tests
 
+# `make test` runs everything below: unit tests, notebook smoke runs, every real-data branch on its
+# fixture (marker realdata) and the simulated Colab run of two twins (marker colab).
 test-unit: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m "not notebook" tests
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m "not notebook and not realdata and not colab" tests
 
+# The notebook tests execute every notebook in smoke mode with papermill, compare its key figures with
+# tests/notebook_reference/<name>.json, and re-execute the executed copy with nbval (--nbval-lax):
+# the cells marked `# NBVAL_CHECK_OUTPUT` must print the same text (docs/book_contract.md).
 test-notebooks: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests
+
+# Every notebook's real-data branches, each on a tiny fixture in the dataset's published layout
+# (rank_lab.data.fixtures), weights="none", a tiny backbone, one short epoch (tests/test_realdata.py).
+test-realdata: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m realdata tests
+
+# A fresh venv (pip, ipykernel, the torch a Colab runtime ships) runs two twins' pinned install cells
+# against a one-commit snapshot of the working tree, then the twins themselves (tests/test_colab.py).
+test-colab: $(STAMP)
+	$(PY) -m pytest -q -m colab tests
+
+# Rewrite tests/notebook_reference/*.json from fresh smoke runs (tolerances kept); say why in the commit.
+notebook-reference: $(STAMP)
+	RANK_LAB_WRITE_REFERENCE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests/test_notebooks.py
 
 # Every notebook is executed (smoke mode = the parameters cell's defaults) on every build:
 # `execute_notebooks: force` in _config.yml, so no cached page can go stale when rank_lab/ changes.
@@ -40,8 +59,12 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --path-output . --builder html
 	$(MAKE) notebooks
 
+# The Colab twins (rank_lab.book.twins): install cell pinned to this checkout's commit, on the
+# repository.url of _config.yml (fails with one message when it is unset or a placeholder; forks
+# change it there); TWIN_REF=<tag or commit> pins another ref.
+TWIN_REF ?=
 notebooks: $(STAMP)
-	$(PY) -m rank_lab.book twins --out _build/html/_notebooks
+	$(PY) -m rank_lab.book twins --out _build/html/_notebooks $(if $(TWIN_REF),--ref $(TWIN_REF))
 
 # Build the site with its twins and push it to the gh-pages branch (ghp-import, with .nojekyll).
 # Refused at once when repository.url of _config.yml is unset or the working tree has uncommitted

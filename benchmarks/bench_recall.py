@@ -3,12 +3,11 @@ O(B^3) formulation, at batch sizes B = 512, 1024, 4096 (m = 4 images per class).
 
 Methods (each measurement runs in a fresh subprocess so that its peak memory is its own):
 
-* ``rs@k``          -- :class:`rank_lab.losses.RecallAtKSurrogate` (ranks of the positives only,
-                       an ``(B, m - 1, B)`` tensor);
-* ``rs@k chunk256`` -- the same with ``chunk_size=256`` (checkpointed query chunks);
-* ``rs@k+simix``    -- with SiMix (batch virtually grown to ``B + 6 B / 4``, the thesis' k set),
-                       in checkpointed chunks of 1024 queries (the expanded ``(B', 9, B')`` tensor
-                       would take ~4 GB at B = 4096);
+* ``rs@k``          -- :class:`rank_lab.losses.SmoothRecallAtK` (RS@k: the ranks of the positives
+                       only, ``B (m - 1)`` rows against ``B`` items, in blocks of the device's
+                       default ``max_elements`` with a recomputing backward);
+* ``rs@k blocks1M`` -- the same with ``max_elements=2**20`` (smaller blocks);
+* ``rs@k+simix``    -- with SiMix (batch virtually grown to ``B + 6 B / 4``, the thesis' k set);
 * ``direct``        -- :class:`rank_lab.losses.SmoothRecallAtK` with ``impl="direct"``, the
                        ``(B, B, B)`` pairwise-difference formulation of the papers' code (the
                        reference); skipped when its estimated memory exceeds ``--max-direct-gb``.
@@ -32,7 +31,7 @@ import subprocess
 import sys
 import time
 
-METHODS = ("rs@k", "rs@k chunk256", "rs@k+simix", "direct")
+METHODS = ("rs@k", "rs@k blocks1M", "rs@k+simix", "direct")
 
 
 def _rss_mib() -> float:
@@ -44,15 +43,14 @@ def _rss_mib() -> float:
 
 
 def _loss(method: str):
-    from rank_lab.losses.recall import SmoothRecallAtK
-    from rank_lab.losses.recall_at_k import DEFAULT_KS_SIMIX, RecallAtKSurrogate
+    from rank_lab.losses.recall import DEFAULT_KS_SIMIX, SmoothRecallAtK
 
     if method == "rs@k":
-        return RecallAtKSurrogate()
-    if method == "rs@k chunk256":
-        return RecallAtKSurrogate(chunk_size=256)
+        return SmoothRecallAtK()
+    if method == "rs@k blocks1M":
+        return SmoothRecallAtK(max_elements=2**20)
     if method == "rs@k+simix":
-        return RecallAtKSurrogate(ks=DEFAULT_KS_SIMIX, simix=True, seed=0, chunk_size=1024)
+        return SmoothRecallAtK(ks=DEFAULT_KS_SIMIX, simix=True, seed=0)
     if method == "direct":
         return SmoothRecallAtK(impl="direct")
     raise ValueError(method)

@@ -6,6 +6,10 @@ NaN/inf values, empty batches. These helpers are the one place where such messag
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import torch
 
 __all__ = [
@@ -18,6 +22,16 @@ __all__ = [
     "check_positive_int",
     "check_float",
     "check_choice",
+    "check_nonneg_int",
+    "check_index",
+    "check_input_batch",
+    "check_int_tensor",
+    "check_sparse",
+    "defer_finite_checks",
+    "check_finite_input",
+    "check_input",
+    "check_module",
+    "check_class_indices",
 ]
 
 
@@ -158,3 +172,215 @@ def check_choice(value: object, name: str, choices: tuple[object, ...]) -> objec
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
+
+
+def check_nonneg_int(v: object, name: str) -> int:
+    """Check that ``v`` is an integer ``>= 0`` (not a bool; numpy integers accepted) and return it."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            import numpy as np
+
+            if not isinstance(v, np.integer):
+                raise TypeError
+            v = int(v)
+        except TypeError:
+            raise TypeError(f"{name} must be an int >= 0, got {type(v).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return int(v)
+
+
+def check_index(idx: object, n_rows: int, size: int, name: str, rows_name: str) -> torch.Tensor:
+    """Check a ``(n_rows,)`` integer index into ``[0, size)`` (one entry per row of ``rows_name``).
+
+    Returns:
+        The index as a long tensor.
+
+    Raises:
+        TypeError: not integers. ValueError: wrong shape or out of range; the message names ``name``.
+    """
+    t = as_tensor(idx, name)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer indices, got dtype {t.dtype}")
+    if t.ndim != 1 or t.shape[0] != n_rows:
+        raise ValueError(f"{name} must have shape ({n_rows},): one index per row of {rows_name}, got {tuple(t.shape)}")
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
+        raise ValueError(f"{name} must lie in [0, {size}), got range [{int(t.min())}, {int(t.max())}]")
+    return t.long()
+
+
+def check_input_batch(
+    x: object,
+    name: str,
+    shape: tuple[int | str, ...],
+    *,
+    dtype: torch.dtype | torch.nn.Module | None = None,
+) -> torch.Tensor:
+    """Check a non-empty batch of a fixed shape fed to a model and return it (cast like ``dtype``).
+
+    :func:`check_input` with ``allow_empty=False``, plus the sizes of ``shape``: an int is a fixed
+    size, a string names a free one (``("B", 6)`` for ``(B, 6)``); no dimension may be 0.
+
+    Raises:
+        TypeError: ``x`` is not a tensor, or not floating.
+        ValueError: wrong number of dimensions or size, an empty dimension, NaN or inf; the message
+            names ``name`` and the expected shape.
+    """
+    want = "(" + ", ".join(str(s) for s in shape) + ")"
+    like = torch.empty(0, dtype=dtype) if isinstance(dtype, torch.dtype) else dtype
+    x = check_input(x, name, len(shape), shape=want, like=like, allow_empty=False)
+    if any(isinstance(s, int) and x.shape[i] != s for i, s in enumerate(shape)):
+        raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}; expected {want} with no size 0)")
+    return x
+
+
+def check_int_tensor(x: object, name: str, ndim: int | None = None) -> torch.Tensor:
+    """Check an integer (not bool) tensor of indices / positions, of ``ndim`` dims when given.
+
+    Returns:
+        The tensor as ``torch.long``.
+
+    Raises:
+        TypeError: floating, complex or bool values. ValueError: another number of dims.
+    """
+    t = as_tensor(x, name)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")
+    if ndim is not None and t.ndim != ndim:
+        shape = {1: "(M,)", 2: "(n, k)"}.get(ndim, f"{ndim} dims")
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+    return t.long()
+
+
+def check_sparse(m: object, name: str, *, allow_neg_inf: bool = False) -> object:
+    """Check a 2-D scipy sparse matrix (or dense array) with finite stored values.
+
+    Args:
+        m: the matrix.
+        name: the argument's name, for the messages.
+        allow_neg_inf: accept stored ``-inf`` (entries masked out); NaN and ``+inf`` never.
+
+    Returns:
+        ``m`` as a ``scipy.sparse.csr_matrix`` (no copy when it is one).
+
+    Raises:
+        TypeError: not convertible to a 2-D sparse matrix. ValueError: NaN / inf stored values.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    try:
+        out = sp.csr_matrix(m)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a 2-D scipy sparse matrix or array, got {type(m).__name__}") from exc
+    bad = np.isnan(out.data) | (out.data == np.inf) | ((out.data == -np.inf) & (not allow_neg_inf))
+    if bad.any():
+        raise ValueError(f"{name} holds {int(bad.sum())} NaN or inf value(s)")
+    return out
+
+
+_DEFERRED = threading.local()
+
+
+@contextlib.contextmanager
+def defer_finite_checks() -> Iterator[None]:
+    """Skip :func:`check_finite_input` inside the block (shape and dtype checks still run).
+
+    For callers with their own numerical guard: the trainer validates its data when it is built and
+    stops on a non-finite loss with the step, the batch indices and the last good checkpoint
+    (:class:`rank_lab.train.NonFiniteTrainingError`); a NaN activation inside its model must reach
+    that guard (the same on every rank of a distributed run) rather than stop one layer with a
+    ``ValueError``. :func:`rank_lab.train.embed_dataset` checks the embeddings it returns instead.
+    """
+    previous = getattr(_DEFERRED, "on", False)
+    _DEFERRED.on = True
+    try:
+        yield
+    finally:
+        _DEFERRED.on = previous
+
+
+def check_finite_input(x: torch.Tensor, name: str) -> None:
+    """:func:`check_finite` of a module or collective input, skipped under :func:`defer_finite_checks`
+    and on ``meta`` tensors (shape-only runs such as FLOP counting)."""
+    if getattr(_DEFERRED, "on", False) or x.device.type == "meta":
+        return
+    check_finite(x, name)
+
+
+def _float_dtype(like: object) -> torch.dtype | None:
+    """The floating dtype of a module's first floating parameter (or buffer), or of a tensor."""
+    if isinstance(like, torch.Tensor):
+        return like.dtype if like.is_floating_point() else None
+    if isinstance(like, torch.nn.Module):
+        for t in (*like.parameters(), *like.buffers()):
+            if t.is_floating_point():
+                return t.dtype
+    return None
+
+
+def check_input(
+    x: object,
+    name: str,
+    ndim: int | tuple[int, ...],
+    *,
+    shape: str | None = None,
+    like: torch.nn.Module | torch.Tensor | None = None,
+    allow_empty: bool = True,
+) -> torch.Tensor:
+    """Check the input of a module's ``forward`` (or of a function fed to one) and return it.
+
+    A tensor with one of the ``ndim`` numbers of dimensions, of a floating dtype (integer images
+    are refused rather than cast: ``uint8`` pixels in ``0..255`` are not the ``[0, 1]`` floats a
+    network expects), finite (:func:`check_finite_input`) and, with ``allow_empty=False``, a
+    non-empty batch. float32 and float64 are both accepted: with ``like`` (a module or a tensor)
+    the input is cast to its floating dtype, as the package does for every function.
+
+    Args:
+        x: the input.
+        name: the argument's name, as the caller wrote it (every message names it).
+        ndim: accepted numbers of dimensions.
+        shape: the expected shape in words for the message, e.g. ``"(B, C, H, W)"``.
+        like: module or tensor whose floating dtype the input is cast to.
+        allow_empty: accept a batch of size 0 (dim 0).
+
+    Raises:
+        TypeError: not a tensor, or not floating.
+        ValueError: wrong number of dimensions, empty batch (``allow_empty=False``), NaN or inf.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if x.ndim not in ndims:
+        want = shape or " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype} (convert it, e.g. x.float() / 255 for pixels)")
+    if not allow_empty and x.shape[0] == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}: an empty batch)")
+    check_finite_input(x, name)
+    dtype = _float_dtype(like)
+    if dtype is not None and x.dtype != dtype:
+        x = x.to(dtype)
+    return x
+
+
+def check_module(m: object, name: str) -> torch.nn.Module:
+    """Raise ``TypeError`` naming ``name`` unless ``m`` is an ``nn.Module``; return it."""
+    if not isinstance(m, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(m).__name__}")
+    return m
+
+
+def check_class_indices(labels: torch.Tensor, n_classes: int, name: str = "labels") -> torch.Tensor:
+    """Raise ``ValueError`` naming ``name`` unless every label is a class index in ``[0, n_classes)``.
+
+    For labels that index rows of a ``(n_classes, d)`` prototype / class-weight matrix (checked
+    integer labels, e.g. from :func:`check_labels`). Returns ``labels``.
+    """
+    if bool((labels < 0).any()) or bool((labels >= n_classes).any()):
+        raise ValueError(f"{name} must lie in [0, {n_classes}) (n_classes / prototypes), got range "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
+    return labels

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rank_lab._validation import check_float, check_nonneg_int, check_positive_int
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -69,11 +70,22 @@ class FullRunOnCPUError(RuntimeError):
 
 @dataclass(frozen=True)
 class CostEstimate:
-    """A run's estimated duration on a CPU and on a GPU (seconds), and what it counts."""
+    """A run's estimated duration on a CPU and on a GPU (seconds), and what it counts.
+
+    Raises:
+        TypeError, ValueError: a duration that is not a finite number >= 0, a description that is
+            not a str.
+    """
 
     cpu_seconds: float
     gpu_seconds: float
     description: str
+
+    def __post_init__(self) -> None:
+        check_float(self.cpu_seconds, "cpu_seconds", low=0.0)
+        check_float(self.gpu_seconds, "gpu_seconds", low=0.0)
+        if not isinstance(self.description, str):
+            raise TypeError(f"description must be a str, got {type(self.description).__name__}")
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly fields (for ``results.json``)."""
@@ -88,14 +100,23 @@ def forward_flops(backbone: str | nn.Module, image_size: int | tuple[int, int], 
             random weights: nothing is allocated or downloaded) or a module.
         image_size: side (or ``(height, width)``) of the input image.
         in_channels: input channels.
+
+    Raises:
+        TypeError, ValueError: an unknown backbone name, ``image_size`` or ``in_channels`` not
+            positive ints.
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
-    if min(h, w) < 1:
-        raise ValueError(f"image_size must be positive, got {image_size!r}")
+    sizes = (image_size, image_size) if not isinstance(image_size, (tuple, list)) else tuple(image_size)
+    if len(sizes) != 2:
+        raise ValueError(f"image_size must be an int or (height, width), got {image_size!r}")
+    h, w = (check_positive_int(v, "image_size") for v in sizes)
+    in_channels = check_positive_int(in_channels, "in_channels")
     if isinstance(backbone, str):
         from rank_lab.models import build_backbone
+        from rank_lab.models.heads import _check_backbone_name
+
+        _check_backbone_name(backbone, "backbone")
 
         kwargs: dict[str, Any] = {"input_dim": in_channels * h * w} if backbone.lower() == "mlp" else {}
         with torch.device("meta"):
@@ -133,11 +154,14 @@ def training_cost(
         runs: trainings (seeds x losses ...).
 
     Raises:
-        ValueError: when the sizes are neither given nor known for ``dataset``.
+        TypeError, ValueError: a count that is not an int >= 0, or sizes neither given nor known
+            for ``dataset``.
     """
     for name, v in (("epochs", epochs), ("evaluations", evaluations), ("runs", runs)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+        check_nonneg_int(v, name)
+    for name, v in (("train_images", train_images), ("test_images", test_images)):
+        if v is not None:
+            check_nonneg_int(v, name)
     if train_images is None or test_images is None:
         key = (dataset or "").lower()
         if key not in PUBLISHED_SIZES:
@@ -158,16 +182,27 @@ def training_cost(
 
 
 def declared_cost(cpu_seconds: float, description: str, gpu_seconds: float | None = None) -> CostEstimate:
-    """A cost the notebook states itself (e.g. measured toy sweeps); GPU time defaults to the CPU time."""
-    if isinstance(cpu_seconds, bool) or not isinstance(cpu_seconds, (int, float)) or not cpu_seconds >= 0:
-        raise ValueError(f"cpu_seconds must be a non-negative number, got {cpu_seconds!r}")
-    gpu = float(cpu_seconds) if gpu_seconds is None else float(gpu_seconds)
-    return CostEstimate(float(cpu_seconds), gpu, description)
+    """A cost the notebook states itself (e.g. measured toy sweeps); GPU time defaults to the CPU time.
+
+    Raises:
+        TypeError, ValueError: a duration that is not a finite number >= 0.
+    """
+    cpu = check_float(cpu_seconds, "cpu_seconds", low=0.0)
+    gpu = cpu if gpu_seconds is None else check_float(gpu_seconds, "gpu_seconds", low=0.0)
+    return CostEstimate(cpu, gpu, description)
 
 
 def format_duration(seconds: float) -> str:
-    """``42 s``, ``12 min``, ``3.5 h`` or ``2.1 days``."""
-    if not math.isfinite(seconds):
+    """``42 s``, ``12 min``, ``3.5 h`` or ``2.1 days`` (``+inf``: ``"forever"``).
+
+    Raises:
+        TypeError, ValueError: ``seconds`` not a number, NaN or negative.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"seconds must be a number, got {type(seconds).__name__}")
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"seconds must be >= 0 (or inf), got {seconds}")
+    if math.isinf(seconds):
         return "forever"
     if seconds < 90:
         return f"{seconds:.0f} s"
@@ -193,7 +228,7 @@ def guard_full_run(
         device: the notebook's device (``None``: CUDA when present).
         cost: the run's :class:`CostEstimate`.
         allow_cpu_full: run on the CPU even past the budget.
-        budget_s: the longest CPU run that starts without ``allow_cpu_full``.
+        budget_s: the longest CPU run that starts without ``allow_cpu_full`` (a finite number >= 0).
 
     Returns:
         A record for ``results.json``: mode, device, the estimates and whether the CPU run was allowed.
@@ -201,7 +236,10 @@ def guard_full_run(
     Raises:
         FullRunOnCPUError: full mode on a CPU past the budget without ``allow_cpu_full``; the message
             gives the estimate and the ways on.
+        TypeError, ValueError: ``cost`` not a :class:`CostEstimate`, ``budget_s`` not a finite
+            number >= 0, an unknown ``device``.
     """
+    budget_s = check_float(budget_s, "budget_s", low=0.0)
     if not isinstance(cost, CostEstimate):
         raise TypeError(f"cost must be a CostEstimate (training_cost / declared_cost), got {type(cost).__name__}")
     dev = get_device(device)

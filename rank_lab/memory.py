@@ -19,7 +19,7 @@ The representation drifts slowly, so embeddings of past batches are still useful
   the XBM paper uses ``(1, 1)``. Gradients flow only through the current batch (the memory is
   detached). Before activation (``activate_after`` epochs, official: 5; XBM: after a warm-up)
   only the batch loss is used and nothing is enqueued (XBM code). The query's own (detached) copy
-  in the memory is passed as ``ref_self_index``, so the loss' ``include_query_as_positive`` choice
+  in the memory is passed as ``ref_self_index``, so the loss' ``query_role`` choice
   applies to it as in-batch; older copies of the same image (``unique=False``) stay as positives.
 """
 
@@ -28,7 +28,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_nonneg_int,
+    check_positive_int,
+)
 
 __all__ = ["CrossBatchMemory", "MemoryLoss"]
 
@@ -43,12 +49,15 @@ class CrossBatchMemory(nn.Module):
         unique: one slot per dataset item, addressed by ``keys`` in :meth:`enqueue` (``size`` must
             then be the dataset size and keys lie in ``[0, size)``).
         dtype: storage dtype (float32; float16 halves the memory of a 60k x 512 queue).
+
+    Raises:
+        TypeError, ValueError: ``size`` or ``dim`` not a positive int, ``n_levels`` not an int >= 0.
     """
 
     def __init__(self, size: int, dim: int, n_levels: int = 0, unique: bool = False, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.size, self.dim = check_positive_int(size, "size"), check_positive_int(dim, "dim")
-        self.n_levels, self.unique = int(n_levels), bool(unique)
+        self.n_levels, self.unique = check_nonneg_int(n_levels, "n_levels"), bool(unique)
         lab_shape = (self.size,) if self.n_levels == 0 else (self.size, self.n_levels)
         self.register_buffer("embeddings", torch.zeros(self.size, self.dim, dtype=dtype))
         self.register_buffer("labels", torch.zeros(lab_shape, dtype=torch.long))
@@ -129,15 +138,21 @@ class MemoryLoss(nn.Module):
 
     Call: ``memory_loss(embeddings (B, d), labels, keys=None)`` -> scalar. ``keys`` are dataset
     indices, needed for a ``unique`` memory. In ``eval()`` mode nothing is enqueued.
+
+    Raises:
+        TypeError, ValueError: a weight that is not a finite number >= 0, ``activate_after`` not an
+            int >= 0, ``memory`` not a :class:`CrossBatchMemory`.
     """
 
     def __init__(self, loss: nn.Module, memory: CrossBatchMemory, batch_weight: float = 0.5, memory_weight: float = 0.5, activate_after: int = 0) -> None:
         super().__init__()
-        if batch_weight < 0 or memory_weight < 0:
-            raise ValueError("batch_weight and memory_weight must be >= 0")
+        batch_weight = check_float(batch_weight, "batch_weight", low=0.0)
+        memory_weight = check_float(memory_weight, "memory_weight", low=0.0)
+        if not isinstance(memory, CrossBatchMemory):
+            raise TypeError(f"memory must be a CrossBatchMemory, got {type(memory).__name__}")
         self.loss, self.memory = loss, memory
-        self.batch_weight, self.memory_weight = float(batch_weight), float(memory_weight)
-        self.activate_after = int(activate_after)
+        self.batch_weight, self.memory_weight = batch_weight, memory_weight
+        self.activate_after = check_nonneg_int(activate_after, "activate_after")
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:

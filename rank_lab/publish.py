@@ -41,6 +41,16 @@ class PublishError(RuntimeError):
     """The site cannot be published as asked (the message says why and what to do)."""
 
 
+def _require_dir(path: str | Path, name: str) -> Path:
+    """``path`` as a ``Path``; ``FileNotFoundError`` naming ``name`` and the path unless it is a folder."""
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"{name} must be a folder path, got {type(path).__name__}")
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"{name} {str(p)!r} is not an existing folder")
+    return p
+
+
 def _git(root: Path, *args: str) -> str:
     proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -52,11 +62,12 @@ def repository_url(root: str | Path) -> str:
     """``repository.url`` of ``root/_config.yml``.
 
     Raises:
+        FileNotFoundError: ``root`` is not a folder.
         PublishError: when the file, the key or its value is missing.
     """
     import yaml
 
-    config = Path(root) / "_config.yml"
+    config = _require_dir(root, "root") / "_config.yml"
     try:
         cfg = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
     except OSError as exc:
@@ -71,7 +82,13 @@ def repository_url(root: str | Path) -> str:
 
 
 def github_repo(url: str) -> str | None:
-    """``"<org>/<repo>"`` of a GitHub URL (https or ``git@github.com:``), else ``None``."""
+    """``"<org>/<repo>"`` of a GitHub URL (https or ``git@github.com:``), else ``None``.
+
+    Raises:
+        TypeError: ``url`` is not a str.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__}")
     if url.startswith("git@github.com:"):
         path = url.split(":", 1)[1]
     else:
@@ -90,9 +107,10 @@ def check_publishable(root: str | Path) -> str:
         The repository URL.
 
     Raises:
+        FileNotFoundError: ``root`` is not a folder.
         PublishError: naming the uncommitted files, or the unset URL.
     """
-    root = Path(root)
+    root = _require_dir(root, "root")
     url = repository_url(root)
     dirty = [line for line in _git(root, "status", "--porcelain").splitlines() if line.strip()]
     if dirty:
@@ -105,8 +123,12 @@ def check_publishable(root: str | Path) -> str:
 
 
 def colab_links(html_dir: str | Path) -> dict[str, list[str]]:
-    """Every "Open in Colab" link of the built pages: ``{page path: [links]}`` (pages with links only)."""
-    html_dir = Path(html_dir)
+    """Every "Open in Colab" link of the built pages: ``{page path: [links]}`` (pages with links only).
+
+    Raises:
+        FileNotFoundError: ``html_dir`` is not a folder (a site that was not built has no links to check).
+    """
+    html_dir = _require_dir(html_dir, "html_dir")
     out = {}
     for page in sorted(html_dir.rglob("*.html")):
         links = _LINK.findall(page.read_text(encoding="utf-8", errors="replace"))
@@ -116,12 +138,26 @@ def colab_links(html_dir: str | Path) -> dict[str, list[str]]:
 
 
 def branch_files(git_dir: str | Path, branch: str = "gh-pages") -> set[str]:
-    """The files of ``branch`` in a repository (a work tree or a bare repository)."""
-    return set(_git(Path(git_dir), "ls-tree", "-r", "--name-only", branch).splitlines())
+    """The files of ``branch`` in a repository (a work tree or a bare repository).
+
+    Raises:
+        FileNotFoundError: ``git_dir`` is not a folder.
+        PublishError: git cannot list the branch (not a repository, no such branch).
+    """
+    return set(_git(_require_dir(git_dir, "git_dir"), "ls-tree", "-r", "--name-only", branch).splitlines())
 
 
 def missing_twins(html_dir: str | Path, files: set[str], repo: str, branch: str = "gh-pages") -> list[str]:
-    """The Colab links that do not name a file of ``files`` in ``repo`` (``"<org>/<repo>"``) on ``branch``."""
+    """The Colab links that do not name a file of ``files`` in ``repo`` (``"<org>/<repo>"``) on ``branch``.
+
+    Raises:
+        FileNotFoundError: ``html_dir`` is not a folder.
+        TypeError: ``files`` is not a collection of paths, ``repo`` not a str.
+    """
+    if isinstance(files, (str, bytes)) or not hasattr(files, "__contains__"):
+        raise TypeError(f"files must be a set of file paths, got {type(files).__name__}")
+    if not isinstance(repo, str):
+        raise TypeError(f"repo must be '<org>/<repo>', got {type(repo).__name__}")
     prefix = f"{COLAB}{repo}/blob/{branch}/"
     bad = []
     for page, links in colab_links(html_dir).items():
@@ -147,10 +183,11 @@ def publish(root: str | Path, html_dir: str | Path, *, remote: str = "origin", b
         The Colab links checked.
 
     Raises:
+        FileNotFoundError: ``root`` or ``html_dir`` is not a folder.
         PublishError: no Colab link in the pages, a remote whose GitHub repository is not the configured
             one, a failed push, or links naming files absent from the branch.
     """
-    root, html_dir = Path(root), Path(html_dir)
+    root, html_dir = _require_dir(root, "root"), _require_dir(html_dir, "html_dir")
     repo = github_repo(check_publishable(root))
     if repo is None:
         raise PublishError("repository.url is not a GitHub URL: the pages have no Colab links to publish")
@@ -189,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             site = Path(args.root) / args.site
             links = publish(args.root, site, remote=args.remote, branch=args.branch)
             print(f"published {site} to {args.remote}/{args.branch}; {len(links)} Colab links name existing twins")
-    except PublishError as exc:
+    except (PublishError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

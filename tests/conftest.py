@@ -14,8 +14,13 @@ torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Notebook tests are the slowest: schedule them first so xdist balances the run."""
-    items.sort(key=lambda item: 0 if item.get_closest_marker("notebook") else 1)
+    """The slowest tests first (the Colab simulation, then notebook and real-data runs) so xdist balances the run."""
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("colab"):
+            return 0
+        return 1 if item.get_closest_marker("notebook") or item.get_closest_marker("realdata") else 2
+
+    items.sort(key=rank)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001

@@ -86,3 +86,29 @@ def test_errors():
         holdout_split(10, 1.5)
     with pytest.raises(TypeError, match="floating"):
         reliability_diagram(torch.tensor([[1, 0]]), torch.tensor([0]))
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_bad_inputs_name_the_argument():
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.1, 1.5, 0.3]])
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        negative_log_likelihood(logits, torch.tensor([0, 1]), temperature=0.0)  # was a silent inf / NaN
+    with pytest.raises(ValueError, match="temperature must be finite"):
+        negative_log_likelihood(logits, torch.tensor([0, 1]), temperature=float("nan"))
+    with pytest.raises(ValueError, match=r"targets must be \(N,\) classes in \[0, 3\)"):
+        negative_log_likelihood(logits, torch.tensor([0, 3]))  # was torch's IndexError
+    with pytest.raises(TypeError, match="seed must be an int >= 0"):
+        holdout_split(10, seed=1.5)  # was a RuntimeError of manual_seed
+    with pytest.raises(ValueError, match="fraction must be < 1"):
+        holdout_split(10, fraction=1.0)
+    with pytest.raises(TypeError, match="diagram must be a ReliabilityDiagram"):
+        plot_reliability_diagram({"ece": 0.1})
+
+
+def test_an_empty_bin_is_nan_by_definition():
+    """The one documented NaN: the mean confidence / accuracy of a bin without samples is undefined
+    (``counts`` is 0 there); the ECE and the plot skip such bins."""
+    d = reliability_diagram(two_class([0.95, 0.55]), torch.tensor([0, 1]), n_bins=4)
+    assert d.counts.tolist() == [0, 0, 1, 1]
+    assert torch.isnan(d.confidence[:2]).all() and torch.isfinite(d.confidence[2:]).all()
+    assert d.ece == pytest.approx((0.05 + 0.55) / 2)

@@ -146,3 +146,18 @@ def test_per_class_f1_by_hand_and_errors():
         knn_classify(torch.randn(2, 3), torch.randn(4, 3), torch.tensor([0, 1, 2, 1]), vote="mode")
     with pytest.raises(ValueError, match="k="):
         knn_classify(torch.randn(2, 3), torch.randn(4, 3), torch.tensor([0, 1, 2, 1]), k=9)
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_bad_inputs_name_the_argument():
+    pred, target = torch.tensor([0, 1, 2, 1]), torch.tensor([0, 1, 1, 2])
+    with pytest.raises(ValueError, match="n_classes=2 but predictions / targets hold class 2"):
+        confusion_matrix(pred, target, n_classes=2)  # was a reshape RuntimeError
+    with pytest.raises(ValueError, match="predictions must be class indices >= 0"):
+        confusion_matrix(torch.tensor([0, -1, 2, 1]), target)  # was counted in another cell
+    g, q = torch.randn(6, 4), torch.randn(2, 4)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        knn_classify(q, g, torch.tensor([0, 0, 1, 1, 2, 2]), k=3, temperature=0.0, backend="torch")  # checked for every vote
+    with pytest.raises(ValueError, match="class_scores contains 1 NaN"):
+        aggregate_observations(pred, torch.ones(4), torch.tensor([0, 0, 1, 1]),
+                               class_scores=torch.tensor([[float("nan"), 0.0, 1.0]] + [[1.0, 0.0, 0.0]] * 3), rule="mean_scores")

@@ -17,8 +17,8 @@ from rank_lab.fewshot import (
     fit_multi_dataset,
     global_class_ids,
 )
-from rank_lab.fewshot.classify import _lr_factor
 from rank_lab.fewshot.synthetic import anisotropic_classes, make_multi_dataset
+from rank_lab.train import lr_at
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +86,7 @@ def test_sampler_errors():
 
 # ----------------------------------------------------------------------------- training
 def test_lr_schedule_of_the_author_code():
-    f = [_lr_factor(e, 10, 5) for e in range(15)]
+    f = [lr_at(3 * e + 1, 1.0, total_steps=45, schedule="linear", hold_steps=10, decay_steps=5, step_unit=3) for e in range(15)]
     assert f[:10] == [1.0] * 10
     np.testing.assert_allclose(f[10:], [5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
 

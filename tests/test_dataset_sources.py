@@ -81,5 +81,5 @@ def test_every_source_is_used_and_phrased() -> None:
     assert used == set(DATASET_SOURCES)
     assert published("sop") == "Published at https://cvgl.stanford.edu/projects/lifted_struct/ (Song et al., CVPR 2016)."
     assert published("alegoria").startswith("The data is not publicly distributed")
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="unknown dataset key 'nope'"):
         published("nope")

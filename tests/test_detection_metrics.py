@@ -277,3 +277,35 @@ def test_icdar15_input_checks() -> None:
 def test_rotated_iou_cuda_matches_cpu() -> None:
     b1, b2 = random_boxes(5000, 7)
     assert torch.allclose(rotated_iou(b1.cuda(), b2.cuda()).cpu(), rotated_iou(b1, b2), atol=1e-10)
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_non_finite_geometry_is_refused():
+    boxes = torch.tensor([[0.0, 0.0, 2.0, 1.0, 0.3], [1.0, 1.0, 1.0, 1.0, float("nan")]])
+    with pytest.raises(ValueError, match="boxes contains 1 NaN"):
+        boxes_to_polygons(boxes)  # was NaN corners
+    with pytest.raises(ValueError, match="boxes contains 1 NaN"):
+        encode_box6(boxes)
+    with pytest.raises(ValueError, match="poly contains 1 NaN"):
+        polygon_area(torch.tensor([[[0.0, 0.0], [1.0, 0.0], [float("inf"), 1.0]]]))
+    with pytest.raises(ValueError, match="image_size must be > 0"):
+        encode_box6(boxes[:1], image_size=(0.0, 3.0))  # was a division by zero
+    with pytest.raises(ValueError, match="min_size must be > 0"):
+        decode_box6(encode_box6(boxes[:1]), min_size=0.0)
+
+
+def test_matching_inputs_are_checked():
+    iou = torch.tensor([[0.7, 0.2], [0.1, 0.8]])
+    assert match_detections(iou) == [(0, 0), (1, 1)]
+    with pytest.raises(ValueError, match="iou contains 1 NaN"):
+        match_detections(torch.tensor([[float("nan"), 0.2], [0.1, 0.8]]))  # a NaN IoU was silently "no match"
+    with pytest.raises(ValueError, match=r"iou must have shape \(G, D\)"):
+        match_detections(iou[0])  # was "not enough values to unpack"
+    with pytest.raises(ValueError, match=r"det_ignore must have shape \(2,\)"):
+        match_detections(iou, det_ignore=torch.tensor([False, True, False]))
+    with pytest.raises(ValueError, match="threshold must be <= 1"):
+        match_detections(iou, threshold=1.5)
+    with pytest.raises(ValueError, match="iou_threshold must be >= 0"):
+        icdar15_evaluate([boxes_to_polygons(torch.tensor([[0.0, 0, 1, 1, 0]]))], [torch.zeros(0, 4, 2)], iou_threshold=-0.5)
+    with pytest.raises(ValueError, match="chunk_size must be >= 1"):
+        rotated_iou_matrix(torch.tensor([[0.0, 0, 1, 1, 0]]), torch.tensor([[0.0, 0, 1, 1, 0]]), chunk_size=0)

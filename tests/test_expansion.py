@@ -126,7 +126,7 @@ def test_k_reciprocal_matches_dense_definition() -> None:
     torch.testing.assert_close(d1, (dist / dist.amax(1, keepdim=True))[:15, 15:])
 
 
-@pytest.mark.parametrize("k1,k2", [(6, 1), (5, 3)])
+@pytest.mark.parametrize("k1,k2", [(6, 1), (5, 3), (3, 9)])  # k2 > k1 + 1: the local QE reads past the k1 lists
 def test_k_reciprocal_all_vs_all(k1: int, k2: int) -> None:
     x = _x(30, seed=3)
     got = -k_reciprocal_rerank(None, x, k1=k1, k2=k2, backend="torch")
@@ -210,3 +210,23 @@ def test_errors() -> None:
         k_reciprocal_rerank(None, x, k1=20)
     with pytest.raises(ValueError, match="NaN"):
         gqe(torch.full((5, 2), float("nan")))
+
+
+def test_k_larger_than_the_set_names_the_argument() -> None:
+    """Each function names its own cut-off (issue 16), not the ``k`` of the shared kNN helper."""
+    x = _x(10)
+    with pytest.raises(ValueError, match=r"^n=11 is larger than the gallery"):
+        alpha_qe(x[:3], x, n=11)
+    with pytest.raises(ValueError, match=r"^n=10 is too large"):
+        alpha_qe(x, n=10)  # all-vs-all: 9 other items
+    with pytest.raises(ValueError, match=r"^k1=11 is too large"):
+        gqe(x, k1=11, k2=2)
+    with pytest.raises(ValueError, match=r"^k2=11 is too large"):
+        gqe(x, k1=3, k2=11)
+    with pytest.raises(ValueError, match=r"^k2=21 is larger than the number of items"):
+        k_reciprocal_rerank(x, x, k1=3, k2=21)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="alpha"):
+            alpha_qe(x, n=2, alpha=bad)
+        with pytest.raises(ValueError, match="alpha"):
+            gqe(x, k1=3, k2=2, alpha=bad)

@@ -419,3 +419,36 @@ def test_sorted_route_values_do_not_depend_on_the_chunking():
     b = retrieval_metrics(x, lab, ks=(1, 5), metrics=HIER, per_query=True, device="cpu", chunk_size=7)["per_query"]
     for name, v in a.items():
         assert torch.equal(v, b[name]), name
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_levels_and_codes_are_checked_naming_the_argument():
+    from rank_lab.metrics.hierarchy import (
+        level_set,
+        multilabel_relevance,
+        multilabel_relevance_matrix,
+        ndcg_gains,
+        parse_code,
+        relevance_table,
+    )
+
+    with pytest.raises(ValueError, match="levels is empty"):
+        level_counts(torch.zeros(0, 4, dtype=torch.long), 2)  # was an empty (0, 3) table
+    with pytest.raises(TypeError, match="levels must hold integers"):
+        ndcg_gains(torch.tensor([[0.0, float("nan")]]))  # was silently cast to an integer
+    with pytest.raises(TypeError, match="level must be an int >= 0"):
+        level_set(torch.tensor([[0, 1, 2]]), 1.5)  # was int(1.5) = 1
+    with pytest.raises(ValueError, match="levels must lie in"):
+        binary_level_relevance(torch.tensor([[0, 3]]), 2)
+    with pytest.raises(ValueError, match="n_levels must be >= 1"):
+        relevance_table(torch.ones(2, 3), 0)  # was "counts must have shape (Q, 1)"
+    with pytest.raises(ValueError, match="counts contains 1 NaN"):
+        relevance_table(torch.tensor([[1.0, float("nan"), 1.0]]), 2)
+    with pytest.raises(TypeError, match="code must be a dotted string"):
+        parse_code(5)
+    with pytest.raises(ValueError, match=r"b = '01.04' has 2 levels but n_levels = 3"):
+        lca_distance("01.03.05", "01.04")
+    with pytest.raises(ValueError, match="item_codes is empty"):
+        multilabel_relevance(["01.03"], [], 2)
+    with pytest.raises(ValueError, match="query_sets must be a non-empty"):
+        multilabel_relevance_matrix([], [["01.03"]], 2)  # was a silent (0, 1) matrix

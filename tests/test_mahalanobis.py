@@ -161,7 +161,7 @@ def test_errors():
         MahalanobisClassifier(shrinkage=2.0)
     with pytest.raises(ValueError, match="one_shot"):
         MahalanobisClassifier(one_shot="ignore")
-    with pytest.raises(ValueError, match="support_labels"):
+    with pytest.raises(ValueError, match=r"\blabels has 2 rows"):  # fit's argument is labels
         MahalanobisClassifier().fit(st_, yt[:2])
     with pytest.raises(ValueError, match="metric"):
         nearest_mean_logits(st_, st_, yt, metric="manhattan")

@@ -135,10 +135,10 @@ def test_memory_provides_positives_missing_from_the_batch():
     assert torch.isfinite(out) and 0 < out.item() < 1
 
 
-def test_include_query_as_positive_keeps_the_own_copy():
+def test_query_role_positive_keeps_the_own_copy():
     emb, lab = _batch(7)
     mem = CrossBatchMemory(size=16, dim=4, dtype=torch.float64)
-    keep = SupAP(include_query_as_positive=True)
+    keep = SupAP(query_role="positive")
     out = MemoryLoss(keep, mem, batch_weight=0.0, memory_weight=1.0)(emb, lab)
     assert out.item() == pytest.approx(keep(emb, lab).item(), abs=1e-12)
     with pytest.raises(ValueError, match="batch_weight"):

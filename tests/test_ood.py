@@ -187,8 +187,14 @@ def test_schedules_and_sgld_errors():
         sgld(e.energy, torch.tensor([[float("nan"), 0.0]]))
     with pytest.raises(ValueError, match="steps"):
         sgld(e.energy, torch.zeros(2, 2), steps=-1)
-    with pytest.raises(ValueError, match="schedule"):
+    with pytest.raises(ValueError, match=r"step_size must be a float or \(start, end\)"):
         sgld(e.energy, torch.zeros(2, 2), step_size=(1.0, 2.0, 3.0))
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        sgld(e.energy, torch.zeros(2, 2), schedule="cosine")
+    with pytest.raises(ValueError, match="grad_scale must be finite"):
+        sgld(e.energy, torch.zeros(2, 2), grad_scale=float("inf"))
+    with pytest.raises(ValueError, match="noise must be >= 0"):
+        sgld(e.energy, torch.zeros(2, 2), noise=(-1.0, 0.0))
     with pytest.raises(ValueError, match="shape"):
         sgld(lambda z: z, torch.zeros(2, 2), steps=1)
 

@@ -185,3 +185,12 @@ def test_bad_arguments_raise():
         evaluate_ood([1.0], {})
     with pytest.raises(ValueError, match="far"):
         evaluate_ood([1.0, 2.0], {"far": [float("nan")]})
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_ood_metrics_name_tpr_and_fpr_method():
+    s_in, s_out = torch.tensor([0.1, 0.4, 0.2]), torch.tensor([0.5, 0.9])
+    with pytest.raises(ValueError, match="tpr must be a number in"):
+        ood_metrics(s_in, s_out, tpr=float("nan"))  # was "cannot convert float NaN to integer"
+    with pytest.raises(ValueError, match="fpr_method must be one of"):
+        evaluate_ood(s_in, {"a": s_out}, fpr_method="bogus")  # was "method must be ..."

@@ -150,3 +150,17 @@ def test_edit_distance_cuda_matches_cpu() -> None:
     got = edit_distance(ca, cb, la, lb)
     assert got.device.type == "cuda"
     assert got.cpu().tolist() == edit_distance(a, b).tolist()
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_text_inputs_are_named():
+    from rank_lab.metrics.text import levenshtein_reference, ned_score, text_recognition_metrics
+
+    with pytest.raises(ValueError, match="normalize must be one of"):
+        ned_score(["a"], ["a"], normalize="bogus")  # was "mode must be ..."
+    with pytest.raises(TypeError, match=r"preds\[1\] must be a str"):
+        text_recognition_metrics(["a", 3], ["a", "b"])  # was "text must be a str"
+    with pytest.raises(TypeError, match=r"a\[1\] must be a str"):
+        edit_distance(["a", 3], ["a", "b"])  # was "strings[1] must be a str"
+    with pytest.raises(TypeError, match="a must be a str"):
+        levenshtein_reference(3, "b")

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from rank_lab.data import make_open_set
-from rank_lab.train import PRESETS, TrainConfig, Trainer, list_presets, load_checkpoint, lr_at
+from rank_lab.train import RECIPES, TrainConfig, Trainer, list_recipes, load_checkpoint, lr_at
 
 
 class PairLoss(nn.Module):
@@ -114,7 +114,7 @@ def test_presets_transcribe_the_papers():
     over = TrainConfig.preset("roadmap_sop", epochs=2, weights_path="/x/r50.pth")
     assert over.epochs == 2 and over.model.weights_path == "/x/r50.pth" and over.lr == 5e-5
     assert TrainConfig.from_dict({"preset": "roadmap_inat", "epochs": 3}).lr == 1e-5
-    assert set(list_presets()) == set(PRESETS) and all(list_presets().values())
+    assert set(list_recipes()) == set(RECIPES) and all(list_recipes().values())
     with pytest.raises(ValueError, match="unknown preset"):
         TrainConfig.preset("roadmap_xyz")
 

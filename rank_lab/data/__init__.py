@@ -6,6 +6,8 @@
 * :mod:`rank_lab.data.bundled` -- :func:`load_digits` (scikit-learn), :func:`load_animal_mnist`,
   and the split helpers :func:`split_by_classes`, :func:`stratified_split`.
 * :mod:`rank_lab.data.samplers` -- :class:`MPerClassSampler` (Ramzi thesis §3.5.1).
+* :mod:`rank_lab.data.perturbations` -- :func:`imbalanced_indices`, :func:`noisy_labels` (the
+  imbalance and label-noise protocols of Patel thesis §6.5.5-6.5.6) and :func:`two_views`.
 * :mod:`rank_lab.data.datasets` -- loaders of the real datasets' on-disk formats.
 
 Class ids are never re-indexed: the train and test splits of an open-set task hold disjoint,
@@ -22,6 +24,7 @@ from rank_lab.data.bundled import (
 )
 from rank_lab.data.datasets import DatasetFolderError, ImageListDataset, require_path
 from rank_lab.data.hierarchical_sampler import HierarchicalSampler
+from rank_lab.data.perturbations import imbalanced_indices, noisy_labels, two_views
 from rank_lab.data.samplers import MPerClassSampler
 from rank_lab.data.synthetic import (
     OpenSetSplit,
@@ -46,4 +49,7 @@ __all__ = [
     "DatasetFolderError",
     "ImageListDataset",
     "require_path",
+    "imbalanced_indices",
+    "noisy_labels",
+    "two_views",
 ]

@@ -23,7 +23,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rank_lab._validation import as_tensor, check_labels
+from rank_lab._validation import (
+    as_tensor,
+    check_finite,
+    check_float,
+    check_labels,
+    check_same_length,
+)
 from rank_lab.data.datasets.base import require_path
 from rank_lab.data.splits import OpenSetSplit, _check_seed
 from rank_lab.utils import DeviceLike, get_device
@@ -64,6 +70,20 @@ def _class_list(classes: object, name: str) -> list[int]:
     return out
 
 
+def _check_xy(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x (N, ...)`` finite floating data and ``y (N,)`` / ``(N, L)`` integer labels of one length."""
+    x = as_tensor(x, "x")
+    if x.ndim < 1 or x.shape[0] == 0:
+        raise ValueError(f"x is empty (shape {tuple(x.shape)})")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be floating, got {x.dtype}")
+    check_finite(x, "x")
+    y = as_tensor(y, "y")
+    if y.ndim >= 1:
+        check_same_length(x, y, "x", "y")
+    return x, check_labels(y, x.shape[0], "y")
+
+
 def split_by_classes(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -76,7 +96,7 @@ def split_by_classes(
     """Open-set split by class (Ramzi thesis §2.3.1, Fig. 2.13): disjoint train / test classes.
 
     Args:
-        x: ``(N, ...)`` floating data.
+        x: ``(N, ...)`` finite floating data.
         y: ``(N,)`` or ``(N, L)`` integer labels (the split uses column 0).
         train_classes: class ids of the train split.
         test_classes: class ids of the test split; default: every other class present in ``y``.
@@ -87,10 +107,11 @@ def split_by_classes(
         original row indices ``index_train (N1,)`` and ``index_test (N2,)``.
 
     Raises:
-        ValueError: a class id absent from ``y``, overlapping class lists, or an empty side.
+        TypeError: integer ``x`` or floating ``y``.
+        ValueError: NaN / inf in ``x``, ``x`` and ``y`` of different lengths, a class id absent
+            from ``y``, overlapping class lists, or an empty side.
     """
-    x = as_tensor(x, "x")
-    y = check_labels(y, x.shape[0], "y")
+    x, y = _check_xy(x, y)
     fine = y if y.ndim == 1 else y[:, 0]
     present = set(torch.unique(fine).tolist())
     train = _class_list(train_classes, "train_classes")
@@ -134,7 +155,7 @@ def stratified_split(
     item stays in train. Rows keep their original order within each side.
 
     Args:
-        x: ``(N, ...)`` data; y: ``(N,)`` or ``(N, L)`` labels (stratified on column 0).
+        x: ``(N, ...)`` finite floating data; y: ``(N,)`` or ``(N, L)`` labels (stratified on column 0).
         test_fraction: in (0, 1).
         seed: seeds the per-class permutations (a local generator).
 
@@ -142,12 +163,8 @@ def stratified_split(
         :class:`OpenSetSplit` with ``open_set=False``; ``extras`` holds the original row indices
         ``index_train (N1,)`` and ``index_test (N2,)``.
     """
-    x = as_tensor(x, "x")
-    y = check_labels(y, x.shape[0], "y")
-    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)):
-        raise TypeError(f"test_fraction must be a float, got {type(test_fraction).__name__}")
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    x, y = _check_xy(x, y)
+    test_fraction = check_float(test_fraction, "test_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
     gen = torch.Generator().manual_seed(_check_seed(seed))
     fine = (y if y.ndim == 1 else y[:, 0]).cpu()
     is_test = torch.zeros(fine.shape[0], dtype=torch.bool)
@@ -165,6 +182,11 @@ def stratified_split(
     return OpenSetSplit(
         x[~is_test], y[~is_test], x[is_test], y[is_test], False, name, class_names, extras
     )
+
+
+def _check_test_fraction(test_fraction: object) -> None:
+    """Checked even when ``open_set=True`` leaves it unused: a bad value is never accepted silently."""
+    check_float(test_fraction, "test_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 def _finish(
@@ -224,7 +246,8 @@ def load_digits(
             scikit-learn's row order).
         flatten: return ``(N, 64)`` instead of ``(N, 1, 8, 8)``.
         test_classes: digits of the test split (default: the other digits).
-        test_fraction: closed-set fraction of every class sent to test.
+        test_fraction: closed-set fraction of every class sent to test, in (0, 1) (checked
+            also when ``open_set=True`` does not use it).
         device, dtype: of the returned images.
 
     Returns:
@@ -232,6 +255,7 @@ def load_digits(
     """
     from sklearn.datasets import load_digits as _sk_load_digits
 
+    _check_test_fraction(test_fraction)
     bunch = _sk_load_digits()
     return _finish(
         bunch.images, bunch.target, 16.0, open_set=open_set, train_classes=train_classes,
@@ -313,6 +337,7 @@ def load_animal_mnist(
         ImportError: ``animal_mnist`` is not installed and no ``data_dir`` is given.
         DatasetFolderError: ``data_dir`` lacks one of the files.
     """
+    _check_test_fraction(test_fraction)
     layout = "Expected animal_data_version_3.gz and animal_label_version_3.gz (from animal_mnist)."
     root = _animal_mnist_folder() if data_dir is None else Path(data_dir)
     data_path = require_path(root, "animal_data_version_3.gz", "animal_mnist", layout)

@@ -54,6 +54,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rank_lab._validation import check_positive_int
+
 __all__ = [
     "IRRELEVANT_CATEGORIES",
     "MappingRule",
@@ -87,7 +89,7 @@ def normalize_category(text: str) -> str:
     ``"https://commons.wikimedia.org/wiki/Category:Waterfalls"`` -> ``"waterfalls"``.
     """
     if not isinstance(text, str):
-        raise TypeError(f"a category must be a str, got {type(text).__name__}")
+        raise TypeError(f"text must be a str (a category), got {type(text).__name__}")
     s = unicodedata.normalize("NFKC", text).strip()
     s = re.sub(r"^https?://\S*?/wiki/", "", s)
     s = re.sub(r"^(category|wd|q\d+)\s*:\s*", "", s, flags=re.IGNORECASE)
@@ -148,20 +150,43 @@ def embed_categories(texts: Sequence[str], method: str = "auto", model_path: str
 
 
 def cluster_categories(embeddings: np.ndarray, k: int = 12, seed: int = 0) -> np.ndarray:
-    """k-means cluster of every category (step 5; K = 12 in the thesis), ``(n,)`` int64."""
+    """k-means cluster of every category (step 5; K = 12 in the thesis), ``(n,)`` int64.
+
+    Args:
+        embeddings: ``(n, d)`` finite category embeddings (integers are cast to float).
+        k: number of clusters, a positive int; a ``k`` above ``n`` is capped at ``n`` (one
+            cluster per category).
+        seed: k-means seed.
+
+    Raises:
+        ValueError / TypeError: an empty, non-2-D or non-finite ``embeddings``; ``k`` not a
+            positive int.
+    """
     from sklearn.cluster import KMeans
 
-    x = np.asarray(embeddings, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] == 0:
+    k = check_positive_int(k, "k")
+    x = np.asarray(embeddings.detach().cpu().numpy() if isinstance(embeddings, torch.Tensor) else embeddings, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"embeddings must be a non-empty (n, d) array, got shape {x.shape}")
-    k = min(int(k), x.shape[0])
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"embeddings contains {int((~np.isfinite(x)).sum())} NaN or inf value(s)")
+    k = min(k, x.shape[0])
     return KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(x).astype(np.int64)
 
 
+def _check_pairs(texts: Sequence[str], clusters: np.ndarray) -> None:
+    if len(texts) != len(clusters):
+        raise ValueError(f"texts has {len(texts)} entries but clusters has {len(clusters)}")
+
+
 def cluster_report(texts: Sequence[str], clusters: np.ndarray, max_items: int = 10) -> dict[int, list[str]]:
-    """``{cluster: its first max_items strings}``, what the annotator reads (step 5)."""
+    """``{cluster: its first max_items strings}``, what the annotator reads (step 5).
+
+    Raises:
+        ValueError: ``texts`` and ``clusters`` of different lengths, ``max_items`` not a positive int.
+    """
+    max_items = check_positive_int(max_items, "max_items")
+    _check_pairs(texts, clusters)
     out: dict[int, list[str]] = {}
     for t, c in zip(texts, clusters, strict=True):
         out.setdefault(int(c), [])
@@ -178,6 +203,17 @@ class MappingRule:
     super_category: str
     natural_or_human_made: str
     cluster: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("keyword", "super_category"):
+            v = getattr(self, name)
+            if not isinstance(v, str) or not v.strip():
+                raise ValueError(f"{name} must be a non-empty str, got {v!r}")
+        if self.natural_or_human_made not in ("natural", "human-made"):
+            raise ValueError(f"natural_or_human_made must be 'natural' or 'human-made', got {self.natural_or_human_made!r}")
+        c = self.cluster
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0):
+            raise ValueError(f"cluster must be None or a k-means cluster id >= 0, got {c!r}")
 
     def matches(self, normalized: str, cluster: int) -> bool:
         """Whole-word match of the keyword (optionally within one k-means cluster)."""
@@ -210,7 +246,12 @@ def read_mapping(path: str | Path) -> list[MappingRule]:
 
 
 def apply_mapping(texts: Sequence[str], clusters: np.ndarray, rules: Sequence[MappingRule]) -> list[tuple[str, str]]:
-    """``(super_category, natural_or_human_made)`` of every category; ``("unassigned", "")`` if no rule matches."""
+    """``(super_category, natural_or_human_made)`` of every category; ``("unassigned", "")`` if no rule matches.
+
+    Raises:
+        ValueError: ``texts`` and ``clusters`` of different lengths.
+    """
+    _check_pairs(texts, clusters)
     out = []
     for t, c in zip(texts, clusters, strict=True):
         hit = next((r for r in rules if r.matches(t, int(c))), None)
@@ -296,6 +337,7 @@ def build_landmark_hierarchy(
     """
     if not landmark_categories:
         raise ValueError("landmark_categories is empty")
+    k = check_positive_int(k, "k")
     if isinstance(rules, (str, Path)):
         rules = read_mapping(rules)
     kept: dict[int, str] = {}

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from rank_lab._validation import check_finite, check_float, check_labels, check_positive_int
+
 __all__ = ["SOURCES", "MultiSourceImages", "make_multi_source_images", "write_image_folder", "write_alegoria_folder"]
 
 SOURCES = ("colour", "greyscale", "drawing", "sepia")
@@ -53,6 +55,27 @@ class MultiSourceImages:
     domains: torch.Tensor
     source_names: list[str]
     attributes: dict[str, torch.Tensor]
+
+    def __post_init__(self) -> None:
+        x = self.images
+        if not isinstance(x, torch.Tensor) or x.ndim != 4 or x.shape[1] != 3:
+            raise ValueError(f"images must be a (N, 3, H, W) tensor, got {getattr(x, 'shape', type(x).__name__)}")
+        if not x.is_floating_point():
+            raise TypeError(f"images must be floating in [0, 1], got dtype {x.dtype}")
+        check_finite(x, "images")
+        n = x.shape[0]
+        if n == 0:
+            raise ValueError("images is empty (N = 0)")
+        for name in ("labels", "domains"):
+            y = check_labels(getattr(self, name), None, name)
+            if y.shape[0] != n:
+                raise ValueError(f"{name} has {y.shape[0]} rows but images has {n}")
+            setattr(self, name, y)
+        if bool((self.domains < 0).any()) or bool((self.domains >= len(self.source_names)).any()):
+            raise ValueError(f"domains must index source_names ({len(self.source_names)} sources)")
+        for k, v in self.attributes.items():
+            if not isinstance(v, torch.Tensor) or v.shape[:1] != (n,):
+                raise ValueError(f"attributes[{k!r}] must have {n} rows, got {getattr(v, 'shape', type(v).__name__)}")
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -142,6 +165,17 @@ def make_multi_source_images(
     for name, v in (("n_classes", n_classes), ("per_source", per_source), ("image_size", image_size)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+    check_float(noise, "noise", low=0.0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if isinstance(class_offset, bool) or not isinstance(class_offset, int) or class_offset < 0:
+        raise ValueError(f"class_offset must be a non-negative int, got {class_offset!r}")
+    lo, hi = (check_float(v, "scale_range", low=0.0, low_open=True) for v in scale_range)
+    if lo > hi:
+        raise ValueError(f"scale_range must be (low, high) with low <= high, got {tuple(scale_range)}")
+    p_lo, p_hi = (check_positive_int(v, "primitives") for v in primitives)
+    if p_lo > p_hi:
+        raise ValueError(f"primitives must be (min, max) with min <= max, got {tuple(primitives)}")
     bad = [s for s in sources if s not in SOURCES]
     if bad or not sources:
         raise ValueError(f"sources must be a non-empty subset of {SOURCES}, got {list(sources)}")
@@ -227,12 +261,20 @@ def make_multi_source_images(
 
 
 def write_image_folder(images: torch.Tensor, root: str | Path, names: Sequence[str]) -> list[Path]:
-    """Write ``(N, 3, H, W)`` images in ``[0, 1]`` as PNG files ``root/<name>``; returns the paths."""
+    """Write ``(N, 3, H, W)`` images in ``[0, 1]`` as PNG files ``root/<name>``; returns the paths.
+
+    Raises:
+        ValueError / TypeError: ``images`` not a finite floating ``(N, 3, H, W)`` tensor, or not one
+            name per image.
+    """
     from PIL import Image
 
     root = Path(root)
-    if images.ndim != 4 or images.shape[1] != 3:
-        raise ValueError(f"images must be (N, 3, H, W), got {tuple(images.shape)}")
+    if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(f"images must be (N, 3, H, W), got {tuple(getattr(images, 'shape', ()))}")
+    if not images.is_floating_point():
+        raise TypeError(f"images must be floating in [0, 1], got dtype {images.dtype}")
+    check_finite(images, "images")
     if len(names) != images.shape[0]:
         raise ValueError(f"names has {len(names)} entries for {images.shape[0]} images")
     arr = (images.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data import TensorDataset
 
+from rank_lab._validation import check_finite
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["OpenSetSplit"]
@@ -36,6 +37,11 @@ class OpenSetSplit:
         name: a short name for reprs and result tables.
         class_names: names indexed by (fine) class id, when known.
         extras: anything else the generator returns (latent codes, centres, ...).
+
+    Raises:
+        TypeError: non-tensor or integer ``x_*``, floating or bool ``y_*``.
+        ValueError: an empty side, NaN or inf in ``x_*``, ``x_*`` and ``y_*`` of different lengths,
+            label levels that differ between the sides, or (open set) shared classes.
     """
 
     x_train: torch.Tensor
@@ -56,10 +62,11 @@ class OpenSetSplit:
                 raise ValueError(f"x_{side} is empty (shape {tuple(x.shape)})")
             if not x.is_floating_point():
                 raise TypeError(f"x_{side} must be floating, got {x.dtype}")
-            if y.ndim not in (1, 2) or y.shape[0] != x.shape[0]:
-                raise ValueError(
-                    f"y_{side} must have shape ({x.shape[0]},) or ({x.shape[0]}, L), got {tuple(y.shape)}"
-                )
+            check_finite(x, f"x_{side}")
+            if y.ndim not in (1, 2):
+                raise ValueError(f"y_{side} must have shape (N,) or (N, L), got {tuple(y.shape)}")
+            if y.shape[0] != x.shape[0]:
+                raise ValueError(f"x_{side} has {x.shape[0]} rows but y_{side} has {y.shape[0]}")
             if y.is_floating_point() or y.dtype == torch.bool:
                 raise TypeError(f"y_{side} must hold integers, got {y.dtype}")
         if self.y_train.ndim != self.y_test.ndim or self.y_train.shape[1:] != self.y_test.shape[1:]:

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_finite, check_positive_int
 from rank_lab.data.splits import OpenSetSplit, _check_float, _check_seed
 from rank_lab.utils import DeviceLike, get_device
 
@@ -105,6 +105,9 @@ class RandomNonlinearMap:
         if not isinstance(u, torch.Tensor) or u.ndim != 2 or u.shape[1] != self.dim:
             shape = tuple(u.shape) if isinstance(u, torch.Tensor) else type(u).__name__
             raise ValueError(f"u must be a tensor of shape (N, {self.dim}), got {shape}")
+        if u.shape[0] == 0:
+            raise ValueError("u is empty (N = 0)")
+        check_finite(u, "u")
         w1, b1, w2, b2 = (t.to(u.device) for t in (self.w1, self.b1, self.w2, self.b2))
         a = self.gain * (u.to(torch.float64) / self.input_scale) @ w1.T + b1
         h = torch.tanh(a) if self.activation == "tanh" else torch.nn.functional.leaky_relu(a, 0.2)
@@ -317,7 +320,7 @@ def make_hierarchical_open_set(
         ``fine_to_parents (n_fine, L)`` (the label row of every fine class) and the map.
     """
     if branching is None:
-        branching = (n_coarse, fine_per_coarse)
+        branching = (check_positive_int(n_coarse, "n_coarse"), check_positive_int(fine_per_coarse, "fine_per_coarse"))
     if (
         isinstance(branching, (str, bytes))
         or not isinstance(branching, Sequence)

@@ -9,7 +9,8 @@
   and adapted inference.
 * :mod:`~rank_lab.fewshot.mahalanobis` -- Simple CNAPS' regularised Mahalanobis classifier
   (eqs. 5.1-5.2) and nearest-mean baselines.
-* :mod:`~rank_lab.fewshot.classify` -- multi-dataset sampling and training, classification by
+* :mod:`~rank_lab.fewshot.classify` -- multi-dataset sampling and training
+  (:mod:`~rank_lab.fewshot.multi_dataset`), classification by
   retrieval (Mahalanobis, nearest mean, kNN, diffusion; alpha-QE), the k-shot all-ways protocol.
 * :mod:`~rank_lab.fewshot.synthetic` -- anisotropic Gaussian classes and a synthetic pool of
   datasets sharing latent concepts (stand-ins for the land-use datasets).

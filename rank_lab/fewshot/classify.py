@@ -6,7 +6,8 @@ dataset uniformly, (2) a class uniformly within it, (3) ``k`` images of that cla
 (:class:`MultiDatasetSampler`; author's code: ``N = 32``, ``k = 5``, classes with fewer than 5
 images dropped, classes of different datasets never merged). Schedule (:func:`fit_multi_dataset`):
 15 epochs, Adam (lr 1e-4, beta1 = 0.5), constant for 10 epochs then linear decay over 5 (the
-author's code); leave-one-dataset-out: the target dataset is never seen.
+author's code); leave-one-dataset-out: the target dataset is never seen. The training code lives in
+:mod:`rank_lab.fewshot.multi_dataset` (re-exported here).
 
 **Testing** ("k-shot, all-ways", :func:`allways_evaluate`): ``k in {1, 5}`` random supports per
 class of the target dataset, every remaining image is a query, each query goes to the closest class
@@ -34,14 +35,16 @@ retrieved neighbours). :func:`episodic_evaluate` is the usual 5-way protocol, fo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import check_choice, check_embeddings, check_labels, check_positive_int
+from rank_lab.fewshot.multi_dataset import (
+    MultiDatasetSampler,
+    fit_multi_dataset,
+    global_class_ids,
+)
 
 __all__ = [
     "global_class_ids",
@@ -55,171 +58,6 @@ __all__ = [
 ]
 
 METHODS = ("mahalanobis", "euclidean", "cosine", "knn", "diffusion")
-
-
-def global_class_ids(dataset_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """One id per ``(dataset, class)`` pair: classes of different datasets are never merged."""
-    d = check_labels(dataset_ids, name="dataset_ids")
-    y = check_labels(labels, d.shape[0], "labels")
-    _, inv = torch.unique(torch.stack([d, y], 1), dim=0, return_inverse=True)
-    return inv
-
-
-class MultiDatasetSampler:
-    """Batch sampler of §5.4: ``n_classes`` times dataset -> class -> ``k`` images (Fig. 5.15).
-
-    Every batch holds ``n_classes * k`` indices, class by class (``k`` consecutive indices of one
-    class, drawn without replacement). Distinct ``(dataset, class)`` pairs per batch by default.
-    Batch ``b`` of epoch ``e`` depends only on ``(seed, e, b)``.
-
-    Args:
-        dataset_ids: ``(n,)`` dataset of every image.
-        labels: ``(n,)`` class within its dataset.
-        n_classes: ``N`` draws per batch (author's code: 32).
-        k: images per draw (5).
-        batches: batches per epoch (author's code: ``50000 // 32``).
-        min_per_class: classes with fewer images are dropped (5 in the author's code; at least ``k``).
-        distinct: never draw the same class twice in a batch.
-        seed: random seed.
-
-    Raises:
-        ValueError: a dataset with no usable class, or fewer usable classes than ``n_classes``
-            with ``distinct``.
-    """
-
-    def __init__(self, dataset_ids: torch.Tensor, labels: torch.Tensor, n_classes: int = 32, k: int = 5, batches: int = 1562,
-                 *, min_per_class: int = 5, distinct: bool = True, seed: int = 0) -> None:
-        d = check_labels(dataset_ids, name="dataset_ids").cpu().numpy()
-        y = check_labels(labels, d.shape[0], "labels").cpu().numpy()
-        self.n_classes, self.k = check_positive_int(n_classes, "n_classes"), check_positive_int(k, "k")
-        self.batches = check_positive_int(batches, "batches")
-        self.min_per_class = max(int(min_per_class), self.k)
-        self.distinct, self.seed, self.epoch = bool(distinct), int(seed), 0
-        self.datasets = sorted(int(v) for v in np.unique(d))
-        self.members: dict[int, list[np.ndarray]] = {}
-        for ds in self.datasets:
-            groups = [np.flatnonzero((d == ds) & (y == c)) for c in np.unique(y[d == ds])]
-            groups = [g for g in groups if len(g) >= self.min_per_class]
-            if not groups:
-                raise ValueError(f"dataset {ds} has no class with at least {self.min_per_class} images")
-            self.members[ds] = groups
-        n_usable = sum(len(v) for v in self.members.values())
-        if self.distinct and n_usable < self.n_classes:
-            raise ValueError(f"n_classes={n_classes} distinct classes per batch but only {n_usable} usable classes")
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose batches :meth:`__iter__` yields."""
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return self.batches
-
-    def batch(self, b: int) -> list[int]:
-        """Batch ``b`` of the current epoch: ``n_classes * k`` indices, class by class."""
-        rng = np.random.default_rng([self.seed, self.epoch, int(b)])
-        seen: set[tuple[int, int]] = set()
-        out = []
-        while len(out) < self.n_classes:
-            ds = self.datasets[int(rng.integers(len(self.datasets)))]
-            c = int(rng.integers(len(self.members[ds])))
-            if self.distinct and (ds, c) in seen:
-                if len(seen) >= sum(len(self.members[x]) for x in self.datasets):
-                    raise RuntimeError("no class left to draw")  # pragma: no cover - guarded in __init__
-                continue
-            seen.add((ds, c))
-            out.append(rng.choice(self.members[ds][c], self.k, replace=False))
-        return np.concatenate(out).tolist()
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for b in range(self.batches):
-            yield self.batch(b)
-
-
-def _lr_factor(epoch: int, niter: int, niter_decay: int) -> float:
-    """Author's-code schedule: 1 for ``niter`` epochs, then linear decay over ``niter_decay``."""
-    return 1.0 - max(0, epoch + 1 - niter) / float(niter_decay + 1)
-
-
-def fit_multi_dataset(
-    model: torch.nn.Module,
-    images: object,
-    dataset_ids: torch.Tensor,
-    labels: torch.Tensor,
-    *,
-    n_classes: int = 32,
-    k: int = 5,
-    epochs: int = 15,
-    batches_per_epoch: int = 1562,
-    lr: float = 1e-4,
-    betas: tuple[float, float] = (0.5, 0.999),
-    niter: int = 10,
-    niter_decay: int = 5,
-    tau: float = 0.01,
-    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    seed: int = 0,
-    device: object = None,
-    checkpoint_path: str | Path | None = None,
-    progress: bool = True,
-) -> list[float]:
-    """Multi-dataset Smooth-AP training of §5.4 (resumable per epoch from ``checkpoint_path``).
-
-    Args:
-        model: maps images ``(B, C, H, W)`` to descriptors ``(B, d)`` (e.g.
-            :func:`rank_lab.models.build_model` with GeM and a 512-d projection).
-        images: ``(n, C, H, W)`` tensor or a dataset of ``(image, label)``.
-        dataset_ids, labels: ``(n,)`` dataset and within-dataset class of each image.
-        n_classes, k, batches_per_epoch: see :class:`MultiDatasetSampler`.
-        epochs, lr, betas, niter, niter_decay: schedule (author's code: 15 = 10 + 5, 1e-4, 0.5).
-        tau: Smooth-AP temperature.
-        transform: batch augmentation.
-        seed, device, checkpoint_path, progress: as usual.
-
-    Returns:
-        Mean loss of every epoch.
-    """
-    from rank_lab.fewshot.episodes import gather_images
-    from rank_lab.losses import SmoothAP
-    from rank_lab.utils import get_device
-
-    dev = get_device(device)
-    model.to(dev)
-    y = global_class_ids(dataset_ids, labels)
-    sampler = MultiDatasetSampler(dataset_ids, labels, n_classes, k, batches_per_epoch, seed=seed)
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr, betas=betas)
-    loss_fn = SmoothAP(tau=tau)
-    history: list[float] = []
-    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=dev, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        history = list(state["history"])
-    for epoch in range(len(history), epochs):
-        for g in opt.param_groups:
-            g["lr"] = lr * _lr_factor(epoch, niter, niter_decay)
-        sampler.set_epoch(epoch)
-        model.train()
-        batches = iter(sampler)
-        if progress:
-            from tqdm.auto import tqdm
-
-            batches = tqdm(batches, total=len(sampler), desc=f"epoch {epoch + 1}/{epochs}", leave=False)
-        total = 0.0
-        for idx in batches:
-            x = gather_images(images, idx).to(dev)
-            if transform is not None:
-                x = transform(x)
-            loss = loss_fn(model(x), y[idx].to(dev))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach())
-        history.append(total / len(sampler))
-        if ckpt is not None:
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "history": history}, ckpt)
-    model.eval()
-    return history
 
 
 def allways_split(labels: torch.Tensor, k: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -283,7 +121,8 @@ def classify_by_retrieval(
         aqe: ``(alpha, n)`` of the alpha-QE post-processing of the queries (thesis ``(3, 10)``),
             or ``None``. With alpha-QE, supports and queries are L2-normalised first (the thesis'
             descriptors are unit-norm).
-        knn_k, vote: kNN classification (``method="knn"``).
+        knn_k, vote: kNN classification (``method="knn"``): ``knn_k`` in ``[1, S]``, ``vote`` one of
+            ``"majority"``, ``"similarity"``, ``"softmax"`` (checked whatever the method).
         shortlist: restrict class-mean methods to the classes among the ``shortlist`` nearest
             support images (cosine), or ``None`` (every class; the thesis).
         graph_k, diffusion_alpha: kNN graph size and ``alpha`` of ``method="diffusion"``.
@@ -291,6 +130,10 @@ def classify_by_retrieval(
 
     Returns:
         ``(Q,)`` predicted classes.
+
+    Raises:
+        TypeError, ValueError: bad descriptors or labels, an unknown ``method`` or ``vote``, a
+            ``knn_k`` that is not an int in ``[1, S]``.
     """
     from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
     from rank_lab.metrics.classification import knn_classify
@@ -303,6 +146,10 @@ def classify_by_retrieval(
         raise ValueError(f"queries have d={q.shape[1]} but support has d={s.shape[1]}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_choice(vote, "vote", ("majority", "similarity", "softmax"))
+    knn_k = check_positive_int(knn_k, "knn_k")
+    if knn_k > s.shape[0]:
+        raise ValueError(f"knn_k={knn_k} exceeds the {s.shape[0]} support vectors (set knn_k <= {s.shape[0]})")
     if aqe is not None:
         alpha, n = aqe
         allv = F.normalize(torch.cat([s, q]).float(), dim=1)  # descriptors are unit-norm in the thesis
@@ -360,9 +207,15 @@ def episodic_evaluate(
     Each episode draws ``n_way`` classes, ``k`` supports and ``n_query`` queries per class (fewer
     if a class is small). kwargs go to :func:`classify_by_retrieval` (``aqe`` is applied inside the
     episode's support + query set).
+
+    Raises:
+        TypeError, ValueError: ``k``, ``n_way``, ``n_query`` or ``episodes`` not a positive int, fewer
+            than ``n_way`` classes with more than ``k`` items.
     """
     x = check_embeddings(embeddings, "embeddings")
     y = check_labels(labels, x.shape[0], "labels")
+    k, n_way = check_positive_int(k, "k"), check_positive_int(n_way, "n_way")
+    n_query = check_positive_int(n_query, "n_query")
     rng = np.random.default_rng(seed)
     y_np = y.cpu().numpy()
     classes = [c for c in np.unique(y_np) if (y_np == c).sum() > k]

@@ -150,8 +150,23 @@ class EpisodeSampler:
 
 
 def gather_images(images: object, index: torch.Tensor | np.ndarray | list[int]) -> torch.Tensor:
-    """Images at ``index`` from a tensor ``(n, C, H, W)`` or a dataset of ``(image, label)`` items."""
-    idx = torch.as_tensor(index).long()
+    """Images at ``index`` from a tensor ``(n, C, H, W)`` or a dataset of ``(image, label)`` items.
+
+    Raises:
+        TypeError: ``index`` is not integer, or ``images`` has no length.
+        ValueError: an index outside ``[0, n)``.
+    """
+    idx = torch.as_tensor(index)
+    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+        raise TypeError(f"index must hold integer positions, got dtype {idx.dtype}")
+    idx = idx.long().reshape(-1)
+    try:
+        n = images.shape[0] if isinstance(images, torch.Tensor) else len(images)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"images must be a tensor (n, C, H, W) or a dataset of (image, label), got {type(images).__name__}") from None
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        bad = idx[(idx < 0) | (idx >= n)][:5].tolist()
+        raise ValueError(f"index holds positions {bad} outside [0, {n}) (images has {n} items)")
     if isinstance(images, torch.Tensor):
         return images[idx]
     return torch.stack([torch.as_tensor(images[int(i)][0]) for i in idx])
@@ -168,6 +183,10 @@ def sample_supports(labels: torch.Tensor, k: int, *, seed: int = 0, classes: lis
 
     Returns:
         ``{class: (k,) indices}``.
+
+    Raises:
+        ValueError: a listed class with fewer than ``k`` items, or (``classes=None``) no class with
+            ``k`` items at all (an empty result would evaluate nothing).
     """
     y = check_labels(labels, name="labels").cpu().numpy()
     k = check_positive_int(k, "k")
@@ -181,6 +200,8 @@ def sample_supports(labels: torch.Tensor, k: int, *, seed: int = 0, classes: lis
                 continue
             raise ValueError(f"class {c} has {len(idx)} items, fewer than k={k}")
         out[c] = torch.from_numpy(rng.choice(idx, k, replace=False)).long()
+    if not out and cls:
+        raise ValueError(f"no class has k={k} items (the largest has {max(int((y == c).sum()) for c in cls)})")
     return out
 
 
@@ -218,6 +239,8 @@ def setup_supports(
         out = {}
         for c in classes:
             pool = np.flatnonzero((y_np >= 0) & (y_np != c))
+            if len(pool) < k:
+                raise ValueError(f"setup 'R' draws k={k} supports from the other classes, but class {c} has only {len(pool)} other items")
             out[c] = torch.from_numpy(rng.choice(pool, k, replace=False)).long()
         return {c: gather_images(images, i) for c, i in out.items()}, {}
     idx = sample_supports(y, k, seed=seed)
@@ -251,7 +274,7 @@ def fewshot_retrieval_scores(
     cache: torch.Tensor | None = None
     items = list(supports.items())
     if progress:
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         items = tqdm(items, desc="classes")
     for c, sup in items:

@@ -36,6 +36,8 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock
 
+from rank_lab._validation import check_finite_input, check_input, check_positive_int
+
 __all__ = [
     "FILM_KEYS",
     "FiLMParams",
@@ -57,13 +59,25 @@ def film(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tens
     """Feature-wise linear modulation ``gamma * x + beta`` per channel (Fig. 3.21 of the thesis).
 
     Args:
-        x: ``(B, C, H, W)`` feature map.
-        gamma: ``(C,)`` shared by the batch, or ``(B, C)`` one row per image.
+        x: ``(B, C, H, W)`` floating feature map (an empty batch gives an empty batch).
+        gamma: ``(C,)`` shared by the batch, or ``(B, C)`` one row per image (floating, finite).
         beta: same shape as ``gamma``.
 
     Returns:
         ``(B, C, H, W)``.
+
+    Raises:
+        TypeError: a non-floating tensor. ValueError: wrong shapes, NaN or inf (naming the argument).
     """
+    x = check_input(x, "x", 4, shape="(B, C, H, W)")
+    gamma = check_input(gamma, "gamma", (1, 2), shape="(C,) or (B, C)")
+    beta = check_input(beta, "beta", (1, 2), shape="(C,) or (B, C)")
+    return _film(x, gamma, beta)
+
+
+def _film(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """:func:`film` without the dtype / finiteness checks (inside :class:`FiLMResNet`, whose forward
+    checks its input and all the parameters at once)."""
     if gamma.shape != beta.shape:
         raise ValueError(f"gamma has shape {tuple(gamma.shape)} but beta has {tuple(beta.shape)}")
     c = x.shape[1]
@@ -71,7 +85,8 @@ def film(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tens
         return x * gamma[None, :, None, None] + beta[None, :, None, None]
     if gamma.ndim == 2 and gamma.shape == (x.shape[0], c):
         return x * gamma[:, :, None, None] + beta[:, :, None, None]
-    raise ValueError(f"FiLM parameters must have shape ({c},) or ({x.shape[0]}, {c}), got {tuple(gamma.shape)}")
+    raise ValueError(f"gamma and beta (FiLM parameters) must have shape ({c},) or ({x.shape[0]}, {c}) for x of shape "
+                     f"{tuple(x.shape)}, got {tuple(gamma.shape)}")
 
 
 class FiLM(nn.Module):
@@ -81,7 +96,8 @@ class FiLM(nn.Module):
     """
 
     def forward(self, x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, C, H, W)``; gamma, beta ``(C,)`` or ``(B, C)``. Returns ``(B, C, H, W)``."""
+        """Args: x ``(B, C, H, W)``; gamma, beta ``(C,)`` or ``(B, C)``. Returns ``(B, C, H, W)``
+        (checks and errors of :func:`film`)."""
         return film(x, gamma, beta)
 
 
@@ -109,15 +125,29 @@ def _block_forward(block: nn.Module, x: torch.Tensor, p: dict[str, torch.Tensor]
     identity = x
     out = block.bn1(block.conv1(x))
     if p is not None:
-        out = film(out, p["gamma1"], p["beta1"])
+        out = _film(out, p["gamma1"], p["beta1"])
     out = (block.act1 if hasattr(block, "act1") else block.relu)(out)
     out = block.bn2(block.conv2(out))
     if p is not None:
-        out = film(out, p["gamma2"], p["beta2"])
+        out = _film(out, p["gamma2"], p["beta2"])
     if block.downsample is not None:
         identity = block.downsample(x)
     out = out + identity
     return (block.act2 if hasattr(block, "act2") else block.relu)(out)
+
+
+def _check_film_params(params: FiLMParams) -> None:
+    """Every FiLM tensor floating, and all of them finite (one reduction for the whole network)."""
+    tensors = []
+    for si, stage in enumerate(params):
+        for bi, blk in enumerate(stage):
+            for key in FILM_KEYS:
+                t = blk.get(key) if isinstance(blk, dict) else None
+                if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                    raise TypeError(f"params[{si}][{bi}][{key!r}] must be a floating tensor, got {type(t).__name__}")
+                tensors.append(t.detach().reshape(-1))
+    if tensors:
+        check_finite_input(torch.cat([t.to(tensors[0].dtype) for t in tensors]), "params")
 
 
 def _check_block(block: nn.Module) -> None:
@@ -181,11 +211,16 @@ class FiLMResNet(nn.Module):
 
         Returns:
             The last feature map ``(B, num_features, h, w)``.
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf, ``params``
+                not matching the blocks.
         """
-        if x.ndim != 4:
-            raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
+        x = check_input(x, "x", 4, shape="(B, C, H, W)", like=self)
         if params is not None and [len(s) for s in params] != self.blocks:
             raise ValueError(f"params has {[len(s) for s in params]} blocks per stage, the network {self.blocks}")
+        if params is not None:
+            _check_film_params(params)
         x = self.stem(x)
         for si, stage in enumerate(self._stages()):
             for bi, blk in enumerate(stage):
@@ -203,19 +238,24 @@ class TinyResNetBody(nn.Module):
         widths: channels of the stages (stride 1 for the first, 2 for the others).
         blocks: BasicBlocks per stage.
         stem_stride: stride of the 3x3 stem (2 quarters the cost of the first stage).
+
+    Raises:
+        TypeError, ValueError: ``in_channels``, ``stem_stride``, a width or a block count not a
+            positive int, or ``widths`` and ``blocks`` of different lengths.
     """
 
     def __init__(
         self, in_channels: int = 3, widths: Sequence[int] = (16, 32, 64), blocks: Sequence[int] | int = 1, stem_stride: int = 1
     ) -> None:
         super().__init__()
-        widths = [int(w) for w in widths]
-        nblocks = [int(blocks)] * len(widths) if isinstance(blocks, int) else [int(b) for b in blocks]
-        if not widths or min(widths) < 1 or len(nblocks) != len(widths) or min(nblocks) < 1:
+        in_channels = check_positive_int(in_channels, "in_channels")
+        stem_stride = check_positive_int(stem_stride, "stem_stride")
+        widths = [check_positive_int(w, "widths") for w in widths]
+        nblocks = ([check_positive_int(blocks, "blocks")] * len(widths) if isinstance(blocks, int)
+                   else [check_positive_int(b, "blocks") for b in blocks])
+        if not widths or len(nblocks) != len(widths):
             raise ValueError(f"widths and blocks must be positive and of equal length, got {widths}, {nblocks}")
-        if int(in_channels) < 1:
-            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
-        self.conv1 = nn.Conv2d(int(in_channels), widths[0], 3, stride=int(stem_stride), padding=1, bias=False)
+        self.conv1 = nn.Conv2d(in_channels, widths[0], 3, stride=stem_stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(widths[0])
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.Identity()
@@ -253,6 +293,9 @@ def film_resnet18(
     """
     from rank_lab.models.weights import create_timm_model, file_record, merge_legacy_weights
 
+    if source not in ("torchvision", "timm"):
+        raise ValueError(f"source must be 'torchvision' or 'timm', got {source!r}")
+    in_channels = check_positive_int(in_channels, "in_channels")
     spec, strict = merge_legacy_weights(weights, False, weights_path)
     if source == "torchvision":
         from torchvision.models import resnet18

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
 
 __all__ = [
     "covariance",
@@ -111,17 +111,16 @@ class MahalanobisClassifier:
             raise ValueError(f"shrinkage must be 'auto' or a float in [0, 1], got {shrinkage!r}")
         if one_shot not in ("zero", "simplecnaps"):
             raise ValueError(f"one_shot must be 'zero' or 'simplecnaps', got {one_shot!r}")
-        if identity_scale < 0:
-            raise ValueError(f"identity_scale must be >= 0, got {identity_scale}")
+        identity_scale = check_float(identity_scale, "identity_scale", low=0.0)
         self.shrinkage, self.one_shot = shrinkage, one_shot
-        self.identity_scale, self.half, self.dtype = float(identity_scale), bool(half), dtype
+        self.identity_scale, self.half, self.dtype = identity_scale, bool(half), dtype
 
     def regularized_covariances(self, support: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(classes (C,), means (C, D), Q (C, D, D), counts (C,))`` of eq. 5.2."""
         x = check_embeddings(support, "support").to(self.dtype)
-        y = check_labels(labels, x.shape[0], "support_labels").to(x.device)
+        y = check_labels(labels, x.shape[0], "labels").to(x.device)
         if y.ndim != 1:
-            raise ValueError(f"support_labels must have shape (n,), got {tuple(y.shape)}")
+            raise ValueError(f"labels must have shape (n,), got {tuple(y.shape)}")
         if x.shape[0] < 2:
             raise ValueError("support needs at least 2 vectors (the task covariance is undefined otherwise)")
         classes = torch.unique(y)
@@ -183,7 +182,11 @@ class MahalanobisClassifier:
 
 def mahalanobis_logits(queries: torch.Tensor, support: torch.Tensor, support_labels: torch.Tensor, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
     """Functional :class:`MahalanobisClassifier`: ``(classes (C,), logits (Q, C))``; kwargs as the class."""
-    clf = MahalanobisClassifier(**kwargs).fit(support, support_labels)  # type: ignore[arg-type]
+    s = check_embeddings(support, "support")
+    y = check_labels(support_labels, s.shape[0], "support_labels")
+    if y.ndim != 1:
+        raise ValueError(f"support_labels must have shape (n,), got {tuple(y.shape)}")
+    clf = MahalanobisClassifier(**kwargs).fit(s, y)  # type: ignore[arg-type]
     return clf.classes, clf.logits(queries)
 
 

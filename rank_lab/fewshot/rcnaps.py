@@ -38,7 +38,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_input,
+    check_labels,
+    check_positive_int,
+)
 from rank_lab.fewshot.film import (
     FiLMParams,
     FiLMResNet,
@@ -68,12 +74,16 @@ class SetEncoder(nn.Module):
         depth: number of ``conv3x3 -> BN -> ReLU -> max-pool 2`` blocks (CNAPS: 5). Pools use
             ``ceil_mode=True`` so that small images work (the CNAPS code floors; the parameter
             count is the same).
+
+    Raises:
+        TypeError, ValueError: ``in_channels``, ``width`` or ``depth`` not a positive int.
     """
 
     def __init__(self, in_channels: int = 3, width: int = 64, depth: int = 5) -> None:
         super().__init__()
-        if min(in_channels, width, depth) < 1:
-            raise ValueError(f"in_channels, width and depth must be >= 1, got {in_channels}, {width}, {depth}")
+        in_channels = check_positive_int(in_channels, "in_channels")
+        width, depth = check_positive_int(width, "width"), check_positive_int(depth, "depth")
+        self.in_channels = in_channels
         layers: list[nn.Module] = []
         cin = in_channels
         for _ in range(depth):
@@ -87,13 +97,24 @@ class SetEncoder(nn.Module):
         return self.net(x).mean(dim=(-2, -1))
 
     def forward(self, support: torch.Tensor) -> torch.Tensor:
-        """``(k, C, H, W)`` -> ``(width,)``; ``(T, k, C, H, W)`` -> ``(T, width)`` (one code per set)."""
+        """``(k, C, H, W)`` -> ``(width,)``; ``(T, k, C, H, W)`` -> ``(T, width)`` (one code per set).
+
+        A ``(1, k, C, H, W)`` support is one task: its code has shape ``(1, width)``. float64 is cast
+        to the weights' dtype.
+
+        Raises:
+            TypeError: ``support`` not a floating tensor. ValueError: a wrong shape, an empty set
+                (``k = 0``: the mean of no code), NaN or inf.
+        """
+        support = check_input(support, "support", (4, 5), shape=f"(k, {self.in_channels}, H, W) or (T, k, {self.in_channels}, H, W)",
+                              like=self)
+        if support.shape[-3] != self.in_channels or 0 in support.shape[: support.ndim - 3]:
+            raise ValueError(f"support must have shape (k, {self.in_channels}, H, W) or (T, k, {self.in_channels}, H, W) "
+                             f"with k >= 1, got {tuple(support.shape)}")
         if support.ndim == 4:
             return self.encode(support).mean(0)
-        if support.ndim == 5:
-            t, k = support.shape[:2]
-            return self.encode(support.flatten(0, 1)).view(t, k, -1).mean(1)
-        raise ValueError(f"support must have shape (k, C, H, W) or (T, k, C, H, W), got {tuple(support.shape)}")
+        t, k = support.shape[:2]
+        return self.encode(support.flatten(0, 1)).view(t, k, -1).mean(1)
 
 
 class _DenseResidual(nn.Linear):
@@ -115,10 +136,17 @@ class FiLMLayerNetwork(nn.Module):
         n_blocks: blocks of the stage.
         z_dim: size of the task code.
         init_std: standard deviation of the regularisers ``r`` (CNAPS: 1e-3; 0 = exact identity).
+
+    Raises:
+        TypeError, ValueError: ``channels``, ``n_blocks`` or ``z_dim`` not a positive int, ``init_std``
+            not a finite number >= 0.
     """
 
     def __init__(self, channels: int, n_blocks: int, z_dim: int, init_std: float = 1e-3) -> None:
         super().__init__()
+        channels, n_blocks = check_positive_int(channels, "channels"), check_positive_int(n_blocks, "n_blocks")
+        z_dim, init_std = check_positive_int(z_dim, "z_dim"), check_float(init_std, "init_std", low=0.0)
+        self.z_dim = z_dim
         self.shared = nn.Sequential(nn.Linear(z_dim, channels), nn.ReLU())
         self.processors = nn.ModuleList(nn.ModuleDict({k: _processor(channels) for k in ("gamma1", "beta1", "gamma2", "beta2")}) for _ in range(n_blocks))
         self.regularizers = nn.ModuleList()
@@ -128,6 +156,9 @@ class FiLMLayerNetwork(nn.Module):
 
     def forward(self, z: torch.Tensor) -> list[dict[str, torch.Tensor]]:
         """``z (z_dim,)`` or ``(T, z_dim)`` -> one dict per block of ``(C,)`` or ``(T, C)`` tensors."""
+        z = check_input(z, "z", (1, 2), shape=f"({self.z_dim},) or (T, {self.z_dim})", like=self)
+        if z.shape[-1] != self.z_dim:
+            raise ValueError(f"z must have shape ({self.z_dim},) or (T, {self.z_dim}), got {tuple(z.shape)}")
         h = self.shared(z)
         out = []
         for proc, reg in zip(self.processors, self.regularizers, strict=True):
@@ -147,10 +178,17 @@ class FiLMAdaptationNetwork(nn.Module):
         blocks: blocks of every stage.
         z_dim: size of the task code.
         init_std: initial std of the regularisers.
+
+    Raises:
+        TypeError, ValueError: as :class:`FiLMLayerNetwork`; ``channels`` and ``blocks`` of
+            different lengths.
     """
 
     def __init__(self, channels: Sequence[int], blocks: Sequence[int], z_dim: int = 64, init_std: float = 1e-3) -> None:
         super().__init__()
+        z_dim, init_std = check_positive_int(z_dim, "z_dim"), check_float(init_std, "init_std", low=0.0)
+        if len(channels) != len(blocks) or not len(channels):
+            raise ValueError(f"channels and blocks must list the same (>= 1) stages, got {list(channels)}, {list(blocks)}")
         self.layers = nn.ModuleList(FiLMLayerNetwork(c, b, z_dim, init_std) for c, b in zip(channels, blocks, strict=True))
 
     def forward(self, z: torch.Tensor) -> FiLMParams:
@@ -166,7 +204,16 @@ def adaptation_parameter_count(channels: Sequence[int], blocks: Sequence[int], z
     """Closed-form size of :class:`FiLMAdaptationNetwork`: per stage ``z C + C + b (12 (C^2 + C) + 4 C)``.
 
     ResNet-18 (``C = 64, 128, 256, 512``, 2 blocks) with ``z_dim = 64``: 8,448,960.
+
+    Raises:
+        TypeError, ValueError: ``z_dim``, a channel or a block count not a positive int, or
+            ``channels`` and ``blocks`` of different lengths.
     """
+    z_dim = check_positive_int(z_dim, "z_dim")
+    channels = [check_positive_int(c, "channels") for c in channels]
+    blocks = [check_positive_int(b, "blocks") for b in blocks]
+    if len(channels) != len(blocks):
+        raise ValueError(f"channels and blocks must have the same length, got {channels}, {blocks}")
     return sum(z_dim * c + c + b * (12 * (c * c + c) + 4 * c) for c, b in zip(channels, blocks, strict=True))
 
 
@@ -181,6 +228,11 @@ class RCNAPS(nn.Module):
         gem_p: initial GeM exponent (learnable, as in the thesis' GeM).
         train_backbone: train the ResNet too (default False: frozen as in Simple CNAPS, its
             batch-norm statistics frozen too).
+
+    Raises:
+        TypeError, ValueError: ``extractor`` not a :class:`FiLMResNet`; ``in_channels``,
+            ``encoder_width`` or ``encoder_depth`` not a positive int; ``init_std`` not a finite
+            number >= 0; ``gem_p`` not a finite positive number (named as here).
     """
 
     def __init__(
@@ -195,6 +247,13 @@ class RCNAPS(nn.Module):
         train_backbone: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(extractor, FiLMResNet):
+            raise TypeError(f"extractor must be a FiLMResNet (film_resnet18 / film_tiny_resnet), got {type(extractor).__name__}")
+        in_channels = check_positive_int(in_channels, "in_channels")
+        encoder_width = check_positive_int(encoder_width, "encoder_width")
+        encoder_depth = check_positive_int(encoder_depth, "encoder_depth")
+        init_std = check_float(init_std, "init_std", low=0.0)
+        gem_p = check_float(gem_p, "gem_p", low=0.0, low_open=True)
         self.extractor = extractor
         self.set_encoder = SetEncoder(in_channels, encoder_width, encoder_depth)
         self.adaptation = FiLMAdaptationNetwork(extractor.channels, extractor.blocks, encoder_width, init_std)

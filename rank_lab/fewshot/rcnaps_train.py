@@ -6,7 +6,8 @@
   ``m`` target-class queries is minimised (thesis ``k = 5``, ``m = 10``, ``N = 6``). Adam,
   learning rate 1e-4, ``tau = 0.01`` (not given by the thesis; the author's chapter-5 code).
   ``mode="plain"`` trains the unadapted network with the usual Smooth-AP (eq. 4.12) on the same
-  batches. Resumable from a checkpoint (episode ``i`` depends only on ``(seed, i)``).
+  batches. Runs on the training engine (:mod:`rank_lab.train.engine`); resumable from a checkpoint
+  (episode ``i`` depends only on ``(seed, i)``).
 * :func:`rcnaps_describe` -- the ``describe(support)`` function of the few-shot retrieval protocol
   (:func:`rank_lab.fewshot.evaluate_fewshot_retrieval`): the base described with the model
   adapted to one support.
@@ -15,16 +16,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
-from rank_lab.fewshot.episodes import EpisodeSampler, gather_images
+from rank_lab._validation import check_float, check_input, check_labels, check_positive_int
+from rank_lab.fewshot.episodes import Episode, EpisodeSampler, gather_images
 from rank_lab.fewshot.film import select_film_params
 from rank_lab.fewshot.rcnaps import RCNAPS, class_specific_smooth_ap
+from rank_lab.losses import SmoothAP
+from rank_lab.train.engine import Batch, Engine, EngineConfig
+from rank_lab.train.optim import build_optimizer
+from rank_lab.utils import get_device
 
 __all__ = ["fit_rcnaps", "rcnaps_describe", "rcnaps_describe_tasks"]
+
+
+def _check_images(images: object, name: str, n: int | None = None, name_n: str = "") -> None:
+    """A tensor of images must be a finite floating ``(n, C, H, W)`` batch; a dataset needs a length
+    (its items are checked by the model's forward). With ``n``, the lengths must agree."""
+    if isinstance(images, torch.Tensor):
+        check_input(images, name, 4, shape="(n, C, H, W)", allow_empty=False)
+        size = images.shape[0]
+    else:
+        try:
+            size = len(images)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(f"{name} must be a tensor (n, C, H, W) or a dataset of (image, label), got {type(images).__name__}") from None
+    if n is not None and size != n:
+        raise ValueError(f"{name} has {size} items but {name_n} has {n}")
 
 
 def fit_rcnaps(
@@ -46,8 +67,11 @@ def fit_rcnaps(
     checkpoint_path: str | Path | None = None,
     checkpoint_every: int = 100,
     progress: bool = True,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = None,
 ) -> list[float]:
-    """Episodic training of rCNAPS (Fig. 4.8), resumable from ``checkpoint_path``.
+    """Episodic training of rCNAPS (Fig. 4.8) on the training engine, resumable from ``checkpoint_path``.
 
     Args:
         model: an :class:`RCNAPS`.
@@ -64,17 +88,27 @@ def fit_rcnaps(
         seed: seed of the episodes.
         device: training device (CUDA when present by default).
         checkpoint_path: a file; saved every ``checkpoint_every`` episodes and at the end, and
-            resumed from when it exists.
+            resumed from when it exists (``resume``; a run may be resumed with more episodes).
         progress: tqdm bar.
+        amp, grad_clip: the engine's mixed precision (CUDA) and gradient clipping.
 
     Returns:
         The loss of every episode (including those of a resumed run).
-    """
-    from rank_lab.losses import SmoothAP
-    from rank_lab.utils import get_device
 
+    Raises:
+        TypeError, ValueError: ``mode`` unknown; ``lr`` or ``tau`` not a finite positive number;
+            ``film_l2`` not a finite number >= 0; ``images`` and ``labels`` of different lengths;
+            tensor ``images`` not a finite floating ``(n, C, H, W)`` batch; the errors of
+            :class:`~rank_lab.fewshot.EpisodeSampler`.
+        NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
+    """
     if mode not in ("adapted", "plain"):
         raise ValueError(f"mode must be 'adapted' or 'plain', got {mode!r}")
+    lr, tau = check_float(lr, "lr", low=0.0, low_open=True), check_float(tau, "tau", low=0.0, low_open=True)
+    film_l2 = check_float(film_l2, "film_l2", low=0.0)
+    checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
+    labels = check_labels(labels, name="labels")
+    _check_images(images, "images", labels.shape[0], "labels")
     dev = get_device(device)
     model.to(dev)
     prev = model.train_backbone
@@ -83,49 +117,39 @@ def fit_rcnaps(
         params = [p for n, p in model.named_parameters() if n.startswith(("extractor.", "pool."))]
     else:
         params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=lr)
     sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed)
-    losses: list[float] = []
-    start = 0
-    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=dev, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        losses, start = list(state["losses"]), int(state["episode"])
+    engine = Engine(model, build_optimizer(params, lr=lr), EngineConfig(
+        epochs=episodes, checkpoint=checkpoint_path, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
+        amp=amp, grad_clip=grad_clip, desc=f"rCNAPS ({mode})", unit="step"), device=dev,
+        run_key={"mode": mode, "k": k, "m": m, "n_classes": n_classes, "lr": lr, "tau": tau, "film_l2": film_l2, "seed": seed,
+                 "n_items": int(labels.shape[0])})
     plain_loss = SmoothAP(tau=tau)
-    it = range(start, episodes)
-    if progress:
-        from tqdm.auto import tqdm
 
-        it = tqdm(it, desc=f"rCNAPS ({mode})", initial=start, total=episodes)
-    model.train()
-    for i in it:
-        ep = sampler.episode(i)
+    def step(ep: Episode) -> torch.Tensor:
         x = gather_images(images, ep.batch).to(dev)
         if transform is not None:
             x = transform(x)
         y = ep.batch_labels.to(dev)
         if mode == "plain":
-            loss = plain_loss(model(x), y)
-        else:
-            s = gather_images(images, ep.support).to(dev)
-            if transform is not None:
-                s = transform(s)
-            loss = class_specific_smooth_ap(model(x, s), y, ep.target, tau=tau)
-            if film_l2 > 0:
-                loss = loss + film_l2 * model.adaptation.regularization_term()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-        if ckpt is not None and ((i + 1) % checkpoint_every == 0 or i + 1 == episodes):
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses, "episode": i + 1}, ckpt)
+            return plain_loss(model(x), y)
+        s = gather_images(images, ep.support).to(dev)
+        if transform is not None:
+            s = transform(s)
+        loss = class_specific_smooth_ap(model(x, s), y, ep.target, tau=tau)
+        if film_l2 > 0:
+            loss = loss + film_l2 * model.adaptation.regularization_term()
+        return loss
+
+    def episode(i: int) -> Iterator[Batch]:
+        ep = sampler.episode(i)
+        yield Batch(ep, indices=ep.batch)
+
+    model.train()
+    engine.run(step, episode, steps_per_epoch=1, on_epoch_end=lambda i, res: engine.history.append(res[0].loss))
     if mode == "plain":
         model.set_train_backbone(prev)
     model.eval()
-    return losses
+    return engine.history
 
 
 @torch.no_grad()
@@ -134,9 +158,13 @@ def rcnaps_describe(model: RCNAPS, images: object, *, batch_size: int = 256, dev
 
     ``describe(support)`` adapts ``model`` to ``support (k, C, H, W)`` once and returns the
     ``(n, D)`` descriptors of all ``images`` (``support=None``: unadapted, setup C).
-    """
-    from rank_lab.utils import get_device
 
+    Raises:
+        TypeError, ValueError: ``batch_size`` not a positive int; tensor ``images`` not a finite
+            floating ``(n, C, H, W)`` batch.
+    """
+    batch_size = check_positive_int(batch_size, "batch_size")
+    _check_images(images, "images")
     dev = get_device(device)
     model.to(dev).eval()
     n = images.shape[0] if isinstance(images, torch.Tensor) else len(images)  # type: ignore[arg-type]
@@ -169,11 +197,18 @@ def rcnaps_describe_tasks(
         supports: ``(T, k, C, H, W)`` one support set per task.
         batch_size: images per forward pass (all tasks together).
         device: compute device.
-    """
-    from rank_lab.utils import get_device
 
-    if supports.ndim != 5:
-        raise ValueError(f"supports must have shape (T, k, C, H, W), got {tuple(supports.shape)}")
+    Raises:
+        TypeError, ValueError: ``images`` not a finite floating ``(n, C, H, W)`` batch with
+            ``n >= 1``, ``supports`` not a finite floating ``(T, k, C, H, W)`` with ``T, k >= 1``
+            and the images' ``(C, H, W)``, ``batch_size`` not a positive int.
+    """
+    batch_size = check_positive_int(batch_size, "batch_size")
+    images = check_input(images, "images", 4, shape="(n, C, H, W)", like=model, allow_empty=False)
+    supports = check_input(supports, "supports", 5, shape="(T, k, C, H, W)", like=model, allow_empty=False)
+    if supports.shape[1] == 0 or supports.shape[2:] != images.shape[1:]:
+        raise ValueError(f"supports must have shape (T, k >= 1, {', '.join(map(str, images.shape[1:]))}) like the images, "
+                         f"got {tuple(supports.shape)}")
     dev = get_device(device)
     model.to(dev).eval()
     t, n = supports.shape[0], images.shape[0]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
 
 __all__ = ["anisotropic_classes", "MultiDataset", "make_multi_dataset"]
 
@@ -43,8 +43,16 @@ def anisotropic_classes(
 
     Returns:
         ``(x (C * per_class, dim) float64, y (C * per_class,) long)``.
+
+    Raises:
+        TypeError, ValueError: ``n_classes``, ``per_class`` or ``dim`` not a positive int;
+            ``mean_std``, ``floor`` or an eigenvalue not a finite number >= 0; ``scale`` not finite;
+            more eigenvalues than ``dim``.
     """
     c, n, d = check_positive_int(n_classes, "n_classes"), check_positive_int(per_class, "per_class"), check_positive_int(dim, "dim")
+    mean_std, floor = check_float(mean_std, "mean_std", low=0.0), check_float(floor, "floor", low=0.0)
+    scale = check_float(scale, "scale")
+    eigenvalues = [check_float(e, "eigenvalues", low=0.0) for e in eigenvalues]
     if len(eigenvalues) > d:
         raise ValueError(f"{len(eigenvalues)} eigenvalues for dim={d}")
     g = torch.Generator().manual_seed(int(seed))
@@ -74,6 +82,17 @@ class MultiDataset:
     labels: torch.Tensor
     dataset_ids: torch.Tensor
     concepts: torch.Tensor
+
+    def __post_init__(self) -> None:
+        """Check ``x (n, d)`` (finite; integer features are cast to float) and three ``(n,)`` integer
+        label vectors of the same length (``TypeError`` / ``ValueError`` naming the field)."""
+        self.x = check_embeddings(self.x, "x")
+        n = self.x.shape[0]
+        for name in ("labels", "dataset_ids", "concepts"):
+            y = check_labels(getattr(self, name), n, name)
+            if y.ndim != 1:
+                raise ValueError(f"{name} must have shape (n,), got {tuple(y.shape)}")
+            setattr(self, name, y)
 
     def select(self, datasets: Sequence[int]) -> MultiDataset:
         """The rows of the given datasets."""
@@ -110,11 +129,22 @@ def make_multi_dataset(
 
     Returns:
         A :class:`MultiDataset` (rows grouped by dataset, then class).
+
+    Raises:
+        TypeError, ValueError: a count or dimension not a positive int (``nuisance_rank`` an int
+            >= 0), a standard deviation not a finite number >= 0, ``classes_per_dataset >
+            n_concepts``, or ``concept_dim`` / ``nuisance_rank`` that do not fit in ``dim``.
     """
+    from rank_lab._validation import check_nonneg_int
     from rank_lab.data import RandomNonlinearMap
 
     nd, nc = check_positive_int(n_datasets, "n_datasets"), check_positive_int(n_concepts, "n_concepts")
     cpd, n = check_positive_int(classes_per_dataset, "classes_per_dataset"), check_positive_int(per_class, "per_class")
+    dim, input_dim = check_positive_int(dim, "dim"), check_positive_int(input_dim, "input_dim")
+    concept_dim, nuisance_rank = check_positive_int(concept_dim, "concept_dim"), check_nonneg_int(nuisance_rank, "nuisance_rank")
+    concept_std, noise = check_float(concept_std, "concept_std", low=0.0), check_float(noise, "noise", low=0.0)
+    nuisance_std, style_std = check_float(nuisance_std, "nuisance_std", low=0.0), check_float(style_std, "style_std", low=0.0)
+    obs_noise = check_float(obs_noise, "obs_noise", low=0.0)
     if cpd > nc:
         raise ValueError(f"classes_per_dataset={cpd} exceeds n_concepts={nc}")
     if not 0 < concept_dim < dim or nuisance_rank > dim - concept_dim:

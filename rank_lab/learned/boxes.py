@@ -1,21 +1,18 @@
 """LS-IoU task: a small rotated-box regression problem on procedural images (Patel thesis, 3.3.3).
 
-The thesis post-tunes the regression branch of a rotated text detector (RRPN on ICDAR'15)
-with a learned surrogate of ``1 - IoU`` between rotated boxes. This module is an offline,
-CPU-sized stand-in that keeps the ingredients:
+The thesis post-tunes the regression branch of a rotated text detector (RRPN on ICDAR'15) with a
+learned surrogate of ``1 - IoU``; this module is an offline, CPU-sized stand-in with its ingredients:
 
-* :func:`make_box_dataset`: images with one text-like rotated bar (striped texture, random
-  contrast, blur, noise and a distractor patch) and its box ``(cx, cy, w, h, theta)`` in
-  normalised image coordinates (the box's long side is ``w``; ``|theta| < pi/2``);
-* :class:`BoxRegressor`: a CoordConv CNN predicting the 6-d code of the thesis
-  ``(cx, cy, w, h, cos theta, sin theta)`` (:func:`rank_lab.metrics.detection.encode_box6`),
-  pre-trained with smooth-L1 (:func:`fit_box_regressor`, the thesis' proxy loss);
-* :class:`RotatedBoxPairBank`: the random generator R: perturbed copies of training boxes,
-  stored with their IoU and sampled uniformly over IoU bins (the thesis stores ~3M pairs
-  because "uniform sampling over the range of IoU is difficult");
-* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`,
-  with metric ``e = 1 - IoU`` (the surrogate is a distance, so it must approximate an error that
-  is 0 at a perfect prediction; the thesis' wording "approximates the IoU" means this).
+* :func:`make_box_dataset`: images with one text-like rotated bar (stripes, random contrast, blur,
+  noise, a distractor) and its box ``(cx, cy, w, h, theta)``, normalised (long side ``w``, ``|theta| < pi/2``);
+* :class:`BoxRegressor`: a CoordConv CNN predicting the 6-d code ``(cx, cy, w, h, cos theta, sin theta)``
+  of the thesis (:func:`rank_lab.metrics.detection.encode_box6`), pre-trained with smooth-L1
+  (:func:`fit_box_regressor`, the thesis' proxy loss, on the training engine);
+* :class:`RotatedBoxPairBank`: the random generator R: perturbed copies of training boxes stored
+  with their IoU, sampled uniformly over IoU bins (the thesis stores ~3M pairs for that reason);
+* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`, with
+  metric ``e = 1 - IoU`` (the surrogate is a distance: 0 at a perfect prediction; the thesis'
+  "approximates the IoU" means this).
 """
 
 from __future__ import annotations
@@ -28,10 +25,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_float, check_input_batch, check_positive_int
+from rank_lab.learned._checks import (
+    check_boxes,
+    check_generator,
+    check_images,
+    check_module,
+    check_range,
+)
 from rank_lab.learned.recognizer import fit_proxy
+from rank_lab.learned.surrogate import SurrogateTask
 from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate, rotated_iou
-from rank_lab.utils import get_device
 
 __all__ = [
     "sample_rotated_boxes",
@@ -55,8 +59,24 @@ def sample_rotated_boxes(
     aspect: tuple[float, float] = (0.2, 0.45),
     max_angle: float = math.pi / 3,
 ) -> torch.Tensor:
-    """``n`` text-like boxes ``(cx, cy, w, h, theta)`` in ``[0, 1]`` coordinates, ``h = aspect * w``."""
+    """``n`` text-like boxes ``(cx, cy, w, h, theta)`` in ``[0, 1]`` coordinates, ``h = aspect * w``.
+
+    Args:
+        n: number of boxes.
+        gen: random generator.
+        center: ``(low, high)`` range of ``cx`` and ``cy``.
+        width: ``(low, high)`` range of ``w`` (``low > 0``).
+        aspect: ``(low, high)`` range of ``h / w`` (``low > 0``).
+        max_angle: ``theta`` is uniform in ``[-max_angle, max_angle]`` (``>= 0``).
+
+    Returns:
+        ``(n, 5)`` float32 boxes.
+    """
     n = check_positive_int(n, "n")
+    check_generator(gen)
+    center = check_range(center, "center")
+    width, aspect = check_range(width, "width", positive=True), check_range(aspect, "aspect", positive=True)
+    max_angle = check_float(max_angle, "max_angle", low=0)
     u = torch.rand(n, 5, generator=gen, dtype=torch.float64)
     cx = center[0] + (center[1] - center[0]) * u[:, 0]
     cy = center[0] + (center[1] - center[0]) * u[:, 1]
@@ -76,7 +96,11 @@ def render_box_images(boxes: torch.Tensor, size: int = 32, gen: torch.Generator 
         noise: maximum standard deviation of the pixel noise.
         supersample: anti-aliasing factor.
     """
-    gen = gen if gen is not None else torch.Generator().manual_seed(0)
+    boxes = check_boxes(boxes)
+    size = check_positive_int(size, "size")
+    noise = check_float(noise, "noise", low=0)
+    supersample = check_positive_int(supersample, "supersample")
+    gen = check_generator(gen) if gen is not None else torch.Generator().manual_seed(0)
     if boxes.shape[0] > 2048:  # bounded memory: the super-sampled grids are (n, S', S') floats
         return torch.cat([render_box_images(boxes[i : i + 2048], size, gen, noise, supersample) for i in range(0, boxes.shape[0], 2048)])
     n = boxes.shape[0]
@@ -104,7 +128,15 @@ def render_box_images(boxes: torch.Tensor, size: int = 32, gen: torch.Generator 
 
 
 def make_box_dataset(n: int, size: int = 32, seed: int = 0, **box_kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` procedural images ``(n, 1, size, size)`` and their boxes ``(n, 5)`` (normalised)."""
+    """``n`` procedural images ``(n, 1, size, size)`` and their boxes ``(n, 5)`` (normalised).
+
+    Args:
+        n: number of images.
+        size: image side in pixels.
+        seed: seeds the boxes and the rendering.
+        **box_kwargs: forwarded to :func:`sample_rotated_boxes`.
+    """
+    n, size = check_positive_int(n, "n"), check_positive_int(size, "size")
     gen = torch.Generator().manual_seed(seed)
     boxes = sample_rotated_boxes(n, gen, **box_kwargs)
     return render_box_images(boxes, size, gen), boxes
@@ -123,9 +155,12 @@ class BoxRegressor(nn.Module):
 
     def __init__(self, size: int = 32, channels: tuple[int, int, int] = (16, 32, 64), hidden: int = 128) -> None:
         super().__init__()
-        if size % 8:
+        if check_positive_int(size, "size") % 8:
             raise ValueError(f"size must be divisible by 8, got {size}")
-        c1, c2, c3 = channels
+        hidden = check_positive_int(hidden, "hidden")
+        if len(channels) != 3:
+            raise ValueError(f"channels must hold three widths, got {len(channels)}")
+        c1, c2, c3 = (check_positive_int(c, "channels") for c in channels)
         self.features = nn.Sequential(
             nn.Conv2d(3, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -135,9 +170,13 @@ class BoxRegressor(nn.Module):
         self.size = size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Box codes ``(B, 6)``."""
-        if x.ndim != 4 or x.shape[1] != 1:
-            raise ValueError(f"x must have shape (B, 1, S, S), got {tuple(x.shape)}")
+        """Box codes ``(B, 6)`` of images ``x`` ``(B, 1, S, S)``.
+
+        Raises:
+            ValueError, TypeError: ``x`` is not a finite floating batch of that shape with ``B >= 1``
+                (float64 is cast to the weights' dtype).
+        """
+        x = check_input_batch(x, "x", ("B", 1, self.size, self.size), dtype=self)
         b, _, hgt, wid = x.shape
         ys = torch.linspace(0, 1, hgt, device=x.device, dtype=x.dtype).view(1, 1, hgt, 1).expand(b, 1, hgt, wid)
         xs = torch.linspace(0, 1, wid, device=x.device, dtype=x.dtype).view(1, 1, 1, wid).expand(b, 1, hgt, wid)
@@ -158,13 +197,15 @@ def fit_box_regressor(
     progress: bool = False,
     schedule: str = "tail_cosine",
     checkpoint: str | Path | None = None,
+    checkpoint_every: int = 500,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = None,
 ) -> list[float]:
-    """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss).
+    """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss), on the training engine.
 
     Args:
-        model: a :class:`BoxRegressor`.
-        images: ``(N, 1, S, S)`` images.
-        boxes: ``(N, 5)`` their boxes.
+        model: a :class:`BoxRegressor`; images: ``(N, 1, S, S)`` images; boxes: ``(N, 5)`` their boxes.
         steps: Adam steps (mini-batches drawn with replacement).
         batch_size: images per step.
         lr: initial learning rate.
@@ -174,25 +215,48 @@ def fit_box_regressor(
         schedule: ``"tail_cosine"`` (constant, then a cosine decay over the last 30%: a converged
             proxy model), ``"cosine"`` or ``"constant"`` (see
             :func:`rank_lab.learned.recognizer.lr_schedule`).
-        checkpoint: file to save / resume the run (see :func:`rank_lab.learned.recognizer.fit_proxy`).
+        checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options (see
+            :func:`rank_lab.learned.recognizer.fit_proxy`).
 
     Returns:
         The loss of every step.
+
+    Raises:
+        ValueError, TypeError: ``images`` / ``boxes`` not finite floating ``(N, C, H, W)`` / ``(N, 5)``
+            batches of one size (float64 images are cast to the model's dtype), or a bad optimisation
+            argument (see :func:`rank_lab.learned.recognizer.fit_proxy`).
     """
-    if images.shape[0] != boxes.shape[0]:
-        raise ValueError(f"images has {images.shape[0]} rows but boxes has {boxes.shape[0]}")
+    images, boxes = _check_images_boxes(images, boxes, check_module(model))
     target = encode_box6(boxes).float()
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
         return F.smooth_l1_loss(model(images[idx].to(dev)), target[idx].to(dev), beta=0.1)
 
     return fit_proxy(model, images.shape[0], batch_loss, steps, batch_size, lr, seed, device, progress, schedule,
-                     checkpoint=checkpoint, desc="smooth-L1")
+                     grad_clip=grad_clip, checkpoint=checkpoint, checkpoint_every=checkpoint_every, desc="smooth-L1",
+                     resume=resume, amp=amp)
+
+
+def _check_images_boxes(images: object, boxes: object, model: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The data check of the box task's entry points: images ``(N, C, H, W)`` and boxes ``(N, 5)``."""
+    images = check_images(images, model=model)
+    boxes = check_boxes(boxes)
+    if images.shape[0] != boxes.shape[0]:
+        raise ValueError(f"images has {images.shape[0]} rows but boxes has {boxes.shape[0]}")
+    return images, boxes
 
 
 @torch.no_grad()
 def predict_boxes(model: nn.Module, images: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
-    """Decoded boxes ``(N, 5)`` predicted for ``(N, 1, S, S)`` images (eval mode)."""
+    """Decoded boxes ``(N, 5)`` predicted for ``(N, 1, S, S)`` images (eval mode).
+
+    Args:
+        model: a :class:`BoxRegressor` (or any ``(B, 1, S, S) -> (B, 6)`` model).
+        images: finite floating images (float64 is cast to the model's dtype).
+        batch_size: images per forward pass.
+    """
+    images = check_images(images, model=check_module(model))
+    batch_size = check_positive_int(batch_size, "batch_size")
     model.eval()
     dev = next(model.parameters()).device
     z = torch.cat([model(images[i : i + batch_size].to(dev)).cpu() for i in range(0, images.shape[0], batch_size)])
@@ -207,6 +271,7 @@ def evaluate_box_regressor(model: nn.Module, images: torch.Tensor, boxes: torch.
         truth and one detection per image precision = recall = F1 (the fraction of images whose
         box has IoU above the threshold).
     """
+    images, boxes = _check_images_boxes(images, boxes, check_module(model))
     pred = predict_boxes(model, images)
     iou = rotated_iou(pred, boxes.double())
     out = {"mean_iou": float(iou.mean())}
@@ -223,7 +288,20 @@ def perturb_boxes(
 ) -> torch.Tensor:
     """Distorted copies of ``boxes (N, 5)``: centre, size (log-scale) and angle moved uniformly
     within ``+-center`` (relative to the box size), ``+-log_scale`` and ``+-angle``; the
-    strength of each copy is itself uniform in ``[0, 1]`` so that all IoU levels occur."""
+    strength of each copy is itself uniform in ``[0, 1]`` so that all IoU levels occur.
+
+    Args:
+        boxes: ``(N, 5)`` finite floating boxes with ``w, h > 0``.
+        gen: random generator.
+        center, log_scale, angle: the maximal distortions (finite, ``>= 0``).
+
+    Returns:
+        ``(N, 5)`` float32 boxes.
+    """
+    boxes = check_boxes(boxes)
+    check_generator(gen)
+    center, log_scale = check_float(center, "center", low=0), check_float(log_scale, "log_scale", low=0)
+    angle = check_float(angle, "angle", low=0)
     n = boxes.shape[0]
     s = torch.rand(n, 1, generator=gen)
     d = (2 * torch.rand(n, 5, generator=gen) - 1) * s
@@ -247,14 +325,16 @@ class RotatedBoxPairBank:
     """
 
     def __init__(self, gt_boxes: torch.Tensor, size: int = 20000, n_bins: int = 10, seed: int = 0, **perturb_kwargs: float) -> None:
+        gt_boxes = check_boxes(gt_boxes, "gt_boxes")
+        size, n_bins = check_positive_int(size, "size"), check_positive_int(n_bins, "n_bins")
         gen = torch.Generator().manual_seed(seed)
-        idx = torch.randint(gt_boxes.shape[0], (check_positive_int(size, "size"),), generator=gen)
+        idx = torch.randint(gt_boxes.shape[0], (size,), generator=gen)
         y = gt_boxes[idx].float()
         z = perturb_boxes(y, gen, **perturb_kwargs)
         iou = rotated_iou(z.double(), y.double()).float()
         self.z, self.y, self.e = encode_box6(z), encode_box6(y), 1 - iou
         bins = torch.clamp((iou * n_bins).long(), max=n_bins - 1)
-        groups = [torch.nonzero(bins == b).flatten() for b in range(check_positive_int(n_bins, "n_bins"))]
+        groups = [torch.nonzero(bins == b).flatten() for b in range(n_bins)]
         groups = [g for g in groups if len(g)]
         self.flat = torch.cat(groups)
         self.counts = torch.tensor([len(g) for g in groups])
@@ -262,13 +342,13 @@ class RotatedBoxPairBank:
 
     def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` pairs ``(z_r (n, 6), y_r (n, 6), e_r = 1 - IoU (n,))``, uniform over the IoU bins."""
-        b = torch.randint(len(self.counts), (check_positive_int(n, "n"),), generator=gen)
+        b = torch.randint(len(self.counts), (check_positive_int(n, "n"),), generator=check_generator(gen))
         r = torch.floor(torch.rand(n, generator=gen) * self.counts[b]).long().clamp(max=self.counts[b] - 1)
         idx = self.flat[self.offsets[b] + r]
         return self.z[idx], self.y[idx], self.e[idx]
 
 
-class BoxIoUTask:
+class BoxIoUTask(SurrogateTask):
     """LS-IoU adapter of a box regressor for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`.
 
     Prediction ``z``: the regressor's 6-d code; ground truth: the code of the true box; metric:
@@ -280,16 +360,20 @@ class BoxIoUTask:
         batch_size: images per step.
         bank: the random generator R (for the global / local-global sources).
         device: where batches are placed.
+
+    Raises:
+        ValueError, TypeError: ``images`` / ``boxes`` not finite floating ``(N, C, H, W)`` / ``(N, 5)``
+            batches of one size, a bad ``batch_size`` or ``bank``.
     """
 
     def __init__(self, images: torch.Tensor, boxes: torch.Tensor, batch_size: int = 64,
                  bank: RotatedBoxPairBank | None = None, device: torch.device | str | None = None) -> None:
-        if images.shape[0] != boxes.shape[0]:
-            raise ValueError(f"images has {images.shape[0]} rows but boxes has {boxes.shape[0]}")
+        super().__init__(batch_size, device)
+        images, boxes = _check_images_boxes(images, boxes, None)
+        if bank is not None and not isinstance(bank, RotatedBoxPairBank):
+            raise TypeError(f"bank must be a RotatedBoxPairBank or None, got {type(bank).__name__}")
         self.images, self.boxes = images, boxes.float()
-        self.batch_size = check_positive_int(batch_size, "batch_size")
         self.bank = bank
-        self.device = get_device(device)
 
     def sample_batch(self, gen: torch.Generator) -> dict[str, torch.Tensor]:
         """Random images ``x`` and their ``boxes``."""

@@ -24,10 +24,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_positive_int
-from rank_lab.learned.recognizer import Alphabet, ctc_best_path, ctc_collapse
+from rank_lab._validation import (
+    check_float,
+    check_nonneg_int,
+    check_positive_int,
+)
+from rank_lab.learned._checks import check_generator, check_images, check_int_matrix, check_words
+from rank_lab.learned.recognizer import Alphabet, _check_alphabet, ctc_best_path, ctc_collapse
+from rank_lab.learned.surrogate import SurrogateTask
 from rank_lab.metrics.text import edit_distance
-from rank_lab.utils import get_device
 
 __all__ = ["PATEL_FIG_4_1", "random_ctc_path", "CTCEditPairGenerator", "EditDistanceTask"]
 
@@ -63,7 +68,24 @@ def random_ctc_path(
 
     Returns:
         ``(N, T)`` long frame labels.
+
+    Raises:
+        ValueError, TypeError: ``words`` not an integer ``(N, U)`` tensor, ``lengths`` not ``(N,)``
+            integers in ``[0, U]``, used characters equal to ``blank``, ``frames`` not a positive int
+            or too short.
     """
+    words = check_int_matrix(words, "words")
+    lengths = torch.as_tensor(lengths)
+    if lengths.shape != (words.shape[0],) or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be ({words.shape[0]},) integers (one per row of words), "
+                         f"got shape {tuple(lengths.shape)} and dtype {lengths.dtype}")
+    if bool(((lengths < 0) | (lengths > words.shape[1])).any()):
+        raise ValueError(f"lengths must be in [0, U = {words.shape[1]}], got {lengths.tolist()}")
+    frames = check_positive_int(frames, "frames")
+    check_generator(gen)
+    used = torch.arange(words.shape[1])[None] < lengths[:, None]
+    if bool((words[used] == blank).any()):
+        raise ValueError(f"words must not hold the blank {blank} within lengths")
     n, u = words.shape
     if bool((2 * lengths > frames).any()):
         raise ValueError(f"frames={frames} is too short: a word needs 2 frames per character")
@@ -149,12 +171,12 @@ class CTCEditPairGenerator:
         if self.n_chars < 2:
             raise ValueError("n_chars must be >= 2 (a substitution needs another character)")
         self.frames = check_positive_int(frames, "frames")
-        if not 0 <= min_len <= max_len or 2 * max_len > frames:
-            raise ValueError(f"need 0 <= min_len <= max_len and 2 * max_len <= frames, got {min_len}, {max_len}, {frames}")
-        if not 0 <= soften < 1:
-            raise ValueError(f"soften must be in [0, 1), got {soften}")
+        min_len, max_len = check_nonneg_int(min_len, "min_len"), check_positive_int(max_len, "max_len")
+        if not min_len <= max_len or 2 * max_len > frames:
+            raise ValueError(f"need min_len <= max_len and 2 * max_len <= frames, got {min_len}, {max_len}, {frames}")
+        soften = check_float(soften, "soften", low=0, high=1, high_open=True)
         self.min_len, self.max_len = min_len, max_len
-        self.max_ed = max_len if max_ed is None else int(max_ed)
+        self.max_ed = max_len if max_ed is None else check_nonneg_int(max_ed, "max_ed")
         self.soften = soften
         self.candidates = check_positive_int(candidates, "candidates")
 
@@ -188,7 +210,7 @@ class CTCEditPairGenerator:
         return z, y, e
 
 
-class EditDistanceTask:
+class EditDistanceTask(SurrogateTask):
     """LS-ED / FEDS adapter of a CTC recogniser for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`.
 
     Args:
@@ -198,6 +220,10 @@ class EditDistanceTask:
         batch_size: words per step (the thesis uses 192).
         generator: the random generator R (needed for the global / local-global sources).
         device: where batches are placed.
+
+    Raises:
+        ValueError, TypeError: ``images`` not a finite floating ``(N, C, H, W)`` batch with
+            ``N = len(words)``, words outside the alphabet, a bad ``batch_size`` or ``generator``.
     """
 
     def __init__(
@@ -209,15 +235,17 @@ class EditDistanceTask:
         generator: CTCEditPairGenerator | None = None,
         device: torch.device | str | None = None,
     ) -> None:
-        if images.ndim != 4 or images.shape[0] != len(words):
-            raise ValueError(f"images must be (N, C, H, W) with N = len(words) = {len(words)}, got {tuple(images.shape)}")
+        super().__init__(batch_size, device)
+        images = check_images(images)
+        words = check_words(words, images.shape[0])
+        _check_alphabet(alphabet)
+        if generator is not None and not isinstance(generator, CTCEditPairGenerator):
+            raise TypeError(f"generator must be a CTCEditPairGenerator or None, got {type(generator).__name__}")
         self.images = images
         self.words = list(words)
         self.alphabet = alphabet
         self.targets, self.lengths = alphabet.encode(self.words)
-        self.batch_size = check_positive_int(batch_size, "batch_size")
         self.generator = generator
-        self.device = get_device(device)
 
     def sample_batch(self, gen: torch.Generator) -> dict[str, Any]:
         """A random batch: images ``x``, padded ``targets`` and their ``lengths``."""

@@ -15,6 +15,13 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from rank_lab._validation import (
+    check_float,
+    check_input_batch,
+    check_nonneg_int,
+    check_positive_int,
+)
+
 __all__ = ["CharCNN", "BoxMLP"]
 
 
@@ -55,11 +62,17 @@ class CharCNN(nn.Module):
         input_temperature: float | None = None,
     ) -> None:
         super().__init__()
-        if input_temperature is not None and not input_temperature > 0:
-            raise ValueError(f"input_temperature must be > 0 or None, got {input_temperature}")
+        n_classes, length = check_positive_int(n_classes, "n_classes"), check_positive_int(length, "length")
+        channels, hidden = check_positive_int(channels, "channels"), check_positive_int(hidden, "hidden")
+        out_dim = check_positive_int(out_dim, "out_dim")
+        if input_temperature is not None:
+            input_temperature = check_float(input_temperature, "input_temperature", low=0, low_open=True)
         self.input_temperature = input_temperature
         if len(kernel_sizes) != 5:
             raise ValueError(f"kernel_sizes must hold five sizes, got {len(kernel_sizes)}")
+        kernel_sizes = [check_positive_int(k, "kernel_sizes") for k in kernel_sizes]
+        pool_after = [check_nonneg_int(i, "pool_after") for i in pool_after]
+        negative_slope = check_float(negative_slope, "negative_slope")
         layers: list[nn.Module] = []
         c_in, cur = n_classes, length
         for i, k in enumerate(kernel_sizes):
@@ -73,9 +86,13 @@ class CharCNN(nn.Module):
         self.n_classes, self.length = n_classes, length
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Embed ``(B, L, C)`` -> ``(B, out_dim)``."""
-        if x.ndim != 3 or x.shape[1:] != (self.length, self.n_classes):
-            raise ValueError(f"x must have shape (B, {self.length}, {self.n_classes}), got {tuple(x.shape)}")
+        """Embed ``(B, L, C)`` -> ``(B, out_dim)``.
+
+        Raises:
+            ValueError, TypeError: ``x`` is not a finite floating ``(B, L, C)`` batch with ``B >= 1``
+                (float64 is cast to the weights' dtype; see :func:`rank_lab._validation.check_input_batch`).
+        """
+        x = check_input_batch(x, "x", ("B", self.length, self.n_classes), dtype=self)
         if self.input_temperature is not None:
             x = torch.softmax(torch.log(x.clamp_min(1e-6)) / self.input_temperature, -1)
         return self.fc(self.conv(x.transpose(1, 2)).flatten(1))
@@ -94,7 +111,9 @@ class BoxMLP(nn.Module):
         super().__init__()
         if len(hidden) != 4:
             raise ValueError(f"hidden must hold four widths (five layers in all), got {len(hidden)}")
-        dims = [in_dim, *hidden]
+        self.in_dim = check_positive_int(in_dim, "in_dim")
+        out_dim = check_positive_int(out_dim, "out_dim")
+        dims = [self.in_dim, *(check_positive_int(h, "hidden") for h in hidden)]
         layers: list[nn.Module] = []
         for a, b in zip(dims[:-1], dims[1:], strict=True):
             layers += [nn.Linear(a, b), nn.ReLU()]
@@ -102,5 +121,5 @@ class BoxMLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Embed ``(B, in_dim)`` -> ``(B, out_dim)``."""
-        return self.net(x)
+        """Embed ``(B, in_dim)`` -> ``(B, out_dim)`` (``x`` checked as in :meth:`CharCNN.forward`)."""
+        return self.net(check_input_batch(x, "x", ("B", self.in_dim), dtype=self))

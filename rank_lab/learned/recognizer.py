@@ -15,18 +15,29 @@ which is a one-hot ``T x C`` path that collapses to the ground-truth word.
 
 from __future__ import annotations
 
-import math
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import as_tensor, check_finite, check_positive_int
+from rank_lab._validation import (
+    as_tensor,
+    check_finite,
+    check_input_batch,
+    check_positive_int,
+)
+from rank_lab.learned._checks import (
+    check_images,
+    check_int_matrix,
+    check_module,
+    check_targets,
+    check_words,
+)
+from rank_lab.learned._proxy import fit_proxy, lr_schedule
 from rank_lab.metrics.text import text_recognition_metrics
-from rank_lab.utils import get_device
 
 __all__ = [
     "Alphabet",
@@ -87,6 +98,12 @@ class Alphabet:
         return out
 
 
+def _check_alphabet(alphabet: object) -> Alphabet:
+    if not isinstance(alphabet, Alphabet):
+        raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
+    return alphabet
+
+
 class CRNN(nn.Module):
     """CNN + BiLSTM + linear CTC head: ``(B, in_channels, H, W) -> (B, W // 4, n_classes)`` logits.
 
@@ -101,7 +118,11 @@ class CRNN(nn.Module):
     def __init__(self, n_classes: int, in_channels: int = 1, channels: Sequence[int] = (32, 64, 96), hidden: int = 64) -> None:
         super().__init__()
         self.n_classes = check_positive_int(n_classes, "n_classes")
-        c1, c2, c3 = channels
+        self.in_channels = check_positive_int(in_channels, "in_channels")
+        hidden = check_positive_int(hidden, "hidden")
+        if len(channels) != 3:
+            raise ValueError(f"channels must hold three widths, got {len(channels)}")
+        c1, c2, c3 = (check_positive_int(c, "channels") for c in channels)
         def block(i: int, o: int) -> list[nn.Module]:
             return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True)]
         self.cnn = nn.Sequential(
@@ -113,9 +134,15 @@ class CRNN(nn.Module):
         self.head = nn.Linear(2 * hidden, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Frame logits ``(B, T, C)``."""
-        if x.ndim != 4:
-            raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
+        """Frame logits ``(B, T, C)`` of images ``x`` ``(B, in_channels, H, W)``, ``H, W >= 4``.
+
+        Raises:
+            ValueError, TypeError: ``x`` is not a finite floating batch of that shape with ``B >= 1``
+                (float64 is cast to the weights' dtype).
+        """
+        x = check_input_batch(x, "x", ("B", self.in_channels, "H", "W"), dtype=self)
+        if x.shape[2] < 4 or x.shape[3] < 4:
+            raise ValueError(f"x must be at least 4 x 4 pixels (two 2x poolings), got {tuple(x.shape)}")
         f = self.cnn(x).mean(2).transpose(1, 2)  # (B, T, c3)
         return self.head(self.rnn(f)[0])
 
@@ -127,7 +154,12 @@ def ctc_loss(logits: torch.Tensor, targets: torch.Tensor, target_lengths: torch.
         logits: frame logits ``(B, T, C)``; class 0 is the blank.
         targets: padded class indices ``(B, U)`` (values ``1..C-1``; padding ignored).
         target_lengths: ``(B,)``.
+
+    Raises:
+        ValueError, TypeError: see :func:`ctc_best_path` (same checks).
     """
+    logits = check_input_batch(logits, "logits", ("B", "T", "C"))
+    targets, target_lengths = check_targets(targets, target_lengths, logits.shape[0], logits.shape[2], 0)
     b, t, _ = logits.shape
     logp = logits.log_softmax(-1).transpose(0, 1)
     flat = torch.cat([targets[i, : int(target_lengths[i])] for i in range(b)]) if b else targets.new_zeros(0)
@@ -144,7 +176,13 @@ def ctc_collapse(paths: torch.Tensor, blank: int = 0) -> tuple[torch.Tensor, tor
 
     Returns:
         ``codes (B, T)`` left-aligned labels padded with -1, and ``lengths (B,)``.
+
+    Raises:
+        ValueError, TypeError: ``paths`` is not an integer ``(B, T)`` tensor with ``B, T >= 1``.
     """
+    paths = check_int_matrix(paths, "paths")
+    if isinstance(blank, bool) or not isinstance(blank, int):
+        raise TypeError(f"blank must be an int, got {type(blank).__name__}")
     prev = torch.cat([torch.full_like(paths[:, :1], -1), paths[:, :-1]], 1)
     keep = (paths != blank) & (paths != prev)
     lengths = keep.sum(1)
@@ -165,8 +203,7 @@ def greedy_decode(scores: torch.Tensor, alphabet: Alphabet) -> list[str]:
         ValueError: ``scores`` is not 3-D, holds NaN/inf, or its ``C`` differs from
             ``alphabet.n_classes`` (a class without a character, or a character never scored).
     """
-    if not isinstance(alphabet, Alphabet):
-        raise TypeError(f"alphabet must be an Alphabet, got {type(alphabet).__name__}")
+    _check_alphabet(alphabet)
     scores = as_tensor(scores, "scores")
     if scores.ndim != 3:
         raise ValueError(f"scores must have shape (B, T, C), got {tuple(scores.shape)}")
@@ -196,8 +233,14 @@ def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths
         ``(B, T)`` frame labels; each row collapses (:func:`ctc_collapse`) to its target.
 
     Raises:
-        ValueError: if a target cannot be aligned in ``T`` frames (too long / too many repeats).
+        ValueError: if a target cannot be aligned in ``T`` frames (too long / too many repeats);
+            ``log_probs`` not a finite floating ``(B, T, C)`` batch (clamp probabilities away from 0
+            before the log), ``targets`` / ``target_lengths`` of another batch size or out of range.
     """
+    log_probs = check_input_batch(log_probs, "log_probs", ("B", "T", "C"))
+    if isinstance(blank, bool) or not isinstance(blank, int) or not 0 <= blank < log_probs.shape[2]:
+        raise ValueError(f"blank must be a class index in 0..{log_probs.shape[2] - 1}, got {blank!r}")
+    targets, target_lengths = check_targets(targets, target_lengths, log_probs.shape[0], log_probs.shape[2], blank)
     b, t, _ = log_probs.shape
     dev = log_probs.device
     u = targets.shape[1]
@@ -246,95 +289,6 @@ def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths
     return path
 
 
-def lr_schedule(opt: torch.optim.Optimizer, steps: int, schedule: str) -> torch.optim.lr_scheduler.LRScheduler | None:
-    """Learning-rate schedule of the proxy pre-training helpers (``None`` for ``"constant"``).
-
-    ``"cosine"`` decays to 0 over ``steps``; ``"tail_cosine"`` keeps the rate constant for 70% of
-    the steps and decays it to 0 with a half cosine over the last 30%.
-    """
-    if schedule == "constant":
-        return None
-    if schedule == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    if schedule == "tail_cosine":
-        start = int(0.7 * steps)
-        tail = max(steps - start, 1)
-        return torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda t: 1.0 if t < start else 0.5 * (1 + math.cos(math.pi * min(t - start, tail) / tail))
-        )
-    raise ValueError(f"schedule must be 'constant', 'cosine' or 'tail_cosine', got {schedule!r}")
-
-
-def fit_proxy(
-    model: nn.Module,
-    n_items: int,
-    batch_loss: Callable[[torch.Tensor, torch.device], torch.Tensor],
-    steps: int,
-    batch_size: int,
-    lr: float,
-    seed: int = 0,
-    device: torch.device | str | None = None,
-    progress: bool = False,
-    schedule: str = "tail_cosine",
-    grad_clip: float | None = None,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 500,
-    desc: str = "proxy",
-) -> list[float]:
-    """The proxy pre-training loop shared by :func:`fit_ctc` and ``fit_box_regressor``.
-
-    Adam with :func:`lr_schedule`; each step draws ``batch_size`` item indices with replacement
-    from a generator seeded with ``seed`` and minimises ``batch_loss(indices, device)``. With
-    ``checkpoint`` the state (model, optimiser, schedule, step, losses, generator) is saved every
-    ``checkpoint_every`` steps and at the end, and an existing file is resumed from, so an
-    interrupted run continues exactly where it stopped.
-
-    Returns:
-        The loss of every step (including those of a resumed run).
-    """
-    from tqdm.auto import tqdm
-
-    steps = check_positive_int(steps, "steps")
-    dev = get_device(device)
-    model.to(dev).train()
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = lr_schedule(opt, steps, schedule)
-    losses: list[float] = []
-    start = 0
-    ckpt = Path(checkpoint) if checkpoint is not None else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=dev, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        if sched is not None:
-            sched.load_state_dict(state["sched"])
-        gen.set_state(state["gen"])
-        losses, start = state["losses"], int(state["step"])
-
-    def save(step: int) -> None:
-        if ckpt is not None:
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict() if sched else None,
-                        "gen": gen.get_state(), "losses": losses, "step": step}, ckpt)
-
-    for step in tqdm(range(start, steps), disable=not progress, desc=desc, initial=start, total=steps):
-        idx = torch.randint(n_items, (min(batch_size, n_items),), generator=gen)
-        loss = batch_loss(idx, dev)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
-        if sched is not None:
-            sched.step()
-        losses.append(float(loss.detach()))
-        if (step + 1) % checkpoint_every == 0:
-            save(step + 1)
-    save(steps)
-    return losses
-
-
 def fit_ctc(
     model: nn.Module,
     images: torch.Tensor,
@@ -348,8 +302,12 @@ def fit_ctc(
     progress: bool = False,
     schedule: str = "tail_cosine",
     checkpoint: str | Path | None = None,
+    checkpoint_every: int = 500,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = 5.0,
 ) -> list[float]:
-    """Train ``model`` with the CTC proxy loss (Adam, gradient norm clipped at 5).
+    """Train ``model`` with the CTC proxy loss (Adam, gradient norm clipped at 5) on the training engine.
 
     Args:
         model: a :class:`CRNN` (or any ``(B, 1, H, W) -> (B, T, C)`` model).
@@ -366,25 +324,51 @@ def fit_ctc(
             steps: the proxy model ends converged for its budget, as in the thesis' post-tuning
             setup, without decaying before CTC leaves its initial all-blank plateau),
             ``"cosine"`` (over all steps) or ``"constant"``. See :func:`lr_schedule`.
-        checkpoint: file to save / resume the run (see :func:`fit_proxy`).
+        checkpoint, checkpoint_every, resume: the file saving / resuming the run (see :func:`fit_proxy`).
+        amp, grad_clip: the engine's mixed precision (CUDA) and gradient clipping (5, the thesis code's).
 
     Returns:
         The loss of every step.
+
+    Raises:
+        ValueError, TypeError: ``images`` not a finite floating ``(N, C, H, W)`` batch (float64 is
+            cast to the model's dtype), ``words`` not ``N`` strings of the alphabet, or a bad
+            optimisation argument (see :func:`fit_proxy`).
     """
-    if images.shape[0] != len(words):
-        raise ValueError(f"images has {images.shape[0]} rows but words has {len(words)}")
+    images, words = _check_images_words(images, words, alphabet, check_module(model))
     targets, lengths = alphabet.encode(words)
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
         return ctc_loss(model(images[idx].to(dev)), targets[idx].to(dev), lengths[idx].to(dev))
 
     return fit_proxy(model, len(words), batch_loss, steps, batch_size, lr, seed, device, progress, schedule,
-                     grad_clip=5.0, checkpoint=checkpoint, desc="CTC")
+                     grad_clip=grad_clip, checkpoint=checkpoint, checkpoint_every=checkpoint_every, desc="CTC",
+                     resume=resume, amp=amp)
+
+
+def _check_images_words(images: object, words: object, alphabet: object, model: nn.Module) -> tuple[torch.Tensor, list[str]]:
+    """The data check of the recogniser's entry points: images ``(N, C, H, W)``, ``N`` words, an alphabet."""
+    images = check_images(images, model=model)
+    _check_alphabet(alphabet)
+    return images, check_words(words, images.shape[0])
 
 
 @torch.no_grad()
 def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_size: int = 256) -> list[str]:
-    """Greedy transcriptions of ``(N, 1, H, W)`` images (model switched to eval mode)."""
+    """Greedy transcriptions of ``(N, C, H, W)`` images (model switched to eval mode).
+
+    Args:
+        model: the recogniser, ``(B, C, H, W) -> (B, T, alphabet.n_classes)``.
+        images: finite floating ``(N, C, H, W)`` images (float64 is cast to the model's dtype).
+        alphabet: the model's alphabet.
+        batch_size: images per forward pass.
+
+    Returns:
+        ``N`` strings.
+    """
+    images = check_images(images, model=check_module(model))
+    _check_alphabet(alphabet)
+    batch_size = check_positive_int(batch_size, "batch_size")
     model.eval()
     dev = next(model.parameters()).device
     out: list[str] = []
@@ -394,5 +378,13 @@ def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_
 
 
 def evaluate_recognizer(model: nn.Module, images: torch.Tensor, words: Sequence[str], alphabet: Alphabet) -> dict[str, float]:
-    """Accuracy, NED (higher is better) and TED of ``model`` on a labelled set (Tables 3.1-4.2)."""
-    return text_recognition_metrics(recognize(model, images, alphabet), list(words))
+    """Accuracy, NED (higher is better) and TED of ``model`` on a labelled set (Tables 3.1-4.2).
+
+    Args:
+        model: the recogniser.
+        images: ``(N, C, H, W)`` images (checked as in :func:`recognize`).
+        words: their ``N`` transcriptions.
+        alphabet: the model's alphabet.
+    """
+    images, words = _check_images_words(images, words, alphabet, check_module(model))
+    return text_recognition_metrics(recognize(model, images, alphabet), words)

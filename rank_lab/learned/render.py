@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_float, check_positive_int
 
 __all__ = ["DEFAULT_FONTS", "font_paths", "random_words", "WordRenderer", "make_word_dataset"]
 
@@ -37,7 +37,13 @@ def font_paths(names: Sequence[str] = DEFAULT_FONTS) -> list[Path]:
     """Paths of the TrueType fonts ``names`` found in matplotlib's ``mpl-data/fonts/ttf``.
 
     Returns an empty list when matplotlib is missing (the renderer then uses Pillow's default).
+    Names that are not found are skipped.
+
+    Raises:
+        TypeError: ``names`` is a single string or holds a non-string.
     """
+    if isinstance(names, (str, bytes)) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"names must be a sequence of font file names (str), got {names!r}")
     try:
         import matplotlib
     except ImportError:  # pragma: no cover - matplotlib is a book dependency
@@ -61,11 +67,19 @@ def _font(path: str, size: int):  # noqa: ANN202 - PIL font object
 def random_words(
     n: int, alphabet: str = string.ascii_lowercase, min_len: int = 3, max_len: int = 8, seed: int | np.random.Generator = 0
 ) -> list[str]:
-    """``n`` random strings with lengths uniform in ``[min_len, max_len]`` over ``alphabet``."""
+    """``n`` random strings with lengths uniform in ``[min_len, max_len]`` over ``alphabet``.
+
+    Args:
+        n: number of words.
+        alphabet: the characters (a non-empty string).
+        min_len, max_len: word lengths, ``1 <= min_len <= max_len``.
+        seed: an int seed or a NumPy generator.
+    """
     n = check_positive_int(n, "n")
-    if not alphabet:
-        raise ValueError("alphabet is empty")
-    if not 1 <= min_len <= max_len:
+    if not isinstance(alphabet, str) or not alphabet:
+        raise ValueError(f"alphabet must be a non-empty str, got {alphabet!r}")
+    min_len, max_len = check_positive_int(min_len, "min_len"), check_positive_int(max_len, "max_len")
+    if not min_len <= max_len:
         raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     chars = np.array(list(alphabet))
@@ -111,11 +125,9 @@ class WordRenderer:
         self.height = check_positive_int(height, "height")
         self.width = check_positive_int(width, "width")
         self.supersample = check_positive_int(supersample, "supersample")
-        for name, v in (("noise", noise), ("blur", blur), ("perspective", perspective)):
-            if not 0 <= v < 1e3:
-                raise ValueError(f"{name} must be >= 0, got {v}")
-        if not 0 < min_contrast <= 1:
-            raise ValueError(f"min_contrast must be in (0, 1], got {min_contrast}")
+        noise, blur = check_float(noise, "noise", low=0), check_float(blur, "blur", low=0)
+        perspective = check_float(perspective, "perspective", low=0)
+        min_contrast = check_float(min_contrast, "min_contrast", low=0, high=1, low_open=True)
         self.fonts = [str(p) for p in (font_paths() if fonts is None else fonts)] or [""]
         self.noise, self.blur, self.perspective, self.min_contrast = noise, blur, perspective, min_contrast
 

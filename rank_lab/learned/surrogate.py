@@ -15,23 +15,29 @@ are trained alternately (Algorithm 1, :class:`SurrogateTrainer`); the surrogate'
 come from a random generator R (*global*), from the model's own predictions (*local*), or both
 (*local-global*, the thesis' choice). :mod:`rank_lab.learned.feds` adds the filtering of Ch. 4.
 
-A task plugs into the trainer through the small :class:`SurrogateTask` protocol; the book's two
+A task plugs into the trainer through the small :class:`SurrogateTask` interface; the book's two
 tasks are :class:`rank_lab.learned.edit_task.EditDistanceTask` (LS-ED, with :class:`CharCNN`) and
 :class:`rank_lab.learned.boxes.BoxIoUTask` (LS-IoU, with :class:`BoxMLP`).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from rank_lab._validation import check_finite
+from rank_lab._validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_float,
+    check_input_batch,
+    check_nonneg_int,
+    check_positive_int,
+)
+from rank_lab.learned._checks import check_module, check_pair
 from rank_lab.learned.embeddings import BoxMLP, CharCNN
 from rank_lab.utils import get_device
 
@@ -64,15 +70,17 @@ class EmbeddingSurrogate(nn.Module):
 
     def __init__(self, embedding: nn.Module, eps: float = 1e-12) -> None:
         super().__init__()
-        self.embedding = embedding
-        self.eps = eps
+        self.embedding = check_module(embedding, "embedding")
+        self.eps = check_float(eps, "eps", low=0, low_open=True)
 
     def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Surrogate values ``(B,)`` for predictions ``z`` and ground truths ``y`` of equal shape."""
-        if z.shape != y.shape:
-            raise ValueError(f"z has shape {tuple(z.shape)} but y has shape {tuple(y.shape)}")
-        if z.shape[0] == 0:
-            raise ValueError("z is an empty batch")
+        """Surrogate values ``(B,)`` for predictions ``z`` and ground truths ``y`` of equal shape.
+
+        Raises:
+            ValueError, TypeError: ``z`` or ``y`` is not a finite floating ``(B, *shape)`` batch
+                (``B >= 1``), or their shapes differ. Float64 inputs are cast to the weights' dtype.
+        """
+        z, y = check_pair(z, y, self)
         d = self.embedding(z) - self.embedding(y)
         return torch.sqrt((d * d).flatten(1).sum(1) + self.eps)
 
@@ -108,10 +116,25 @@ def surrogate_loss(
 
     Returns:
         The scalar loss and statistics ``{"fit", "gp", "l1", "grad_norm"}`` (floats).
+
+    Raises:
+        ValueError, TypeError: bad ``z`` / ``y`` (see :meth:`EmbeddingSurrogate.forward`), ``e_true`` not a finite
+            ``(B,)`` tensor (integer values, e.g. edit distances, are accepted), or a weight out of
+            range (``grad_penalty, grad_target >= 0``, ``fit_weight, eps > 0``, all finite).
     """
+    if not callable(surrogate):
+        raise TypeError(f"surrogate must be a module (z, y) -> (B,), got {type(surrogate).__name__}")
+    z, y = check_pair(z, y, surrogate if isinstance(surrogate, nn.Module) else None)
+    grad_penalty = check_float(grad_penalty, "grad_penalty", low=0)
+    fit_weight = check_float(fit_weight, "fit_weight", low=0, low_open=True)
+    grad_target = check_float(grad_target, "grad_target", low=0)
+    eps = check_float(eps, "eps", low=0, low_open=True)
+    e_true = as_tensor(e_true, "e_true")
+    if e_true.dtype == torch.bool or e_true.is_complex():
+        raise TypeError(f"e_true must hold real metric values, got dtype {e_true.dtype}")
     e_true = e_true.detach().to(z.device, z.dtype)
     if e_true.shape != (z.shape[0],):
-        raise ValueError(f"e_true must have shape ({z.shape[0]},), got {tuple(e_true.shape)}")
+        raise ValueError(f"e_true must have shape ({z.shape[0]},) like z's batch, got {tuple(e_true.shape)}")
     check_finite(e_true, "e_true")
     z = z.detach().requires_grad_(True)
     e_hat = surrogate(z, y.detach())
@@ -129,29 +152,59 @@ def surrogate_loss(
     return loss, stats
 
 
-class SurrogateTask(Protocol):
-    """What Algorithms 1 and 2 need from a task (data, model output, metric, generator)."""
+class SurrogateTask:
+    """What Algorithms 1 and 2 need from a task (data, model output, metric, generator).
 
-    batch_size: int
+    The base class of :class:`~rank_lab.learned.edit_task.EditDistanceTask` and
+    :class:`~rank_lab.learned.boxes.BoxIoUTask`: its constructor checks what every task shares
+    (``batch_size``, ``device``), and a subclass implements the five methods. The trainers only use
+    the attributes and methods below, so any object that has them works too.
+
+    Args:
+        batch_size: training samples per step (a positive int).
+        device: where batches are placed (default: CUDA when present).
+    """
+
+    def __init__(self, batch_size: int = 64, device: torch.device | str | None = None) -> None:
+        self.batch_size = check_positive_int(batch_size, "batch_size")
+        self.device = get_device(device)
 
     def sample_batch(self, gen: torch.Generator) -> Any:
         """A training batch ``(x, y) ~ P_D``."""
+        raise NotImplementedError
 
     def predict(self, model: nn.Module, batch: Any) -> torch.Tensor:
         """``z = f_Theta(x)`` in the surrogate's input encoding, differentiable, ``(B, *shape)``."""
+        raise NotImplementedError
 
     def encode_target(self, z: torch.Tensor, batch: Any) -> torch.Tensor:
         """The ground truth in the same encoding as ``z`` (no gradient)."""
+        raise NotImplementedError
 
     def metric(self, z: torch.Tensor, batch: Any) -> torch.Tensor:
         """The true metric ``e(z, y)`` of the decoded predictions, ``(B,)`` float, no gradient."""
+        raise NotImplementedError
 
     def sample_global(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` pairs ``(z_r, y_r, e_r)`` from the random generator R."""
+        raise NotImplementedError
 
 
 def ls_model_loss(e_hat: torch.Tensor, e_true: torch.Tensor) -> torch.Tensor:
-    """The LS model loss: the batch mean of ``e_hat`` (eq. 3.3 minimised, Algorithm 1 line 13)."""
+    """The LS model loss: the batch mean of ``e_hat`` (eq. 3.3 minimised, Algorithm 1 line 13).
+
+    Args:
+        e_hat: ``(B,)`` finite surrogate values (``B >= 1``).
+        e_true: ``(B,)`` finite true metric values (unused by the loss; checked, integers accepted).
+
+    Returns:
+        The scalar ``mean(e_hat)``.
+    """
+    e_hat = check_input_batch(e_hat, "e_hat", ("B",))
+    e_true = as_tensor(e_true, "e_true")
+    if e_true.shape != e_hat.shape:
+        raise ValueError(f"e_hat has shape {tuple(e_hat.shape)} but e_true has shape {tuple(e_true.shape)}")
+    check_finite(e_true, "e_true")
     return e_hat.mean()
 
 
@@ -197,233 +250,23 @@ class LSConfig:
     monitor_local: bool = True
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
-        for name in ("epochs", "surrogate_steps", "model_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {v!r}")
-        for name in ("surrogate_lr", "model_lr"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.grad_penalty < 0 or self.fit_weight <= 0 or self.grad_target < 0:
-            raise ValueError("grad_penalty and grad_target must be >= 0 and fit_weight > 0")
+        """Check every field: ``epochs >= 1``, steps ``>= 0``, rates and weights finite and in range."""
+        check_choice(self.source, "source", SOURCES)
+        check_positive_int(self.epochs, "epochs")
+        for name in ("surrogate_steps", "model_steps"):
+            check_nonneg_int(getattr(self, name), name)
+        for name in ("surrogate_lr", "model_lr", "fit_weight"):
+            check_float(getattr(self, name), name, low=0, low_open=True)
+        for name in ("grad_penalty", "grad_target"):
+            check_float(getattr(self, name), name, low=0)
+        if self.first_surrogate_steps is not None:
+            check_nonneg_int(self.first_surrogate_steps, "first_surrogate_steps")
+        if self.global_batch_size is not None:
+            check_positive_int(self.global_batch_size, "global_batch_size")
+        if self.grad_clip is not None:
+            check_float(self.grad_clip, "grad_clip", low=0, low_open=True)
 
 
-class SurrogateTrainer:
-    """Alternating training of a surrogate and a model: Algorithm 1 of the Patel thesis.
-
-    Each epoch first updates ``Phi`` for ``I_a`` steps with eq. 3.6 on pairs from the configured
-    source (the model is frozen and its predictions detached), then updates ``Theta`` for ``I_b``
-    steps on ``model_loss(e_hat, e)`` with ``Phi`` frozen (gradients flow *through* ``h_Phi``).
-    With :func:`ls_model_loss` this is LS; :class:`rank_lab.learned.feds.FEDSTrainer` plugs in
-    the filtered loss of eq. 4.7 (Algorithm 2).
-
-    Args:
-        model: the pre-trained task model ``f_Theta``.
-        surrogate: an :class:`EmbeddingSurrogate` (randomly initialised, Sec. 3.2.3).
-        task: the task adapter (:class:`SurrogateTask`).
-        config: :class:`LSConfig`.
-        model_loss: ``(e_hat, e_true) -> loss`` or ``-> (loss, stats)``; default LS.
-        seed: seeds all sampling (batches, generator).
-        device: device (default: CUDA when present).
-        eval_fn: called as ``eval_fn(model)`` after each epoch (and once before training); its
-            dict is stored in ``history["eval"]``.
-        checkpoint: file to save after every epoch; an existing file is resumed from.
-        progress: show a tqdm bar over epochs.
-
-    Attributes:
-        history: lists ``surrogate`` (per surrogate step: ``l1_local``, ``l1_global``, ``gp``,
-            ``grad_norm``), ``model`` (per model step: ``loss``, ``e_hat``, ``e`` + the model
-            loss' statistics) and ``eval`` (per epoch).
-    """
-
-    def __init__(
-        self,
-        model: nn.Module,
-        surrogate: EmbeddingSurrogate,
-        task: SurrogateTask,
-        config: LSConfig | None = None,
-        *,
-        model_loss: Callable[[torch.Tensor, torch.Tensor], Any] = ls_model_loss,
-        seed: int = 0,
-        device: torch.device | str | None = None,
-        eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
-        checkpoint: str | Path | None = None,
-        progress: bool = False,
-    ) -> None:
-        self.config = config or LSConfig()
-        self.device = get_device(device)
-        self.model = model.to(self.device)
-        self.surrogate = surrogate.to(self.device)
-        self.task = task
-        self.model_loss = model_loss
-        self.eval_fn = eval_fn
-        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
-        self.progress = progress
-        self.gen = torch.Generator().manual_seed(seed)
-        self.opt_s = torch.optim.Adam(self.surrogate.parameters(), lr=self.config.surrogate_lr)
-        self.opt_m = torch.optim.Adam(self.model.parameters(), lr=self.config.model_lr)
-        self.epoch = 0
-        self.history: dict[str, list[dict[str, float]]] = {"surrogate": [], "model": [], "eval": []}
-
-    # -- one step of each phase ------------------------------------------------------------
-    def surrogate_step(self) -> dict[str, float]:
-        """One update of ``Phi`` (Algorithm 1 lines 4-7; Algorithm 2 lines 4-7)."""
-        cfg, task = self.config, self.task
-        self.model.eval()
-        self.surrogate.train()
-        loss = torch.zeros((), device=self.device)
-        stats: dict[str, float] = {}
-        if cfg.source in ("local", "local_global"):
-            batch = task.sample_batch(self.gen)
-            with torch.no_grad():
-                z = task.predict(self.model, batch)
-                y = task.encode_target(z, batch)
-                e = task.metric(z, batch)
-            l_loc, s = surrogate_loss(self.surrogate, z, y, e, grad_penalty=cfg.grad_penalty,
-                                      fit_weight=cfg.fit_weight, grad_target=cfg.grad_target)
-            loss = loss + l_loc
-            stats.update(l1_local=s["l1"], gp=s["gp"], grad_norm=s["grad_norm"])
-        if cfg.source in ("global", "local_global"):
-            zr, yr, er = task.sample_global(cfg.global_batch_size or task.batch_size, self.gen)
-            l_glob, s = surrogate_loss(self.surrogate, zr.to(self.device), yr.to(self.device), er.to(self.device),
-                                       grad_penalty=cfg.grad_penalty, fit_weight=cfg.fit_weight,
-                                       grad_target=cfg.grad_target)
-            loss = loss + l_glob
-            stats["l1_global"] = s["l1"]
-            stats.setdefault("gp", s["gp"])
-            stats.setdefault("grad_norm", s["grad_norm"])
-        if cfg.source == "global" and cfg.monitor_local:
-            batch = task.sample_batch(self.gen)
-            with torch.no_grad():
-                z = task.predict(self.model, batch)
-                e_hat = self.surrogate(z, task.encode_target(z, batch))
-                stats["l1_local"] = float((e_hat - task.metric(z, batch)).abs().mean())
-        self.opt_s.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt_s.step()
-        stats["loss"] = float(loss.detach())
-        return stats
-
-    def model_step(self) -> dict[str, float]:
-        """One update of ``Theta`` through the frozen surrogate (Algorithm 1 lines 11-14)."""
-        task = self.task
-        self.model.train(self.config.model_train_mode)
-        self.surrogate.eval()
-        for p in self.surrogate.parameters():
-            p.requires_grad_(False)
-        try:
-            batch = task.sample_batch(self.gen)
-            z = task.predict(self.model, batch)
-            with torch.no_grad():
-                y = task.encode_target(z.detach(), batch)
-                e = task.metric(z.detach(), batch)
-            e_hat = self.surrogate(z, y)
-            out = self.model_loss(e_hat, e)
-            loss, extra = (out if isinstance(out, tuple) else (out, {}))
-            self.opt_m.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.config.grad_clip is not None:
-                nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-            self.opt_m.step()
-        finally:
-            for p in self.surrogate.parameters():
-                p.requires_grad_(True)
-        stats = {"loss": float(loss.detach()), "e_hat": float(e_hat.detach().mean()), "e": float(e.float().mean())}
-        stats.update({k: float(v) for k, v in extra.items()})
-        return stats
-
-    # -- the loop ----------------------------------------------------------------------------
-    def fit(self) -> dict[str, list[dict[str, float]]]:
-        """Run the remaining epochs (resuming from ``checkpoint`` if it exists); returns history."""
-        from tqdm.auto import tqdm
-
-        if self.checkpoint is not None and self.checkpoint.exists():
-            self.load_state_dict(torch.load(self.checkpoint, map_location=self.device, weights_only=False))
-        if self.eval_fn is not None and not self.history["eval"]:
-            self.history["eval"].append({"epoch": 0, **self.eval_fn(self.model)})
-        cfg = self.config
-        for _ in tqdm(range(self.epoch, cfg.epochs), disable=not self.progress, desc="LS epochs"):
-            n_s = cfg.first_surrogate_steps if (self.epoch == 0 and cfg.first_surrogate_steps is not None) else cfg.surrogate_steps
-            for _ in range(n_s):
-                self.history["surrogate"].append({"epoch": self.epoch + 1, **self.surrogate_step()})
-            for _ in range(cfg.model_steps):
-                self.history["model"].append({"epoch": self.epoch + 1, **self.model_step()})
-            self.epoch += 1
-            if self.eval_fn is not None:
-                self.history["eval"].append({"epoch": self.epoch, **self.eval_fn(self.model)})
-            if self.checkpoint is not None:
-                self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-                torch.save(self.state_dict(), self.checkpoint)
-        return self.history
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: weights, optimisers, epoch, history, RNG state."""
-        return {
-            "model": self.model.state_dict(),
-            "surrogate": self.surrogate.state_dict(),
-            "opt_s": self.opt_s.state_dict(),
-            "opt_m": self.opt_m.state_dict(),
-            "epoch": self.epoch,
-            "history": self.history,
-            "gen": self.gen.get_state(),
-            "config": asdict(self.config),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`."""
-        self.model.load_state_dict(state["model"])
-        self.surrogate.load_state_dict(state["surrogate"])
-        self.opt_s.load_state_dict(state["opt_s"])
-        self.opt_m.load_state_dict(state["opt_m"])
-        self.epoch = int(state["epoch"])
-        self.history = state["history"]
-        self.gen.set_state(state["gen"])
-
-
-@torch.no_grad()
-def evaluate_surrogate(
-    model: nn.Module | None,
-    surrogate: EmbeddingSurrogate,
-    task: SurrogateTask,
-    source: str = "local",
-    n_batches: int = 4,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Approximation quality of a surrogate on fresh pairs (the scatter of Fig. 3.2 / 4.4).
-
-    Args:
-        model: the task model (needed for ``source="local"``).
-        surrogate: the surrogate.
-        task: the task adapter.
-        source: ``"local"`` (model predictions) or ``"global"`` (generator pairs).
-        n_batches: batches to draw.
-        seed: seeds the draw.
-
-    Returns:
-        A dict with ``"e"`` (``(n,)`` true values), ``"e_hat"`` (``(n,)`` surrogate values),
-        ``"l1"`` (mean ``|e_hat - e|``) and ``"pearson"`` (their correlation).
-    """
-    if source not in ("local", "global"):
-        raise ValueError(f"source must be 'local' or 'global', got {source!r}")
-    if source == "local" and model is None:
-        raise ValueError("model is required for source='local'")
-    gen = torch.Generator().manual_seed(seed)
-    surrogate.eval()
-    if model is not None:
-        model.eval()
-    es, ehs = [], []
-    dev = next(surrogate.parameters()).device
-    for _ in range(n_batches):
-        if source == "local":
-            batch = task.sample_batch(gen)
-            z = task.predict(model, batch)  # type: ignore[arg-type]
-            y, e = task.encode_target(z, batch), task.metric(z, batch)
-        else:
-            z, y, e = (t.to(dev) for t in task.sample_global(task.batch_size, gen))
-        es.append(e.float().cpu())
-        ehs.append(surrogate(z, y).float().cpu())
-    e, e_hat = torch.cat(es), torch.cat(ehs)
-    pearson = float(torch.corrcoef(torch.stack([e, e_hat]))[0, 1]) if e.std() > 0 and e_hat.std() > 0 else math.nan
-    return {"e": e, "e_hat": e_hat, "l1": float((e - e_hat).abs().mean()), "pearson": pearson}
+# Algorithm 1 lives in a private module (this one stays within the project's module size); it imports
+# the names above, so it is imported last.
+from rank_lab.learned._trainer import SurrogateTrainer, evaluate_surrogate  # noqa: E402

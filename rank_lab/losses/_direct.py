@@ -61,8 +61,12 @@ def direct_recall_loss(
     ks: Sequence[int],
     tau_star: Sequence[float],
     clip: bool,
+    normalization: str = "min",
 ) -> torch.Tensor:
-    """``1 - mean_k min(k?, sum_p sigma((k - rank(p)) / tau*_k)) / min(k, |P|)`` (Eq. 3.16; Patel Eq. 5.5)."""
+    """``1 - mean_k min(k?, sum_p sigma((k - rank(p)) / tau*_k)) / norm_k`` (Eq. 3.16; Patel Eq. 5.5).
+
+    ``norm_k = min(k, |P|)`` (``normalization="min"``) or ``|P|`` (``"positives"``).
+    """
     rank_pos, rank_neg, rows = direct_rank_terms(scores, relevance, valid, pos_step, neg_step)
     rank = rank_pos + rank_neg
     n_pos = rows.sum(1).to(scores.dtype)
@@ -71,5 +75,6 @@ def direct_recall_loss(
         num = torch.where(rows, torch.sigmoid((k - rank) / t), torch.zeros_like(rank)).sum(1)
         if clip:
             num = num.clamp(max=float(k))
-        total = total + num / n_pos.clamp(max=float(k)).clamp(min=1)
+        norm = n_pos.clamp(max=float(k)) if normalization == "min" else n_pos
+        total = total + num / norm.clamp(min=1)
     return 1 - total / len(ks)

@@ -16,9 +16,9 @@ Exact AP of a query (Eq. 3.9 of the Ramzi thesis; Eq. 9 of SupRank)::
 Both have an ``O(Q * P * N)``-memory implementation (only rows k that are positives are ever built,
 in chunks; default) and the direct ``O(Q * N^2)`` one (``impl="direct"``), with equal values and
 gradients (tested). The official SupAP/Smooth-AP code keeps the query in its own retrieval set
-(``include_query_as_positive=True`` here); the papers rank against ``B \\ q`` (default). The
+(``query_role="positive"`` here); the papers rank against ``B \\ q`` (default). The
 official Smooth-AP code also always uses the sigmoid for rank+ (its "heaviside" switch is dead
-code, see the SupRank digest), which is what :class:`SmoothAP` does.
+code), which is what :class:`SmoothAP` does.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ import torch
 
 from rank_lab.losses._direct import direct_ap_loss
 from rank_lab.losses.base import RankLoss, per_query_mean
+from rank_lab.losses.registry import register_loss
 from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = ["SmoothAP", "SupAP", "smooth_ap_loss", "sup_ap_loss"]
 
 
+@register_loss("smooth_ap")
 class SmoothAP(RankLoss):
     """Smooth-AP loss ``1 - mean_q Smooth-AP_q`` (Eq. 2.9 of the Ramzi thesis; Brown et al. 2020).
 
@@ -42,7 +44,7 @@ class SmoothAP(RankLoss):
     Args:
         tau: sigmoid temperature (0.01: Brown et al.; thesis; official configs).
         **kwargs: ``impl``, ``max_elements``, ``no_positive``, ``normalize``, ``reduction``,
-            ``include_query_as_positive``, ``hierarchy_level`` (see :class:`RankLoss`).
+            ``query_role``, ``hierarchy_level`` (see :class:`RankLoss`).
 
     Shapes:
         ``forward(embeddings (B, d), labels (B,) | (B, L)[, ref_embeddings (N, d), ref_labels])``;
@@ -67,6 +69,7 @@ class SmoothAP(RankLoss):
         return f"tau={self.tau}, impl={self.impl!r}, reduction={self.reduction!r}"
 
 
+@register_loss("sup_ap")
 class SupAP(RankLoss):
     """SupAP loss (Eq. 3.11 of the Ramzi thesis; SupRank Eq. 11; ROADMAP Eq. 5).
 

@@ -7,15 +7,17 @@ Every loss is a :class:`torch.nn.Module` called as::
     loss(..., ref_self_index=slots)                            # where each query sits inside the refs
 
 * ``embeddings (B, d)`` float; ``labels (B,)`` int, or ``(B, L)`` hierarchical with the fine level
-  in column 0 (``docs/decisions.md``); binary losses use column ``hierarchy_level`` (default 0).
+  in column 0; binary losses use column ``hierarchy_level`` (default 0).
 * Embeddings are L2-normalised inside the loss (``normalize=True``) so that scores are cosine
   similarities ``s = v_q^T v_j`` (Sec. 2.0 of the Ramzi thesis); pass ``normalize=False`` when the
   model already normalises.
-* The query itself: in-batch, the query is also an item of the retrieval set. With
-  ``include_query_as_positive=False`` (default; thesis/papers' ``B \\ q``) its column is removed;
-  with ``True`` it stays as a positive with ``s = 1`` (official ROADMAP/HAPPIER/RS@k code). With a
-  memory, pass ``ref_self_index`` (the memory slot of each query, ``-1`` if absent) to get the same
-  choice; without it, nothing is removed.
+* The query itself: in-batch, the query is also an item of the retrieval set. ``query_role`` says
+  what it is there: ``"excluded"`` (default; the thesis/papers' ``B \\ q``: its column is removed),
+  ``"positive"`` (kept as a positive with ``s = 1``: official ROADMAP/HAPPIER/SupRank code) or
+  ``"competitor"`` (kept and ranked, never a positive: official RS@k code; only the R@k
+  surrogates, :mod:`rank_lab.losses.recall`). With a memory, pass ``ref_self_index`` (the memory slot
+  of each query, ``-1`` if absent) to get the same choice; without it, nothing is removed.
+  (``include_query_as_positive=True`` is the deprecated spelling of ``query_role="positive"``.)
 * ``reduction``: ``"mean"`` (over queries that have a positive), ``"sum"`` or ``"none"`` (``(B,)``).
 * Scores are computed in float32 even under autocast (half precision is too coarse for
   temperatures of 0.01).
@@ -31,7 +33,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels, check_scores_targets
+from rank_lab._deprecation import warn_deprecated
+from rank_lab._validation import (
+    as_tensor,
+    check_embeddings,
+    check_finite,
+    check_index,
+    check_labels,
+    check_positive_int,
+    check_scores_targets,
+)
 from rank_lab.ranking.ranks import retrieval_mask
 
 __all__ = [
@@ -48,6 +59,9 @@ __all__ = [
 
 Reduction = Literal["mean", "sum", "none"]
 NoPositive = Literal["skip", "raise"]
+#: The role of the query's own item in its retrieval set (see the module docstring).
+QueryRole = Literal["excluded", "positive", "competitor"]
+QUERY_ROLES = ("excluded", "positive", "competitor")
 
 
 @dataclass
@@ -105,28 +119,36 @@ def prepare_batch(
     ref_self_index: torch.Tensor | None = None,
     normalize: bool = True,
     hierarchy_level: int = 0,
-    include_query_as_positive: bool = False,
+    query_role: QueryRole = "excluded",
+    include_query_as_positive: bool | None = None,
 ) -> PreparedBatch:
     """Validate the common call, normalise, and build scores, relevance and the retrieval mask.
+
+    Args:
+        embeddings, labels, ref_embeddings, ref_labels, ref_self_index: the common call (module
+            docstring).
+        normalize: L2-normalise the embeddings (cosine scores).
+        hierarchy_level: label column of the binary relevance.
+        query_role: ``"excluded"`` (the query's own item is removed from its retrieval set) or
+            ``"positive"`` (it stays, as a positive); a loss that supports ``"competitor"`` builds
+            it on top of the ``"positive"`` batch (:class:`rank_lab.losses.recall.SmoothRecallAtK`).
+        include_query_as_positive: deprecated spelling of ``query_role="positive"``.
 
     Raises:
         ValueError / TypeError: naming the argument (shapes, NaN, dtypes, a lone ref argument).
     """
+    query_role = _query_role(query_role, include_query_as_positive, "prepare_batch", ("excluded", "positive"))
     emb = check_embeddings(embeddings, "embeddings")
     lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
-    if (ref_embeddings is None) != (ref_labels is None):
-        raise ValueError("ref_embeddings and ref_labels must be given together")
-    in_batch = ref_embeddings is None
-    if in_batch:
+    refs = check_references(emb, ref_embeddings, ref_labels)
+    in_batch = refs is None
+    if refs is None:
         ref, ref_lab = emb, lab
         if ref_self_index is not None:
             raise ValueError("ref_self_index is only used with ref_embeddings")
         self_index = torch.arange(emb.shape[0], device=emb.device)
     else:
-        ref = check_embeddings(ref_embeddings, "ref_embeddings").to(emb.device)
-        ref_lab = check_labels(ref_labels, ref.shape[0], "ref_labels").to(emb.device)
-        if ref.shape[1] != emb.shape[1]:
-            raise ValueError(f"ref_embeddings has dimension {ref.shape[1]} but embeddings has {emb.shape[1]}")
+        ref, ref_lab = refs
         self_index = None if ref_self_index is None else torch.as_tensor(ref_self_index, device=emb.device).long()
     if normalize:
         emb = F.normalize(emb, dim=1)
@@ -134,15 +156,74 @@ def prepare_batch(
     work = torch.float64 if emb.dtype == torch.float64 else torch.float32
     scores = emb.to(work) @ ref.to(work).T
     rel = binary_relevance(lab, ref_lab, hierarchy_level).to(work)
-    valid = retrieval_mask(scores.shape[0], scores.shape[1], self_index, exclude_self=not include_query_as_positive, device=emb.device)
+    valid = retrieval_mask(scores.shape[0], scores.shape[1], self_index, exclude_self=query_role == "excluded", device=emb.device)
     return PreparedBatch(emb, ref, lab, ref_lab, scores, rel, valid, in_batch)
+
+
+def check_references(
+    embeddings: torch.Tensor, ref_embeddings: object, ref_labels: object
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Check the reference half of the common call: ``None`` (in-batch) or ``(ref (N, d), ref_labels)``.
+
+    Losses that ignore a reference set (proxy losses, ``uses_references = False``) check it too, so
+    the common call refuses the same bad inputs whatever the loss.
+
+    Args:
+        embeddings: the checked ``(B, d)`` query embeddings.
+        ref_embeddings, ref_labels: ``(N, d)`` and ``(N,)|(N, L)``, both or neither.
+
+    Raises:
+        ValueError / TypeError: naming ``ref_embeddings`` or ``ref_labels``.
+    """
+    if (ref_embeddings is None) != (ref_labels is None):
+        raise ValueError("ref_embeddings and ref_labels must be given together")
+    if ref_embeddings is None:
+        return None
+    ref = check_embeddings(ref_embeddings, "ref_embeddings").to(embeddings.device)
+    ref_lab = check_labels(ref_labels, ref.shape[0], "ref_labels").to(embeddings.device)
+    if ref.shape[1] != embeddings.shape[1]:
+        raise ValueError(f"ref_embeddings has dimension {ref.shape[1]} but embeddings has {embeddings.shape[1]}")
+    return ref, ref_lab
 
 
 def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduction) -> torch.Tensor:
     """Reduce per-query losses ``(Q,)`` over the queries where ``keep`` is True.
 
-    ``"none"`` returns ``(Q,)`` with 0 for the dropped queries (they get no gradient).
+    ``"none"`` returns ``(Q,)`` with 0 for the dropped queries (they get no gradient); ``"mean"``
+    divides by the number of kept queries (0 when none is kept).
+
+    Args:
+        values: ``(Q,)`` floating per-query losses; finite where ``keep`` (a dropped query may hold
+            any value, e.g. a 0/0 of a query without positives).
+        keep: ``(Q,)`` bool.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Raises:
+        ValueError / TypeError: naming ``values``, ``keep`` or ``reduction``.
     """
+    _check_choice(reduction, "reduction", ("mean", "sum", "none"))
+    values = _row_values(values, "values")
+    keep = as_tensor(keep, "keep")
+    if keep.dtype != torch.bool:
+        raise TypeError(f"keep must be a bool tensor, got dtype {keep.dtype}")
+    if keep.shape != values.shape:
+        raise ValueError(f"keep has shape {tuple(keep.shape)} but values has shape {tuple(values.shape)}")
+    check_finite(values[keep.to(values.device)], "values")
+    return _reduce_per_query(values, keep.to(values.device), reduction)
+
+
+def _row_values(values: object, name: str) -> torch.Tensor:
+    """A non-empty 1-D floating tensor, or raise naming ``name``."""
+    values = as_tensor(values, name)
+    if values.ndim != 1 or values.shape[0] == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D tensor, got shape {tuple(values.shape)}")
+    if not values.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got dtype {values.dtype}")
+    return values
+
+
+def _reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: str) -> torch.Tensor:
+    """:func:`reduce_per_query` without the checks (the losses' inner call)."""
     values = torch.where(keep, values, torch.zeros_like(values))
     if reduction == "none":
         return values
@@ -159,31 +240,51 @@ def _check_choice(value: str, name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _query_role(query_role: str, include_query_as_positive: bool | None, owner: str, allowed: tuple[str, ...]) -> str:
+    """``query_role`` checked against ``allowed``; the deprecated boolean mapped onto it."""
+    if include_query_as_positive is not None:
+        warn_deprecated(f"{owner}(include_query_as_positive=...) is deprecated: use query_role='positive' (True) or "
+                        "'excluded' (False)")
+        if query_role != "excluded":
+            raise TypeError(f"{owner}: got both include_query_as_positive (deprecated) and query_role; pass query_role only")
+        query_role = "positive" if include_query_as_positive else "excluded"
+    if query_role not in allowed:
+        extra = "" if query_role not in QUERY_ROLES else f" ({owner} does not support {query_role!r})"
+        raise ValueError(f"query_role must be one of {allowed}, got {query_role!r}{extra}")
+    return query_role
+
+
 class MetricLoss(nn.Module):
     """Base class: the common call of every loss (see the module docstring).
 
     Args:
         normalize: L2-normalise embeddings inside the loss.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
-        include_query_as_positive: keep the query in its own retrieval set (official code) or not.
+        query_role: the role of the query's own item in its retrieval set: ``"excluded"``
+            (default, the papers' ``B \\ q``), ``"positive"`` (official code) or, for the losses whose
+            :attr:`query_roles` hold it, ``"competitor"`` (see the module docstring).
         hierarchy_level: label column used for binary relevance with ``(N, L)`` labels.
+        include_query_as_positive: deprecated spelling of ``query_role="positive"`` (``True``).
     """
 
     #: False for losses that ignore ``ref_embeddings`` (proxy losses); a memory wrapper uses it.
     uses_references: bool = True
+    #: The values of ``query_role`` this loss supports.
+    query_roles: tuple[str, ...] = ("excluded", "positive")
 
     def __init__(
         self,
         *,
         normalize: bool = True,
         reduction: Reduction = "mean",
-        include_query_as_positive: bool = False,
+        query_role: QueryRole = "excluded",
         hierarchy_level: int = 0,
+        include_query_as_positive: bool | None = None,
     ) -> None:
         super().__init__()
         self.normalize = bool(normalize)
         self.reduction = _check_choice(reduction, "reduction", ("mean", "sum", "none"))
-        self.include_query_as_positive = bool(include_query_as_positive)
+        self.query_role = _query_role(query_role, include_query_as_positive, type(self).__name__, type(self).query_roles)
         if isinstance(hierarchy_level, bool) or not isinstance(hierarchy_level, int) or hierarchy_level < 0:
             raise ValueError(f"hierarchy_level must be an int >= 0, got {hierarchy_level!r}")
         self.hierarchy_level = hierarchy_level
@@ -196,7 +297,8 @@ class MetricLoss(nn.Module):
         ref_labels: torch.Tensor | None = None,
         ref_self_index: torch.Tensor | None = None,
     ) -> PreparedBatch:
-        """:func:`prepare_batch` with this loss' options."""
+        """:func:`prepare_batch` with this loss' options (a ``"competitor"`` query role gets the
+        ``"positive"`` batch: the loss then keeps the query's own item as a non-positive)."""
         return prepare_batch(
             embeddings,
             labels,
@@ -205,8 +307,13 @@ class MetricLoss(nn.Module):
             ref_self_index=ref_self_index,
             normalize=self.normalize,
             hierarchy_level=self.hierarchy_level,
-            include_query_as_positive=self.include_query_as_positive,
+            query_role="excluded" if self.query_role == "excluded" else "positive",
         )
+
+    @property
+    def include_query_as_positive(self) -> bool:
+        """Deprecated read-only view: ``query_role == "positive"``."""
+        return self.query_role == "positive"
 
     def forward(
         self,
@@ -266,15 +373,16 @@ class ListwiseLoss(MetricLoss):
         if not bool(has_pos.all()):
             n_bad = int((~has_pos).sum())
             if self.no_positive == "raise":
-                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (labels / targets; "
-                                 "no_positive='raise')")
+                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (labels / ref_labels / "
+                                 "targets; no_positive='raise')")
             if not bool(has_pos.any()):
                 raise ValueError(
-                    "no query has a positive in its retrieval set (every label of labels / row of targets is "
-                    "unique): use an m-per-class sampler (rank_lab.data.MPerClassSampler) or a memory"
+                    "no query has a positive in its retrieval set (no label of labels is shared by another item of the "
+                    "batch or of ref_labels; no row of targets has a positive): use an m-per-class sampler "
+                    "(rank_lab.data.MPerClassSampler) or a memory"
                 )
         values = self.per_query(scores, rel, valid.bool())
-        return reduce_per_query(values, has_pos, self.reduction)  # type: ignore[arg-type]
+        return _reduce_per_query(values, has_pos, self.reduction)
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
         return self.forward_scores(batch.scores, batch.relevance, batch.valid)
@@ -297,7 +405,7 @@ class RankLoss(ListwiseLoss):
 
 
 def reachable_ks(ks: tuple[int, ...], database: torch.Tensor, name: str = "ks") -> tuple[int, ...]:
-    """Clip each k to the retrieval-set size, with a warning (the R@k surrogates' rule, ``docs/decisions.md``).
+    """Clip each k to the retrieval-set size, with a warning (the rule of the R@k surrogates).
 
     A query ranked against ``n`` items has ranks ``1..n``: for ``k > n`` every positive is inside the
     top k whatever the scores, so that k's term of the surrogate is constant (RS@k with
@@ -327,8 +435,18 @@ def reachable_ks(ks: tuple[int, ...], database: torch.Tensor, name: str = "ks") 
 
 
 def per_query_mean(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) -> torch.Tensor:
-    """Mean of row values ``(R,)`` per query, ``(Q,)`` (0 for queries without rows)."""
+    """Mean of row values ``(R,)`` per query, ``(Q,)`` (0 for queries without rows).
+
+    Args:
+        values: ``(R,)`` finite floating values of the rows.
+        q_idx: ``(R,)`` query of each row, in ``[0, n_queries)``.
+        n_queries: Q.
+    """
+    values = _row_values(values, "values")
+    check_finite(values, "values")
+    q_idx = check_index(q_idx, values.shape[0], check_positive_int(n_queries, "n_queries"), "q_idx", "values").to(values.device)
     sums = values.new_zeros(n_queries).index_add(0, q_idx, values)
     counts = torch.bincount(q_idx, minlength=n_queries).to(values.dtype)
     return sums / counts.clamp(min=1)
+
 

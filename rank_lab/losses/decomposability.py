@@ -41,6 +41,8 @@ from rank_lab._validation import check_float, check_positive_int, check_scores_t
 from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss
 from rank_lab.losses.proxies import NormSoftmaxLoss
+from rank_lab.losses.registry import register_loss
+from rank_lab.metrics import average_precision
 
 __all__ = [
     "PairDGLoss",
@@ -58,6 +60,7 @@ __all__ = [
 Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+@register_loss("pair_dg", aliases=("calibration",))
 class PairDGLoss(MetricLoss):
     """Pair-based decomposability loss ``L_DG`` (Eq. 3.7 of the Ramzi thesis; ROADMAP Eq. 7).
 
@@ -68,7 +71,7 @@ class PairDGLoss(MetricLoss):
         beta: negative threshold, ``beta < alpha`` (0.6).
         pair_reduction: ``"per_query_mean"`` (paper, default) or ``"avg_nonzero"`` (official code)
             or ``"per_query_sum"``; see :func:`rank_lab.losses.pairs.pair_margin_loss`.
-        **kwargs: ``normalize``, ``reduction``, ``include_query_as_positive``, ``hierarchy_level``.
+        **kwargs: ``normalize``, ``reduction``, ``query_role``, ``hierarchy_level``.
     """
 
     def __init__(self, alpha: float = 0.9, beta: float = 0.6, pair_reduction: PairReduction = "per_query_mean", **kwargs: object) -> None:
@@ -86,6 +89,7 @@ class PairDGLoss(MetricLoss):
         return f"alpha={self.alpha}, beta={self.beta}, pair_reduction={self.pair_reduction!r}"
 
 
+@register_loss("proxy_dg", needs=("n_classes", "dim"))
 class ProxyDGLoss(NormSoftmaxLoss):
     """Proxy-based decomposability loss ``L*_DG`` (Eq. 3.8 of the Ramzi thesis) = NormSoftmax.
 
@@ -96,8 +100,6 @@ class ProxyDGLoss(NormSoftmaxLoss):
 
 
 def _metric_default() -> Metric:
-    from rank_lab.metrics import average_precision
-
     return average_precision
 
 

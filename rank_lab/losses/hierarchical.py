@@ -17,8 +17,8 @@ graded relevance per query, computed over the query's retrieval set (the batch, 
   H-rank and rank replaced by ``sigma(t / tau)``.
 * :class:`SupNDCG` -- ``L_Sup-NDCG`` (Eqs. 4.13-4.14; SupRank Eq. 24): gains ``2^l - 1``,
   ``DCG_s = sum_k g_k / log2(1 + rank+(k) + rank_s^-(k))``, exact iDCG.
-* Presets (:func:`happier`, :func:`happier_f`, :func:`rod_ndcg`): the ROD combination
-  ``(1 - lambda) L + lambda L*_DG`` (Eqs. 4.11 and 4.15) with the fine-level NormSoftmax proxies.
+* The presets HAPPIER, HAPPIER_F and ROD-NDCG (the ROD combination ``(1 - lambda) L + lambda L*_DG``
+  of Eqs. 4.11 and 4.15 with the fine-level NormSoftmax proxies) are in :mod:`rank_lab.losses.presets`.
 
 Upper bounds (thesis §4.2.3-4.2.4): numerators exact, ``rank_s^- >= rank^-`` since ``H^- >= H``,
 so ``L_Sup-H-AP >= 1 - H-AP`` and ``L_Sup-NDCG >= 1 - NDCG`` (tested on tie-free scores). With
@@ -32,19 +32,28 @@ for the rank+/rank- sums; a checkpointed chunk loop for the relevance-weighted s
 ``impl="direct"`` is the literal ``(Q, N, N)`` formulation of the official code (tests, benchmark).
 
 Paper vs code: the official HAPPIER code keeps the query in its own retrieval set as a positive
-(``include_query_as_positive=True`` here) and counts ``|Omega^(l)|`` with it; it uses ``delta=0.05``
+(``query_role="positive"`` here) and counts ``|Omega^(l)|`` with it; it uses ``delta=0.05``
 and ``offset=1.44`` (``SupRankStep`` options); λ = 0.5 in its HAPPIER_F SOP config (paper: silent).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from rank_lab._validation import as_tensor, check_float, check_scores_targets
-from rank_lab.losses.base import PreparedBatch, RankLoss, _check_choice, reduce_per_query
+from rank_lab._deprecation import moved_names
+from rank_lab._validation import (
+    as_tensor,
+    check_float,
+    check_index,
+    check_positive_int,
+    check_scores_targets,
+)
+from rank_lab.losses._direct import direct_rank_terms
+from rank_lab.losses.base import PreparedBatch, RankLoss, _check_choice, _reduce_per_query
+from rank_lab.losses.registry import register_loss
 from rank_lab.metrics.hierarchy import (
     as_hierarchical_labels,
     level_counts,
@@ -60,25 +69,13 @@ from rank_lab.ranking.ranks import (
 )
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
-if TYPE_CHECKING:
-    from rank_lab.losses.decomposability import ProxyDGLoss
-    from rank_lab.losses.presets import ROD
-
 __all__ = [
     "HierarchicalRankLoss",
     "SupHAP",
     "SmoothHAP",
     "SupNDCG",
     "weighted_lower_sums",
-    "happier",
-    "happier_f",
-    "rod_ndcg",
-    "HAPPIER_F_ALPHA",
-    "HIERARCHICAL_PRESETS",
 ]
-
-#: alpha of HAPPIER_F per dataset (thesis §4.4.1 / SupRank §VII-C: 5 on SOP, 3 on iNat-base/full).
-HAPPIER_F_ALPHA = {"sop": 5.0, "inat": 3.0, "inaturalist": 3.0, "inat_base": 3.0, "inat_full": 3.0}
 
 
 def _weighted_chunk(scores, rel, valid, qi, ki, step, weight):  # type: ignore[no-untyped-def]
@@ -117,9 +114,39 @@ def weighted_lower_sums(
     min(rel(k), rel(j)) step(s_j - s_k)``. Differentiable steps are chunked with activation
     checkpointing (each chunk is recomputed in the backward pass).
 
+    Args:
+        scores: ``(Q, N)`` finite scores (a ``(N,)`` vector is one query).
+        relevance: ``(Q, N)`` graded relevance ``>= 0``.
+        valid: ``(Q, N)`` bool retrieval-set mask.
+        q_idx, k_idx: ``(R,)`` query and item of each row (e.g. :func:`rank_lab.ranking.positive_rows`).
+        step: the step function (:mod:`rank_lab.ranking.steps`).
+        weight: ``"lower"`` or ``"min"``.
+        max_elements: block size (None = device default).
+
     Returns:
         ``(R,)`` tensor (R = number of rows).
     """
+    scores, relevance = check_scores_targets(scores, relevance, "scores", "relevance")
+    valid = as_tensor(valid, "valid").to(scores.device)
+    if valid.dtype != torch.bool or valid.shape != scores.shape:
+        raise ValueError(f"valid must be a bool tensor of the scores' shape {tuple(scores.shape)}, got {valid.dtype} {tuple(valid.shape)}")
+    q_idx = as_tensor(q_idx, "q_idx")
+    if q_idx.ndim != 1:
+        raise ValueError(f"q_idx must be a (R,) vector of query indices, got shape {tuple(q_idx.shape)}")
+    q_idx = check_index(q_idx, q_idx.shape[0], scores.shape[0], "q_idx", "the rows").to(scores.device)
+    k_idx = check_index(k_idx, q_idx.shape[0], scores.shape[1], "k_idx", "q_idx").to(scores.device)
+    if not isinstance(step, StepFunction):
+        raise TypeError(f"step must be a rank_lab.ranking StepFunction, got {type(step).__name__}")
+    _check_choice(weight, "weight", ("lower", "min"))
+    if max_elements is not None:
+        check_positive_int(max_elements, "max_elements")
+    return _weighted_lower_sums(scores, relevance.to(scores.dtype), valid, q_idx, k_idx, step, weight=weight, max_elements=max_elements)
+
+
+def _weighted_lower_sums(scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor, q_idx: torch.Tensor,
+                         k_idx: torch.Tensor, step: StepFunction, *, weight: str = "lower",
+                         max_elements: int | None = None) -> torch.Tensor:
+    """:func:`weighted_lower_sums` without the checks (the losses' inner call)."""
     out = []
     chunk = _chunk_rows(scores.shape[1], max_elements, scores.device)
     grad = step.differentiable and scores.requires_grad and torch.is_grad_enabled()
@@ -143,7 +170,7 @@ class HierarchicalRankLoss(RankLoss):
         weights: ``w_1..w_L`` of Property 1.
         level_mode: ``"lca"`` or ``"count"`` (see :func:`rank_lab.metrics.hierarchy.shared_level`).
         **kwargs: ``impl``, ``max_elements`` (:class:`~rank_lab.losses.base.RankLoss`),
-            ``no_positive``, ``normalize``, ``reduction``, ``include_query_as_positive``.
+            ``no_positive``, ``normalize``, ``reduction``, ``query_role``.
 
     Calls: ``loss(embeddings, labels[, ref_embeddings, ref_labels])``;
     ``forward_levels(scores (Q, N), levels (Q, N) ints in [0, L], valid, n_levels)``;
@@ -214,10 +241,11 @@ class HierarchicalRankLoss(RankLoss):
         has_pos = (rel > 0).any(1)
         if not bool(has_pos.all()):
             if self.no_positive == "raise":
-                raise ValueError(f"{int((~has_pos).sum())} query(ies) have no relevant item (no_positive='raise')")
+                raise ValueError(f"{int((~has_pos).sum())} query(ies) have no relevant item (labels / ref_labels / relevance; no_positive='raise')")
             if not bool(has_pos.any()):
-                raise ValueError("no query has a relevant item in its retrieval set: use a class-balanced or hierarchical sampler")
-        return reduce_per_query(self.per_query(scores, rel, valid_t), has_pos, self.reduction)  # type: ignore[arg-type]
+                raise ValueError("no query has a relevant item in its retrieval set (labels / ref_labels / relevance): use a "
+                                 "class-balanced or hierarchical sampler")
+        return _reduce_per_query(self.per_query(scores, rel, valid_t), has_pos, self.reduction)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:
         return f"relevance={self.relevance_kind!r}, alpha={self.alpha}, impl={self.impl!r}, reduction={self.reduction!r}"
@@ -227,6 +255,7 @@ def _per_query_sum(values: torch.Tensor, q_idx: torch.Tensor, n: int) -> torch.T
     return values.new_zeros(n).index_add(0, q_idx, values)
 
 
+@register_loss("sup_hap", hierarchical=True)
 class SupHAP(HierarchicalRankLoss):
     """``L_Sup-H-AP`` (Eq. 4.10 of the Ramzi thesis; SupRank Eq. 21): the SupRank surrogate of H-AP.
 
@@ -250,7 +279,7 @@ class SupHAP(HierarchicalRankLoss):
             return _direct_hap(scores, relevance, valid, Heaviside(), Heaviside(), self.step, total)
         q_idx, k_idx = positive_rows(relevance, valid)
         rank_pos = exact_rank_plus_rows(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements)
-        lower = weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, Heaviside(), max_elements=self.max_elements)
+        lower = _weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, Heaviside(), max_elements=self.max_elements)
         rel_k = relevance[q_idx, k_idx]
         h_rank = rel_k * rank_pos + lower  # Eq. 4.2 split at rel(k)
         rank_neg = row_step_sums(scores, q_idx, k_idx, self.step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements)[:, 0]
@@ -258,6 +287,7 @@ class SupHAP(HierarchicalRankLoss):
         return 1 - _per_query_sum(ratio, q_idx, scores.shape[0]) / total.clamp(min=torch.finfo(total.dtype).tiny)
 
 
+@register_loss("smooth_hap", hierarchical=True)
 class SmoothHAP(HierarchicalRankLoss):
     """Smooth-H-AP: H-AP with every Heaviside replaced by ``sigma(t / tau)`` (the ablation of Tab. 4.7).
 
@@ -279,11 +309,12 @@ class SmoothHAP(HierarchicalRankLoss):
             return _direct_hap(scores, relevance, valid, self.step, self.step, self.step, total)
         q_idx, k_idx = positive_rows(relevance, valid)
         rel_k = relevance[q_idx, k_idx]
-        h_rank = rel_k + weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, self.step, weight="min", max_elements=self.max_elements)
+        h_rank = rel_k + _weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, self.step, weight="min", max_elements=self.max_elements)
         rank = 1 + row_step_sums(scores, q_idx, k_idx, self.step, ("all",), valid=valid, max_elements=self.max_elements)[:, 0]
         return 1 - _per_query_sum(h_rank / rank, q_idx, scores.shape[0]) / total.clamp(min=torch.finfo(total.dtype).tiny)
 
 
+@register_loss("sup_ndcg", hierarchical=True)
 class SupNDCG(HierarchicalRankLoss):
     """``L_Sup-NDCG`` (Eqs. 4.13-4.14 of the Ramzi thesis; SupRank Eq. 24), gains ``2^l - 1``.
 
@@ -304,7 +335,7 @@ class SupNDCG(HierarchicalRankLoss):
         r = torch.arange(1, scores.shape[1] + 1, device=scores.device, dtype=scores.dtype)
         idcg = (ideal / torch.log2(1 + r)).sum(1).clamp(min=torch.finfo(scores.dtype).tiny)
         if self.impl == "direct":
-            rank_pos, rank_neg, rows = _direct_terms(scores, relevance, valid, Heaviside(), self.step)
+            rank_pos, rank_neg, rows = direct_rank_terms(scores, relevance, valid, Heaviside(), self.step)
             dcg = torch.where(rows, relevance / torch.log2(1 + rank_pos + rank_neg), torch.zeros_like(scores)).sum(1)
             return 1 - dcg / idcg
         q_idx, k_idx = positive_rows(relevance, valid)
@@ -314,21 +345,9 @@ class SupNDCG(HierarchicalRankLoss):
         return 1 - dcg / idcg
 
 
-def _direct_terms(scores, relevance, valid, pos_step, neg_step):  # type: ignore[no-untyped-def]
-    """``(Q, N, N)`` rank+ (with the 1) and rank- for every row k; mask of rows that matter."""
-    diff = pairwise_differences(scores)  # D[q, k, j] = s_j - s_k
-    n = scores.shape[1]
-    base = valid[:, None, :] & ~torch.eye(n, dtype=torch.bool, device=scores.device)
-    lower = relevance[:, None, :] < relevance[:, :, None]
-    zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
-    rank_pos = 1 + torch.where(base & ~lower, pos_step(diff), zero).sum(-1)
-    rank_neg = torch.where(base & lower, neg_step(diff), zero).sum(-1)
-    return rank_pos, rank_neg, (relevance > 0) & valid
-
-
 def _direct_hap(scores, relevance, valid, hrank_step, pos_step, neg_step, total):  # type: ignore[no-untyped-def]
     """The official code's quick forward: ``(Q, N, N)`` H-rank, rank+ and rank- (Eq. 4.10)."""
-    rank_pos, rank_neg, rows = _direct_terms(scores, relevance, valid, pos_step, neg_step)
+    rank_pos, rank_neg, rows = direct_rank_terms(scores, relevance, valid, pos_step, neg_step)
     diff = pairwise_differences(scores)
     n = scores.shape[1]
     base = valid[:, None, :] & ~torch.eye(n, dtype=torch.bool, device=scores.device)
@@ -338,46 +357,11 @@ def _direct_hap(scores, relevance, valid, hrank_step, pos_step, neg_step, total)
     return 1 - ratio.sum(1) / total.clamp(min=torch.finfo(total.dtype).tiny)
 
 
-# ------------------------------------------------------------------ presets (ROD framework)
-def _proxy(n_classes: int | None, dim: int | None, temperature: float, name: str) -> ProxyDGLoss:
-    from rank_lab.losses.decomposability import ProxyDGLoss
-
-    if n_classes is None or dim is None:
-        raise ValueError(f"{name} uses L*_DG (fine-level NormSoftmax proxies): pass n_classes (training fine classes) and dim")
-    return ProxyDGLoss(n_classes, dim, temperature=temperature, hierarchy_level=0)
-
-
-def happier(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, alpha: float = 1.0, temperature: float = 0.05, **overrides: object) -> ROD:
-    """HAPPIER (Eq. 4.11): ``(1 - lam) L_Sup-H-AP(alpha) + lam L*_DG``; alpha 1, lambda 0.1 (thesis §4.4.1).
-
-    ``L*_DG`` is NormSoftmax on the fine labels (eta 0.05, official code). ``overrides`` reach
-    :class:`SupHAP`. Returns a :class:`rank_lab.losses.presets.ROD`.
-    """
-    from rank_lab.losses.presets import ROD
-
-    return ROD(SupHAP(alpha=alpha, **overrides), _proxy(n_classes, dim, temperature, "happier"), lam=lam)  # type: ignore[arg-type]
-
-
-def happier_f(n_classes: int | None = None, dim: int | None = None, dataset: str = "sop", lam: float = 0.1, alpha: float | None = None, **overrides: object) -> ROD:
-    """HAPPIER_F: HAPPIER with a larger alpha (5 on SOP, 3 on iNat; thesis §4.4.1), more weight on fine levels.
-
-    The papers do not state lambda for HAPPIER_F: 0.1 as HAPPIER by default; the official SOP config
-    uses ``weight: [0.5, 0.5]`` (pass ``lam=0.5``).
-    """
-    key = dataset.lower().replace("-", "_")
-    if alpha is None:
-        if key not in HAPPIER_F_ALPHA:
-            raise ValueError(f"unknown dataset {dataset!r} for HAPPIER_F; known: {sorted(HAPPIER_F_ALPHA)} (or pass alpha)")
-        alpha = HAPPIER_F_ALPHA[key]
-    return happier(n_classes, dim, lam=lam, alpha=alpha, **overrides)
-
-
-def rod_ndcg(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
-    """ROD-NDCG (Eq. 4.15): ``(1 - lam) L_Sup-NDCG + lam L*_DG``, lambda 0.1 (official code ``[0.9, 0.1]``)."""
-    from rank_lab.losses.presets import ROD
-
-    return ROD(SupNDCG(**overrides), _proxy(n_classes, dim, temperature, "rod_ndcg"), lam=lam)  # type: ignore[arg-type]
-
-
-#: Hierarchical preset name -> factory (registered in :func:`rank_lab.losses.build_loss`).
-HIERARCHICAL_PRESETS = {"happier": happier, "happier_f": happier_f, "rod_ndcg": rod_ndcg}
+# The presets (HAPPIER, HAPPIER_F, ROD-NDCG) are in rank_lab.losses.presets with the other ROD presets.
+__getattr__ = moved_names(__name__, {
+    "happier": "rank_lab.losses.presets",
+    "happier_f": "rank_lab.losses.presets",
+    "rod_ndcg": "rank_lab.losses.presets",
+    "HAPPIER_F_ALPHA": "rank_lab.losses.presets",
+    "HIERARCHICAL_PRESETS": "rank_lab.losses.presets",
+})

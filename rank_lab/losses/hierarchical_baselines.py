@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
+from rank_lab.losses.base import check_references
+from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
 from rank_lab.metrics.hierarchy import as_hierarchical_labels, hierarchy_table
 
 __all__ = ["SigmaLoss", "sigma_loss", "CSLLoss"]
@@ -83,6 +85,7 @@ class SigmaLoss(nn.Module):
         return f"weights={self.weights}"
 
 
+@register_loss("sigma", needs=("dim",), hierarchical=True)
 def sigma_loss(
     base: str,
     n_levels: int,
@@ -104,29 +107,26 @@ def sigma_loss(
         weights: per-level weights (default: plain sum).
         **kwargs: constructor arguments shared by every level.
     """
-    import inspect
-
-    from rank_lab.losses import LOSSES, build_loss
-
     if isinstance(n_levels, bool) or not isinstance(n_levels, int) or n_levels < 1:
         raise ValueError(f"n_levels must be a positive int, got {n_levels!r}")
     if level_classes is not None and len(level_classes) != n_levels:
         raise ValueError(f"level_classes must give one count per level ({n_levels}), got {list(level_classes)}")
-    key = str(base).strip().lower().replace("-", "_")
-    if key not in LOSSES:
-        raise ValueError(f"base must be a loss name of build_loss, got {base!r}; known: {sorted(LOSSES)}")
-    takes = inspect.signature(LOSSES[key]).parameters if key in LOSSES else {}
+    try:
+        takes_dim = "dim" in loss_info(base).needs
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"base must be a loss name of build_loss, got {base!r}; known: {list_losses(aliases=True)}") from exc
     losses = []
     for lev in range(n_levels):
         kw = dict(kwargs, hierarchy_level=lev)
         if level_classes is not None:
             kw["n_classes"] = int(level_classes[lev])
-        if dim is not None and "dim" in takes:
+        if dim is not None and takes_dim:
             kw["dim"] = int(dim)
         losses.append(build_loss(base, **kw))
     return SigmaLoss(losses, weights)
 
 
+@register_loss("csl", needs=("n_classes", "dim"), hierarchical=True)
 class CSLLoss(nn.Module):
     """Cross-Scale Learning loss of the DyML paper (Sun et al., CVPR 2021), see the module docstring.
 
@@ -203,9 +203,10 @@ class CSLLoss(nn.Module):
         *,
         ref_self_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Scalar CSL loss of ``embeddings (B, d)`` with ``labels (B, L)`` (references ignored)."""
+        """Scalar CSL loss of ``embeddings (B, d)`` with ``labels (B, L)`` (references checked, not used)."""
         emb = check_embeddings(embeddings, "embeddings")
         lab = as_hierarchical_labels(labels, emb.shape[0]).to(emb.device)
+        check_references(emb, ref_embeddings, ref_labels)
         if lab.shape[1] != self.n_levels:
             raise ValueError(f"labels have {lab.shape[1]} levels but the loss was built for n_levels={self.n_levels}")
         if emb.shape[1] != self.dim:

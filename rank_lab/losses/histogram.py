@@ -30,8 +30,15 @@ from __future__ import annotations
 
 import torch
 
-from rank_lab._validation import check_float, check_positive_int
+from rank_lab._validation import (
+    as_tensor,
+    check_finite,
+    check_float,
+    check_positive_int,
+    check_scores_targets,
+)
 from rank_lab.losses.base import ListwiseLoss
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["FastAP", "SoftBinAP", "triangular_histogram"]
 
@@ -40,24 +47,37 @@ def triangular_histogram(values: torch.Tensor, weights: torch.Tensor, centres: t
     """Soft histogram ``h[q, m] = sum_j weights[q, j] * [1 - |values[q, j] - centres[m]| / width]_+``.
 
     Args:
-        values: ``(Q, N)``.
-        weights: ``(Q, N)`` (0/1 masks of the items to count).
+        values: ``(Q, N)`` finite values (a ``(N,)`` vector is one row).
+        weights: ``(Q, N)`` non-negative weights (0/1 masks of the items to count).
         centres: ``(M,)`` bin centres.
         width: kernel half-width Delta (> 0).
 
     Returns:
         ``(Q, M)`` histogram, differentiable in ``values``.
     """
+    values, weights = check_scores_targets(values, weights, "values", "weights")
+    centres = as_tensor(centres, "centres")
+    if centres.ndim != 1 or centres.numel() == 0:
+        raise ValueError(f"centres must be a non-empty (M,) vector, got shape {tuple(centres.shape)}")
+    if not centres.is_floating_point():
+        centres = centres.to(values.dtype)
+    check_finite(centres, "centres")
+    width = check_float(width, "width", low=0.0, low_open=True)
+    return _triangular_histogram(values, weights.to(values.dtype), centres.to(values.device), width)
+
+
+def _triangular_histogram(values: torch.Tensor, weights: torch.Tensor, centres: torch.Tensor, width: float) -> torch.Tensor:
     cols = [(weights * torch.relu(1 - (values - c).abs() / width)).sum(1) for c in centres]
     return torch.stack(cols, dim=1)
 
 
+@register_loss("fast_ap")
 class FastAP(ListwiseLoss):
     """FastAP loss ``1 - mean_q FastAP_q`` (Cakir et al. 2019).
 
     Args:
         num_bins: L (10; FastAP paper and official code).
-        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``include_query_as_positive``,
+        **kwargs: ``no_positive``, ``normalize``, ``reduction``, ``query_role``,
             ``hierarchy_level``.
 
     Shapes:
@@ -74,8 +94,8 @@ class FastAP(ListwiseLoss):
         width = 4.0 / self.num_bins
         centres = torch.linspace(0, 4, self.num_bins + 1, dtype=scores.dtype, device=scores.device)
         pos = ((relevance > 0) & valid).to(scores.dtype)
-        h_pos = triangular_histogram(dist, pos, centres, width)
-        h_all = triangular_histogram(dist, valid.to(scores.dtype), centres, width)
+        h_pos = _triangular_histogram(dist, pos, centres, width)
+        h_all = _triangular_histogram(dist, valid.to(scores.dtype), centres, width)
         cum_pos, cum_all = h_pos.cumsum(1), h_all.cumsum(1)
         terms = torch.where(cum_all > 0, h_pos * cum_pos / cum_all.clamp(min=1e-12), torch.zeros_like(cum_all))
         return 1 - terms.sum(1) / pos.sum(1).clamp(min=1)
@@ -84,6 +104,7 @@ class FastAP(ListwiseLoss):
         return f"num_bins={self.num_bins}"
 
 
+@register_loss("softbin_ap")
 class SoftBinAP(ListwiseLoss):
     """SoftBin-AP loss ``1 - mean_q AP_q`` by soft quantisation (Revaud et al. 2019).
 
@@ -107,8 +128,8 @@ class SoftBinAP(ListwiseLoss):
         centres = torch.linspace(self.max_score, self.min_score, self.num_bins, dtype=scores.dtype, device=scores.device)
         x = scores.clamp(self.min_score, self.max_score)
         pos = ((relevance > 0) & valid).to(scores.dtype)
-        c_pos = triangular_histogram(x, pos, centres, width)
-        c_all = triangular_histogram(x, valid.to(scores.dtype), centres, width)
+        c_pos = _triangular_histogram(x, pos, centres, width)
+        c_all = _triangular_histogram(x, valid.to(scores.dtype), centres, width)
         prec = c_pos.cumsum(1) / c_all.cumsum(1).clamp(min=1e-12)
         rec = c_pos / pos.sum(1, keepdim=True).clamp(min=1)
         return 1 - (prec * rec).sum(1)

@@ -26,7 +26,8 @@ from typing import Literal
 import torch
 
 from rank_lab._validation import check_float, check_scores_targets
-from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice, reduce_per_query
+from rank_lab.losses.base import MetricLoss, PreparedBatch, _check_choice, _reduce_per_query
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["pair_margin_loss", "ContrastiveLoss", "TripletMarginLoss"]
 
@@ -84,9 +85,10 @@ def pair_margin_loss(
         per_q = lp.sum(1) + ln.sum(1)
     else:
         raise ValueError(f"pair_reduction must be 'per_query_mean', 'per_query_sum' or 'avg_nonzero', got {pair_reduction!r}")
-    return reduce_per_query(per_q, valid.any(1), reduction)  # type: ignore[arg-type]
+    return _reduce_per_query(per_q, valid.any(1), reduction)  # type: ignore[arg-type]
 
 
+@register_loss("contrastive", aliases=("xbm_contrastive",))
 class ContrastiveLoss(MetricLoss):
     """Contrastive loss of the XBM paper (Wang et al. 2020), Hadsell et al. (2006) cosine form.
 
@@ -96,7 +98,7 @@ class ContrastiveLoss(MetricLoss):
         pos_margin: 1.0 (XBM: ``1 - s`` on positives).
         neg_margin: 0.5 (XBM margin lambda = 0.5).
         pair_reduction: ``"per_query_sum"`` (XBM code), ``"per_query_mean"``, ``"avg_nonzero"``.
-        **kwargs: ``normalize``, ``reduction``, ``include_query_as_positive``, ``hierarchy_level``.
+        **kwargs: ``normalize``, ``reduction``, ``query_role``, ``hierarchy_level``.
     """
 
     def __init__(self, pos_margin: float = 1.0, neg_margin: float = 0.5, pair_reduction: PairReduction = "per_query_sum", **kwargs: object) -> None:
@@ -111,6 +113,7 @@ class ContrastiveLoss(MetricLoss):
         return f"pos_margin={self.pos_margin}, neg_margin={self.neg_margin}, pair_reduction={self.pair_reduction!r}"
 
 
+@register_loss("triplet")
 class TripletMarginLoss(MetricLoss):
     """Triplet loss with margin (Schroff et al., FaceNet, CVPR 2015; Eq. 2.7 of the Ramzi thesis).
 
@@ -127,7 +130,7 @@ class TripletMarginLoss(MetricLoss):
             ``"hard"`` (hardest negative per anchor-positive pair).
         triplet_average: per anchor, average over ``"all"`` mined triplets or only ``"nonzero"``
             ones (the "batch-all" average of Hermans et al. 2017).
-        **kwargs: ``normalize``, ``reduction``, ``include_query_as_positive``, ``hierarchy_level``.
+        **kwargs: ``normalize``, ``reduction``, ``query_role``, ``hierarchy_level``.
     """
 
     def __init__(
@@ -178,8 +181,9 @@ class TripletMarginLoss(MetricLoss):
         per_q = sums / counts.clamp(min=1)
         keep = counts > 0 if self.triplet_average == "all" else losses.new_zeros(n_q).index_add(0, q_idx, mined.sum(1).to(losses.dtype)) > 0
         if not bool(keep.any()) and self.mining != "semihard":
-            raise ValueError("no valid triplet (anchor, positive, negative) in the batch (labels): use an m-per-class sampler")
-        return reduce_per_query(per_q, keep, self.reduction)  # type: ignore[arg-type]
+            raise ValueError("no valid triplet (anchor, positive, negative) in the batch or the references (labels / "
+                             "ref_labels): use an m-per-class sampler")
+        return _reduce_per_query(per_q, keep, self.reduction)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, distance={self.distance!r}, mining={self.mining!r}"

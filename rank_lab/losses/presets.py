@@ -1,8 +1,11 @@
-"""The ROD framework ``(1 - lambda) L_rank + lambda L_DG`` and the papers' named presets.
+"""The ROD framework ``(1 - lambda) L_rank + lambda L_DG`` and the papers' named loss presets.
 
 ``L_ROD-M = (1 - lambda) L_Sup-M + lambda L_DG`` (Eq. 3.2 of the Ramzi thesis; SupRank Eq. 2):
 a SupRank surrogate of the metric plus a decomposability loss. Instances: ROADMAP (Eq. 3.12;
-ROADMAP Eq. 2) for AP and ROD-R@K (Eq. 3.17; SupRank Eq. 17) for recall.
+ROADMAP Eq. 2) for AP, ROD-R@K (Eq. 3.17; SupRank Eq. 17) for recall, and for hierarchical labels
+HAPPIER (Eq. 4.11; SupRank Eq. 22) and ROD-NDCG (Eq. 4.15). Every preset is registered
+(``build_loss("happier", n_classes=..., dim=...)``; ``list_losses(presets=True)``); the training
+recipes that go with them (optimiser, schedule, sampler) are in :mod:`rank_lab.train.recipes`.
 
 Named presets (exact values from the papers; ``**overrides`` reach the rank loss, ``lam`` the mix):
 
@@ -17,7 +20,11 @@ preset                composition                                      source
                                                                        eta from the official code
 ``rod_recall``        Sup-R@K(K={1,2,4,8,16}, tau*=1) + L*_DG          SupRank Eq. 17, Tab. II
                       (eta=0.05), lambda = 0.1                         (ROD-R@k with L*_DG); K, tau*
-                                                                       follow [28] / official code
+                                                                       follow Patel et al. / code
+``happier``           Sup-H-AP(alpha=1) + L*_DG (NormSoftmax on the    Ramzi thesis Eq. 4.11, §4.4.1;
+                      fine labels, eta=0.05), lambda = 0.1             eta from the official code
+``happier_f``         HAPPIER with alpha = 5 (SOP) or 3 (iNat)         thesis §4.4.1; SupRank §VII-C
+``rod_ndcg``          Sup-NDCG + L*_DG (eta=0.05), lambda = 0.1        thesis Eq. 4.15; code [0.9, 0.1]
 ====================  ===============================================  ============================
 
 Paper vs code: the ROADMAP NeurIPS code sums SupAP and the calibration loss with weights 1 and 1
@@ -30,12 +37,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import check_positive_int
 from rank_lab.losses.ap import SupAP
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
+from rank_lab.losses.hierarchical import SupHAP, SupNDCG
 from rank_lab.losses.recall import SupRecallAtK
+from rank_lab.losses.registry import loss_info, register_loss
 
-__all__ = ["ROD", "roadmap_neurips", "roadmap_tpami", "rod_recall", "PRESETS"]
+__all__ = ["ROD", "roadmap_neurips", "roadmap_tpami", "rod_recall", "happier", "happier_f", "rod_ndcg", "HAPPIER_F_ALPHA"]
 
 
 class ROD(nn.Module):
@@ -92,12 +102,14 @@ def _need(n_classes: int | None, dim: int | None, name: str) -> tuple[int, int]:
     return check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")
 
 
+@register_loss("roadmap_neurips", preset=True)
 def roadmap_neurips(lam: float = 0.5, alpha: float = 0.9, beta: float = 0.6, **overrides: object) -> ROD:
     """ROADMAP as in the NeurIPS 2021 paper: SupAP + pair ``L_DG`` (alpha 0.9, beta 0.6), lambda 0.5."""
-    shared = {k: overrides[k] for k in ("normalize", "include_query_as_positive", "hierarchy_level") if k in overrides}
+    shared = {k: overrides[k] for k in ("normalize", "query_role", "include_query_as_positive", "hierarchy_level") if k in overrides}
     return ROD(SupAP(**overrides), PairDGLoss(alpha=alpha, beta=beta, **shared), lam=lam)  # type: ignore[arg-type]
 
 
+@register_loss("roadmap_tpami", needs=("n_classes", "dim"), preset=True)
 def roadmap_tpami(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
     """ROADMAP as in the SupRank paper / thesis: SupAP + ``L*_DG`` (NormSoftmax, eta 0.05), lambda 0.1."""
     c, d = _need(n_classes, dim, "roadmap_tpami")
@@ -105,6 +117,7 @@ def roadmap_tpami(n_classes: int | None = None, dim: int | None = None, lam: flo
     return ROD(SupAP(**overrides), ProxyDGLoss(c, d, temperature=temperature, hierarchy_level=level), lam=lam)  # type: ignore[arg-type]
 
 
+@register_loss("rod_recall", needs=("n_classes", "dim"), preset=True)
 def rod_recall(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
     """ROD-R@K (SupRank Eq. 17): Sup-R@K (K = {1, 2, 4, 8, 16}, tau* = 1) + ``L*_DG``, lambda 0.1."""
     c, d = _need(n_classes, dim, "rod_recall")
@@ -112,5 +125,56 @@ def rod_recall(n_classes: int | None = None, dim: int | None = None, lam: float 
     return ROD(SupRecallAtK(**overrides), ProxyDGLoss(c, d, temperature=temperature, hierarchy_level=level), lam=lam)  # type: ignore[arg-type]
 
 
-#: Preset name -> factory (used by :func:`rank_lab.losses.build_loss`).
-PRESETS = {"roadmap_neurips": roadmap_neurips, "roadmap_tpami": roadmap_tpami, "rod_recall": rod_recall}
+#: alpha of HAPPIER_F per dataset (thesis §4.4.1 / SupRank §VII-C: 5 on SOP, 3 on iNat-base/full).
+HAPPIER_F_ALPHA = {"sop": 5.0, "inat": 3.0, "inaturalist": 3.0, "inat_base": 3.0, "inat_full": 3.0}
+
+
+# ------------------------------------------------------------------ hierarchical presets (Ramzi thesis ch. 4)
+def _proxy(n_classes: int | None, dim: int | None, temperature: float, name: str) -> ProxyDGLoss:
+    if n_classes is None or dim is None:
+        raise ValueError(f"{name} uses L*_DG (fine-level NormSoftmax proxies): pass n_classes (training fine classes) and dim")
+    return ProxyDGLoss(n_classes, dim, temperature=temperature, hierarchy_level=0)
+
+
+@register_loss("happier", needs=("n_classes", "dim"), hierarchical=True, preset=True)
+def happier(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, alpha: float = 1.0, temperature: float = 0.05, **overrides: object) -> ROD:
+    """HAPPIER (Eq. 4.11): ``(1 - lam) L_Sup-H-AP(alpha) + lam L*_DG``; alpha 1, lambda 0.1 (thesis §4.4.1).
+
+    ``L*_DG`` is NormSoftmax on the fine labels (eta 0.05, official code). ``overrides`` reach
+    :class:`~rank_lab.losses.hierarchical.SupHAP`. Returns a :class:`ROD`.
+    """
+    return ROD(SupHAP(alpha=alpha, **overrides), _proxy(n_classes, dim, temperature, "happier"), lam=lam)  # type: ignore[arg-type]
+
+
+@register_loss("happier_f", needs=("n_classes", "dim"), hierarchical=True, preset=True)
+def happier_f(n_classes: int | None = None, dim: int | None = None, dataset: str = "sop", lam: float = 0.1, alpha: float | None = None, **overrides: object) -> ROD:
+    """HAPPIER_F: HAPPIER with a larger alpha (5 on SOP, 3 on iNat; thesis §4.4.1), more weight on fine levels.
+
+    The papers do not state lambda for HAPPIER_F: 0.1 as HAPPIER by default; the official SOP config
+    uses ``weight: [0.5, 0.5]`` (pass ``lam=0.5``).
+    """
+    key = dataset.lower().replace("-", "_")
+    if alpha is None:
+        if key not in HAPPIER_F_ALPHA:
+            raise ValueError(f"unknown dataset {dataset!r} for HAPPIER_F; known: {sorted(HAPPIER_F_ALPHA)} (or pass alpha)")
+        alpha = HAPPIER_F_ALPHA[key]
+    return happier(n_classes, dim, lam=lam, alpha=alpha, **overrides)
+
+
+@register_loss("rod_ndcg", needs=("n_classes", "dim"), hierarchical=True, preset=True)
+def rod_ndcg(n_classes: int | None = None, dim: int | None = None, lam: float = 0.1, temperature: float = 0.05, **overrides: object) -> ROD:
+    """ROD-NDCG (Eq. 4.15): ``(1 - lam) L_Sup-NDCG + lam L*_DG``, lambda 0.1 (official code ``[0.9, 0.1]``)."""
+    return ROD(SupNDCG(**overrides), _proxy(n_classes, dim, temperature, "rod_ndcg"), lam=lam)  # type: ignore[arg-type]
+
+
+_FORMER_DICTS = {"PRESETS": ("roadmap_neurips", "roadmap_tpami", "rod_recall"),
+                 "HIERARCHICAL_PRESETS": ("happier", "happier_f", "rod_ndcg")}
+
+
+def __getattr__(name: str) -> object:
+    """The former name -> factory dicts (``PRESETS``, ``HIERARCHICAL_PRESETS``), from the registry, deprecated."""
+    if name not in _FORMER_DICTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warn_deprecated(f"rank_lab.losses.presets.{name} is deprecated: the registry holds every preset "
+                    "(rank_lab.losses.build_loss, list_losses(presets=True))")
+    return {n: loss_info(n).build for n in _FORMER_DICTS[name]}

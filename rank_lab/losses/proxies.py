@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
-from rank_lab.losses.base import MetricLoss, _check_choice
+from rank_lab.losses.base import MetricLoss, _check_choice, check_references
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["NormSoftmaxLoss", "ProxyNCAPlusPlusLoss", "PROXY_LR"]
 
@@ -61,9 +62,14 @@ class _ProxyLoss(MetricLoss):
         *,
         ref_self_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Cross-entropy over proxies of ``embeddings (B, d)``, ``labels (B,)|(B, L)``; refs ignored."""
+        """Cross-entropy over proxies of ``embeddings (B, d)``, ``labels (B,)|(B, L)``.
+
+        References are checked (:func:`~rank_lab.losses.base.check_references`) but not used: a
+        proxy loss compares each embedding with the class proxies only (``uses_references = False``).
+        """
         emb = check_embeddings(embeddings, "embeddings")
         lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
+        check_references(emb, ref_embeddings, ref_labels)
         if lab.ndim == 2:
             if not 0 <= self.hierarchy_level < lab.shape[1]:
                 raise ValueError(f"hierarchy_level={self.hierarchy_level} is out of range for labels with {lab.shape[1]} levels")
@@ -79,6 +85,7 @@ class _ProxyLoss(MetricLoss):
         return f"n_classes={self.n_classes}, dim={self.dim}, temperature={self.temperature}"
 
 
+@register_loss("norm_softmax", needs=("n_classes", "dim"))
 class NormSoftmaxLoss(_ProxyLoss):
     """NormSoftmax (Zhai & Wu 2019) = ``L*_DG`` (Eq. 3.8 of the Ramzi thesis).
 
@@ -105,6 +112,7 @@ class NormSoftmaxLoss(_ProxyLoss):
         return v @ F.normalize(self.proxies, dim=1).to(v.dtype).T / self.temperature
 
 
+@register_loss("proxy_nca_pp", needs=("n_classes", "dim"))
 class ProxyNCAPlusPlusLoss(_ProxyLoss):
     """ProxyNCA++ (Teh et al. 2020): softmax over negative squared distances to normalised proxies.
 

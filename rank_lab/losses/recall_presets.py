@@ -1,160 +1,21 @@
-"""Per-dataset RS@k training recipes as named presets (Section 5.3.2 of the Patel thesis).
+"""Deprecated module: the RS@k training recipes moved to :mod:`rank_lab.train.recipes`.
 
-What the thesis states: Adam for ResNets, AdamW for ViTs; 4 samples per class; batch 4,000 (Cars196:
-392 = 4 x 98 classes); ``tau1 = 1``, ``tau2 = 0.01``; ``K = {1, 2, 4, 8, 16}`` without SiMix and
-``{1, 2, 4, 8, 12, 16, 20, 24, 28, 32}`` with it ( ``{1, 2, 4}`` / ``{1, 2, 4, 8}`` on GLDv1);
-d = 128 or 512 (2048 on R-Oxford/R-Paris); GLDv1: batch 4,096, 500 batches.
-The thesis says the per-dataset learning rates and schedules "will be released with the
-implementation": the values below (lr, epochs, MultiStepLR milestones, gamma 0.3, weight decay
-4e-4, chunk size ``bs_base``) are those of the official code ``yash0307/RecallatK_surrogate``
-(``src/main.py``), marked ``source="code"``. CUB200 is in the code and in Table 5.10 (batch 400).
+A recipe (optimiser, schedule, sampler) is training, not a loss:
+``RecallRecipe`` keeps its name; ``RECALL_PRESETS`` is ``RECALL_RECIPES``, ``get_recall_preset``
+is ``get_recall_recipe`` and ``list_recall_presets`` is ``list_recall_recipes``; the fields
+``tau1`` / ``tau2`` are ``tau_star`` / ``tau``. The old names still work here, with a
+``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from rank_lab._deprecation import moved_names
 
-from rank_lab.losses.recall_at_k import DEFAULT_KS, DEFAULT_KS_SIMIX, RecallAtKSurrogate
+__all__: list[str] = []
 
-__all__ = ["RecallRecipe", "RECALL_PRESETS", "get_recall_preset", "list_recall_presets"]
-
-
-@dataclass(frozen=True)
-class RecallRecipe:
-    """One training recipe for RS@k.
-
-    Attributes:
-        dataset: dataset name (``"inaturalist"``, ``"sop"``, ``"vehicleid"``, ``"cars196"``,
-            ``"cub200"``, ``"gldv1"``).
-        arch: backbone (``"resnet50"``, ``"vit_b32"``, ``"vit_b16"``, ``"resnet101"``).
-        optimizer: ``"adam"`` or ``"adamw"``.
-        lr: learning rate.
-        epochs: training epochs (for GLDv1: ``None``, it trains for ``n_batches``).
-        milestones: MultiStepLR milestones (epochs).
-        gamma: MultiStepLR factor.
-        weight_decay: optimiser weight decay.
-        batch_size: images per batch ``M``.
-        samples_per_class: ``m``.
-        chunk_size: images per forward in multistage back-propagation (``bs_base`` of the code).
-        embed_dim: ``d``.
-        ks, ks_simix: the k sets without / with SiMix.
-        tau1, tau2: sigmoid temperatures.
-        layer_norm: LayerNorm in the head (not for R-Oxford/R-Paris).
-        n_batches: number of training batches when ``epochs`` is ``None`` (GLDv1).
-        source: ``"thesis"`` or ``"code"`` (where lr / epochs come from).
-    """
-
-    dataset: str
-    arch: str
-    optimizer: str
-    lr: float
-    epochs: int | None
-    milestones: tuple[int, ...]
-    gamma: float = 0.3
-    weight_decay: float = 4e-4
-    batch_size: int = 4000
-    samples_per_class: int = 4
-    chunk_size: int = 200
-    embed_dim: int = 512
-    ks: tuple[int, ...] = DEFAULT_KS
-    ks_simix: tuple[int, ...] = DEFAULT_KS_SIMIX
-    tau1: float = 1.0
-    tau2: float = 0.01
-    layer_norm: bool = True
-    n_batches: int | None = None
-    source: str = "code"
-    notes: str = field(default="", compare=False)
-
-    def build_loss(self, simix: bool = False, **overrides: object) -> RecallAtKSurrogate:
-        """The RS@k loss of this recipe (``simix`` switches the k set as the thesis does)."""
-        kw: dict[str, object] = {
-            "ks": self.ks_simix if simix else self.ks,
-            "tau1": self.tau1,
-            "tau2": self.tau2,
-            "simix": simix,
-        }
-        kw.update(overrides)
-        return RecallAtKSurrogate(**kw)  # type: ignore[arg-type]
-
-    def build_optimizer(self, params: object) -> object:
-        """Adam / AdamW with this recipe's lr and weight decay, and its MultiStepLR scheduler.
-
-        Returns:
-            ``(optimizer, scheduler)``.
-        """
-        import torch
-
-        cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[self.optimizer]
-        opt = cls(params, lr=self.lr, weight_decay=self.weight_decay)  # type: ignore[arg-type]
-        sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(self.milestones), gamma=self.gamma)
-        return opt, sched
-
-    def to_dict(self) -> dict[str, object]:
-        """A plain dict (for configs and logs)."""
-        return asdict(self)
-
-    def scaled(self, **changes: object) -> RecallRecipe:
-        """A copy with some fields changed (e.g. a smaller batch for a small GPU)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
-
-
-def _r(dataset: str, arch: str, opt: str, lr: float, epochs: int | None, ms: tuple[int, ...], **kw: object) -> RecallRecipe:
-    return RecallRecipe(dataset=dataset, arch=arch, optimizer=opt, lr=lr, epochs=epochs, milestones=ms, **kw)  # type: ignore[arg-type]
-
-
-#: Named presets ``"<dataset>_<arch>"``.
-RECALL_PRESETS: dict[str, RecallRecipe] = {
-    "inaturalist_resnet50": _r("inaturalist", "resnet50", "adam", 1e-4, 90, (40, 70)),
-    "inaturalist_vit_b32": _r("inaturalist", "vit_b32", "adamw", 5e-5, 90, (10, 40, 70)),
-    "inaturalist_vit_b16": _r("inaturalist", "vit_b16", "adamw", 5e-5, 90, (10, 40, 70), chunk_size=100),
-    "sop_resnet50": _r("sop", "resnet50", "adam", 2e-4, 55, (25, 50)),
-    "sop_vit_b32": _r("sop", "vit_b32", "adamw", 5e-5, 55, (25, 50)),
-    "sop_vit_b16": _r("sop", "vit_b16", "adamw", 5e-5, 55, (25, 50), chunk_size=100),
-    "vehicleid_resnet50": _r("vehicleid", "resnet50", "adam", 1e-4, 90, (40, 70)),
-    "vehicleid_vit_b32": _r("vehicleid", "vit_b32", "adamw", 1e-4, 90, (40, 70)),
-    "vehicleid_vit_b16": _r("vehicleid", "vit_b16", "adamw", 5e-5, 90, (40, 70), chunk_size=100),
-    "cars196_resnet50": _r("cars196", "resnet50", "adam", 1e-4, 170, (80, 140), batch_size=392, chunk_size=98),
-    "cars196_vit_b32": _r("cars196", "vit_b32", "adamw", 3e-5, 50, (20, 30, 40), batch_size=392, chunk_size=98),
-    "cars196_vit_b16": _r("cars196", "vit_b16", "adamw", 1e-5, 50, (20, 30, 40), batch_size=392, chunk_size=98),
-    "cub200_resnet50": _r("cub200", "resnet50", "adam", 1e-4, 40, (10, 20, 30), batch_size=400, chunk_size=100),
-    "cub200_vit_b32": _r("cub200", "vit_b32", "adamw", 3e-5, 40, (10, 20, 30), batch_size=400, chunk_size=100),
-    "cub200_vit_b16": _r("cub200", "vit_b16", "adamw", 1e-5, 40, (10, 20, 30), batch_size=400, chunk_size=100),
-    "gldv1_resnet101": _r(
-        "gldv1",
-        "resnet101",
-        "adam",
-        1e-6,
-        None,
-        (),
-        batch_size=4096,
-        weight_decay=1e-6,
-        gamma=1.0,
-        embed_dim=2048,
-        ks=(1, 2, 4),
-        ks_simix=(1, 2, 4, 8),
-        layer_norm=False,
-        n_batches=500,
-        source="thesis",
-        notes="the thesis sets the other hyper-parameters 'as in Radenovic et al.' (cnnimageretrieval-pytorch): "
-        "lr 1e-6 and weight decay 1e-6 are that code's Adam defaults (its exponential lr decay is not "
-        "modelled here), not numbers of the thesis; FC initialised with whitening; images <= 1024 px",
-    ),
-}
-
-
-def list_recall_presets() -> list[str]:
-    """Names of the available presets."""
-    return sorted(RECALL_PRESETS)
-
-
-def get_recall_preset(name: str, **changes: object) -> RecallRecipe:
-    """A preset by name (``"sop_resnet50"`` ...), optionally with fields changed.
-
-    Raises:
-        ValueError: unknown name (the message lists the known ones).
-    """
-    key = name.lower()
-    if key not in RECALL_PRESETS:
-        raise ValueError(f"unknown RS@k preset {name!r}; known: {list_recall_presets()}")
-    recipe = RECALL_PRESETS[key]
-    return recipe.scaled(**changes) if changes else recipe
+__getattr__ = moved_names(__name__, {
+    "RecallRecipe": "rank_lab.train.recipes",
+    "RECALL_PRESETS": "rank_lab.train.recipes:RECALL_RECIPES",
+    "get_recall_preset": "rank_lab.train.recipes:get_recall_recipe",
+    "list_recall_presets": "rank_lab.train.recipes:list_recall_recipes",
+})

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 
 import torch
 
-from rank_lab._validation import check_embeddings, check_labels
+from rank_lab._validation import (
+    as_tensor,
+    check_embeddings,
+    check_finite,
+    check_labels,
+    check_nonneg_int,
+    check_positive_int,
+)
 
 __all__ = [
     "SiMixBatch",
@@ -76,6 +83,25 @@ class SiMixBatch:
             | (b[:, None] == b[None, :])
         )
 
+    def ranking_problem(self, *, exclude_self_mixtures: bool = False, query_is_competitor: bool = False
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(scores, positives, database)``, each ``(M + V, M + V)``: every row ranked against ``B u B^``.
+
+        A row's positives are the other rows of its class; its database is every other row
+        (Algorithm 3 of the Patel thesis: virtual examples are queries and database items alike).
+
+        Args:
+            exclude_self_mixtures: also remove from a row's positives and database the rows that
+                share a parent with it (virtual examples made from the query itself).
+            query_is_competitor: keep the row itself in its database as a non-positive (the official
+                RS@k code; ``query_role="competitor"``).
+        """
+        eye = torch.eye(self.scores.shape[0], dtype=torch.bool, device=self.scores.device)
+        excluded = self.shared_parent_mask() if exclude_self_mixtures else eye
+        positives = (self.labels[:, None] == self.labels[None, :]) & ~excluded
+        database = ~excluded | eye if query_is_competitor else ~excluded
+        return self.scores, positives, database
+
 
 def same_class_pairs(labels: torch.Tensor) -> torch.Tensor:
     """All unordered pairs ``(x, z)``, ``x < z``, of same-class items, grouped by class.
@@ -118,8 +144,7 @@ def simix_parents(
     dev = labels.device
     pairs = same_class_pairs(labels)
     if max_virtual is not None:
-        if max_virtual < 0:
-            raise ValueError(f"max_virtual must be >= 0, got {max_virtual}")
+        max_virtual = check_nonneg_int(max_virtual, "max_virtual")
         if pairs.shape[0] > max_virtual:
             keep = torch.randperm(pairs.shape[0], generator=generator, device=dev if generator is None else generator.device)
             pairs = pairs[keep[:max_virtual].to(dev).sort().values]
@@ -155,8 +180,44 @@ def simix_scores(scores: torch.Tensor, parents: torch.Tensor, alphas: torch.Tens
     Returns:
         ``(R, R)`` similarities of the mixed examples (differentiable w.r.t. ``scores``).
     """
-    if scores.ndim != 2 or scores.shape[0] != scores.shape[1]:
-        raise ValueError(f"scores must be a square (M, M) matrix, got {tuple(scores.shape)}")
+    scores = _square_scores(scores, None)
+    parents, alphas = _check_mixing(parents, alphas, scores.shape[0], "scores")
+    return _simix_scores(scores, parents, alphas)
+
+
+def _square_scores(scores: object, m: int | None) -> torch.Tensor:
+    """A finite ``(M, M)`` floating matrix (``M = m`` when given), or raise naming ``scores``."""
+    s = as_tensor(scores, "scores")
+    if s.ndim != 2 or s.shape[0] != s.shape[1] or s.shape[0] == 0 or (m is not None and s.shape[0] != m):
+        want = "(M, M)" if m is None else f"({m}, {m})"
+        raise ValueError(f"scores must be a non-empty square {want} matrix, got {tuple(s.shape)}")
+    if not s.is_floating_point():
+        s = s.float()
+    check_finite(s, "scores")
+    return s
+
+
+def _check_mixing(parents: object, alphas: object, m: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(R, 2)`` parent indices into ``[0, m)`` and ``(R,)`` coefficients in ``[0, 1]``, or raise naming them."""
+    p = as_tensor(parents, "parents")
+    if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
+        raise TypeError(f"parents must hold integer indices, got dtype {p.dtype}")
+    if p.ndim != 2 or p.shape[1] != 2 or p.shape[0] == 0:
+        raise ValueError(f"parents must have shape (R, 2) with R > 0, got {tuple(p.shape)}")
+    if int(p.min()) < 0 or int(p.max()) >= m:
+        raise ValueError(f"parents must index the {m} rows of {what}, got range [{int(p.min())}, {int(p.max())}]")
+    a = as_tensor(alphas, "alphas")
+    if a.shape != (p.shape[0],):
+        raise ValueError(f"alphas must have shape ({p.shape[0]},): one per row of parents, got {tuple(a.shape)}")
+    if not a.is_floating_point():
+        a = a.double()
+    check_finite(a, "alphas")
+    if bool(((a < 0) | (a > 1)).any()):
+        raise ValueError("alphas must lie in [0, 1]")
+    return p.long(), a
+
+
+def _simix_scores(scores: torch.Tensor, parents: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
     w = alphas.to(scores.dtype)
     p0, p1 = parents[:, 0], parents[:, 1]
     rows = w[:, None] * scores[p0] + (1 - w)[:, None] * scores[p1]  # (R, M) = A S
@@ -191,9 +252,9 @@ def simix(
         raise ValueError(f"labels must have shape (M,), got {tuple(lab.shape)}")
     lab = lab.to(emb.device)
     parents, all_alphas, all_labels = simix_parents(lab, alphas=alphas, generator=generator, max_virtual=max_virtual)
-    s = emb @ emb.T if scores is None else scores
+    s = emb @ emb.T if scores is None else _square_scores(scores, emb.shape[0])
     return SiMixBatch(
-        scores=simix_scores(s, parents, all_alphas),
+        scores=_simix_scores(s, parents, all_alphas),
         labels=all_labels,
         parents=parents,
         alphas=all_alphas.to(emb.dtype),
@@ -209,6 +270,7 @@ def mixing_matrix(parents: torch.Tensor, alphas: torch.Tensor, n_original: int) 
         alphas: ``(R,)`` first-parent weights.
         n_original: ``M``.
     """
+    parents, alphas = _check_mixing(parents, alphas, check_positive_int(n_original, "n_original"), "the original batch (n_original)")
     r = parents.shape[0]
     a = torch.zeros(r, n_original, dtype=alphas.dtype, device=alphas.device)
     rows = torch.arange(r, device=alphas.device)
@@ -231,5 +293,7 @@ def mix_embeddings(embeddings: torch.Tensor, parents: torch.Tensor, alphas: torc
     Returns:
         ``(R, d)``.
     """
+    embeddings = check_embeddings(embeddings, "embeddings")
+    parents, alphas = _check_mixing(parents, alphas, embeddings.shape[0], "embeddings")
     w = alphas.to(embeddings.dtype)[:, None]
     return w * embeddings[parents[:, 0]] + (1 - w) * embeddings[parents[:, 1]]

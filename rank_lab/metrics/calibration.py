@@ -21,7 +21,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import check_finite, check_float, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_finite,
+    check_float,
+    check_labels,
+    check_nonneg_int,
+    check_positive_int,
+)
 
 __all__ = [
     "ReliabilityDiagram",
@@ -58,8 +64,9 @@ class ReliabilityDiagram:
 
     Attributes:
         edges: ``(M + 1,)`` bin edges in [0, 1].
-        confidence: ``(M,)`` mean confidence per bin (NaN for an empty bin).
-        accuracy: ``(M,)`` accuracy per bin (NaN for an empty bin).
+        confidence: ``(M,)`` mean confidence per bin (NaN for an empty bin: the mean of no sample is
+            undefined; ``counts`` is 0 there and the ECE and the plot skip it).
+        accuracy: ``(M,)`` accuracy per bin (NaN for an empty bin, likewise).
         counts: ``(M,)`` samples per bin.
         ece: the expected calibration error.
     """
@@ -101,10 +108,26 @@ def expected_calibration_error(probs: torch.Tensor, targets: torch.Tensor, n_bin
 
 
 def negative_log_likelihood(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> float:
-    """Mean NLL of ``softmax(logits / temperature)``."""
+    """Mean NLL of ``softmax(logits / temperature)`` (the objective of temperature scaling, Guo et al. 2017).
+
+    Args:
+        logits: ``(N, C)`` logits.
+        targets: ``(N,)`` classes in ``[0, C)``.
+        temperature: ``T > 0``.
+    """
     lg = _logits(logits)
+    t = _class_targets(targets, lg)
+    temperature = check_float(temperature, "temperature", low=0.0, low_open=True)
+    return float(F.cross_entropy(lg / temperature, t))
+
+
+def _class_targets(targets: object, lg: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` class indices in ``[0, C)`` for ``(N, C)`` logits, or raise naming ``targets``."""
     t = check_labels(targets, lg.shape[0], "targets").to(lg.device)
-    return float(F.cross_entropy(lg / float(temperature), t))
+    if t.ndim != 1 or bool((t < 0).any()) or bool((t >= lg.shape[1]).any()):
+        raise ValueError(f"targets must be (N,) classes in [0, {lg.shape[1]}), got shape {tuple(t.shape)} "
+                         f"and range [{int(t.min())}, {int(t.max())}]")
+    return t
 
 
 def _logits(logits: object) -> torch.Tensor:
@@ -145,9 +168,7 @@ def fit_temperature(
         ``T`` in ``bounds`` (float).
     """
     lg = _logits(logits)
-    t = check_labels(targets, lg.shape[0], "targets").to(lg.device)
-    if t.ndim != 1 or bool((t < 0).any()) or bool((t >= lg.shape[1]).any()):
-        raise ValueError(f"targets must be (N,) classes in [0, {lg.shape[1]})")
+    t = _class_targets(targets, lg)
     if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2):
         raise TypeError(f"bounds must be a pair (T_min, T_max), got {bounds!r}")
     t_min = check_float(bounds[0], "bounds", low=0.0, low_open=True)
@@ -187,8 +208,8 @@ def holdout_split(n: int, fraction: float = 0.2, *, seed: int = 0) -> tuple[torc
         ``(holdout_indices, eval_indices)``.
     """
     n = check_positive_int(n, "n")
-    if not 0 < fraction < 1:
-        raise ValueError(f"fraction must lie in (0, 1), got {fraction}")
+    fraction = check_float(fraction, "fraction", low=0.0, high=1.0, low_open=True, high_open=True)
+    seed = check_nonneg_int(seed, "seed")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     k = max(1, round(fraction * n))
     return perm[:k].sort().values, perm[k:].sort().values
@@ -207,6 +228,8 @@ def plot_reliability_diagram(diagram: ReliabilityDiagram, ax: Any = None, *, tit
     """
     import matplotlib.pyplot as plt
 
+    if not isinstance(diagram, ReliabilityDiagram):
+        raise TypeError(f"diagram must be a ReliabilityDiagram (from reliability_diagram), got {type(diagram).__name__}")
     if ax is None:
         _, ax = plt.subplots(figsize=(3.5, 3.5))
     edges = diagram.edges.numpy()

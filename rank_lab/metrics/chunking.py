@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 import torch
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import check_float, check_positive_int
 
 __all__ = ["progress", "chunk_rows", "torch_threads"]
@@ -30,8 +31,6 @@ def progress(iterable: Iterable, total: int, show: bool, desc: str) -> Iterable:
     """
     if not show:
         return iterable
-    from tqdm.auto import tqdm
-
     return tqdm(iterable, total=total, desc=desc, leave=False)
 
 

@@ -24,7 +24,13 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import check_embeddings, check_finite, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_embeddings,
+    check_finite,
+    check_float,
+    check_labels,
+    check_positive_int,
+)
 from rank_lab.metrics.engine import knn_search
 from rank_lab.utils import DeviceLike
 
@@ -117,6 +123,7 @@ def knn_classify(
     if bool((glab < 0).any()):
         raise ValueError("gallery_labels must be non-negative class indices")
     k = check_positive_int(k, "k")
+    temperature = check_float(temperature, "temperature", low=0.0, low_open=True)
     if vote not in ("majority", "similarity", "softmax"):
         raise ValueError(f"vote must be 'majority', 'similarity' or 'softmax', got {vote!r}")
     if confidence not in ("auto", "vote", "similarity"):
@@ -134,7 +141,7 @@ def knn_classify(
     elif vote == "similarity":
         w = s.clamp_min(0) + 1e-12
     else:
-        w = torch.softmax(s / float(temperature), dim=1)
+        w = torch.softmax(s / temperature, dim=1)
     votes = torch.zeros(s.shape[0], c, dtype=torch.float64, device=s.device).scatter_add_(1, nb_lab, w)
     class_scores = votes / votes.sum(1, keepdim=True)
     tied = class_scores >= class_scores.max(1, keepdim=True).values - 1e-12
@@ -160,9 +167,9 @@ def aggregate_observations(
 
     Args:
         predictions: ``(N,)`` per-image predicted classes.
-        confidence: ``(N,)`` per-image confidences.
+        confidence: ``(N,)`` finite per-image confidences (cast to float64).
         observation_ids: ``(N,)`` integer id of the observation of each image.
-        class_scores: ``(N, C)`` per-image class scores (needed by ``"mean_scores"``).
+        class_scores: ``(N, C)`` finite per-image class scores (needed by ``"mean_scores"``; cast to float64).
         rule: ``"max_confidence"`` (the most confident image decides; ties: first image),
             ``"mean_scores"`` (argmax of the mean class scores) or ``"majority"`` (most frequent
             prediction; ties: larger summed confidence).
@@ -192,6 +199,7 @@ def aggregate_observations(
         cs = torch.as_tensor(class_scores, dtype=torch.float64, device=pred.device)
         if cs.ndim != 2 or cs.shape[0] != pred.shape[0]:
             raise ValueError(f"class_scores must have shape (N, C) with N={pred.shape[0]}, got {tuple(cs.shape)}")
+        check_finite(cs, "class_scores")
         sums = torch.zeros(o, cs.shape[1], dtype=torch.float64, device=pred.device).index_add_(0, inv, cs)
         per_obs = sums.argmax(1)
     elif rule == "majority":
@@ -212,9 +220,20 @@ def accuracy(predictions: torch.Tensor, targets: torch.Tensor) -> float:
 
 
 def confusion_matrix(predictions: torch.Tensor, targets: torch.Tensor, n_classes: int | None = None) -> torch.Tensor:
-    """``(C, C)`` counts, rows = true class, columns = predicted class."""
+    """``(C, C)`` counts, rows = true class, columns = predicted class.
+
+    Args:
+        predictions, targets: ``(N,)`` class indices ``>= 0``.
+        n_classes: ``C`` (default: the largest class + 1); must exceed every class index.
+    """
     pred, target = _pair(predictions, targets)
-    c = int(max(int(pred.max()), int(target.max()))) + 1 if n_classes is None else check_positive_int(n_classes, "n_classes")
+    for t, name in ((pred, "predictions"), (target, "targets")):
+        if bool((t < 0).any()):
+            raise ValueError(f"{name} must be class indices >= 0, got {int(t.min())}")
+    top = int(max(int(pred.max()), int(target.max())))
+    c = top + 1 if n_classes is None else check_positive_int(n_classes, "n_classes")
+    if top >= c:
+        raise ValueError(f"n_classes={c} but predictions / targets hold class {top}")
     return torch.bincount(target * c + pred, minlength=c * c).reshape(c, c)
 
 
@@ -229,7 +248,12 @@ def per_class_f1(predictions: torch.Tensor, targets: torch.Tensor, labels: torch
         ``(classes (C',), f1 (C',))``.
     """
     pred, target = _pair(predictions, targets)
-    classes = torch.unique(torch.cat([pred, target])) if labels is None else torch.as_tensor(labels, device=pred.device).long()
+    if labels is None:
+        classes = torch.unique(torch.cat([pred, target]))
+    else:
+        classes = check_labels(labels, name="labels").to(pred.device)
+        if classes.ndim != 1:
+            raise ValueError(f"labels must be a (C',) vector of classes, got shape {tuple(classes.shape)}")
     tp = ((pred[:, None] == classes) & (target[:, None] == classes)).sum(0).double()
     n_pred = (pred[:, None] == classes).sum(0).double()
     n_true = (target[:, None] == classes).sum(0).double()

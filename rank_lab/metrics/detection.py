@@ -20,7 +20,13 @@ from collections.abc import Sequence
 
 import torch
 
-from rank_lab._validation import as_tensor, check_finite
+from rank_lab._validation import (
+    as_tensor,
+    check_choice,
+    check_finite,
+    check_float,
+    check_positive_int,
+)
 
 _CPU_CHUNK = 1024
 
@@ -55,6 +61,7 @@ def boxes_to_polygons(boxes: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"boxes must have shape (..., 5) = (cx, cy, w, h, theta), got {tuple(boxes.shape)}")
     if not boxes.is_floating_point():
         boxes = boxes.double()
+    check_finite(boxes, "boxes")
     cx, cy, w, h, t = boxes.unbind(-1)
     c, s = torch.cos(t), torch.sin(t)
     dx = torch.stack([-w, w, w, -w], -1) / 2
@@ -83,7 +90,9 @@ def polygon_area(poly: torch.Tensor) -> torch.Tensor:
     poly = as_tensor(poly, "poly")
     if poly.ndim < 2 or poly.shape[-1] != 2:
         raise ValueError(f"poly must have shape (..., K, 2), got {tuple(poly.shape)}")
-    return _shoelace(poly if poly.is_floating_point() else poly.double()).abs()
+    poly = poly if poly.is_floating_point() else poly.double()
+    check_finite(poly, "poly")
+    return _shoelace(poly).abs()
 
 
 def _orient_ccw(poly: torch.Tensor) -> torch.Tensor:
@@ -201,9 +210,14 @@ def polygon_iou(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def polygon_iou_matrix(p: torch.Tensor, q: torch.Tensor, chunk_size: int = 65536) -> torch.Tensor:
-    """IoU of every polygon of ``p (N, K, 2)`` with every polygon of ``q (M, K', 2)`` -> ``(N, M)``."""
+    """IoU of every polygon of ``p (N, K, 2)`` with every polygon of ``q (M, K', 2)`` -> ``(N, M)``.
+
+    ``N = 0`` or ``M = 0`` (an image without ground truths or detections) gives an empty matrix.
+    ``chunk_size`` pairs are clipped at a time.
+    """
     p = _check_polys(p, "p")
     q = _check_polys(q, "q").to(p.dtype)
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
     n, m = p.shape[0], q.shape[0]
     if n == 0 or m == 0:
         return torch.zeros(n, m, dtype=p.dtype, device=p.device)
@@ -246,8 +260,12 @@ def rotated_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
 
 
 def rotated_iou_matrix(boxes1: torch.Tensor, boxes2: torch.Tensor, chunk_size: int = 65536) -> torch.Tensor:
-    """IoU of every box of ``boxes1 (N, 5)`` with every box of ``boxes2 (M, 5)`` -> ``(N, M)``."""
+    """IoU of every box of ``boxes1 (N, 5)`` with every box of ``boxes2 (M, 5)`` -> ``(N, M)``.
+
+    ``N = 0`` or ``M = 0`` gives an empty matrix; ``chunk_size`` pairs are computed at a time.
+    """
     b1, b2 = _check_boxes(boxes1, "boxes1"), _check_boxes(boxes2, "boxes2")
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
     n, m = b1.shape[0], b2.shape[0]
     ii = torch.arange(n, device=b1.device).repeat_interleave(m)
     jj = torch.arange(m, device=b1.device).repeat(n)
@@ -255,6 +273,14 @@ def rotated_iou_matrix(boxes1: torch.Tensor, boxes2: torch.Tensor, chunk_size: i
         return torch.zeros(n, m, dtype=b1.dtype, device=b1.device)
     out = [rotated_iou(b1[ii[s : s + chunk_size]], b2[jj[s : s + chunk_size]]) for s in range(0, n * m, chunk_size)]
     return torch.cat(out).reshape(n, m)
+
+
+def _image_size(image_size: object) -> tuple[float, float]:
+    """``(W, H)``: two finite numbers > 0, or raise naming ``image_size``."""
+    if not isinstance(image_size, (tuple, list)) or len(image_size) != 2:
+        raise TypeError(f"image_size must be a pair (W, H), got {image_size!r}")
+    wd, ht = (check_float(v, "image_size", low=0.0, low_open=True) for v in image_size)
+    return wd, ht
 
 
 def encode_box6(boxes: torch.Tensor, image_size: tuple[float, float] = (1.0, 1.0)) -> torch.Tensor:
@@ -273,7 +299,10 @@ def encode_box6(boxes: torch.Tensor, image_size: tuple[float, float] = (1.0, 1.0
     boxes = as_tensor(boxes, "boxes")
     if boxes.shape[-1] != 5:
         raise ValueError(f"boxes must have shape (..., 5), got {tuple(boxes.shape)}")
-    wd, ht = float(image_size[0]), float(image_size[1])
+    if not boxes.is_floating_point():
+        boxes = boxes.double()
+    check_finite(boxes, "boxes")
+    wd, ht = _image_size(image_size)
     cx, cy, w, h, t = boxes.unbind(-1)
     return torch.stack([cx / wd, cy / ht, w / wd, h / ht, torch.cos(t), torch.sin(t)], -1)
 
@@ -281,12 +310,24 @@ def encode_box6(boxes: torch.Tensor, image_size: tuple[float, float] = (1.0, 1.0
 def decode_box6(enc: torch.Tensor, image_size: tuple[float, float] = (1.0, 1.0), min_size: float = 1e-6) -> torch.Tensor:
     """Inverse of :func:`encode_box6`; ``(cos, sin)`` need not be unit (``theta = atan2``).
 
-    Sizes are clamped to ``min_size`` so that a raw network output always decodes to a box.
+    Sizes are clamped to ``min_size`` (> 0) so that a raw network output always decodes to a box.
+
+    Args:
+        enc: ``(..., 6)`` encodings (finite).
+        image_size: ``(W, H)``, both > 0.
+        min_size: smallest decoded width / height (> 0).
+
+    Returns:
+        ``(..., 5)`` boxes ``(cx, cy, w, h, theta)``.
     """
     enc = as_tensor(enc, "enc")
     if enc.shape[-1] != 6:
         raise ValueError(f"enc must have shape (..., 6), got {tuple(enc.shape)}")
-    wd, ht = float(image_size[0]), float(image_size[1])
+    if not enc.is_floating_point():
+        enc = enc.double()
+    check_finite(enc, "enc")
+    min_size = check_float(min_size, "min_size", low=0.0, low_open=True)
+    wd, ht = _image_size(image_size)
     cx, cy, w, h, c, s = enc.unbind(-1)
     return torch.stack([cx * wd, cy * ht, (w * wd).clamp_min(min_size), (h * ht).clamp_min(min_size), torch.atan2(s, c)], -1)
 
@@ -301,7 +342,7 @@ def match_detections(
     """One-to-one matching of detections to ground truths with ``IoU > threshold``.
 
     Args:
-        iou: ``(G, D)`` IoU matrix.
+        iou: ``(G, D)`` finite IoU matrix (integers are cast to float).
         gt_ignore: ``(G,)`` bool, don't-care ground truths (never matched).
         det_ignore: ``(D,)`` bool, don't-care detections (never matched).
         threshold: strict IoU threshold (0.5 in ICDAR'15).
@@ -310,11 +351,19 @@ def match_detections(
             ``"maximum"`` = a maximum-cardinality matching (never fewer matches than greedy).
 
     Returns:
-        List of matched ``(gt_index, det_index)`` pairs.
+        List of matched ``(gt_index, det_index)`` pairs (none when ``G = 0`` or ``D = 0``).
     """
+    iou = as_tensor(iou, "iou")
+    if iou.ndim != 2:
+        raise ValueError(f"iou must have shape (G, D), got {tuple(iou.shape)}")
+    if not iou.is_floating_point():
+        iou = iou.double()
+    check_finite(iou, "iou")
+    threshold = check_float(threshold, "threshold", low=0.0, high=1.0)
+    check_choice(matching, "matching", ("greedy", "maximum"))
     g, d = iou.shape
-    gi = torch.zeros(g, dtype=torch.bool) if gt_ignore is None else torch.as_tensor(gt_ignore, dtype=torch.bool).cpu()
-    di = torch.zeros(d, dtype=torch.bool) if det_ignore is None else torch.as_tensor(det_ignore, dtype=torch.bool).cpu()
+    gi = _ignore_mask(gt_ignore, g, "gt_ignore", "iou rows (G)")
+    di = _ignore_mask(det_ignore, d, "det_ignore", "iou columns (D)")
     ok = (iou.detach().cpu() > threshold) & ~gi[:, None] & ~di[None, :]
     if matching == "greedy":
         pairs, used = [], torch.zeros(d, dtype=torch.bool)
@@ -332,6 +381,16 @@ def match_detections(
         m = maximum_bipartite_matching(csr_matrix(ok.numpy().astype(int)), perm_type="column")
         return [(i, int(j)) for i, j in enumerate(m) if j >= 0]
     raise ValueError(f"matching must be 'greedy' or 'maximum', got {matching!r}")
+
+
+def _ignore_mask(mask: object, n: int, name: str, what: str) -> torch.Tensor:
+    """A ``(n,)`` bool CPU mask (all False for None), or raise naming ``name`` and the other side."""
+    if mask is None:
+        return torch.zeros(n, dtype=torch.bool)
+    m = as_tensor(mask, name, torch.bool).cpu()
+    if m.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},): one flag per {what}, got {tuple(m.shape)}")
+    return m
 
 
 def _convex_hull_quads(q: torch.Tensor) -> torch.Tensor:
@@ -407,13 +466,15 @@ def icdar15_evaluate(
         raise ValueError(f"gt_dont_care has {len(gt_dont_care)} images but gt has {len(gt)}")
     if len(gt) == 0:
         raise ValueError("gt is empty (no images to evaluate)")
+    iou_threshold = check_float(iou_threshold, "iou_threshold", low=0.0, high=1.0)
+    area_precision_threshold = check_float(area_precision_threshold, "area_precision_threshold", low=0.0, high=1.0)
+    check_choice(matching, "matching", ("greedy", "maximum"))
     matched_sum = n_gt_sum = n_det_sum = 0
     per_image = []
     for k in range(len(gt)):
         g, d = _as_quads(gt[k], f"gt[{k}]"), _as_quads(det[k], f"det[{k}]")
-        g_dc = torch.zeros(g.shape[0], dtype=torch.bool) if gt_dont_care is None else torch.as_tensor(gt_dont_care[k], dtype=torch.bool).cpu()
-        if g_dc.shape != (g.shape[0],):
-            raise ValueError(f"gt_dont_care[{k}] must have shape ({g.shape[0]},), got {tuple(g_dc.shape)}")
+        g_dc = _ignore_mask(None if gt_dont_care is None else gt_dont_care[k], g.shape[0], f"gt_dont_care[{k}]",
+                            f"quad of gt[{k}]")
         d_dc = torch.zeros(d.shape[0], dtype=torch.bool)
         pairs: list[tuple[int, int]] = []
         if g.shape[0] and d.shape[0]:

@@ -36,7 +36,14 @@ from typing import Literal
 
 import torch
 
-from rank_lab._validation import as_tensor, check_labels, check_positive_int
+from rank_lab._validation import (
+    as_tensor,
+    check_finite,
+    check_float,
+    check_labels,
+    check_nonneg_int,
+    check_positive_int,
+)
 
 __all__ = [
     "as_hierarchical_labels",
@@ -117,49 +124,62 @@ def shared_level(labels: torch.Tensor, ref_labels: torch.Tensor, *, mode: LevelM
     return out
 
 
-def check_levels(levels: object, n_levels: int, valid: object = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check ``(Q, N)`` shared levels in ``[0, L]`` (a ``(N,)`` vector is one query) and a retrieval mask.
-
-    Args:
-        levels: integer levels.
-        n_levels: L (a positive int).
-        valid: ``(Q, N)`` bool retrieval-set mask, or None (every item).
-
-    Returns:
-        ``(levels long (Q, N), valid bool (Q, N))`` (empty when Q = 0).
-
-    Raises:
-        ValueError / TypeError: naming the argument.
-    """
+def _int_levels(levels: object) -> torch.Tensor:
+    """``(Q, N)`` long shared levels ``>= 0`` (a ``(N,)`` vector is one query), or raise naming ``levels``."""
     lv = as_tensor(levels, "levels")
     if lv.ndim == 1:
         lv = lv[None]
     if lv.ndim != 2:
         raise ValueError(f"levels must have shape (Q, N), got {tuple(lv.shape)}")
-    if lv.is_floating_point() or lv.dtype == torch.bool:
+    if lv.is_floating_point() or lv.is_complex() or lv.dtype == torch.bool:
         raise TypeError(f"levels must hold integers, got dtype {lv.dtype}")
-    if isinstance(n_levels, bool) or not isinstance(n_levels, int) or n_levels < 1:
-        raise ValueError(f"n_levels must be a positive int, got {n_levels!r}")
+    if lv.numel() == 0:
+        raise ValueError(f"levels is empty (shape {tuple(lv.shape)})")
     lv = lv.long()
-    if lv.numel() and (int(lv.min()) < 0 or int(lv.max()) > n_levels):
-        raise ValueError(f"levels must lie in [0, n_levels={n_levels}], got range [{int(lv.min())}, {int(lv.max())}]")
+    if int(lv.min()) < 0:
+        raise ValueError(f"levels must be >= 0, got {int(lv.min())}")
+    return lv
+
+
+def _valid_mask(valid: object, lv: torch.Tensor) -> torch.Tensor:
+    """The ``(Q, N)`` bool retrieval-set mask (all True for None), same shape as ``levels``."""
     if valid is None:
-        v = torch.ones_like(lv, dtype=torch.bool)
-    else:
-        v = as_tensor(valid, "valid").to(lv.device)
-        if v.ndim == 1:
-            v = v[None]
-        if v.shape != lv.shape:
-            raise ValueError(f"valid has shape {tuple(v.shape)} but levels has {tuple(lv.shape)}")
-        v = v.bool()
-    return lv, v
+        return torch.ones_like(lv, dtype=torch.bool)
+    v = as_tensor(valid, "valid").to(lv.device)
+    if v.ndim == 1:
+        v = v[None]
+    if v.shape != lv.shape:
+        raise ValueError(f"valid has shape {tuple(v.shape)} but levels has {tuple(lv.shape)}")
+    return v.bool()
+
+
+def check_levels(levels: object, n_levels: int, valid: object = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check ``(Q, N)`` shared levels in ``[0, L]`` (a ``(N,)`` vector is one query) and a retrieval mask.
+
+    Args:
+        levels: non-empty integer levels.
+        n_levels: L (a positive int).
+        valid: ``(Q, N)`` bool retrieval-set mask, or None (every item).
+
+    Returns:
+        ``(levels long (Q, N), valid bool (Q, N))``.
+
+    Raises:
+        ValueError / TypeError: naming the argument.
+    """
+    lv = _int_levels(levels)
+    n_levels = check_positive_int(n_levels, "n_levels")
+    if int(lv.max()) > n_levels:
+        raise ValueError(f"levels must lie in [0, n_levels={n_levels}], got range [{int(lv.min())}, {int(lv.max())}]")
+    return lv, _valid_mask(valid, lv)
 
 
 def level_counts(levels: torch.Tensor, n_levels: int, valid: torch.Tensor | None = None) -> torch.Tensor:
     """``|Omega^(l)|`` for every query and level, ``(Q, L + 1)`` long (column l = level l).
 
     Args:
-        levels: ``(Q, N)`` shared levels in ``[0, L]`` (:func:`shared_level`).
+        levels: ``(Q, N)`` integer shared levels in ``[0, L]`` (:func:`shared_level`); a ``(N,)``
+            vector is one query.
         n_levels: L.
         valid: ``(Q, N)`` bool retrieval-set mask (the query's own column excluded), or None.
     """
@@ -168,10 +188,16 @@ def level_counts(levels: torch.Tensor, n_levels: int, valid: torch.Tensor | None
 
 
 def level_set(levels: torch.Tensor, level: int, valid: torch.Tensor | None = None) -> torch.Tensor:
-    """Membership mask of ``Omega^(level)``, ``(Q, N)`` bool (thesis §4.2.1)."""
-    lv = as_tensor(levels, "levels").long()
-    mask = lv == int(level)
-    return mask if valid is None else mask & as_tensor(valid, "valid").bool().to(mask.device)
+    """Membership mask of ``Omega^(level)``, ``(Q, N)`` bool (thesis §4.2.1).
+
+    Args:
+        levels: ``(Q, N)`` shared levels ``>= 0`` (a ``(N,)`` vector is one query).
+        level: ``l >= 0``.
+        valid: ``(Q, N)`` bool retrieval-set mask, or None.
+    """
+    lv = _int_levels(levels)
+    level = check_nonneg_int(level, "level")
+    return (lv == level) & _valid_mask(valid, lv)
 
 
 def level_weights(weights: object, n_levels: int) -> torch.Tensor:
@@ -213,13 +239,16 @@ def relevance_table(
         weights: ``w_1..w_L`` for ``"weighted_ap"`` (positive, sum 1; ``w_l`` weighs ``AP^(l)``).
         normalize: Eq. 4.7's division by ``|Omega^(l)|`` (False: the toy relevances of Fig. 4.4).
     """
+    n_levels = check_positive_int(n_levels, "n_levels")
     c = as_tensor(counts, "counts").to(torch.float64)
-    if c.ndim != 2 or c.shape[1] != n_levels + 1:
-        raise ValueError(f"counts must have shape (Q, {n_levels + 1}), got {tuple(c.shape)}")
+    if c.ndim != 2 or c.shape[1] != n_levels + 1 or c.shape[0] == 0:
+        raise ValueError(f"counts must have shape (Q, {n_levels + 1}) with Q > 0 (n_levels={n_levels}), got {tuple(c.shape)}")
+    check_finite(c, "counts")
+    if bool((c < 0).any()):
+        raise ValueError("counts must be >= 0 (level-set sizes)")
     lev = torch.arange(n_levels + 1, dtype=torch.float64, device=c.device)
     if kind == "hap":
-        if not alpha > 0:
-            raise ValueError(f"alpha must be > 0, got {alpha}")
+        alpha = check_float(alpha, "alpha", low=0.0, low_open=True)
         total = (lev / n_levels) ** float(alpha)
         table = total.expand_as(c).clone()
         if normalize:
@@ -253,7 +282,8 @@ def level_relevance(
 ) -> torch.Tensor:
     """Relevance ``(Q, N)`` float64 of every item from its shared level (see :func:`relevance_table`).
 
-    Level sets are counted over the valid items only; invalid items get relevance 0.
+    ``levels`` are ``(Q, N)`` integers in ``[0, n_levels]`` (a ``(N,)`` vector is one query). Level
+    sets are counted over the valid items only; invalid items get relevance 0.
     """
     lv, v = check_levels(levels, n_levels, valid)
     table = relevance_table(level_counts(lv, n_levels, v), n_levels, kind, alpha=alpha, weights=weights, normalize=normalize)
@@ -266,7 +296,7 @@ def hap_relevance(
     """H-AP relevance ``(l/L)^alpha / |Omega^(l)|`` (Eq. 4.7 of the Ramzi thesis; SupRank Eq. 20).
 
     Args:
-        levels: ``(Q, N)`` shared levels.
+        levels: ``(Q, N)`` integer shared levels (a ``(N,)`` vector is one query).
         n_levels: L.
         alpha: decay (1: metric and HAPPIER; 5 SOP / 3 iNat: HAPPIER_F).
         valid: retrieval-set mask (level sets are counted over it).
@@ -291,15 +321,26 @@ def weighted_ap_relevance(
 
 
 def ndcg_gains(levels: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-    """Hierarchical NDCG gains ``2^l - 1`` (thesis §4.2.4), ``(Q, N)`` float64 (0 where invalid)."""
-    lv = as_tensor(levels, "levels").long()
+    """Hierarchical NDCG gains ``2^l - 1`` (thesis §4.2.4), ``(Q, N)`` float64 (0 where invalid).
+
+    Args:
+        levels: ``(Q, N)`` integer shared levels ``>= 0`` (a ``(N,)`` vector is one query).
+        valid: ``(Q, N)`` bool retrieval-set mask, or None.
+    """
+    lv = _int_levels(levels)
     g = 2.0 ** lv.to(torch.float64) - 1.0
-    return g if valid is None else torch.where(as_tensor(valid, "valid").bool().to(g.device), g, torch.zeros_like(g))
+    return torch.where(_valid_mask(valid, lv), g, torch.zeros_like(g))
 
 
 def binary_level_relevance(levels: torch.Tensor, n_levels: int) -> torch.Tensor:
-    """Binary relevance ``1[l = L]`` (same fine label), ``(Q, N)`` float64."""
-    return (as_tensor(levels, "levels").long() == n_levels).to(torch.float64)
+    """Binary relevance ``1[l = L]`` (same fine label), ``(Q, N)`` float64.
+
+    Args:
+        levels: ``(Q, N)`` integer shared levels in ``[0, n_levels]``.
+        n_levels: L.
+    """
+    lv, _ = check_levels(levels, n_levels)
+    return (lv == n_levels).to(torch.float64)
 
 
 # ------------------------------------------------------------------ multi-label (Algorithm 1)
@@ -313,9 +354,9 @@ def parse_code(code: str | Sequence[object]) -> tuple[str, ...]:
     elif isinstance(code, Sequence):
         parts = tuple(str(p).strip() for p in code)
     else:
-        raise TypeError(f"a code must be a dotted string or a sequence, got {type(code).__name__}")
+        raise TypeError(f"code must be a dotted string or a sequence, got {type(code).__name__}")
     if not parts or any(not p for p in parts):
-        raise ValueError(f"invalid hierarchical code {code!r}")
+        raise ValueError(f"code {code!r} is not a hierarchical code (empty level)")
     return parts
 
 
@@ -328,10 +369,26 @@ def lca_distance(a: str | Sequence[object], b: str | Sequence[object], n_levels:
         a, b: root-to-leaf codes (:func:`parse_code`) of the same depth L.
         n_levels: L (default: the depth of the codes).
     """
-    pa, pb = parse_code(a), parse_code(b)
-    depth = len(pa) if n_levels is None else int(n_levels)
-    if len(pa) != depth or len(pb) != depth:
-        raise ValueError(f"codes {a!r} and {b!r} must both have {depth} levels")
+    pa, pb = _parsed(a, "a"), _parsed(b, "b")
+    depth = len(pa) if n_levels is None else check_positive_int(n_levels, "n_levels")
+    _check_depth(pa, depth, "a")
+    _check_depth(pb, depth, "b")
+    return _lca(pa, pb, depth)
+
+
+def _parsed(code: object, name: str) -> tuple[str, ...]:
+    try:
+        return parse_code(code)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {exc}") from None
+
+
+def _check_depth(path: tuple[str, ...], depth: int, name: str) -> None:
+    if len(path) != depth:
+        raise ValueError(f"{name} = {'.'.join(path)!r} has {len(path)} levels but n_levels = {depth}")
+
+
+def _lca(pa: tuple[str, ...], pb: tuple[str, ...], depth: int) -> int:
     common = 0
     for x, y in zip(pa, pb, strict=True):
         if x != y:
@@ -358,12 +415,28 @@ def multilabel_relevance(
     Returns:
         A float in ``[0, 1]``.
     """
-    if not query_codes or not item_codes:
-        raise ValueError("query_codes and item_codes must each hold at least one code")
+    return _multilabel(_code_set(query_codes, "query_codes"), _code_set(item_codes, "item_codes"),
+                       check_positive_int(n_levels, "n_levels"), "query_codes", "item_codes")
+
+
+def _code_set(codes: object, name: str) -> list[tuple[str, ...]]:
+    """Parse a non-empty set of codes, naming ``name`` in every error."""
+    if isinstance(codes, str) or not isinstance(codes, Sequence):
+        raise TypeError(f"{name} must be a sequence of codes, got {type(codes).__name__}")
+    if len(codes) == 0:
+        raise ValueError(f"{name} is empty: each set must hold at least one code")
+    return [_parsed(c, f"{name}[{i}]") for i, c in enumerate(codes)]
+
+
+def _multilabel(qs: list[tuple[str, ...]], its: list[tuple[str, ...]], n_levels: int, name_q: str, name_i: str) -> float:
+    for path in qs:
+        _check_depth(path, n_levels, name_q)
+    for path in its:
+        _check_depth(path, n_levels, name_i)
     total = 0.0
-    for yq in query_codes:
-        best = min(lca_distance(yq, yk, n_levels) for yk in item_codes)
-        total += (n_levels - best) / (len(query_codes) * n_levels)
+    for yq in qs:
+        best = min(_lca(yq, yk, n_levels) for yk in its)
+        total += (n_levels - best) / (len(qs) * n_levels)
     return total
 
 
@@ -372,11 +445,21 @@ def multilabel_relevance_matrix(
     item_sets: Sequence[Sequence[str | Sequence[object]]],
     n_levels: int,
 ) -> torch.Tensor:
-    """Algorithm 1 for every (query, item) pair: ``(Q, N)`` float64 relevance."""
-    parsed_q = [[parse_code(c) for c in s] for s in query_sets]
-    parsed_i = [[parse_code(c) for c in s] for s in item_sets]
+    """Algorithm 1 for every (query, item) pair: ``(Q, N)`` float64 relevance.
+
+    Args:
+        query_sets: ``Q >= 1`` code sets (each non-empty).
+        item_sets: ``N >= 1`` code sets (each non-empty).
+        n_levels: L, the depth of every code.
+    """
+    n_levels = check_positive_int(n_levels, "n_levels")
+    for sets, name in ((query_sets, "query_sets"), (item_sets, "item_sets")):
+        if isinstance(sets, str) or not isinstance(sets, Sequence) or len(sets) == 0:
+            raise ValueError(f"{name} must be a non-empty sequence of code sets")
+    parsed_q = [_code_set(s, f"query_sets[{i}]") for i, s in enumerate(query_sets)]
+    parsed_i = [_code_set(s, f"item_sets[{i}]") for i, s in enumerate(item_sets)]
     out = torch.zeros(len(parsed_q), len(parsed_i), dtype=torch.float64)
     for a, qs in enumerate(parsed_q):
         for b, its in enumerate(parsed_i):
-            out[a, b] = multilabel_relevance(qs, its, n_levels)
+            out[a, b] = _multilabel(qs, its, n_levels, f"query_sets[{a}]", f"item_sets[{b}]")
     return out

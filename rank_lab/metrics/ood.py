@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import torch
 
-from rank_lab._validation import as_tensor, check_finite
+from rank_lab._validation import as_tensor, check_choice, check_finite
 
 __all__ = [
     "auroc",
@@ -196,6 +196,9 @@ def ood_metrics(
         ``{"AUROC", "FPR95", "AUPR-In", "AUPR-Out"}`` (the FPR key follows ``tpr``, e.g. ``FPR90``),
         fractions in ``[0, 1]``.
     """
+    if isinstance(tpr, bool) or not isinstance(tpr, (int, float)) or not 0.0 < float(tpr) <= 1.0:
+        raise ValueError(f"tpr must be a number in (0, 1], got {tpr!r}")
+    check_choice(fpr_method, "fpr_method", ("exact", "percentile"))
     key = f"FPR{round(100 * float(tpr))}"
     return {
         "AUROC": auroc(scores_in, scores_out),

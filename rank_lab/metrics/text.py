@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rank_lab._validation import as_tensor
+from rank_lab._validation import as_tensor, check_choice
 
 __all__ = [
     "encode_strings",
@@ -122,7 +122,18 @@ def _as_codes(
         return codes, lengths
     if lengths is not None:
         raise ValueError(f"{name}_lengths is only used with a code tensor, not with strings")
-    return encode_strings(x, pad=pad)
+    return encode_strings(_str_list(x, name), pad=pad)
+
+
+def _str_list(x: object, name: str) -> list[str]:
+    """``x`` as a list of str, or raise a ``TypeError`` naming ``name`` (and the bad index)."""
+    if isinstance(x, str) or not isinstance(x, Sequence):
+        raise TypeError(f"{name} must be a sequence of str (or a code tensor), got {type(x).__name__}")
+    out = list(x)
+    for i, v in enumerate(out):
+        if not isinstance(v, str):
+            raise TypeError(f"{name}[{i}] must be a str, got {type(v).__name__}")
+    return out
 
 
 @torch.no_grad()
@@ -193,7 +204,10 @@ def _levenshtein(ca: torch.Tensor, la: torch.Tensor, cb: torch.Tensor, lb: torch
 
 
 def levenshtein_reference(a: str, b: str) -> int:
-    """Plain-Python two-row dynamic programme (the reference of the benchmark)."""
+    """Plain-Python two-row dynamic programme (the reference of the benchmark): ``ED(a, b)``."""
+    for v, name in ((a, "a"), (b, "b")):
+        if not isinstance(v, str):
+            raise TypeError(f"{name} must be a str, got {type(v).__name__}")
     prev = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
         cur = [i] + [0] * len(b)
@@ -203,10 +217,12 @@ def levenshtein_reference(a: str, b: str) -> int:
     return prev[-1]
 
 
-def _check_pairs(preds: Sequence[str], targets: Sequence[str]) -> tuple[list[str], list[str]]:
-    if isinstance(preds, str) or isinstance(targets, str):
-        raise TypeError("preds and targets must be sequences of str, not single strings")
-    preds, targets = list(preds), list(targets)
+_MODES = ("none", "lower", "alnum_lower")
+
+
+def _check_pairs(preds: Sequence[str], targets: Sequence[str], normalize: str = "none") -> tuple[list[str], list[str]]:
+    check_choice(normalize, "normalize", _MODES)
+    preds, targets = _str_list(preds, "preds"), _str_list(targets, "targets")
     if len(preds) != len(targets):
         raise ValueError(f"preds has {len(preds)} strings but targets has {len(targets)}")
     if not preds:
@@ -228,7 +244,7 @@ def normalized_edit_distance(
         ``(B,)`` float tensor, lower is better. The thesis' "NED, higher is better" column is
         ``1 - mean`` of this (see :func:`ned_score`).
     """
-    preds, targets = _check_pairs(preds, targets)
+    preds, targets = _check_pairs(preds, targets, normalize)
     preds = [normalize_text(s, normalize) for s in preds]
     targets = [normalize_text(s, normalize) for s in targets]
     ed = edit_distance(preds, targets).double()
@@ -243,7 +259,7 @@ def ned_score(preds: Sequence[str], targets: Sequence[str], *, normalize: str = 
 
 def total_edit_distance(preds: Sequence[str], targets: Sequence[str], *, normalize: str = "none") -> int:
     """TED = sum of the edit distances over the set (lower is better; Tables 3.1-4.2)."""
-    preds, targets = _check_pairs(preds, targets)
+    preds, targets = _check_pairs(preds, targets, normalize)
     preds = [normalize_text(s, normalize) for s in preds]
     targets = [normalize_text(s, normalize) for s in targets]
     return int(edit_distance(preds, targets).sum())
@@ -251,7 +267,7 @@ def total_edit_distance(preds: Sequence[str], targets: Sequence[str], *, normali
 
 def word_accuracy(preds: Sequence[str], targets: Sequence[str], *, normalize: str = "none") -> float:
     """Fraction (in ``[0, 1]``) of words predicted exactly, after ``normalize``."""
-    preds, targets = _check_pairs(preds, targets)
+    preds, targets = _check_pairs(preds, targets, normalize)
     hits = sum(normalize_text(p, normalize) == normalize_text(t, normalize) for p, t in zip(preds, targets, strict=True))
     return hits / len(preds)
 
@@ -270,7 +286,7 @@ def text_recognition_metrics(
         A dict with ``"accuracy"`` (fraction exact), ``"ned"`` (mean of ``1 - ED / max len``),
         ``"ted"`` (total ED), ``"mean_ed"`` (``TED / n``) and ``"n"`` (number of words).
     """
-    preds, targets = _check_pairs(preds, targets)
+    preds, targets = _check_pairs(preds, targets, normalize)
     p = [normalize_text(s, normalize) for s in preds]
     t = [normalize_text(s, normalize) for s in targets]
     ed = edit_distance(p, t).double()

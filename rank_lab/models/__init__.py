@@ -1,4 +1,4 @@
-"""Models: global pooling layers, heads and backbones (timm, tiny CNN)."""
+"""Models: global pooling layers, heads (embedding head, prototype classifier) and backbones (timm, tiny CNN)."""
 
 from rank_lab.models.backbones import (
     MLPBackbone,
@@ -8,7 +8,15 @@ from rank_lab.models.backbones import (
     freeze_batchnorm,
     load_backbone_weights,
 )
-from rank_lab.models.heads import EmbeddingHead, EmbeddingModel, ModelConfig, build_model
+from rank_lab.models.heads import (
+    EmbeddingHead,
+    EmbeddingModel,
+    ModelConfig,
+    PrototypeClassifier,
+    build_model,
+    class_means,
+    prototype_logits,
+)
 from rank_lab.models.pooling import MAC, RMAC, GeM, SPoC, build_pooling, rmac_regions
 
 __all__ = [
@@ -28,4 +36,7 @@ __all__ = [
     "EmbeddingModel",
     "ModelConfig",
     "build_model",
+    "PrototypeClassifier",
+    "prototype_logits",
+    "class_means",
 ]

@@ -18,16 +18,19 @@ BatchNorm layers of the backbone in eval mode (``freeze_batch_norm: True``); see
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from rank_lab._validation import check_input, check_module, check_positive_int
 from rank_lab.models.weights import (
+    CLASSIFIER_PREFIXES,
     create_timm_model,
     file_record,
+    load_backbone_weights,
     load_weights_file,
     merge_legacy_weights,
 )
@@ -39,30 +42,65 @@ __all__ = [
     "build_backbone",
     "load_backbone_weights",
     "freeze_batchnorm",
+    "lock_batchnorm",
     "CLASSIFIER_PREFIXES",
 ]
 
-#: State-dict prefixes of classification layers, dropped when loading backbone weights.
-CLASSIFIER_PREFIXES: tuple[str, ...] = ("fc.", "head.", "classifier.", "last_linear.", "head_dist.")
+def _force_eval_hook(module: nn.Module, args: object) -> None:
+    module.training = False
 
 
-def freeze_batchnorm(module: nn.Module) -> int:
-    """Put every BatchNorm layer of ``module`` in eval mode (running statistics frozen).
+def freeze_batchnorm(module: nn.Module, *, sticky: bool = False, freeze_affine: bool = False) -> int:
+    """Put every BatchNorm layer of ``module`` in eval mode (running statistics frozen): the one
+    batch-norm freezer of rank_lab.
 
-    This is the ``freeze_batch_norm`` option of the ROADMAP / SupRank / Smooth-AP code (the thesis
-    does not mention it): with 4 images per class the batch statistics are poor estimates, so the
-    ImageNet statistics are kept. As in that code the affine parameters still train. Call it after
-    every ``module.train()`` (:class:`~rank_lab.models.heads.EmbeddingModel` does it for you).
+    * Default: the ``freeze_batch_norm`` option of the ROADMAP / SupRank / Smooth-AP code (the
+      Ramzi thesis does not mention it): with 4 images per class the batch statistics are poor
+      estimates, so the ImageNet statistics are kept, and the affine parameters still train. Call
+      it after every ``module.train()`` (:class:`~rank_lab.models.heads.EmbeddingModel` does it for you).
+    * ``sticky=True``: a forward pre-hook keeps the layers in eval mode even after ``module.train()``
+      (registered once per layer). The forward pass then does not depend on how a batch is chunked,
+      so multistage back-propagation (:mod:`rank_lab.train.multistage`) reproduces a single pass.
+    * ``freeze_affine=True``: the layers' weight and bias stop requiring gradients ("the BatchNorm
+      parameters are kept frozen", Patel thesis Section 5.3.2).
 
     Returns:
-        The number of BatchNorm layers put in eval mode.
+        The number of BatchNorm layers frozen.
+
+    Raises:
+        TypeError: ``module`` is not an ``nn.Module``.
     """
     n = 0
-    for m in module.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+    for m in check_module(module, "module").modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):  # SyncBatchNorm included
             m.eval()
             n += 1
+            if sticky and not getattr(m, "_rank_lab_frozen", False):
+                m.register_forward_pre_hook(_force_eval_hook)
+                m._rank_lab_frozen = True  # type: ignore[attr-defined]
+            if freeze_affine:
+                for p in m.parameters(recurse=False):
+                    p.requires_grad_(False)
     return n
+
+
+def lock_batchnorm(model: nn.Module, *, freeze_affine: bool = True) -> nn.Module:
+    """Freeze every BatchNorm layer of ``model`` as the Patel thesis does (Section 5.3.2):
+    ``freeze_batchnorm(model, sticky=True, freeze_affine=freeze_affine)``.
+
+    The layers always run in eval mode, even after ``model.train()``; with ``freeze_affine`` their
+    weight and bias stop requiring gradients (the thesis); the official code only puts BN in eval
+    mode and still trains the affine parameters (``freeze_affine=False``). Re-exported by
+    :mod:`rank_lab.train.multistage`.
+
+    Returns:
+        ``model`` (modified in place).
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+    """
+    freeze_batchnorm(check_module(model, "model"), sticky=True, freeze_affine=freeze_affine)
+    return model
 
 
 class TinyCNN(nn.Module):
@@ -74,12 +112,15 @@ class TinyCNN(nn.Module):
     Args:
         in_channels: input channels (1 for digits / MNIST, 3 for RGB).
         width: channels of the first block (the output has ``4 * width``).
+
+    Raises:
+        TypeError, ValueError: ``in_channels`` or ``width`` not a positive int.
     """
 
     def __init__(self, in_channels: int = 1, width: int = 16) -> None:
         super().__init__()
-        if in_channels < 1 or width < 1:
-            raise ValueError(f"in_channels and width must be >= 1, got {in_channels}, {width}")
+        in_channels = check_positive_int(in_channels, "in_channels")
+        width = check_positive_int(width, "width")
 
         def block(cin: int, cout: int, pool: bool) -> list[nn.Module]:
             layers: list[nn.Module] = [
@@ -100,10 +141,20 @@ class TinyCNN(nn.Module):
         self.num_features = 4 * width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, C, H, W)``. Returns the feature map ``(B, 4*width, ceil(H/4), ceil(W/4))``."""
+        """Args: x ``(B, C, H, W)`` floating images, or ``(B, H, W)`` grey images when ``in_channels = 1``
+        (a 3-D input is always read as a batch of grey images). float64 inputs are cast to the
+        weights' dtype; an empty batch gives an empty batch.
+
+        Returns:
+            The feature map ``(B, 4*width, ceil(H/4), ceil(W/4))``.
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf.
+        """
+        x = check_input(x, "x", (3, 4), shape=f"(B, {self.in_channels}, H, W)", like=self)
         if x.ndim == 3:  # (B, H, W) grey images
             x = x.unsqueeze(1)
-        if x.ndim != 4 or x.shape[1] != self.in_channels:
+        if x.shape[1] != self.in_channels:
             raise ValueError(
                 f"x must have shape (B, {self.in_channels}, H, W), got {tuple(x.shape)}"
             )
@@ -119,17 +170,21 @@ class MLPBackbone(nn.Module):
     Args:
         input_dim: size of the (flattened) input.
         hidden_dims: widths of the hidden layers (at least one).
+
+    Raises:
+        TypeError, ValueError: ``input_dim`` or a width of ``hidden_dims`` not a positive int.
     """
 
     def __init__(self, input_dim: int, hidden_dims: Sequence[int] = (256, 256)) -> None:
         super().__init__()
-        if input_dim is None or int(input_dim) < 1:
-            raise ValueError(f"input_dim must be a positive int, got {input_dim!r}")
-        hidden_dims = tuple(int(h) for h in hidden_dims)
-        if not hidden_dims or min(hidden_dims) < 1:
+        if input_dim is None:
+            raise ValueError("input_dim must be a positive int, got None")
+        input_dim = check_positive_int(input_dim, "input_dim")
+        hidden_dims = tuple(check_positive_int(h, "hidden_dims") for h in hidden_dims)
+        if not hidden_dims:
             raise ValueError(f"hidden_dims must hold at least one positive width, got {hidden_dims}")
         layers: list[nn.Module] = []
-        prev = int(input_dim)
+        prev = input_dim
         for h in hidden_dims:
             layers += [nn.Linear(prev, h), nn.ReLU(inplace=True)]
             prev = h
@@ -138,109 +193,17 @@ class MLPBackbone(nn.Module):
         self.num_features = prev
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, input_dim)`` or ``(B, ...)`` with ``prod(...) = input_dim``. Returns ``(B, D)``."""
-        x = x.reshape(x.shape[0], -1)
+        """Args: x ``(B, input_dim)`` or ``(B, ...)`` with ``prod(...) = input_dim``, floating (float64 is
+        cast to the weights' dtype). Returns ``(B, D)`` (an empty batch gives ``(0, D)``).
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong size, NaN or inf.
+        """
+        x = check_input(x, "x", tuple(range(2, 9)), shape=f"(B, {self.input_dim}) or (B, ...)", like=self)
+        x = x.flatten(1)
         if x.shape[1] != self.input_dim:
             raise ValueError(f"x has {x.shape[1]} features per row but input_dim={self.input_dim}")
         return self.net(x)
-
-
-def _unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
-    """Find the tensor dict inside a checkpoint (``state_dict`` / ``model`` / ``net`` wrappers)."""
-    for _ in range(3):
-        if isinstance(obj, Mapping) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
-            return dict(obj)
-        if isinstance(obj, Mapping):
-            for key in ("state_dict", "model", "net", "model_state", "backbone"):
-                if key in obj and isinstance(obj[key], Mapping):
-                    obj = obj[key]
-                    break
-            else:
-                break
-        elif isinstance(obj, nn.Module):
-            return obj.state_dict()
-        else:
-            break
-    if isinstance(obj, Mapping):
-        tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
-        if tensors:
-            return tensors
-    raise ValueError("the weight file holds no state dict (a mapping of parameter names to tensors)")
-
-
-def load_backbone_weights(
-    module: nn.Module,
-    path: str | Path,
-    *,
-    strict: bool = False,
-    strip_prefixes: Sequence[str] = ("module.", "backbone.", "model."),
-    drop_prefixes: Sequence[str] = CLASSIFIER_PREFIXES,
-) -> dict[str, list[str]]:
-    """Load a local weight file into ``module`` (no download).
-
-    Accepts a plain ``state_dict`` (e.g. torchvision's ``resnet50-*.pth``, whose key names timm's
-    ResNets share) or a checkpoint that wraps one under ``state_dict`` / ``model`` / ``net``.
-    ``module.`` (DataParallel) and other listed prefixes are stripped when that makes keys match;
-    classifier weights (``fc.``, ``head.`` ...) are dropped.
-
-    Args:
-        module: the model to load into.
-        path: a file written by :func:`torch.save`.
-        strict: raise if a key of ``module`` is missing from the file or a kept key of the file is
-            not used.
-        strip_prefixes: prefixes removed (repeatedly) from a file key that ``module`` does not have.
-        drop_prefixes: prefixes of keys never loaded (classification layers).
-
-    Returns:
-        ``{"loaded": [...], "missing": [...], "unexpected": [...], "mismatched": [...]}`` key lists.
-
-    Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        ValueError: if no parameter of the file matches ``module`` (wrong architecture), or, with
-            ``strict``, if some keys do not match.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights_path {str(path)!r} does not exist or is not a file")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the file name
-        raise ValueError(f"could not read weights_path {str(path)!r}: {exc}") from exc
-    src = _unwrap_state_dict(obj)
-    target = module.state_dict()
-    loaded: dict[str, torch.Tensor] = {}
-    unexpected: list[str] = []
-    mismatched: list[str] = []
-    for key, value in src.items():
-        k = key
-        stripped = True
-        while k not in target and stripped:
-            stripped = False
-            for p in strip_prefixes:
-                if k.startswith(p):
-                    k, stripped = k[len(p):], True
-                    break
-        if any(k.startswith(p) for p in drop_prefixes) and k not in target:
-            continue
-        if k not in target:
-            unexpected.append(key)
-        elif tuple(target[k].shape) != tuple(value.shape):
-            mismatched.append(f"{k}: file {tuple(value.shape)} vs model {tuple(target[k].shape)}")
-        else:
-            loaded[k] = value
-    if not loaded:
-        raise ValueError(
-            f"no parameter of {str(path)!r} matches the model ({len(src)} keys in the file, e.g. "
-            f"{list(src)[:3]}; model keys e.g. {list(target)[:3]}): wrong architecture?"
-        )
-    missing = [k for k in target if k not in loaded]
-    if strict and (missing or unexpected or mismatched):
-        raise ValueError(
-            f"strict loading of {str(path)!r} failed: missing={missing[:5]}, "
-            f"unexpected={unexpected[:5]}, mismatched={mismatched[:5]}"
-        )
-    module.load_state_dict(loaded, strict=False)
-    return {"loaded": sorted(loaded), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
 
 
 class TimmBackbone(nn.Module):
@@ -281,10 +244,12 @@ class TimmBackbone(nn.Module):
             import timm
         except ImportError as exc:  # pragma: no cover - timm is an optional dependency
             raise ImportError("TimmBackbone needs timm: pip install 'rank_lab[timm]'") from exc
-        if not timm.is_model(name.split(".", 1)[0]):
+        if not isinstance(name, str) or not timm.is_model(name.split(".", 1)[0]):
             raise ValueError(f"unknown timm model name {name!r} (see timm.list_models())")
+        in_chans = check_positive_int(in_chans, "in_chans")
         spec, strict = merge_legacy_weights(weights, pretrained, weights_path)
         self.name = name
+        self.in_chans = in_chans
         self.features_only = bool(features_only)
         kwargs: dict[str, Any] = {"in_chans": in_chans, **timm_kwargs}
         kwargs.update({"features_only": True, "out_indices": (-1,)} if self.features_only else {"num_classes": 0})
@@ -301,7 +266,17 @@ class TimmBackbone(nn.Module):
             self.num_features = int(self.model.num_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, C, H, W)``. Returns ``(B, D, h, w)`` (CNNs) or ``(B, D)`` (transformers)."""
+        """Args: x ``(B, C, H, W)`` floating images (float64 is cast to the weights' dtype).
+
+        Returns:
+            ``(B, D, h, w)`` (CNNs) or ``(B, D)`` (transformers).
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf.
+        """
+        x = check_input(x, "x", 4, shape=f"(B, {self.in_chans}, H, W)", like=self)
+        if x.shape[1] != self.in_chans:
+            raise ValueError(f"x must have shape (B, {self.in_chans}, H, W), got {tuple(x.shape)}")
         if self.features_only:
             return self.model(x)[-1]
         f = self.model.forward_features(x)

@@ -20,10 +20,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab.models.backbones import build_backbone, freeze_batchnorm
-from rank_lab.models.pooling import build_pooling
+from rank_lab._validation import (
+    check_class_indices,
+    check_embeddings,
+    check_float,
+    check_input,
+    check_labels,
+    check_positive_int,
+)
+from rank_lab.models.backbones import MLPBackbone, build_backbone, freeze_batchnorm
+from rank_lab.models.pooling import POOLINGS, build_pooling
 
-__all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model"]
+__all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model", "PrototypeClassifier", "prototype_logits",
+           "class_means"]
 
 
 class EmbeddingHead(nn.Module):
@@ -34,23 +43,36 @@ class EmbeddingHead(nn.Module):
         embed_dim: output size; ``None`` keeps ``D`` (no projection).
         layer_norm: LayerNorm without affine parameters before the projection (thesis §3.5.1).
         normalize: L2-normalise the output (computed in float32, also under autocast).
+
+    Raises:
+        TypeError, ValueError: ``in_dim`` or ``embed_dim`` (unless ``None``) not a positive int.
     """
 
     def __init__(
         self, in_dim: int, embed_dim: int | None = 512, layer_norm: bool = True, normalize: bool = True
     ) -> None:
         super().__init__()
-        if int(in_dim) < 1:
-            raise ValueError(f"in_dim must be >= 1, got {in_dim}")
-        if embed_dim is not None and int(embed_dim) < 1:
-            raise ValueError(f"embed_dim must be >= 1 or None, got {embed_dim}")
+        in_dim = check_positive_int(in_dim, "in_dim")
+        if embed_dim is not None:
+            embed_dim = check_positive_int(embed_dim, "embed_dim")
+        self.in_dim = in_dim
         self.norm = nn.LayerNorm(in_dim, elementwise_affine=False) if layer_norm else nn.Identity()
-        self.proj = nn.Linear(in_dim, int(embed_dim)) if embed_dim is not None else nn.Identity()
+        self.proj = nn.Linear(in_dim, embed_dim) if embed_dim is not None else nn.Identity()
         self.normalize = bool(normalize)
-        self.out_dim = int(embed_dim) if embed_dim is not None else int(in_dim)
+        self.out_dim = embed_dim if embed_dim is not None else in_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, in_dim)``. Returns ``(B, out_dim)``, unit-norm rows when ``normalize``."""
+        """Args: x ``(B, in_dim)`` floating features (float64 is cast to the weights' dtype).
+
+        Returns:
+            ``(B, out_dim)``, unit-norm rows when ``normalize`` (an empty batch gives ``(0, out_dim)``).
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf.
+        """
+        x = check_input(x, "x", 2, shape=f"(B, {self.in_dim})", like=self)
+        if x.shape[1] != self.in_dim:
+            raise ValueError(f"x has {x.shape[1]} features per row but in_dim={self.in_dim}")
         z = self.proj(self.norm(x))
         if self.normalize:
             z = F.normalize(z.float(), p=2.0, dim=-1, eps=1e-12)
@@ -85,6 +107,7 @@ class EmbeddingModel(nn.Module):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Pooled backbone features ``(B, D)`` (before the head)."""
+        x = check_input(x, "x", tuple(range(1, 9)), like=self)
         f = self.backbone(x)
         if f.ndim == 4:
             if self.pooling is None:
@@ -95,7 +118,14 @@ class EmbeddingModel(nn.Module):
         return f
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x a batch of inputs. Returns embeddings ``(B, d)`` (L2-normalised by default)."""
+        """Args: x a batch of floating inputs (the backbone's shape; float64 is cast to the weights' dtype).
+
+        Returns:
+            Embeddings ``(B, d)`` (L2-normalised by default).
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a shape the backbone refuses, NaN or inf.
+        """
         return self.head(self.features(x))
 
     def backbone_parameters(self) -> Iterator[nn.Parameter]:
@@ -162,8 +192,11 @@ class ModelConfig:
         self.hidden_dims = tuple(int(h) for h in self.hidden_dims)
         if not isinstance(self.backbone, str) or not self.backbone:
             raise ValueError(f"model.backbone must be a non-empty str, got {self.backbone!r}")
+        _check_backbone_name(self.backbone)
         if not isinstance(self.pooling, str):
             raise ValueError(f"model.pooling must be a str, got {self.pooling!r}")
+        if self.pooling.lower() not in POOLINGS:
+            raise ValueError(f"unknown pooling {self.pooling!r} (model.pooling); known: {sorted(POOLINGS)}")
         for name in ("in_channels", "width"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -172,8 +205,7 @@ class ModelConfig:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"model.{name} must be a positive int or None, got {v!r}")
-        if not self.gem_p > 0:
-            raise ValueError(f"model.gem_p must be > 0, got {self.gem_p}")
+        check_float(self.gem_p, "model.gem_p", low=0.0, low_open=True)
         if isinstance(self.weights, os.PathLike):
             self.weights = os.fspath(self.weights)
         if self.weights is not None and not isinstance(self.weights, str):
@@ -198,6 +230,26 @@ class ModelConfig:
         out = dataclasses.asdict(self)
         out["hidden_dims"] = list(self.hidden_dims)
         return out
+
+
+_OWN_BACKBONES = ("mlp", "tiny_cnn", "tinycnn")
+
+
+def _check_backbone_name(name: str, argument: str = "model.backbone") -> None:
+    """Refuse a backbone name that is neither ``mlp`` / ``tiny_cnn`` nor a timm model (when timm is
+    installed; without it the build says so); the message names ``argument``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{argument} must be a backbone name (a non-empty str), got {name!r}")
+    key = name.lower()
+    if key in _OWN_BACKBONES:
+        return
+    try:
+        import timm
+    except ImportError:  # pragma: no cover - timm is optional; build_backbone raises ImportError
+        return
+    arch = (name[5:] if key.startswith("timm:") else name).split(".", 1)[0]
+    if not timm.is_model(arch):
+        raise ValueError(f"unknown backbone {name!r} ({argument}): use 'mlp', 'tiny_cnn' or a timm model name (see timm.list_models())")
 
 
 def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel:
@@ -238,6 +290,77 @@ def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel
 def _returns_map(backbone: nn.Module) -> bool:
     """Vector backbones (the MLP) need no pooling; any other may return a map. For timm
     transformers the pooling layer exists but is skipped at run time (their output is 2-D)."""
-    from rank_lab.models.backbones import MLPBackbone
-
     return not isinstance(backbone, MLPBackbone)
+
+
+# ------------------------------------------------------------------ prototype (cosine) classifier
+def prototype_logits(z: torch.Tensor, prototypes: torch.Tensor, *, normalize: bool = True, temperature: float = 1.0,
+                     name: str = "prototypes") -> torch.Tensor:
+    """``z theta^T / tau`` (``(M, K)``), with both sides L2-normalised when ``normalize``.
+
+    The logits of a cosine classifier (CE(n), Eq. 6.6 of the Patel thesis with normalised features
+    and weights) and the prototype term of ESupCon (Eq. 6.12).
+
+    Args:
+        z: ``(M, d)`` features; prototypes: ``(K, d)`` (``name`` is used in error messages).
+        normalize: L2-normalise both; temperature: ``tau > 0``.
+    """
+    z = check_embeddings(z, "z")
+    p = check_embeddings(prototypes, name)
+    if p.shape[1] != z.shape[1]:
+        raise ValueError(f"{name} have d={p.shape[1]} but the features have d={z.shape[1]}")
+    p = p.to(device=z.device, dtype=z.dtype)
+    if normalize:
+        z, p = F.normalize(z, dim=1), F.normalize(p, dim=1)
+    return z @ p.T / check_float(temperature, "temperature", low=0.0, low_open=True)
+
+
+def class_means(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normalize: bool = True) -> torch.Tensor:
+    """Class means ``c_k`` of (normalised) features, ``(K, d)``; an absent class gets zeros.
+
+    The prototypes of SPCE(M) (Section 6.3 of the Patel thesis: the SPCE logits of Eq. 6.8 with the
+    class sums replaced by class means), and the fixed point of the tightness loss (Eqs. 6.9-6.11).
+
+    Args:
+        z: ``(N, d)``; labels: ``(N,)`` in ``[0, n_classes)``; n_classes: ``K``.
+        normalize: L2-normalise the features first.
+    """
+    z = check_embeddings(z, "z")
+    labels = check_labels(labels, z.shape[0], "labels")
+    if labels.ndim != 1:
+        raise ValueError(f"labels must have shape (M,), got {tuple(labels.shape)}")
+    labels = labels.to(z.device)
+    z = F.normalize(z, dim=1) if normalize else z
+    n_classes = check_positive_int(n_classes, "n_classes")
+    onehot = F.one_hot(check_class_indices(labels, n_classes), n_classes).to(z.dtype)
+    return (onehot.T @ z) / onehot.sum(0).clamp_min(1)[:, None]
+
+
+class PrototypeClassifier(nn.Module):
+    """``K`` learnable class weights / prototypes ``theta`` of shape ``(K, d)`` with cosine logits.
+
+    The classifier of CE(n) and ESupCon (Eqs. 6.6 and 6.12-6.15 of the Patel thesis): logits
+    ``z^T theta_k / tau`` on L2-normalised vectors, posterior ``softmax`` over the prototypes.
+
+    Args:
+        n_classes: ``K``; dim: ``d`` (the order of every proxy / prototype matrix ``(K, d)``);
+        temperature: logits ``z^T theta / tau`` on normalised vectors.
+    """
+
+    def __init__(self, n_classes: int, dim: int, temperature: float = 0.1) -> None:
+        super().__init__()
+        self.prototypes = nn.Parameter(torch.randn(check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")) * 0.1)
+        self.temperature = check_float(temperature, "temperature", low=0.0, low_open=True)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """Args: z ``(M, d)``. Returns logits ``(M, K)``."""
+        return prototype_logits(z, self.prototypes, normalize=True, temperature=self.temperature)
+
+    def predict_proba(self, z: torch.Tensor) -> torch.Tensor:
+        """Softmax posterior ``p(k | z)`` (the CE posterior of ESupCon), ``(M, K)``."""
+        return self(z).softmax(1)
+
+    @torch.no_grad()
+    def set_to_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        """SPCE(M): set the prototypes to the class means of ``z``."""
+        self.prototypes.copy_(class_means(z, labels, self.prototypes.shape[0]))

@@ -14,19 +14,14 @@ import math
 import torch
 from torch import nn
 
-from rank_lab._validation import check_finite
+from rank_lab._validation import check_float, check_input
 
 __all__ = ["MAC", "SPoC", "GeM", "RMAC", "rmac_regions", "build_pooling", "POOLINGS"]
 
 
 def _check_map(x: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a tensor, got {type(x).__name__}")
-    if x.ndim != 4:
-        raise ValueError(f"x must be a feature map of shape (B, D, H, W), got {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating feature map, got dtype {x.dtype}")
-    check_finite(x, "x")
+    """A floating, finite feature map ``(B, D, H, W)`` (an empty batch pools to an empty batch)."""
+    check_input(x, "x", 4, shape="(B, D, H, W) (a feature map)")
 
 
 class MAC(nn.Module):
@@ -54,16 +49,20 @@ class GeM(nn.Module):
     (learnable by default, initialised to 3) and activations clamped at ``eps`` before the power.
 
     Args:
-        p: initial exponent (> 0).
+        p: initial exponent (finite, > 0).
         learnable: make ``p`` a parameter.
-        eps: clamp value for the activations.
+        eps: clamp value for the activations (finite, > 0: the power of a clamped 0 is 0, its
+            gradient ``p 0^(p-1)`` is NaN for ``p < 1``).
+
+    Raises:
+        ValueError: ``p`` or ``eps`` not a finite positive number.
     """
 
     def __init__(self, p: float = 3.0, learnable: bool = True, eps: float = 1e-6) -> None:
         super().__init__()
-        if not p > 0:
-            raise ValueError(f"p must be > 0, got {p}")
-        t = torch.tensor(float(p))
+        p = check_float(p, "p", low=0.0, low_open=True)
+        eps = check_float(eps, "eps", low=0.0, low_open=True)
+        t = torch.tensor(p)
         if learnable:
             self.p = nn.Parameter(t)
         else:
@@ -141,11 +140,16 @@ class RMAC(nn.Module):
         levels: number of region scales ``L``.
         overlap: desired overlap of neighbouring regions (0.4).
         include_global: add the normalised global MAC to the sum.
-        eps: added to the norms.
+        eps: added to the norms (finite, > 0: an all-zero region would divide 0 by 0).
+
+    Raises:
+        ValueError: ``levels`` not a positive int, ``overlap`` outside ``[0, 1)``, ``eps`` not a
+            finite positive number.
     """
 
     def __init__(self, levels: int = 3, overlap: float = 0.4, include_global: bool = True, eps: float = 1e-6) -> None:
         super().__init__()
+        eps = check_float(eps, "eps", low=0.0, low_open=True)
         if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
             raise ValueError(f"levels must be a positive int, got {levels!r}")
         if not 0.0 <= overlap < 1.0:

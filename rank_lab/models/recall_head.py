@@ -18,7 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_input,
+    check_module,
+    check_positive_int,
+)
+from rank_lab.models.backbones import lock_batchnorm
 from rank_lab.models.pooling import GeM
 
 __all__ = ["RecallHead", "RecallEmbedder"]
@@ -53,19 +60,24 @@ class RecallHead(nn.Module):
         super().__init__()
         in_dim = check_positive_int(in_dim, "in_dim")
         embed_dim = check_positive_int(embed_dim, "embed_dim")
+        gem_p = check_float(gem_p, "gem_p", low=0.0, low_open=True)
         self.pool = GeM(p=gem_p, learnable=learn_p)
         self.norm: nn.Module = nn.LayerNorm(in_dim) if layer_norm else nn.Identity()
         self.fc = nn.Linear(in_dim, embed_dim, bias=bias)
         self.in_dim, self.embed_dim = in_dim, embed_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, D, H, W)`` or ``(B, D)``. Returns ``(B, d)`` L2-normalised."""
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+        """Args: x ``(B, D, H, W)`` or ``(B, D)`` floating (float64 is cast to the weights' dtype).
+
+        Returns:
+            ``(B, d)`` L2-normalised (an empty batch gives ``(0, d)``).
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf.
+        """
+        x = check_input(x, "x", (2, 4), shape=f"(B, {self.in_dim}, H, W) or (B, {self.in_dim})", like=self)
         if x.ndim == 4:
             x = self.pool(x)
-        elif x.ndim != 2:
-            raise ValueError(f"x must have shape (B, D, H, W) or (B, D), got {tuple(x.shape)}")
         if x.shape[1] != self.in_dim:
             raise ValueError(f"x has {x.shape[1]} channels but the head expects in_dim={self.in_dim}")
         return F.normalize(self.fc(self.norm(x)), dim=1)
@@ -78,7 +90,9 @@ class RecallHead(nn.Module):
         ``b = -W mu`` so that ``fc(f)`` is whitened. This is the unsupervised PCA-whitening
         variant; the learned (supervised) whitening of Radenovic et al. needs matching pairs.
         """
-        if features.ndim != 2 or features.shape[1] != self.in_dim:
+        features = check_embeddings(features, "features")
+        eps = check_float(eps, "eps", low=0.0, low_open=True)
+        if features.shape[1] != self.in_dim:
             raise ValueError(f"features must have shape (N, {self.in_dim}), got {tuple(features.shape)}")
         if features.shape[0] < 2:
             raise ValueError("features needs at least 2 rows to estimate a covariance")
@@ -104,14 +118,14 @@ class RecallEmbedder(nn.Module):
         in_dim: ``D``.
         embed_dim: ``d``.
         freeze_bn: lock every BatchNorm of the backbone in eval mode
-            (:func:`rank_lab.train.multistage.lock_batchnorm`).
+            (:func:`rank_lab.models.backbones.lock_batchnorm`).
         freeze_bn_affine: also freeze the BN affine parameters (thesis: "BatchNorm parameters are
             kept frozen"); the official code still trains them (``False``).
         **head_kwargs: passed to :class:`RecallHead`.
     """
 
     def __init__(
-                self,
+        self,
         backbone: nn.Module,
         in_dim: int,
         embed_dim: int = 512,
@@ -121,11 +135,9 @@ class RecallEmbedder(nn.Module):
         **head_kwargs: object,
     ) -> None:
         super().__init__()
-        self.backbone = backbone
+        self.backbone = check_module(backbone, "backbone")
         self.head = RecallHead(in_dim, embed_dim, **head_kwargs)  # type: ignore[arg-type]
         if freeze_bn:
-            from rank_lab.train.multistage import lock_batchnorm
-
             lock_batchnorm(self.backbone, freeze_affine=freeze_bn_affine)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

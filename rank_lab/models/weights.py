@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
+from rank_lab._validation import check_module
+
 __all__ = [
+    "CLASSIFIER_PREFIXES",
     "WEIGHTS_NAMES",
     "PAPER_TAGS",
     "WeightsUnavailableError",
@@ -38,6 +42,7 @@ __all__ = [
     "timm_pretrained_name",
     "file_sha256",
     "file_record",
+    "load_backbone_weights",
     "load_weights_file",
     "create_timm_model",
     "check_weights",
@@ -133,6 +138,8 @@ def timm_pretrained_name(name: str) -> str:
     import timm
     from timm.models import get_pretrained_cfg
 
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a timm model name (a non-empty str), got {name!r}")
     if "." in name:
         arch, tag = name.split(".", 1)
     else:
@@ -143,7 +150,7 @@ def timm_pretrained_name(name: str) -> str:
     full = f"{arch}.{tag}" if tag else arch
     if not timm.list_pretrained(full):
         raise ValueError(
-            f"timm has no pretrained weights for backbone {name!r}; use weights='none' or a weight file"
+            f"timm has no pretrained weights for backbone name={name!r}; use weights='none' or a weight file"
         )
     return full
 
@@ -163,11 +170,114 @@ def file_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"weights": "file", "path": str(path), "sha256": file_sha256(path)}
 
 
+#: State-dict prefixes of classification layers, dropped when loading backbone weights.
+CLASSIFIER_PREFIXES: tuple[str, ...] = ("fc.", "head.", "classifier.", "last_linear.", "head_dist.")
+
+
+def _unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
+    """Find the tensor dict inside a checkpoint (``state_dict`` / ``model`` / ``net`` wrappers)."""
+    for _ in range(3):
+        if isinstance(obj, Mapping) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return dict(obj)
+        if isinstance(obj, Mapping):
+            for key in ("state_dict", "model", "net", "model_state", "backbone"):
+                if key in obj and isinstance(obj[key], Mapping):
+                    obj = obj[key]
+                    break
+            else:
+                break
+        elif isinstance(obj, nn.Module):
+            return obj.state_dict()
+        else:
+            break
+    if isinstance(obj, Mapping):
+        tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+        if tensors:
+            return tensors
+    raise ValueError("the weight file holds no state dict (a mapping of parameter names to tensors)")
+
+
+def load_backbone_weights(
+    module: nn.Module,
+    path: str | Path,
+    *,
+    strict: bool = False,
+    strip_prefixes: Sequence[str] = ("module.", "backbone.", "model."),
+    drop_prefixes: Sequence[str] = CLASSIFIER_PREFIXES,
+) -> dict[str, list[str]]:
+    """Load a local weight file into ``module`` (no download).
+
+    Accepts a plain ``state_dict`` (e.g. torchvision's ``resnet50-*.pth``, whose key names timm's
+    ResNets share) or a checkpoint that wraps one under ``state_dict`` / ``model`` / ``net``.
+    ``module.`` (DataParallel) and other listed prefixes are stripped when that makes keys match;
+    classifier weights (``fc.``, ``head.`` ...) are dropped.
+
+    Args:
+        module: the model to load into.
+        path: a file written by :func:`torch.save`.
+        strict: raise if a key of ``module`` is missing from the file or a kept key of the file is
+            not used.
+        strip_prefixes: prefixes removed (repeatedly) from a file key that ``module`` does not have.
+        drop_prefixes: prefixes of keys never loaded (classification layers).
+
+    Returns:
+        ``{"loaded": [...], "missing": [...], "unexpected": [...], "mismatched": [...]}`` key lists.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: if no parameter of the file matches ``module`` (wrong architecture), or, with
+            ``strict``, if some keys do not match.
+    """
+    check_module(module, "module")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"weights_path {str(path)!r} does not exist or is not a file")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the file name
+        raise ValueError(f"could not read weights_path {str(path)!r}: {exc}") from exc
+    src = _unwrap_state_dict(obj)
+    target = module.state_dict()
+    loaded: dict[str, torch.Tensor] = {}
+    unexpected: list[str] = []
+    mismatched: list[str] = []
+    for key, value in src.items():
+        k = key
+        stripped = True
+        while k not in target and stripped:
+            stripped = False
+            for p in strip_prefixes:
+                if k.startswith(p):
+                    k, stripped = k[len(p):], True
+                    break
+        if any(k.startswith(p) for p in drop_prefixes) and k not in target:
+            continue
+        if k not in target:
+            unexpected.append(key)
+        elif tuple(target[k].shape) != tuple(value.shape):
+            mismatched.append(f"{k}: file {tuple(value.shape)} vs model {tuple(target[k].shape)}")
+        else:
+            loaded[k] = value
+    if not loaded:
+        raise ValueError(
+            f"no parameter of {str(path)!r} matches the model ({len(src)} keys in the file, e.g. "
+            f"{list(src)[:3]}; model keys e.g. {list(target)[:3]}): wrong architecture?"
+        )
+    missing = [k for k in target if k not in loaded]
+    if strict and (missing or unexpected or mismatched):
+        raise ValueError(
+            f"strict loading of {str(path)!r} failed: missing={missing[:5]}, "
+            f"unexpected={unexpected[:5]}, mismatched={mismatched[:5]}"
+        )
+    module.load_state_dict(loaded, strict=False)
+    return {"loaded": sorted(loaded), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
+
+
 def load_weights_file(module: nn.Module, path: str | os.PathLike[str], *, strict: bool = True) -> dict[str, Any]:
     """Load a local weight file into ``module`` and return its weights record.
 
     Classifier keys (``fc.``, ``head.`` ...) and ``module.`` / ``backbone.`` / ``model.`` prefixes are
-    handled by :func:`rank_lab.models.backbones.load_backbone_weights`.
+    handled by :func:`load_backbone_weights`.
 
     Args:
         module: the network to initialise.
@@ -183,8 +293,6 @@ def load_weights_file(module: nn.Module, path: str | os.PathLike[str], *, strict
         ValueError: if it holds no state dict or (``strict``) its keys do not match; the message
             names the file.
     """
-    from rank_lab.models.backbones import load_backbone_weights
-
     load_backbone_weights(module, path, strict=strict)
     return file_record(Path(path))
 
@@ -204,10 +312,12 @@ def create_timm_model(name: str, weights: str | os.PathLike[str] | None = "none"
     """
     import timm
 
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a timm model name (a non-empty str), got {name!r}")
     spec = parse_weights(weights)
     arch = name.split(".", 1)[0]
     if not timm.is_model(arch):
-        raise ValueError(f"unknown timm model {name!r} (see timm.list_models())")
+        raise ValueError(f"unknown timm model name={name!r} (see timm.list_models())")
     if spec != "imagenet":
         model = timm.create_model(name, pretrained=False, **kwargs)
         if spec == "none":
@@ -237,6 +347,8 @@ def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetc
         WeightsUnavailableError, FileNotFoundError, ValueError: see :func:`create_timm_model`.
     """
     spec = parse_weights(weights)
+    if not isinstance(backbone, str) or not backbone:
+        raise TypeError(f"backbone must be a backbone name (a non-empty str), got {backbone!r}")
     if spec == "none":
         return {"weights": "none"}
     if isinstance(spec, Path):
@@ -251,8 +363,14 @@ def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetc
 
 
 def find_weights_record(module: nn.Module) -> dict[str, Any] | None:
-    """The ``weights_record`` of ``module`` or of its first sub-module that has one (``None`` if none)."""
-    for m in module.modules():
+    """The ``weights_record`` of ``module`` or of its first sub-module that has one (``None`` if none).
+
+    Raises:
+        TypeError: ``module`` is not an ``nn.Module``.
+    """
+    from rank_lab._validation import check_module
+
+    for m in check_module(module, "module").modules():
         rec = getattr(m, "weights_record", None)
         if isinstance(rec, Mapping):
             return dict(rec)

@@ -34,6 +34,13 @@ def _per_energy(v: object, name: str, e: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _check_beta(beta: object) -> float:
+    """``beta`` of Eq. 5.7: a real number or ``+-inf`` (the max / min), never NaN."""
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or math.isnan(beta):
+        raise ValueError(f"beta must be a real number or +-inf, got {beta!r}")
+    return float(beta)
+
+
 def compose_energies(
     energies: torch.Tensor,
     beta: float = 0.0,
@@ -53,6 +60,10 @@ def compose_energies(
 
     Returns:
         ``(N,)`` composed energies (higher = more OOD).
+
+    Raises:
+        ValueError: ``energies`` not a finite ``(N, K)`` matrix, ``beta`` NaN, or ``mean`` / ``std``
+            of another length, non-finite, or (``std``) not positive.
     """
     e = as_tensor(energies, "energies")
     if e.ndim != 2 or e.shape[0] == 0 or e.shape[1] == 0:
@@ -60,8 +71,7 @@ def compose_energies(
     if not e.is_floating_point():
         e = e.float()
     check_finite(e, "energies")
-    if not isinstance(beta, (int, float)) or isinstance(beta, bool) or math.isnan(beta):
-        raise ValueError(f"beta must be a real number or +-inf, got {beta!r}")
+    beta = _check_beta(beta)
     if mean is not None:
         e = e - _per_energy(mean, "mean", e)
     if std is not None:
@@ -87,7 +97,8 @@ class HEAT(nn.Module):
     Args:
         components: ``name -> HybridEnergy``.
         inputs: ``name -> key`` of the feature mapping each component reads (default ``"features"``).
-        beta: composition parameter (thesis tables: 0).
+        beta: composition parameter (thesis tables: 0); ``+-inf`` give the max / min (see
+            :func:`compose_energies`), NaN is refused.
         standardize: standardise each energy with its training mean/std before composing (the
             official code, which uses one training batch; here the whole training set).
     """
@@ -95,8 +106,12 @@ class HEAT(nn.Module):
     def __init__(self, components: Mapping[str, HybridEnergy], inputs: Mapping[str, str] | None = None,
                  beta: float = 0.0, standardize: bool = True) -> None:
         super().__init__()
-        if not components:
-            raise ValueError("components must hold at least one HybridEnergy")
+        if not isinstance(components, Mapping) or not components:
+            raise ValueError("components must be a mapping holding at least one HybridEnergy")
+        bad = [k for k, v in components.items() if not isinstance(v, HybridEnergy)]
+        if bad:
+            raise TypeError(f"components must map names to HybridEnergy modules; not for {bad}")
+        beta = _check_beta(beta)
         self.components = nn.ModuleDict(dict(components))
         self.inputs = {k: (inputs or {}).get(k, "features") for k in components}
         self.beta = beta

@@ -23,13 +23,24 @@ import math
 import torch
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels
+from rank_lab._validation import (
+    check_choice,
+    check_embeddings,
+    check_finite,
+    check_float,
+    check_labels,
+    check_positive_int,
+)
 
 __all__ = ["LogitEnergy", "ClassGaussianEnergy", "ZeroEnergy"]
 
 
 def _check_z(z: torch.Tensor, dim: int | None, name: str = "z") -> torch.Tensor:
-    """Shape/finiteness check of a feature batch that keeps autograd (no copy, no dtype change)."""
+    """Shape/finiteness check of a feature batch that keeps autograd (no copy, no dtype change).
+
+    The one input check of every energy (priors, residual, hybrid): ``(N, d)``, ``N >= 1``, ``d`` as
+    built, floating and finite (NaN / inf raise a ``ValueError`` naming ``name``).
+    """
     if not isinstance(z, torch.Tensor):
         z = check_embeddings(z, name)
     if z.ndim != 2 or z.shape[0] == 0:
@@ -38,6 +49,7 @@ def _check_z(z: torch.Tensor, dim: int | None, name: str = "z") -> torch.Tensor:
         raise ValueError(f"{name} has {z.shape[1]} dimensions but the energy was built for {dim}")
     if not z.is_floating_point():
         raise TypeError(f"{name} must be a floating tensor, got dtype {z.dtype}")
+    check_finite(z.detach(), name)
     return z
 
 
@@ -62,8 +74,8 @@ class LogitEnergy(nn.Module):
             bias = torch.as_tensor(bias).detach().to(weight.dtype)
             if bias.shape != (weight.shape[0],):
                 raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+            check_finite(bias, "bias")
+        temperature = check_float(temperature, "temperature", low=0, low_open=True)
         self.register_buffer("weight", weight.clone())
         self.register_buffer("bias", bias.clone() if bias is not None else torch.zeros(weight.shape[0], dtype=weight.dtype))
         self.temperature = float(temperature)
@@ -121,12 +133,9 @@ class ClassGaussianEnergy(nn.Module):
         self, temperature: float = 1e3, weights: str = "uniform", normalizer: bool = False, reg: float = 1e-6
     ) -> None:
         super().__init__()
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        if weights not in ("uniform", "counts"):
-            raise ValueError(f"weights must be 'uniform' or 'counts', got {weights!r}")
-        if not reg >= 0:
-            raise ValueError(f"reg must be >= 0, got {reg}")
+        temperature = check_float(temperature, "temperature", low=0, low_open=True)
+        check_choice(weights, "weights", ("uniform", "counts"))
+        reg = check_float(reg, "reg", low=0)
         self.temperature = float(temperature)
         self.weights = weights
         self.normalizer = bool(normalizer)
@@ -242,6 +251,7 @@ class ClassGaussianEnergy(nn.Module):
         official code, which samples the fitted Gaussian mixture).
         """
         self._require_fitted()
+        n = check_positive_int(n, "n")
         dev = self.means.device if generator is None else generator.device
         probs = torch.softmax(self.log_pi.double(), 0).to(dev)
         cls_idx = torch.multinomial(probs, n, replacement=True, generator=generator)
@@ -284,6 +294,7 @@ class ZeroEnergy(nn.Module):
         """``(n, d)`` draws from ``N(mean, diag(std^2))`` (after :meth:`fit`)."""
         if self.mean is None:
             raise RuntimeError("ZeroEnergy.sample needs fit(z) first (it samples a diagonal Gaussian of the data)")
+        n = check_positive_int(n, "n")
         dev = self.mean.device if generator is None else generator.device
         eps = torch.randn(n, self.mean.numel(), generator=generator, device=dev, dtype=self.mean.dtype)
         return self.mean + eps.to(self.mean.device) * self.std

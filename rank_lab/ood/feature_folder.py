@@ -44,17 +44,60 @@ def save_feature_folder(
 
     Returns:
         ``root``. The folder is checked by :func:`load_feature_folder` before returning.
+
+    Raises:
+        ValueError, TypeError: a bad key of ``sets``, a set that is not a valid feature dict (missing
+            keys, mismatched rows or widths, NaN / inf), or a ``head`` that does not fit the features.
+            Everything is checked before any file is written; each file is written atomically.
+        DatasetFolderError: the folder as a whole is incomplete after writing (e.g. no OOD set yet).
     """
+    sets, (w, b) = _check_save(sets, head)
     root = Path(root)
     (root / "ood").mkdir(parents=True, exist_ok=True)
     for name, feats in sets.items():
-        if name not in ("train", "test") and not name.startswith("ood/"):
-            raise ValueError(f"sets keys must be 'train', 'test' or 'ood/<name>', got {name!r}")
-        torch.save({k: v.detach().cpu() for k, v in feats.items()}, root / f"{name}.pt")
-    w, b = (head.weight, head.bias) if isinstance(head, nn.Linear) else head
-    torch.save((w.detach().cpu(), b.detach().cpu()), root / "head.pt")
+        _atomic_save({k: v.detach().cpu() for k, v in feats.items()}, root / f"{name}.pt")
+    _atomic_save((w.detach().cpu(), b.detach().cpu()), root / "head.pt")
     load_feature_folder(root)
     return root
+
+
+def _atomic_save(obj: object, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)
+
+
+def _check_save(
+    sets: object, head: object
+) -> tuple[dict[str, FeatureSet], tuple[torch.Tensor, torch.Tensor]]:
+    """The arguments of :func:`save_feature_folder`, checked before anything is written."""
+    if not isinstance(sets, Mapping) or not sets:
+        raise ValueError(f"sets must be a non-empty mapping of 'train' / 'test' / 'ood/<name>' to feature dicts, got {sets!r}")
+    out: dict[str, FeatureSet] = {}
+    for name, feats in sets.items():
+        if name not in ("train", "test") and not (isinstance(name, str) and name.startswith("ood/") and len(name) > 4):
+            raise ValueError(f"sets keys must be 'train', 'test' or 'ood/<name>', got {name!r}")
+        try:
+            out[name] = _check_set(name, feats, labels=name in ("train", "test"))
+        except DatasetFolderError as exc:
+            raise ValueError(f"sets[{name!r}] is not a valid feature dict: {exc}") from None
+    widths = {(f["features"].shape[1:], f["logits"].shape[1:], "std" in f) for f in out.values()}
+    if len(widths) != 1:
+        raise ValueError(f"sets disagree on (feature dim, classes, has std): {widths}")
+    if isinstance(head, nn.Linear):
+        w = head.weight
+        b = head.bias if head.bias is not None else torch.zeros(w.shape[0], dtype=w.dtype)
+    elif isinstance(head, (tuple, list)) and len(head) == 2 and all(isinstance(t, torch.Tensor) for t in head):
+        w, b = head
+    else:
+        raise TypeError(f"head must be an nn.Linear or a (weight, bias) pair of tensors, got {type(head).__name__}")
+    f = next(iter(out.values()))
+    c, d = f["logits"].shape[1], f["features"].shape[1]
+    if tuple(w.shape) != (c, d) or tuple(b.shape) != (c,):
+        raise ValueError(f"head has weight {tuple(w.shape)} and bias {tuple(b.shape)}; the features need ({c}, {d}) and ({c},)")
+    if not (bool(torch.isfinite(w).all()) and bool(torch.isfinite(b).all())):
+        raise ValueError("head holds NaN or inf values")
+    return out, (w, b)
 
 
 def _load(path: Path) -> object:
@@ -71,6 +114,9 @@ def _check_set(name: str, obj: object, labels: bool) -> FeatureSet:
     if not isinstance(obj, Mapping) or any(k not in obj for k in need):
         raise DatasetFolderError(f"feature folder: {name}.pt must be a dict with keys {list(need)}. {FEATURE_FOLDER_LAYOUT}")
     feats = {str(k): v for k, v in obj.items()}
+    for k in ("features", "logits"):
+        if not isinstance(feats[k], torch.Tensor) or feats[k].ndim != 2 or feats[k].shape[0] == 0:
+            raise DatasetFolderError(f"feature folder: {name}.pt[{k!r}] must be a non-empty (N, dim) tensor. {FEATURE_FOLDER_LAYOUT}")
     n = feats["features"].shape[0]
     for k, v in feats.items():
         if not isinstance(v, torch.Tensor) or v.shape[0] != n:

@@ -11,7 +11,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_choice,
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_positive_int,
+)
+from rank_lab.metrics import knn_search
 from rank_lab.ood.energies import ClassGaussianEnergy
 from rank_lab.ood.scorers import Data, OODScorer
 
@@ -40,8 +47,8 @@ class Mahalanobis(OODScorer):
 
     def __init__(self, normalize: bool = False, covariance: str = "tied", reg: float = 1e-6, key: str = "features") -> None:
         super().__init__()
-        if covariance not in ("tied", "class"):
-            raise ValueError(f"covariance must be 'tied' or 'class', got {covariance!r}")
+        check_choice(covariance, "covariance", ("tied", "class"))
+        reg = check_float(reg, "reg", low=0)
         self.normalize, self.covariance, self.reg, self.key = normalize, covariance, reg, key
 
     def fit(self, data: Data) -> Mahalanobis:
@@ -118,7 +125,9 @@ def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, ch
     """Euclidean distance from each L2-normalised query to its ``k``-th nearest L2-normalised bank row.
 
     ``||q - b||^2 = 2 - 2 q.b`` for unit vectors, so the ``k`` largest inner products give the
-    ``k`` nearest neighbours; computed in chunks of queries (memory ``chunk_size x N`` floats).
+    ``k`` nearest neighbours: the exact search of :func:`rank_lab.metrics.knn_search` (torch backend,
+    on the bank's device, in the wider dtype of the two: float64 stays float64), in chunks of
+    queries (memory ``chunk_size x N`` floats).
 
     Args:
         queries: ``(M, d)``; bank: ``(N, d)``, both normalised; k: ``1 <= k <= N``.
@@ -137,12 +146,8 @@ def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, ch
     if chunk_size is None:
         chunk_size = max(1, min(4096, 2**25 // bank.shape[0]))
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    out = []
-    for i in range(0, queries.shape[0], chunk_size):
-        sims = queries[i:i + chunk_size] @ bank.T
-        kth = sims.topk(k, dim=1).values[:, -1]
-        out.append(torch.sqrt((2 - 2 * kth).clamp_min(0)))
-    return torch.cat(out)
+    sims, _ = knn_search(queries, bank, k, backend="torch", device=bank.device, chunk_size=chunk_size, progress=False)
+    return torch.sqrt((2 - 2 * sims[:, -1]).clamp_min(0))
 
 
 class KNN(OODScorer):
@@ -161,8 +166,7 @@ class KNN(OODScorer):
     def __init__(self, k: int = 50, device: Any = None, backend: str = "torch") -> None:
         super().__init__()
         self.k = check_positive_int(k, "k")
-        if backend not in ("torch", "faiss"):
-            raise ValueError(f"backend must be 'torch' or 'faiss', got {backend!r}")
+        check_choice(backend, "backend", ("torch", "faiss"))
         self.device, self.backend = device, backend
 
     def fit(self, data: Data) -> KNN:

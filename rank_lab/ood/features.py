@@ -20,24 +20,33 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
-from tqdm.auto import tqdm
 
-from rank_lab._validation import check_positive_int
+from rank_lab._progress import tqdm
+from rank_lab._validation import check_finite, check_positive_int
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["avg_pool", "std_pool", "extract_features"]
 
 
 def _check_fmap(fmap: torch.Tensor, name: str = "fmap") -> torch.Tensor:
+    """A finite floating ``(N, C, *spatial)`` map (one or more spatial dims), no size 0."""
     if not isinstance(fmap, torch.Tensor) or fmap.ndim < 3:
         raise ValueError(f"{name} must be a feature map of shape (N, C, *spatial), got {getattr(fmap, 'shape', type(fmap))}")
+    if fmap.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(fmap.shape)}; N, C and the spatial sizes must be >= 1)")
     if not fmap.is_floating_point():
         raise TypeError(f"{name} must be floating, got {fmap.dtype}")
+    check_finite(fmap, name)
     return fmap
 
 
 def avg_pool(fmap: torch.Tensor) -> torch.Tensor:
-    """Global average pooling: ``(N, C, *spatial) -> (N, C)`` (the penultimate features ``z``)."""
+    """Global average pooling: ``(N, C, *spatial) -> (N, C)`` (the penultimate features ``z``).
+
+    ``fmap`` may have any number (>= 1) of spatial dims (``(N, C, L)``, ``(N, C, H, W)``,
+    ``(N, C, T, H, W)`` ...); it must be floating, finite and non-empty (else ``ValueError`` /
+    ``TypeError`` naming ``fmap``).
+    """
     fmap = _check_fmap(fmap)
     return fmap.flatten(2).mean(2)
 
@@ -47,6 +56,7 @@ def std_pool(fmap: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
 
     ``sigma_c = std of fmap[n, c] over the spatial positions``; ``unbiased=True`` divides by
     ``HW - 1`` (``torch.std``'s default, used by the official code), ``False`` by ``HW``.
+    ``fmap`` is checked as in :func:`avg_pool` (any number of spatial dims).
     """
     fmap = _check_fmap(fmap)
     if fmap.flatten(2).shape[2] < 2 and unbiased:
@@ -74,6 +84,21 @@ def _split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     raise TypeError(f"a dataset item must be x or (x, y, ...), got {type(batch).__name__}")
 
 
+def _model_dtype(model: nn.Module) -> torch.dtype | None:
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+
+
+def _check_batch(x: torch.Tensor, start: int, dtype: torch.dtype | None) -> torch.Tensor:
+    """A batch of ``data`` (items ``start..``): floating ones must be finite; cast to the model's dtype."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"data items must be tensors, got {type(x).__name__}")
+    if x.is_floating_point():
+        check_finite(x, f"data (items {start}..{start + x.shape[0] - 1})")
+        if dtype is not None and x.dtype != dtype:
+            x = x.to(dtype)  # float64 inputs to a float32 model (float32 and float64 are both accepted)
+    return x
+
+
 @torch.no_grad()
 def _run(model: nn.Module, layer: nn.Module | None, x: torch.Tensor, unbiased: bool) -> dict[str, torch.Tensor]:
     store: dict[str, torch.Tensor] = {}
@@ -85,6 +110,9 @@ def _run(model: nn.Module, layer: nn.Module | None, x: torch.Tensor, unbiased: b
         handle = layer.register_forward_hook(hook)
     try:
         out = model(x)
+    except (RuntimeError, IndexError, ValueError, TypeError) as exc:
+        raise ValueError(f"model failed on a batch of data of shape {tuple(x.shape)} and dtype {x.dtype} "
+                         f"(does data match the model's input?): {exc}") from exc
     finally:
         if handle is not None:
             handle.remove()
@@ -137,6 +165,12 @@ def extract_features(
         ``{"logits": (N, C)}`` plus, with ``layer``, ``"features"`` ``(N, C_map)`` (average pooled)
         and ``"std"`` ``(N, C_map)`` (std pooled; absent when the layer outputs vectors), plus
         ``"labels"`` ``(N,)`` when the items carry labels. Float32 tensors on the CPU.
+
+    Raises:
+        ValueError, TypeError: a bad argument; a floating batch of ``data`` holding NaN / inf (the
+            message gives the item range); a ``model`` that fails on the data (wrong shape or dtype:
+            the error names ``data`` and the batch's shape) or returns NaN / inf. Floating inputs
+            are cast to the model's parameter dtype (float64 images into a float32 model).
     """
     batch_size = check_positive_int(batch_size, "batch_size")
     shard_batches = check_positive_int(shard_batches, "shard_batches")
@@ -182,22 +216,31 @@ def extract_features(
     loader = DataLoader(todo, batch_size=batch_size, shuffle=False, num_workers=num_workers)
     buf: list[dict[str, torch.Tensor]] = []
     bar = tqdm(total=n, initial=start, desc="features", disable=not progress, leave=False)
-    for b, batch in enumerate(loader):
-        x, y = _split_batch(batch)
-        res = _run(model, module, x.to(dev), unbiased_std)
-        if y is not None:
-            res["labels"] = torch.as_tensor(y).cpu()
-        buf.append(res)
-        bar.update(x.shape[0])
-        if cache is not None and (len(buf) == shard_batches or b == len(loader) - 1):
-            shard = {k: torch.cat([r[k] for r in buf]) for k in buf[0]}
-            tmp = cache / f"shard_{len(shards):05d}.pt.tmp"
-            torch.save(shard, tmp)
-            tmp.replace(cache / f"shard_{len(shards):05d}.pt")
-            shards.append(shard)
-            buf = []
-    bar.close()
-    model.train(was_training)
+    dtype = _model_dtype(model)
+    done = start
+    try:
+        for b, batch in enumerate(loader):
+            x, y = _split_batch(batch)
+            x = _check_batch(x, done, dtype)
+            res = _run(model, module, x.to(dev), unbiased_std)
+            bad = [k for k, v in res.items() if not bool(torch.isfinite(v).all())]
+            if bad:
+                raise ValueError(f"model returned NaN or inf {bad} on finite data items {done}..{done + x.shape[0] - 1}")
+            done += x.shape[0]
+            if y is not None:
+                res["labels"] = torch.as_tensor(y).cpu()
+            buf.append(res)
+            bar.update(x.shape[0])
+            if cache is not None and (len(buf) == shard_batches or b == len(loader) - 1):
+                shard = {k: torch.cat([r[k] for r in buf]) for k in buf[0]}
+                tmp = cache / f"shard_{len(shards):05d}.pt.tmp"
+                torch.save(shard, tmp)
+                tmp.replace(cache / f"shard_{len(shards):05d}.pt")
+                shards.append(shard)
+                buf = []
+    finally:
+        bar.close()
+        model.train(was_training)
     parts = shards + ([{k: torch.cat([r[k] for r in buf]) for k in buf[0]}] if buf else [])
     out = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     if cache is not None:

@@ -23,17 +23,25 @@ hidden layers of the MLP sharing one Linear module.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from rank_lab._validation import check_embeddings
+from rank_lab._validation import (
+    check_choice,
+    check_embeddings,
+    check_float,
+    check_input_batch,
+    check_nonneg_int,
+    check_positive_int,
+)
 from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, _check_z
-from rank_lab.ood.sgld import sgld
+from rank_lab.ood.sgld import SCHEDULES, _spec, sgld
+from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["HEATConfig", "ResidualMLP", "HybridEnergy"]
@@ -83,19 +91,25 @@ class HEATConfig:
     normalize: bool = False
 
     def __post_init__(self) -> None:
+        """Check every field (ints positive, rates finite and in range); errors name the field."""
         for name in ("hidden_dim", "n_layers", "epochs", "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_positive_int(getattr(self, name), name)
         if self.n_layers < 2:
             raise ValueError(f"n_layers must be >= 2 (input and output layers), got {self.n_layers}")
-        for name in ("lr", "lam", "input_noise"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.proposal not in ("prior", "normal", "gaussian", "data"):
-            raise ValueError(f"proposal must be 'prior', 'normal', 'gaussian' or 'data', got {self.proposal!r}")
-        if self.schedule not in ("linear", "polynomial"):
-            raise ValueError(f"schedule must be 'linear' or 'polynomial', got {self.schedule!r}")
+        check_float(self.lr, "lr", low=0, low_open=True)
+        for name in ("lam", "input_noise", "grad_scale"):
+            check_float(getattr(self, name), name, low=0)
+        check_float(self.negative_slope, "negative_slope")
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
+            raise TypeError(f"betas must be a pair (beta1, beta2), got {self.betas!r}")
+        for b in self.betas:
+            check_float(b, "betas", low=0, high=1, high_open=True)
+        check_nonneg_int(self.sgld_steps, "sgld_steps")
+        _spec(self.step_size, "step_size")
+        if self.noise is not None:
+            _spec(self.noise, "noise")
+        check_choice(self.proposal, "proposal", ("prior", "normal", "gaussian", "data"))
+        check_choice(self.schedule, "schedule", SCHEDULES)
 
     @classmethod
     def official(cls, prior: str = "gmm", **overrides: object) -> HEATConfig:
@@ -142,7 +156,11 @@ class ResidualMLP(nn.Module):
     def __init__(self, in_dim: int, hidden_dim: int = 1024, n_layers: int = 6, negative_slope: float = 0.2,
                  share_hidden: bool = False) -> None:
         super().__init__()
-        self.in_dim = int(in_dim)
+        self.in_dim = in_dim = check_positive_int(in_dim, "in_dim")
+        hidden_dim, n_layers = check_positive_int(hidden_dim, "hidden_dim"), check_positive_int(n_layers, "n_layers")
+        if n_layers < 2:
+            raise ValueError(f"n_layers must be >= 2 (input and output layers), got {n_layers}")
+        negative_slope = check_float(negative_slope, "negative_slope")
         self.inp = nn.Linear(in_dim, hidden_dim)
         n_hidden = n_layers - 2
         if share_hidden and n_hidden > 0:
@@ -163,6 +181,13 @@ class ResidualMLP(nn.Module):
                 p.copy_((2 * noise - 1).to(p) * bound)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """``E_theta(z)``: ``(N, in_dim) -> (N,)``.
+
+        Raises:
+            ValueError, TypeError: ``z`` is not a finite floating ``(N, in_dim)`` batch with ``N >= 1``
+                (float64 is cast to the weights' dtype).
+        """
+        z = check_input_batch(z, "z", ("N", self.in_dim), dtype=self)
         h = self.act(self.inp(z))
         for lin in self.hidden:
             h = self.act(lin(h))
@@ -184,8 +209,10 @@ class HybridEnergy(nn.Module):
 
     def __init__(self, prior: nn.Module | None, dim: int, config: HEATConfig | None = None, **overrides: object) -> None:
         super().__init__()
+        if config is not None and not isinstance(config, HEATConfig):
+            raise TypeError(f"config must be a HEATConfig, got {type(config).__name__}")
         self.config = replace(config or HEATConfig(), **overrides)  # type: ignore[arg-type]
-        self.dim = int(dim)
+        self.dim = check_positive_int(dim, "dim")
         self.prior = prior if prior is not None else ZeroEnergy()
         c = self.config
         self.residual = ResidualMLP(dim, c.hidden_dim, c.n_layers, c.negative_slope, c.share_hidden)
@@ -282,21 +309,29 @@ class HybridEnergy(nn.Module):
         checkpoint: str | Path | None = None,
         progress: bool = True,
         fit_prior: bool = True,
+        resume: bool = True,
+        amp: bool = False,
+        grad_clip: float | None = None,
     ) -> HybridEnergy:
-        """Fit the prior (if it has ``fit``) and train the residual with Algorithm 2.
+        """Fit the prior (if it has ``fit``) and train the residual with Algorithm 2 on the training engine.
 
         Args:
             z: ``(N, d)`` ID training features.
             labels: ``(N,)`` class labels (needed by a :class:`ClassGaussianEnergy` prior).
             seed: seeds the residual's initialisation, the batch order, the proposals and the noise.
             device: where to train (``None``: CUDA when present).
-            checkpoint: a file saved after every epoch; an existing one is resumed (its config must
-                match, except ``epochs``, which may be raised to train longer).
+            checkpoint: a file saved after every epoch; an existing one is resumed (``resume``; its
+                config and seed must match, except ``epochs``, which may be raised to train longer).
             progress: show a tqdm bar over epochs.
             fit_prior: fit the prior on ``z`` first (set ``False`` for an already fitted prior).
+            resume, amp, grad_clip: the engine's options (mixed precision on CUDA, gradient clipping).
 
         Returns:
             ``self`` (in eval mode); ``self.history`` holds per-epoch mean losses.
+
+        Raises:
+            NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied; a diverging SGLD
+                chain raises its own ``ValueError``).
         """
         z = check_embeddings(z, "z")
         if z.shape[1] != self.dim:
@@ -313,41 +348,27 @@ class HybridEnergy(nn.Module):
         gen.manual_seed(int(seed))
         self.residual.reset_parameters(gen)
         c = self.config
-        opt = torch.optim.Adam(self.residual.parameters(), lr=c.lr, betas=c.betas)
-        start, self.history = 0, []
-        ckpt = Path(checkpoint) if checkpoint is not None else None
-        if ckpt is not None and ckpt.exists():
-            state = torch.load(ckpt, map_location=dev, weights_only=False)
-            if state.get("config") != _resume_key(c) or state.get("seed") != seed:
-                raise ValueError(f"checkpoint {str(ckpt)!r} was written with another config or seed")
-            self.residual.load_state_dict(state["residual"])
-            opt.load_state_dict(state["optimizer"])
-            gen.set_state(state["generator"].cpu())
-            start, self.history = int(state["epoch"]), list(state["history"])
+        engine = Engine({"model": self.residual}, build_optimizer(self.residual.parameters(), lr=c.lr, betas=c.betas),
+                        EngineConfig(epochs=c.epochs, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp,
+                                     grad_clip=grad_clip, desc="HEAT"),
+                        device=dev, generators={"generator": gen}, run_key={**_resume_key(c), "seed": seed})
         n = zp.shape[0]
-        self.residual.train()
-        for epoch in tqdm(range(start, c.epochs), desc="HEAT", disable=not progress, leave=False):
+
+        def batches(epoch: int) -> Iterator[Batch]:
             perm = torch.randperm(n, generator=gen, device=gen.device).to(dev)
-            sums: dict[str, float] = {}
-            n_batches = 0
             for i in range(0, n, c.batch_size):
-                loss, logs = self.loss(zp[perm[i:i + c.batch_size]], gen)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                for k, v in logs.items():
+                yield Batch(zp[perm[i:i + c.batch_size]], indices=perm[i:i + c.batch_size])
+
+        def end(epoch: int, results: list[StepResult]) -> None:
+            sums: dict[str, float] = {}
+            for r in results:
+                for k, v in r.stats.items():
                     sums[k] = sums.get(k, 0.0) + v
-                n_batches += 1
-            self.history.append({"epoch": epoch, **{k: v / n_batches for k, v in sums.items()}})
-            if not math.isfinite(self.history[-1]["loss"]):
-                raise ValueError("HEAT training diverged (non-finite loss): lower lr or SGLD step size")
-            if ckpt is not None:
-                ckpt.parent.mkdir(parents=True, exist_ok=True)
-                tmp = ckpt.with_suffix(ckpt.suffix + ".tmp")
-                torch.save({"epoch": epoch + 1, "residual": self.residual.state_dict(), "optimizer": opt.state_dict(),
-                            "generator": gen.get_state(), "history": self.history, "config": _resume_key(c),
-                            "seed": seed}, tmp)
-                tmp.replace(ckpt)
+            engine.history.append({"epoch": epoch, **{k: v / len(results) for k, v in sums.items()}})
+
+        self.residual.train()
+        engine.run(lambda zb: self.loss(zb, gen), batches, on_epoch_end=end)
+        self.history = engine.history
         self.eval()
         self.is_fitted = True
         return self

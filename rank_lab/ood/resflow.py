@@ -31,15 +31,24 @@ marginal NLL). Sign convention: higher = more OOD.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
-from tqdm.auto import tqdm
 
-from rank_lab._validation import check_labels, check_positive_int
+from rank_lab._validation import (
+    check_choice,
+    check_finite,
+    check_float,
+    check_input_batch,
+    check_labels,
+    check_positive_int,
+)
 from rank_lab.ood.scorers import Data, OODScorer
+from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import get_device
 
 __all__ = ["LipSwish", "InvertibleResidualBlock", "ResidualFlow", "ResFlow"]
@@ -51,6 +60,10 @@ class LipSwish(nn.Module):
     """``x * sigmoid(x) / 1.1``: the 1-Lipschitz smooth activation of Chen et al. (2019), Sec. 4."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Elementwise on a floating tensor of any shape (an empty one included); NaN / inf raise."""
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"x must be a floating tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        check_finite(x, "x")
         return x * torch.sigmoid(x) / 1.1
 
 
@@ -68,9 +81,8 @@ class InvertibleResidualBlock(nn.Module):
         super().__init__()
         dim, hidden_dim, n_layers = (check_positive_int(v, n) for v, n in
                                      ((dim, "dim"), (hidden_dim, "hidden_dim"), (n_layers, "n_layers")))
-        if not 0.0 < float(coeff) < 1.0:
-            raise ValueError(f"coeff must be in (0, 1) for invertibility, got {coeff}")
-        self.coeff = float(coeff)
+        self.coeff = check_float(coeff, "coeff", low=0, high=1, low_open=True, high_open=True)
+        self.dim = dim
         widths = [dim] + [hidden_dim] * (n_layers - 1) + [dim]
         layers: list[nn.Module] = []
         for i in range(n_layers):
@@ -85,6 +97,8 @@ class InvertibleResidualBlock(nn.Module):
 
     def inverse(self, y: torch.Tensor, n_iter: int = 100, tol: float = 1e-6) -> torch.Tensor:
         """Fixed-point inverse ``x <- y - g(x)`` from ``x = y`` (converges since Lip(g) < 1)."""
+        y = check_input_batch(y, "y", ("N", self.dim), dtype=self)
+        n_iter, tol = check_positive_int(n_iter, "n_iter"), check_float(tol, "tol", low=0, low_open=True)
         x = y.clone()
         with torch.no_grad():
             for _ in range(n_iter):
@@ -106,7 +120,14 @@ class InvertibleResidualBlock(nn.Module):
             n_terms: terms of the power series.
             n_samples: Hutchinson probe vectors (Gaussian) per sample.
             generator: seeds the probe vectors.
+
+        Raises:
+            ValueError, TypeError: ``x`` not a finite floating ``(N, d)`` batch with ``N >= 1``
+                (float64 is cast to the weights' dtype), or a bad ``logdet`` / ``n_terms`` / ``n_samples``.
         """
+        x = check_input_batch(x, "x", ("N", self.dim), dtype=self)
+        check_choice(logdet, "logdet", ("series", "exact"))
+        n_terms, n_samples = check_positive_int(n_terms, "n_terms"), check_positive_int(n_samples, "n_samples")
         create_graph = torch.is_grad_enabled()
         if logdet == "exact":
             x = x if x.requires_grad else x.detach().requires_grad_(True)
@@ -115,8 +136,6 @@ class InvertibleResidualBlock(nn.Module):
             jac = jac.permute(1, 0, 2)  # (N, d_out, d_in)
             eye = torch.eye(x.shape[1], dtype=x.dtype, device=x.device)
             return x + gx, torch.linalg.slogdet(eye + jac).logabsdet
-        if logdet != "series":
-            raise ValueError(f"logdet must be 'series' or 'exact', got {logdet!r}")
         with torch.enable_grad():
             xg = x if x.requires_grad else x.detach().requires_grad_(True)
             gx = self.g(xg)
@@ -158,6 +177,8 @@ class ResidualFlow(nn.Module):
 
     def set_whitening(self, x: torch.Tensor, reg: float = 1e-6) -> None:
         """Fix ``m`` and ``Sigma^{-1/2}`` from ``x`` ``(N, d)`` (ridge ``reg * mean eigenvalue``)."""
+        x = check_input_batch(x, "x", ("N", self.dim), dtype=self.shift.dtype)
+        reg = check_float(reg, "reg", low=0)
         m = x.mean(0)
         cov = torch.cov((x - m).T.double()).reshape(self.dim, self.dim)
         cov = cov + reg * cov.diagonal().mean().clamp_min(1e-12) * torch.eye(self.dim, dtype=cov.dtype, device=cov.device)
@@ -168,7 +189,12 @@ class ResidualFlow(nn.Module):
         self.whiten_logdet.copy_(-0.5 * evals.log().sum())
 
     def forward(self, x: torch.Tensor, **logdet_kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-        """Latent ``u`` ``(N, d)`` and ``log|det du/dx|`` ``(N,)`` (whitening included)."""
+        """Latent ``u`` ``(N, d)`` and ``log|det du/dx|`` ``(N,)`` (whitening included).
+
+        ``x`` must be a finite floating ``(N, d)`` batch, ``N >= 1`` (float64 is cast to the weights'
+        dtype); ``logdet_kwargs`` go to :meth:`InvertibleResidualBlock.forward`.
+        """
+        x = check_input_batch(x, "x", ("N", self.dim), dtype=self.shift.dtype)
         u = (x - self.shift) @ self.whiten
         total = self.whiten_logdet.expand(x.shape[0]).clone()
         for block in self.blocks:
@@ -178,6 +204,7 @@ class ResidualFlow(nn.Module):
 
     def inverse(self, u: torch.Tensor, n_iter: int = 100, tol: float = 1e-6) -> torch.Tensor:
         """``x`` ``(N, d)`` from the latent ``u`` (fixed-point inverse of each block, then un-whitening)."""
+        u = check_input_batch(u, "u", ("N", self.dim), dtype=self.shift.dtype)
         for block in reversed(self.blocks):
             u = block.inverse(u, n_iter, tol)
         return u @ torch.linalg.inv(self.whiten) + self.shift
@@ -209,7 +236,9 @@ class ResFlow(OODScorer):
         seed: seeds the initialisation, the batch order and the probes.
         device: ``None`` = CUDA when present.
         progress: tqdm bar over epochs.
-        checkpoint: optional path; training resumes from it and writes it after each epoch.
+        checkpoint: optional path; training resumes from it (``resume``; its config, seed and data
+            must match, except ``epochs``) and writes it after each epoch.
+        resume, amp, grad_clip: the training engine's options (:mod:`rank_lab.train.engine`).
     """
 
     name, key = "ResFlow", "features"
@@ -219,16 +248,14 @@ class ResFlow(OODScorer):
                  lr: float = 1e-3, weight_decay: float = 0.0, logdet: str = "series", n_terms: int = 8,
                  n_samples: int = 1, score_samples: int = 4, normalize: bool = False, seed: int = 0,
                  device: str | torch.device | None = None, progress: bool = False,
-                 checkpoint: str | Path | None = None) -> None:
+                 checkpoint: str | Path | None = None, resume: bool = True, amp: bool = False,
+                 grad_clip: float | None = None) -> None:
         super().__init__()
-        if reduction not in ("max", "logsumexp"):
-            raise ValueError(f"reduction must be 'max' or 'logsumexp', got {reduction!r}")
-        if logdet not in ("series", "exact"):
-            raise ValueError(f"logdet must be 'series' or 'exact', got {logdet!r}")
-        if not 0.0 < float(coeff) < 1.0:
-            raise ValueError(f"coeff must be in (0, 1) for invertibility, got {coeff}")
-        if not float(lr) > 0:
-            raise ValueError(f"lr must be positive, got {lr}")
+        check_choice(reduction, "reduction", ("max", "logsumexp"))
+        check_choice(logdet, "logdet", ("series", "exact"))
+        coeff = check_float(coeff, "coeff", low=0, high=1, low_open=True, high_open=True)
+        lr = check_float(lr, "lr", low=0, low_open=True)
+        weight_decay = check_float(weight_decay, "weight_decay", low=0)
         for v, n in ((n_blocks, "n_blocks"), (hidden_dim, "hidden_dim"), (n_layers, "n_layers"), (epochs, "epochs"),
                      (batch_size, "batch_size"), (n_terms, "n_terms"), (n_samples, "n_samples"),
                      (score_samples, "score_samples")):
@@ -238,6 +265,7 @@ class ResFlow(OODScorer):
         self.epochs, self.batch_size, self.lr, self.weight_decay = epochs, batch_size, float(lr), float(weight_decay)
         self.logdet, self.n_terms, self.n_samples, self.score_samples = logdet, n_terms, n_samples, score_samples
         self.seed, self.device, self.progress, self.checkpoint = int(seed), device, progress, checkpoint
+        self.resume, self.amp, self.grad_clip = resume, amp, grad_clip
 
     def _features(self, data: Data) -> torch.Tensor:
         z = self._get(data)
@@ -246,7 +274,7 @@ class ResFlow(OODScorer):
     def fit(self, data: Data) -> ResFlow:
         """Train the flow on ID features by maximum likelihood. Returns ``self`` (``history``: per-epoch NLL)."""
         dev = get_device(self.device)
-        z = self._features(data).to(dev)
+        z = self._features(data).to(dev, torch.float32)  # the flow's dtype
         if self.class_conditional:
             y = check_labels(self._get(data, "labels"), z.shape[0], "data['labels']").to(dev)
             if y.ndim != 1:
@@ -268,40 +296,33 @@ class ResFlow(OODScorer):
                 self.flow.eval()
                 u = torch.cat([self.flow(z[i:i + 1024], **kw)[0] for i in range(0, z.shape[0], 1024)])
                 self.flow.means.copy_(torch.stack([u[y_idx == c].mean(0) for c in range(n_cls)]))
-        opt = torch.optim.Adam(self.flow.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        start, self.history = 0, []
-        ckpt = Path(self.checkpoint) if self.checkpoint is not None else None
-        key = {"flow": self.flow_kwargs, "seed": self.seed, "n": z.shape[0], "d": z.shape[1], "lr": self.lr}
-        if ckpt is not None and ckpt.exists():
-            state = torch.load(ckpt, map_location=dev, weights_only=False)
-            if state.get("key") != key:
-                raise ValueError(f"checkpoint {str(ckpt)!r} was written with another config, seed or data")
-            self.flow.load_state_dict(state["flow"])
-            opt.load_state_dict(state["optimizer"])
-            gen.set_state(state["generator"].cpu() if dev.type == "cpu" else state["generator"])
-            start, self.history = int(state["epoch"]), list(state["history"])
+        key = {"flow": self.flow_kwargs, "seed": self.seed, "n": z.shape[0], "d": z.shape[1], "lr": self.lr,
+               "weight_decay": self.weight_decay, "batch_size": self.batch_size, "class_conditional": self.class_conditional,
+               "logdet": self.logdet, "n_terms": self.n_terms, "n_samples": self.n_samples, "normalize": self.normalize}
+        engine = Engine({"model": self.flow}, build_optimizer(self.flow.parameters(), lr=self.lr, weight_decay=self.weight_decay),
+                        EngineConfig(epochs=self.epochs, checkpoint=self.checkpoint, resume=self.resume, progress=self.progress,
+                                     amp=self.amp, grad_clip=self.grad_clip, desc="ResFlow"),
+                        device=dev, generators={"generator": gen}, run_key=key)
         n = z.shape[0]
-        self.flow.train()
-        for epoch in tqdm(range(start, self.epochs), desc="ResFlow", disable=not self.progress, leave=False):
+
+        def batches(epoch: int) -> Iterator[Batch]:
             perm = torch.randperm(n, generator=gen, device=dev)
-            total = 0.0
             for i in range(0, n, self.batch_size):
-                idx = perm[i:i + self.batch_size]
-                ll = self.flow.class_log_likelihood(z[idx], **kw)
-                loss = -ll.gather(1, y_idx[idx, None]).mean() / z.shape[1]  # NLL per dimension
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total += float(loss.detach()) * len(idx)
-            self.history.append(total / n)
-            if not math.isfinite(self.history[-1]):
-                raise ValueError("ResFlow training diverged (non-finite NLL): lower lr or coeff")
-            if ckpt is not None:
-                ckpt.parent.mkdir(parents=True, exist_ok=True)
-                tmp = ckpt.with_suffix(ckpt.suffix + ".tmp")
-                torch.save({"epoch": epoch + 1, "flow": self.flow.state_dict(), "optimizer": opt.state_dict(),
-                            "generator": gen.get_state(), "history": self.history, "key": key}, tmp)
-                tmp.replace(ckpt)
+                yield Batch(perm[i:i + self.batch_size], indices=perm[i:i + self.batch_size])
+
+        def step(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            ll = self.flow.class_log_likelihood(z[idx], **kw)
+            return -ll.gather(1, y_idx[idx, None]).mean() / z.shape[1], {"n": len(idx)}  # NLL per dimension
+
+        def end(epoch: int, results: list[StepResult]) -> None:
+            total = 0.0
+            for r in results:
+                total += r.loss * r.stats["n"]
+            engine.history.append(total / n)
+
+        self.flow.train()
+        engine.run(step, batches, on_epoch_end=end)
+        self.history = engine.history
         self.flow.eval()
         return self
 
@@ -313,7 +334,7 @@ class ResFlow(OODScorer):
         if z.shape[1] != self.flow.dim:
             raise ValueError(f"data['features'] has {z.shape[1]} dimensions but {self.name} was fitted on {self.flow.dim}")
         dev = self.flow.shift.device
-        z = z.to(dev)
+        z = z.to(dev, self.flow.shift.dtype)  # float64 features are accepted
         gen = torch.Generator(device=dev)
         gen.manual_seed(self.seed + 1)
         self.flow.eval()

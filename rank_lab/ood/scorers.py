@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rank_lab._validation import check_embeddings
+from rank_lab._validation import check_embeddings, check_finite, check_float
 
 __all__ = [
     "OODScorer",
@@ -54,6 +54,8 @@ def as_head(head: nn.Linear | tuple[torch.Tensor, torch.Tensor | None]) -> tuple
         raise TypeError(f"head must be an nn.Linear or a (weight, bias) pair, got {type(head).__name__}")
     if b.shape != (w.shape[0],):
         raise ValueError(f"head bias must have shape ({w.shape[0]},), got {tuple(b.shape)}")
+    check_finite(w, "head weight")
+    check_finite(b, "head bias")
     return w, b.to(w.device)
 
 
@@ -167,9 +169,7 @@ class EnergyScore(OODScorer):
 
     def __init__(self, temperature: float = 1.0, head: Any = None) -> None:
         super().__init__(head)
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        self.temperature = float(temperature)
+        self.temperature = check_float(temperature, "temperature", low=0, low_open=True)
 
     def _score(self, data: Data) -> torch.Tensor:
         t = self.temperature
@@ -190,9 +190,11 @@ class ODIN(OODScorer):
 
     def __init__(self, temperature: float = 1000.0, epsilon: float = 0.0014, model: nn.Module | None = None) -> None:
         super().__init__()
-        if not temperature > 0 or not epsilon >= 0:
-            raise ValueError(f"need temperature > 0 and epsilon >= 0, got {temperature}, {epsilon}")
-        self.temperature, self.epsilon, self.model = float(temperature), float(epsilon), model
+        temperature = check_float(temperature, "temperature", low=0, low_open=True)
+        epsilon = check_float(epsilon, "epsilon", low=0)
+        if model is not None and not isinstance(model, nn.Module):
+            raise TypeError(f"model must be an nn.Module or None, got {type(model).__name__}")
+        self.temperature, self.epsilon, self.model = temperature, epsilon, model
 
     def _score(self, data: Data) -> torch.Tensor:
         t = self.temperature
@@ -250,9 +252,7 @@ class ReAct(OODScorer):
 
     def __init__(self, head: Any, percentile: float = 90.0) -> None:
         super().__init__(head)
-        if not 0 < percentile <= 100:
-            raise ValueError(f"percentile must be in (0, 100], got {percentile}")
-        self.percentile = float(percentile)
+        self.percentile = check_float(percentile, "percentile", low=0, high=100, low_open=True)
 
     def fit(self, data: Data) -> ReAct:
         z = self._get(data).double().reshape(-1)
@@ -279,9 +279,7 @@ class DICE(OODScorer):
 
     def __init__(self, head: Any, sparsity: float = 0.9) -> None:
         super().__init__(head)
-        if not 0 <= sparsity < 1:
-            raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
-        self.sparsity = float(sparsity)
+        self.sparsity = check_float(sparsity, "sparsity", low=0, high=1, high_open=True)
 
     def fit(self, data: Data) -> DICE:
         z = self._get(data)

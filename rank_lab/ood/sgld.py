@@ -17,11 +17,22 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rank_lab._validation import check_finite
+from rank_lab._validation import check_choice, check_finite, check_float, check_nonneg_int
 
 __all__ = ["schedule_values", "sgld"]
 
 ScheduleSpec = float | Sequence[float]
+SCHEDULES = ("linear", "polynomial")
+
+
+def _spec(spec: ScheduleSpec, name: str) -> tuple[float, float]:
+    """``(start, end)`` of a constant or a ``(start, end)`` pair, both finite and ``>= 0``."""
+    if isinstance(spec, (str, bytes)) or not isinstance(spec, Sequence):
+        start = end = check_float(spec, name, low=0)
+        return start, end
+    if len(spec) != 2:
+        raise ValueError(f"{name} must be a float or (start, end), got {spec!r}")
+    return check_float(spec[0], name, low=0), check_float(spec[1], name, low=0)
 
 
 def schedule_values(spec: ScheduleSpec, steps: int, kind: str = "linear", power: float = 2.0) -> list[float]:
@@ -37,21 +48,22 @@ def schedule_values(spec: ScheduleSpec, steps: int, kind: str = "linear", power:
 
     Returns:
         ``T`` floats.
+
+    Raises:
+        ValueError, TypeError: ``spec`` values not finite and ``>= 0``, ``steps`` not an int ``>= 0``,
+            ``kind`` unknown or ``power`` not finite and ``> 0``.
     """
-    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
-        start = end = float(spec)
-    else:
-        vals = [float(v) for v in spec]  # type: ignore[union-attr]
-        if len(vals) != 2:
-            raise ValueError(f"a schedule is a float or (start, end), got {spec!r}")
-        start, end = vals
-    if start < 0 or end < 0:
-        raise ValueError(f"schedule values must be >= 0, got {(start, end)}")
+    return _values(spec, steps, kind, power, "spec", "kind")
+
+
+def _values(spec: ScheduleSpec, steps: int, kind: str, power: float, spec_name: str, kind_name: str) -> list[float]:
+    start, end = _spec(spec, spec_name)
+    steps = check_nonneg_int(steps, "steps")
+    check_choice(kind, kind_name, SCHEDULES)
+    power = check_float(power, "power", low=0, low_open=True)
     if kind == "linear":
         return [start + (end - start) * t / max(steps - 1, 1) for t in range(steps)]
-    if kind == "polynomial":
-        return [(start - end) * (1 - t / steps) ** power + end for t in range(steps)]
-    raise ValueError(f"kind must be 'linear' or 'polynomial', got {kind!r}")
+    return [(start - end) * (1 - t / steps) ** power + end for t in range(steps)]  # "polynomial"
 
 
 def sgld(
@@ -94,24 +106,24 @@ def sgld(
         ``z_T`` ``(N, d)``, detached; or ``(z_T, chain)``.
 
     Raises:
-        ValueError: bad arguments, or a chain that diverged to NaN/inf (reduce the step size).
+        ValueError: bad arguments (naming them), or a chain that diverged to NaN/inf (checked after
+            every step, before the energy sees the iterate; reduce the step size).
     """
     if not isinstance(z0, torch.Tensor) or z0.ndim != 2 or z0.shape[0] == 0:
         raise ValueError(f"z0 must be a (N, d) tensor with N >= 1, got {getattr(z0, 'shape', type(z0))}")
     if not z0.is_floating_point():
         raise TypeError(f"z0 must be a floating tensor, got dtype {z0.dtype}")
     check_finite(z0, "z0")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
-    if not grad_scale >= 0:
-        raise ValueError(f"grad_scale must be >= 0, got {grad_scale}")
-    etas = schedule_values(step_size, steps, schedule, power)
-    sigmas = [eta**0.5 for eta in etas] if noise is None else schedule_values(noise, steps, schedule, power)
+    if not callable(energy_fn):
+        raise TypeError(f"energy_fn must be callable, got {type(energy_fn).__name__}")
+    grad_scale = check_float(grad_scale, "grad_scale", low=0)
+    etas = _values(step_size, steps, schedule, power, "step_size", "schedule")
+    sigmas = [eta**0.5 for eta in etas] if noise is None else _values(noise, steps, schedule, power, "noise", "schedule")
 
     z = z0.detach().clone()
     chain = [z.clone()] if return_chain else []
     with torch.enable_grad():
-        for eta, sigma in zip(etas, sigmas, strict=True):
+        for t, (eta, sigma) in enumerate(zip(etas, sigmas, strict=True)):
             z.requires_grad_(True)
             energy = energy_fn(z)
             if energy.shape != (z.shape[0],):
@@ -122,8 +134,9 @@ def sgld(
             z = (z.detach() - grad_scale * eta * grad + sigma * w).detach()
             if projection is not None:
                 z = projection(z).detach()
+            if not bool(torch.isfinite(z).all()):
+                raise ValueError(f"SGLD diverged at step {t + 1} (NaN or inf in the chain): reduce step_size or "
+                                 "grad_scale, or check the energy")
             if return_chain:
                 chain.append(z.clone())
-    if not bool(torch.isfinite(z).all()):
-        raise ValueError("SGLD diverged (NaN or inf in the chain): reduce step_size or check the energy")
     return (z, chain) if return_chain else z

@@ -6,19 +6,29 @@
 * :func:`energy_grid`: an energy evaluated on a 2-D grid and normalised numerically into a
   log-density (the partition function of a 2-D EBM is a sum over the grid).
 * :class:`SmallConvNet` and :func:`train_classifier`: a tiny CNN for 8x8 digits whose last feature
-  map gives average-pooled and std-pooled features (:mod:`rank_lab.ood.features`).
+  map gives average-pooled and std-pooled features (:mod:`rank_lab.ood.features`), trained with
+  cross-entropy on the training engine (:mod:`rank_lab.train.engine`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from rank_lab._validation import check_labels, check_positive_int
+from rank_lab._validation import (
+    check_choice,
+    check_finite,
+    check_float,
+    check_input_batch,
+    check_labels,
+    check_positive_int,
+)
+from rank_lab.train.engine import Batch, Engine, EngineConfig
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["make_ring_segments", "make_ring_ood", "energy_grid", "SmallConvNet", "train_classifier"]
@@ -45,6 +55,8 @@ def make_ring_segments(
     """
     n_per_class = check_positive_int(n_per_class, "n_per_class")
     n_classes = check_positive_int(n_classes, "n_classes")
+    radius, noise = check_float(radius, "radius", low=0, low_open=True), check_float(noise, "noise", low=0)
+    gap = check_float(gap, "gap")
     if not 0 <= gap < 2 * math.pi / n_classes:
         raise ValueError(f"gap must be in [0, 2 pi / n_classes), got {gap}")
     g = torch.Generator().manual_seed(seed)
@@ -73,6 +85,8 @@ def make_ring_ood(n: int = 200, kind: str = "near", radius: float = 1.0, seed: i
         ``(n, 2)`` float32.
     """
     n = check_positive_int(n, "n")
+    check_choice(kind, "kind", ("near", "far"))
+    radius = check_float(radius, "radius", low=0, low_open=True)
     g = torch.Generator().manual_seed(seed + 7919)
     t = 2 * math.pi * torch.rand(n, generator=g)
     if kind == "near":
@@ -103,16 +117,31 @@ def energy_grid(
 
     Returns:
         ``xx (n, n)``, ``yy (n, n)``, ``energy (n, n)`` and ``log_density (n, n)``.
+
+    Raises:
+        ValueError, TypeError: ``energy_fn`` not callable or returning a non-finite energy or another
+            shape than ``(M,)``; ``bounds`` not four finite, increasing pairs; ``n`` not a positive int.
     """
+    if not callable(energy_fn):
+        raise TypeError(f"energy_fn must be callable, got {type(energy_fn).__name__}")
     n = check_positive_int(n, "n")
-    x0, x1, y0, y1 = (float(b) for b in bounds)
+    if not isinstance(bounds, (tuple, list)) or len(bounds) != 4:
+        raise ValueError(f"bounds must be (xmin, xmax, ymin, ymax), got {bounds!r}")
+    x0, x1, y0, y1 = (check_float(b, "bounds") for b in bounds)
     if not (x1 > x0 and y1 > y0):
         raise ValueError(f"bounds must satisfy xmin < xmax and ymin < ymax, got {bounds}")
     xs, ys = torch.linspace(x0, x1, n), torch.linspace(y0, y1, n)
     yy, xx = torch.meshgrid(ys, xs, indexing="ij")
     pts = torch.stack([xx.reshape(-1), yy.reshape(-1)], 1)
     with torch.enable_grad():  # energies may need autograd internally; results are detached
-        e = torch.cat([energy_fn(pts[i:i + 8192]).detach().cpu() for i in range(0, pts.shape[0], 8192)])
+        parts = []
+        for i in range(0, pts.shape[0], 8192):
+            e_i = energy_fn(pts[i:i + 8192])
+            if not isinstance(e_i, torch.Tensor) or e_i.shape != (pts[i:i + 8192].shape[0],):
+                raise ValueError(f"energy_fn must return shape (M,) for (M, 2) points, got {getattr(e_i, 'shape', type(e_i))}")
+            parts.append(e_i.detach().cpu())
+        e = torch.cat(parts)
+    check_finite(e, "energy_fn's output")
     cell = (x1 - x0) / max(n - 1, 1) * (y1 - y0) / max(n - 1, 1)
     log_p = -e.double() - torch.logsumexp(-e.double(), 0) - math.log(cell)
     return xx, yy, e.reshape(n, n), log_p.reshape(n, n).float()
@@ -128,6 +157,10 @@ class SmallConvNet(nn.Module):
 
     def __init__(self, n_classes: int, in_channels: int = 1, width: int = 32) -> None:
         super().__init__()
+        n_classes = check_positive_int(n_classes, "n_classes")
+        self.in_channels = in_channels = check_positive_int(in_channels, "in_channels")
+        if check_positive_int(width, "width") < 2:
+            raise ValueError(f"width must be >= 2 (the first block has width // 2 channels), got {width}")
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, width // 2, 3, padding=1), nn.ReLU(),
             nn.Conv2d(width // 2, width, 3, padding=1), nn.ReLU(),
@@ -135,14 +168,18 @@ class SmallConvNet(nn.Module):
         self.fc = nn.Linear(width, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(N, n_classes)`` of finite floating images ``(N, in_channels, H, W)``, ``N >= 1``
+        (float64 is cast to the weights' dtype; bad input raises ``ValueError`` / ``TypeError``)."""
+        x = check_input_batch(x, "x", ("N", self.in_channels, "H", "W"), dtype=self)
         return self.fc(self.features(x).mean(dim=(2, 3)))
 
 
 def train_classifier(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int = 30, batch_size: int = 64,
     lr: float = 3e-3, weight_decay: float = 1e-4, seed: int = 0, device: DeviceLike = None, progress: bool = False,
+    checkpoint: str | Path | None = None, resume: bool = True, amp: bool = False, grad_clip: float | None = None,
 ) -> nn.Module:
-    """Train a classifier with cross-entropy and Adam; returns it frozen (eval mode, no grad).
+    """Train a classifier with cross-entropy and Adam on the training engine; returns it frozen (eval mode, no grad).
 
     Args:
         model: maps ``x`` to logits.
@@ -151,8 +188,28 @@ def train_classifier(
         seed: seeds the initialisation (re-seeded here) and the batch order.
         device: training device.
         progress: show a tqdm bar.
+        checkpoint, resume, amp, grad_clip: the engine's options (a checkpoint file written after
+            every epoch and resumed from; mixed precision on CUDA; gradient clipping).
+
+    Raises:
+        ValueError, TypeError: ``x`` not a finite floating ``(N, ...)`` tensor with ``N >= 1``, ``y``
+            not ``(N,)`` integer labels, a bad optimisation argument.
+        NonFiniteTrainingError: a NaN / inf loss or gradient (a ``FloatingPointError``, raised
+            before the step is applied).
     """
-    y = check_labels(y, x.shape[0], "y")
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not isinstance(x, torch.Tensor) or x.ndim < 2:
+        raise ValueError(f"x must be an (N, ...) tensor of inputs, got {getattr(x, 'shape', type(x).__name__)}")
+    x = check_input_batch(x, "x", ("N",) + ("*",) * (x.ndim - 1))
+    y = check_labels(y, None, "y")
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}")
+    if y.ndim != 1 or bool((y < 0).any()):
+        raise ValueError(f"y must be (N,) class indices >= 0, got shape {tuple(y.shape)}")
+    epochs, batch_size = check_positive_int(epochs, "epochs"), check_positive_int(batch_size, "batch_size")
+    lr = check_float(lr, "lr", low=0, low_open=True)
+    weight_decay = check_float(weight_decay, "weight_decay", low=0)
     dev = get_device(device)
     torch.manual_seed(seed)
     for m in model.modules():
@@ -160,15 +217,19 @@ def train_classifier(
             m.reset_parameters()
     model.to(dev).train()
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = build_optimizer(model.parameters(), lr=lr, weight_decay=weight_decay)
     x, y = x.to(dev), y.to(dev)
-    for _ in tqdm(range(epochs), desc="classifier", disable=not progress, leave=False):
+    engine = Engine(model, opt, EngineConfig(epochs=epochs, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp,
+                                             grad_clip=grad_clip, desc="classifier"),
+                    device=dev, generators={"batches": g},
+                    run_key={"batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "seed": seed, "n_items": int(x.shape[0])})
+
+    def batches(epoch: int) -> Iterator[Batch]:
         perm = torch.randperm(x.shape[0], generator=g).to(dev)
         for i in range(0, x.shape[0], batch_size):
             idx = perm[i:i + batch_size]
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            yield Batch(idx, indices=idx)
+
+    engine.run(lambda idx: nn.functional.cross_entropy(model(x[idx]), y[idx]), batches)
     model.eval().requires_grad_(False)
     return model

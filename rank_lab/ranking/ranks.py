@@ -17,8 +17,8 @@ items with ``valid = False`` are neither ranked nor counted. :func:`retrieval_ma
 the position of each query inside the retrieval set (``self_index``) with an explicit choice:
 ``exclude_self=True`` removes the query from its own retrieval set (the papers' ``B \\ q``; thesis
 and Patel et al.), ``exclude_self=False`` keeps it, where it is a positive with ``s = 1`` ranked
-first (official ROADMAP/HAPPIER and RS@k code). The losses expose this as
-``include_query_as_positive`` (= ``not exclude_self``).
+first (official ROADMAP/HAPPIER code). The losses expose this as ``query_role``
+(``"excluded"`` = ``exclude_self=True``, ``"positive"`` = ``exclude_self=False``).
 
 **Memory.** The reference implementations build ``D[q, k, j] = s_j - s_k`` of shape ``(Q, N, N)``.
 Rank losses only need the rows k that are positives of q, so :func:`row_step_sums` works on a flat

@@ -11,10 +11,17 @@ Chapters 3 and 4.1-4.2 of the Gominski thesis (seed 004) and the standard method
 * :mod:`~rank_lab.retrieval.diffusion` -- Iscen et al. diffusion by conjugate gradient (offline,
   truncated, query-time).
 * :mod:`~rank_lab.retrieval.multi_descriptor` -- MD and cMD (eqs. 4.2-4.9).
-* :mod:`~rank_lab.retrieval.protocols` -- revisited Oxford/Paris and the cross-source protocol.
+* :mod:`~rank_lab.retrieval.protocols` -- revisited Oxford/Paris, Student-t confidence intervals.
+* :mod:`~rank_lab.retrieval.cross_source` -- the cross-source protocol (mAP per domain, P1, mAPD).
 * :mod:`~rank_lab.retrieval.synthetic` -- synthetic descriptor sets (bridged, multi-view, biased).
 """
 
+from rank_lab.retrieval.cross_source import (
+    CrossDomainReport,
+    cross_domain_evaluate,
+    grouped_map,
+    multilabel_targets,
+)
 from rank_lab.retrieval.diffusion import (
     DiffusionGraph,
     build_graph,
@@ -33,14 +40,7 @@ from rank_lab.retrieval.multi_descriptor import (
     mean_similarity,
     similarity_matrix,
 )
-from rank_lab.retrieval.protocols import (
-    CrossDomainReport,
-    cross_domain_evaluate,
-    grouped_map,
-    mean_ci,
-    multilabel_targets,
-    revisited_evaluate,
-)
+from rank_lab.retrieval.protocols import mean_ci, revisited_evaluate
 from rank_lab.retrieval.whitening import (
     Whitening,
     apply_whitening,

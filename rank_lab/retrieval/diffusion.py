@@ -269,7 +269,7 @@ def diffuse(
     starts = range(0, n_q, batch_size)
     show = len(starts) > 4 if progress is None else progress
     if show:
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         starts = tqdm(starts, desc="diffusion (CG)", leave=False)
     for a in starts:

@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from rank_lab._validation import check_embeddings, check_positive_int
+from rank_lab._validation import check_embeddings, check_float, check_positive_int
 from rank_lab.retrieval.graph import check_dense_ok, knn_self, sparse_from_knn, symmetrize
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike
@@ -60,8 +60,9 @@ def alpha_qe(
         queries: ``(Q, d)`` L2-normalised descriptors.
         gallery: ``(N, d)``; ``None`` expands every item of ``queries`` among the others (the
             all-vs-all setting of the thesis' Chapter 4, the item itself excluded by index).
-        n: neighbours used (thesis optimum on ALEGORIA ``(alpha, n) = (1, 3)``; Chapter 5: (3, 10)).
-        alpha: exponent; ``alpha = 0`` is average QE.
+        n: neighbours used (thesis optimum on ALEGORIA ``(alpha, n) = (1, 3)``; Chapter 5: (3, 10)),
+            at most the gallery size (``Q - 1`` without a gallery).
+        alpha: exponent, a finite number >= 0; ``alpha = 0`` is average QE.
         include_self: add the query itself with weight ``<q, q>^alpha``.
         backend, device, chunk_size: kNN search.
 
@@ -72,15 +73,16 @@ def alpha_qe(
 
     queries = check_embeddings(queries, "queries")
     n = check_positive_int(n, "n")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    alpha = check_float(alpha, "alpha", low=0.0)
     if gallery is None:
-        s, i = knn_self(queries, n, backend=backend, device=device, chunk_size=chunk_size)
+        s, i = knn_self(queries, n, backend=backend, device=device, chunk_size=chunk_size, name="n")
         g = queries.cpu()
     else:
         g = check_embeddings(gallery, "gallery").cpu()
         if g.shape[1] != queries.shape[1]:
             raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={g.shape[1]}")
+        if n > g.shape[0]:
+            raise ValueError(f"n={n} is larger than the gallery ({g.shape[0]} items)")
         s, i = knn_search(queries, g, n, backend=backend, device=device, chunk_size=chunk_size)
         s, i = s.cpu(), i.cpu()
     q = queries.cpu()
@@ -138,7 +140,8 @@ def k_reciprocal_rerank(
     Args:
         queries: ``(Q, d)`` or ``None`` (every gallery item is a query, all-vs-all).
         gallery: ``(G, d)``.
-        k1, k2, lambda_value: the method's parameters.
+        k1, k2, lambda_value: the method's parameters (``k1 < n`` and ``k2 <= n`` items,
+            queries and gallery together; ``lambda_value`` in [0, 1]).
         topk: return the top-``k`` ``(scores, indices)`` instead of dense scores (exact: items with
             no shared encoding mass are ordered by the original distance alone).
         backend, device: kNN search.
@@ -161,6 +164,8 @@ def k_reciprocal_rerank(
     k2 = check_positive_int(k2, "k2")
     if k1 + 1 > n:
         raise ValueError(f"k1={k1} needs more than k1 items (got {n})")
+    if k2 > n:
+        raise ValueError(f"k2={k2} is larger than the number of items ({n}, queries and gallery)")
     if not 0.0 <= lambda_value <= 1.0:
         raise ValueError(f"lambda_value must be in [0, 1], got {lambda_value}")
     n_g = gallery.shape[0]
@@ -168,7 +173,7 @@ def k_reciprocal_rerank(
     if topk is None:
         check_dense_ok(n_q, n_g, "k_reciprocal_rerank", allow_dense)
     rowmax = _row_max_sqdist(x)
-    _, init = _euclid_knn(x, k1 + 1, backend, device)  # (n, k1+1), self first
+    _, init = _euclid_knn(x, max(k1 + 1, k2), backend, device)  # (n, max(k1 + 1, k2)), self first
     initn = init.numpy()
 
     def reciprocal(k: int) -> list[np.ndarray]:
@@ -258,9 +263,12 @@ def gqe(
         gallery: ``(N, d)`` L2-normalised descriptors.
         queries: ``(Q, d)`` extra queries; the graph is built on ``[queries; gallery]`` and the
             result is ``(Q, N)``. ``None``: every gallery item is a query (``(N, N)``).
-        k1: adjacency size (self included); thesis optimum on ALEGORIA 38.
-        k2: propagation neighbours (self included when ``include_self``); thesis optimum 5.
-        alpha: exponent of ``[s_ij]_+^alpha`` (thesis 1.0; the code squares, ``alpha = 2``).
+        k1: adjacency size (self included, at most the number of items); thesis optimum on
+            ALEGORIA 38.
+        k2: propagation neighbours (self included when ``include_self``; at most the number of
+            items); thesis optimum 5.
+        alpha: exponent of ``[s_ij]_+^alpha``, finite and >= 0 (thesis 1.0; the code squares,
+            ``alpha = 2``).
         layers: number of propagations (thesis 1; code 2).
         include_self: the item is its own first propagation neighbour (the code's ``rank[i, 0] = i``).
         variant: ``"thesis"`` (eq. 4.11 on ``A* = (A + A^T)/2``) or ``"code"`` (see module docstring).
@@ -279,6 +287,7 @@ def gqe(
     n, n_q = x.shape[0], (gallery.shape[0] if queries is None else queries.shape[0])
     off = n - gallery.shape[0]
     k1, k2 = check_positive_int(k1, "k1"), check_positive_int(k2, "k2")
+    alpha = check_float(alpha, "alpha", low=0.0)
     layers = int(layers)
     if layers < 0:
         raise ValueError(f"layers must be >= 0, got {layers}")
@@ -288,11 +297,11 @@ def gqe(
         raise ValueError(f"edge_similarity must be 'descriptor' or 'encoding', got {edge_similarity!r}")
     if topk is None:
         check_dense_ok(n_q, gallery.shape[0], "gqe", allow_dense)
-    _, i1 = knn_self(x, k1, include_self=True, backend=backend, device=device)
+    _, i1 = knn_self(x, k1, include_self=True, backend=backend, device=device, name="k1")
     a = sparse_from_knn(i1, None, n)
     h = symmetrize(a, "mean") if variant == "thesis" else a
     if edge_similarity == "descriptor":
-        s2, i2 = knn_self(x, k2, include_self=include_self, backend=backend, device=device)
+        s2, i2 = knn_self(x, k2, include_self=include_self, backend=backend, device=device, name="k2")
     else:
         enc = _row_l2n(h)
         cos = (enc @ enc.T).tocsr()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rank_lab._validation import check_finite, check_input_batch, check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
@@ -53,7 +55,21 @@ class DescriptorNet(nn.Module):
         self.backbone, self.pooling, self.whitening = backbone, pooling, whitening
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, 3, H, W)`` normalised images. Returns ``(B, D)`` L2-normalised descriptors."""
+        """Describe a batch.
+
+        Args:
+            x: ``(B, 3, H, W)`` normalised images (or what the backbone takes, e.g. ``(B, d)``),
+                floating and finite; float64 is cast to the weights' dtype.
+
+        Returns:
+            ``(B, D)`` L2-normalised descriptors.
+
+        Raises:
+            TypeError: ``x`` is not a floating tensor.
+            ValueError: an empty batch, or NaN / inf in ``x``.
+        """
+        free = ("B", *("_" * (x.ndim - 1))) if isinstance(x, torch.Tensor) and x.ndim else ("B",)  # the backbone's shape
+        x = check_input_batch(x, "x", free, dtype=self)
         f = self.backbone(x)
         if f.ndim == 4:
             if self.pooling is None:
@@ -106,7 +122,11 @@ def build_descriptor_net(
 
 
 def list_images(folder: str | Path, extensions: Sequence[str] = _EXTS) -> list[Path]:
-    """All image files under ``folder`` (recursively), sorted by relative path."""
+    """All image files under ``folder`` (recursively), sorted by relative path.
+
+    Raises:
+        DatasetFolderError: ``folder`` is missing or holds no image with one of ``extensions``.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise DatasetFolderError(f"image folder {str(folder)!r} does not exist or is not a folder")
@@ -133,19 +153,34 @@ def preprocess_image(
 
     Returns:
         ``(3, H', W')`` float tensor in ``[0, 1]`` (not mean/std normalised).
+
+    Raises:
+        TypeError: ``image`` neither a PIL image nor a floating tensor.
+        ValueError: a tensor not ``(3, H, W)``, empty or with NaN / inf; ``image_size`` not a
+            positive int (or None); ``center_crop`` outside (0, 1]; a ``box`` not of 4 finite numbers.
     """
     import torchvision.transforms.functional as TF
 
+    if image_size is not None:
+        image_size = check_positive_int(image_size, "image_size")
+    if not isinstance(image, torch.Tensor) and not hasattr(image, "convert"):
+        raise TypeError(f"image must be a PIL image or a (3, H, W) tensor, got {type(image).__name__}")
     x = image if isinstance(image, torch.Tensor) else TF.to_tensor(image.convert("RGB"))
-    if x.ndim != 3 or x.shape[0] != 3:
-        raise ValueError(f"image must be (3, H, W), got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"image must be a floating tensor in [0, 1], got dtype {x.dtype}")
+    if x.ndim != 3 or x.shape[0] != 3 or x.shape[1] == 0 or x.shape[2] == 0:
+        raise ValueError(f"image must be a non-empty (3, H, W) tensor, got {tuple(x.shape)}")
+    check_finite(x, "image")
     if box is not None:
-        x1, y1, x2, y2 = (int(round(float(v))) for v in box)
+        b = [float(v) for v in box]
+        if len(b) != 4 or not all(math.isfinite(v) for v in b):
+            raise ValueError(f"box must be 4 finite numbers [x1, y1, x2, y2], got {list(box)}")
+        x1, y1, x2, y2 = (int(round(v)) for v in b)
         x = x[:, max(y1, 0) : max(y2, y1 + 1), max(x1, 0) : max(x2, x1 + 1)]
     if grayscale:
         x = (0.299 * x[0] + 0.587 * x[1] + 0.114 * x[2])[None].expand(3, -1, -1)
     if center_crop is not None:
-        if not 0 < center_crop <= 1:
+        if isinstance(center_crop, bool) or not isinstance(center_crop, (int, float)) or not 0 < center_crop <= 1:
             raise ValueError(f"center_crop must be in (0, 1], got {center_crop}")
         h, w = x.shape[-2:]
         ch, cw = max(1, round(h * center_crop)), max(1, round(w * center_crop))
@@ -235,8 +270,8 @@ def extract_descriptors(
     """Extract L2-normalised global descriptors ``(N, D)`` from images, batched, resumable.
 
     Args:
-        images: an image folder (recursively, sorted), a list of image files, or an ``(N, 3, H, W)``
-            tensor in ``[0, 1]``.
+        images: an image folder (recursively, sorted), a list of image files, or a floating,
+            finite ``(N, 3, H, W)`` tensor in ``[0, 1]``.
         net: a :class:`DescriptorNet` / any module mapping images to descriptors or feature maps,
             or a backbone name for :func:`build_descriptor_net`.
         pooling: pooling for a named backbone or a module returning feature maps.
@@ -264,6 +299,9 @@ def extract_descriptors(
     if isinstance(images, torch.Tensor):
         if images.ndim != 4 or images.shape[1] != 3:
             raise ValueError(f"images tensor must be (N, 3, H, W), got {tuple(images.shape)}")
+        if not images.is_floating_point():
+            raise TypeError(f"images tensor must be floating in [0, 1], got dtype {images.dtype}")
+        check_finite(images, "images")
         items: list[Any] = list(images)
         ident = [hashlib.sha1(images.detach().cpu().contiguous().numpy().tobytes()).hexdigest()]
     else:
@@ -333,7 +371,7 @@ def extract_descriptors(
     starts = range(done, n, batch_size)
     show = len(starts) > 2 if progress is None else progress
     if show:
-        from tqdm.auto import tqdm
+        from rank_lab._progress import tqdm
 
         starts = tqdm(starts, desc="descriptors", initial=done // batch_size, total=(n + batch_size - 1) // batch_size, leave=False)
     result: torch.Tensor | None = None

@@ -23,7 +23,16 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from rank_lab._validation import check_embeddings, check_positive_int
+from rank_lab._validation import (
+    as_tensor,
+    check_embeddings,
+    check_finite,
+    check_float,
+    check_int_tensor,
+    check_nonneg_int,
+    check_positive_int,
+    check_sparse,
+)
 from rank_lab.utils import DeviceLike
 
 __all__ = [
@@ -52,7 +61,11 @@ def check_dense_ok(n_rows: int, n_cols: int, what: str, allow_dense: bool = Fals
 
     An ``(n, n)`` matrix is refused once ``n > DENSE_LIMIT``; a ``(Q, n)`` score block for a few
     queries is fine even for a large gallery.
+
+    Raises:
+        TypeError / ValueError: ``n_rows`` or ``n_cols`` not a non-negative int.
     """
+    n_rows, n_cols = check_nonneg_int(n_rows, "n_rows"), check_nonneg_int(n_cols, "n_cols")
     if n_rows * n_cols > DENSE_LIMIT**2 and not allow_dense:
         raise ValueError(
             f"{what}: a dense {n_rows} x {n_cols} matrix would be built (more than DENSE_LIMIT^2 = "
@@ -69,6 +82,7 @@ def knn_self(
     backend: str = "auto",
     device: DeviceLike = None,
     chunk_size: int | None = None,
+    name: str = "k",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest neighbours (inner product) of every row of ``x`` among the rows of ``x``.
 
@@ -79,18 +93,23 @@ def knn_self(
             nearest other items; otherwise the item is excluded by index (never by dropping the
             first neighbour, which is wrong with duplicates).
         backend, device, chunk_size: passed to :func:`rank_lab.metrics.knn_search`.
+        name: how the caller calls ``k`` (named in the errors, e.g. ``"k1"``).
 
     Returns:
         ``(scores (n, k), indices (n, k))`` on the CPU, sorted by decreasing score.
+
+    Raises:
+        ValueError: ``k`` not a positive int or larger than the ``n - 1`` other items (``n`` with
+            ``include_self``).
     """
     from rank_lab.metrics import knn_search
 
     x = check_embeddings(x, "x")
-    k = check_positive_int(k, "k")
+    k = check_positive_int(k, name)
     n = x.shape[0]
     n_other = k - 1 if include_self else k
     if n_other > n - 1:
-        raise ValueError(f"k={k} is too large for n={n} items (include_self={include_self})")
+        raise ValueError(f"{name}={k} is too large for n={n} items (include_self={include_self})")
     cols_s, cols_i = [], []
     if include_self:
         cols_s.append((x * x).sum(1, keepdim=True).cpu())
@@ -106,10 +125,30 @@ def sparse_from_knn(indices: torch.Tensor, values: torch.Tensor | None, n_cols: 
     """A ``(n, n_cols)`` CSR matrix with ``values[i, t]`` at ``(i, indices[i, t])`` (1 if ``values`` is None).
 
     Entries with a negative index (padding) are dropped; repeated entries are summed.
+
+    Args:
+        indices: ``(n, k)`` integer column of each entry, in ``[0, n_cols)`` or negative (padding).
+        values: ``(n, k)`` finite values (a ``-inf`` or NaN of a padded slot is ignored), or None.
+        n_cols: number of columns.
+
+    Raises:
+        TypeError / ValueError: non-integer or non-2-D ``indices``, ``values`` of another shape or
+            with NaN / inf at a kept entry, an index ``>= n_cols``, ``n_cols`` not a positive int.
     """
-    idx = indices.detach().cpu().numpy().astype(np.int64)
+    n_cols = check_positive_int(n_cols, "n_cols")
+    idx = check_int_tensor(indices, "indices", 2).detach().cpu().numpy()
     n, k = idx.shape
-    vals = np.ones((n, k), dtype=np.float64) if values is None else values.detach().cpu().double().numpy()
+    if idx.size and int(idx.max()) >= n_cols:
+        raise ValueError(f"indices holds column {int(idx.max())} but n_cols={n_cols}")
+    if values is None:
+        vals = np.ones((n, k), dtype=np.float64)
+    else:
+        vt = as_tensor(values, "values")
+        if tuple(vt.shape) != (n, k):
+            raise ValueError(f"values has shape {tuple(vt.shape)} but indices has {(n, k)}")
+        vals = vt.detach().cpu().double().numpy()
+        if not np.isfinite(vals[idx >= 0]).all():
+            raise ValueError("values holds NaN or inf at a kept (non-padding) entry")
     rows = np.repeat(np.arange(n), k)
     keep = idx.reshape(-1) >= 0
     m = sp.csr_matrix((vals.reshape(-1)[keep], (rows[keep], idx.reshape(-1)[keep])), shape=(n, n_cols))
@@ -124,7 +163,7 @@ def symmetrize(a: sp.spmatrix, how: Symmetrize = "mean") -> sp.csr_matrix:
     pairs 0.5); ``"sum"``: ``A + A^T`` (GQE code); ``"min"``: ``min(A, A^T)`` (mutual neighbours,
     Iscen et al.); ``"max"``: ``max(A, A^T)`` (union); ``"none"``: unchanged.
     """
-    a = sp.csr_matrix(a)
+    a = check_sparse(a, "a")
     if a.shape[0] != a.shape[1]:
         raise ValueError(f"a must be square, got shape {a.shape}")
     if how == "mean":
@@ -157,10 +196,23 @@ def mutual_affinity(
 
     Returns:
         Symmetric ``(n, n)`` CSR matrix with at most ``n k`` non-zeros.
+
+    Raises:
+        ValueError: ``gamma`` not a finite number > 0, non-finite ``scores``, ``scores`` and
+            ``indices`` of different shapes, an index ``>= n``.
     """
-    if gamma <= 0:
-        raise ValueError(f"gamma must be > 0, got {gamma}")
-    w = sparse_from_knn(indices, scores.clamp_min(0).to(torch.float64).pow(gamma), n)
+    gamma = check_float(gamma, "gamma", low=0.0, low_open=True)
+    n = check_positive_int(n, "n")
+    idx = check_int_tensor(indices, "indices", 2)
+    if idx.numel() and int(idx.max()) >= n:
+        raise ValueError(f"indices holds item {int(idx.max())} but n={n}")
+    scores = as_tensor(scores, "scores")
+    if not scores.is_floating_point():
+        scores = scores.double()
+    check_finite(scores, "scores")
+    if scores.shape != idx.shape:
+        raise ValueError(f"scores has shape {tuple(scores.shape)} but indices has {tuple(idx.shape)}")
+    w = sparse_from_knn(idx, scores.clamp_min(0).to(torch.float64).pow(gamma), n)
     w = symmetrize(w, "min" if mutual else "max")
     w.setdiag(0)
     w.eliminate_zeros()
@@ -168,8 +220,14 @@ def mutual_affinity(
 
 
 def normalize_graph(w: sp.spmatrix) -> sp.csr_matrix:
-    """Symmetric normalisation ``D^{-1/2} W D^{-1/2}`` with ``D = diag(W 1)``; isolated nodes get 0."""
-    w = sp.csr_matrix(w)
+    """Symmetric normalisation ``D^{-1/2} W D^{-1/2}`` with ``D = diag(W 1)``; isolated nodes get 0.
+
+    Raises:
+        ValueError: ``w`` holds NaN or inf, or is not square.
+    """
+    w = check_sparse(w, "w")
+    if w.shape[0] != w.shape[1]:
+        raise ValueError(f"w must be square, got shape {w.shape}")
     deg = np.asarray(w.sum(1)).ravel()
     with np.errstate(divide="ignore"):
         inv = np.where(deg > 0, 1.0 / np.sqrt(deg), 0.0)
@@ -178,10 +236,14 @@ def normalize_graph(w: sp.spmatrix) -> sp.csr_matrix:
 
 
 def to_torch_sparse(m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A scipy sparse matrix as a torch sparse CSR tensor on ``device`` (for ``S @ dense`` products)."""
+    """A scipy sparse matrix as a torch sparse CSR tensor on ``device`` (for ``S @ dense`` products).
+
+    Raises:
+        ValueError: ``m`` holds NaN or inf.
+    """
     from rank_lab.utils import get_device
 
-    m = sp.csr_matrix(m)
+    m = check_sparse(m, "m")
     dev = get_device(device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
@@ -195,26 +257,51 @@ def to_torch_sparse(m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtyp
 
 
 def sparse_operator(
-    m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtype = torch.float32
+    m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtype = torch.float32, *, check_inputs: bool = True
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``v -> M @ v`` for ``(n, B)`` tensors: scipy on the CPU, torch sparse CSR on CUDA.
+    """``v -> M @ v`` for ``(n, B)`` (or ``(n,)``) floating tensors: scipy on the CPU, torch sparse
+    CSR on CUDA.
 
     torch's CPU sparse-CSR product has a fixed cost of several milliseconds per call, which
     dominates the many small products of CG on truncated graphs; scipy's does not.
+
+    Args:
+        m: ``(r, n)`` sparse matrix with finite values (checked once, here).
+        device, dtype: where and in which precision the products run.
+        check_inputs: check every ``v`` (floating, ``n`` rows, finite: one reduction per call);
+            an inner loop whose vectors are known to be finite may pass ``False``.
+
+    Raises:
+        ValueError: ``m`` holds NaN or inf; with ``check_inputs``, a ``v`` with another number of
+            rows or with NaN / inf (``TypeError`` for a non-floating ``v``).
     """
     from rank_lab.utils import get_device
+
+    m = check_sparse(m, "m")
+    n_cols = m.shape[1]
+
+    def check(v: torch.Tensor) -> None:
+        if not isinstance(v, torch.Tensor) or not v.is_floating_point():
+            raise TypeError(f"v must be a floating tensor, got {getattr(v, 'dtype', type(v).__name__)}")
+        if v.ndim not in (1, 2) or v.shape[0] != n_cols:
+            raise ValueError(f"v must have shape ({n_cols},) or ({n_cols}, B), got {tuple(v.shape)}")
+        check_finite(v, "v")
 
     dev = get_device(device)
     if dev.type == "cpu":
         mc = sp.csr_matrix(m, dtype=np.float64 if dtype == torch.float64 else np.float32)
 
         def apply_cpu(v: torch.Tensor) -> torch.Tensor:
+            if check_inputs:
+                check(v)
             return torch.from_numpy(np.asarray(mc @ v.detach().cpu().numpy())).to(v.dtype)
 
         return apply_cpu
     mt = to_torch_sparse(m, dev, dtype)
 
     def apply_dev(v: torch.Tensor) -> torch.Tensor:
+        if check_inputs:
+            check(v)
         return mt @ v
 
     return apply_dev
@@ -232,8 +319,17 @@ def in_neighbour_lists(indices: torch.Tensor, rows: torch.Tensor, cols: torch.Te
 
     Returns:
         ``(M,)`` bool.
+
+    Raises:
+        TypeError / ValueError: non-integer inputs, ``indices`` not 2-D, ``rows`` and ``cols`` not
+            of one shape ``(M,)``.
     """
-    indices, rows, cols = indices.cpu().long(), rows.cpu().long(), cols.cpu().long()
+    indices = check_int_tensor(indices, "indices", 2).cpu()
+    rows, cols = check_int_tensor(rows, "rows", 1).cpu(), check_int_tensor(cols, "cols", 1).cpu()
+    if rows.shape != cols.shape:
+        raise ValueError(f"rows has {rows.shape[0]} entries but cols has {cols.shape[0]}")
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= indices.shape[0]):
+        raise ValueError(f"rows holds items outside [0, {indices.shape[0]}) (the rows of indices)")
     n = 1 + max(indices.shape[0], int(indices.max()) if indices.numel() else 0, int(cols.max()) if cols.numel() else 0)
     r = torch.arange(indices.shape[0])[:, None].expand_as(indices)
     valid = indices >= 0
@@ -248,11 +344,17 @@ def in_neighbour_lists(indices: torch.Tensor, rows: torch.Tensor, cols: torch.Te
 def sparse_row_topk(m: sp.spmatrix, k: int, *, exclude_diagonal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-``k`` stored entries of every row of a sparse matrix (absent entries never selected).
 
+    Args:
+        m: sparse matrix; stored ``-inf`` values (entries masked out) are allowed, NaN / ``+inf`` not.
+        k: entries per row; any ``k >= 1`` (a ``k`` above the widest row only adds padding).
+        exclude_diagonal: never select ``(i, i)``.
+
     Returns:
         ``(values (n, k), indices (n, k))`` float64 / long; rows with fewer than ``k`` stored
         entries are padded with ``-inf`` / ``-1``.
     """
-    m = sp.csr_matrix(m)
+    k = check_positive_int(k, "k")
+    m = check_sparse(m, "m", allow_neg_inf=True)
     n = m.shape[0]
     counts = np.diff(m.indptr)
     width = max(int(counts.max()) if n else 0, 1)
@@ -280,8 +382,14 @@ def sparse_rows_to_dense(m: sp.spmatrix, rows: torch.Tensor | np.ndarray | slice
 
     Use ``fill`` below every stored score (e.g. ``-inf`` replaced by ``min - 1``) to rank the
     items a sparse method never reached after those it scored.
+
+    Raises:
+        ValueError: ``m`` holds NaN or inf, or ``fill`` is not finite.
     """
-    sub = sp.csr_matrix(m)[rows]
+    fill = check_float(fill, "fill")
+    if isinstance(rows, torch.Tensor):
+        rows = rows.detach().cpu().numpy()
+    sub = check_sparse(m, "m")[rows]
     out = np.full(sub.shape, fill, dtype=np.float64)
     r = np.repeat(np.arange(sub.shape[0]), np.diff(sub.indptr))
     out[r, sub.indices] = sub.data

@@ -34,7 +34,7 @@ cMD adds ``lambda T`` to ``A`` "after eq. 4.4" (eq. 4.9), with ``t_ij = 1[domain
 * ``clamp_negative`` (``True``): ``max(s, 0)`` before the power ``alpha``.
 * Asymmetry: after step 2 ``S^v`` is not symmetric; rows are query-side vectors, never re-symmetrised.
 * Query exclusion at evaluation (the query's own column) is the protocol's job
-  (:mod:`rank_lab.retrieval.protocols`).
+  (:mod:`rank_lab.retrieval.cross_source`).
 
 **Dense and sparse.** Dense ``(n, n)`` matrices (``mode="dense"``, ``n <= DENSE_LIMIT``) follow the
 equations exactly; ``P^v`` is always sparse, so a step costs ``O(n^2 k2)``. ``mode="sparse"``
@@ -97,8 +97,21 @@ def concat_descriptors(features: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def mean_similarity(features: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Mean of the cosine matrices of several descriptors (late fusion), ``(n, n)``."""
-    return torch.stack([similarity_matrix(x) for x in features]).mean(0)
+    """Mean of the cosine matrices of several descriptors (late fusion), ``(n, n)``.
+
+    Args:
+        features: ``Upsilon >= 1`` descriptor matrices ``(n, d_v)`` with the same ``n``.
+
+    Raises:
+        ValueError: no descriptor, descriptors of different ``n``, or a bad matrix (named
+            ``features[v]``).
+    """
+    xs = [check_embeddings(x, f"features[{v}]") for v, x in enumerate(features)]
+    if not xs:
+        raise ValueError("features is empty")
+    if len({x.shape[0] for x in xs}) != 1:
+        raise ValueError(f"features must all have the same number of rows, got {[x.shape[0] for x in xs]}")
+    return torch.stack([similarity_matrix(x) for x in xs]).mean(0)
 
 
 def _check_similarities(similarities: Sequence[Matrix]) -> tuple[list[Matrix], bool, int]:
@@ -231,7 +244,8 @@ def md(
     Args:
         similarities: ``Upsilon`` similarity matrices ``(n, n)``: dense tensors (dense mode) or
             scipy sparse matrices holding the top entries of each row (sparse mode; see
-            :func:`md_from_features`). One matrix = single-descriptor MD.
+            :func:`md_from_features`). One matrix = single-descriptor MD. Integer matrices are
+            cast to float.
         k1: kNN graph size (thesis optimum 15).
         k2: propagation neighbours, ``k2 <= k1`` (thesis optimum 4).
         alpha: similarity exponent (thesis optimum 7).

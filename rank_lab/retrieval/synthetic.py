@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
+
 __all__ = ["DescriptorSet", "bridged_clusters", "multi_view_descriptors", "biased_home_descriptors"]
 
 
@@ -35,16 +37,43 @@ class DescriptorSet:
         features: list of ``V`` tensors ``(n, d)`` (one per descriptor), L2-normalised, float32.
         labels: ``(n,)`` class labels.
         domains: ``(n,)`` domain / source labels.
+
+    Raises:
+        ValueError / TypeError: no descriptor, a non-finite or empty one, or ``n`` differing
+            between the descriptors, ``labels`` and ``domains``.
     """
 
     features: list[torch.Tensor]
     labels: torch.Tensor
     domains: torch.Tensor
 
+    def __post_init__(self) -> None:
+        if not self.features:
+            raise ValueError("features is empty (at least one descriptor)")
+        xs = [check_embeddings(x, f"features[{v}]") for v, x in enumerate(self.features)]
+        n = xs[0].shape[0]
+        for v, x in enumerate(xs):
+            if x.shape[0] != n:
+                raise ValueError(f"features[{v}] has {x.shape[0]} rows but features[0] has {n}")
+        self.features = xs
+        self.labels = check_labels(self.labels, n, "labels")
+        self.domains = check_labels(self.domains, n, "domains")
+
     @property
     def x(self) -> torch.Tensor:
         """The first descriptor."""
         return self.features[0]
+
+
+def _check_sizes(**sizes: int) -> None:
+    for name, v in sizes.items():
+        check_positive_int(v, name)
+
+
+def _check_seed(seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    return int(seed)
 
 
 def _l2n(x: np.ndarray) -> np.ndarray:
@@ -69,8 +98,17 @@ def bridged_clusters(
 
     Returns:
         A :class:`DescriptorSet` with ``n = 3 * n_classes * per_stage`` items and one descriptor.
+
+    Raises:
+        ValueError / TypeError: non-positive counts, ``dim < 3`` (two directions orthogonal to the
+            centre are needed), a negative or non-finite ``step`` / ``sigma``, a negative seed.
     """
-    rng = np.random.default_rng(seed)
+    _check_sizes(n_classes=n_classes, per_stage=per_stage, dim=dim)
+    if dim < 3:
+        raise ValueError(f"dim must be >= 3 (a centre and two orthogonal directions), got {dim}")
+    check_float(step, "step", low=0.0)
+    check_float(sigma, "sigma", low=0.0)
+    rng = np.random.default_rng(_check_seed(seed))
     xs, y, dom = [], [], []
     for c in range(n_classes):
         mu = _l2n(rng.normal(size=(1, dim)))[0]
@@ -96,8 +134,15 @@ def multi_view_descriptors(
 
     Domains are assigned at random (``n_views`` of them). Every view has its own class centres,
     i.e. an independent "embedding" of the same images.
+
+    Raises:
+        ValueError / TypeError: non-positive counts, a negative or non-finite noise level, a
+            negative seed.
     """
-    rng = np.random.default_rng(seed)
+    _check_sizes(n_classes=n_classes, per_class=per_class, dim=dim, n_views=n_views)
+    check_float(good, "good", low=0.0)
+    check_float(bad, "bad", low=0.0)
+    rng = np.random.default_rng(_check_seed(seed))
     n = n_classes * per_class
     y = np.repeat(np.arange(n_classes), per_class)
     dom = np.tile(np.arange(n_views), n // n_views + 1)[:n]
@@ -124,8 +169,16 @@ def biased_home_descriptors(
     """Classes concentrated in a home domain plus a shared per-domain offset ``beta`` (R5).
 
     A fraction ``home`` of each class' images is in its home domain, the rest in random domains.
+
+    Raises:
+        ValueError / TypeError: non-positive counts, a non-finite ``beta``, a negative or
+            non-finite ``sigma``, ``home`` outside [0, 1], a negative seed.
     """
-    rng = np.random.default_rng(seed)
+    _check_sizes(n_classes=n_classes, per_class=per_class, dim=dim, n_views=n_views, n_domains=n_domains)
+    check_float(beta, "beta")
+    check_float(sigma, "sigma", low=0.0)
+    check_float(home, "home", low=0.0, high=1.0)
+    rng = np.random.default_rng(_check_seed(seed))
     n = n_classes * per_class
     y = np.repeat(np.arange(n_classes), per_class)
     h = rng.integers(0, n_domains, n_classes)

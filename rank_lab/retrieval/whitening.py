@@ -28,7 +28,7 @@ from typing import Literal
 
 import torch
 
-from rank_lab._validation import as_tensor, check_embeddings, check_finite
+from rank_lab._validation import as_tensor, check_embeddings, check_finite, check_float
 
 __all__ = ["l2n", "Whitening", "learn_pca_whitening", "learn_lw_whitening", "apply_whitening"]
 
@@ -36,9 +36,16 @@ __all__ = ["l2n", "Whitening", "learn_pca_whitening", "learn_lw_whitening", "app
 def l2n(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
     """L2-normalise ``x`` along ``dim`` (rows of a ``(N, d)`` matrix by default); zero rows stay 0.
 
+    Args:
+        x: a floating tensor of any shape.
+        dim: the dimension normalised.
+        eps: floor of the norm, a finite number > 0 (rows with a smaller norm are divided by it).
+
     Raises:
-        ValueError: if ``x`` holds NaN or inf (it would be returned as NaN) or is empty.
+        ValueError: if ``x`` holds NaN or inf (it would be returned as NaN) or is empty, or ``eps``
+            is not a finite number > 0.
     """
+    eps = check_float(eps, "eps", low=0.0, low_open=True)
     x = as_tensor(x, "x")
     if x.numel() == 0:
         raise ValueError(f"x is empty (shape {tuple(x.shape)})")
@@ -167,7 +174,8 @@ def learn_lw_whitening(
         negative_pairs: ``(M', 2)`` non-matching pairs for the paper's ``C_D``; ``None`` uses the
             scatter of all of ``x`` around the mean (official code).
         factor: ``"sym"`` ``C_S^{-1/2}`` (paper) or ``"cholesky"`` ``L^{-1}`` with ``C_S = L L^T`` (code).
-        ridge: added to the diagonal of ``C_S`` (needed when ``M < d``: ``C_S`` is then singular).
+        ridge: added to the diagonal of ``C_S``, a finite number >= 0 (needed when ``M < d``:
+            ``C_S`` is then singular).
         eps: floor for the eigenvalues of ``C_S``.
 
     Returns:
@@ -176,6 +184,7 @@ def learn_lw_whitening(
     x = check_embeddings(x, "x").to(torch.float64)
     n, d = x.shape
     dim = _check_dim(dim, d)
+    ridge = check_float(ridge, "ridge", low=0.0)
 
     def _pairs(p: object, name: str) -> torch.Tensor:
         p = as_tensor(p, name).long()

@@ -16,28 +16,38 @@ and :meth:`~ContrastiveClassifier.logits` its classification logits (posterior =
 ``"esupcon"``       ESupCon (Eq. 6.15): encoder and prototypes jointly, no projection head.
 =================== ===========================================================================
 
-:func:`fit_classifier` trains one (two views per image from
-:func:`rank_lab.losses.contrastive_cls.two_views`) and :func:`predict_logits` evaluates it.
+:func:`fit_classifier` trains one on the training engine (two views per image from
+:func:`rank_lab.data.perturbations.two_views`) and :func:`predict_logits` evaluates it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from rank_lab._validation import check_positive_int
-from rank_lab.losses.contrastive_cls import (
-    PrototypeClassifier,
-    class_means,
+from rank_lab._validation import (
+    check_float,
+    check_input,
+    check_labels,
+    check_module,
+    check_nonneg_int,
+    check_positive_int,
+)
+from rank_lab.data.perturbations import two_views
+from rank_lab.losses.contrastive import (
     cross_entropy_loss,
     esupcon_loss,
     spce_loss,
     supcon_loss,
     tightness_loss,
-    two_views,
 )
+from rank_lab.models.heads import PrototypeClassifier, class_means
+from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device, seed_everything
 
 __all__ = ["CLS_METHODS", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
@@ -58,6 +68,11 @@ class ContrastiveClassifier(nn.Module):
         proj_dim: output size of the projection head (SupCon variants).
         spce_temperature: divides the SPCE logits (1 = Eq. 6.7 as written; with L2-normalised
             features those logits are at most ``N_k / N``, so a smaller value trains faster).
+
+    Raises:
+        TypeError, ValueError: ``encoder`` not a module, an unknown ``method``, ``feat_dim``,
+            ``n_classes`` or ``proj_dim`` not a positive int, a temperature that is not a finite
+            positive number.
     """
 
     def __init__(
@@ -76,17 +91,16 @@ class ContrastiveClassifier(nn.Module):
             raise ValueError(f"method must be one of {CLS_METHODS}, got {method!r}")
         feat_dim = check_positive_int(feat_dim, "feat_dim")
         self.n_classes = check_positive_int(n_classes, "n_classes")
-        self.method, self.temperature = method, float(temperature)
-        if not spce_temperature > 0:
-            raise ValueError(f"spce_temperature must be > 0, got {spce_temperature}")
-        self.spce_temperature = float(spce_temperature)
-        self.encoder = encoder
+        proj_dim = check_positive_int(proj_dim, "proj_dim")
+        self.method, self.temperature = method, check_float(temperature, "temperature", low=0.0, low_open=True)
+        self.spce_temperature = check_float(spce_temperature, "spce_temperature", low=0.0, low_open=True)
+        self.encoder = check_module(encoder, "encoder")
         self.projection: nn.Module | None = (
             nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, proj_dim)) if method in _PROJECTED else None
         )
         self.linear: nn.Linear | None = nn.Linear(feat_dim, n_classes, bias=False) if method in ("ce", "supcon+ce") else None
         self.prototypes: PrototypeClassifier | None = (
-            None if self.linear is not None else PrototypeClassifier(feat_dim, n_classes, temperature)
+            None if self.linear is not None else PrototypeClassifier(n_classes=n_classes, dim=feat_dim, temperature=temperature)
         )
         self.stage = 1
 
@@ -106,7 +120,15 @@ class ContrastiveClassifier(nn.Module):
         self.stage = 2
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Encoder features ``(B, feat_dim)``."""
+        """Encoder features ``(B, feat_dim)`` of a non-empty batch ``x`` (its shape is the encoder's business).
+
+        Raises:
+            TypeError, ValueError: ``x`` not a tensor, an empty batch, and the encoder's errors.
+        """
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+        if x.ndim == 0 or x.shape[0] == 0:
+            raise ValueError(f"x must be a non-empty batch, got shape {tuple(x.shape)}")
         return self.encoder(x)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -155,7 +177,16 @@ class ContrastiveClassifier(nn.Module):
 
 @torch.no_grad()
 def predict_logits(model: ContrastiveClassifier, x: torch.Tensor, *, batch_size: int = 512, device: DeviceLike = None) -> torch.Tensor:
-    """Logits ``(N, K)`` of ``x`` in eval mode (CPU float32)."""
+    """Logits ``(N, K)`` of ``x`` in eval mode (CPU float32).
+
+    Raises:
+        TypeError, ValueError: ``model`` not a :class:`ContrastiveClassifier`, ``x`` not a finite
+            floating batch, ``batch_size`` not a positive int.
+    """
+    if not isinstance(model, ContrastiveClassifier):
+        raise TypeError(f"model must be a ContrastiveClassifier, got {type(model).__name__}")
+    x = check_input(x, "x", tuple(range(2, 9)), shape="(N, ...)", allow_empty=False)
+    batch_size = check_positive_int(batch_size, "batch_size")
     dev = get_device(device) if device is not None else next(model.parameters()).device
     was = model.training
     model.eval()
@@ -179,8 +210,13 @@ def fit_classifier(
     seed: int = 0,
     device: DeviceLike = None,
     progress: bool = False,
+    checkpoint: str | Path | None = None,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Train ``model`` with its method's objective on two augmented views of every image.
+    """Train ``model`` with its method's objective on two augmented views of every image (on the
+    training engine, :mod:`rank_lab.train.engine`).
 
     Args:
         model: a :class:`ContrastiveClassifier`.
@@ -188,54 +224,75 @@ def fit_classifier(
         epochs: epochs of the (first) stage.
         stage2_epochs: epochs of the classifier stage of two-stage methods.
         batch_size: images per batch (``2 x batch_size`` views).
-        lr, weight_decay: Adam.
+        lr, weight_decay: Adam (one optimiser per stage).
         noise_std, max_shift: the view augmentation (:func:`two_views`).
         seed: shuffling and augmentation seed.
         device: compute device.
         progress: tqdm bar over epochs.
+        checkpoint, resume, amp, grad_clip: the engine's options (a checkpoint file written after
+            every epoch and resumed from; mixed precision on CUDA; gradient clipping).
 
     Returns:
         One record per epoch: ``{"epoch", "stage", "loss"}``.
+
+    Raises:
+        TypeError, ValueError: ``model`` not a :class:`ContrastiveClassifier`; ``x`` not a finite
+            floating batch; ``y`` not integer labels in ``[0, K)``, one per row of ``x``; an epoch
+            count or ``batch_size`` not a positive int; ``lr`` not a finite positive number;
+            ``weight_decay`` or ``noise_std`` not a finite number >= 0; ``max_shift`` not an int >= 0.
+        NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
+    if not isinstance(model, ContrastiveClassifier):
+        raise TypeError(f"model must be a ContrastiveClassifier, got {type(model).__name__}")
+    x = check_input(x, "x", tuple(range(2, 9)), shape="(N, ...)", allow_empty=False)
+    y = check_labels(y, None, "y")
+    if y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise ValueError(f"y must have one label per row of x: shape ({x.shape[0]},), got {tuple(y.shape)}")
+    if int(y.min()) < 0 or int(y.max()) >= model.n_classes:
+        raise ValueError(f"y must hold labels in [0, {model.n_classes}), got [{int(y.min())}, {int(y.max())}]")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    lr, weight_decay = check_float(lr, "lr", low=0.0, low_open=True), check_float(weight_decay, "weight_decay", low=0.0)
+    noise_std, max_shift = check_float(noise_std, "noise_std", low=0.0), check_nonneg_int(max_shift, "max_shift")
+    n1 = check_positive_int(epochs, "epochs")
+    n2 = check_positive_int(stage2_epochs, "stage2_epochs") if model.two_stage else 0
     dev = get_device(device)
     model.to(dev)
     seed_everything(seed)
     g = torch.Generator().manual_seed(seed)
-    y = y.long()
-    if y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise ValueError(f"y must have shape ({x.shape[0]},), got {tuple(y.shape)}")
-    history: list[dict[str, Any]] = []
-    plan = [(1, check_positive_int(epochs, "epochs"))] + ([(2, check_positive_int(stage2_epochs, "stage2_epochs"))] if model.two_stage else [])
-    total = sum(n for _, n in plan)
-    bar = range(total)
-    if progress:
-        from tqdm.auto import tqdm
+    optimizers = {"stage1": build_optimizer([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)}
+    if model.two_stage:  # the parameters that stage 2 leaves trainable (start_stage2 freezes the encoder and head)
+        frozen = {id(p) for mod in (model.encoder, model.projection) if mod is not None for p in mod.parameters()}
+        optimizers["stage2"] = build_optimizer([p for p in model.parameters() if p.requires_grad and id(p) not in frozen],
+                                               lr=lr, weight_decay=weight_decay)
+    engine = Engine({"model": model}, optimizers, EngineConfig(
+        epochs=n1 + n2, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp, grad_clip=grad_clip,
+        desc=model.method), device=dev, generators={"batches": g},
+        run_key={"method": model.method, "stage1_epochs": n1, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
+                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])})
 
-        bar = tqdm(bar, desc=model.method, leave=False)
-    it = iter(bar)
-    for stage, n_epochs in plan:
-        if stage == 2:
+    def start(e: int) -> None:
+        if e >= n1 and model.stage != 2:
             model.start_stage2()
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
         model.train()
-        for _ in range(n_epochs):
-            next(it)
-            perm = torch.randperm(x.shape[0], generator=g)
-            losses = []
-            for i in range(0, x.shape[0], batch_size):
-                idx = perm[i : i + batch_size]
-                if idx.numel() < 2:
-                    continue
-                views = two_views(x[idx], noise_std=noise_std, max_shift=max_shift, generator=g).to(dev)
-                labels = y[idx].repeat(2).to(dev)
-                loss = model.training_loss(views, labels)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                losses.append(float(loss.detach()))
-            history.append({"epoch": len(history) + 1, "stage": stage, "loss": sum(losses) / max(len(losses), 1)})
+
+    def batches(e: int) -> Iterator[Batch]:
+        perm = torch.randperm(x.shape[0], generator=g)
+        for i in range(0, x.shape[0], batch_size):
+            idx = perm[i : i + batch_size]
+            if idx.numel() >= 2:
+                yield Batch(idx, indices=idx, optimizer="stage2" if e >= n1 else "stage1")
+
+    def step(idx: torch.Tensor) -> torch.Tensor:
+        views = two_views(x[idx], noise_std=noise_std, max_shift=max_shift, generator=g).to(dev)
+        return model.training_loss(views, y[idx].repeat(2).to(dev))
+
+    def end(e: int, results: list[StepResult]) -> None:
+        losses = [r.loss for r in results]
+        engine.history.append({"epoch": len(engine.history) + 1, "stage": 2 if e >= n1 else 1,
+                               "loss": sum(losses) / max(len(losses), 1)})
+
+    engine.run(step, batches, on_epoch_start=start, on_epoch_end=end)
     if model.method == "spce(m)":
         model.eval()
         model.set_class_means(x.to(dev), y.to(dev))
-    return history
+    return engine.history

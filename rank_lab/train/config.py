@@ -1,4 +1,4 @@
-"""The typed training configuration, its validation, and the papers' recipes as named presets.
+"""The typed training configuration and its validation; the papers' recipes are in :mod:`rank_lab.train.recipes`.
 
 A :class:`TrainConfig` is a flat dataclass (plus a nested :class:`~rank_lab.models.ModelConfig`)
 so that a papermill ``parameters`` cell can fill it: :meth:`TrainConfig.from_dict` takes flat keys
@@ -6,9 +6,10 @@ so that a papermill ``parameters`` cell can fill it: :meth:`TrainConfig.from_dic
 ``{"model": {...}}`` dict, or dotted keys (``"model.embed_dim"``). Every field is checked in
 ``__post_init__`` and a bad value raises ``ValueError``/``TypeError`` naming the field.
 
-Presets (:meth:`TrainConfig.preset`) transcribe the hyper-parameters of the Ramzi thesis (§3.5.1,
-§4.4.1), the SupRank TPAMI paper (§VII-A/B) and the ROADMAP NeurIPS paper (§4), with the official
-code ([CODE]) where the texts are silent; each preset's ``_sources`` entry says which is which.
+:meth:`TrainConfig.preset` starts from one of the training recipes of :mod:`rank_lab.train.recipes`
+(:data:`~rank_lab.train.recipes.RECIPES`: the hyper-parameters of the Ramzi thesis §3.5.1 and §4.4.1,
+the SupRank TPAMI paper §VII-A/B and the ROADMAP NeurIPS paper §4, with the official code where the
+texts are silent).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rank_lab._deprecation import moved_names
 from rank_lab.models.heads import ModelConfig
+from rank_lab.train.recipes import RECIPES
 
-__all__ = ["TrainConfig", "PRESETS", "list_presets"]
+__all__ = ["TrainConfig"]
 
 _OPTIMIZERS = ("adam", "adamw", "sgd")
 _SCHEDULERS = ("cosine", "constant")
@@ -277,14 +280,14 @@ class TrainConfig:
     # ------------------------------------------------------------------ presets
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TrainConfig:
-        """The papers' recipes by name (see :data:`PRESETS` and :func:`list_presets`).
+        """The papers' training recipes by name (:data:`rank_lab.train.recipes.RECIPES`, :func:`~rank_lab.train.recipes.list_recipes`).
 
         ``TrainConfig.preset("roadmap_sop", epochs=5, weights="imagenet")`` starts from the
         recipe and applies validated overrides (``weights`` may also be ``"none"`` or a file path).
         """
-        if name not in PRESETS:
-            raise ValueError(_unknown(name, set(PRESETS), what="preset"))
-        d = {k: v for k, v in copy.deepcopy(PRESETS[name]).items() if not k.startswith("_")}
+        if name not in RECIPES:
+            raise ValueError(_unknown(name, set(RECIPES), what="preset"))
+        d = {k: v for k, v in copy.deepcopy(RECIPES[name]).items() if not k.startswith("_")}
         d.update(overrides)
         cfg = cls.from_dict(d)
         cfg.preset_name = name
@@ -337,79 +340,5 @@ def _choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
     setattr(cfg, name, v.lower())
 
 
-_R50 = {"backbone": "resnet50", "in_channels": 3, "layer_norm": True, "embed_dim": 512, "freeze_bn": True}
-
-#: The papers' recipes. Keys starting with ``_`` document the sources and are not config keys.
-PRESETS: dict[str, dict[str, Any]] = {
-    "roadmap_sop": {
-        **_R50, "pooling": "avg", "dataset": "sop", "image_size": 224,
-        "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
-        "lr": 5e-5, "head_lr": 1e-4, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
-        "amp": True, "loss": "roadmap_tpami", "loss_lr": 10.0, "eval_ks": (1, 10, 100),
-        "_sources": "[T] §3.5.1 / [S] §VII-A: ResNet-50, avg pooling, LayerNorm w/o affine, 2048->512, "
-        "batch 256 (4/class), Adam lr 5e-5, cosine, 100 epochs, 224px. [CODE] optimizer/sop.yaml: "
-        "wd 1e-4, head lr 2x, eta_min 0; proxies (L*_DG) Adam lr 10; model/*.yaml: freeze_batch_norm, autocast. The papers use "
-        "the hierarchical (super-class pairs) sampler on SOP; rank_lab uses m-per-class.",
-    },
-    "roadmap_inat": {
-        **_R50, "pooling": "avg", "dataset": "inaturalist", "image_size": 224,
-        "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
-        "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 4e-4, "scheduler": "cosine", "min_lr": 1e-6,
-        "amp": True, "loss": "roadmap_tpami", "loss_lr": 10.0, "eval_ks": (1, 4, 16, 32),
-        "_sources": "[T] §3.5.1 / [S] §VII-A: Adam lr 1e-5, cosine, 100 epochs, batch 256 (4/class). "
-        "[CODE] optimizer/inat.yaml: wd 4e-4, eta_min 1e-6, head lr 2x; proxies lr 10.",
-    },
-    "roadmap_cub": {
-        **_R50, "pooling": "max", "dataset": "cub", "image_size": 256,
-        "batch_size": 128, "m_per_class": 4, "epochs": 200, "optimizer": "adam",
-        "lr": 1e-6, "head_lr": 2e-6, "weight_decay": 4e-4, "scheduler": "cosine", "min_lr": 0.0,
-        "amp": True, "loss": "roadmap_neurips", "eval_ks": (1, 2, 4, 8),
-        "_sources": "[R] §4.2: max pooling + layer norm for CUB, 256x256 images; official ROADMAP "
-        "README: batch 128, 200 epochs. [CODE] SupRank optimizer/cub.yaml: Adam lr 1e-6, wd 4e-4, "
-        "head lr 2x (the papers print no CUB learning rate).",
-    },
-    "roadmap_sop_sota": {
-        **_R50, "pooling": "gem", "dataset": "sop", "image_size": 224,
-        "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
-        "lr": 5e-5, "head_lr": 1e-4, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
-        "amp": True, "loss": "roadmap_tpami", "loss_lr": 10.0, "eval_ks": (1, 10, 100),
-        "memory_size": 59551, "memory_activate_epoch": 5, "memory_weight": 1.0,
-        "_sources": "[S] §VII-B / [T] Tab. 3.4: ROADMAP with a memory, ResNet-50 + GeM + LayerNorm. "
-        "[CODE] memory/full_memory.yaml: whole train set (59,551), activated at epoch 5, 1:1 weighting.",
-    },
-    "roadmap_inat_sota": {
-        **_R50, "pooling": "gem", "dataset": "inaturalist", "image_size": 224,
-        "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
-        "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 4e-4, "scheduler": "cosine", "min_lr": 1e-6,
-        "amp": True, "loss": "roadmap_tpami", "loss_lr": 10.0, "eval_ks": (1, 4, 16, 32),
-        "memory_size": 60000, "memory_activate_epoch": 5, "memory_weight": 1.0,
-        "_sources": "[S] §VII-B: ROADMAP + memory, GeM. [CODE] memory/inat_memory.yaml: 60,000 slots.",
-    },
-    "happier_sop": {
-        **_R50, "pooling": "avg", "dataset": "sop", "image_size": 224,
-        "batch_size": 256, "m_per_class": 4, "epochs": 75, "optimizer": "adam",
-        "lr": 1e-5, "head_lr": 2e-5, "weight_decay": 1e-4, "scheduler": "cosine", "min_lr": 0.0,
-        "freeze_backbone_epochs": 5, "amp": True, "loss": "happier", "eval_ks": (1, 10, 100),
-        "sampler": "hierarchical", "super_classes_per_batch": 2,
-        "_sources": "[T] §4.4.1: Adam lr 1e-5, wd 1e-4, cosine, 75 epochs, 5 warm-up epochs with the "
-        "pre-trained weights frozen, batch 256. ([CODE] sop.yaml has lr 5e-5.) Loss: HAPPIER "
-        "(rank_lab.losses.happier, chapter 4); train with hierarchical (product, category) labels.",
-    },
-    "smoke_synthetic": {
-        "backbone": "mlp", "hidden_dims": (128, 128), "embed_dim": 32, "layer_norm": True,
-        "batch_size": 32, "m_per_class": 4, "epochs": 5, "optimizer": "adam", "lr": 1e-3,
-        "scheduler": "cosine", "eval_ks": (1, 10), "amp": False,
-        "_sources": "rank_lab: CPU smoke run on rank_lab.data.make_open_set (digest §6 of the thesis).",
-    },
-    "smoke_digits": {
-        "backbone": "tiny_cnn", "in_channels": 1, "width": 16, "pooling": "avg", "embed_dim": 32,
-        "batch_size": 32, "m_per_class": 4, "epochs": 5, "optimizer": "adam", "lr": 1e-3,
-        "scheduler": "cosine", "eval_ks": (1, 10), "amp": False,
-        "_sources": "rank_lab: CPU smoke run on rank_lab.data.load_digits (8x8, 1 channel).",
-    },
-}
-
-
-def list_presets() -> dict[str, str]:
-    """``{name: sources}`` of every preset."""
-    return {k: v.get("_sources", "") for k, v in PRESETS.items()}
+# The former names of the recipes (rank_lab.train.recipes): PRESETS -> RECIPES, list_presets -> list_recipes.
+__getattr__ = moved_names(__name__, {"PRESETS": "rank_lab.train.recipes:RECIPES", "list_presets": "rank_lab.train.recipes:list_recipes"})

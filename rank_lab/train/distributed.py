@@ -18,8 +18,9 @@ batch, not as ``W`` independent ones. This module gives the three pieces
   loss of the concatenated batch. More generally (ranks computing different losses ``L_r``) the
   parameters receive the gradient of ``(1/W) sum_r L_r``. (``torch.distributed.nn.all_gather`` has
   the same convention but needs ``reduce_scatter``, which gloo lacks.)
-* :class:`DistributedMPerClassSampler` -- the global m-per-class batch of
-  :class:`rank_lab.data.MPerClassSampler` (a function of ``(seed, epoch)`` only), cut into ``W``
+* :class:`DistributedMPerClassSampler` (in :mod:`rank_lab.train.distributed_sampler`, re-exported
+  here) -- the global m-per-class batch of :class:`rank_lab.data.MPerClassSampler` (a function of
+  ``(seed, epoch)`` only), cut into ``W``
   contiguous slices of whole class groups: the ``m`` images of a class sit on one rank, every rank
   gets ``batch_size / W`` items and the same number of batches, and the concatenation of the slices
   in rank order *is* the single-process batch. A run on ``W`` ranks therefore sees the same global
@@ -30,17 +31,21 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import Sampler
 
-from rank_lab._validation import check_labels, check_positive_int
+from rank_lab._validation import (
+    check_finite_input,
+    check_float,
+    check_module,
+    check_nonneg_int,
+    check_positive_int,
+)
+from rank_lab.train.distributed_sampler import DistributedMPerClassSampler
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -76,6 +81,16 @@ class DistEnv:
     local_rank: int = 0
     backend: str | None = None
     owns_group: bool = False
+
+    def __post_init__(self) -> None:
+        """``world_size >= 1``, ``0 <= rank < world_size``, ``local_rank >= 0`` (errors name the field)."""
+        world = check_positive_int(self.world_size, "world_size")
+        rank = check_nonneg_int(self.rank, "rank")
+        check_nonneg_int(self.local_rank, "local_rank")
+        if rank >= world:
+            raise ValueError(f"rank={rank} must lie in [0, world_size={world})")
+        if self.backend is not None and not isinstance(self.backend, str):
+            raise TypeError(f"backend must be a str or None, got {type(self.backend).__name__}")
 
     @property
     def is_main(self) -> bool:
@@ -131,9 +146,12 @@ def init_distributed(
         ``WORLD_SIZE`` or with ``WORLD_SIZE=1`` no group is created (single-process fallback).
 
     Raises:
-        ValueError: malformed variables, ``RANK`` outside ``[0, WORLD_SIZE)``, or a missing
+        ValueError: an unknown ``backend``, a ``timeout_s`` that is not a finite positive number,
+            malformed variables, ``RANK`` outside ``[0, WORLD_SIZE)``, or a missing
             ``MASTER_ADDR`` / ``MASTER_PORT``.
     """
+    _check_backend(backend)
+    timeout_s = check_float(timeout_s, "timeout_s", low=0.0, low_open=True)
     if dist.is_available() and dist.is_initialized():
         return current_env()
     world = _env_int("WORLD_SIZE", 1)
@@ -158,8 +176,29 @@ def init_distributed(
     return DistEnv(rank, world, local_rank, backend, owns_group=True)
 
 
+_BACKENDS = ("nccl", "gloo", "mpi", "ucc", "xccl")
+
+
+def _check_backend(backend: object) -> None:
+    """``None``, a torch.distributed backend name, or a ``"cpu:gloo,cuda:nccl"`` device map of them."""
+    if backend is None:
+        return
+    if not isinstance(backend, str) or not backend:
+        raise TypeError(f"backend must be a backend name (str) or None, got {backend!r}")
+    known = tuple(getattr(getattr(dist, "Backend", None), "backend_list", ())) or _BACKENDS
+    names = [part.split(":")[-1].strip().lower() for part in backend.split(",")]
+    if not all(n in known for n in names):
+        raise ValueError(f"backend must be one of {sorted(set(known))} (or a 'cpu:gloo,cuda:nccl' map), got {backend!r}")
+
+
 def cleanup_distributed(env: DistEnv | None = None) -> None:
-    """Destroy the process group if ``env`` created it (``env=None``: whatever group exists)."""
+    """Destroy the process group if ``env`` created it (``env=None``: whatever group exists).
+
+    Raises:
+        TypeError: ``env`` is neither a :class:`DistEnv` nor ``None``.
+    """
+    if env is not None and not isinstance(env, DistEnv):
+        raise TypeError(f"env must be a DistEnv or None, got {type(env).__name__}")
     if dist.is_available() and dist.is_initialized() and (env is None or env.owns_group):
         dist.destroy_process_group()
 
@@ -175,7 +214,12 @@ def barrier() -> None:
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:
-    """Rank ``src``'s (picklable) ``obj`` on every rank (identity in a single process)."""
+    """Rank ``src``'s (picklable) ``obj`` on every rank (identity in a single process).
+
+    Raises:
+        TypeError, ValueError: ``src`` not a rank of the run (an int in ``[0, world_size)``).
+    """
+    _check_src(src)
     if not _active():
         return obj
     box = [obj]
@@ -185,11 +229,23 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
 
 @torch.no_grad()
 def broadcast_module_state(module: nn.Module, src: int = 0) -> None:
-    """Overwrite every parameter and buffer of ``module`` with rank ``src``'s (e.g. loss proxies, a memory)."""
+    """Overwrite every parameter and buffer of ``module`` with rank ``src``'s (e.g. loss proxies, a memory).
+
+    Raises:
+        TypeError, ValueError: ``module`` is not an ``nn.Module``, ``src`` not a rank of the run.
+    """
+    check_module(module, "module")
+    _check_src(src)
     if _active():
         for t in module.state_dict().values():
             if isinstance(t, torch.Tensor) and t.numel() > 0:
                 dist.broadcast(t, src=src)
+
+
+def _check_src(src: object) -> None:
+    world = dist.get_world_size() if _active() else 1
+    if check_nonneg_int(src, "src") >= world:
+        raise ValueError(f"src={src} is not a rank of this run (world_size={world})")
 
 
 def _gather_sizes(n: int, device: torch.device, same_size: bool = False) -> list[int]:
@@ -220,9 +276,14 @@ def all_gather_tensor(x: torch.Tensor, *, same_size: bool = False) -> torch.Tens
 
     The ranks may hold different numbers of rows (exchanged first, padded internally);
     ``same_size=True`` promises equal ``n_r`` and skips that exchange. Identity in a single process.
+    Any dtype (labels, indices, booleans); a floating ``x`` must be finite.
+
+    Raises:
+        TypeError: ``x`` not a tensor. ValueError: a 0-d tensor, NaN or inf.
     """
-    if not isinstance(x, torch.Tensor) or x.ndim == 0:
-        raise ValueError("x must be a tensor with the rows on dim 0")
+    _check_rows(x)
+    if x.is_floating_point():
+        check_finite_input(x, "x")
     if not _active():
         return x
     return _gather_rows(x.detach(), _gather_sizes(x.shape[0], x.device, same_size))
@@ -259,111 +320,41 @@ def all_gather_with_grad(x: torch.Tensor, *, same_size: bool = False) -> torch.T
 
     Returns:
         ``(N, ...)`` with ``N = sum_r n_r``; rows ``[sum_{s<r} n_s, sum_{s<=r} n_s)`` are ``x``.
+
+    Raises:
+        TypeError: ``x`` not a floating tensor (also in a single process, so that a script behaves
+            the same on one rank and on many; gather labels with :func:`all_gather_tensor`).
+        ValueError: a 0-d tensor, NaN or inf (skipped inside the trainer's training step, whose
+            numerical guard checks the loss on every rank together).
     """
-    if not isinstance(x, torch.Tensor) or x.ndim == 0:
-        raise ValueError("x must be a tensor with the rows on dim 0")
+    _check_rows(x)
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating tensor for all_gather_with_grad, got {x.dtype}; use all_gather_tensor")
+    check_finite_input(x, "x")
     if not _active():
         return x
-    if not x.is_floating_point():
-        raise TypeError(f"all_gather_with_grad needs a floating-point tensor, got {x.dtype}; use all_gather_tensor")
     return _AllGatherWithGrad.apply(x, bool(same_size))
 
 
+def _check_rows(x: object) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a tensor with the rows on dim 0, got {type(x).__name__}")
+    if x.ndim == 0:
+        raise ValueError("x must be a tensor with the rows on dim 0, got a 0-d tensor")
+
+
 def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` over the ranks (a new tensor; identity in a single process)."""
+    """Mean of ``x`` over the ranks (a new tensor; identity in a single process).
+
+    Raises:
+        TypeError: ``x`` is not a tensor. ValueError: NaN or inf in ``x``.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+    if x.is_floating_point():
+        check_finite_input(x, "x")
     if not _active():
         return x
     out = x.detach().clone().float() if not x.is_floating_point() else x.detach().clone()
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
     return out / dist.get_world_size()
-
-
-class DistributedMPerClassSampler(Sampler[list[int]]):
-    """Each rank's share of the global m-per-class batches (whole class groups per rank).
-
-    The global batch of ``batch_size`` items (``batch_size // m`` classes x ``m`` items, drawn by
-    :class:`rank_lab.data.MPerClassSampler` from ``(seed, epoch)``; Ramzi thesis §3.5.1) is cut into
-    ``W`` contiguous slices of ``batch_size / W`` items; rank ``r`` yields slice ``r``.
-
-    Invariants (tested): every rank yields ``len(self)`` batches of ``batch_size / W`` indices;
-    within a batch a class lives on one rank only, with its ``m`` items; the slices of all ranks
-    concatenated in rank order equal the single-process batch; the draw depends only on
-    ``(seed, epoch)``, not on ``W``.
-
-    Args:
-        labels: ``(N,)`` or ``(N, L)`` (column 0 used) class ids.
-        m: items per class.
-        batch_size: **global** batch size (all ranks), a multiple of ``m``.
-        length: items per epoch (default ``N``), as :class:`~rank_lab.data.MPerClassSampler`.
-        seed: seed of the draw.
-        num_replicas: ``W`` (default: the process group's world size, 1 without one).
-        rank: this rank (default: the process group's rank).
-        epoch: initial epoch; call :meth:`set_epoch` before every epoch.
-
-    Raises:
-        ValueError: ``batch_size // m`` classes cannot be split evenly over ``W`` ranks, a bad rank.
-    """
-
-    def __init__(
-        self,
-        labels: torch.Tensor | np.ndarray | list[int],
-        m: int = 4,
-        batch_size: int = 32,
-        length: int | None = None,
-        seed: int = 0,
-        *,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        epoch: int = 0,
-    ) -> None:
-        from rank_lab.data import MPerClassSampler
-
-        env = current_env()
-        self.num_replicas = check_positive_int(env.world_size if num_replicas is None else num_replicas, "num_replicas")
-        self.rank = env.rank if rank is None else rank
-        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.num_replicas:
-            raise ValueError(f"rank must be an int in [0, {self.num_replicas}), got {rank!r}")
-        y = check_labels(labels, name="labels")
-        self._fine = (y if y.ndim == 1 else y[:, 0]).cpu().numpy()
-        self.global_sampler = MPerClassSampler(y, m=m, batch_size=batch_size, length=length, seed=seed, epoch=epoch)
-        cpb = self.global_sampler.classes_per_batch
-        if cpb % self.num_replicas:
-            raise ValueError(
-                f"batch_size // m = {cpb} classes per global batch cannot be split over {self.num_replicas} ranks: "
-                f"choose batch_size = m * (a multiple of {self.num_replicas})"
-            )
-        self.m, self.batch_size = self.global_sampler.m, self.global_sampler.batch_size
-        self.local_batch_size = self.batch_size // self.num_replicas
-
-    @property
-    def epoch(self) -> int:
-        """The epoch whose draw :meth:`__iter__` yields."""
-        return self.global_sampler.epoch
-
-    @property
-    def seed(self) -> int:
-        """Seed of the draw."""
-        return self.global_sampler.seed
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (the same on every rank)."""
-        self.global_sampler.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        """Batches per epoch, the same on every rank (that of the global sampler)."""
-        return len(self.global_sampler)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        a, b = self.rank * self.local_batch_size, (self.rank + 1) * self.local_batch_size
-        for batch in self.global_sampler:
-            groups = self._fine[np.asarray(batch)].reshape(-1, self.m)
-            if not (groups == groups[:, :1]).all():  # the cut relies on contiguous class groups
-                raise RuntimeError("MPerClassSampler no longer yields contiguous class groups")
-            yield batch[a:b]
-
-    def __repr__(self) -> str:
-        return (
-            f"DistributedMPerClassSampler(rank={self.rank}, num_replicas={self.num_replicas}, "
-            f"batch_size={self.batch_size} (local {self.local_batch_size}), m={self.m}, batches={len(self)}, "
-            f"seed={self.seed}, epoch={self.epoch})"
-        )

@@ -4,7 +4,7 @@
 and checkpoints are spread over ``W`` processes (one per GPU), such that a ``W``-process run
 reproduces the single-process run with the same **global** batch (``config.batch_size``):
 
-1. :class:`~rank_lab.train.distributed.DistributedMPerClassSampler` gives rank ``r`` its
+1. :class:`~rank_lab.train.distributed_sampler.DistributedMPerClassSampler` gives rank ``r`` its
    ``batch_size / W`` items of the global m-per-class batch (whole class groups).
 2. The model runs wrapped in :class:`torch.nn.parallel.DistributedDataParallel` on the local slice.
 3. The embeddings, labels and dataset indices are all-gathered
@@ -49,6 +49,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
+from rank_lab.metrics.distributed_knn import sharded_retrieval_metrics
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import as_dataset, embed_dataset
 from rank_lab.train.distributed import (
@@ -165,6 +166,7 @@ class DistributedTrainer(Trainer):
         idx_all = meta_all[:, -1]
         if self.config.dist_loss == "full":
             return super()._batch_loss(emb_all, y_all, idx_all)  # the same value on every rank
+        self._check_embeddings(emb_all, idx_all)  # the gathered batch: every rank raises together
         self_index = torch.arange(n, device=emb.device) + self.env.rank * n
         loss = self.loss_fn(emb, y, emb_all, y_all, ref_self_index=self_index)
         finite = torch.tensor([float(torch.isfinite(loss.detach()))], device=emb.device)
@@ -227,8 +229,6 @@ class DistributedTrainer(Trainer):
 
     def _metrics(self, emb: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]) -> dict[str, float]:
         """Metrics on rank 0 with a faiss index over the visible GPUs (or the CPU), broadcast to all ranks."""
-        from rank_lab.metrics.distributed_knn import sharded_retrieval_metrics
-
         res = None
         if self.env.is_main:
             res = sharded_retrieval_metrics(emb, labels, ks=ks, metrics=self.config.eval_metrics, device=self.device,
@@ -249,7 +249,7 @@ class DistributedTrainer(Trainer):
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: set config.checkpoint_dir or pass path")
-        self._check_weights()  # on every rank (DDP keeps them equal), so that all ranks raise together
+        self.engine.check_weights()  # on every rank (DDP keeps them equal), so that all ranks raise together
         if self.env.is_main:
             super().save_checkpoint(path)
         barrier()

@@ -31,7 +31,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rank_lab._validation import check_float, check_positive_int
+from rank_lab.data import load_digits, make_open_set
+from rank_lab.data.datasets.retrieval import load_retrieval_dataset
 from rank_lab.train.config import TrainConfig
+from rank_lab.train.distributed import cleanup_distributed, init_distributed
+from rank_lab.train.distributed_trainer import DistributedTrainer
 
 __all__ = ["build_data", "load_config", "run", "main", "launch_local"]
 
@@ -45,38 +50,52 @@ def build_data(cfg: TrainConfig, data: Mapping[str, Any] | None = None) -> tuple
     (``image_size=cfg.image_size`` + ``data`` kwargs).
 
     Raises:
+        TypeError: ``cfg`` not a :class:`~rank_lab.train.TrainConfig` (or a dict for it), ``data``
+            not a mapping.
         ValueError: no dataset, or an unknown one (the loader's message lists the known names).
     """
+    if isinstance(cfg, Mapping):
+        cfg = TrainConfig.from_dict(cfg)
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a TrainConfig or a dict, got {type(cfg).__name__}")
+    if data is not None and not isinstance(data, Mapping):
+        raise TypeError(f"data must be a mapping of keyword arguments, got {type(data).__name__}")
     kw = dict(data or {})
     name = (cfg.dataset or "").lower()
     if not name:
-        raise ValueError("config.dataset is not set: use 'synthetic', 'digits' or a retrieval dataset name")
+        raise ValueError("cfg.dataset is not set (config.dataset): use 'synthetic', 'digits' or a retrieval dataset name")
     if name in ("synthetic", "digits"):
-        from rank_lab.data import load_digits, make_open_set
-
         kw.setdefault("seed", cfg.seed)
         split = make_open_set(**kw) if name == "synthetic" else load_digits(**kw)
         return (split.x_train, split.y_train), (split.x_test, split.y_test)
-    from rank_lab.data.datasets.retrieval import load_retrieval_dataset
-
     kw.setdefault("image_size", cfg.image_size)
     return (load_retrieval_dataset(name, cfg.data_dir, "train", **kw),
             load_retrieval_dataset(name, cfg.data_dir, "test", **kw))
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> tuple[TrainConfig, dict[str, Any]]:
-    """Read a JSON config file (``None``: defaults) and ``key=value`` overrides; return ``(config, data kwargs)``."""
+    """Read a JSON config file (``None``: defaults) and ``key=value`` overrides; return ``(config, data kwargs)``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: the file is not a JSON object, an override is not ``key=value``, an unknown key.
+    """
+    if isinstance(overrides, str):
+        raise TypeError(f"overrides must be a list of 'key=value' strings, got the str {overrides!r}")
     raw: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"config file {str(p)!r} does not exist")
-        raw = json.loads(p.read_text())
+        try:
+            raw = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"config file {str(p)!r} (path) is not valid JSON: {exc}") from exc
         if not isinstance(raw, dict):
             raise ValueError(f"{str(p)!r} must hold a JSON object")
     for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"--set expects key=value, got {item!r}")
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"overrides (--set) expect key=value, got {item!r}")
         key, value = item.split("=", 1)
         try:
             raw[key.strip()] = json.loads(value)
@@ -101,11 +120,12 @@ def run(
 
     The process group is created from the ``torchrun`` environment (an existing one is reused and
     left alone; one created here is destroyed at the end).
-    """
-    from rank_lab.train.distributed import cleanup_distributed, init_distributed
-    from rank_lab.train.distributed_trainer import DistributedTrainer
 
-    cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
+    Raises:
+        TypeError: ``config`` is neither a :class:`~rank_lab.train.TrainConfig` nor a mapping; and
+            the errors of :func:`build_data`, :func:`init_distributed` and the trainer.
+    """
+    cfg = _as_config(config)
     env = init_distributed(device=cfg.device, timeout_s=timeout_s)
     try:
         if train_data is None:
@@ -116,6 +136,14 @@ def run(
     finally:
         cleanup_distributed(env)
     return trainer
+
+
+def _as_config(config: object) -> TrainConfig:
+    if isinstance(config, TrainConfig):
+        return config
+    if isinstance(config, Mapping):
+        return TrainConfig.from_dict(config)
+    raise TypeError(f"config must be a TrainConfig or a mapping, got {type(config).__name__}")
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
@@ -144,6 +172,7 @@ def launch_local(
     data: Mapping[str, Any] | None = None,
     threads_per_proc: int | None = None,
     timeout: float = 600.0,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Run ``torchrun --standalone --nproc_per_node=nproc -m rank_lab.train.launch`` and return its log.
 
@@ -154,17 +183,24 @@ def launch_local(
         data: data kwargs (:func:`build_data`).
         threads_per_proc: ``OMP_NUM_THREADS`` of each process (default: CPU cores // nproc).
         timeout: seconds before the run is killed.
+        dry_run: write the config file and return ``{"command": [...], "config_path": ...,
+            "log_path": ..., "env": {"OMP_NUM_THREADS": ..., "PYTHONPATH": ...}}`` without
+            starting anything (to run the command elsewhere, e.g. in a cluster script).
 
     Returns:
-        The JSON log ``{"config": ..., "history": [...]}`` plus ``"stdout"`` (rank 0's summary).
+        The JSON log ``{"config": ..., "history": [...]}`` plus ``"stdout"`` (rank 0's summary);
+        with ``dry_run``, the command instead.
 
     Raises:
+        TypeError, ValueError: ``config`` neither a TrainConfig nor a mapping, ``nproc`` or
+            ``threads_per_proc`` not a positive int, ``timeout`` not a finite positive number.
         RuntimeError: the run failed (its stderr tail is in the message).
     """
-    from rank_lab._validation import check_positive_int
-
     nproc = check_positive_int(nproc, "nproc")
-    cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
+    if threads_per_proc is not None:
+        threads_per_proc = check_positive_int(threads_per_proc, "threads_per_proc")
+    timeout = check_float(timeout, "timeout", low=0.0, low_open=True)
+    cfg = _as_config(config)
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="rank_lab_launch_"))
     work.mkdir(parents=True, exist_ok=True)
     if cfg.log_path is None and cfg.checkpoint_dir is None:
@@ -178,6 +214,9 @@ def launch_local(
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "rank_lab.train.launch", "--config", str(cfg_path)]
+    if dry_run:
+        return {"command": cmd, "config_path": str(cfg_path), "log_path": str(log_path),
+                "env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"], "PYTHONPATH": env["PYTHONPATH"]}}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"torchrun exited with {proc.returncode}:\n{proc.stderr[-4000:]}")

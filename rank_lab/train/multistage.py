@@ -44,11 +44,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from rank_lab._validation import check_positive_int
+from rank_lab._progress import tqdm
+from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
+from rank_lab.data.samplers import MPerClassSampler
+from rank_lab.models.backbones import lock_batchnorm
+from rank_lab.train.data import SamplerStream
+from rank_lab.train.engine import Batch, Engine, EngineConfig, one_batch
+from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -60,54 +67,38 @@ __all__ = [
     "fit_multistage",
 ]
 
-_BN_TYPES = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
-
-
-def _force_eval_hook(module: nn.Module, args: object) -> None:
-    module.training = False
-
-
-def lock_batchnorm(model: nn.Module, *, freeze_affine: bool = True) -> nn.Module:
-    """Freeze every BatchNorm layer of ``model`` as the thesis does (Section 5.3.2).
-
-    The layers always run in eval mode (running statistics, not batch statistics), even after
-    ``model.train()``: a forward pre-hook forces it (unlike
-    :func:`rank_lab.models.backbones.freeze_batchnorm`, which must be called after every
-    ``train()``). With ``freeze_affine`` their weight and bias stop requiring gradients: "the
-    BatchNorm parameters are kept frozen" (thesis); the official code only puts BN in eval mode and
-    still trains the affine parameters (``freeze_affine=False``). This makes the forward pass
-    independent of how the batch is chunked, so multistage back-propagation reproduces a single
-    pass exactly.
-
-    Args:
-        model: any module.
-        freeze_affine: also freeze the BN affine parameters.
-
-    Returns:
-        ``model`` (modified in place).
-    """
-    for mod in model.modules():
-        if isinstance(mod, _BN_TYPES):
-            mod.eval()
-            if not getattr(mod, "_rank_lab_frozen", False):
-                mod.register_forward_pre_hook(_force_eval_hook)
-                mod._rank_lab_frozen = True  # type: ignore[attr-defined]
-            if freeze_affine:
-                for p in mod.parameters(recurse=False):
-                    p.requires_grad_(False)
-    return model
-
-
 def _chunks(n: int, chunk_size: int) -> Iterator[slice]:
     for a in range(0, n, chunk_size):
         yield slice(a, min(a + chunk_size, n))
 
 
-def _check_inputs(inputs: torch.Tensor) -> None:
+def _check_inputs(inputs: torch.Tensor, labels: object = None) -> torch.Tensor | None:
+    """A non-empty batch on dim 0, finite when floating (integer inputs such as token ids go to the
+    model as they are: whether it takes them is the model's business); ``labels`` (returned as a
+    tensor) must have one row per input."""
     if not isinstance(inputs, torch.Tensor):
         raise TypeError(f"inputs must be a tensor with the batch on dim 0, got {type(inputs).__name__}")
     if inputs.ndim == 0 or inputs.shape[0] == 0:
         raise ValueError(f"inputs must hold a non-empty batch on dim 0, got shape {tuple(inputs.shape)}")
+    if inputs.is_floating_point():
+        check_finite_input(inputs, "inputs")
+    if labels is None:
+        return None
+    labels = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(labels)
+    if labels.ndim == 0 or labels.shape[0] != inputs.shape[0]:
+        raise ValueError(f"labels has {labels.shape[0] if labels.ndim else 0} rows but inputs has {inputs.shape[0]}")
+    return labels
+
+
+def _forward(model: nn.Module, inputs: torch.Tensor, sl: slice, dev: torch.device) -> torch.Tensor:
+    """``model(inputs[sl])``; a ``ValueError`` / ``TypeError`` of the model (a shape or dtype it
+    refuses) is re-raised naming the chunk of ``inputs`` it came from."""
+    try:
+        return model(inputs[sl].to(dev, non_blocking=True))
+    except (ValueError, TypeError) as exc:
+        if type(exc) in (ValueError, TypeError):  # not subclasses, whose constructors differ
+            raise type(exc)(f"model(inputs[{sl.start}:{sl.stop}]) raised: {exc}") from exc
+        raise
 
 
 def embed_in_chunks(
@@ -129,19 +120,22 @@ def embed_in_chunks(
 
     Returns:
         ``(B, d)`` embeddings on ``device``.
+
+    Raises:
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch, ``chunk_size`` not a positive
+            int; an error of the model on a chunk, re-raised naming the chunk of ``inputs``.
     """
+    check_module(model, "model")
     _check_inputs(inputs)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     dev = _model_device(model) if device is None else get_device(device)
     out = []
     it = list(_chunks(inputs.shape[0], chunk_size))
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(it, desc="embed", leave=False)
     with torch.no_grad():
         for sl in it:
-            out.append(model(inputs[sl].to(dev, non_blocking=True)))
+            out.append(_forward(model, inputs, sl, dev))
     return torch.cat(out)
 
 
@@ -217,15 +211,16 @@ def multistage_backward(
         :class:`MultistageOutput` (loss, embeddings, their gradient).
 
     Raises:
-        ValueError: empty batch, a loss that is not a finite scalar.
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch, ``labels`` with another
+            number of rows, ``chunk_size`` not a positive int, ``atol`` not a finite number >= 0,
+            a loss that is not a finite scalar; an error of the model on a chunk, re-raised naming
+            the chunk of ``inputs``.
         RuntimeError: with ``check_consistency``, when pass 3 does not reproduce pass 1.
     """
-    _check_inputs(inputs)
+    check_module(model, "model")
+    labels = _check_inputs(inputs, labels)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    if not isinstance(labels, torch.Tensor):
-        labels = torch.as_tensor(labels)
-    if labels.shape[0] != inputs.shape[0]:
-        raise ValueError(f"labels has {labels.shape[0]} rows but inputs has {inputs.shape[0]}")
+    atol = check_float(atol, "atol", low=0.0)
     dev = _model_device(model) if device is None else get_device(device)
     slices = list(_chunks(inputs.shape[0], chunk_size))
 
@@ -234,7 +229,7 @@ def multistage_backward(
     with torch.no_grad():
         for sl in _maybe_tqdm(slices, progress, "multistage: embed"):
             states.append(_rng_state(dev))
-            parts.append(model(inputs[sl].to(dev, non_blocking=True)))
+            parts.append(_forward(model, inputs, sl, dev))
     emb = torch.cat(parts).detach().requires_grad_(True)
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
 
@@ -274,8 +269,6 @@ def multistage_backward(
 def _maybe_tqdm(items: list, show: bool, desc: str) -> list:
     if not show:
         return items
-    from tqdm.auto import tqdm
-
     return tqdm(items, desc=desc, leave=False)
 
 
@@ -324,13 +317,18 @@ def fit_multistage(
     device: DeviceLike = None,
     seed: int = 0,
     progress: bool = True,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 100,
+    resume: bool = True,
+    amp: bool = False,
+    grad_clip: float | None = None,
 ) -> list[float]:
     """Train with very large m-per-class batches by multistage back-propagation (Algorithm 3 with
-    the large-batch implementation of Section 5.3.2 of the Patel thesis).
+    the large-batch implementation of Section 5.3.2 of the Patel thesis), on the training engine.
 
     Each step draws a batch of ``batch_size`` items (``batch_size // m_per_class`` classes x
-    ``m_per_class`` images, :class:`rank_lab.data.MPerClassSampler`) and calls
-    :func:`multistage_step`, so the memory is that of one ``chunk_size`` chunk whatever the batch.
+    ``m_per_class`` images, :class:`rank_lab.data.MPerClassSampler`) and back-propagates it with
+    :func:`multistage_backward`, so the memory is that of one ``chunk_size`` chunk whatever the batch.
 
     Args:
         model: embedding network; loss_fn: ``loss(embeddings, labels)`` (e.g. RS@k).
@@ -342,34 +340,53 @@ def fit_multistage(
         device: compute device (default: the model's).
         seed: sampler seed.
         progress: tqdm bar.
+        checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options
+            (:class:`rank_lab.train.engine.EngineConfig`; ``checkpoint_every`` in steps).
 
     Returns:
-        The loss of every step.
-    """
-    from rank_lab.data import MPerClassSampler
+        The loss of every step (including those of a resumed run).
 
+    Raises:
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch with one row per label,
+            ``steps`` not a positive int, ``lr`` not a finite positive number, and the errors of
+            :class:`~rank_lab.data.MPerClassSampler` and :func:`multistage_backward`.
+        NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
+    """
     steps = check_positive_int(steps, "steps")
+    batch_size, m_per_class = check_positive_int(batch_size, "batch_size"), check_positive_int(m_per_class, "m_per_class")
+    check_module(model, "model")
+    labels = _check_inputs(inputs, labels)
+    lr = check_float(lr, "lr", low=0.0, low_open=True)
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
     if optimizer is None:
         params = list(model.parameters())
         if isinstance(loss_fn, nn.Module):
             params += list(loss_fn.parameters())
-        optimizer = torch.optim.Adam([p for p in params if p.requires_grad], lr=lr)
+        optimizer = build_optimizer([p for p in params if p.requires_grad], "adam", lr=lr)
     sampler = MPerClassSampler(labels, m=m_per_class, batch_size=batch_size, length=steps * batch_size, seed=seed)
-    history: list[float] = []
-    bar = _maybe_tqdm(list(range(steps)), progress, f"multistage B={batch_size}")
-    it = iter(sampler)
-    epoch = 0
+    stream = SamplerStream(sampler)
+    modules = {"model": model, **({"loss": loss_fn} if isinstance(loss_fn, nn.Module) else {})}
+    engine = Engine(modules, optimizer, EngineConfig(
+        epochs=steps, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
+        amp=amp, grad_clip=grad_clip, desc=f"multistage B={batch_size}", unit="step"),
+        device=_model_device(model) if device is None else device, autocast=False,
+        run_key={"batch_size": batch_size, "m_per_class": m_per_class, "chunk_size": chunk_size, "seed": seed,
+                 "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr})
+
+    def step(idx: torch.Tensor) -> torch.Tensor:
+        seen: list[torch.Tensor] = []
+
+        def guarded(emb: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            seen.append(loss_fn(emb, y))
+            engine.check_loss(seen[-1])
+            return engine.scaler.scale(seen[-1])
+
+        with engine.autocast():
+            multistage_backward(model, inputs[idx], labels[idx], guarded, chunk_size=chunk_size, device=device)
+        engine.mark_backward_done()
+        return seen[-1].detach()
+
     model.train()
-    for _ in bar:
-        try:
-            idx = next(it)
-        except StopIteration:
-            epoch += 1
-            sampler.set_epoch(epoch)
-            it = iter(sampler)
-            idx = next(it)
-        idx_t = torch.as_tensor(idx)
-        history.append(
-            multistage_step(model, optimizer, inputs[idx_t], labels[idx_t], loss_fn, chunk_size=chunk_size, device=device)
-        )
-    return history
+    engine.run(step, lambda s: one_batch(Batch(torch.as_tensor(stream(s)), indices=stream.last)),
+               steps_per_epoch=1, on_epoch_end=lambda s, res: engine.history.append(res[0].loss))
+    return engine.history

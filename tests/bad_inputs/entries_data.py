@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import rank_lab.data as D
+import torch
 
-from .factories import emb, hier_labels, labels
+import rank_lab.data as D
+import rank_lab.data.perturbations as PT
+
+from . import entries_datasets, entries_fixtures
+from .factories import emb, hier_labels, images, labels
 from .framework import cls, fn
 
 NET = {"n_classes": "posint", "per_class": "posint", "dim": "posint", "input_dim": "posint", "noise": "nonneg",
        "train_fraction": "prob", "activation": "choice"}
-SPLIT_LEGAL = {"x:int": "integer features are kept as given (a split only indexes rows)",
-               "x:ndim+": "a split indexes the first dim of x of any shape",
-               "x:ndim-": "a split indexes the first dim of x of any shape",
-               "x:nan": "a split only indexes rows; consumers check values", "x:inf": "a split only indexes rows",
-               "x:-inf": "a split only indexes rows"}
+
 
 ENTRIES = [
     fn(D.OpenSetSplit, lambda: dict(x_train=emb(6), y_train=labels(6), x_test=emb(6), y_test=labels(6) + 3),
        {"x_train": "x", "y_train": "labels"}, rows=(("x_train", "y_train"), ("x_test", "y_test")),
-       legal={"x_train:int": "integer features are kept as given", "x_train:ndim+": "images (N, C, H, W) or any (N, ...) data",
+       legal={"x_train:ndim+": "images (N, C, H, W) or any (N, ...) data",
               "x_train:f64": "float64 accepted"}),
     cls(D.RandomNonlinearMap, {"dim": 4, "input_dim": 6, "hidden_dim": 8},
         {"dim": "posint", "input_dim": "posint", "hidden_dim": "posint", "activation": "choice", "gain": "pos", "input_scale": "pos"},
@@ -32,9 +32,9 @@ ENTRIES = [
        extra={"unknown_class": ("train_classes", lambda: (0, 42), ("train_classes",))}),
     fn(D.load_animal_mnist, {"train_classes": (0, 1), "test_classes": (2, 3)}, {"test_fraction": "prob", "data_dir": "path"}),
     fn(D.split_by_classes, lambda: dict(x=emb(12), y=labels(12, 4), train_classes=(0, 1)), {"x": "x", "y": "labels"},
-       rows=(("x", "y"),), legal=SPLIT_LEGAL, extra={"unknown_class": ("train_classes", lambda: (0, 9), ("train_classes",))}),
+       rows=(("x", "y"),), extra={"unknown_class": ("train_classes", lambda: (0, 9), ("train_classes",))}),
     fn(D.stratified_split, lambda: dict(x=emb(12), y=labels(12, 3)), {"x": "x", "y": "labels", "test_fraction": "prob"},
-       rows=(("x", "y"),), legal=SPLIT_LEGAL),
+       rows=(("x", "y"),)),
     cls(D.MPerClassSampler, lambda: dict(labels=labels(24, 6), m=2, batch_size=4), {"labels": "labels", "m": "posint", "batch_size": "posint"},
         calls=[("__iter__", None, None)], extra={"m_too_big": ("m", lambda: 5, ("m",))}),
     cls(D.HierarchicalSampler, lambda: dict(labels=hier_labels(16), batch_size=8, samples_per_class=2, super_classes_per_batch=2),
@@ -44,3 +44,18 @@ ENTRIES = [
     cls(D.ImageListDataset, lambda: dict(paths=["a.png", "b.png"], labels=[0, 1]), {"labels": "labels"}, rows=(("paths", "labels"),)),
     fn(D.require_path, lambda: dict(root="/", relative="tmp", dataset="x"), {"root": "path"}),
 ]
+
+# the training-set protocols of Patel thesis §6.5 and the two-view augmentation
+ENTRIES += [
+    fn(PT.imbalanced_indices, lambda: dict(labels=labels(12), imbalance_rate=0.5, minority_classes=None), {"labels": "labels", "imbalance_rate": "prob",
+                                                                                  "seed": "nonnegint"},
+       extra={"all_minority": ("minority_classes", lambda: torch.tensor([0, 1, 2]), ("minority_classes",))}),
+    fn(PT.noisy_labels, lambda: dict(labels=labels(12), noise_rate=0.25, n_classes=3), {"labels": "labels", "noise_rate": "prob",
+                                                                                       "n_classes": "posint", "seed": "nonnegint"},
+       extra={"range": ("labels", lambda: labels(12) + 5, ("labels",))}),
+    fn(PT.two_views, lambda: dict(x=images(3, 1, 6), generator=torch.Generator().manual_seed(0)),
+       {"x": "x", "noise_std": "nonneg", "max_shift": "nonnegint"},
+       legal={"x:ndim*": "(N, ...): any input shape of 2 dims or more (images get the shift only when 4-D)"}),
+]
+
+ENTRIES += [*entries_datasets.ENTRIES, *entries_fixtures.ENTRIES]

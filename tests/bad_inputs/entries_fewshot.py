@@ -5,11 +5,14 @@ from __future__ import annotations
 import torch
 
 import rank_lab.fewshot as F
+import rank_lab.fewshot.synthetic as SY
 
 from .factories import emb, images, labels
 from .framework import cls, fn
 
 CAST = "integer vectors are cast to float"
+EMPTY_MAP = "an empty batch of feature maps is modulated into an empty batch (documented in film)"
+ONE_TASK = "a (1, k, C, H, W) support is one task of k images: the documented (T, k, C, H, W) form"
 TINY = dict(backbone="tiny", widths=(4,), encoder_width=4, encoder_depth=2)
 
 
@@ -57,14 +60,18 @@ ENTRIES = [
     fn(F.gather_images, lambda: {"images": images(4, 3, 8), "index": [0, 2]}, extra={"out_of_range": ("index", lambda: [0, 9], ("index",))}),
     fn(F.fewshot_retrieval_scores, lambda: {"describe": _describe, "labels": _base()[1],
                                             "supports": F.setup_supports("B", _base()[0], _base()[1], k=2)[0]}),
-    fn(F.evaluate_fewshot_retrieval, lambda: {"describe": _describe, "images": _base()[0], "labels": _base()[1], "setup": "C"},
+    # two sources: every query has a cross-source positive (with one source the inter-source
+    # measures of rank_lab.retrieval.cross_domain_evaluate are undefined, documented as NaN there)
+    fn(F.evaluate_fewshot_retrieval, lambda: {"describe": _describe, "images": _base()[0], "labels": _base()[1], "setup": "C",
+                                              "domains": torch.arange(11) % 2},
        {"setup": "choice"}),
     cls(F.Episode, lambda: dict(target=0, support=torch.arange(2), batch=torch.arange(6), batch_labels=labels(6, 2), classes=torch.arange(2))),
     cls(F.EpisodeSampler, lambda: dict(labels=labels(24, 4), k=2, m=2, n_classes=2, episodes=2),
         {"labels": "labels", "k": "k", "m": "posint", "n_classes": "posint", "episodes": "posint"}, calls=[("__iter__", None, None)]),
-    fn(F.film, lambda: {"x": images(2, 3, 4), "gamma": torch.ones(3), "beta": torch.zeros(3)}, {"x": "x", "gamma": "x", "beta": "x"}),
+    fn(F.film, lambda: {"x": images(2, 3, 4), "gamma": torch.ones(3), "beta": torch.zeros(3)}, {"x": "x", "gamma": "x", "beta": "x"},
+       legal={"x:empty": EMPTY_MAP}),
     cls(F.FiLM, {}, calls=[("__call__", lambda: {"x": images(2, 3, 4), "gamma": torch.ones(3), "beta": torch.zeros(3)},
-                            {"x": "x", "gamma": "x", "beta": "x"})]),
+                            {"x": "x", "gamma": "x", "beta": "x"})], legal={"__call__.x:empty": EMPTY_MAP}),
     fn(F.identity_film_params, {"channels": [4], "blocks": [1]}),
     fn(F.select_film_params, lambda: {"params": F.identity_film_params([4], [1]), "index": torch.tensor([0])}),
     fn(F.adaptation_parameter_count, {"channels": [4], "blocks": [1], "z_dim": 4}, {"z_dim": "posint"}),
@@ -73,7 +80,7 @@ ENTRIES = [
     fn(F.film_resnet18, {"source": "torchvision"}, {"source": "choice", "weights_path": "path"}),
     cls(F.FiLMResNet, lambda: {"body": F.TinyResNetBody(widths=(4,))}),
     cls(F.SetEncoder, {"width": 4, "depth": 2}, {"in_channels": "posint", "width": "posint", "depth": "posint"},
-        calls=[("__call__", lambda: {"support": images(3, 3, 8)}, {"support": "x"})]),
+        calls=[("__call__", lambda: {"support": images(3, 3, 8)}, {"support": "x"})], legal={"__call__.support:ndim+": ONE_TASK}),
     cls(F.FiLMLayerNetwork, {"channels": 4, "n_blocks": 1, "z_dim": 4}, {"channels": "posint", "n_blocks": "posint", "z_dim": "posint",
                                                                          "init_std": "nonneg"}),
     cls(F.FiLMAdaptationNetwork, {"channels": [4], "blocks": [1], "z_dim": 4}, {"z_dim": "posint", "init_std": "nonneg"}),
@@ -96,4 +103,15 @@ ENTRIES = [
                                      "labels": labels(12, 2), "n_classes": 2, "k": 3, "epochs": 1, "batches_per_epoch": 1,
                                      "progress": False},
        {"epochs": "posint", "lr": "pos", "k": "k"}, rows=(("dataset_ids", "labels"),)),
+    # rank_lab.fewshot.synthetic
+    fn(SY.anisotropic_classes, {"n_classes": 3, "per_class": 4, "dim": 4},
+       {"n_classes": "posint", "per_class": "posint", "dim": "posint", "mean_std": "nonneg", "floor": "nonneg", "scale": "real"}),
+    fn(SY.MultiDataset, lambda: {"x": emb(6), "labels": labels(6, 2), "dataset_ids": torch.zeros(6, dtype=torch.long),
+                                 "concepts": labels(6, 2)},
+       {"x": "x", "labels": "labels", "dataset_ids": "labels"}, rows=(("x", "labels"), ("x", "concepts")), legal={"x:int": CAST}),
+    fn(SY.make_multi_dataset, {"n_datasets": 2, "n_concepts": 4, "classes_per_dataset": 2, "per_class": 3, "dim": 4,
+                               "concept_dim": 2, "input_dim": 5, "nuisance_rank": 2},
+       {"n_datasets": "posint", "n_concepts": "posint", "classes_per_dataset": "posint", "per_class": "posint", "dim": "posint",
+        "concept_dim": "posint", "input_dim": "posint", "nuisance_rank": "nonnegint", "noise": "nonneg", "concept_std": "nonneg",
+        "nuisance_std": "nonneg", "style_std": "nonneg", "obs_noise": "nonneg"}),
 ]

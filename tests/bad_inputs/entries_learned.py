@@ -5,8 +5,14 @@ from __future__ import annotations
 import torch
 
 import rank_lab.learned as LE
+import rank_lab.learned.boxes as LB
+import rank_lab.learned.edit_task as LT
+import rank_lab.learned.feds as LF
+import rank_lab.learned.recognizer as LR
+import rank_lab.learned.render as LW
+import rank_lab.learned.surrogate as LS_
 
-from .factories import emb
+from .factories import emb, gen
 from .framework import cls, fn
 
 ABC = LE.Alphabet("abc")
@@ -35,6 +41,29 @@ def crnn():
 
 
 LS = dict(epochs=1, surrogate_steps=1, model_steps=1)
+E_INT = {"e_true:int": "integer metric values (edit distances) are cast to the surrogate's dtype (documented)"}
+
+
+def box_data():
+    images, boxes = LE.make_box_dataset(4, size=16, seed=0)
+    return {"model": LE.BoxRegressor(16, (4, 4, 4), 8), "images": images, "boxes": boxes}
+
+
+def word_data():
+    t = words_task()
+    return {"model": crnn(), "images": t["images"], "words": t["words"], "alphabet": ABC}
+
+
+def proxy():
+    model = torch.nn.Linear(3, 1)
+    x = emb(6, 3)
+    return {"model": model, "n_items": 6, "batch_loss": lambda idx, dev: model(x[idx]).pow(2).mean(), "steps": 2,
+            "batch_size": 3, "lr": 1e-2, "device": "cpu", "grad_clip": 1.0, "checkpoint_every": 1}
+
+
+def ctc_args():
+    return {"logits": torch.randn(2, 6, 4, generator=gen(3)), "targets": torch.tensor([[1, 2], [3, -1]]),
+            "target_lengths": torch.tensor([2, 1])}
 
 ENTRIES = [
     fn(LE.feds_filter, e_pair, {"e_hat": "x", "e_true": "x", "lam": "pos"}, rows=(("e_hat", "e_true"),),
@@ -74,11 +103,46 @@ ENTRIES = [
     cls(LE.EmbeddingSurrogate, lambda: {"embedding": LE.BoxMLP(hidden=(8, 8, 8, 8), out_dim=4)}, {"eps": "pos"},
         calls=[("__call__", lambda: {"z": emb(3, 6), "y": emb(3, 6, seed=1)}, {"z": "x", "y": "x"})], rows=(("__call__.z", "__call__.y"),)),
     fn(LE.surrogate_loss, lambda: {"surrogate": sur(), "z": emb(3, 6), "y": emb(3, 6, seed=1), "e_true": torch.rand(3)},
-       {"z": "x", "y": "x", "e_true": "x", "grad_penalty": "nonneg"}, rows=(("z", "y"), ("z", "e_true"))),
+       {"z": "x", "y": "x", "e_true": "x", "grad_penalty": "nonneg", "fit_weight": "pos", "eps": "pos"},
+       rows=(("z", "y"), ("z", "e_true")), legal=E_INT),
     fn(LE.evaluate_surrogate, lambda: {"model": None, "surrogate": sur(), "task": LE.BoxIoUTask(**box_task()), "source": "global", "n_batches": 1},
        {"source": "choice", "n_batches": "posint"}),
     cls(LE.SurrogateTrainer, lambda: {"model": LE.BoxRegressor(16, (4, 4, 4), 8), "surrogate": sur(), "task": LE.BoxIoUTask(**box_task()),
                                       "config": LE.LSConfig(**LS), "device": "cpu"}, calls=[("fit", None, None)]),
     cls(LE.FEDSTrainer, lambda: {"model": LE.BoxRegressor(16, (4, 4, 4), 8), "surrogate": sur(), "task": LE.BoxIoUTask(**box_task()),
                                  "config": LE.FEDSConfig(**LS), "device": "cpu"}, calls=[("fit", None, None)]),
+    fn(LF.feds_mask, e_pair, {"e_hat": "x", "e_true": "x", "lam": "pos"}, rows=(("e_hat", "e_true"),),
+       legal={"e_true:int": "integer edit distances", "lam:inf": "lambda = inf switches the filter off (documented)"}),
+    cls(LS_.SurrogateTask, {"batch_size": 4, "device": "cpu"}, {"batch_size": "posint"}),
+    fn(LS_.ls_model_loss, e_pair, {"e_hat": "x", "e_true": "x"}, rows=(("e_hat", "e_true"),),
+       legal={"e_true:int": "integer metric values (edit distances); e_true only sets the batch size"}),
+    fn(LR.ctc_collapse, lambda: {"paths": torch.tensor([[0, 1, 1, 0, 2], [3, 3, 0, 3, 0]])}, {"paths": "labels"}),
+    fn(LR.ctc_loss, ctc_args, {"logits": "x"}, rows=(("logits", "targets"),)),
+    fn(LR.lr_schedule, lambda: {"opt": torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1), "steps": 4,
+                                "schedule": "cosine"}, {"steps": "posint", "schedule": "choice"},
+       extra={"not_optimizer": ("opt", lambda: 3, ("opt",))}),
+    fn(LR.fit_proxy, proxy, {"n_items": "posint", "steps": "posint", "batch_size": "posint", "lr": "pos", "schedule": "choice",
+                             "grad_clip": "pos", "checkpoint_every": "posint"},
+       extra={"not_callable": ("batch_loss", lambda: 3, ("batch_loss",))}),
+    fn(LR.recognize, lambda: {k: v for k, v in word_data().items() if k != "words"} | {"batch_size": 4},
+       {"images": "x", "batch_size": "posint"}),
+    fn(LR.evaluate_recognizer, word_data, {"images": "x"}, rows=(("images", "words"),),
+       extra={"not_words": ("words", lambda: "abc", ("words",))}),
+    fn(LW.font_paths, {"names": LW.DEFAULT_FONTS}, extra={"single_str": ("names", lambda: "DejaVuSans.ttf", ("names",))}),
+    fn(LW.random_words, {"n": 3, "alphabet": "abc"}, {"n": "posint", "min_len": "posint", "max_len": "posint"},
+       extra={"empty": ("alphabet", lambda: "", ("alphabet",))}),
+    fn(LT.random_ctc_path, lambda: {"words": torch.tensor([[1, 2, 0], [3, 1, 2]]), "lengths": torch.tensor([2, 3]), "frames": 8,
+                                    "gen": gen()}, {"words": "labels", "frames": "posint"}, rows=(("words", "lengths"),)),
+    fn(LB.sample_rotated_boxes, lambda: {"n": 3, "gen": gen(), "width": (0.35, 0.75)}, {"n": "posint", "max_angle": "nonneg"},
+       extra={"reversed": ("width", lambda: (0.7, 0.3), ("width",)), "not_generator": ("gen", lambda: 0, ("gen",))}),
+    fn(LB.render_box_images, lambda: {"boxes": LE.make_box_dataset(2, size=8, seed=0)[1], "size": 8},
+       {"boxes": "x", "size": "posint", "noise": "nonneg", "supersample": "posint"}),
+    fn(LB.perturb_boxes, lambda: {"boxes": LE.make_box_dataset(3, size=8, seed=0)[1], "gen": gen()},
+       {"boxes": "x", "center": "nonneg", "log_scale": "nonneg", "angle": "nonneg"}),
+    fn(LB.fit_box_regressor, lambda: {**box_data(), "steps": 2, "batch_size": 2, "device": "cpu"},
+       {"images": "x", "boxes": "x", "steps": "posint", "batch_size": "posint", "lr": "pos", "schedule": "choice"},
+       rows=(("images", "boxes"),)),
+    fn(LB.predict_boxes, lambda: {k: v for k, v in box_data().items() if k != "boxes"} | {"batch_size": 2},
+       {"images": "x", "batch_size": "posint"}),
+    fn(LB.evaluate_box_regressor, box_data, {"images": "x", "boxes": "x"}, rows=(("images", "boxes"),)),
 ]

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from rank_lab._validation import as_tensor
+
 __all__ = ["DatasetFolderError", "require_path", "ImageListDataset", "pil_loader"]
 
 
@@ -41,13 +43,28 @@ def require_path(root: str | Path, relative: str | Path, dataset: str, layout: s
     return p
 
 
+def _check_transform(transform: object, name: str = "transform") -> None:
+    """Raise ``TypeError`` unless ``transform`` is None or callable (a string such as ``"default"``
+    is resolved by the loaders, :func:`~rank_lab.data.datasets.transforms.resolve_transform`)."""
+    if transform is not None and not callable(transform):
+        raise TypeError(f"{name} must be a callable or None, got {transform!r}")
+
+
 def pil_loader(path: str | Path) -> Any:
-    """Open an image file as an RGB PIL image."""
-    from PIL import Image
+    """Open an image file as an RGB PIL image.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (the message names it).
+        DatasetFolderError: the file is not a readable image (named, with PIL's reason).
+    """
+    from PIL import Image, UnidentifiedImageError
 
     with open(path, "rb") as f:
-        img = Image.open(f)
-        return img.convert("RGB")
+        try:
+            img = Image.open(f)
+            return img.convert("RGB")
+        except (UnidentifiedImageError, OSError, ValueError) as exc:
+            raise DatasetFolderError(f"{str(path)!r} is not a readable image ({type(exc).__name__}: {exc})") from exc
 
 
 class ImageListDataset(Dataset):
@@ -60,6 +77,11 @@ class ImageListDataset(Dataset):
         loader: opens a path; default :func:`pil_loader`.
 
     Items are ``(transform(image), label)``, with ``label`` a ``torch.long`` scalar or ``(L,)`` row.
+    An empty list (no path, no label) is allowed (e.g. no distractors).
+
+    Raises:
+        TypeError: floating or bool ``labels``; a ``transform`` or ``loader`` that is not callable.
+        ValueError: ``labels`` not ``(N,)`` / ``(N, L)``, or not one row per path.
     """
 
     def __init__(
@@ -70,10 +92,18 @@ class ImageListDataset(Dataset):
         loader: Callable[[str | Path], Any] = pil_loader,
     ) -> None:
         self.paths = [Path(p) for p in paths]
-        self.labels = torch.as_tensor(labels, dtype=torch.long)
-        if self.labels.shape[0] != len(self.paths):
-            raise ValueError(f"labels has {self.labels.shape[0]} rows but paths has {len(self.paths)}")
+        lab = as_tensor(labels, "labels")
+        if lab.is_floating_point() or lab.is_complex() or lab.dtype == torch.bool:
+            raise TypeError(f"labels must hold integers, got dtype {lab.dtype}")
+        if lab.ndim not in (1, 2):
+            raise ValueError(f"labels must have shape (N,) or (N, L), got {tuple(lab.shape)}")
+        if lab.shape[0] != len(self.paths):
+            raise ValueError(f"labels has {lab.shape[0]} rows but paths has {len(self.paths)}")
+        self.labels = lab.long()
+        _check_transform(transform)
         self.transform = transform
+        if not callable(loader):
+            raise TypeError(f"loader must be callable, got {type(loader).__name__}")
         self.loader = loader
 
     def __len__(self) -> int:

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from rank_lab.data.datasets.base import DatasetFolderError
+from rank_lab._validation import as_tensor
+from rank_lab.data.datasets.base import DatasetFolderError, _check_transform
 from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import check_split, find_root
 
@@ -119,15 +120,31 @@ class ArrayImageDataset(Dataset):
     transform receives a PIL image (torchvision's convention, so ``transforms.ToTensor()`` etc.
     work). Attributes: ``images``, ``labels`` (``(N,)`` or ``(N, L)`` long), ``class_names``,
     ``name``, ``split``.
+
+    Raises:
+        ValueError: ``images`` not a non-empty uint8 ``(N, 1 or 3, H, W)`` tensor, ``labels`` not
+            ``(N,)`` / ``(N, L)`` with one row per image.
+        TypeError: floating or bool ``labels``, a non-callable ``transform``.
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, transform: Callable[[Any], Any] | None = None,
                  *, class_names: list[str] | None = None, name: str = "", split: str = "") -> None:
-        if images.ndim != 4 or images.dtype != torch.uint8:
-            raise ValueError(f"images must be uint8 (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
-        labels = torch.as_tensor(labels, dtype=torch.long)
+        if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.dtype != torch.uint8:
+            shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+            raise ValueError(f"images must be uint8 (N, C, H, W), got {getattr(images, 'dtype', '')} {shape}")
+        if images.shape[0] == 0 or images.shape[2] == 0 or images.shape[3] == 0:
+            raise ValueError(f"images is empty (shape {tuple(images.shape)})")
+        if images.shape[1] not in (1, 3):
+            raise ValueError(f"images must have 1 or 3 channels, got {images.shape[1]}")
+        labels = as_tensor(labels, "labels")
+        if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+            raise TypeError(f"labels must hold integers, got dtype {labels.dtype}")
+        if labels.ndim not in (1, 2):
+            raise ValueError(f"labels must have shape (N,) or (N, L), got {tuple(labels.shape)}")
+        labels = labels.long()
         if labels.shape[0] != images.shape[0]:
             raise ValueError(f"labels has {labels.shape[0]} rows but images has {images.shape[0]}")
+        _check_transform(transform)
         self.images, self.labels, self.transform = images, labels, transform
         self.class_names, self.name, self.split = class_names, name, split
 

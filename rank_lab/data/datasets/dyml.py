@@ -30,6 +30,7 @@ line and keeps every record. Labels keep the files' ids; the training labels are
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -163,14 +164,22 @@ def dyml_average(per_level: Mapping[str, Mapping[str, float]], metrics: tuple[st
 
     Returns:
         ``{name: mean over the levels}``.
+
+    Raises:
+        ValueError: a missing sub-benchmark or metric (``per_level`` / ``metrics``), or a NaN / inf
+            value in ``per_level``.
     """
     missing = [lvl for lvl in DYML_LEVELS if lvl not in per_level]
     if missing:
         raise ValueError(f"per_level misses the sub-benchmarks {missing}")
+    if isinstance(metrics, str):
+        raise TypeError(f"metrics must be a sequence of metric names, got the string {metrics!r}")
     out = {}
     for m in metrics:
         vals = [float(per_level[lvl][m]) for lvl in DYML_LEVELS if m in per_level[lvl]]
         if len(vals) != len(DYML_LEVELS):
-            raise ValueError(f"metric {m!r} is missing for some sub-benchmark")
+            raise ValueError(f"metric {m!r} (metrics) is missing for some sub-benchmark of per_level")
+        if not all(math.isfinite(v) for v in vals):
+            raise ValueError(f"per_level holds a NaN or inf {m!r}: {vals}")
         out[m] = sum(vals) / len(vals)
     return out

@@ -186,7 +186,7 @@ def load_hierarchical_dataset(
     """
     key = str(name).lower().replace("-", "_")
     if key not in HIERARCHICAL_DATASETS:
-        raise ValueError(f"unknown hierarchical dataset {name!r}; known: {sorted(HIERARCHICAL_DATASETS)}")
+        raise ValueError(f"unknown hierarchical dataset name {name!r}; known: {sorted(HIERARCHICAL_DATASETS)}")
     if root is None:
         raise ValueError(f"dataset {name!r} needs a data folder (root / data_dir), got None")
     if key == "sop":

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from rank_lab._validation import check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
 from rank_lab.data.datasets.sources import published
 
@@ -55,11 +56,11 @@ _ALIASES = {"uc_merced": "ucm", "ucmerced": "ucm", "nwpu-resisc45": "resisc45", 
             "siri-whu": "siriwhu", "whu-rs19": "whurs19"}
 
 
-def _canonical(name: str) -> str:
+def _canonical(name: str, arg: str = "name") -> str:
     key = str(name).lower().replace(" ", "")
     key = _ALIASES.get(key, key)
     if key not in LANDUSE_DATASETS:
-        raise ValueError(f"unknown land-use dataset {name!r}; known: {sorted(LANDUSE_DATASETS)}")
+        raise ValueError(f"unknown land-use dataset {name!r} ({arg}); known: {sorted(LANDUSE_DATASETS)}")
     return key
 
 
@@ -116,7 +117,7 @@ def load_landuse(
         root: the dataset folder, or its parent (the archive's top folder names are tried).
         name: ``"ucm"``, ``"aid"``, ``"resisc45"``, ``"patternnet"``, ``"rsicb"``, ``"rsscn7"``,
             ``"siriwhu"``, ``"whurs19"`` (a few aliases such as ``"UC_Merced"`` are accepted).
-        min_per_class: drop classes with fewer images (the author's code: 5).
+        min_per_class: drop classes with fewer images (the author's code: 5); a positive int.
         strict: raise (instead of warning) when the number of classes differs from the published one.
 
     Raises:
@@ -124,6 +125,7 @@ def load_landuse(
         DatasetFolderError: missing folder, or no class folder with images.
     """
     key = _canonical(name)
+    min_per_class = check_positive_int(min_per_class, "min_per_class")
     base = _find_root(Path(root).expanduser(), key)
     layout = _layout(key)
     classes: dict[str, list[Path]] = {}
@@ -182,7 +184,7 @@ class LandUsePool:
 
     def leave_one_out(self, target: str) -> tuple[LandUsePool, LandUsePool]:
         """``(sources, target)``: train on every other dataset, test on ``target`` (§5.4)."""
-        key = _canonical(target)
+        key = _canonical(target, "target")
         if key not in self.names:
             raise ValueError(f"target {target!r} is not in the pool {self.names}")
         is_t = self.dataset_ids == self.names.index(key)
@@ -202,8 +204,9 @@ def load_landuse_pool(
     missing one raises :class:`DatasetFolderError`); ``names=None`` takes every known dataset found
     there (at least one).
     """
+    min_per_class = check_positive_int(min_per_class, "min_per_class")
     if isinstance(roots, Mapping):
-        items = [(_canonical(n), Path(p)) for n, p in roots.items()]
+        items = [(_canonical(n, "roots"), Path(p)) for n, p in roots.items()]
     else:
         parent = Path(roots).expanduser()
         if not parent.is_dir():
@@ -220,7 +223,7 @@ def load_landuse_pool(
                                          f"(expected one of {[v[0][0] for v in LANDUSE_DATASETS.values()]}). "
                                          f"{published('landuse')}")
         else:
-            items = [(_canonical(n), parent) for n in names]
+            items = [(_canonical(n, "names"), parent) for n in names]
             for key, _ in items:
                 if not present(key):
                     raise DatasetFolderError(f"{key}: none of {list(LANDUSE_DATASETS[key][0])} found inside {str(parent)!r}. "

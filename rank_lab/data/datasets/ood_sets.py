@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
+from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset, _check_transform
 from rank_lab.data.datasets.cifar import ArrayImageDataset, load_cifar
 from rank_lab.data.datasets.sources import published, torchvision_download
 from rank_lab.data.datasets.transforms import check_split, find_root
@@ -68,8 +68,15 @@ _OOD_SOURCES = {"lsun": "odin_crops", "lsun_resize": "odin_crops", "isun": "odin
                 "sun": "imagenet_ood", "places": "imagenet_ood", "openimage_o": "openimage_o", "imagenet_o": "imagenet_o"}
 
 
-def list_images(folder: Path, recursive: bool = True) -> list[Path]:
-    """Sorted image files (by extension, case-insensitive) under ``folder``."""
+def list_images(folder: str | Path, recursive: bool = True) -> list[Path]:
+    """Sorted image files (by extension, case-insensitive) under ``folder`` (possibly none).
+
+    Raises:
+        DatasetFolderError: ``folder`` does not exist or is not a folder.
+    """
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise DatasetFolderError(f"image folder {str(folder)!r} does not exist or is not a folder")
     it = folder.rglob("*") if recursive else folder.iterdir()
     return sorted(p for p in it if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
 
@@ -145,7 +152,8 @@ def load_textures(root: str | Path, split: str | None = None, transform: Transfo
     Args:
         root: the folder holding ``dtd/`` (or ``dtd/`` itself).
         split: ``None`` (every image, the usual OOD protocol) or ``"train"|"val"|"test"`` with
-            ``partition`` 1..10 from ``labels/<split><partition>.txt``.
+            ``partition`` 1..10 from ``labels/<split><partition>.txt`` (``partition`` is checked
+            also when ``split`` is None).
         transform: applied to the PIL image.
         download: let torchvision fetch the archive into ``root`` first (``root/dtd/dtd/...``).
 
@@ -160,12 +168,12 @@ def load_textures(root: str | Path, split: str | None = None, transform: Transfo
     if not classes:
         raise DatasetFolderError(f"Textures: no class folders inside {str(images)!r}. {layout}")
     idx = {c: i for i, c in enumerate(classes)}
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 1 <= partition <= 10:
+        raise ValueError(f"partition must be an int in 1..10, got {partition!r}")  # checked even when unused
     if split is None:
         paths = [p for c in classes for p in list_images(images / c)]
     else:
         check_split(split, ("train", "val", "test"))
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 1 <= partition <= 10:
-            raise ValueError(f"partition must be an int in 1..10, got {partition!r}")
         listing = base / "labels" / f"{split}{partition}.txt"
         if not listing.is_file():
             raise DatasetFolderError(f"Textures: expected {str(listing)!r} for split={split!r}. {layout}")
@@ -265,7 +273,12 @@ class LMDBImageDataset(Dataset):
     def __init__(self, db_paths: list[Path], transform: Transform = None) -> None:
         import lmdb
 
-        self.db_paths, self.transform, self._envs = list(db_paths), transform, None
+        if isinstance(db_paths, (str, Path)):
+            raise TypeError(f"db_paths must be a list of LMDB paths, got one path {str(db_paths)!r}")
+        _check_transform(transform)
+        self.db_paths, self.transform, self._envs = [Path(p) for p in db_paths], transform, None
+        if not self.db_paths:
+            raise ValueError("db_paths is empty")
         self.index: list[tuple[int, bytes]] = []
         for i, p in enumerate(self.db_paths):
             try:
@@ -343,4 +356,4 @@ def load_ood_dataset(name: str, root: str | Path, transform: Transform = None, *
         raise DatasetFolderError(f"{name}: no images in {str(base)!r}; expected them in one of its sub-folders "
                                  f"{list(OOD_FOLDERS[key])}. {published(_OOD_SOURCES[key])}")
     known = sorted({"cifar10", "cifar100", *loaders, *OOD_FOLDERS})
-    raise ValueError(f"unknown OOD dataset {name!r}; known: {known}")
+    raise ValueError(f"unknown OOD dataset name {name!r}; known: {known}")

@@ -46,7 +46,7 @@ def load_retrieval_dataset(
 
     key = str(name).lower()
     if key not in RETRIEVAL_DATASETS:
-        raise ValueError(f"unknown retrieval dataset {name!r}; known: {sorted(RETRIEVAL_DATASETS)}")
+        raise ValueError(f"unknown retrieval dataset name {name!r}; known: {sorted(RETRIEVAL_DATASETS)}")
     if root is None:
         raise ValueError(f"dataset {name!r} needs a data folder (root / data_dir), got None")
     module, func = RETRIEVAL_DATASETS[key].split(":")

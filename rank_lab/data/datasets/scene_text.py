@@ -25,7 +25,13 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from rank_lab.data.datasets.base import DatasetFolderError, pil_loader, require_path
+from rank_lab._validation import check_positive_int
+from rank_lab.data.datasets.base import (
+    DatasetFolderError,
+    _check_transform,
+    pil_loader,
+    require_path,
+)
 from rank_lab.data.datasets.sources import published
 
 __all__ = ["LmdbTextDataset", "load_lmdb_words", "IcdarAnnotation", "read_icdar_gt", "read_icdar_folder", "IcdarDetectionDataset"]
@@ -63,7 +69,8 @@ class LmdbTextDataset(Dataset):
         root: the LMDB folder (holding ``data.mdb``).
         transform: applied to the PIL image.
         mode: PIL mode of the returned images (``"L"`` grey, as the thesis' 100x32 inputs).
-        max_length: skip samples whose label is longer (Baek et al. use 25); ``None`` keeps all.
+        max_length: skip samples whose label is longer (Baek et al. use 25); ``None`` keeps all;
+            otherwise a positive int.
         charset: if given, skip samples with a character outside it (after ``lowercase``).
         lowercase: lower-case labels (the case-insensitive protocol of the thesis' tables).
 
@@ -85,6 +92,9 @@ class LmdbTextDataset(Dataset):
         except ImportError as exc:  # pragma: no cover - exercised only without lmdb
             raise ImportError("LmdbTextDataset needs the 'lmdb' package: pip install lmdb") from exc
         root = Path(root)
+        if max_length is not None:
+            max_length = check_positive_int(max_length, "max_length")
+        _check_transform(transform)
         require_path(root, "data.mdb", "LMDB scene-text set", _LMDB_LAYOUT)
         self.root, self.transform, self.mode, self.lowercase = root, transform, mode, lowercase
         env = _open_env(root)
@@ -165,9 +175,18 @@ def load_lmdb_words(
 
     Returns:
         The images and their labels.
+
+    Raises:
+        TypeError / ValueError: ``height``, ``width``, ``max_items`` or ``max_length`` not a positive
+            int (``max_items`` and ``max_length`` may be None).
+        DatasetFolderError: see :class:`LmdbTextDataset`; no sample passes the filters.
     """
     import numpy as np
     from PIL import Image
+
+    height, width = check_positive_int(height, "height"), check_positive_int(width, "width")
+    if max_items is not None:
+        max_items = check_positive_int(max_items, "max_items")
 
     ds = LmdbTextDataset(root, mode="L", max_length=max_length, charset=charset, lowercase=lowercase)
     n = len(ds) if max_items is None else min(len(ds), max_items)
@@ -290,6 +309,7 @@ class IcdarDetectionDataset(Dataset):
     """
 
     def __init__(self, root: str | Path, images_dir: str = "images", gt_dir: str = "gt", transform: Callable[[Any], Any] | None = None) -> None:
+        _check_transform(transform)
         layout = f"Expected {images_dir}/img_<n>.jpg and {gt_dir}/gt_img_<n>.txt. {published('icdar')}"
         img_root = require_path(root, images_dir, "ICDAR", layout)
         self.annotations = read_icdar_folder(require_path(root, gt_dir, "ICDAR", layout))

@@ -92,9 +92,14 @@ def _read_csv(path: Path) -> dict[str, dict[str, float]]:
 def load_sf300(root: str | Path, split: str = "test") -> SF300Dataset:
     """Load one split of an SF300-style folder (layout in the module docstring).
 
+    ``split`` is ``"train"``, ``"test"`` (the assumed layout) or the name of another sub-folder of ``root``.
+
     Raises:
-        DatasetFolderError: missing split folder, no class folder or no image.
+        ValueError: ``split`` is neither ``"train"`` / ``"test"`` nor a folder inside ``root``.
+        DatasetFolderError: missing root or ``train`` / ``test`` folder, no class folder or no image.
     """
+    if split not in ("train", "test") and Path(root).is_dir() and not (Path(root) / str(split)).is_dir():
+        raise ValueError(f"split must be 'train', 'test' or a folder inside {str(root)!r}, got {split!r}")
     split_dir = require_path(root, split, "SF300", _LAYOUT)
     class_dirs = sorted(p for p in split_dir.iterdir() if p.is_dir())
     if not class_dirs:

@@ -69,12 +69,24 @@ TORCHVISION_DOWNLOADS: dict[str, str] = {
 }
 
 
+#: Loader name -> the ``split`` values :func:`torchvision_download` accepts (None: the default).
+_DOWNLOAD_SPLITS: dict[str, tuple[str | None, ...]] = {
+    "cifar10": (None, "train", "test"),
+    "cifar100": (None, "train", "test"),
+    "svhn": (None, "train", "test", "extra"),
+    "textures": (None,),
+    "places365": (None, "val", "train", "train-standard"),
+}
+
+
 def published(key: str) -> str:
     """One sentence saying where dataset ``key`` is published, for an error message.
 
     Raises:
-        KeyError: for a key not in :data:`DATASET_SOURCES`.
+        ValueError: for a key not in :data:`DATASET_SOURCES` (the message lists them).
     """
+    if key not in DATASET_SOURCES:
+        raise ValueError(f"unknown dataset key {key!r}; known: {sorted(DATASET_SOURCES)}")
     url, ref = DATASET_SOURCES[key]
     if not url:
         return f"The data is {ref}."
@@ -95,7 +107,7 @@ def torchvision_download(name: str, root: str | Path, split: str | None = None, 
         ``root``.
 
     Raises:
-        ValueError: for a dataset torchvision does not download.
+        ValueError: for a dataset torchvision does not download (``name``) or a ``split`` it has not.
         DatasetFolderError: when the download or its check fails (e.g. no network); the message
             says where the data is published, to fetch it by hand.
     """
@@ -103,7 +115,10 @@ def torchvision_download(name: str, root: str | Path, split: str | None = None, 
 
     key = str(name).lower()
     if key not in TORCHVISION_DOWNLOADS:
-        raise ValueError(f"torchvision does not download {name!r}; it does: {sorted(TORCHVISION_DOWNLOADS)}")
+        raise ValueError(f"torchvision does not download {name!r} (name); it does: {sorted(TORCHVISION_DOWNLOADS)}")
+    splits = _DOWNLOAD_SPLITS[key]
+    if split not in splits:
+        raise ValueError(f"split must be one of {list(splits)} for {key}, got {split!r}")
     root = Path(root).expanduser()
     root.mkdir(parents=True, exist_ok=True)
     cls = getattr(tvd, TORCHVISION_DOWNLOADS[key])

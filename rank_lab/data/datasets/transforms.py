@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rank_lab._validation import check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError
 
 __all__ = [
@@ -38,12 +39,14 @@ def default_transform(train: bool, image_size: int = 224, resize: int | None = N
 
     Returns:
         A ``torchvision.transforms.Compose`` giving ``(3, image_size, image_size)`` float tensors.
+
+    Raises:
+        TypeError / ValueError: ``image_size`` or ``resize`` not a positive int.
     """
     from torchvision import transforms as T
 
-    if int(image_size) < 1:
-        raise ValueError(f"image_size must be >= 1, got {image_size}")
-    resize = int(resize) if resize is not None else round(image_size * 256 / 224)
+    image_size = check_positive_int(image_size, "image_size")
+    resize = check_positive_int(resize, "resize") if resize is not None else round(image_size * 256 / 224)
     norm = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
     if train:
         return T.Compose([
@@ -59,7 +62,15 @@ def resolve_transform(
     transform: Callable[[Any], Any] | str | None, split: str, image_size: int
 ) -> Callable[[Any], Any] | None:
     """``"default"`` -> :func:`default_transform` (train augmentation for ``split == "train"``),
-    ``None`` -> no transform (PIL images), a callable -> itself."""
+    ``None`` -> no transform (PIL images), a callable -> itself.
+
+    ``image_size`` is checked (a positive int) whatever ``transform`` is, so that a loader never
+    accepts a bad value silently.
+
+    Raises:
+        ValueError: another ``transform``; TypeError / ValueError: a bad ``image_size``.
+    """
+    image_size = check_positive_int(image_size, "image_size")
     if transform is None or callable(transform):
         return transform
     if transform == "default":

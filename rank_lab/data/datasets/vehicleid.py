@@ -78,8 +78,11 @@ def read_vehicleid_attributes(root: str | Path, name: str) -> dict[int, int]:
     """Read ``attribute/<name>_attr.txt`` (``name`` = ``"model"`` or ``"color"``): vehicle id -> attribute id.
 
     Raises:
+        ValueError: ``name`` not ``"model"`` or ``"color"``.
         DatasetFolderError: missing or malformed file.
     """
+    if name not in ("model", "color"):
+        raise ValueError(f"name must be 'model' or 'color', got {name!r}")
     path = Path(root) / "attribute" / f"{name}_attr.txt"
     if not path.is_file():
         raise DatasetFolderError(f"VehicleID: expected {str(path)!r} but it is missing. {VEHICLEID_LAYOUT}")

@@ -146,7 +146,7 @@ LOSS_CASES = [
 @pytest.mark.parametrize("mode", ["batch", "batch_keep_self", "refs", "hier"])
 def test_efficient_equals_direct_values_and_gradients(cls, kw, mode):
     emb, lab = _data(5, hier=mode == "hier")
-    extra = {"include_query_as_positive": mode == "batch_keep_self", "hierarchy_level": 1 if mode == "hier" else 0}
+    extra = {"query_role": "positive" if mode == "batch_keep_self" else "excluded", "hierarchy_level": 1 if mode == "hier" else 0}
     results = []
     for impl in ("efficient", "direct"):
         e = emb.clone().requires_grad_()
@@ -289,12 +289,21 @@ def test_self_exclusion_choices():
     en = F.normalize(emb, dim=1)
     s = en @ en.T
     y = lab[:, None] == lab[None, :]
-    keep = SupAP(include_query_as_positive=True)(emb, lab)
+    keep = SupAP(query_role="positive")(emb, lab)
     assert keep.item() == pytest.approx(SupAP().forward_scores(s, y).item(), abs=1e-12)
     drop = SupAP()(emb, lab)
     valid = ~torch.eye(8, dtype=torch.bool)
     assert drop.item() == pytest.approx(SupAP().forward_scores(s, y, valid).item(), abs=1e-12)
     assert keep.item() < drop.item()  # the query itself is a free positive ranked first
+    # one vocabulary: the deprecated boolean still works, with a warning naming query_role
+    with pytest.warns(DeprecationWarning, match="use query_role='positive'"):
+        old = SupAP(include_query_as_positive=True)
+    assert old.query_role == "positive" and old.include_query_as_positive
+    assert old(emb, lab).item() == keep.item()
+    with pytest.raises(ValueError, match="does not support 'competitor'"):
+        SupAP(query_role="competitor")  # only the R@k surrogates rank the query as a competitor
+    with pytest.raises(TypeError, match="pass query_role only"):
+        SupAP(include_query_as_positive=True, query_role="positive")
 
 
 def test_reductions_and_no_positive_handling():
@@ -658,3 +667,44 @@ def test_sup_ap_b256_against_the_sop_train_set_fits_one_gpu():
     loss = SupAP()(emb, lab, ref, ref_lab)
     loss.backward()
     assert torch.isfinite(loss) and torch.cuda.max_memory_allocated() < 8 * 2**30
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_references_are_checked_by_every_loss_of_the_common_call():
+    from rank_lab.losses import NormSoftmaxLoss, SmoothAP
+
+    emb, lab = torch.randn(6, 4), torch.arange(6) % 3
+    bad_ref = torch.randn(8, 4)
+    bad_ref[0, 0] = float("nan")
+    for loss in (SmoothAP(), NormSoftmaxLoss(3, 4)):  # a proxy loss ignores the references, but checks them
+        with pytest.raises(ValueError, match="ref_embeddings contains 1 NaN"):
+            loss(emb, lab, bad_ref, torch.arange(8) % 3)
+        with pytest.raises(ValueError, match="ref_labels has 7 rows"):
+            loss(emb, lab, torch.randn(8, 4), torch.arange(7) % 3)
+    with pytest.raises(ValueError, match="ref_labels"):  # no query shares a label with the references
+        SmoothAP()(emb, lab, torch.randn(8, 4), torch.arange(8) + 100)
+
+
+def test_public_kernels_validate_their_inputs():
+    from rank_lab.losses.base import per_query_mean, reduce_per_query
+    from rank_lab.losses.blackbox import blackbox_rank
+    from rank_lab.losses.histogram import triangular_histogram
+    from rank_lab.losses.recall import recall_surrogate_from_ranks
+
+    values, keep = torch.tensor([0.5, float("nan"), 0.2]), torch.tensor([True, False, True])
+    assert float(reduce_per_query(values, keep, "mean")) == pytest.approx(0.35)  # a dropped query may hold anything
+    with pytest.raises(ValueError, match="values contains 1 NaN"):
+        reduce_per_query(values, torch.tensor([True, True, True]), "mean")
+    with pytest.raises(TypeError, match="keep must be a bool tensor"):
+        reduce_per_query(values, torch.tensor([1, 0, 1]), "mean")
+    with pytest.raises(ValueError, match=r"q_idx must lie in \[0, 2\)"):
+        per_query_mean(torch.ones(3), torch.tensor([0, 1, 2]), 2)  # was an index error
+    with pytest.raises(ValueError, match="scores contains 1 NaN"):
+        blackbox_rank(torch.tensor([[0.1, float("nan")]]))  # NaN was ranked silently
+    with pytest.raises(ValueError, match="width must be > 0"):
+        triangular_histogram(torch.rand(2, 3), torch.ones(2, 3), torch.linspace(0, 1, 3), 0.0)  # was a 0/0
+    with pytest.raises(TypeError, match="ks must be a positive int"):
+        recall_surrogate_from_ranks(torch.ones(2), torch.tensor([0, 1]), 2, ks=(1.5,))  # was int(1.5) = 1
+    s = torch.tensor([[0.3, 0.1, 0.2]])
+    # the autograd Function behind blackbox_rank stays importable for .apply (it is not in __all__)
+    assert torch.equal(BlackBoxRank.apply(s, 4.0), blackbox_rank(s)) and torch.equal(blackbox_rank(s), normalised_rank(s))

@@ -1,4 +1,5 @@
-"""Tests of RS@k (rank_lab.losses.recall_at_k), Eqs. 5.1-5.7 of the Patel thesis."""
+"""Tests of RS@k / Smooth-R@k (rank_lab.losses.recall.SmoothRecallAtK and the score-level functions of
+rank_lab.losses.recall_at_k), Eqs. 5.1-5.7 of the Patel thesis, and of the former names."""
 
 from __future__ import annotations
 
@@ -10,12 +11,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rank_lab.losses.recall_at_k import (
-    DEFAULT_KS,
-    RecallAtKSurrogate,
-    recall_at_k_surrogate,
-    smooth_positive_ranks,
-)
+from rank_lab.losses.recall import DEFAULT_KS, SmoothRecallAtK
+from rank_lab.losses.recall_at_k import recall_at_k_surrogate, smooth_positive_ranks
 
 
 def sig(u: float) -> float:
@@ -69,14 +66,14 @@ def test_hand_worked_three_items():
     # are exactly 2 and 3: L^1 = 1 - (s(-1) + s(-2)) / min(1, 2),  L^2 = 1 - min(2, s(0) + s(-1)) / 2
     scores = torch.tensor([[0.9, 0.8, 0.1]], dtype=torch.float64)
     pos = torch.tensor([[False, True, True]])
-    l1 = recall_at_k_surrogate(scores, pos, ks=(1,), tau2=1e-4)
-    l2 = recall_at_k_surrogate(scores, pos, ks=(2,), tau2=1e-4)
-    l12 = recall_at_k_surrogate(scores, pos, ks=(1, 2), tau2=1e-4)
+    l1 = recall_at_k_surrogate(scores, pos, ks=(1,), tau=1e-4)
+    l2 = recall_at_k_surrogate(scores, pos, ks=(2,), tau=1e-4)
+    l12 = recall_at_k_surrogate(scores, pos, ks=(1, 2), tau=1e-4)
     assert float(l1) == pytest.approx(1 - (0.2689414214 + 0.1192029220), abs=1e-9)
     assert float(l2) == pytest.approx(1 - (0.5 + 0.2689414214) / 2, abs=1e-9)
     assert float(l12) == pytest.approx((float(l1) + float(l2)) / 2, abs=1e-12)
     # plain Eq. 5.5 normaliser |P| = 2 for k = 1
-    l1p = recall_at_k_surrogate(scores, pos, ks=(1,), tau2=1e-4, normalization="positives")
+    l1p = recall_at_k_surrogate(scores, pos, ks=(1,), tau=1e-4, normalization="positives")
     assert float(l1p) == pytest.approx(1 - (0.2689414214 + 0.1192029220) / 2, abs=1e-9)
 
 
@@ -86,12 +83,12 @@ def test_hand_worked_soft_ranks():
     pos = torch.tensor([[False, True, True]])
     r_a = 1 + sig((0.9 - 0.8) / 0.1) + sig((0.1 - 0.8) / 0.1)
     r_b = 1 + sig((0.9 - 0.1) / 0.1) + sig((0.8 - 0.1) / 0.1)
-    ranks, valid, idx = smooth_positive_ranks(scores, pos, tau2=0.1)
+    ranks, valid, idx = smooth_positive_ranks(scores, pos, tau=0.1)
     assert idx.tolist() == [[1, 2]] and valid.all()
     assert ranks[0].tolist() == pytest.approx([r_a, r_b], abs=1e-12)
     tau1 = 0.5
     expect = 1 - min(3, sig((3 - r_a) / tau1) + sig((3 - r_b) / tau1)) / min(3, 2)
-    got = recall_at_k_surrogate(scores, pos, ks=(3,), tau1=tau1, tau2=0.1)
+    got = recall_at_k_surrogate(scores, pos, ks=(3,), tau_star=tau1, tau=0.1)
     assert float(got) == pytest.approx(expect, abs=1e-12)
 
 
@@ -101,8 +98,8 @@ def test_fig_5_1_row4_low_temperature():
     sims = torch.tensor([[0.940, 0.880, 0.870, 0.850, 0.820, 0.800, 0.775, 0.570, 0.430, 0.320]], dtype=torch.float64)
     pos = torch.zeros_like(sims, dtype=torch.bool)
     pos[0, [0, 1, 4]] = True
-    l4 = recall_at_k_surrogate(sims, pos, ks=(4,), tau1=1e-3, tau2=1e-4, normalization="positives")
-    l8 = recall_at_k_surrogate(sims, pos, ks=(8,), tau1=1e-3, tau2=1e-4, normalization="positives")
+    l4 = recall_at_k_surrogate(sims, pos, ks=(4,), tau_star=1e-3, tau=1e-4, normalization="positives")
+    l8 = recall_at_k_surrogate(sims, pos, ks=(8,), tau_star=1e-3, tau=1e-4, normalization="positives")
     assert 1 - float(l4) == pytest.approx(2 / 3, abs=1e-6)
     assert 1 - float(l8) == pytest.approx(1.0, abs=1e-6)
 
@@ -113,7 +110,7 @@ def test_fig_5_1_row4_low_temperature():
 def test_module_matches_brute_force(include_query, normalization):
     emb, labels = batch(n_classes=3, m=4, d=6, seed=1)
     ks, tau1 = (1, 2, 4, 8), (1.0, 2.0, 0.5, 1.0)
-    loss = RecallAtKSurrogate(ks=ks, tau1=tau1, tau2=0.05, include_query_in_rank=include_query, normalization=normalization)
+    loss = SmoothRecallAtK(ks=ks, tau_star=tau1, tau=0.05, query_role="competitor" if include_query else "excluded", normalization=normalization)
     expect = brute_rs_at_k(emb, labels, ks, tau1, 0.05, include_query, normalization)
     assert float(loss(emb, labels)) == pytest.approx(float(expect), abs=1e-12)
 
@@ -125,48 +122,51 @@ def test_uneven_classes_and_ref_set_match_brute_force():
     ref = torch.randn(11, 5, generator=g, dtype=torch.float64)
     ref_labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 3])
     for inc in (False, True):
-        loss = RecallAtKSurrogate(ks=(1, 3), tau2=0.1, include_query_in_rank=inc)
+        loss = SmoothRecallAtK(ks=(1, 3), tau=0.1, query_role="competitor" if inc else "excluded")
         assert float(loss(emb, labels)) == pytest.approx(float(brute_rs_at_k(emb, labels, (1, 3), (1.0, 1.0), 0.1, inc)), abs=1e-12)
         got = loss(emb, labels, ref, ref_labels)
         expect = brute_rs_at_k(emb, labels, (1, 3), (1.0, 1.0), 0.1, inc, ref=ref, ref_labels=ref_labels)
         assert float(got) == pytest.approx(float(expect), abs=1e-12)
 
 
-def test_agrees_with_smooth_recall_of_the_rank_losses_and_score_call():
-    from rank_lab.losses.recall import SmoothRecallAtK
-
+@pytest.mark.parametrize("role", ["excluded", "competitor", "positive"])
+def test_efficient_equals_direct_and_the_score_call(role):
     emb, labels = batch(n_classes=4, m=3, d=6, seed=11)
-    ours = RecallAtKSurrogate(ks=(1, 2, 4), tau2=0.05)
-    for impl in ("efficient", "direct"):
-        theirs = SmoothRecallAtK(ks=(1, 2, 4), tau=0.05, impl=impl)
-        assert float(ours(emb, labels)) == pytest.approx(float(theirs(emb, labels)), abs=1e-10)
-    # the score-level call of the common base class
+    e1, e2 = emb.clone().requires_grad_(True), emb.clone().requires_grad_(True)
+    fast = SmoothRecallAtK(ks=(1, 2, 4), tau=0.05, query_role=role)(e1, labels)
+    direct = SmoothRecallAtK(ks=(1, 2, 4), tau=0.05, query_role=role, impl="direct")(e2, labels)
+    assert fast.item() == pytest.approx(direct.item(), abs=1e-12)
+    fast.backward()
+    direct.backward()
+    torch.testing.assert_close(e1.grad, e2.grad, atol=1e-12, rtol=0)
+    # the score-level call of the common base class, and the score-level function
     s = torch.tensor([[0.9, 0.8, 0.1]], dtype=torch.float64)
     t = torch.tensor([[0, 1, 1]])
-    assert float(ours.forward_scores(s, t)) == pytest.approx(float(recall_at_k_surrogate(s, t.bool(), ks=(1, 2, 4), tau2=0.05)), abs=1e-14)
+    ours = SmoothRecallAtK(ks=(1, 2, 4), tau=0.05)
+    assert float(ours.forward_scores(s, t)) == pytest.approx(float(recall_at_k_surrogate(s, t.bool(), ks=(1, 2, 4), tau=0.05)), abs=1e-14)
 
 
 def test_memory_call_with_self_index_and_reduction_none():
     # refs = the batch itself given as a memory with each query's slot: same as the in-batch call
     emb, labels = batch(n_classes=3, m=4, d=5, seed=12)
     for inc in (False, True):
-        loss = RecallAtKSurrogate(ks=(1, 2), tau2=0.05, include_query_in_rank=inc)
+        loss = SmoothRecallAtK(ks=(1, 2), tau=0.05, query_role="competitor" if inc else "excluded")
         slots = torch.arange(emb.shape[0])
         got = loss(emb, labels, emb, labels, ref_self_index=slots)
         assert float(got) == pytest.approx(float(loss(emb, labels)), abs=1e-12)
-    per_q = RecallAtKSurrogate(reduction="none")(emb, labels)
-    assert per_q.shape == (12,) and float(per_q.mean()) == pytest.approx(float(RecallAtKSurrogate()(emb, labels)), abs=1e-12)
+    per_q = SmoothRecallAtK(reduction="none")(emb, labels)
+    assert per_q.shape == (12,) and float(per_q.mean()) == pytest.approx(float(SmoothRecallAtK()(emb, labels)), abs=1e-12)
 
 
-def test_include_query_adds_the_self_term_to_every_rank():
+def test_query_as_competitor_adds_the_self_term_to_every_rank():
     emb, labels = batch(seed=2)
     e = F.normalize(emb, dim=1)
-    module_t = RecallAtKSurrogate(include_query_in_rank=True)
-    module_f = RecallAtKSurrogate(include_query_in_rank=False)
+    module_t = SmoothRecallAtK(query_role="competitor")
+    module_f = SmoothRecallAtK(query_role="excluded")
     s_t, p_t, d_t = module_t.similarity_problem(emb, labels)
     s_f, p_f, d_f = module_f.similarity_problem(emb, labels)
-    r_t, _, idx = smooth_positive_ranks(s_t, p_t, d_t, tau2=0.01)
-    r_f, _, _ = smooth_positive_ranks(s_f, p_f, d_f, tau2=0.01)
+    r_t, _, idx = smooth_positive_ranks(s_t, p_t, d_t, tau=0.01)
+    r_f, _, _ = smooth_positive_ranks(s_f, p_f, d_f, tau=0.01)
     s_qq = (e * e).sum(1)[:, None]
     extra = torch.sigmoid((s_qq - (e @ e.T).gather(1, idx)) / 0.01)
     torch.testing.assert_close(r_t, r_f + extra, atol=1e-12, rtol=0)
@@ -190,7 +190,7 @@ def test_low_temperature_limit_is_recall_at_k():
     pos = torch.rand(6, 30, generator=g) < 0.3
     pos[:, 0] = True
     for k in (1, 2, 5, 10):
-        got = 1 - recall_at_k_surrogate(scores, pos, ks=(k,), tau1=1e-4, tau2=1e-6, normalization="positives")
+        got = 1 - recall_at_k_surrogate(scores, pos, ks=(k,), tau_star=1e-4, tau=1e-6, normalization="positives")
         torch.testing.assert_close(got, exact_recall(scores, pos, k), atol=1e-6, rtol=0)
 
 
@@ -199,12 +199,12 @@ def test_low_temperature_limit_is_recall_at_k():
     seed=st.integers(0, 10_000),
     n_classes=st.integers(2, 4),
     m=st.integers(2, 4),
-    tau1=st.floats(0.1, 10.0),
+    tau_star=st.floats(0.1, 10.0),
     normalization=st.sampled_from(["min", "positives"]),
 )
-def test_bounds_and_permutation_invariance(seed, n_classes, m, tau1, normalization):
+def test_bounds_and_permutation_invariance(seed, n_classes, m, tau_star, normalization):
     emb, labels = batch(n_classes=n_classes, m=m, d=4, seed=seed)
-    loss = RecallAtKSurrogate(ks=(1, 2, 4), tau1=tau1, tau2=0.05, normalization=normalization)
+    loss = SmoothRecallAtK(ks=(1, 2, 4), tau_star=tau_star, tau=0.05, normalization=normalization)
     value = float(loss(emb, labels))
     assert 0.0 <= value <= 1.0
     perm = torch.randperm(emb.shape[0], generator=torch.Generator().manual_seed(seed))
@@ -215,9 +215,9 @@ def test_clip_keeps_the_loss_non_negative():
     # with a hot tau1 and many positives the smooth count exceeds k = 1: the clip makes L^1 = 0
     scores = torch.tensor([[0.5, 0.49, 0.48, 0.47, 0.46, 0.0]], dtype=torch.float64, requires_grad=True)
     pos = torch.tensor([[True, True, True, True, True, False]])
-    loss = recall_at_k_surrogate(scores, pos, ks=(1,), tau1=10.0, tau2=0.01)
+    loss = recall_at_k_surrogate(scores, pos, ks=(1,), tau_star=10.0, tau=0.01)
     assert float(loss.detach()) == pytest.approx(0.0, abs=1e-12)
-    ranks, valid, _ = smooth_positive_ranks(scores.detach(), pos, tau2=0.01)
+    ranks, valid, _ = smooth_positive_ranks(scores.detach(), pos, tau=0.01)
     assert float(torch.sigmoid((1 - ranks) / 10.0).sum()) > 1.0  # the count really exceeds k
     loss.sum().backward()
     assert float(scores.grad.abs().max()) == 0.0  # clipped: no gradient, as torch.minimum in the code
@@ -237,18 +237,18 @@ def test_better_ranking_gives_lower_loss():
 def test_gradcheck_float64():
     emb, labels = batch(n_classes=3, m=3, d=4, seed=7)
     emb.requires_grad_(True)
-    loss = RecallAtKSurrogate(ks=(1, 2, 4), tau1=(1.0, 1.0, 2.0), tau2=0.2)
+    loss = SmoothRecallAtK(ks=(1, 2, 4), tau_star=(1.0, 1.0, 2.0), tau=0.2)
     assert torch.autograd.gradcheck(lambda e: loss(e, labels), (emb,), eps=1e-6, atol=1e-6)
-    loss_inc = RecallAtKSurrogate(ks=(1, 2), tau2=0.2, include_query_in_rank=True, normalization="positives")
+    loss_inc = SmoothRecallAtK(ks=(1, 2), tau=0.2, query_role="competitor", normalization="positives")
     assert torch.autograd.gradcheck(lambda e: loss_inc(e, labels), (emb,), eps=1e-6, atol=1e-6)
 
 
-def test_chunked_equals_unchunked_value_and_gradient():
+def test_blocked_equals_unblocked_value_and_gradient():
     emb, labels = batch(n_classes=5, m=4, d=8, seed=8)
     e1 = emb.clone().requires_grad_(True)
     e2 = emb.clone().requires_grad_(True)
-    l1 = RecallAtKSurrogate()(e1, labels)
-    l2 = RecallAtKSurrogate(chunk_size=3)(e2, labels)
+    l1 = SmoothRecallAtK()(e1, labels)
+    l2 = SmoothRecallAtK(max_elements=7)(e2, labels)  # blocks of a single row
     l1.backward()
     l2.backward()
     assert float(l1.detach()) == pytest.approx(float(l2.detach()), abs=1e-12)
@@ -268,22 +268,22 @@ def test_memory_is_quadratic_times_positives_not_cubic():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        RecallAtKSurrogate()(emb, labels)
+        SmoothRecallAtK()(emb, labels)
     assert max(sizes) <= b * (m - 1) * b
     assert sum(sizes) < 3 * b * (m - 1) * b < b**3
 
 
 def test_default_hyper_parameters_are_the_thesis():
-    loss = RecallAtKSurrogate()
+    loss = SmoothRecallAtK()
     assert loss.ks == DEFAULT_KS == (1, 2, 4, 8, 16)
-    assert loss.taus1 == (1.0,) * 5 and loss.tau2 == 0.01
-    assert loss.include_query_in_rank is False and loss.normalization == "min"
+    assert loss.tau_star == (1.0,) * 5 and loss.tau == 0.01
+    assert loss.query_role == "excluded" and loss.normalization == "min" and loss.clip is True
 
 
 # ---------------------------------------------------------------------------- bad input ---
 def test_errors():
     emb, labels = batch()
-    loss = RecallAtKSurrogate()
+    loss = SmoothRecallAtK()
     with pytest.raises(ValueError, match="labels"):
         loss(emb, labels[:-1])
     bad = emb.clone()
@@ -293,40 +293,70 @@ def test_errors():
     lone = labels.clone()
     lone[0] = 99
     with pytest.raises(ValueError, match="no positive"):
-        RecallAtKSurrogate(no_positive="raise")(emb, lone)
+        SmoothRecallAtK(no_positive="raise")(emb, lone)
     assert torch.isfinite(loss(emb, lone))  # default "skip": the lone query is left out of the mean
     with pytest.raises(ValueError, match="no query has a positive"):
         loss(emb, torch.arange(emb.shape[0]))
-    with pytest.raises(ValueError, match="include_query_in_rank"):
-        RecallAtKSurrogate(include_query_as_positive=True)
-    with pytest.raises(ValueError, match="tau2"):
-        RecallAtKSurrogate(tau2=0)
-    with pytest.raises(ValueError, match="tau1"):
-        RecallAtKSurrogate(ks=(1, 2), tau1=(1.0,))
+    with pytest.raises(ValueError, match="query_role must be one of"):
+        SmoothRecallAtK(query_role="bogus")
+    with pytest.raises(ValueError, match="cannot be combined with simix"):
+        SmoothRecallAtK(query_role="positive", simix=True)
+    with pytest.raises(ValueError, match="tau"):
+        SmoothRecallAtK(tau=0)
+    with pytest.raises(ValueError, match="tau_star"):
+        SmoothRecallAtK(ks=(1, 2), tau_star=(1.0,))
     with pytest.raises(TypeError, match="ks"):
-        RecallAtKSurrogate(ks=(1.5,))
+        SmoothRecallAtK(ks=(1.5,))
     with pytest.raises(ValueError, match="SiMix"):
-        RecallAtKSurrogate(simix=True)(emb, labels, emb, labels)
+        SmoothRecallAtK(simix=True)(emb, labels, emb, labels)
     with pytest.raises(ValueError, match="together"):
         loss(emb, labels, emb)
     with pytest.raises(ValueError, match="database"):
         recall_at_k_surrogate(torch.rand(2, 3), torch.ones(2, 3, dtype=torch.bool), torch.zeros(2, 3, dtype=torch.bool))
 
 
-def test_presets():
-    from rank_lab.losses.recall_presets import get_recall_preset, list_recall_presets
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_surrogate_options_are_checked():
+    s, p = torch.randn(2, 5), torch.tensor([[True, False, True, False, False], [False, True, True, False, False]])
+    with pytest.raises(ValueError, match=r"no_positive must be one of \('raise', 'zero'\)"):
+        recall_at_k_surrogate(s, p, ks=(1,), no_positive="bogus")  # was accepted while every query has a positive
+    with pytest.raises(TypeError, match="chunk_size must be a positive int"):
+        SmoothRecallAtK(chunk_size=1.5)  # deprecated (ignored), still checked
 
-    names = list_recall_presets()
-    assert {"sop_resnet50", "cars196_resnet50", "inaturalist_vit_b16", "gldv1_resnet101"} <= set(names)
-    cars = get_recall_preset("cars196_resnet50")
-    assert (cars.batch_size, cars.lr, cars.epochs, cars.milestones) == (392, 1e-4, 170, (80, 140))
-    assert cars.build_loss().ks == (1, 2, 4, 8, 16)
-    simix_loss = cars.build_loss(simix=True)
-    assert simix_loss.simix and simix_loss.ks == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
-    gld = get_recall_preset("gldv1_resnet101")
-    assert gld.build_loss().ks == (1, 2, 4) and gld.build_loss(simix=True).ks == (1, 2, 4, 8)
-    assert get_recall_preset("sop_resnet50", batch_size=384).batch_size == 384
-    opt, sched = get_recall_preset("sop_vit_b16").build_optimizer([torch.nn.Parameter(torch.zeros(2))])
-    assert isinstance(opt, torch.optim.AdamW) and sched.milestones == {25: 1, 50: 1}
-    with pytest.raises(ValueError, match="unknown"):
-        get_recall_preset("nope")
+
+# ------------------------------------------------------------------ the former names (issue 17)
+def test_former_names_build_the_same_loss_with_a_deprecation_warning():
+    from rank_lab.losses import RecallAtKSurrogate, build_loss
+
+    emb, labels = batch(n_classes=3, m=4, d=6, seed=13)
+    new = SmoothRecallAtK(ks=(1, 2, 4), tau_star=(1.0, 2.0, 1.0), tau=0.05, query_role="competitor", normalization="positives")
+    with pytest.warns(DeprecationWarning, match="RecallAtKSurrogate is deprecated: use rank_lab.losses.SmoothRecallAtK"):
+        old = RecallAtKSurrogate(ks=(1, 2, 4), tau1=(1.0, 2.0, 1.0), tau2=0.05, include_query_in_rank=True,
+                                 normalization="positives")
+    assert isinstance(old, SmoothRecallAtK) and old.taus1 == new.tau_star and old.tau2 == new.tau
+    assert old.include_query_in_rank and old.clip is False
+    assert float(old(emb, labels)) == float(new(emb, labels))
+    for name in ("smooth_recall", "rs_at_k", "recall_at_k_surrogate"):
+        assert type(build_loss(name)) is SmoothRecallAtK
+    with pytest.warns(DeprecationWarning, match=r"tau1=\.\.\.\) is deprecated: use tau_star"):
+        via_registry = build_loss("rs_at_k", ks=(1, 2, 4), tau1=(1.0, 2.0, 1.0), tau2=0.05, include_query_in_rank=True,
+                                  normalization="positives")
+    assert float(via_registry(emb, labels)) == float(new(emb, labels))
+    with pytest.warns(DeprecationWarning, match="chunk_size=...\\) is no longer used"):
+        chunked = SmoothRecallAtK(ks=(1, 2, 4), tau=0.05, chunk_size=3)
+    assert float(chunked(emb, labels)) == float(SmoothRecallAtK(ks=(1, 2, 4), tau=0.05)(emb, labels))
+    with pytest.raises(ValueError, match="never counts the query as its own positive"):
+        RecallAtKSurrogate(include_query_as_positive=True)
+    with pytest.raises(TypeError, match="pass query_role only"):
+        SmoothRecallAtK(include_query_in_rank=True, query_role="competitor")
+    s, p = torch.rand(3, 6, dtype=torch.float64), torch.zeros(3, 6, dtype=torch.bool)
+    p[0, 1] = p[1, 2] = True
+    with pytest.warns(DeprecationWarning, match="no_positive='zero'"):
+        old_f = recall_at_k_surrogate(s, p, ks=(1, 2), tau1=2.0, tau2=0.1, no_positive="ignore")
+    torch.testing.assert_close(old_f, recall_at_k_surrogate(s, p, ks=(1, 2), tau_star=2.0, tau=0.1, no_positive="zero"))
+    assert float(old_f[2]) == 0.0
+    with pytest.warns(DeprecationWarning, match="use tau="):
+        ranks, _, _ = smooth_positive_ranks(s, p, tau2=0.1)
+    torch.testing.assert_close(ranks, smooth_positive_ranks(s, p, tau=0.1)[0])
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        smooth_positive_ranks(s, p, tau3=0.1)

@@ -20,8 +20,8 @@ from rank_lab.losses import (
     build_loss,
     sigma_loss,
 )
-from rank_lab.losses.hierarchical import happier, happier_f, rod_ndcg, weighted_lower_sums
-from rank_lab.losses.presets import ROD
+from rank_lab.losses.hierarchical import weighted_lower_sums
+from rank_lab.losses.presets import ROD, happier, happier_f, rod_ndcg
 from rank_lab.memory import CrossBatchMemory, MemoryLoss
 from rank_lab.metrics.hierarchical import h_average_precision, hierarchical_ndcg
 from rank_lab.metrics.hierarchy import hap_relevance, shared_level
@@ -46,8 +46,8 @@ def test_chunked_equals_direct_values_and_gradients(cls, include_self):
     for args in ((lab,), (lab, ref_emb, ref_lab)):
         e1 = emb.clone().requires_grad_(True)
         e2 = emb.clone().requires_grad_(True)
-        a = cls(max_elements=64, include_query_as_positive=include_self)(e1, *args)
-        b = cls(impl="direct", include_query_as_positive=include_self)(e2, *args)
+        a = cls(max_elements=64, query_role="positive" if include_self else "excluded")(e1, *args)
+        b = cls(impl="direct", query_role="positive" if include_self else "excluded")(e2, *args)
         a.backward()
         b.backward()
         assert a.item() == pytest.approx(b.item(), abs=1e-12)
@@ -149,6 +149,13 @@ def test_presets_and_build_loss():
         happier()
     with pytest.raises(ValueError, match="HAPPIER_F"):
         happier_f(8, 5, dataset="cub")
+    # the former home and dict still answer, with a DeprecationWarning
+    import rank_lab.losses.hierarchical as former
+
+    with pytest.warns(DeprecationWarning, match="hierarchical.happier moved: use rank_lab.losses.presets.happier"):
+        assert former.happier is happier
+    with pytest.warns(DeprecationWarning, match="HIERARCHICAL_PRESETS"):
+        assert former.HIERARCHICAL_PRESETS == {"happier": happier, "happier_f": happier_f, "rod_ndcg": rod_ndcg}
     wap = SupHAP(relevance="weighted_ap", weights=[0.2, 0.3, 0.5])
     assert torch.isfinite(wap(emb, lab))
     with pytest.raises(ValueError, match="weights"):

@@ -1,4 +1,4 @@
-"""Tests of the chapter-6 losses (rank_lab.losses.contrastive_cls), Eqs. 6.1-6.17 of the Patel thesis."""
+"""Tests of the chapter-6 losses (rank_lab.losses.contrastive), Eqs. 6.1-6.17 of the Patel thesis."""
 
 from __future__ import annotations
 
@@ -10,24 +10,21 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rank_lab.losses.contrastive_cls import (
+from rank_lab.losses.contrastive import (
     ESupConLoss,
-    PrototypeClassifier,
     SimCLRLoss,
     SupConLoss,
-    class_means,
     cross_entropy_loss,
     esupcon_loss,
     esupcon_terms,
-    imbalanced_indices,
-    noisy_labels,
     nt_xent_loss,
     smooth_max_ce_supcon,
+    spce_logits,
     spce_loss,
     supcon_loss,
     tightness_loss,
-    two_views,
 )
+from rank_lab.models.heads import PrototypeClassifier, class_means
 
 
 def feats(m=8, d=5, seed=0):
@@ -173,13 +170,13 @@ def test_esupcon_module_prototypes_learn_and_posterior():
     torch.manual_seed(0)
     z = feats(12, 6, seed=7).requires_grad_(True)
     labels = torch.arange(3).repeat(4)
-    loss_mod = ESupConLoss(6, 3, temperature=0.2)
+    loss_mod = ESupConLoss(n_classes=3, dim=6, temperature=0.2)
     loss = loss_mod(z, labels)
     loss.backward()
     assert loss_mod.classifier.prototypes.grad is not None and float(loss_mod.classifier.prototypes.grad.abs().sum()) > 0
     p = loss_mod.predict_proba(z.detach())
     torch.testing.assert_close(p.sum(1), torch.ones(12, dtype=p.dtype))
-    clf = PrototypeClassifier(6, 3)
+    clf = PrototypeClassifier(n_classes=3, dim=6)
     clf.set_to_class_means(z.detach(), labels)
     torch.testing.assert_close(clf.prototypes.data, class_means(z.detach(), labels, 3).float())
 
@@ -202,26 +199,6 @@ def test_gradcheck_chapter_6_losses():
         assert torch.autograd.gradcheck(fn, (z, theta), eps=1e-6, atol=1e-6)
 
 
-def test_protocol_helpers():
-    labels = torch.arange(4).repeat_interleave(20)
-    idx = imbalanced_indices(labels, 0.1, seed=0)
-    counts = torch.bincount(labels[idx], minlength=4)
-    assert counts.tolist() == [20, 2, 20, 2]
-    noisy = noisy_labels(labels, 0.3, seed=0)
-    assert int((noisy != labels).sum()) == 24 and int(noisy.max()) <= 3
-    x = torch.rand(5, 1, 8, 8)
-    v = two_views(x, generator=torch.Generator().manual_seed(0))
-    assert v.shape == (10, 1, 8, 8) and not torch.equal(v[:5], v[5:])
-    # without noise every view is the image shifted by at most one pixel (zero padding)
-    v0 = two_views(x, noise_std=0.0, max_shift=1, generator=torch.Generator().manual_seed(1))
-    pad = torch.nn.functional.pad(x, (1, 1, 1, 1))
-    for i in range(10):
-        shifts = [pad[i % 5, :, dy : dy + 8, dx : dx + 8] for dy in range(3) for dx in range(3)]
-        assert any(torch.equal(v0[i], s) for s in shifts)
-    flat = two_views(torch.zeros(4, 6), noise_std=1.0, generator=torch.Generator().manual_seed(2))
-    assert flat.shape == (8, 6) and float(flat.std()) > 0.5
-
-
 def test_errors():
     z = feats(4, 3)
     with pytest.raises(ValueError, match="positive"):
@@ -236,40 +213,113 @@ def test_errors():
         esupcon_loss(z, torch.tensor([0, 0, 1, 1]), torch.randn(2, 5))
     with pytest.raises(ValueError, match="NaN"):
         supcon_loss(torch.full((4, 3), float("nan")), torch.tensor([0, 0, 1, 1]))
-    with pytest.raises(ValueError, match="imbalance_rate"):
-        imbalanced_indices(torch.tensor([0, 1]), 0.0)
-    with pytest.raises(ValueError, match="noise_rate"):
-        noisy_labels(torch.tensor([0, 1]), 1.5)
 
 
-@pytest.mark.parametrize("method", ["ce", "supcon+ce", "supcon+ce(n)", "supcon+tt", "spce", "spce(m)", "esupcon"])
-def test_every_method_learns_a_separable_task(method):
-    from rank_lab.metrics.classification import accuracy
-    from rank_lab.train.classification import ContrastiveClassifier, fit_classifier, predict_logits
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_bad_inputs_name_the_argument():
+    z, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 5])
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        class_means(z, y, 3)  # was one_hot's RuntimeError
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        spce_logits(z, y, 3)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        tightness_loss(z, y, torch.randn(3, 4))  # was an IndexError
+    with pytest.raises(ValueError, match="prototypes contains 1 NaN"):
+        esupcon_loss(z, y % 3, torch.tensor([[float("nan"), 0, 0, 0], [1.0, 0, 0, 0], [0, 1.0, 0, 0]]))  # was a NaN loss
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        supcon_loss(z, y % 3, reduction="bogus")  # was silently "mean"
+    with pytest.raises(ValueError, match="l_ce must be >= 0"):
+        smooth_max_ce_supcon(torch.tensor([-2.0]), torch.tensor([-2.0]))  # was log of a negative number: NaN
 
-    g = torch.Generator().manual_seed(0)
-    centers = 3 * torch.randn(4, 10, generator=g)
-    y = torch.arange(4).repeat_interleave(30)
-    x = centers[y] + 0.5 * torch.randn(120, 10, generator=g)
+
+def test_the_old_module_path_still_serves_every_name_with_a_deprecation_warning():
+    import rank_lab.data.perturbations as data_tools
+    import rank_lab.losses.contrastive as losses
+    import rank_lab.models.heads as heads
+
+    homes = {"supcon_loss": losses, "ESupConLoss": losses, "SimCLRLoss": losses, "PrototypeClassifier": heads,
+             "class_means": heads, "prototype_logits": heads, "imbalanced_indices": data_tools, "two_views": data_tools}
+    for name, home in homes.items():
+        with pytest.warns(DeprecationWarning, match=f"contrastive_cls.{name} moved: use {home.__name__}.{name}"):
+            from rank_lab.losses import contrastive_cls
+            assert getattr(contrastive_cls, name) is getattr(home, name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        from rank_lab.losses import contrastive_cls
+
+        contrastive_cls.nope  # noqa: B018
+
+
+# ------------------------------------------------------------------ the common 4-argument call (issue 17)
+def naive_supcon_refs(q, labels, ref, ref_labels, tau, self_slot=None):
+    """Eq. 6.5 per anchor with the positives and the denominator taken from a reference set (loops)."""
+    out = []
+    for i in range(len(q)):
+        pool = [j for j in range(len(ref)) if self_slot is None or j != self_slot[i]]
+        pos = [j for j in pool if ref_labels[j] == labels[i]]
+        if not pos:
+            continue
+        den = sum(math.exp(float(q[i] @ ref[j]) / tau) for j in pool)
+        out.append(sum(-float(q[i] @ ref[p]) / tau + math.log(den) for p in pos) / len(pos))
+    return sum(out) / len(out)
+
+
+def test_supcon_module_takes_a_reference_set_like_every_loss():
+    q, ref = feats(6, 5, seed=20), feats(10, 5, seed=21)
+    labels, ref_labels = torch.tensor([0, 1, 2, 0, 1, 3]), torch.tensor([0, 0, 1, 1, 2, 2, 0, 1, 3, 4])
+    loss = SupConLoss(0.5)
+    assert float(loss(q, labels, ref, ref_labels)) == pytest.approx(naive_supcon_refs(q, labels, ref, ref_labels, 0.5), abs=1e-12)
+    # the batch given as its own reference set, each anchor's slot removed: the in-batch call
+    z, y = feats(8, 5), torch.tensor([0, 0, 1, 1, 1, 2, 2, 0])
+    slots = torch.arange(8)
+    assert float(loss(z, y, z, y, ref_self_index=slots)) == pytest.approx(float(supcon_loss(z, y, 0.5)), abs=1e-12)
+    assert float(loss(z, y)) == pytest.approx(float(supcon_loss(z, y, 0.5)), abs=1e-14)
+    assert float(loss.forward_scores(z @ z.T, y[:, None] == y[None, :], ~torch.eye(8, dtype=torch.bool))) == pytest.approx(
+        float(supcon_loss(z, y, 0.5)), abs=1e-12)
+    with pytest.raises(ValueError, match="ref_labels"):
+        loss(q, labels, ref, ref_labels + 100)  # no anchor has a positive among the refs
+
+
+def test_esupcon_module_takes_a_reference_set_like_every_loss():
     torch.manual_seed(0)
-    enc = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))
-    model = ContrastiveClassifier(enc, 16, 4, method, temperature=0.2)
-    hist = fit_classifier(model, x, y, epochs=15, stage2_epochs=10, batch_size=40, lr=5e-3, seed=0)
-    assert len(hist) == (25 if model.two_stage else 15)
-    logits = predict_logits(model, x)
-    assert logits.shape == (120, 4)
-    assert accuracy(logits.argmax(1), y) > 0.9
-    if model.two_stage:
-        assert model.stage == 2 and not any(p.requires_grad for p in model.encoder.parameters())
-    if method == "spce(m)":
-        with torch.no_grad():
-            torch.testing.assert_close(model.prototypes.prototypes, class_means(enc(x), y, 4))
+    loss = ESupConLoss(n_classes=4, dim=5, temperature=0.5).double()
+    theta = loss.classifier.prototypes.detach()
+    z, y = feats(8, 5, seed=22), torch.tensor([0, 0, 1, 1, 1, 2, 2, 0])
+    expect = float(esupcon_loss(z, y, theta, 0.5))
+    assert loss(z, y).item() == pytest.approx(expect, abs=1e-14)
+    assert float(loss(z, y, z, y, ref_self_index=torch.arange(8))) == pytest.approx(expect, abs=1e-12)
+    # against a memory that does not hold the anchors: Eq. 6.15 with the pool = the refs (loops)
+    ref, ref_y = feats(7, 5, seed=23), torch.tensor([0, 1, 2, 3, 0, 1, 1])
+    tn = F.normalize(theta, dim=1)
+    total = 0.0
+    for c in range(4):
+        members = [i for i in range(8) if y[i] == c]
+        if members:
+            acc = 0.0
+            for i in members:
+                den = sum(math.exp(float(z[i] @ tn[k]) / 0.5) for k in range(4))
+                den += sum(math.exp(float(z[i] @ ref[j]) / 0.5) for j in range(7))
+                acc += -float(z[i] @ tn[c]) / 0.5 + math.log(den)
+            total += acc / len(members)
+    for i in range(8):
+        pos = [j for j in range(7) if ref_y[j] == y[i]]
+        den = sum(math.exp(float(z[i] @ ref[j]) / 0.5) for j in range(7))
+        total += sum(-float(z[i] @ ref[p]) / 0.5 + math.log(den) for p in pos) / len(pos)
+    assert float(loss(z, y, ref, ref_y)) == pytest.approx(total / (8 + 4), abs=1e-12)
+    with pytest.raises(ValueError, match=r"\(n_classes, dim\), in this order"):
+        ESupConLoss(5, 4)(z, y)  # the old (dim, n_classes) order
 
 
-def test_classifier_errors():
-    from rank_lab.train.classification import ContrastiveClassifier
+@pytest.mark.parametrize("make", [lambda: SupConLoss(0.2), lambda: ESupConLoss(n_classes=3, dim=6, temperature=0.2)],
+                         ids=["supcon", "esupcon"])
+def test_contrastive_losses_work_behind_a_cross_batch_memory(make):
+    from rank_lab.memory import CrossBatchMemory, MemoryLoss
 
-    with pytest.raises(ValueError, match="method"):
-        ContrastiveClassifier(torch.nn.Linear(3, 3), 3, 2, "svm")
-    with pytest.raises(ValueError, match="single stage"):
-        ContrastiveClassifier(torch.nn.Linear(3, 3), 3, 2, "esupcon").start_stage2()
+    torch.manual_seed(0)
+    wrapped = MemoryLoss(make(), CrossBatchMemory(24, 6))
+    y = torch.arange(3).repeat(4)
+    for _ in range(3):
+        z = torch.randn(12, 6, requires_grad=True)
+        value = wrapped(z, y)
+        value.backward()
+        assert value.ndim == 0 and torch.isfinite(value) and torch.isfinite(z.grad).all()
+    assert len(wrapped.memory) == 24

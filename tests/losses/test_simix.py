@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rank_lab.losses.recall_at_k import DEFAULT_KS_SIMIX, RecallAtKSurrogate, recall_at_k_surrogate
+from rank_lab.losses.recall import DEFAULT_KS_SIMIX, SmoothRecallAtK
+from rank_lab.losses.recall_at_k import recall_at_k_surrogate
 from rank_lab.losses.simix import (
     mix_embeddings,
     mixing_matrix,
@@ -98,7 +99,7 @@ def test_rs_at_k_with_simix_equals_explicit_mixing_value_and_gradient(exclude_se
     ks = DEFAULT_KS_SIMIX
     e1 = e0.clone().requires_grad_(True)
     e2 = e0.clone().requires_grad_(True)
-    loss = RecallAtKSurrogate(ks=ks, simix=True, exclude_self_mixtures=exclude_self_mixtures, normalize=False)
+    loss = SmoothRecallAtK(ks=ks, simix=True, exclude_self_mixtures=exclude_self_mixtures, normalize=False)
     # feed the same alphas as the explicit path: the module draws them from its generator, so
     # compute the module's problem with fixed alphas through the functional API instead
     b = simix(e1, labels, alphas=alphas)
@@ -118,12 +119,12 @@ def test_rs_at_k_with_simix_equals_explicit_mixing_value_and_gradient(exclude_se
 def test_module_is_deterministic_given_seed_and_gradcheck():
     labels = torch.tensor([0, 0, 0, 1, 1, 1])
     e = unit(6, 4, seed=4).requires_grad_(True)
-    l1 = RecallAtKSurrogate(simix=True, seed=0, tau2=0.2)
-    l2 = RecallAtKSurrogate(simix=True, seed=0, tau2=0.2)
+    l1 = SmoothRecallAtK(simix=True, seed=0, tau=0.2)
+    l2 = SmoothRecallAtK(simix=True, seed=0, tau=0.2)
     assert float(l1(e, labels).detach()) == float(l2(e, labels).detach())
 
     def fn(x):
-        return RecallAtKSurrogate(simix=True, seed=0, tau2=0.2, ks=(1, 2, 4))(x, labels)
+        return SmoothRecallAtK(simix=True, seed=0, tau=0.2, ks=(1, 2, 4))(x, labels)
 
     assert torch.autograd.gradcheck(fn, (e,), eps=1e-6, atol=1e-6)
 
@@ -167,3 +168,18 @@ def test_mixed_norms_are_below_one():
     assert bool((diag[4:] < 1).all())
     assert float(diag[4]) == pytest.approx(0.5 + 0.5 * float(e[0] @ e[1]), abs=1e-12)
     assert math.isclose(float(diag[5]), 0.0625 + 0.5625 + 2 * 0.1875 * float(e[2] @ e[3]), abs_tol=1e-12)
+
+
+# ------------------------------------------------------------------ bad inputs (issue 16)
+def test_mixing_inputs_are_checked():
+    parents, alphas = torch.tensor([[0, 0], [1, 1], [0, 1]]), torch.tensor([1.0, 1.0, 0.3])
+    with pytest.raises(ValueError, match=r"parents must index the 2 rows of scores"):
+        simix_scores(torch.eye(2), torch.tensor([[0, 0], [1, 1], [0, 5]]), alphas)  # was an IndexError
+    with pytest.raises(ValueError, match="alphas must lie in"):
+        mixing_matrix(parents, torch.tensor([1.0, 1.0, 1.3]), 2)
+    with pytest.raises(ValueError, match=r"alphas must have shape \(3,\)"):
+        mix_embeddings(torch.randn(2, 4), parents, alphas[:2])
+    with pytest.raises(ValueError, match="scores contains 4 NaN"):
+        simix(torch.randn(2, 4), torch.tensor([0, 0]), scores=torch.full((2, 2), float("nan")))
+    with pytest.raises(TypeError, match="max_virtual must be an int >= 0"):
+        simix_parents(torch.tensor([0, 0, 0]), max_virtual=1.5)  # was a slice TypeError

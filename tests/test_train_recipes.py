@@ -1,0 +1,81 @@
+"""Tests of the training recipes (rank_lab.train.recipes): the TrainConfig recipes of the Ramzi thesis
+and papers, the RS@k recipes of Section 5.3.2 of the Patel thesis, and the former names."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rank_lab.losses import SmoothRecallAtK
+from rank_lab.train import TrainConfig
+from rank_lab.train.recipes import (
+    RECALL_RECIPES,
+    RECIPES,
+    RecallRecipe,
+    get_recall_recipe,
+    list_recall_recipes,
+    list_recipes,
+)
+
+
+def test_rs_at_k_recipes():
+    names = list_recall_recipes()
+    assert {"sop_resnet50", "cars196_resnet50", "inaturalist_vit_b16", "gldv1_resnet101"} <= set(names)
+    cars = get_recall_recipe("cars196_resnet50")
+    assert (cars.batch_size, cars.lr, cars.epochs, cars.milestones) == (392, 1e-4, 170, (80, 140))
+    assert (cars.tau_star, cars.tau) == (1.0, 0.01)  # the thesis' tau_1, tau_2
+    loss = cars.build_loss()
+    assert isinstance(loss, SmoothRecallAtK) and loss.ks == (1, 2, 4, 8, 16)
+    assert loss.tau_star == (1.0,) * 5 and loss.tau == 0.01 and not loss.simix
+    simix_loss = cars.build_loss(simix=True)
+    assert simix_loss.simix and simix_loss.ks == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+    gld = get_recall_recipe("gldv1_resnet101")
+    assert gld.build_loss().ks == (1, 2, 4) and gld.build_loss(simix=True).ks == (1, 2, 4, 8)
+    assert get_recall_recipe("sop_resnet50", batch_size=384).batch_size == 384
+    opt, sched = get_recall_recipe("sop_vit_b16").build_optimizer([torch.nn.Parameter(torch.zeros(2))])
+    assert isinstance(opt, torch.optim.AdamW) and sched.milestones == {25: 1, 50: 1}
+    with pytest.raises(ValueError, match="unknown RS@k recipe name 'nope'"):
+        get_recall_recipe("nope")
+
+
+def test_recipes_are_checked():
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        get_recall_recipe("sop_resnet50", lr=-1.0)  # a recipe was any dataclass
+    with pytest.raises(ValueError, match=r"unknown RecallRecipe field\(s\) \['learning_rate'\]"):
+        get_recall_recipe("sop_resnet50", learning_rate=1e-4)
+    with pytest.raises(TypeError, match="name must be a str"):
+        get_recall_recipe(5)
+    with pytest.raises(ValueError, match="epochs and n_batches are both None"):
+        RecallRecipe("sop", "resnet50", "adam", 1e-4, None, ())
+    with pytest.raises(ValueError, match="tau_star must be > 0"):
+        get_recall_recipe("sop_resnet50", tau_star=0.0)
+
+
+def test_train_config_recipes():
+    assert set(list_recipes()) == set(RECIPES) and all(list_recipes().values())
+    for name in RECIPES:
+        cfg = TrainConfig.preset(name)
+        assert cfg.preset_name == name and cfg.lr == RECIPES[name]["lr"]
+    assert "sop_resnet50" in RECALL_RECIPES and "roadmap_sop" in RECIPES  # two kinds of recipes, one module
+
+
+def test_former_names_answer_with_a_deprecation_warning():
+    import rank_lab.losses.recall_presets as former_losses
+    import rank_lab.train as train
+    import rank_lab.train.config as config
+
+    with pytest.warns(DeprecationWarning, match="recall_presets.get_recall_preset moved: use rank_lab.train.recipes"):
+        get_recall_preset = former_losses.get_recall_preset
+    assert get_recall_preset is get_recall_recipe
+    with pytest.warns(DeprecationWarning, match="RECALL_PRESETS moved"):
+        assert former_losses.RECALL_PRESETS is RECALL_RECIPES
+    with pytest.warns(DeprecationWarning, match="list_recall_presets moved"):
+        assert former_losses.list_recall_presets() == list_recall_recipes()
+    with pytest.warns(DeprecationWarning, match="RecallRecipe moved"):
+        assert former_losses.RecallRecipe is RecallRecipe
+    with pytest.warns(DeprecationWarning, match=r"get_recall_recipe\(tau1=...\) is deprecated: use tau_star"):
+        assert get_recall_recipe("sop_resnet50", tau1=2.0).tau_star == 2.0
+    with pytest.warns(DeprecationWarning, match="rank_lab.train.PRESETS moved: use rank_lab.train.recipes.RECIPES"):
+        assert train.PRESETS is RECIPES
+    with pytest.warns(DeprecationWarning, match="list_presets moved"):
+        assert config.list_presets() == list_recipes()
