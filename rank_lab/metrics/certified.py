@@ -35,6 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from rank_lab._validation import check_embeddings, check_positive_int
@@ -256,8 +257,6 @@ def _kth_of_candidates(r: torch.Tensor, v: torch.Tensor, kq: torch.Tensor, nq: i
 def _kth_largest(s: torch.Tensor, kq: torch.Tensor) -> torch.Tensor:
     """The ``kq[r]``-th largest entry of every row of ``s`` (a selection, not a sort)."""
     if s.device.type == "cpu":
-        import numpy as np
-
         a = s.to(torch.float64 if s.dtype == torch.float64 else torch.float32).numpy()
         n = a.shape[1]
         kth = sorted({n - int(k) for k in kq.tolist()})

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from rank_lab._validation import check_embeddings, check_positive_int
@@ -47,7 +48,7 @@ def faiss_gpu_count() -> int:
     """Number of GPUs faiss can use (0 with ``faiss-cpu`` or without faiss)."""
     if not faiss_available():
         return 0
-    import faiss
+    import faiss  # optional heavy dependency (faiss-cpu / faiss-gpu): imported only when used
 
     if not hasattr(faiss, "StandardGpuResources"):
         return 0
@@ -91,8 +92,7 @@ def build_index(
         ImportError: faiss is not installed.
         ValueError: bad ``mode``, ``cpu_shards`` or ``n_gpus``.
     """
-    import faiss
-    import numpy as np
+    import faiss  # optional heavy dependency (faiss-cpu / faiss-gpu): imported only when used
 
     g = check_embeddings(gallery, "gallery")
     if mode not in ("shard", "replicate"):
@@ -171,8 +171,6 @@ def sharded_knn_search(
     if k > g.shape[0] - int(exclude_self):
         raise ValueError(f"k={k} is larger than the number of gallery items available ({g.shape[0] - int(exclude_self)})")
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    import numpy as np
-
     idx = index if index is not None else build_index(g, n_gpus=n_gpus, mode=mode, cpu_shards=cpu_shards)
     kk = k + int(exclude_self)
     out_s, out_i = [], []

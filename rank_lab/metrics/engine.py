@@ -39,6 +39,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -80,7 +81,7 @@ KnnFn = Callable[[torch.Tensor, torch.Tensor, int, bool], tuple[torch.Tensor, to
 def faiss_available() -> bool:
     """Whether the ``faiss`` module can be imported."""
     try:
-        import faiss  # noqa: F401
+        import faiss  # noqa: F401  # optional heavy dependency: probed, imported only when used
     except ImportError:
         return False
     return True
@@ -192,10 +193,9 @@ def _faiss_knn(dev: torch.device, chunk_size: int | None, max_memory_mb: float, 
 def _knn_faiss(q, g, k, exclude_self, dev, chunk_size, max_memory_mb, progress):
     """The top-k of a flat float32 faiss index (stage 1 of the faiss backend)."""
     try:
-        import faiss
+        import faiss  # optional heavy dependency: imported only for backend='faiss'
     except ImportError as exc:
         raise ImportError("backend='faiss' needs faiss: pip install faiss-cpu (or faiss-gpu on CUDA)") from exc
-    import numpy as np
 
     gn = np.ascontiguousarray(g.detach().to("cpu", torch.float32).numpy())
     index = faiss.IndexFlatIP(gn.shape[1])

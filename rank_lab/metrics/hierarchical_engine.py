@@ -46,10 +46,17 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from rank_lab._validation import (
+    as_tensor,
+    check_embeddings,
+    check_finite,
+    check_float,
+    check_positive_int,
+)
 from rank_lab.metrics.chunking import chunk_rows, torch_threads
 from rank_lab.metrics.chunking import progress as progress_bar
 from rank_lab.metrics.counting import positive_positions, row_sums
-from rank_lab.metrics.hierarchy import relevance_table
+from rank_lab.metrics.hierarchy import as_hierarchical_labels, relevance_table
 from rank_lab.metrics.score_bounds import exact_matmul
 
 __all__ = ["HIERARCHICAL_METRICS", "hierarchical_chunk_metrics", "hierarchical_route"]
@@ -293,6 +300,22 @@ def _metrics_sparse(lv: torch.Tensor, valid: torch.Tensor, ge: torch.Tensor, val
     return out
 
 
+def _check_ks_wanted(ks: object, wanted: object, n_items: int) -> tuple[list[int], set[str]]:
+    """``ks`` (positive ints <= ``n_items``) and ``wanted`` (names of :data:`HIERARCHICAL_METRICS`)."""
+    if isinstance(ks, (str, bytes)) or not hasattr(ks, "__iter__"):
+        raise TypeError(f"ks must be a sequence of positive ints, got {type(ks).__name__}")
+    ks = sorted({check_positive_int(k, "ks") for k in ks})  # type: ignore[union-attr]
+    if ks and ks[-1] > n_items:
+        raise ValueError(f"ks holds k={[k for k in ks if k > n_items]}, larger than the {n_items} items of a row")
+    if isinstance(wanted, (str, bytes)) or not hasattr(wanted, "__iter__"):
+        raise TypeError(f"wanted must be a set of metric names, got {type(wanted).__name__}")
+    wanted = set(wanted)  # type: ignore[arg-type]
+    unknown = wanted - set(HIERARCHICAL_METRICS)
+    if unknown or not wanted:
+        raise ValueError(f"wanted must be a non-empty set of names among {HIERARCHICAL_METRICS}, got {sorted(wanted)}")
+    return ks, wanted
+
+
 def hierarchical_chunk_metrics(
     scores: torch.Tensor,
     levels: torch.Tensor,
@@ -317,7 +340,28 @@ def hierarchical_chunk_metrics(
         ``{name: (c,) float64}``: ``"H-AP"``, ``"ASI"``, ``"NDCG-h"``, ``"AP@level{l}"`` (l = 1..L,
         l = L fine), ``"H-R@{k}"``, and for ``"MS@k"`` the per-query sums ``"MS_sum@{k}"`` and
         counts ``"MS_n@{k}"`` of the top-k mistakes' LCA heights.
+
+    Raises:
+        ValueError / TypeError: naming the argument (shapes, NaN scores, float levels, levels
+        outside ``[-1, L]``, ``ks`` outside ``[1, N]``, unknown ``wanted`` names, ``alpha <= 0``).
     """
+    scores = as_tensor(scores, "scores")
+    if scores.ndim != 2 or scores.numel() == 0:
+        raise ValueError(f"scores must be a non-empty (c, N) matrix, got shape {tuple(scores.shape)}")
+    if not scores.is_floating_point():
+        scores = scores.float()
+    check_finite(scores, "scores")
+    levels = as_tensor(levels, "levels")
+    if levels.is_floating_point() or levels.is_complex() or levels.dtype == torch.bool:
+        raise TypeError(f"levels must hold integers, got dtype {levels.dtype}")
+    if levels.shape != scores.shape:
+        raise ValueError(f"levels has shape {tuple(levels.shape)} but scores has shape {tuple(scores.shape)}")
+    n_levels = check_positive_int(n_levels, "n_levels")
+    levels = levels.long().to(scores.device)
+    if int(levels.min()) < -1 or int(levels.max()) > n_levels:
+        raise ValueError(f"levels must lie in [-1, n_levels={n_levels}], got range [{int(levels.min())}, {int(levels.max())}]")
+    ks, wanted = _check_ks_wanted(ks, wanted, scores.shape[1])
+    alpha = check_float(alpha, "alpha", low=0.0, low_open=True)
     dev = scores.device
     counts = torch.zeros(scores.shape[0], n_levels + 2, dtype=torch.long, device=dev)
     counts = counts.scatter_add_(1, levels + 1, torch.ones_like(levels))[:, 1:]  # one pass; column 0 = excluded
@@ -431,7 +475,36 @@ def hierarchical_route(
 
     Returns:
         ``{name: (Q,) tensor}`` (see :func:`hierarchical_chunk_metrics`).
+
+    Raises:
+        ValueError / TypeError: naming the argument (embeddings not ``(N, d)``, finite and
+        non-empty; labels not integer ``(N,)`` / ``(N, L)`` with one row per embedding; different
+        ``d`` or ``L``; ``ks`` outside ``[1, N]``; unknown ``wanted`` names; ``exclude_self`` with
+        another reference set; a bad ``chunk_size``, ``max_memory_mb`` or ``alpha``).
     """
+    emb = check_embeddings(emb, "emb")
+    ref = check_embeddings(ref, "ref")
+    lab = as_hierarchical_labels(lab, emb.shape[0], "lab")
+    ref_lab = as_hierarchical_labels(ref_lab, ref.shape[0], "ref_lab")
+    if ref.shape[1] != emb.shape[1]:
+        raise ValueError(f"emb has d={emb.shape[1]} but ref has d={ref.shape[1]}")
+    if ref_lab.shape[1] != lab.shape[1]:
+        raise ValueError(f"lab has {lab.shape[1]} levels but ref_lab has {ref_lab.shape[1]}")
+    if not isinstance(exclude_self, bool):
+        raise TypeError(f"exclude_self must be a bool, got {type(exclude_self).__name__}")
+    if exclude_self and ref.shape[0] != emb.shape[0]:
+        raise ValueError("exclude_self=True needs the queries emb to be the reference set ref (same length)")
+    ks, wanted = _check_ks_wanted(ks, wanted, ref.shape[0] - int(exclude_self))
+    if chunk_size is not None:
+        chunk_size = check_positive_int(chunk_size, "chunk_size")
+    max_memory_mb = check_float(max_memory_mb, "max_memory_mb", low=0.0, low_open=True)
+    alpha = check_float(alpha, "alpha", low=0.0, low_open=True)
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool or None, got {type(progress).__name__}")
+    if not isinstance(dev, torch.device):
+        raise TypeError(f"dev must be a torch.device, got {type(dev).__name__}")
+    work = torch.float64 if torch.float64 in (emb.dtype, ref.dtype) else torch.float32  # one working precision
+    emb, ref = emb.to(work), ref.to(work)
     n_levels = lab.shape[1]
     if dev.type != "cpu" or n_levels > 60:  # pragma: no cover - GPU: the chunked counting route
         return _route_by_counting(emb, lab, ref, ref_lab, ks, wanted, exclude_self, dev, chunk_size, max_memory_mb,

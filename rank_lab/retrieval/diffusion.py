@@ -1,7 +1,8 @@
 """Diffusion on the kNN affinity graph, solved with conjugate gradient (Iscen et al. 2017).
 
-[EXT, NOT IN THE THESIS] The Gominski thesis only cites this family ([36], [113]; §3.4.2); the
-formulation is digest 004 §2.9:
+[EXT, NOT IN THE THESIS] The Gominski thesis only cites this family ([36], [113]; §3.4.2, where
+the graph of Eq. 3.3 is kept to its k nearest neighbours); the formulation is that of Iscen et al.,
+"Efficient diffusion on region manifolds", CVPR 2017 (the thesis' [36]):
 
 * offline graph: mutual kNN affinity ``w_ij = [s_ij]_+^gamma`` (``k`` neighbours), symmetric
   normalisation ``S = D^{-1/2} W D^{-1/2}`` (:mod:`rank_lab.retrieval.graph`);
@@ -15,7 +16,7 @@ formulation is digest 004 §2.9:
   the sub-graph ``W[R, R]`` is re-normalised, and the items outside keep their initial order below
   the diffused ones; ``O(R k)`` per query whatever ``n``.
 
-Defaults of the reference code (digest §7.1): ``k = 50``, ``k_q = 10``, ``alpha = 0.99``,
+Defaults of the code released with Iscen et al. 2017: ``k = 50``, ``k_q = 10``, ``alpha = 0.99``,
 ``gamma = 3``, ``R = 1000``, 20 iterations, tolerance 1e-6. The released code applies the power
 kernel twice to the query vector (``s^9``); the paper's ``s^gamma`` is used here.
 
@@ -29,12 +30,15 @@ result is only returned when asked (``topk=None``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from queue import SimpleQueue
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
+from rank_lab._progress import tqdm
 from rank_lab._validation import (
     as_tensor,
     check_embeddings,
@@ -42,6 +46,8 @@ from rank_lab._validation import (
     check_float,
     check_positive_int,
 )
+from rank_lab.metrics.certified import certified_neighbours
+from rank_lab.metrics.engine import knn_search
 from rank_lab.retrieval.graph import (
     check_dense_ok,
     knn_self,
@@ -106,7 +112,7 @@ def build_graph(
     device: DeviceLike = None,
     chunk_size: int | None = None,
 ) -> DiffusionGraph:
-    """Offline stage: kNN search, mutual affinity ``[s]_+^gamma`` and normalisation (digest §2.9).
+    """Offline stage: kNN search, mutual affinity ``[s]_+^gamma`` and normalisation (Iscen et al. 2017).
 
     Args:
         gallery: ``(n, d)`` descriptors, L2-normalised (cosine similarity = inner product).
@@ -202,7 +208,7 @@ def query_vectors(
     backend: str = "auto",
     device: DeviceLike = None,
 ) -> tuple[sp.csr_matrix, torch.Tensor]:
-    """Query vectors ``y_j = [s(q, x_j)]_+^gamma`` on the ``kq`` nearest gallery items (digest §2.9).
+    """Query vectors ``y_j = [s(q, x_j)]_+^gamma`` on the ``kq`` nearest gallery items (Iscen et al. 2017).
 
     Args:
         graph: from :func:`build_graph`.
@@ -214,8 +220,6 @@ def query_vectors(
     Returns:
         ``(Y (Q, n) CSR, initial (Q, kq) neighbour indices)``.
     """
-    from rank_lab.metrics import knn_search
-
     queries = check_embeddings(queries, "queries").detach().cpu()
     kq = check_positive_int(kq, "kq")
     g = graph.gamma if gamma is None else gamma
@@ -269,8 +273,6 @@ def diffuse(
     starts = range(0, n_q, batch_size)
     show = len(starts) > 4 if progress is None else progress
     if show:
-        from rank_lab._progress import tqdm
-
         starts = tqdm(starts, desc="diffusion (CG)", leave=False)
     for a in starts:
         yb = y[a : a + batch_size]
@@ -397,9 +399,6 @@ def _truncated_solve(graph: DiffusionGraph, offsets: np.ndarray, nodes: np.ndarr
         for a in starts:
             work(a, mark)
         return out
-    from concurrent.futures import ThreadPoolExecutor
-    from queue import SimpleQueue
-
     marks: SimpleQueue = SimpleQueue()
     for _ in range(threads):
         marks.put(np.full(table, -1, dtype=np.int64))
@@ -433,8 +432,6 @@ def _candidate_sets(gallery: torch.Tensor, queries: torch.Tensor, r: int, extra:
     """Per query: the ``r`` nearest gallery items by cosine (ties at the r-th included, certified
     exact, :func:`rank_lab.metrics.certified.certified_neighbours`), united with ``extra (Q, e)``
     gallery indices; ``(offsets (Q + 1,), nodes)`` with each set sorted."""
-    from rank_lab.metrics.certified import certified_neighbours
-
     lists = certified_neighbours(queries, gallery, r, precision="exact", ordered=False, device=get_device(device),
                                  progress=False, check=False)
     n = gallery.shape[0]
@@ -501,7 +498,7 @@ def diffusion_search(
     device: DeviceLike = None,
     allow_dense: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The query-time form: diffuse new queries on the offline graph (Iscen et al.; digest §2.9).
+    """The query-time form: diffuse new queries on the offline graph (Iscen et al. 2017).
 
     Args:
         graph: from :func:`build_graph`.

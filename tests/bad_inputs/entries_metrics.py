@@ -308,11 +308,11 @@ ENTRIES += [
     fn(HM.mistake_levels, _sl(n_levels=2, k=3), {**SL, "n_levels": "posint", "k": "k"}, legal=LEGAL_SL),
     # hierarchical engine (internal routes of retrieval_metrics, exported)
     fn(HE.hierarchical_chunk_metrics, _chunk, {"scores": "x", "levels": "x", "n_levels": "posint", "alpha": "pos"},
-       rows=(("scores", "levels"),), legal={"levels:int": "levels are integers"},
+       rows=(("scores", "levels"),), legal={"levels:int": "levels are integers", "scores:int": "integer scores are cast to float"},
        extra={"ks_zero": ("ks", lambda: (0,), ("ks",)), "ks_big": ("ks", lambda: (100,), ("ks",))}),
     fn(HE.hierarchical_route, _route, {"emb": "x", "lab": "labels", "ref": "x", "ref_lab": "labels", "chunk_size": "posint",
                                        "max_memory_mb": "pos", "alpha": "pos"},
-       rows=(("emb", "lab"), ("ref", "ref_lab"))),
+       rows=(("emb", "lab"), ("ref", "ref_lab")), legal={"emb:int": CAST, "ref:int": CAST}),
     # ood metrics
     *[fn(f, lambda: dict(scores_in=torch.tensor([0.1, 0.4, 0.2, 0.3]), scores_out=torch.tensor([0.5, 0.35, 0.9])),
          {"scores_in": "x", "scores_out": "x", **extra_roles}, legal={"*:int": "integer scores are cast to float"})
