@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rank_lab.metrics import average_precision, ndcg, retrieval_metrics
-from rank_lab.metrics.hierarchical import (
+from rank_lab.metrics.hierarchical_metrics import (
     ap_per_level,
     average_set_intersection,
     h_ap_from_pr_curve,
@@ -27,7 +27,7 @@ from rank_lab.metrics.hierarchical import (
     mistake_severity,
     weighted_sum_ap,
 )
-from rank_lab.metrics.hierarchy import (
+from rank_lab.metrics.hierarchical_relevance import (
     binary_level_relevance,
     hap_relevance,
     hierarchy_table,
@@ -376,7 +376,7 @@ HIER = ("H-AP", "ASI", "NDCG-h", "AP@level", "H-R@k", "MS@k")
 def _counting_route(monkeypatch, *args, **kwargs):
     """The engine with the previous route (explicit (c, N) level blocks, hierarchical_chunk_metrics)."""
     import rank_lab.metrics.engine as E
-    import rank_lab.metrics.hierarchical_engine as H
+    import rank_lab.metrics.hierarchical_route as H
 
     monkeypatch.setattr(E, "hierarchical_route", H._route_by_counting)
     try:
@@ -423,7 +423,7 @@ def test_sorted_route_values_do_not_depend_on_the_chunking():
 
 # ------------------------------------------------------------------ bad inputs (issue 16)
 def test_levels_and_codes_are_checked_naming_the_argument():
-    from rank_lab.metrics.hierarchy import (
+    from rank_lab.metrics.hierarchical_relevance import (
         level_set,
         multilabel_relevance,
         multilabel_relevance_matrix,

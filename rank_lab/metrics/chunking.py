@@ -1,7 +1,7 @@
 """Chunking and progress helpers shared by the evaluation routes of :mod:`rank_lab.metrics`.
 
 The engine (:mod:`rank_lab.metrics.engine`), the hierarchical route
-(:mod:`rank_lab.metrics.hierarchical_engine`) and the certified neighbour search
+(:mod:`rank_lab.metrics.hierarchical_route`) and the certified neighbour search
 (:mod:`rank_lab.metrics.certified`) process queries in blocks of rows whose size follows a memory
 budget; they share these two helpers (a module of its own so that none of them imports another
 one's private names, issue 17).

@@ -1,7 +1,7 @@
 """Worst-case positions by counting, and the binary metrics read from them.
 
 Shared by the routes of the evaluation engine (:mod:`rank_lab.metrics.engine`) and the
-hierarchical route (:mod:`rank_lab.metrics.hierarchical_engine`); a module of its own so that
+hierarchical route (:mod:`rank_lab.metrics.hierarchical_route`); a module of its own so that
 neither imports the other (issue 17).
 
 **Tie rule** (``docs/decisions.md``): among tied scores the less relevant items come first, so

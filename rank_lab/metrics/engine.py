@@ -19,7 +19,7 @@ Three routes, all exact and all in bounded memory (never an ``N x N`` matrix):
   matmul's scores: every score matters, so a reduced-precision stage cannot help them.
 * **Hierarchical route** (Ramzi thesis ch. 4): with ``(N, L)`` labels (fine first), the names of
   :data:`HIERARCHICAL_METRICS` (``"H-AP"``, ``"ASI"``, ``"NDCG-h"``, ``"AP@level"``, ``"H-R@k"``,
-  ``"MS@k"``) are computed by :mod:`rank_lab.metrics.hierarchical_engine`; ``hierarchical=True``
+  ``"MS@k"``) are computed by :mod:`rank_lab.metrics.hierarchical_route`; ``hierarchical=True``
   adds all of them.
 
 **Matmul precision.** Every matmul of the engine runs inside
@@ -52,7 +52,7 @@ from rank_lab.metrics.certified import certified_neighbours
 from rank_lab.metrics.chunking import chunk_rows
 from rank_lab.metrics.chunking import progress as progress_bar
 from rank_lab.metrics.counting import metrics_from_positions, positive_positions
-from rank_lab.metrics.hierarchical_engine import HIERARCHICAL_METRICS, hierarchical_route
+from rank_lab.metrics.hierarchical_route import HIERARCHICAL_METRICS, hierarchical_route
 from rank_lab.metrics.score_bounds import PRECISIONS, canonical_scores, exact_matmul, score_bound
 from rank_lab.utils import DeviceLike, get_device
 

@@ -12,9 +12,9 @@ import rank_lab.metrics.classification as CLS
 import rank_lab.metrics.counting as CO
 import rank_lab.metrics.detection as DET
 import rank_lab.metrics.distributed_knn as DKNN
-import rank_lab.metrics.hierarchical as HM
-import rank_lab.metrics.hierarchical_engine as HE
-import rank_lab.metrics.hierarchy as HY
+import rank_lab.metrics.hierarchical_metrics as HM
+import rank_lab.metrics.hierarchical_relevance as HY
+import rank_lab.metrics.hierarchical_route as HE
 import rank_lab.metrics.ood as OOD
 import rank_lab.metrics.score_bounds as SB
 import rank_lab.metrics.text as TXT
