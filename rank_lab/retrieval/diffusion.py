@@ -45,6 +45,7 @@ from rank_lab._validation import (
     check_finite,
     check_float,
     check_positive_int,
+    check_sparse,
 )
 from rank_lab.metrics.certified import certified_neighbours
 from rank_lab.metrics.engine import knn_search
@@ -186,6 +187,11 @@ def conjugate_gradient(
     return x, {"iterations": it, "residual": rs.sqrt() / b_norm}
 
 
+def _check_graph(graph: object) -> None:
+    if not isinstance(graph, DiffusionGraph):
+        raise TypeError(f"graph must be a DiffusionGraph (build_graph), got {type(graph).__name__}")
+
+
 def _check_alpha(alpha: float) -> float:
     return check_float(alpha, "alpha", low=0.0, high=1.0, high_open=True)
 
@@ -219,10 +225,24 @@ def query_vectors(
 
     Returns:
         ``(Y (Q, n) CSR, initial (Q, kq) neighbour indices)``.
+
+    Raises:
+        TypeError / ValueError: naming the argument (not a :class:`DiffusionGraph`; queries not a
+        finite ``(Q, d)`` matrix of the gallery's ``d``; ``kq`` not in ``[1, n]``; ``gamma <= 0``).
     """
+    _check_graph(graph)
     queries = check_embeddings(queries, "queries").detach().cpu()
+    if queries.shape[1] != graph.gallery.shape[1]:
+        raise ValueError(f"queries have d={queries.shape[1]} but the graph's gallery has d={graph.gallery.shape[1]}")
     kq = check_positive_int(kq, "kq")
-    g = graph.gamma if gamma is None else gamma
+    if not isinstance(exclude_self, bool):
+        raise TypeError(f"exclude_self must be a bool, got {type(exclude_self).__name__}")
+    if exclude_self and queries.shape[0] != graph.n:
+        raise ValueError(f"exclude_self=True needs the queries to be the gallery (Q = n = {graph.n}), got Q = {queries.shape[0]}")
+    n_avail = graph.n - int(exclude_self)
+    if kq > n_avail:
+        raise ValueError(f"kq={kq} is larger than the {n_avail} gallery items available")
+    g = graph.gamma if gamma is None else _check_gamma(gamma)
     s, i = knn_search(queries, graph.gallery, kq, exclude_self=exclude_self, backend=backend, device=device)
     s, i = s.cpu().double(), i.cpu().long()
     vals = s.clamp_min(0).pow(g).numpy()
@@ -257,18 +277,37 @@ def diffuse(
 
     Returns:
         ``f (Q, n)`` on the CPU: ``(1 - alpha) (I - alpha S)^{-1} y``.
+
+    Raises:
+        TypeError / ValueError: naming the argument (not a :class:`DiffusionGraph`; ``y`` not a
+        finite non-empty ``(Q, n)`` matrix; ``alpha`` outside ``[0, 1)``; bad ``iters``, ``tol``,
+        ``batch_size`` or ``dtype``).
     """
+    _check_graph(graph)
     alpha = _check_alpha(alpha)
+    iters = check_positive_int(iters, "iters")
+    tol = _check_tol(tol)
     batch_size = check_positive_int(batch_size, "batch_size")
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    if sp.issparse(y):
+        y = check_sparse(y, "y")
+    else:
+        y = as_tensor(y, "y")
+        if not y.is_floating_point():
+            y = y.to(dtype)
+        check_finite(y, "y")
+    if y.ndim != 2 or y.shape[0] == 0:
+        raise ValueError(f"y must be a non-empty (Q, n) matrix, got shape {tuple(y.shape)}")
+    n_q = y.shape[0]
+    if y.shape[1] != graph.n:
+        raise ValueError(f"y has {y.shape[1]} columns but the graph has n={graph.n} items")
     dev = get_device(device)
     s_op = sparse_operator(graph.normalized, dev, dtype)
 
     def matvec(v: torch.Tensor) -> torch.Tensor:
         return v - alpha * s_op(v)
 
-    n_q = y.shape[0]
-    if y.shape[1] != graph.n:
-        raise ValueError(f"y has {y.shape[1]} columns but the graph has n={graph.n} items")
     out = torch.empty(n_q, graph.n, dtype=dtype)
     starts = range(0, n_q, batch_size)
     show = len(starts) > 4 if progress is None else progress
