@@ -458,10 +458,10 @@ def test_levels_and_codes_are_checked_naming_the_argument():
 def _brute_force_per_query(s: torch.Tensor, lv: torch.Tensor, n_levels: int, alpha: float) -> dict[str, list[float]]:
     """Per query, in plain Python on explicit rows: H-AP (Eq. 4.7 relevance, worst-case order by increasing
     relevance at ties), ASI (Eq. 4.16), NDCG-h (gains 2^l - 1) and AP^(l), ties by increasing level."""
-    out: dict[str, list[float]] = {"H-AP": [], "ASI": [], "NDCG-h": [], **{f"AP@level{l}": [] for l in range(1, n_levels + 1)}}
+    out: dict[str, list[float]] = {"H-AP": [], "ASI": [], "NDCG-h": [], **{f"AP@level{lvl}": [] for lvl in range(1, n_levels + 1)}}
     for row_s, row_l in zip(s.tolist(), lv.tolist(), strict=True):
-        count = {l: row_l.count(l) for l in range(n_levels + 1)}
-        rel = [((l / n_levels) ** alpha / count[l]) if l > 0 else 0.0 for l in row_l]
+        count = {lvl: row_l.count(lvl) for lvl in range(n_levels + 1)}
+        rel = [((lvl / n_levels) ** alpha / count[lvl]) if lvl > 0 else 0.0 for lvl in row_l]
         order = sorted(range(len(row_s)), key=lambda j: (-row_s[j], rel[j]))
         r = [rel[j] for j in order]
         hap = sum(sum(min(r[i], r[m]) for i in range(m + 1)) / (m + 1) for m in range(len(r)) if r[m] > 0)
@@ -471,15 +471,15 @@ def _brute_force_per_query(s: torch.Tensor, lv: torch.Tensor, n_levels: int, alp
         n_pos = sum(1 for x in row_l if x >= 1)
         asi = 0.0
         for n in range(1, n_pos + 1):
-            asi += sum(min(by_level[:n].count(l), ideal[:n].count(l)) for l in range(1, n_levels + 1)) / n
+            asi += sum(min(by_level[:n].count(lvl), ideal[:n].count(lvl)) for lvl in range(1, n_levels + 1)) / n
         out["ASI"].append(asi / n_pos)
-        dcg = sum((2.0**l - 1.0) / math.log2(i + 2) for i, l in enumerate(by_level))
-        idcg = sum((2.0**l - 1.0) / math.log2(i + 2) for i, l in enumerate(ideal))
+        dcg = sum((2.0**lvl - 1.0) / math.log2(i + 2) for i, lvl in enumerate(by_level))
+        idcg = sum((2.0**lvl - 1.0) / math.log2(i + 2) for i, lvl in enumerate(ideal))
         out["NDCG-h"].append(dcg / idcg)
         for lev in range(1, n_levels + 1):
             hits, ap = 0, 0.0
-            for i, l in enumerate(by_level):
-                if l >= lev:
+            for i, lvl in enumerate(by_level):
+                if lvl >= lev:
                     hits += 1
                     ap += hits / (i + 1)
             out[f"AP@level{lev}"].append(ap / hits)
