@@ -2,8 +2,11 @@
 
 * :mod:`rank_lab.metrics.retrieval` -- per-query metrics from ``(Q, N)`` scores (AP, R@k, mAP@R ...).
 * :mod:`rank_lab.metrics.engine` -- ``knn_search`` and ``retrieval_metrics`` (embeddings -> dict).
-* :mod:`rank_lab.metrics.hierarchy`, :mod:`rank_lab.metrics.hierarchical` -- label hierarchies,
-  relevance functions, H-AP, ASI, hierarchical NDCG, mistake severity (Ramzi thesis ch. 4).
+* :mod:`rank_lab.metrics.hierarchical_relevance` -- label hierarchies, shared levels, relevance
+  functions; :mod:`rank_lab.metrics.hierarchical_metrics` -- H-AP, ASI, hierarchical NDCG, mistake
+  severity on score matrices; :mod:`rank_lab.metrics.hierarchical_route` -- the engine's
+  bounded-memory route for them (Ramzi thesis ch. 4). The former module names ``hierarchy``,
+  ``hierarchical`` and ``hierarchical_engine`` still import the same names.
 
 Other families live in sibling modules, imported explicitly: :mod:`~rank_lab.metrics.ood`
 (AUROC, FPR95), :mod:`~rank_lab.metrics.text` (edit distance), :mod:`~rank_lab.metrics.detection`
@@ -19,7 +22,7 @@ from rank_lab.metrics.engine import (
     positive_positions,
     retrieval_metrics,
 )
-from rank_lab.metrics.hierarchical import (
+from rank_lab.metrics.hierarchical_metrics import (
     ap_per_level,
     average_set_intersection,
     h_average_precision,

@@ -226,7 +226,7 @@ def plot_reliability_diagram(diagram: ReliabilityDiagram, ax: Any = None, *, tit
     Returns:
         The axes.
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional heavy dependency (plots extra): imported only to draw
 
     if not isinstance(diagram, ReliabilityDiagram):
         raise TypeError(f"diagram must be a ReliabilityDiagram (from reliability_diagram), got {type(diagram).__name__}")

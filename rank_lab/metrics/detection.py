@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from rank_lab._validation import (
     as_tensor,
@@ -375,8 +377,6 @@ def match_detections(
                 pairs.append((i, j))
         return pairs
     if matching == "maximum":
-        from scipy.sparse import csr_matrix
-        from scipy.sparse.csgraph import maximum_bipartite_matching
 
         m = maximum_bipartite_matching(csr_matrix(ok.numpy().astype(int)), perm_type="column")
         return [(i, int(j)) for i, j in enumerate(m) if j >= 0]

@@ -15,9 +15,10 @@ Placement falls back cleanly: several GPUs visible to faiss -> shards / replicas
 ``cpu_shards`` shards (threaded; this is also how the merge logic is tested without GPUs); faiss
 not installed -> the chunked torch route of :func:`rank_lab.metrics.retrieval_metrics`.
 
-:func:`sharded_retrieval_metrics` feeds the neighbour lists to the same exact computation as the
-evaluation engine (worst-case ties, queries whose list is cut inside a tie group recomputed by
-counting; ``docs/decisions.md``), so its numbers equal :func:`rank_lab.metrics.retrieval_metrics`.
+:func:`sharded_retrieval_metrics` uses the index as stage 1 of the engine's certified neighbour
+lists (:mod:`rank_lab.metrics.certified`: lists lengthened until certified, candidates re-scored with
+the canonical score, worst-case ties; ``docs/decisions.md``), so its numbers equal
+:func:`rank_lab.metrics.retrieval_metrics`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from rank_lab._validation import check_embeddings, check_positive_int
@@ -46,7 +48,7 @@ def faiss_gpu_count() -> int:
     """Number of GPUs faiss can use (0 with ``faiss-cpu`` or without faiss)."""
     if not faiss_available():
         return 0
-    import faiss
+    import faiss  # optional heavy dependency (faiss-cpu / faiss-gpu): imported only when used
 
     if not hasattr(faiss, "StandardGpuResources"):
         return 0
@@ -90,8 +92,7 @@ def build_index(
         ImportError: faiss is not installed.
         ValueError: bad ``mode``, ``cpu_shards`` or ``n_gpus``.
     """
-    import faiss
-    import numpy as np
+    import faiss  # optional heavy dependency (faiss-cpu / faiss-gpu): imported only when used
 
     g = check_embeddings(gallery, "gallery")
     if mode not in ("shard", "replicate"):
@@ -170,8 +171,6 @@ def sharded_knn_search(
     if k > g.shape[0] - int(exclude_self):
         raise ValueError(f"k={k} is larger than the number of gallery items available ({g.shape[0] - int(exclude_self)})")
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    import numpy as np
-
     idx = index if index is not None else build_index(g, n_gpus=n_gpus, mode=mode, cpu_shards=cpu_shards)
     kk = k + int(exclude_self)
     out_s, out_i = [], []

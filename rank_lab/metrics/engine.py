@@ -1,45 +1,59 @@
 """The evaluation engine: from embeddings and labels to a dict of named retrieval figures.
 
-Two routes, both exact and both in bounded memory (never an ``N x N`` matrix):
+Three routes, all exact and all in bounded memory (never an ``N x N`` matrix):
 
-* **Neighbour-list route** (metrics R@k, P@k, TR@k, AP@k, mAP@R, MRR): the top-K neighbours of
-  every query, K = max(largest k, largest number of relevant items), from faiss (a flat
-  inner-product index; a GPU index when faiss has GPU support and the device is CUDA) or from a
-  chunked matmul + ``torch.topk``. The list is re-ordered with ties against the ranker; a query
-  whose K-th and (K+1)-th neighbours tie (or, for MRR, whose list holds no relevant item) is
-  recomputed exactly with the counting route, so the tie rule holds everywhere.
+* **Neighbour-list route** (metrics R@k, P@k, TR@k, AP@k, mAP@R, MRR): the certified neighbour
+  lists of :mod:`rank_lab.metrics.certified` -- for every query, every item whose canonical score
+  reaches its K-th one, K = max(largest k, the query's number of relevant items), so that the
+  items tied with the K-th are all there and the worst-case tie rule holds without any recount.
+  Stage 1 runs in the format of ``precision=`` (``"auto"``: bfloat16 on CPUs with native bfloat16
+  dot products, float16 on CUDA, else the working precision; see
+  :mod:`rank_lab.metrics.score_bounds` for the bound and its derivation); every precision gives
+  **bit-identical** per-query values because stage 2 re-scores the candidates with the canonical
+  score (a fixed pairwise-tree dot product). A query whose list holds no relevant item gets its
+  MRR from an exact count (the first relevant item may lie beyond the list).
 * **Counting route** (needed by the full-list metrics ``"mAP"`` and ``"NDCG"``, and then used for
-  all): queries in chunks of rows, the scores against the whole gallery ``(c, N)`` from one matmul,
-  and the worst-case position of every relevant item by *counting* rather than sorting the row:
-  with the relevant scores sorted, ``position_i = i + #{irrelevant items with score >= s_i}``
-  (:func:`positive_positions`). Cost ``O(c N d)`` time and ``O(c N)`` memory per chunk.
+  all): queries in chunks of rows, the scores against the whole gallery ``(c, N)`` from one float32
+  (float64) matmul, and the worst-case position of every relevant item by *counting* rather than
+  sorting the row (:func:`~rank_lab.metrics.counting.positive_positions`). These metrics rank by the
+  matmul's scores: every score matters, so a reduced-precision stage cannot help them.
+* **Hierarchical route** (Ramzi thesis ch. 4): with ``(N, L)`` labels (fine first), the names of
+  :data:`HIERARCHICAL_METRICS` (``"H-AP"``, ``"ASI"``, ``"NDCG-h"``, ``"AP@level"``, ``"H-R@k"``,
+  ``"MS@k"``) are computed by :mod:`rank_lab.metrics.hierarchical_route`; ``hierarchical=True``
+  adds all of them.
 
-``backend="auto"`` takes faiss for the neighbour lists when it is installed, else torch.
-The query is excluded from its own ranking by index, never by dropping the first neighbour.
+**Matmul precision.** Every matmul of the engine runs inside
+:func:`~rank_lab.metrics.score_bounds.exact_matmul`: TF32 off for float32 matmuls on CUDA (TF32
+rounds the inputs to 10 bits and would silently change the exact route's scores), reduced-precision
+split-K reductions off for float16/bfloat16 (the bound assumes float32 accumulation), float32
+matmul precision ``"highest"``; the caller's settings are restored afterwards.
 
-**Hierarchical metrics** (Ramzi thesis ch. 4): with ``(N, L)`` labels (fine first), the names of
-:data:`HIERARCHICAL_METRICS` (``"H-AP"``, ``"ASI"``, ``"NDCG-h"``, ``"AP@level"``, ``"H-R@k"``,
-``"MS@k"``) are computed by a third chunked route that also counts instead of sorting rows
-(:mod:`rank_lab.metrics.hierarchical_engine`); ``hierarchical=True`` adds all of them.
+``backend`` chooses stage 1 of the neighbour lists: ``"torch"`` (tiled matmul) or ``"faiss"`` (a flat
+float32 index, lists lengthened until certified); ``"auto"`` is ``"torch"``. The query is excluded
+from its own ranking by index, never by dropping the first neighbour.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from rank_lab._validation import (
-    as_tensor,
     check_embeddings,
-    check_finite,
     check_labels,
     check_positive_int,
 )
-from rank_lab.metrics.hierarchical_engine import HIERARCHICAL_METRICS, hierarchical_route
+from rank_lab.metrics.certified import certified_neighbours
+from rank_lab.metrics.chunking import chunk_rows
+from rank_lab.metrics.chunking import progress as progress_bar
+from rank_lab.metrics.counting import metrics_from_positions, positive_positions
+from rank_lab.metrics.hierarchical_route import HIERARCHICAL_METRICS, hierarchical_route
+from rank_lab.metrics.score_bounds import PRECISIONS, canonical_scores, exact_matmul, score_bound
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -50,6 +64,7 @@ __all__ = [
     "KNN_METRICS",
     "ALL_METRICS",
     "HIERARCHICAL_METRICS",
+    "PRECISIONS",
 ]
 
 #: Metrics computable from a neighbour list of length max(k, R).
@@ -58,6 +73,7 @@ KNN_METRICS = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R", "MRR")
 ALL_METRICS = (*KNN_METRICS, "mAP", "NDCG", *HIERARCHICAL_METRICS)
 
 Backend = Literal["auto", "torch", "faiss"]
+Precision = Literal["auto", "exact", "fp32", "bf16", "fp16"]
 #: ``knn(queries, gallery, k, exclude_self) -> (scores (Q, k), indices (Q, k))``
 KnnFn = Callable[[torch.Tensor, torch.Tensor, int, bool], tuple[torch.Tensor, torch.Tensor]]
 
@@ -65,29 +81,30 @@ KnnFn = Callable[[torch.Tensor, torch.Tensor, int, bool], tuple[torch.Tensor, to
 def faiss_available() -> bool:
     """Whether the ``faiss`` module can be imported."""
     try:
-        import faiss  # noqa: F401
+        import faiss  # noqa: F401  # optional heavy dependency: probed, imported only when used
     except ImportError:
         return False
     return True
 
 
-def _progress(iterable: Iterable, total: int, show: bool, desc: str) -> Iterable:
-    if not show:
-        return iterable
-    from rank_lab._progress import tqdm
-
-    return tqdm(iterable, total=total, desc=desc, leave=False)
-
-
-def _chunk_rows(n_gallery: int, max_memory_mb: float, chunk_size: int | None) -> int:
-    if chunk_size is not None:
-        return check_positive_int(chunk_size, "chunk_size")
-    bytes_per_row = 24 * n_gallery  # scores, masks, counts: about 24 bytes per (query, item)
-    return max(1, min(4096, int(max_memory_mb * 2**20 // bytes_per_row)))
-
-
 def _use_faiss_gpu(faiss_mod: object, device: torch.device) -> bool:
     return device.type == "cuda" and hasattr(faiss_mod, "StandardGpuResources")
+
+
+def _tile(n_gallery: int, max_memory_mb: float, chunk_size: int | None) -> int:
+    """Queries (and items) per tile of the certified search: about 8 bytes per tile entry."""
+    if chunk_size is not None:
+        return max(64, check_positive_int(chunk_size, "chunk_size"))
+    side = int(math.sqrt(max(1.0, max_memory_mb) * 2**20 / 8))
+    return max(64, min(8192, side // 64 * 64))
+
+
+def _check_precision(precision: object, backend: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if backend == "faiss" and precision in ("bf16", "fp16"):
+        raise ValueError(f"precision={precision!r} needs backend='torch' (faiss searches in float32)")
+    return str(precision)
 
 
 def knn_search(
@@ -97,6 +114,7 @@ def knn_search(
     *,
     exclude_self: bool = False,
     backend: Backend = "auto",
+    precision: Precision = "auto",
     device: DeviceLike = None,
     chunk_size: int | None = None,
     max_memory_mb: float = 256,
@@ -104,26 +122,49 @@ def knn_search(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest neighbours by inner product (normalise first for cosine similarity).
 
+    "Exact" is with respect to the canonical score (a fixed pairwise-tree dot product in the
+    working precision, :func:`~rank_lab.metrics.score_bounds.canonical_scores`): the candidates of a
+    fast stage (``precision``) are re-scored with it, and the bound of
+    :func:`~rank_lab.metrics.score_bounds.score_bound` guarantees that no neighbour is missed, so
+    the result does not depend on ``precision``, ``backend``, the device or the chunking.
+
     Args:
         queries: ``(Q, d)``.
         gallery: ``(N, d)``.
         k: number of neighbours (``<= N``, or ``<= N - 1`` with ``exclude_self``).
         exclude_self: queries are the gallery (``Q == N``); query i never returns item i.
-        backend: ``"faiss"``, ``"torch"`` (chunked matmul + top-k) or ``"auto"`` (faiss if installed).
+        backend: ``"torch"`` (tiled matmul), ``"faiss"`` (flat float32 index for stage 1) or ``"auto"``
+            (torch).
+        precision: stage-1 format, one of :data:`~rank_lab.metrics.score_bounds.PRECISIONS`:
+            ``"auto"`` (bfloat16 on CPUs with native bfloat16 dot products, float16 on CUDA, else
+            exact; exact also for small products, ``Q N d < 2^33``), ``"exact"`` (the working
+            precision), ``"fp32"``, ``"bf16"``, ``"fp16"``.
         device: where to compute (default: CUDA when present).
-        chunk_size: query rows per chunk (default: from ``max_memory_mb``).
-        max_memory_mb: memory budget of one chunk's score block.
-        progress: tqdm bar (default: when there are more than 8 chunks).
+        chunk_size: queries (and gallery items) per tile, at least 64 (default: from ``max_memory_mb``).
+        max_memory_mb: memory budget of one tile's scores.
+        progress: tqdm bar (default: when there are more than 16 tiles).
 
     Returns:
-        ``(scores (Q, k), indices (Q, k))`` sorted by decreasing score, on the compute device.
+        ``(scores (Q, k), indices (Q, k))`` on the compute device, sorted by decreasing canonical
+        score, ties by increasing index; scores in the working precision (float32, float64 for
+        float64 inputs).
+
+    Note:
+        The matmuls run inside :func:`~rank_lab.metrics.score_bounds.exact_matmul`: no TF32 (which
+        would silently round the exact route's float32 inputs to 10 bits) and no reduced-precision
+        reductions in float16/bfloat16 matmuls (the bound assumes float32 accumulation); the
+        caller's settings are restored afterwards.
     """
     queries = check_embeddings(queries, "queries")
     gallery = check_embeddings(gallery, "gallery")
     if queries.shape[1] != gallery.shape[1]:
         raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}")
     common = torch.promote_types(queries.dtype, gallery.dtype)  # float32 with float64: float64
+    common = common if common == torch.float64 else torch.float32
+    same = queries is gallery
     queries, gallery = queries.to(common), gallery.to(common)
+    if same:
+        gallery = queries
     if exclude_self and queries.shape[0] != gallery.shape[0]:
         raise ValueError(f"exclude_self needs queries and gallery of the same length, got {queries.shape[0]} and {gallery.shape[0]}")
     k = check_positive_int(k, "k")
@@ -132,36 +173,29 @@ def knn_search(
         raise ValueError(f"k={k} is larger than the number of gallery items available ({n_avail})")
     if backend not in ("auto", "torch", "faiss"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'faiss', got {backend!r}")
+    precision = _check_precision(precision, backend)
     dev = get_device(device)
-    if backend == "faiss" or (backend == "auto" and faiss_available()):
-        return _knn_faiss(queries, gallery, k, exclude_self, dev, chunk_size, max_memory_mb, progress)
-    return _knn_torch(queries, gallery, k, exclude_self, dev, chunk_size, max_memory_mb, progress)
+    knn = _faiss_knn(dev, chunk_size, max_memory_mb, progress) if backend == "faiss" else None
+    lists = certified_neighbours(queries, gallery, k, exclude_self=exclude_self, precision=precision, knn=knn,
+                                 device=dev, tile=_tile(gallery.shape[0], max_memory_mb, chunk_size), progress=progress,
+                                 check=False)
+    s, i = lists.topk(k)
+    return s.to(dev), i.to(dev)
 
 
-def _knn_torch(q, g, k, exclude_self, dev, chunk_size, max_memory_mb, progress):
-    g = g.to(dev)
-    c = _chunk_rows(g.shape[0], max_memory_mb, chunk_size)
-    n_chunks = math.ceil(q.shape[0] / c)
-    show = n_chunks > 8 if progress is None else progress
-    out_s, out_i = [], []
-    for start in _progress(range(0, q.shape[0], c), n_chunks, show, "knn"):
-        qc = q[start : start + c].to(dev)
-        s = qc @ g.T
-        if exclude_self:
-            rows = torch.arange(qc.shape[0], device=dev)
-            s[rows, rows + start] = -torch.inf
-        vals, idx = torch.topk(s, k, dim=1)
-        out_s.append(vals)
-        out_i.append(idx)
-    return torch.cat(out_s), torch.cat(out_i)
+def _faiss_knn(dev: torch.device, chunk_size: int | None, max_memory_mb: float, progress: bool | None) -> KnnFn:
+    def knn(q: torch.Tensor, g: torch.Tensor, k: int, es: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return _knn_faiss(q, g, k, es, dev, chunk_size, max_memory_mb, progress)
+
+    return knn
 
 
 def _knn_faiss(q, g, k, exclude_self, dev, chunk_size, max_memory_mb, progress):
+    """The top-k of a flat float32 faiss index (stage 1 of the faiss backend)."""
     try:
-        import faiss
+        import faiss  # optional heavy dependency: imported only for backend='faiss'
     except ImportError as exc:
         raise ImportError("backend='faiss' needs faiss: pip install faiss-cpu (or faiss-gpu on CUDA)") from exc
-    import numpy as np
 
     gn = np.ascontiguousarray(g.detach().to("cpu", torch.float32).numpy())
     index = faiss.IndexFlatIP(gn.shape[1])
@@ -170,12 +204,12 @@ def _knn_faiss(q, g, k, exclude_self, dev, chunk_size, max_memory_mb, progress):
         index = faiss.index_cpu_to_gpu(res, dev.index or 0, index)
     index.add(gn)
     kk = k + int(exclude_self)
-    c = _chunk_rows(kk * 4, max_memory_mb, chunk_size) if chunk_size is None else chunk_size
+    c = chunk_rows(kk * 4, max_memory_mb, chunk_size)
     c = min(c, 16384)
     n_chunks = math.ceil(q.shape[0] / c)
     show = n_chunks > 8 if progress is None else progress
     out_s, out_i = [], []
-    for start in _progress(range(0, q.shape[0], c), n_chunks, show, "knn (faiss)"):
+    for start in progress_bar(range(0, q.shape[0], c), n_chunks, show, "knn (faiss)"):
         qn = np.ascontiguousarray(q[start : start + c].detach().to("cpu", torch.float32).numpy())
         vals, idx = index.search(qn, kk)
         vals, idx = torch.from_numpy(vals), torch.from_numpy(idx)
@@ -188,86 +222,7 @@ def _knn_faiss(q, g, k, exclude_self, dev, chunk_size, max_memory_mb, progress):
             idx = idx[keep].view(qn.shape[0], k)
         out_s.append(vals)
         out_i.append(idx)
-    return torch.cat(out_s).to(dev), torch.cat(out_i).to(dev)
-
-
-def positive_positions(
-    scores: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, max_pos: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Worst-case 1-based positions of the relevant items of each row, by counting.
-
-    Args:
-        scores: ``(c, N)``.
-        positives: ``(c, N)`` bool, relevant items.
-        negatives: ``(c, N)`` bool, irrelevant items (items in neither mask, e.g. the query
-            itself, are ignored).
-        max_pos: width of the output (default: the largest number of positives in a row).
-
-    Returns:
-        ``positions (c, P)`` long, the position of the i-th best relevant item (``i + 1 +
-        #{negatives with score >= its score}``), and ``valid (c, P)`` bool (``i < R``).
-
-    Raises:
-        ValueError / TypeError: naming the argument (shapes, dtypes, NaN/inf scores).
-    """
-    scores = as_tensor(scores, "scores")
-    if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] == 0:
-        raise ValueError(f"scores must have shape (c, N) with c, N >= 1, got {tuple(scores.shape)}")
-    if not scores.is_floating_point():
-        raise TypeError(f"scores must be floating, got dtype {scores.dtype}")
-    check_finite(scores, "scores")
-    for name, m in (("positives", positives), ("negatives", negatives)):
-        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
-            raise TypeError(f"{name} must be a bool tensor, got {getattr(m, 'dtype', type(m).__name__)}")
-        if m.shape != scores.shape:
-            raise ValueError(f"{name} has shape {tuple(m.shape)} but scores has shape {tuple(scores.shape)}")
-    n_pos = positives.sum(1)
-    p = int(n_pos.max()) if max_pos is None else max_pos
-    p = max(p, 1)
-    neg_inf = torch.tensor(-torch.inf, dtype=scores.dtype, device=scores.device)
-    pos_sorted = torch.topk(torch.where(positives, scores, neg_inf), p, dim=1).values  # (c, p) desc
-    u = (-pos_sorted).contiguous()  # ascending; padding (-inf scores) becomes +inf at the end
-    v = torch.where(negatives, -scores, -neg_inf).contiguous()  # non-negatives -> +inf
-    a = torch.searchsorted(u, v, right=False)  # #thresholds t with -t < -v, i.e. t > v
-    hist = torch.zeros(scores.shape[0], p + 1, dtype=torch.long, device=scores.device)
-    hist.scatter_add_(1, a, negatives.long())
-    n_neg_ge = hist.cumsum(1)[:, :p]  # negatives with score >= t_i
-    ranks = torch.arange(1, p + 1, device=scores.device)
-    valid = ranks[None, :] <= n_pos[:, None]
-    return ranks[None, :] + n_neg_ge, valid
-
-
-def _metrics_from_positions(
-    pos: torch.Tensor, valid: torch.Tensor, n_pos: torch.Tensor, ks: Sequence[int], wanted: set[str]
-) -> dict[str, torch.Tensor]:
-    """Per-query metric values from worst-case positions of the relevant items."""
-    posf = pos.to(torch.float64)
-    ranks = torch.arange(1, pos.shape[1] + 1, device=pos.device, dtype=torch.float64)[None, :]
-    prec = torch.where(valid, ranks / posf, torch.zeros_like(posf))  # precision at each relevant item
-    r = n_pos.to(torch.float64).clamp(min=1)
-    out: dict[str, torch.Tensor] = {}
-    for k in ks:
-        in_k = valid & (pos <= k)
-        hits = in_k.sum(1).to(torch.float64)
-        if "R@k" in wanted:
-            out[f"R@{k}"] = (hits > 0).to(torch.float64)
-        if "P@k" in wanted:
-            out[f"P@{k}"] = hits / k
-        if "TR@k" in wanted:
-            out[f"TR@{k}"] = hits / r.clamp(max=k)
-        if "AP@k" in wanted:
-            out[f"mAP@{k}"] = (prec * in_k).sum(1) / r.clamp(max=k)
-    if "mAP@R" in wanted:
-        out["mAP@R"] = (prec * (pos <= n_pos[:, None])).sum(1) / r
-    if "mAP" in wanted:
-        out["mAP"] = prec.sum(1) / r
-    if "MRR" in wanted:
-        out["MRR"] = 1.0 / posf[:, 0]
-    if "NDCG" in wanted:
-        dcg = torch.where(valid, 1.0 / torch.log2(posf + 1.0), torch.zeros_like(posf)).sum(1)
-        idcg = torch.where(valid, 1.0 / torch.log2(ranks + 1.0), torch.zeros_like(posf)).sum(1)
-        out["NDCG"] = dcg / idcg.clamp(min=1e-12)
-    return out
+    return torch.cat(out_s), torch.cat(out_i)
 
 
 def retrieval_metrics(
@@ -281,6 +236,7 @@ def retrieval_metrics(
     normalize: bool = True,
     exclude_self: bool | None = None,
     backend: Backend = "auto",
+    precision: Precision = "auto",
     knn: KnnFn | None = None,
     device: DeviceLike = None,
     chunk_size: int | None = None,
@@ -317,10 +273,13 @@ def retrieval_metrics(
         normalize: L2-normalise both sets first (cosine similarity).
         exclude_self: default ``True`` when ``ref_embeddings`` is ``None``.
         backend: ``"auto"``, ``"torch"`` or ``"faiss"`` (see the module docstring).
-        knn: a custom neighbour search ``knn(queries, gallery, k, exclude_self) -> (scores (Q, k),
-            indices (Q, k))`` used for the neighbour-list metrics instead of ``backend`` (e.g. the
-            sharded faiss index of :mod:`rank_lab.metrics.distributed_knn`); it receives the
-            normalised sets and must follow the contract of :func:`knn_search`.
+        precision: stage-1 format of the neighbour-list route (:func:`knn_search`); the values do
+            not depend on it. The counting and hierarchical routes always use the working precision.
+        knn: a custom flat index ``knn(queries, gallery, k, exclude_self) -> (scores (Q, k), indices
+            (Q, k))`` used as stage 1 of the neighbour lists instead of ``backend`` (e.g. the sharded
+            faiss index of :mod:`rank_lab.metrics.distributed_knn`); it receives the normalised sets,
+            must return the top k of float32 inner products (any summation order) sorted by
+            decreasing score, and is called again with larger k until the lists are certified.
         device: compute device (default: CUDA when present).
         chunk_size, max_memory_mb: query rows per chunk, or the memory budget that sets it.
         no_positive: ``"skip"`` leaves queries without any relevant item out of the means (their
@@ -334,6 +293,11 @@ def retrieval_metrics(
 
     Returns:
         A dict such as ``{"R@1": 0.71, "R@10": 0.9, "mAP@R": 0.42, "n_queries": 1000, "n_skipped": 0}``.
+
+    Note:
+        Every matmul runs inside :func:`~rank_lab.metrics.score_bounds.exact_matmul` (no TF32 on
+        CUDA, no implicit bfloat16 on the CPU, float32 accumulation for reduced formats), whatever
+        the caller's global settings, which are restored afterwards.
     """
     emb = check_embeddings(embeddings, "embeddings")
     lab = check_labels(labels, emb.shape[0], "labels")
@@ -368,6 +332,7 @@ def retrieval_metrics(
         raise ValueError(f"no_positive must be 'raise' or 'skip', got {no_positive!r}")
     if backend not in ("auto", "torch", "faiss"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'faiss', got {backend!r}")
+    precision = _check_precision(precision, backend)
     wanted = set(metrics) - set(HIERARCHICAL_METRICS)
     hier_wanted = set(metrics) & set(HIERARCHICAL_METRICS)
     if hier_wanted and not hap_alpha > 0:
@@ -393,14 +358,10 @@ def retrieval_metrics(
     if not wanted:
         pass
     elif wanted <= set(KNN_METRICS):
-        if knn is None:
-            knn_backend = "faiss" if backend == "faiss" or (backend == "auto" and faiss_available()) else "torch"
-
-            def knn(q: torch.Tensor, g: torch.Tensor, k: int, es: bool) -> tuple[torch.Tensor, torch.Tensor]:
-                return knn_search(q, g, k, exclude_self=es, backend=knn_backend, device=dev,
-                                  chunk_size=chunk_size, max_memory_mb=max_memory_mb, progress=progress)
-
-        per_q = _knn_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, knn)
+        if knn is None and backend == "faiss":
+            knn = _faiss_knn(dev, chunk_size, max_memory_mb, progress)
+        per_q = _list_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, precision, knn,
+                            _tile(ref.shape[0], max_memory_mb, chunk_size), chunk_size, max_memory_mb, progress)
     else:  # full-list metrics ("mAP", "NDCG") need every relevant item's position: counting route
         per_q = _counting_route(emb, lab, ref, ref_lab, ks, wanted, exclude_self, dev, chunk_size, max_memory_mb, progress)
     if hier_wanted:
@@ -430,13 +391,14 @@ def retrieval_metrics(
 
 def _counting_route(emb, lab, ref, ref_lab, ks, wanted, exclude_self, dev, chunk_size, max_memory_mb, progress):
     ref_d, ref_lab_d = ref.to(dev), ref_lab.to(dev)
-    c = _chunk_rows(ref.shape[0], max_memory_mb, chunk_size)
+    c = chunk_rows(ref.shape[0], max_memory_mb, chunk_size)
     n_chunks = math.ceil(emb.shape[0] / c)
     show = n_chunks > 8 if progress is None else progress
     parts: dict[str, list[torch.Tensor]] = {}
-    for start in _progress(range(0, emb.shape[0], c), n_chunks, show, "retrieval metrics"):
+    for start in progress_bar(range(0, emb.shape[0], c), n_chunks, show, "retrieval metrics"):
         qc = emb[start : start + c].to(dev)
-        s = qc @ ref_d.T
+        with exact_matmul():
+            s = qc @ ref_d.T
         pos = lab[start : start + c].to(dev)[:, None] == ref_lab_d[None, :]
         neg = ~pos
         if exclude_self:
@@ -444,48 +406,85 @@ def _counting_route(emb, lab, ref, ref_lab, ks, wanted, exclude_self, dev, chunk
             pos[rows, rows + start] = False
             neg[rows, rows + start] = False
         positions, valid = positive_positions(s, pos, neg)
-        vals = _metrics_from_positions(positions, valid, pos.sum(1), ks, wanted)
+        vals = metrics_from_positions(positions, valid, pos.sum(1), ks, wanted)
         for name, v in vals.items():
             parts.setdefault(name, []).append(v)
     return {name: torch.cat(v) for name, v in parts.items()}
 
 
-def _knn_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, knn):
-    n_avail = ref.shape[0] - int(exclude_self)
-    k_need = max([*ks, int(n_pos.max()) if n_pos.numel() else 1, 1])
-    k_fetch = min(k_need + 1, n_avail)  # one extra neighbour detects ties across the cut
-    scores, idx = knn(emb, ref, k_fetch, exclude_self)
-    scores, idx = scores.cpu(), idx.cpu()
-    rel = ref_lab.cpu()[idx] == lab.cpu()[:, None]
-    k_use = min(k_need, k_fetch)
-    # queries whose list is cut inside a group of tied scores are recomputed exactly
-    tied = torch.zeros(emb.shape[0], dtype=torch.bool)
-    if k_fetch > k_use:
-        tied = scores[:, k_use - 1] == scores[:, k_use]
-    if "MRR" in wanted:  # the first relevant item may lie beyond the list
-        tied |= (rel[:, :k_use].sum(1) == 0) & (n_pos.cpu() > 0)
-    s_top, rel_top = scores[:, :k_use], rel[:, :k_use]
-    neg_top = ~rel_top
-    positions, valid = positive_positions(s_top.to(torch.float64), rel_top, neg_top, max_pos=k_use)
-    # relevant items beyond the list get a position > k_use; only positions <= max(ks, R) matter
-    per_q = _metrics_from_positions(positions, valid, n_pos.cpu(), ks, wanted)
-    if bool(tied.any()):
-        rows = torch.nonzero(tied).flatten()
-        exact = _counting_route_rows(emb, lab, ref, ref_lab, rows, ks, wanted, exclude_self, dev)
-        for name in per_q:
-            per_q[name][rows] = exact[name].cpu()
+def _list_route(emb, lab, ref, ref_lab, n_pos, ks, wanted, exclude_self, dev, precision, knn, tile, chunk_size,
+                max_memory_mb, progress):
+    """Neighbour-list metrics from the certified lists (every item reaching the K-th canonical score)."""
+    kq = n_pos.clamp(min=max(ks) if ks else 1)
+    lists = certified_neighbours(emb, ref, kq, exclude_self=exclude_self, precision=precision, knn=knn, device=dev,
+                                 tile=tile, progress=progress, check=False)
+    rows, lab_c, ref_lab_c = lists.rows, lab.cpu(), ref_lab.cpu()
+    rel = ref_lab_c[lists.indices] == lab_c[rows]
+    n_q = emb.shape[0]
+    # worst-case position of a relevant entry: its rank among the relevant ones + the irrelevant
+    # entries up to the end of its group of tied scores (all of which are in the list)
+    new_group = torch.ones_like(rel)
+    new_group[1:] = (rows[1:] != rows[:-1]) | (lists.scores[1:] != lists.scores[:-1])
+    group = torch.cumsum(new_group.long(), 0) - 1
+    irr_through = torch.cumsum(torch.bincount(group, weights=(~rel).double()), 0)
+    row_start = lists.offsets[:-1]
+    irr_before_row = torch.where(row_start > 0, irr_through[group[(row_start - 1).clamp(min=0)]],
+                                 torch.zeros(n_q, dtype=torch.float64)) if rel.numel() else torch.zeros(n_q, dtype=torch.float64)
+    rel_cum = torch.cumsum(rel.long(), 0)
+    rel_before_row = torch.where(row_start > 0, rel_cum[(row_start - 1).clamp(min=0)], torch.zeros_like(row_start))
+    rank_rel = rel_cum - rel_before_row[rows]
+    position = rank_rel + (irr_through[group] - irr_before_row[rows]).long()
+    n_rel = torch.bincount(rows[rel], minlength=n_q)
+    width = max(int(n_rel.max()) if n_q else 1, 1)
+    pos = torch.full((n_q, width), torch.iinfo(torch.long).max // 4, dtype=torch.long)
+    valid = torch.zeros(n_q, width, dtype=torch.bool)
+    pos[rows[rel], rank_rel[rel] - 1] = position[rel]
+    valid[rows[rel], rank_rel[rel] - 1] = True
+    per_q = metrics_from_positions(pos, valid, n_pos.cpu(), ks, wanted)
+    if "MRR" in wanted:  # the first relevant item may lie beyond the list: count exactly
+        far = torch.nonzero((n_rel == 0) & (n_pos.cpu() > 0)).flatten()
+        if far.numel():
+            first = _first_relevant_positions(emb, lab, ref, ref_lab, far, exclude_self, dev, chunk_size, max_memory_mb)
+            per_q["MRR"][far] = 1.0 / first.to(torch.float64)
     return per_q
 
 
-def _counting_route_rows(emb, lab, ref, ref_lab, rows, ks, wanted, exclude_self, dev):
-    ref_d, ref_lab_d = ref.to(dev), ref_lab.to(dev)
-    qc = emb[rows].to(dev)
-    s = qc @ ref_d.T
-    pos = lab[rows].to(dev)[:, None] == ref_lab_d[None, :]
-    neg = ~pos
+def _first_relevant_positions(emb, lab, ref, ref_lab, rows, exclude_self, dev, chunk_size, max_memory_mb):
+    """Worst-case position of the best relevant item of each query in ``rows`` (canonical scores).
+
+    ``s*`` = the best canonical score among the query's relevant items; the position is 1 + the
+    irrelevant items with canonical score ``>= s*``: certain ones from the float32 (float64) matmul
+    and its bound, the ambiguous ones (within the bound of ``s*``) re-scored canonically.
+    """
+    ref_d, ref_lab_d, emb_d = ref.to(dev), ref_lab.to(dev), emb.to(dev)
+    lab_r = lab[rows].to(dev)
+    rows_d = rows.to(dev)
+    pair_q, pair_g = torch.nonzero(lab_r[:, None] == ref_lab_d[None, :], as_tuple=True)
     if exclude_self:
-        r = torch.arange(rows.numel(), device=dev)
-        pos[r, rows.to(dev)] = False
-        neg[r, rows.to(dev)] = False
-    positions, valid = positive_positions(s, pos, neg)
-    return _metrics_from_positions(positions, valid, pos.sum(1), ks, wanted)
+        keep = pair_g != rows_d[pair_q]
+        pair_q, pair_g = pair_q[keep], pair_g[keep]
+    sc = canonical_scores(emb_d, ref_d, rows_d[pair_q], pair_g, check=False)
+    best = torch.full((rows.numel(),), -torch.inf, dtype=sc.dtype, device=dev).scatter_reduce(0, pair_q, sc, "amax")
+    g_norm = float(ref_d.to(torch.float64).norm(dim=1).max())
+    qn = emb_d[rows_d].to(torch.float64).norm(dim=1)
+    a, _, _ = score_bound(qn, qn, torch.zeros_like(qn), g_norm, g_norm, 0.0, emb.shape[1], emb.dtype, emb.dtype, emb.dtype)
+    c = chunk_rows(ref.shape[0], max_memory_mb, chunk_size, bytes_per_item=16)
+    out = torch.empty(rows.numel(), dtype=torch.long)
+    for s0 in range(0, rows.numel(), c):
+        qi = rows_d[s0 : s0 + c]
+        with exact_matmul():
+            s = emb_d[qi] @ ref_d.T
+        irr = lab_r[s0 : s0 + c, None] != ref_lab_d[None, :]
+        if exclude_self:
+            irr[torch.arange(qi.numel(), device=dev), qi] = False
+        b64, a_c = best[s0 : s0 + c].to(torch.float64)[:, None], a[s0 : s0 + c, None]
+        s64 = s.to(torch.float64)
+        certain = irr & (s64 - a_c >= b64)
+        unsure = irr & ~certain & (s64 + a_c >= b64)
+        count = certain.sum(1)
+        ur, uc = torch.nonzero(unsure, as_tuple=True)
+        if ur.numel():
+            cs = canonical_scores(emb_d, ref_d, qi[ur], uc, check=False)
+            count = count + torch.bincount(ur[cs >= best[s0 + ur]], minlength=qi.numel())
+        out[s0 : s0 + c] = (1 + count).cpu()
+    return out

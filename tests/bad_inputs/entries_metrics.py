@@ -6,13 +6,17 @@ import torch
 
 import rank_lab.metrics as M
 import rank_lab.metrics.calibration as CAL
+import rank_lab.metrics.certified as CE
+import rank_lab.metrics.chunking as CH
 import rank_lab.metrics.classification as CLS
+import rank_lab.metrics.counting as CO
 import rank_lab.metrics.detection as DET
 import rank_lab.metrics.distributed_knn as DKNN
-import rank_lab.metrics.hierarchical as HM
-import rank_lab.metrics.hierarchical_engine as HE
-import rank_lab.metrics.hierarchy as HY
+import rank_lab.metrics.hierarchical_metrics as HM
+import rank_lab.metrics.hierarchical_relevance as HY
+import rank_lab.metrics.hierarchical_route as HE
 import rank_lab.metrics.ood as OOD
+import rank_lab.metrics.score_bounds as SB
 import rank_lab.metrics.text as TXT
 
 from .factories import emb, hier_labels, labels, levels, no_positive_targets, scores, targets
@@ -71,17 +75,47 @@ ENTRIES = [
     fn(M.weighted_sum_ap, _sl(n_levels=2, weights=[0.5, 0.5]), {**SL, "n_levels": "posint", "weights": "x"}, legal=LEGAL_SL),
     fn(M.faiss_available),
     fn(M.knn_search, lambda: dict(queries=emb(5), gallery=emb(12, seed=2), k=3, backend="torch"),
-       {"queries": "x", "gallery": "x", "k": "k", "backend": "choice"},
+       {"queries": "x", "gallery": "x", "k": "k", "backend": "choice", "precision": "choice"},
        legal={"*:int": "integer vectors are cast to float (check_embeddings)"}),
     fn(M.positive_positions, lambda: dict(scores=scores(), positives=targets() > 0, negatives=targets() == 0),
        {"scores": "x"}, rows=(("scores", "positives"), ("scores", "negatives"))),
     fn(M.retrieval_metrics, lambda: dict(embeddings=emb(), labels=labels(), ks=(1, 4), backend="torch"),
-       {"embeddings": "x", "labels": "labels", "backend": "choice", "no_positive": "choice"},
+       {"embeddings": "x", "labels": "labels", "backend": "choice", "no_positive": "choice", "precision": "choice"},
        rows=(("embeddings", "labels"),), nopos={"labels": lambda: __import__("torch").arange(12)},
        extra={"ks_big": ("ks", lambda: (1, 100), ("ks",)), "ks_zero": ("ks", lambda: (0,), ("ks",))},
        legal={"embeddings:int": "integer vectors are cast to float (check_embeddings)",
               "labels:nopos": "no_positive='skip' (default) leaves such queries out and reports n_skipped; "
                               "here every query lacks one, which raises"}),
+    # certified search (issue 19) and the shared helpers of the engine (issue 17)
+    fn(CE.certified_neighbours, lambda: dict(queries=emb(5), gallery=emb(12, seed=2), k=3),
+       {"queries": "x", "gallery": "x", "k": "k", "precision": "choice", "tile": "posint"},
+       legal={"*:int": "integer vectors are cast to float (check_embeddings)"}),
+    fn(CE.NeighbourLists, lambda: dict(offsets=torch.tensor([0, 1, 2]), indices=torch.tensor([1, 0]), scores=torch.ones(2),
+                                       k=torch.ones(2, dtype=torch.long), precision="fp32", n_rescanned=0, n_candidates=2)),
+    fn(SB.canonical_scores, lambda: dict(queries=emb(5), gallery=emb(12, seed=2), rows=torch.tensor([0, 4]),
+                                         cols=torch.tensor([1, 11])),
+       {"queries": "x", "gallery": "x", "block_elements": "posint"},
+       legal={"*:int": "integer vectors are cast to float (check_embeddings)"}),
+    fn(SB.score_bound, lambda: dict(q_norm=torch.ones(3), q_red_norm=torch.ones(3), q_res_norm=torch.zeros(3), g_max_norm=1.0,
+                                    g_max_red_norm=1.0, g_max_res_norm=0.0, d=8, work=torch.float32, fmt=torch.bfloat16,
+                                    out_fmt=torch.bfloat16),
+       {"q_norm": "x", "q_res_norm": "x", "g_max_norm": "nonneg", "d": "posint"},
+       legal={"*:int": "integer norms are cast to float64"}),
+    fn(SB.exact_matmul),
+    fn(SB.resolve_precision, lambda: dict(precision="exact", dtype=torch.float32, device=torch.device("cpu")),
+       {"precision": "choice"}),
+    fn(SB.check_accumulation, lambda: dict(fmt=torch.bfloat16, device=torch.device("cpu"))),
+    fn(CH.progress, lambda: dict(iterable=[1, 2], total=2, show=False, desc="chunks")),
+    fn(CH.torch_threads, lambda: dict(n=1), {"n": "posint"}),
+    fn(CH.chunk_rows, lambda: dict(n_cols=100, max_memory_mb=1.0),
+       {"n_cols": "posint", "max_memory_mb": "pos", "chunk_size": "posint"}),
+    fn(CO.metrics_from_positions, lambda: dict(pos=torch.tensor([[1, 3]]), valid=torch.tensor([[True, True]]),
+                                               n_pos=torch.tensor([2]), ks=(1, 2), wanted={"R@k", "mAP@R"})),
+    fn(CO.row_sums, lambda: dict(x=torch.rand(3, 4))),
+    fn(HY.check_levels, lambda: dict(levels=levels(), n_levels=2), {"levels": "x", "n_levels": "posint"},
+       legal={"levels:ndim-": "a (N,) vector is one query (documented)", "levels:int": "levels are integers"},
+       extra={"above_L": ("levels", lambda: levels() + 1, ("levels",))}),
+    fn(HY.level_weights, lambda: dict(weights=[0.25, 0.75], n_levels=2), {"weights": "x", "n_levels": "posint"}),
 ]
 
 CAST = "integer vectors are cast to float (check_embeddings)"
@@ -274,11 +308,11 @@ ENTRIES += [
     fn(HM.mistake_levels, _sl(n_levels=2, k=3), {**SL, "n_levels": "posint", "k": "k"}, legal=LEGAL_SL),
     # hierarchical engine (internal routes of retrieval_metrics, exported)
     fn(HE.hierarchical_chunk_metrics, _chunk, {"scores": "x", "levels": "x", "n_levels": "posint", "alpha": "pos"},
-       rows=(("scores", "levels"),), legal={"levels:int": "levels are integers"},
+       rows=(("scores", "levels"),), legal={"levels:int": "levels are integers", "scores:int": "integer scores are cast to float"},
        extra={"ks_zero": ("ks", lambda: (0,), ("ks",)), "ks_big": ("ks", lambda: (100,), ("ks",))}),
     fn(HE.hierarchical_route, _route, {"emb": "x", "lab": "labels", "ref": "x", "ref_lab": "labels", "chunk_size": "posint",
                                        "max_memory_mb": "pos", "alpha": "pos"},
-       rows=(("emb", "lab"), ("ref", "ref_lab"))),
+       rows=(("emb", "lab"), ("ref", "ref_lab")), legal={"emb:int": CAST, "ref:int": CAST}),
     # ood metrics
     *[fn(f, lambda: dict(scores_in=torch.tensor([0.1, 0.4, 0.2, 0.3]), scores_out=torch.tensor([0.5, 0.35, 0.9])),
          {"scores_in": "x", "scores_out": "x", **extra_roles}, legal={"*:int": "integer scores are cast to float"})

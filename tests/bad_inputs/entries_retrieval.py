@@ -7,6 +7,7 @@ import torch
 
 import rank_lab.retrieval as RT
 import rank_lab.retrieval.cross_source as CS
+import rank_lab.retrieval.diffusion as DF
 import rank_lab.retrieval.extract as EX
 import rank_lab.retrieval.graph as RG
 import rank_lab.retrieval.protocols as PR
@@ -85,6 +86,14 @@ ENTRIES = [
     fn(RT.DiffusionGraph, lambda: {f.name: getattr(_graph(), f.name) for f in __import__("dataclasses").fields(RT.DiffusionGraph)}),
     fn(RT.diffusion_search, lambda: {"graph": _graph(), "queries": unit(3, seed=5), "kq": 3, "truncate": None},
        {"queries": "x", "alpha": "prob", "kq": "k", "iters": "posint"}, legal={"queries:int": CAST}),
+    fn(DF.query_vectors, lambda: {"graph": _graph(), "queries": unit(3, seed=5), "kq": 3, "backend": "torch"},
+       {"queries": "x", "kq": "k", "gamma": "pos", "backend": "choice"}, legal={"queries:int": CAST},
+       extra={"not_a_graph": ("graph", lambda: unit(10), ("graph",))}),
+    fn(DF.diffuse, lambda: {"graph": _graph(), "y": torch.rand(3, 10)},
+       {"y": "x", "alpha": "prob", "iters": "posint", "tol": "pos", "batch_size": "posint"},
+       legal={"y:int": "integer query vectors are cast to the compute dtype"},
+       extra={"not_a_graph": ("graph", lambda: unit(10), ("graph",)),
+              "sparse_nan": ("y", lambda: sp.csr_matrix([[float("nan")] + [0.0] * 9] * 3), ("y",))}),
     fn(RT.offline_diffusion, lambda: {"graph": _graph(), "kq": 3}, {"alpha": "prob", "kq": "k", "iters": "posint"}),
     fn(RT.conjugate_gradient, lambda: {"matvec": lambda v: 2.0 * v, "b": torch.ones(4, 2)}, {"b": "x", "iters": "posint", "tol": "pos"},
        legal={"b:ndim+": "b may hold several right-hand sides", "b:int": "cast"}),

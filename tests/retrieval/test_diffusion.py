@@ -388,3 +388,78 @@ def test_md_errors() -> None:
         md([-torch.ones(5, 5, dtype=torch.float64)], 2, 1, alpha=0.5, clamp_negative=False)
     with pytest.raises(TypeError, match="all dense"):
         md([s, sp.csr_matrix(s.numpy())], 2, 1)
+
+
+# ----------------------------------------------------------------------------- batched truncated diffusion (issue 19)
+
+
+def _old_truncated(g, y_dense: np.ndarray, cand: np.ndarray, cos: np.ndarray, alpha: float, iters: int, tol: float) -> np.ndarray:
+    """The per-item implementation the batched one replaces (one sub-graph, one CG, dense row)."""
+    sub = g.affinity[cand][:, cand]
+    s_sub = torch.from_numpy(normalize_graph(sub).toarray())
+    b = torch.from_numpy(y_dense[cand])[:, None]
+    f, _ = conjugate_gradient(lambda v: v - alpha * (s_sub @ v), b, iters=iters, tol=tol)
+    f = (1 - alpha) * f[:, 0].numpy()
+    out = np.full(g.n, -np.inf)
+    out[cand] = f
+    rest = np.ones(g.n, dtype=bool)
+    rest[cand] = False
+    out[rest] = f.min() - 3.0 + np.clip(cos[rest], -1.0, 1.0)
+    return out
+
+
+def _top_r(cos_row: np.ndarray, r: int) -> np.ndarray:
+    order = np.argsort(-cos_row, kind="stable")
+    assert cos_row[order[r - 1]] - cos_row[order[r]] > 1e-6  # no near-tie at the cut: one candidate set
+    return order[:r]
+
+
+@pytest.mark.parametrize("iters,tol", [(20, 1e-6), (2000, 1e-13)])
+def test_batched_offline_truncation_matches_the_per_item_solves(iters: int, tol: float) -> None:
+    x = _x(150, d=8, seed=21)
+    g = build_graph(x, k=9, backend="torch")
+    kq, alpha, r = 4, 0.95, 40
+    dense = offline_diffusion(g, alpha=alpha, kq=kq, truncate=r, iters=iters, tol=tol).double().numpy()
+    cos = (x @ x.T).numpy()
+    for i in range(150):
+        y = np.zeros(150)
+        nn = [i, *g.knn_indices[i, : kq - 1].tolist()]
+        y[nn] = np.maximum(cos[i, nn], 0) ** 3
+        cand = np.unique(np.concatenate([_top_r(cos[i], r), nn]))
+        ref = _old_truncated(g, y, cand, cos[i], alpha, iters, tol)
+        np.testing.assert_allclose(dense[i], ref.astype(np.float32), rtol=0, atol=1e-6 * max(1.0, np.abs(ref).max()))
+        # same ranking wherever two scores differ by more than the CG tolerance
+        top_new, top_ref = np.argsort(-dense[i], kind="stable")[:30], np.argsort(-ref, kind="stable")[:30]
+        gaps = np.abs(np.diff(np.sort(ref)[::-1][:31]))
+        if (gaps > 1e-5).all():
+            assert np.array_equal(top_new, top_ref), i
+    v, ix = offline_diffusion(g, alpha=alpha, kq=kq, truncate=r, iters=iters, tol=tol, topk=10)
+    np.testing.assert_allclose(v.numpy(), np.sort(dense, 1)[:, ::-1][:, :10], atol=1e-6)
+    # rows wider than a candidate set fall back to the dense ranking (cosine order outside)
+    v2, ix2 = offline_diffusion(g, alpha=alpha, kq=kq, truncate=r, iters=iters, tol=tol, topk=60)
+    np.testing.assert_allclose(v2.numpy(), np.sort(dense, 1)[:, ::-1][:, :60], atol=1e-6)
+
+
+def test_batched_truncation_does_not_depend_on_batching_or_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = _x(200, d=6, seed=22)
+    g = build_graph(x, k=8, backend="torch")
+    a = offline_diffusion(g, kq=5, truncate=50, topk=20, batch_size=256)
+    b = offline_diffusion(g, kq=5, truncate=50, topk=20, batch_size=7)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    c = offline_diffusion(g, kq=5, truncate=50, topk=20, batch_size=33)
+    for other in (b, c):
+        assert torch.equal(a[0], other[0]) and torch.equal(a[1], other[1])
+
+
+def test_truncated_diffusion_search_matches_the_per_query_solves() -> None:
+    x = _x(120, d=7, seed=23)
+    q = _x(9, d=7, seed=24)
+    g = build_graph(x, k=8, backend="torch")
+    got = diffusion_search(g, q, alpha=0.9, kq=5, truncate=30, iters=20).double().numpy()
+    y, _ = query_vectors(g, q, 5, backend="torch")
+    cos = (q @ x.T).numpy()
+    for i in range(9):
+        ref = _old_truncated(g, y[i].toarray().ravel(), np.sort(_top_r(cos[i], 30)), cos[i], 0.9, 20, 1e-6)
+        np.testing.assert_allclose(got[i], ref.astype(np.float32), rtol=0, atol=1e-6)
+    v, ix = diffusion_search(g, q, alpha=0.9, kq=5, truncate=30, iters=20, topk=12, batch_size=4)
+    np.testing.assert_allclose(v.numpy(), np.sort(got, 1)[:, ::-1][:, :12], atol=1e-6)

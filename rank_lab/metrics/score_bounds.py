@@ -1,0 +1,407 @@
+r"""Exact scores, reduced-precision scores and a rigorous bound between them.
+
+The certified neighbour search (:mod:`rank_lab.metrics.certified`) ranks by one score definition,
+the **canonical score** (:func:`canonical_scores`), and finds its candidates with a fast matmul whose
+error against that definition is bounded here (:func:`score_bound`).
+
+**Canonical score.** For ``q, g`` in ``R^d`` stored in the working precision (float32, or float64
+for float64 inputs) with unit roundoff ``u`` (``2^-24``, ``2^-53``)::
+
+    s(q, g) = T(fl(q_1 g_1), ..., fl(q_d g_d), 0, ..., 0)      (zero-padded to D = 2^h >= d)
+    T(v) = T(v[:D/2] + v[D/2:]),  T(v) = v for D = 1            (a fixed pairwise tree)
+
+Every operation is one elementwise IEEE product or sum, so ``s`` is a function of ``(q, g)`` alone:
+it does not depend on the matrix shapes, the kernels, the threads or the device that evaluate it
+(a GEMM's per-element result does). Its distance to the real inner product (Higham, *Accuracy and
+Stability of Numerical Algorithms*, §3.1 and §4.2, pairwise summation) is::
+
+    |s - q.g| <= gamma_{h+1} sum_i |q_i g_i| <= gamma_{h+1} ||q|| ||g||,   gamma_n = n u / (1 - n u).
+
+**Reduced-precision score** (stage 1). The inputs are rounded to a format with ``p`` significand
+bits (bfloat16 ``p = 8``, float16 ``p = 11``, float32 ``p = 24`` for float64 inputs):
+``q~ = q - dq``, ``g~ = g - dg``; the residuals ``dq, dg`` are exact in the working precision and
+their norms are *measured* (so flushed subnormals and the rounding mode are accounted for). The
+matmul forms ``v = sum_i q~_i g~_i`` accumulated in float32 (``u_a = 2^-24``) in any order and
+blocking, then rounds ``v`` to its output format (faithful rounding, relative ``c = 2^{1-p_o} /
+(1 - 2^{1-p_o})``, ``c = 0`` for a float32 output). Three terms:
+
+1. *inputs*: ``q.g - q~.g~ = q~.dg + dq.g~ + dq.dg``, so by Cauchy-Schwarz
+   ``|q.g - q~.g~| <= ||q~|| ||dg|| + ||dq|| ||g~|| + ||dq|| ||dg||``;
+2. *accumulation*: products of bfloat16/float16 numbers are exact in float32, so
+   ``|v - q~.g~| <= gamma_d(u_a) sum_i |q~_i g~_i| <= gamma_d(u_a) ||q~|| ||g~||`` (the same term
+   covers rounded products when the stage-1 format is the working one: the exact route);
+3. *output*: ``|s^ - v| <= c |s^| + eta``, ``eta`` the smallest normal number of the output
+   format (flushed or subnormal outputs).
+
+With ``A_q = ||q~|| E + e_q G~ + e_q E + gamma_d(u_a) ||q~|| G~ + gamma_{h+1} ||q|| G + eta_a``
+(``E = max_j ||dg_j||``, ``G~ = max_j ||g~_j||``, ``G = max_j ||g_j||``, ``e_q = ||dq||``,
+``eta_a = d 2^-126`` for flush-to-zero accumulators), every gallery item satisfies::
+
+    lo(s^_j) - A_q <= s(q, g_j) <= hi(s^_j) + A_q,   lo(x) = x - c|x| - eta,  hi(x) = x + c|x| + eta,
+
+and ``lo``, ``hi`` are increasing. For unit-norm vectors ``||q~||, G~ <= 1 + 2^-p`` and ``E, e_q``
+are about ``0.6 * 2^-p`` (bfloat16: ``A_q`` about 0.0035 at d = 512).
+
+**Model and guard.** The bound assumes float32 accumulation with one rounding per addition and
+no reduced-precision split-K reduction. :func:`exact_matmul` pins that and forbids TF32 (and the
+CPU's implicit bfloat16) for the float32 matmuls of the exact route: ``fp32_precision = "ieee"``
+for CUDA and oneDNN matmuls, ``allow_fp16_reduced_precision_reduction`` and
+``allow_bf16_reduced_precision_reduction`` off, the CPU fp16 reduced-precision reduction off; the
+previous settings are restored on exit. Before a reduced format is used on a device,
+:func:`check_accumulation` runs a probe whose error would exceed the bound if the partial sums
+were rounded to the reduced format.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+from rank_lab._validation import (
+    as_tensor,
+    check_choice,
+    check_embeddings,
+    check_finite,
+    check_positive_int,
+)
+from rank_lab.metrics.chunking import torch_threads
+
+__all__ = ["PRECISIONS", "canonical_scores", "score_bound", "exact_matmul", "check_accumulation", "resolve_precision"]
+
+#: Values of the ``precision=`` option of the engine and of :func:`rank_lab.metrics.knn_search`.
+PRECISIONS = ("auto", "exact", "fp32", "bf16", "fp16")
+_FORMATS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_BITS = {torch.float64: 53, torch.float32: 24, torch.bfloat16: 8, torch.float16: 11}
+_SAFETY = 1.0 + 2.0**-30  # inflation of every norm computed in float64 (their own rounding)
+
+
+def _gamma(n: int, dtype: torch.dtype) -> float:
+    nu = n * 2.0 ** -_BITS[dtype]
+    if nu >= 0.5:
+        raise ValueError(f"d={n} is too large for a rigorous {dtype} accumulation bound")
+    return nu / (1.0 - nu)
+
+
+def _tree_depth(d: int) -> int:
+    return max(0, math.ceil(math.log2(d))) if d > 1 else 0
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_native_bf16() -> bool:
+    """Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:  # pragma: no cover - not Linux
+        return False
+    return ("avx512_bf16" in flags or "amx_bf16" in flags) and bool(torch.backends.mkldnn.is_available())
+
+
+def resolve_precision(precision: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The stage-1 format of ``precision`` for ``dtype`` (float32/float64) inputs on ``device``.
+
+    ``"exact"``: the working precision itself (no input rounding). ``"fp32"``, ``"bf16"``,
+    ``"fp16"``: that format (``"fp32"`` is ``"exact"`` for float32 inputs). ``"auto"``: float16 on
+    CUDA, bfloat16 on a CPU with native bfloat16 dot products (AVX512-BF16 / AMX), else exact;
+    a reduced format whose probe fails (:func:`check_accumulation`) makes ``"auto"`` exact.
+
+    Raises:
+        ValueError: unknown ``precision``.
+        RuntimeError: an explicitly asked format fails the accumulation probe on this device.
+    """
+    check_choice(precision, "precision", PRECISIONS)
+    check_choice(dtype, "dtype", (torch.float32, torch.float64))
+    if precision == "exact":
+        return dtype
+    if precision == "auto":
+        fmt = torch.float16 if device.type == "cuda" else (torch.bfloat16 if _cpu_native_bf16() else dtype)
+        if fmt != dtype and not check_accumulation(fmt, device):
+            return dtype
+        return fmt
+    fmt = _FORMATS[precision]
+    if _BITS[fmt] >= _BITS[dtype]:
+        return dtype
+    if not check_accumulation(fmt, device):
+        raise RuntimeError(f"precision={precision!r}: the {device.type} matmul in {fmt} does not accumulate in "
+                           "float32 (probe failed), so its error bound does not hold; use precision='exact'")
+    return fmt
+
+
+def _fp32_precision_backends() -> list[object]:
+    """The backends with the ``fp32_precision`` API of recent torch (empty for older versions)."""
+    out = []
+    for mod in (torch.backends.cuda.matmul, getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)):
+        if mod is not None:
+            try:
+                mod.fp32_precision  # noqa: B018 - probing the attribute
+            except (AttributeError, RuntimeError):
+                continue
+            out.append(mod)
+    return out
+
+
+@contextmanager
+def exact_matmul() -> Iterator[None]:
+    """Pin the matmul settings the bounds assume; restore the previous ones on exit.
+
+    Inside: float32 matmuls in IEEE float32 (no TF32 on CUDA or oneDNN, no implicit bfloat16 on
+    the CPU: ``fp32_precision = "ieee"``, or ``set_float32_matmul_precision("highest")`` on torch
+    versions without that API), and no reduced-precision reductions in float16 / bfloat16 matmuls
+    (``torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction`` and
+    ``allow_bf16_reduced_precision_reduction`` off, the CPU fp16 one too), so that their partial
+    sums stay in float32 as :func:`score_bound` assumes.
+    """
+    cm = torch.backends.cuda.matmul
+    new_api = _fp32_precision_backends()
+    saved_new = [(m, m.fp32_precision) for m in new_api]
+    saved_prec = None if new_api else torch.get_float32_matmul_precision()
+    flags = ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
+    saved = {name: getattr(cm, name) for name in flags}
+    cpu_get = getattr(torch._C, "_get_cpu_allow_fp16_reduced_precision_reduction", None)
+    cpu_set = getattr(torch._C, "_set_cpu_allow_fp16_reduced_precision_reduction", None)
+    saved_cpu = cpu_get() if cpu_get is not None else None
+    try:
+        if new_api:
+            for m in new_api:
+                m.fp32_precision = "ieee"
+        else:  # pragma: no cover - torch without the fp32_precision API
+            torch.set_float32_matmul_precision("highest")
+        for name in flags:
+            setattr(cm, name, False)
+        if cpu_set is not None:
+            cpu_set(False)
+        yield
+    finally:
+        for m, value in saved_new:
+            m.fp32_precision = value
+        if saved_prec is not None:  # pragma: no cover - torch without the fp32_precision API
+            torch.set_float32_matmul_precision(saved_prec)
+        for name, value in saved.items():
+            setattr(cm, name, value)
+        if cpu_set is not None and saved_cpu is not None:
+            cpu_set(saved_cpu)
+
+
+def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
+                     *, block_elements: int = 2**20, check: bool = True) -> torch.Tensor:
+    """The canonical score ``s(queries[rows[m]], gallery[cols[m]])`` of every pair m (module docstring).
+
+    Args:
+        queries: ``(Q, d)`` float32 or float64 (other floating types are promoted to float32).
+        gallery: ``(N, d)``; the pair is computed in the promoted dtype of both.
+        rows, cols: ``(M,)`` integer indices into ``queries`` and ``gallery``.
+        block_elements: pairs are processed in blocks of about this many products.
+        check: validate the inputs (``False``: for callers that already did; the indices must be
+            long tensors on the inputs' device, the inputs finite and of one working dtype).
+
+    Returns:
+        ``(M,)`` in the working dtype, on the inputs' device: the fixed pairwise-tree sum of the
+        rounded elementwise products, bit-identical whatever the batch, device or thread count.
+
+    Raises:
+        ValueError / TypeError: naming the argument (shapes, non-finite values, indices out of range).
+    """
+    if check:
+        queries = check_embeddings(queries, "queries")
+        gallery = check_embeddings(gallery, "gallery")
+        if queries.shape[1] != gallery.shape[1]:
+            raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}")
+        work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
+        queries, gallery = queries.to(work), gallery.to(work)
+        block_elements = check_positive_int(block_elements, "block_elements")
+        idx = []
+        for name, ix, n in (("rows", rows, queries.shape[0]), ("cols", cols, gallery.shape[0])):
+            ix = as_tensor(ix, name)
+            if ix.ndim != 1 or ix.is_floating_point() or ix.dtype == torch.bool:
+                raise TypeError(f"{name} must be a 1-D integer tensor, got {ix.dtype} of shape {tuple(ix.shape)}")
+            if ix.numel() and (int(ix.min()) < 0 or int(ix.max()) >= n):
+                raise ValueError(f"{name} holds indices outside [0, {n})")
+            idx.append(ix.long().to(queries.device))
+        rows, cols = idx
+        if rows.shape != cols.shape:
+            raise ValueError(f"rows has {rows.numel()} entries but cols has {cols.numel()}")
+    work = queries.dtype
+    d = queries.shape[1]
+    width = 1 << _tree_depth(d)
+    out = torch.empty(rows.shape[0], dtype=work, device=queries.device)
+    step = max(1, block_elements // width)
+
+    def block(a: int) -> None:
+        p = queries[rows[a : a + step]] * gallery[cols[a : a + step]]  # elementwise, rounded once
+        if width > d:
+            p = F.pad(p, (0, width - d))
+        h = width // 2
+        while h >= 1:
+            p[:, :h] += p[:, h : 2 * h]
+            h //= 2
+        out[a : a + step] = p[:, 0]
+
+    starts = list(range(0, rows.shape[0], step))
+    threads = torch.get_num_threads()
+    if queries.device.type != "cpu" or threads == 1 or len(starts) < 4:
+        for a in starts:
+            block(a)
+        return out
+    with torch_threads(1), ThreadPoolExecutor(max_workers=threads) as pool:  # elementwise: any split is exact
+        list(pool.map(block, starts))
+    return out
+
+
+def reduced_copy(x: torch.Tensor, fmt: torch.dtype, *, per_row_scale: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x`` rounded to ``fmt`` for stage 1, with the norms the bound needs.
+
+    Returns:
+        ``(x_red, log2_scale (N,) long, red_norm (N,) float64, residual_norm (N,) float64)``: the
+        matmul input ``x_red = fmt(x * 2^scale)`` (float16 is scaled by powers of two, per row or
+        globally, so that row norms lie in ``[2^6, 2^7)``: no entry and no score of two such rows
+        overflows float16; bfloat16 subnormals are flushed to zero as the CPU's dot-product
+        instructions do), and in unscaled units ``||x~||`` and ``||x - x~||`` (inflated for their
+        own rounding).
+    """
+    n = x.shape[0]
+    dev = x.device
+    scale = torch.zeros(n, dtype=torch.long, device=dev)
+    xs = x
+    if fmt == torch.float16:  # row norms scaled into [2^6, 2^7): entries and products of two rows < 2^14
+        nrm = x.to(torch.float64).norm(dim=1)
+        nrm = nrm if per_row_scale else nrm.max().expand(n)
+        e = torch.frexp(nrm).exponent.to(torch.long)  # nrm in [2^(e-1), 2^e)
+        scale = torch.where(nrm > 0, 7 - e, torch.zeros_like(e))
+        xs = torch.ldexp(x, scale.to(x.dtype)[:, None])
+    red = xs.to(fmt)
+    if fmt == torch.bfloat16:
+        red = torch.where(red.abs() < 2.0**-126, torch.zeros_like(red), red)
+    if not bool(torch.isfinite(red).all()):
+        raise ValueError(f"the embeddings overflow {fmt}; use precision='exact'")
+    back = red.to(x.dtype)
+    unscale = torch.ldexp(torch.ones(n, dtype=torch.float64, device=dev), -scale.to(torch.float64))
+    red_norm = back.to(torch.float64).norm(dim=1) * unscale * _SAFETY
+    res_norm = (xs - back).to(torch.float64).norm(dim=1) * unscale * _SAFETY  # xs - back is exact
+    return red, scale, red_norm, res_norm
+
+
+def score_bound(q_norm: torch.Tensor, q_red_norm: torch.Tensor, q_res_norm: torch.Tensor, g_max_norm: float,
+                g_max_red_norm: float, g_max_res_norm: float, d: int, work: torch.dtype, fmt: torch.dtype,
+                out_fmt: torch.dtype, flush_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, float, torch.Tensor]:
+    """The per-query bound ``A_q`` and the output-rounding terms ``(c, eta)`` (module docstring).
+
+    Args:
+        q_norm, q_red_norm, q_res_norm: ``(Q,)`` non-negative ``||q||``, ``||q~||``, ``||q - q~||``.
+        g_max_norm, g_max_red_norm, g_max_res_norm: ``G``, ``G~``, ``E`` over the gallery (>= 0).
+        d: dimension.
+        work: working precision (float32 / float64): that of the canonical score.
+        fmt: stage-1 input format (``work`` itself for the exact route).
+        out_fmt: format of the matmul output.
+        flush_scale: ``(Q,)`` float64 factor that takes flushed absolute amounts to unscaled units
+            (``2^-(scale_q + scale_g)`` for scaled float16; None: 1).
+
+    Returns:
+        ``(A (Q,) float64, c, eta (Q,) float64)`` with ``lo(s^) - A <= s <= hi(s^) + A``.
+
+    Raises:
+        ValueError / TypeError: naming the argument.
+    """
+    norms = []
+    for name, t in (("q_norm", q_norm), ("q_red_norm", q_red_norm), ("q_res_norm", q_res_norm)):
+        t = as_tensor(t, name).to(torch.float64)
+        if t.ndim != 1:
+            raise ValueError(f"{name} must have shape (Q,), got {tuple(t.shape)}")
+        check_finite(t, name)
+        if bool((t < 0).any()):
+            raise ValueError(f"{name} must be >= 0")
+        norms.append(t)
+    q_norm, q_red_norm, q_res_norm = norms
+    if not q_norm.shape == q_red_norm.shape == q_res_norm.shape:
+        raise ValueError("q_norm, q_red_norm and q_res_norm must have the same length")
+    for name, v in (("g_max_norm", g_max_norm), ("g_max_red_norm", g_max_red_norm), ("g_max_res_norm", g_max_res_norm)):
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    d = check_positive_int(d, "d")
+    check_choice(work, "work", (torch.float32, torch.float64))
+    check_choice(fmt, "fmt", tuple(_BITS))
+    check_choice(out_fmt, "out_fmt", tuple(_BITS))
+    acc = work if fmt == work else torch.float32  # reduced formats accumulate in float32
+    gam_acc = _gamma(d, acc)
+    gam_can = _gamma(_tree_depth(d) + 1, work)
+    flush = torch.ones_like(q_norm) if flush_scale is None else flush_scale
+    a = q_red_norm * g_max_res_norm + q_res_norm * g_max_red_norm + q_res_norm * g_max_res_norm
+    a = a + gam_acc * q_red_norm * g_max_red_norm + gam_can * q_norm * g_max_norm
+    if fmt in (torch.bfloat16, torch.float16):
+        a = a + d * 2.0**-126 * flush  # flush-to-zero of float32 partial sums
+    if _BITS[out_fmt] < _BITS[acc]:
+        p = _BITS[out_fmt]
+        c = 2.0 ** (1 - p) / (1.0 - 2.0 ** (1 - p))
+        eta = float(torch.finfo(out_fmt).tiny) * flush
+    else:
+        c, eta = 0.0, torch.zeros_like(q_norm)
+    return a * _SAFETY, c, eta
+
+
+def threshold(lam: torch.Tensor, a: torch.Tensor, c: float, eta: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Smallest stage-1 score an item needs to possibly reach the exact K-th score.
+
+    ``lam (Q,)`` is a lower bound of the K-th largest stage-1 score; the exact K-th score is then
+    ``>= lo(lam) - A``, and an item can reach it only if ``hi(s^) + A >= lo(lam) - A``, i.e.
+    ``s^ >= hi^-1(lo(lam) - 2A)``. Computed in float64 and rounded *down* to ``dtype``.
+    """
+    lam = lam.to(torch.float64)
+    y = lam - c * lam.abs() - eta - 2.0 * a - eta
+    t = torch.where(y >= 0, y / (1.0 + c), y / (1.0 - c))
+    t = t - 2.0**-40 * (lam.abs() + 2.0 * a + 2.0 * eta + t.abs())  # margin for this float64 arithmetic
+    t = torch.where(torch.isfinite(lam), t, torch.full_like(t, -torch.inf))
+    down = t.to(dtype)
+    return torch.where(down.to(torch.float64) > t, torch.nextafter(down, torch.full_like(down, -torch.inf)), down)
+
+
+def reduced_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
+    """``a @ b.T`` of stage 1 and the format of its output (float32 when the device can give it)."""
+    if a.device.type == "cuda" and a.dtype in (torch.float16, torch.bfloat16):  # pragma: no cover - GPU only
+        try:
+            return torch.mm(a, b.T, out_dtype=torch.float32), torch.float32
+        except (TypeError, RuntimeError):
+            pass
+    return a @ b.T, a.dtype
+
+
+@functools.lru_cache(maxsize=16)
+def _probe(fmt: torch.dtype, device_type: str, device_index: int | None) -> bool:
+    dev = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
+    gen = torch.Generator().manual_seed(0)
+    d = 512
+    q = torch.randn(64, d, generator=gen, dtype=torch.float64)
+    g = torch.randn(2048, d, generator=gen, dtype=torch.float64)
+    q[0] = 2.0**-9  # partial sums rounded to a short format would drop these terms
+    q[0, 0] = 1.0
+    g[:64] = 1.0
+    q, g = F.normalize(q, dim=1).float().to(dev), F.normalize(g, dim=1).float().to(dev)
+    with exact_matmul():
+        qr, qs, qn, qe = reduced_copy(q, fmt, per_row_scale=True)
+        gr, gs, gn, ge = reduced_copy(g, fmt, per_row_scale=False)
+        s, out_fmt = reduced_matmul(qr, gr)
+    s = torch.ldexp(s.to(torch.float64), -(qs[:, None] + gs[None, :]).to(torch.float64))
+    exact = (q.double() @ g.double().T)
+    flush = torch.ldexp(torch.ones_like(qn), -(qs + gs[0]).to(torch.float64))
+    a, c, eta = score_bound(q.double().norm(dim=1), qn, qe, float(g.double().norm(dim=1).max()), float(gn.max()),
+                            float(ge.max()), d, torch.float32, fmt, out_fmt, flush)
+    err = (s - exact).abs()
+    return bool((err <= a[:, None] + c * s.abs() + eta[:, None]).all())
+
+
+def check_accumulation(fmt: torch.dtype, device: torch.device) -> bool:
+    """Whether the ``fmt`` matmul on ``device`` stays within :func:`score_bound` on a probe (cached).
+
+    The probe holds a row ``(1, 2^-9, ..., 2^-9)`` against a row of ones: accumulated in float32
+    its score is ``1 + 511 * 2^-9``; partial sums rounded to bfloat16 would stay at 1, far outside
+    the bound. Random unit vectors complete it.
+    """
+    check_choice(fmt, "fmt", tuple(_BITS))
+    if fmt in (torch.float32, torch.float64):
+        return True
+    device = torch.device(device)
+    return _probe(fmt, device.type, device.index)
