@@ -80,7 +80,7 @@ class TrainConfig:
       ``log_path`` (``None`` = ``checkpoint_dir/log.json`` if any), ``progress`` (tqdm).
     * Model: ``model``, a :class:`~rank_lab.models.ModelConfig` (flat keys such as ``backbone`` and
       ``weights`` -- ``"imagenet"``, ``"none"`` or a weight file, :mod:`rank_lab.models.weights` --
-      are routed there); ``preset_name``, the recipe started from, if any (set by :meth:`recipe`
+      are routed there); ``recipe_name``, the recipe started from, if any (set by :meth:`recipe`
       or a ``"recipe"`` key of :meth:`from_dict`).
     """
 
@@ -131,7 +131,7 @@ class TrainConfig:
     multistage_chunk_size: int | None = None
     dist_loss: str = "full"
     model: ModelConfig = field(default_factory=ModelConfig)
-    preset_name: str | None = None
+    recipe_name: str | None = None
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
@@ -191,7 +191,7 @@ class TrainConfig:
             raise ValueError(f"min_lr ({self.min_lr}) must be <= lr ({self.lr})")
         if self.device is not None and not isinstance(self.device, str):
             self.device = str(self.device)
-        for name in ("loss", "dataset", "preset_name"):
+        for name in ("loss", "dataset", "recipe_name"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):
                 raise TypeError(f"{name} must be a str or None, got {v!r}")
@@ -228,6 +228,10 @@ class TrainConfig:
         if "recipe" in items and "preset" in items:
             raise ValueError("give 'recipe' or its former name 'preset', not both")
         preset = items.pop("recipe", items.pop("preset", None))
+        if "preset_name" in items:  # the former name of recipe_name, in configs saved before 2026-11-26
+            if "recipe_name" in items:
+                raise ValueError("give 'recipe_name' or its former name 'preset_name', not both")
+            items["recipe_name"] = items.pop("preset_name")
         if preset is not None:
             base = cls.recipe(preset).to_dict()
         train_fields = {f.name for f in dataclasses.fields(cls)}
@@ -255,7 +259,7 @@ class TrainConfig:
             elif not ignore_unknown:
                 raise ValueError(_unknown(key, train_fields | model_fields))
         if preset is not None:
-            base["preset_name"] = preset
+            base["recipe_name"] = preset
         if "hidden_dims" in model:
             model["hidden_dims"] = tuple(model["hidden_dims"])
         base["model"] = ModelConfig.from_dict(model)
@@ -288,7 +292,7 @@ class TrainConfig:
         ``TrainConfig.recipe("roadmap_sop", epochs=5, weights="imagenet")`` starts from the
         recipe and applies validated overrides (``weights`` may also be ``"none"`` or a file path).
         A *recipe* is a training setting (optimiser, schedule, sampler, data); a *preset* is a named
-        loss combination (:mod:`rank_lab.losses.presets`). ``preset_name`` records the recipe.
+        loss combination (:mod:`rank_lab.losses.presets`). ``recipe_name`` records the recipe.
 
         Raises:
             ValueError: an unknown recipe name (with close matches) or a bad override.
@@ -298,7 +302,7 @@ class TrainConfig:
         d = {k: v for k, v in copy.deepcopy(RECIPES[name]).items() if not k.startswith("_")}
         d.update(overrides)
         cfg = cls.from_dict(d)
-        cfg.preset_name = name
+        cfg.recipe_name = name
         return cfg
 
     @classmethod

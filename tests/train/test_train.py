@@ -103,7 +103,7 @@ def test_recipes_transcribe_the_papers():
     sop = TrainConfig.recipe("roadmap_sop")
     assert (sop.lr, sop.batch_size, sop.m_per_class, sop.epochs, sop.scheduler) == (5e-5, 256, 4, 100, "cosine")
     assert (sop.model.backbone, sop.model.pooling, sop.model.embed_dim, sop.model.layer_norm) == ("resnet50", "avg", 512, True)
-    assert sop.model.pretrained is False and sop.preset_name == "roadmap_sop"
+    assert sop.model.pretrained is False and sop.recipe_name == "roadmap_sop"
     inat = TrainConfig.recipe("roadmap_inat")
     assert (inat.lr, inat.weight_decay, inat.min_lr, inat.eval_ks) == (1e-5, 4e-4, 1e-6, (1, 4, 16, 32))
     cub = TrainConfig.recipe("roadmap_cub")
@@ -115,6 +115,11 @@ def test_recipes_transcribe_the_papers():
     assert over.epochs == 2 and over.model.weights_path == "/x/r50.pth" and over.lr == 5e-5
     assert TrainConfig.from_dict({"recipe": "roadmap_inat", "epochs": 3}).lr == 1e-5
     # the former names of the recipe entry points: same configs
+    saved = TrainConfig.recipe("roadmap_sop").to_dict()
+    saved["preset_name"] = saved.pop("recipe_name")  # a config saved under the former field name
+    assert TrainConfig.from_dict(saved) == TrainConfig.recipe("roadmap_sop")
+    with pytest.raises(ValueError, match="not both"):
+        TrainConfig.from_dict({**saved, "recipe_name": "roadmap_sop"})
     with pytest.warns(DeprecationWarning, match="TrainConfig.recipe"):
         assert TrainConfig.preset("roadmap_sop", epochs=2) == TrainConfig.recipe("roadmap_sop", epochs=2)
     assert TrainConfig.from_dict({"preset": "roadmap_inat"}) == TrainConfig.from_dict({"recipe": "roadmap_inat"})

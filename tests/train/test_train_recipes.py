@@ -56,7 +56,7 @@ def test_train_config_recipes():
     assert set(list_recipes()) == set(RECIPES) and all(list_recipes().values())
     for name in RECIPES:
         cfg = TrainConfig.recipe(name)
-        assert cfg.preset_name == name and cfg.lr == RECIPES[name]["lr"]
+        assert cfg.recipe_name == name and cfg.lr == RECIPES[name]["lr"]
     assert "sop_resnet50" in RECALL_RECIPES and "roadmap_sop" in RECIPES  # two kinds of recipes, one module
 
 
