@@ -13,7 +13,8 @@ rewrites the Markdown cells of one notebook the way the site shows them:
   -> inline code (``~`` keeps the last component; functions and methods get ``()`` as on the site);
   ``{math}`` -> ``$...$``; ``{doc}`` -> the page's title, linked to its Colab twin when the
   repository is on GitHub;
-* admonitions (```` ```{note} ```` or ``:::{note}`` fences) -> a block quote with a bold title;
+* admonitions (``{note}`` fences of backticks or of colons, ``:::{note}``) -> a block quote with a
+  bold title;
   ``(label)=`` targets are dropped.
 
 Anything else in MyST syntax raises :class:`MystConversionError` naming the notebook, so a new
