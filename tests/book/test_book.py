@@ -79,16 +79,6 @@ results_path = save_results({"value": value, "smoke": smoke}, "results.json", co
 MINI = HEAD + PARAMS + BODY
 
 
-@pytest.fixture(autouse=True)
-def _no_run_state():
-    """start_run keeps the run of the process (one notebook per kernel); tests share a process."""
-    from rank_lab.book import results
-
-    results._RUN.clear()
-    yield
-    results._RUN.clear()
-
-
 @pytest.fixture()
 def mini_book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "book"

@@ -76,15 +76,6 @@ results_path = save_results(results, "results.json")
 """
 
 
-@pytest.fixture(autouse=True)
-def _no_run_state():
-    from rank_lab.book import results
-
-    results._RUN.clear()
-    yield
-    results._RUN.clear()
-
-
 @pytest.fixture()
 def rec_book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "book"
