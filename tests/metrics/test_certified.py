@@ -377,3 +377,31 @@ def test_smallest_galleries_take_every_other_item(n: int) -> None:
         s, i = knn_search(x, x, n - 1, exclude_self=True, precision=prec, device="cpu")
         assert i.tolist() == [[j for _, j in row[: n - 1]] for row in _brute_lists(x, x, n - 1, True)]
         assert all(r not in row for r, row in enumerate(i.tolist()))
+
+
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_long_lists_when_the_column_sample_overestimates_the_kth(exclude_self: bool) -> None:
+    """Whole-row stage 1 takes a lower bound of the k-th score from every stride-th column; a gallery
+    whose best items sit exactly on the sampled columns defeats it, and the rows must fall back to a
+    full selection with the same certified lists."""
+    g = torch.Generator().manual_seed(21)
+    n, d, k = 420, 12, 150
+    centre = torch.randn(1, d, generator=g)
+    q = F.normalize(centre + 0.05 * torch.randn(6, d, generator=g), dim=1)
+    x = F.normalize(torch.randn(n, d, generator=g), dim=1)
+    x[::3] = F.normalize(centre + 0.05 * torch.randn(n // 3, d, generator=g), dim=1)
+    x[:6] = q  # the queries are gallery items 0..5 (for exclude_self, queries = gallery)
+    queries = x if exclude_self else q
+    # the construction defeats the sample: fewer than k items reach its ceil(1.5 k / 3)-th largest
+    s = (q @ x.T).numpy()
+    t = np.sort(s[:, ::3], axis=1)[:, ::-1][:, 75 - 1]
+    assert ((s >= t[:, None]).sum(1) < k).all()
+    want = _brute_lists(queries, x, k, exclude_self)
+    for prec in PRECISIONS:
+        lists = certified_neighbours(queries, x, k, exclude_self=exclude_self, precision=prec)
+        sets = certified_neighbours(queries, x, k, exclude_self=exclude_self, precision=prec, ordered=False)
+        for i in range(queries.shape[0]):
+            a, b = int(lists.offsets[i]), int(lists.offsets[i + 1])
+            assert list(zip(lists.scores[a:b].tolist(), lists.indices[a:b].tolist(), strict=True)) == want[i], (prec, i)
+            a2, b2 = int(sets.offsets[i]), int(sets.offsets[i + 1])
+            assert sets.indices[a2:b2].tolist() == sorted(j for _, j in want[i]), (prec, i)
