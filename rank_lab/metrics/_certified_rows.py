@@ -1,0 +1,136 @@
+"""Whole-row stage 1 of the certified neighbour search, for long lists (``k > TILE_KMAX``).
+
+Internal module of :mod:`rank_lab.metrics.certified`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rank_lab.metrics._certified_stage1 import BufferPool, Stage1, kth_largest, run_parallel
+from rank_lab.metrics.score_bounds import reduced_matmul
+
+__all__ = ["scan_rows", "rows_above_kth", "sample_stride"]
+
+
+def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torch.Tensor, own: torch.Tensor | None,
+               row_ids: torch.Tensor, tile: int, show: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage 1 by whole rows: the exact k-th stage-1 score of each row, then every item above the threshold."""
+    dev = gr.device
+    nq = qr.shape[0]
+    band = max(1, min(nq, tile * tile // max(1, gr.shape[0])))
+    starts = range(0, nq, band)
+    parts: dict[int, tuple[torch.Tensor, ...]] = {}
+    pool = BufferPool(band * gr.shape[0], st.out_fmt, dev, len(starts))
+
+    def band_work(i0: int) -> None:
+        with pool.take() as flat:
+            if flat is not None:
+                cpu_band(i0, flat)
+                return
+        i1 = min(i0 + band, nq)  # pragma: no cover - GPU only
+        s, _ = reduced_matmul(qr[i0:i1], gr)  # pragma: no cover
+        if own is not None:  # pragma: no cover
+            r = torch.arange(i1 - i0, device=dev)
+            c = own[i0:i1]
+            hit = (c >= 0) & (c < gr.shape[0])
+            s[r[hit], c[hit]] = -torch.inf
+        if gr.shape[0] > n_g:  # pragma: no cover
+            s[:, n_g:] = -torch.inf
+        lam = kth_largest(s, kq[i0:i1]).to(dev)  # pragma: no cover
+        thr = st.thresholds(lam, row_ids[i0:i1])  # pragma: no cover
+        rr, cc = torch.nonzero((s >= thr[:, None]) & (s > -torch.inf), as_tuple=True)  # pragma: no cover
+        parts[i0] = (i0 + rr, cc, s[rr, cc].to(st.cmp), lam.to(st.cmp))  # pragma: no cover
+
+    def cpu_band(i0: int, flat: torch.Tensor) -> None:
+        i1 = min(i0 + band, nq)
+        s = torch.mm(qr[i0:i1], gr.T, out=flat[: (i1 - i0) * gr.shape[0]].view(i1 - i0, gr.shape[0]))
+        if own is not None:
+            r = torch.arange(i1 - i0, device=dev)
+            c = own[i0:i1]
+            hit = (c >= 0) & (c < gr.shape[0])
+            s[r[hit], c[hit]] = -torch.inf
+        if gr.shape[0] > n_g:
+            s[:, n_g:] = -torch.inf
+        rr, cc, vv, lam = rows_above_kth(st, s, kq[i0:i1], row_ids[i0:i1])
+        parts[i0] = (i0 + rr, cc, vv, lam)
+
+    run_parallel(band_work, list(starts), show, dev)
+    out = [parts[i0] for i0 in starts]
+    return tuple(torch.cat([p[j] for p in out]) for j in range(4))  # type: ignore[return-value]
+
+
+
+def sample_stride(k: int, n: int) -> int:
+    """Column stride of the sample that gives a lower bound of the k-th largest (1: no sample).
+
+    The sample keeps ``ceil(1.5 k / stride) >= 64`` items above its threshold, so that a threshold
+    taken from it is, in practice, exceeded by more than ``k`` items of the whole row.
+    """
+    return max(1, min(16, (3 * k) // 128, n // 4))
+
+
+
+def rows_above_kth(st: Stage1, s: torch.Tensor, kq: torch.Tensor,
+                    row_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """CPU stage 1 of a band of whole rows: ``(rows, cols, s^, k-th s^)`` of every item above the threshold.
+
+    The same output as a full selection of each row's k-th stage-1 score followed by a threshold
+    pass, found without the full selection: ``t``, the ``ceil(1.5 k / stride)``-th largest of every
+    ``stride``-th column, is a lower bound of the row's k-th largest as soon as at least ``k`` items
+    of the row reach it (checked); all items above ``threshold(t)`` are then kept, the row's exact
+    k-th largest is taken among them (they hold its top k), and the list is cut at
+    ``threshold(k-th)``. Rows whose check fails (fewer than ``k`` items reach ``t``) get the full
+    selection. One pass over the band beyond the matmul, instead of a selection and two passes.
+    """
+    a = s.numpy() if s.dtype in (torch.float32, torch.float64) else s.float().numpy()
+    nb, n = a.shape
+    k = kq.numpy()
+    stride = sample_stride(int(k.min()), n)
+    if stride > 1:
+        sample = np.ascontiguousarray(a[:, ::stride])
+        m = sample.shape[1]
+        ks = np.minimum(m, -(-3 * k // (2 * stride)))
+        t = kth_largest(torch.from_numpy(sample), torch.from_numpy(ks)).to(st.cmp)
+    else:
+        t = kth_largest(s, kq).to(st.cmp)
+    t = torch.where(torch.isfinite(t), t, torch.full_like(t, torch.finfo(st.cmp).min))
+    thr = st.thresholds(t, row_ids).numpy()
+    flat = np.flatnonzero(a >= thr[:, None])
+    rr, cc = flat // n, flat % n
+    vv = a.reshape(-1)[flat]
+    finite = vv > -np.inf
+    rr, cc, vv = rr[finite], cc[finite], vv[finite]
+    reach = np.bincount(rr[vv >= t.numpy()[rr]], minlength=nb)
+    ok = reach >= k
+    kth = np.empty(nb, dtype=a.dtype)
+    if ok.any():
+        counts = np.bincount(rr, minlength=nb)
+        width = int(counts.max())
+        start = np.cumsum(counts) - counts
+        padded = np.full((nb, width), -np.inf, dtype=a.dtype)
+        padded[rr, np.arange(rr.shape[0]) - start[rr]] = vv
+        rows_ok = np.flatnonzero(ok)
+        kth[rows_ok] = kth_largest(torch.from_numpy(padded[rows_ok]), kq[rows_ok]).numpy()
+    bad = np.flatnonzero(~ok)
+    if bad.size:  # the sample over-estimated: full selection on these rows
+        kth[bad] = kth_largest(s[bad], kq[bad]).numpy()
+        thr_bad = st.thresholds(torch.from_numpy(kth[bad]).to(st.cmp), row_ids[bad]).numpy()
+        fb = np.flatnonzero(a[bad] >= thr_bad[:, None])
+        rb, cb = bad[fb // n], fb % n
+        vb = a[rb, cb]
+        keep_b = vb > -np.inf
+        drop = ~ok[rr]
+        rr = np.concatenate([rr[~drop], rb[keep_b]])
+        cc = np.concatenate([cc[~drop], cb[keep_b]])
+        vv = np.concatenate([vv[~drop], vb[keep_b]])
+    kth_t = torch.from_numpy(kth).to(st.cmp)
+    final = st.thresholds(kth_t, row_ids).numpy()
+    keep = vv >= final[rr]
+    rr, cc, vv = rr[keep], cc[keep], vv[keep]
+    order = np.lexsort((cc, rr)) if bad.size else None
+    if order is not None:
+        rr, cc, vv = rr[order], cc[order], vv[order]
+    return (torch.from_numpy(rr), torch.from_numpy(cc), torch.from_numpy(vv).to(st.cmp), kth_t)
+
