@@ -143,7 +143,7 @@ def _task(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     if name == "graph":
         base = _peak_mb()
         t = time.perf_counter()
-        g = build_graph(x, k=cfg["k"])
+        g = build_graph(x, k=cfg["k"], progress=False)
         out["time"] = time.perf_counter() - t
         out["peak_mb"] = _peak_mb() - base
         out["nnz"] = g.affinity.nnz

@@ -83,6 +83,7 @@ def build_graph(
     backend: str = "auto",
     device: DeviceLike = None,
     chunk_size: int | None = None,
+    progress: bool | None = None,
 ) -> DiffusionGraph:
     """Offline stage: kNN search, mutual affinity ``[s]_+^gamma`` and normalisation (Iscen et al. 2017).
 
@@ -92,11 +93,12 @@ def build_graph(
         gamma: similarity power.
         mutual: keep only mutual neighbours (Iscen et al.); ``False`` keeps the union.
         backend, device, chunk_size: for the kNN search (faiss or chunked torch).
+        progress: tqdm bar of the kNN search (default: long searches only).
     """
     gallery = check_embeddings(gallery, "gallery").detach().cpu()
     k = check_positive_int(k, "k")
     gamma = _check_gamma(gamma)
-    scores, idx = knn_self(gallery, k, backend=backend, device=device, chunk_size=chunk_size)
+    scores, idx = knn_self(gallery, k, backend=backend, device=device, chunk_size=chunk_size, progress=progress)
     w = mutual_affinity(scores, idx, gallery.shape[0], gamma=gamma, mutual=mutual)
     return DiffusionGraph(gallery, scores, idx, w, normalize_graph(w), k, float(gamma), bool(mutual))
 

@@ -84,6 +84,7 @@ def knn_self(
     device: DeviceLike = None,
     chunk_size: int | None = None,
     name: str = "k",
+    progress: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest neighbours (inner product) of every row of ``x`` among the rows of ``x``.
 
@@ -95,6 +96,7 @@ def knn_self(
             first neighbour, which is wrong with duplicates).
         backend, device, chunk_size: passed to :func:`rank_lab.metrics.knn_search`.
         name: how the caller calls ``k`` (named in the errors, e.g. ``"k1"``).
+        progress: tqdm bar of the search (default: long searches only).
 
     Returns:
         ``(scores (n, k), indices (n, k))`` on the CPU, sorted by decreasing score.
@@ -114,7 +116,8 @@ def knn_self(
         cols_s.append((x * x).sum(1, keepdim=True).cpu())
         cols_i.append(torch.arange(n)[:, None])
     if n_other > 0:
-        s, i = knn_search(x, x, n_other, exclude_self=True, backend=backend, device=device, chunk_size=chunk_size)
+        s, i = knn_search(x, x, n_other, exclude_self=True, backend=backend, device=device, chunk_size=chunk_size,
+                          progress=progress)
         cols_s.append(s.cpu().to(x.dtype))
         cols_i.append(i.cpu().long())
     return torch.cat(cols_s, 1), torch.cat(cols_i, 1)

@@ -463,3 +463,13 @@ def test_truncated_diffusion_search_matches_the_per_query_solves() -> None:
         np.testing.assert_allclose(got[i], ref.astype(np.float32), rtol=0, atol=1e-6)
     v, ix = diffusion_search(g, q, alpha=0.9, kq=5, truncate=30, iters=20, topk=12, batch_size=4)
     np.testing.assert_allclose(v.numpy(), np.sort(got, 1)[:, ::-1][:, :12], atol=1e-6)
+
+
+def test_build_graph_progress_bar_is_optional(capsys: pytest.CaptureFixture[str]) -> None:
+    """The kNN search of a large graph draws a bar by default; ``progress=False`` keeps stderr clean
+    (benchmarks print tables)."""
+    x = torch.nn.functional.normalize(torch.randn(17_000, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    build_graph(x, k=3, backend="torch", progress=False)
+    assert "certified search" not in capsys.readouterr().err
+    build_graph(x, k=3, backend="torch", progress=True)
+    assert "certified search" in capsys.readouterr().err
