@@ -20,6 +20,9 @@ def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torc
     dev = gr.device
     nq = qr.shape[0]
     band = max(1, min(nq, tile * tile // max(1, gr.shape[0])))
+    workers = max(1, torch.get_num_threads()) if dev.type == "cpu" else 1
+    rounds = -(-nq // (band * workers))  # as many bands per thread, none left alone at the end
+    band = max(1, -(-nq // (rounds * workers)))
     starts = range(0, nq, band)
     parts: dict[int, tuple[torch.Tensor, ...]] = {}
     pool = BufferPool(band * gr.shape[0], st.out_fmt, dev, len(starts))
