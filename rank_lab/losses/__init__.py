@@ -1,6 +1,7 @@
 """Losses for retrieval: rank surrogates (SmoothAP, SupAP, R@k), decomposability, presets, baselines.
 
-Every loss shares one call (:mod:`rank_lab.losses.base`): ``loss(embeddings, labels)`` or
+Every loss shares one call (:mod:`rank_lab.losses.base`, checked and scored by
+:mod:`rank_lab.losses.prepared_batch`): ``loss(embeddings, labels)`` or
 ``loss(embeddings, labels, ref_embeddings, ref_labels)``; rank losses also take
 ``forward_scores(scores (Q, N), targets (Q, N))``. Each loss registers itself where it is defined
 (``@register_loss``, :mod:`rank_lab.losses.registry`) so that a config string can pick it::
@@ -25,14 +26,7 @@ This module only re-exports.
 from __future__ import annotations
 
 from rank_lab.losses.ap import SmoothAP, SupAP, smooth_ap_loss, sup_ap_loss
-from rank_lab.losses.base import (
-    ListwiseLoss,
-    MetricLoss,
-    PreparedBatch,
-    RankLoss,
-    binary_relevance,
-    prepare_batch,
-)
+from rank_lab.losses.base import ListwiseLoss, MetricLoss, RankLoss
 from rank_lab.losses.blackbox import BlackBoxAP
 from rank_lab.losses.contrastive import ESupConLoss, SupConLoss
 from rank_lab.losses.decomposability import (
@@ -52,6 +46,7 @@ from rank_lab.losses.hierarchical import SmoothHAP, SupHAP, SupNDCG
 from rank_lab.losses.hierarchical_baselines import CSLLoss, SigmaLoss, sigma_loss
 from rank_lab.losses.histogram import FastAP, SoftBinAP
 from rank_lab.losses.pairs import ContrastiveLoss, TripletMarginLoss, pair_margin_loss
+from rank_lab.losses.prepared_batch import PreparedBatch, binary_relevance, prepare_batch
 from rank_lab.losses.presets import (
     ROD,
     happier,

@@ -42,7 +42,8 @@ from rank_lab._validation import (
     check_nonneg_int,
     check_positive_int,
 )
-from rank_lab.losses.base import ListwiseLoss, prepare_batch
+from rank_lab.losses.base import ListwiseLoss
+from rank_lab.losses.prepared_batch import prepare_batch
 from rank_lab.losses.registry import register_loss
 from rank_lab.models.heads import PrototypeClassifier, prototype_logits
 

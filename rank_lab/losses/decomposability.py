@@ -46,8 +46,9 @@ from rank_lab._validation import (
     check_positive_int,
     check_scores_targets,
 )
-from rank_lab.losses.base import MetricLoss, PreparedBatch
+from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss
+from rank_lab.losses.prepared_batch import PreparedBatch
 from rank_lab.losses.proxies import NormSoftmaxLoss
 from rank_lab.losses.registry import register_loss
 from rank_lab.metrics import average_precision

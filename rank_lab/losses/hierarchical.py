@@ -53,7 +53,8 @@ from rank_lab._validation import (
     check_scores_targets,
 )
 from rank_lab.losses._direct import direct_rank_terms
-from rank_lab.losses.base import PreparedBatch, RankLoss, reduce_kept
+from rank_lab.losses.base import RankLoss, reduce_kept
+from rank_lab.losses.prepared_batch import PreparedBatch
 from rank_lab.losses.registry import register_loss
 from rank_lab.metrics.hierarchical_relevance import (
     as_hierarchical_labels,
