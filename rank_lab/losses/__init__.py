@@ -18,7 +18,9 @@ estimator and bounds), :mod:`~rank_lab.losses.hierarchical` (Sup-H-AP, Smooth-H-
 (BlackBox-AP), :mod:`~rank_lab.losses.pairs` (contrastive/XBM, triplet),
 :mod:`~rank_lab.losses.proxies` (NormSoftmax, ProxyNCA++),
 :mod:`~rank_lab.losses.hierarchical_baselines` (Σ-losses, CSL) and
-:mod:`~rank_lab.losses.contrastive` (SupCon, ESupCon and the chapter-6 losses of the Patel thesis).
+:mod:`~rank_lab.losses.contrastive` (the chapter-6 losses of the Patel thesis: cross-entropy, SPCE,
+tightness), :mod:`~rank_lab.losses.supcon` (SimCLR, SupCon) and :mod:`~rank_lab.losses.esupcon`
+(ESupCon).
 This module only re-exports.
 """
 
@@ -28,7 +30,6 @@ from __future__ import annotations
 from rank_lab.losses.ap import SmoothAP, SupAP, smooth_ap_loss, sup_ap_loss
 from rank_lab.losses.base import ListwiseLoss, MetricLoss, RankLoss
 from rank_lab.losses.blackbox import BlackBoxAP
-from rank_lab.losses.contrastive import ESupConLoss, SupConLoss
 from rank_lab.losses.decomposability import (
     PairDGLoss,
     ProxyDGLoss,
@@ -42,6 +43,7 @@ from rank_lab.losses.decomposability import (
     random_batches,
     worst_case_dg_brute_force,
 )
+from rank_lab.losses.esupcon import ESupConLoss
 from rank_lab.losses.hierarchical import SmoothHAP, SupHAP, SupNDCG
 from rank_lab.losses.hierarchical_baselines import CSLLoss, SigmaLoss, sigma_loss
 from rank_lab.losses.histogram import FastAP, SoftBinAP
@@ -72,6 +74,7 @@ from rank_lab.losses.registry import (
     register_loss,
     unregister_loss,
 )
+from rank_lab.losses.supcon import SupConLoss
 
 __all__ = [
     "DEFAULT_KS",
