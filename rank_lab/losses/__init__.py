@@ -12,15 +12,16 @@ Every loss shares one call (:mod:`rank_lab.losses.base`, checked and scored by
 
 Modules: :mod:`~rank_lab.losses.ap` (SmoothAP, SupAP), :mod:`~rank_lab.losses.recall`
 (Smooth-R@k / RS@k, Sup-R@k), :mod:`~rank_lab.losses.decomposability` (L_DG, L*_DG, the DG
-estimator and bounds), :mod:`~rank_lab.losses.hierarchical` (Sup-H-AP, Smooth-H-AP, Sup-NDCG),
+estimator), :mod:`~rank_lab.losses.decomposability_bounds` (the DG bounds),
+:mod:`~rank_lab.losses.hierarchical` (Sup-H-AP, Smooth-H-AP, Sup-NDCG),
 :mod:`~rank_lab.losses.presets` (ROD, ROADMAP, ROD-R@k, HAPPIER, ROD-NDCG), baselines in
 :mod:`~rank_lab.losses.histogram` (FastAP, SoftBin-AP), :mod:`~rank_lab.losses.blackbox`
 (BlackBox-AP), :mod:`~rank_lab.losses.pairs` (contrastive/XBM, triplet),
 :mod:`~rank_lab.losses.proxies` (NormSoftmax, ProxyNCA++),
-:mod:`~rank_lab.losses.hierarchical_baselines` (Σ-losses, CSL) and
-:mod:`~rank_lab.losses.contrastive` (the chapter-6 losses of the Patel thesis: cross-entropy, SPCE,
-tightness), :mod:`~rank_lab.losses.supcon` (SimCLR, SupCon) and :mod:`~rank_lab.losses.esupcon`
-(ESupCon).
+:mod:`~rank_lab.losses.hierarchical_baselines` (Σ-losses, CSL),
+:mod:`~rank_lab.losses.supcon` (SimCLR, SupCon), :mod:`~rank_lab.losses.esupcon` (ESupCon) and
+:mod:`~rank_lab.losses.contrastive` (the other chapter-6 losses of the Patel thesis: cross-entropy,
+SPCE, tightness).
 This module only re-exports.
 """
 
@@ -33,14 +34,16 @@ from rank_lab.losses.blackbox import BlackBoxAP
 from rank_lab.losses.decomposability import (
     PairDGLoss,
     ProxyDGLoss,
-    calibration_counts,
     decomposability_gap,
-    dg_calibrated_bound,
-    dg_upper_bound,
     embedding_decomposability_gap,
     expected_decomposability_gap,
-    juxtaposed_batches,
     random_batches,
+)
+from rank_lab.losses.decomposability_bounds import (
+    calibration_counts,
+    dg_calibrated_bound,
+    dg_upper_bound,
+    juxtaposed_batches,
     worst_case_dg_brute_force,
 )
 from rank_lab.losses.esupcon import ESupConLoss
