@@ -62,13 +62,8 @@ from rank_lab.metrics.hierarchical_relevance import (
     relevance_table,
     shared_level,
 )
-from rank_lab.ranking.ranks import (
-    chunk_rows,
-    exact_rank_plus_rows,
-    pairwise_differences,
-    positive_rows,
-    row_step_sums,
-)
+from rank_lab.ranking.ranks import exact_rank_plus_rows, pairwise_differences
+from rank_lab.ranking.row_kernel import chunk_rows, positive_rows, row_step_sums
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = [

@@ -28,7 +28,7 @@ from rank_lab.losses.recall import (
     SmoothRecallAtK,
     legacy_rs_kwargs,
 )
-from rank_lab.ranking.ranks import row_step_sums
+from rank_lab.ranking.row_kernel import row_step_sums
 from rank_lab.ranking.steps import SigmoidStep
 
 __all__ = ["DEFAULT_KS", "DEFAULT_KS_SIMIX", "smooth_positive_ranks", "recall_at_k_surrogate", "RecallAtKSurrogate"]
