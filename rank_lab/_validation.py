@@ -20,7 +20,6 @@ __all__ = [
     "check_finite",
     "check_same_length",
     "check_scores_targets",
-    "check_one_query",
     "check_positive_int",
     "check_float",
     "check_choice",
@@ -117,24 +116,6 @@ def check_scores_targets(
     if targets.device != scores.device:
         targets = targets.to(scores.device)
     return scores, targets
-
-
-def check_one_query(
-    scores: object, targets: object, name_s: str = "scores", name_t: str = "targets"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check the ``(N,)`` scores and same-shape relevance of one query (finite, non-empty).
-
-    Returns:
-        ``(scores (N,), targets (N,))`` as :func:`check_scores_targets` checks them.
-
-    Raises:
-        ValueError / TypeError: naming ``name_s`` or ``name_t`` (a ``(Q, N)`` matrix included).
-    """
-    s = as_tensor(scores, name_s)
-    if s.ndim != 1:
-        raise ValueError(f"{name_s} must have shape (N,) (one query), got {tuple(s.shape)}")
-    s, t = check_scores_targets(s, targets, name_s, name_t)
-    return s[0], t[0]
 
 
 def check_positive_int(k: object, name: str) -> int:

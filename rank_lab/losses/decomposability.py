@@ -40,13 +40,13 @@ from rank_lab._validation import (
     check_embeddings,
     check_float,
     check_labels,
-    check_one_query,
     check_positive_int,
     check_scores_targets,
 )
 from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.decomposability_bounds import (  # noqa: F401 - re-exported from their former module
     calibration_counts,
+    check_one_query,
     dg_calibrated_bound,
     dg_upper_bound,
     juxtaposed_batches,
