@@ -66,12 +66,10 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.losses._direct import direct_recall_loss
-from rank_lab.losses.base import RankLoss, reachable_ks
-from rank_lab.losses.prepared_batch import PreparedBatch
+from rank_lab.losses.base import PreparedBatch, RankLoss, reachable_ks
 from rank_lab.losses.registry import register_loss
 from rank_lab.losses.simix import simix
-from rank_lab.ranking.ranks import exact_rank_plus_rows
-from rank_lab.ranking.row_kernel import positive_rows, row_step_sums
+from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = [
