@@ -36,7 +36,6 @@ import numpy as np
 import torch
 
 __all__ = [
-    "SCHEMA",
     "SECTIONS",
     "start_run",
     "save_results",

@@ -35,7 +35,7 @@ from rank_lab._validation import check_finite, check_positive_int
 from rank_lab.data.splits import OpenSetSplit, check_number, check_seed
 from rank_lab.utils import DeviceLike, get_device
 
-__all__ = ["OpenSetSplit", "RandomNonlinearMap", "make_open_set", "make_hierarchical_open_set"]
+__all__ = ["RandomNonlinearMap", "make_open_set", "make_hierarchical_open_set"]
 
 _ACTIVATIONS = ("tanh", "leaky_relu")
 

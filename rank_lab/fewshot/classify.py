@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from rank_lab._validation import check_choice, check_embeddings, check_labels, check_positive_int
 from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
-from rank_lab.fewshot.multi_dataset import (
+from rank_lab.fewshot.multi_dataset import (  # noqa: F401 - re-exported (listed in their defining module's __all__ only)
     MultiDatasetSampler,
     fit_multi_dataset,
     global_class_ids,
@@ -52,9 +52,6 @@ from rank_lab.retrieval import alpha_qe, build_graph
 from rank_lab.retrieval.diffusion import diffuse
 
 __all__ = [
-    "global_class_ids",
-    "MultiDatasetSampler",
-    "fit_multi_dataset",
     "allways_split",
     "classify_by_retrieval",
     "allways_evaluate",

@@ -9,11 +9,13 @@
   forced alignment;
 * :mod:`rank_lab.learned.render` -- procedural word images (matplotlib's fonts);
 * :mod:`rank_lab.learned.edit_task` -- the LS-ED / FEDS task and its random word-pair generator;
-* :mod:`rank_lab.learned.boxes` -- the LS-IoU task: procedural rotated boxes, a box regressor, the
-  stored perturbed-pair generator.
+* :mod:`rank_lab.learned.boxes` -- the LS-IoU task: a box regressor, the stored perturbed-pair
+  generator, the task adapter;
+* :mod:`rank_lab.learned.box_images` -- the LS-IoU task's procedural rotated-box images.
 """
 
-from rank_lab.learned.boxes import BoxIoUTask, BoxRegressor, RotatedBoxPairBank, make_box_dataset
+from rank_lab.learned.box_images import make_box_dataset
+from rank_lab.learned.boxes import BoxIoUTask, BoxRegressor, RotatedBoxPairBank
 from rank_lab.learned.edit_task import CTCEditPairGenerator, EditDistanceTask
 from rank_lab.learned.feds import FEDSConfig, FEDSTrainer, feds_filter, feds_loss
 from rank_lab.learned.recognizer import CRNN, Alphabet, ctc_best_path, fit_ctc, greedy_decode

@@ -14,7 +14,7 @@ which builds on the first (so neither imports this module).
 from __future__ import annotations
 
 from rank_lab.learned._trainer import SurrogateTrainer, evaluate_surrogate
-from rank_lab.learned.surrogate_model import (
+from rank_lab.learned.surrogate_model import (  # noqa: F401 - re-exported (listed in their defining module's __all__ only)
     SOURCES,
     BoxMLP,
     CharCNN,
@@ -26,14 +26,6 @@ from rank_lab.learned.surrogate_model import (
 )
 
 __all__ = [
-    "EmbeddingSurrogate",
-    "CharCNN",
-    "BoxMLP",
-    "surrogate_loss",
-    "SurrogateTask",
-    "LSConfig",
-    "SOURCES",
-    "ls_model_loss",
     "SurrogateTrainer",
     "evaluate_surrogate",
 ]

@@ -42,13 +42,11 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.learned._checks import check_module, check_pair
-from rank_lab.learned.embeddings import BoxMLP, CharCNN
+from rank_lab.learned.embeddings import BoxMLP, CharCNN  # noqa: F401 - re-exported (listed in their defining module's __all__ only)
 from rank_lab.utils import get_device
 
 __all__ = [
     "EmbeddingSurrogate",
-    "CharCNN",
-    "BoxMLP",
     "surrogate_loss",
     "SurrogateTask",
     "LSConfig",

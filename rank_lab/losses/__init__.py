@@ -1,6 +1,7 @@
 """Losses for retrieval: rank surrogates (SmoothAP, SupAP, R@k), decomposability, presets, baselines.
 
-Every loss shares one call (:mod:`rank_lab.losses.base`): ``loss(embeddings, labels)`` or
+Every loss shares one call (:mod:`rank_lab.losses.base`, checked and scored by
+:mod:`rank_lab.losses.prepared_batch`): ``loss(embeddings, labels)`` or
 ``loss(embeddings, labels, ref_embeddings, ref_labels)``; rank losses also take
 ``forward_scores(scores (Q, N), targets (Q, N))``. Each loss registers itself where it is defined
 (``@register_loss``, :mod:`rank_lab.losses.registry`) so that a config string can pick it::
@@ -11,13 +12,16 @@ Every loss shares one call (:mod:`rank_lab.losses.base`): ``loss(embeddings, lab
 
 Modules: :mod:`~rank_lab.losses.ap` (SmoothAP, SupAP), :mod:`~rank_lab.losses.recall`
 (Smooth-R@k / RS@k, Sup-R@k), :mod:`~rank_lab.losses.decomposability` (L_DG, L*_DG, the DG
-estimator and bounds), :mod:`~rank_lab.losses.hierarchical` (Sup-H-AP, Smooth-H-AP, Sup-NDCG),
+estimator), :mod:`~rank_lab.losses.decomposability_bounds` (the DG bounds),
+:mod:`~rank_lab.losses.hierarchical` (Sup-H-AP, Smooth-H-AP, Sup-NDCG),
 :mod:`~rank_lab.losses.presets` (ROD, ROADMAP, ROD-R@k, HAPPIER, ROD-NDCG), baselines in
 :mod:`~rank_lab.losses.histogram` (FastAP, SoftBin-AP), :mod:`~rank_lab.losses.blackbox`
 (BlackBox-AP), :mod:`~rank_lab.losses.pairs` (contrastive/XBM, triplet),
 :mod:`~rank_lab.losses.proxies` (NormSoftmax, ProxyNCA++),
-:mod:`~rank_lab.losses.hierarchical_baselines` (Σ-losses, CSL) and
-:mod:`~rank_lab.losses.contrastive` (SupCon, ESupCon and the chapter-6 losses of the Patel thesis).
+:mod:`~rank_lab.losses.hierarchical_baselines` (Σ-losses, CSL),
+:mod:`~rank_lab.losses.supcon` (SimCLR, SupCon), :mod:`~rank_lab.losses.esupcon` (ESupCon) and
+:mod:`~rank_lab.losses.contrastive` (the other chapter-6 losses of the Patel thesis: cross-entropy,
+SPCE, tightness).
 This module only re-exports.
 """
 
@@ -25,33 +29,29 @@ This module only re-exports.
 from __future__ import annotations
 
 from rank_lab.losses.ap import SmoothAP, SupAP, smooth_ap_loss, sup_ap_loss
-from rank_lab.losses.base import (
-    ListwiseLoss,
-    MetricLoss,
-    PreparedBatch,
-    RankLoss,
-    binary_relevance,
-    prepare_batch,
-)
+from rank_lab.losses.base import ListwiseLoss, MetricLoss, RankLoss
 from rank_lab.losses.blackbox import BlackBoxAP
-from rank_lab.losses.contrastive import ESupConLoss, SupConLoss
 from rank_lab.losses.decomposability import (
     PairDGLoss,
     ProxyDGLoss,
-    calibration_counts,
     decomposability_gap,
-    dg_calibrated_bound,
-    dg_upper_bound,
     embedding_decomposability_gap,
     expected_decomposability_gap,
-    juxtaposed_batches,
     random_batches,
+)
+from rank_lab.losses.decomposability_bounds import (
+    calibration_counts,
+    dg_calibrated_bound,
+    dg_upper_bound,
+    juxtaposed_batches,
     worst_case_dg_brute_force,
 )
+from rank_lab.losses.esupcon import ESupConLoss
 from rank_lab.losses.hierarchical import SmoothHAP, SupHAP, SupNDCG
 from rank_lab.losses.hierarchical_baselines import CSLLoss, SigmaLoss, sigma_loss
 from rank_lab.losses.histogram import FastAP, SoftBinAP
 from rank_lab.losses.pairs import ContrastiveLoss, TripletMarginLoss, pair_margin_loss
+from rank_lab.losses.prepared_batch import PreparedBatch, binary_relevance, prepare_batch
 from rank_lab.losses.presets import (
     ROD,
     happier,
@@ -77,6 +77,7 @@ from rank_lab.losses.registry import (
     register_loss,
     unregister_loss,
 )
+from rank_lab.losses.supcon import SupConLoss
 
 __all__ = [
     "DEFAULT_KS",

@@ -28,7 +28,8 @@ import torch
 from rank_lab.losses._direct import direct_ap_loss
 from rank_lab.losses.base import RankLoss, per_query_mean
 from rank_lab.losses.registry import register_loss
-from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
+from rank_lab.ranking.ranks import exact_rank_plus_rows
+from rank_lab.ranking.row_kernel import positive_rows, row_step_sums
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = ["SmoothAP", "SupAP", "smooth_ap_loss", "sup_ap_loss"]

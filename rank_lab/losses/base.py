@@ -21,36 +21,40 @@ Every loss is a :class:`torch.nn.Module` called as::
 * ``reduction``: ``"mean"`` (over queries that have a positive), ``"sum"`` or ``"none"`` (``(B,)``).
 * Scores are computed in float32 even under autocast (half precision is too coarse for
   temperatures of 0.01).
+
+The call is checked and turned into scores, relevance and the retrieval mask by
+:func:`rank_lab.losses.prepared_batch.prepare_batch`; this module holds the base classes
+(:class:`MetricLoss`, :class:`ListwiseLoss`, :class:`RankLoss`) and the reductions over queries.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import (
     as_tensor,
     check_choice,
-    check_embeddings,
     check_finite,
     check_index,
-    check_labels,
     check_positive_int,
     check_scores_targets,
 )
-from rank_lab.ranking.ranks import retrieval_mask
+from rank_lab.losses.prepared_batch import (  # noqa: F401 - QUERY_ROLES, binary_relevance, check_references re-exported from their former module
+    QUERY_ROLES,
+    PreparedBatch,
+    QueryRole,
+    binary_relevance,
+    check_query_role,
+    check_references,
+    prepare_batch,
+)
 
 __all__ = [
     "Reduction",
-    "PreparedBatch",
-    "binary_relevance",
-    "prepare_batch",
     "reduce_per_query",
     "MetricLoss",
     "ListwiseLoss",
@@ -60,131 +64,6 @@ __all__ = [
 
 Reduction = Literal["mean", "sum", "none"]
 NoPositive = Literal["skip", "raise"]
-#: The role of the query's own item in its retrieval set (see the module docstring).
-QueryRole = Literal["excluded", "positive", "competitor"]
-QUERY_ROLES = ("excluded", "positive", "competitor")
-
-
-@dataclass
-class PreparedBatch:
-    """Everything a loss needs, shapes ``Q`` queries x ``N`` retrieval-set items.
-
-    Attributes:
-        embeddings: ``(Q, d)`` (normalised if asked).
-        ref_embeddings: ``(N, d)``.
-        labels: ``(Q,)`` or ``(Q, L)``.
-        ref_labels: ``(N,)`` or ``(N, L)``.
-        scores: ``(Q, N)`` float32/float64 cosine scores.
-        relevance: ``(Q, N)`` binary relevance (same label at ``hierarchy_level``), scores' dtype.
-        valid: ``(Q, N)`` bool retrieval-set mask (the query's own column removed or not).
-        in_batch: True when the refs are the batch itself.
-    """
-
-    embeddings: torch.Tensor
-    ref_embeddings: torch.Tensor
-    labels: torch.Tensor
-    ref_labels: torch.Tensor
-    scores: torch.Tensor
-    relevance: torch.Tensor
-    valid: torch.Tensor
-    in_batch: bool
-
-
-def _level(labels: torch.Tensor, level: int, name: str) -> torch.Tensor:
-    if labels.ndim == 1:
-        if level != 0:
-            raise ValueError(f"hierarchy_level={level} needs (N, L) {name}, got shape {tuple(labels.shape)}")
-        return labels
-    if not 0 <= level < labels.shape[1]:
-        raise ValueError(f"hierarchy_level={level} is out of range for {name} with {labels.shape[1]} levels")
-    return labels[:, level]
-
-
-def binary_relevance(labels: torch.Tensor, ref_labels: torch.Tensor, level: int = 0) -> torch.Tensor:
-    """``rel[q, j] = 1[label_q == label_j]`` at hierarchy level ``level`` (0 = fine), ``(Q, N)`` bool."""
-    labels, ref_labels = check_labels(labels, None, "labels"), check_labels(ref_labels, None, "ref_labels")
-    if isinstance(level, bool) or not isinstance(level, int) or level < 0:
-        raise ValueError(f"level must be an int >= 0, got {level!r}")
-    if labels.ndim != ref_labels.ndim:
-        raise ValueError(f"labels and ref_labels must have the same number of dims, got {labels.ndim} and {ref_labels.ndim}")
-    a, b = _level(labels, level, "labels"), _level(ref_labels, level, "ref_labels")
-    return a[:, None] == b[None, :].to(a.device)
-
-
-def prepare_batch(
-    embeddings: torch.Tensor,
-    labels: torch.Tensor,
-    ref_embeddings: torch.Tensor | None = None,
-    ref_labels: torch.Tensor | None = None,
-    *,
-    ref_self_index: torch.Tensor | None = None,
-    normalize: bool = True,
-    hierarchy_level: int = 0,
-    query_role: QueryRole = "excluded",
-    include_query_as_positive: bool | None = None,
-) -> PreparedBatch:
-    """Validate the common call, normalise, and build scores, relevance and the retrieval mask.
-
-    Args:
-        embeddings, labels, ref_embeddings, ref_labels, ref_self_index: the common call (module
-            docstring).
-        normalize: L2-normalise the embeddings (cosine scores).
-        hierarchy_level: label column of the binary relevance.
-        query_role: ``"excluded"`` (the query's own item is removed from its retrieval set) or
-            ``"positive"`` (it stays, as a positive); a loss that supports ``"competitor"`` builds
-            it on top of the ``"positive"`` batch (:class:`rank_lab.losses.recall.SmoothRecallAtK`).
-        include_query_as_positive: deprecated spelling of ``query_role="positive"``.
-
-    Raises:
-        ValueError / TypeError: naming the argument (shapes, NaN, dtypes, a lone ref argument).
-    """
-    query_role = _query_role(query_role, include_query_as_positive, "prepare_batch", ("excluded", "positive"))
-    emb = check_embeddings(embeddings, "embeddings")
-    lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
-    refs = check_references(emb, ref_embeddings, ref_labels)
-    in_batch = refs is None
-    if refs is None:
-        ref, ref_lab = emb, lab
-        if ref_self_index is not None:
-            raise ValueError("ref_self_index is only used with ref_embeddings")
-        self_index = torch.arange(emb.shape[0], device=emb.device)
-    else:
-        ref, ref_lab = refs
-        self_index = None if ref_self_index is None else torch.as_tensor(ref_self_index, device=emb.device).long()
-    if normalize:
-        emb = F.normalize(emb, dim=1)
-        ref = emb if in_batch else F.normalize(ref, dim=1)
-    work = torch.float64 if emb.dtype == torch.float64 else torch.float32
-    scores = emb.to(work) @ ref.to(work).T
-    rel = binary_relevance(lab, ref_lab, hierarchy_level).to(work)
-    valid = retrieval_mask(scores.shape[0], scores.shape[1], self_index, exclude_self=query_role == "excluded", device=emb.device)
-    return PreparedBatch(emb, ref, lab, ref_lab, scores, rel, valid, in_batch)
-
-
-def check_references(
-    embeddings: torch.Tensor, ref_embeddings: object, ref_labels: object
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Check the reference half of the common call: ``None`` (in-batch) or ``(ref (N, d), ref_labels)``.
-
-    Losses that ignore a reference set (proxy losses, ``uses_references = False``) check it too, so
-    the common call refuses the same bad inputs whatever the loss.
-
-    Args:
-        embeddings: the checked ``(B, d)`` query embeddings.
-        ref_embeddings, ref_labels: ``(N, d)`` and ``(N,)|(N, L)``, both or neither.
-
-    Raises:
-        ValueError / TypeError: naming ``ref_embeddings`` or ``ref_labels``.
-    """
-    if (ref_embeddings is None) != (ref_labels is None):
-        raise ValueError("ref_embeddings and ref_labels must be given together")
-    if ref_embeddings is None:
-        return None
-    ref = check_embeddings(ref_embeddings, "ref_embeddings").to(embeddings.device)
-    ref_lab = check_labels(ref_labels, ref.shape[0], "ref_labels").to(embeddings.device)
-    if ref.shape[1] != embeddings.shape[1]:
-        raise ValueError(f"ref_embeddings has dimension {ref.shape[1]} but embeddings has {embeddings.shape[1]}")
-    return ref, ref_lab
 
 
 def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduction) -> torch.Tensor:
@@ -235,20 +114,6 @@ def reduce_kept(values: torch.Tensor, keep: torch.Tensor, reduction: str) -> tor
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def _query_role(query_role: str, include_query_as_positive: bool | None, owner: str, allowed: tuple[str, ...]) -> str:
-    """``query_role`` checked against ``allowed``; the deprecated boolean mapped onto it."""
-    if include_query_as_positive is not None:
-        warn_deprecated(f"{owner}(include_query_as_positive=...) is deprecated: use query_role='positive' (True) or "
-                        "'excluded' (False)")
-        if query_role != "excluded":
-            raise TypeError(f"{owner}: got both include_query_as_positive (deprecated) and query_role; pass query_role only")
-        query_role = "positive" if include_query_as_positive else "excluded"
-    if query_role not in allowed:
-        extra = "" if query_role not in QUERY_ROLES else f" ({owner} does not support {query_role!r})"
-        raise ValueError(f"query_role must be one of {allowed}, got {query_role!r}{extra}")
-    return query_role
-
-
 class MetricLoss(nn.Module):
     """Base class: the common call of every loss (see the module docstring).
 
@@ -279,7 +144,7 @@ class MetricLoss(nn.Module):
         super().__init__()
         self.normalize = bool(normalize)
         self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
-        self.query_role = _query_role(query_role, include_query_as_positive, type(self).__name__, type(self).query_roles)
+        self.query_role = check_query_role(query_role, include_query_as_positive, type(self).__name__, type(self).query_roles)
         if isinstance(hierarchy_level, bool) or not isinstance(hierarchy_level, int) or hierarchy_level < 0:
             raise ValueError(f"hierarchy_level must be an int >= 0, got {hierarchy_level!r}")
         self.hierarchy_level = hierarchy_level

@@ -1,7 +1,8 @@
 """Deprecated module: its names moved by concept.
 
-* losses -> :mod:`rank_lab.losses.contrastive` (``supcon_loss``, ``esupcon_loss``, ``SupConLoss``,
-  ``ESupConLoss``, ...);
+* losses -> :mod:`rank_lab.losses.supcon` (``nt_xent_loss``, ``supcon_loss``, ``SupConLoss``,
+  ``SimCLRLoss``), :mod:`rank_lab.losses.esupcon` (``esupcon_loss``, ``ESupConLoss``, ...) and
+  :mod:`rank_lab.losses.contrastive` (``cross_entropy_loss``, ``spce_loss``, ``tightness_loss``, ...);
 * the cosine classifier head -> :mod:`rank_lab.models.heads` (``PrototypeClassifier``,
   ``prototype_logits``, ``class_means``);
 * the training-set protocols -> :mod:`rank_lab.data.perturbations` (``imbalanced_indices``,
@@ -17,10 +18,13 @@ from rank_lab._deprecation import moved_names
 
 __all__: list[str] = []
 
-_LOSSES = ("nt_xent_loss", "supcon_loss", "cross_entropy_loss", "spce_logits", "spce_loss", "tightness_loss",
-           "esupcon_terms", "esupcon_loss", "smooth_max_ce_supcon", "SupConLoss", "SimCLRLoss", "ESupConLoss")
+_LOSSES = {
+    "rank_lab.losses.supcon": ("nt_xent_loss", "supcon_loss", "SupConLoss", "SimCLRLoss"),
+    "rank_lab.losses.contrastive": ("cross_entropy_loss", "spce_logits", "spce_loss", "tightness_loss"),
+    "rank_lab.losses.esupcon": ("esupcon_terms", "esupcon_loss", "smooth_max_ce_supcon", "ESupConLoss"),
+}
 _MOVES = {
-    **{name: "rank_lab.losses.contrastive" for name in _LOSSES},
+    **{name: home for home, names in _LOSSES.items() for name in names},
     **{name: "rank_lab.models.heads" for name in ("PrototypeClassifier", "prototype_logits", "class_means")},
     **{name: "rank_lab.data.perturbations" for name in ("imbalanced_indices", "noisy_labels", "two_views")},
 }

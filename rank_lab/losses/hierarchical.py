@@ -53,7 +53,8 @@ from rank_lab._validation import (
     check_scores_targets,
 )
 from rank_lab.losses._direct import direct_rank_terms
-from rank_lab.losses.base import PreparedBatch, RankLoss, reduce_kept
+from rank_lab.losses.base import RankLoss, reduce_kept
+from rank_lab.losses.prepared_batch import PreparedBatch
 from rank_lab.losses.registry import register_loss
 from rank_lab.metrics.hierarchical_relevance import (
     as_hierarchical_labels,
@@ -61,13 +62,8 @@ from rank_lab.metrics.hierarchical_relevance import (
     relevance_table,
     shared_level,
 )
-from rank_lab.ranking.ranks import (
-    chunk_rows,
-    exact_rank_plus_rows,
-    pairwise_differences,
-    positive_rows,
-    row_step_sums,
-)
+from rank_lab.ranking.ranks import exact_rank_plus_rows, pairwise_differences
+from rank_lab.ranking.row_kernel import chunk_rows, positive_rows, row_step_sums
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = [

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
-from rank_lab.losses.base import check_references
+from rank_lab.losses.prepared_batch import check_references
 from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
 from rank_lab.metrics.hierarchical_relevance import as_hierarchical_labels, hierarchy_table
 

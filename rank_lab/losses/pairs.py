@@ -26,7 +26,8 @@ from typing import Literal
 import torch
 
 from rank_lab._validation import check_choice, check_float, check_scores_targets
-from rank_lab.losses.base import MetricLoss, PreparedBatch, reduce_kept
+from rank_lab.losses.base import MetricLoss, reduce_kept
+from rank_lab.losses.prepared_batch import PreparedBatch
 from rank_lab.losses.registry import register_loss
 
 __all__ = ["pair_margin_loss", "ContrastiveLoss", "TripletMarginLoss"]

@@ -36,7 +36,8 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
-from rank_lab.losses.base import MetricLoss, check_references
+from rank_lab.losses.base import MetricLoss
+from rank_lab.losses.prepared_batch import check_references
 from rank_lab.losses.registry import register_loss
 
 __all__ = ["NormSoftmaxLoss", "ProxyNCAPlusPlusLoss", "PROXY_LR"]
@@ -70,7 +71,7 @@ class _ProxyLoss(MetricLoss):
     ) -> torch.Tensor:
         """Cross-entropy over proxies of ``embeddings (B, d)``, ``labels (B,)|(B, L)``.
 
-        References are checked (:func:`~rank_lab.losses.base.check_references`) but not used: a
+        References are checked (:func:`~rank_lab.losses.prepared_batch.check_references`) but not used: a
         proxy loss compares each embedding with the class proxies only (``uses_references = False``).
         """
         emb = check_embeddings(embeddings, "embeddings")

@@ -23,15 +23,15 @@ from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import as_tensor, check_choice, check_float, check_scores_targets
 from rank_lab.losses.recall import (
     DEFAULT_KS,
-    DEFAULT_KS_SIMIX,
+    DEFAULT_KS_SIMIX,  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
     Normalization,
     SmoothRecallAtK,
     legacy_rs_kwargs,
 )
-from rank_lab.ranking.ranks import row_step_sums
+from rank_lab.ranking.row_kernel import row_step_sums
 from rank_lab.ranking.steps import SigmoidStep
 
-__all__ = ["DEFAULT_KS", "DEFAULT_KS_SIMIX", "smooth_positive_ranks", "recall_at_k_surrogate", "RecallAtKSurrogate"]
+__all__ = ["smooth_positive_ranks", "recall_at_k_surrogate", "RecallAtKSurrogate"]
 
 
 def _check_database(database: object, positives: torch.Tensor) -> torch.Tensor:

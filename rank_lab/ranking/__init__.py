@@ -1,21 +1,21 @@
 """Rank primitives: step functions (Heaviside, sigmoid, SupRank ``H^-``) and exact / smooth ranks.
 
 * :mod:`rank_lab.ranking.steps` -- Eq. 2.5, 2.8 and 3.4 of the Ramzi thesis.
-* :mod:`rank_lab.ranking.ranks` -- exact rank, rank+/rank- split, smooth ranks, and the
-  ``O(Q * P * N)``-memory row kernel used by the rank losses of :mod:`rank_lab.losses`.
+* :mod:`rank_lab.ranking.ranks` -- exact rank, rank+/rank- split, smooth ranks, the retrieval-set
+  mask;
+* :mod:`rank_lab.ranking.row_kernel` -- the ``O(Q * P * N)``-memory row kernel used by the rank
+  losses of :mod:`rank_lab.losses`.
 """
 
 from rank_lab.ranking.ranks import (
-    default_max_elements,
     exact_rank,
     exact_rank_plus_rows,
     pairwise_differences,
-    positive_rows,
     rank_split,
     retrieval_mask,
-    row_step_sums,
     smooth_rank,
 )
+from rank_lab.ranking.row_kernel import default_max_elements, positive_rows, row_step_sums
 from rank_lab.ranking.steps import (
     Heaviside,
     SigmoidStep,

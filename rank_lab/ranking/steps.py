@@ -3,7 +3,7 @@
 The rank of an item k is ``1 + sum_{j != k} H(s_j - s_k)`` (Eq. 2.5 of the Ramzi thesis). Rank
 losses replace the Heaviside ``H`` by a smooth step. Three are implemented, each as a small object
 with a value (``__call__``) and an analytic derivative (``derivative``), which the memory-efficient
-rank kernels of :mod:`rank_lab.ranking.ranks` use in their backward pass:
+rank kernel of :mod:`rank_lab.ranking.row_kernel` uses in its backward pass:
 
 * :class:`Heaviside` -- ``H(t) = 1[t >= 0]`` (Eq. 2.5; ``H(0) = 1``: a tied competitor counts as
   ranked before). Zero derivative: it carries no gradient.

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from rank_lab.train.schedule import lr_at
+from rank_lab.train.schedule import lr_at  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
 
-__all__ = ["atomic_save", "atomic_write_json", "get_rng_state", "set_rng_state", "lr_at", "load_checkpoint"]
+__all__ = ["atomic_save", "atomic_write_json", "get_rng_state", "set_rng_state", "load_checkpoint"]
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:

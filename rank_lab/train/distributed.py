@@ -44,21 +44,18 @@ from rank_lab._validation import (
     check_nonneg_int,
 )
 from rank_lab.train.dist_env import DistEnv, current_env, env_int
-from rank_lab.train.distributed_sampler import DistributedMPerClassSampler
+from rank_lab.train.distributed_sampler import DistributedMPerClassSampler  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
-    "DistEnv",
     "init_distributed",
     "cleanup_distributed",
-    "current_env",
     "barrier",
     "broadcast_object",
     "broadcast_module_state",
     "all_gather_tensor",
     "all_gather_with_grad",
     "all_reduce_mean",
-    "DistributedMPerClassSampler",
 ]
 
 

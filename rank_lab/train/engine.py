@@ -44,7 +44,7 @@ from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.train.schedule import Schedule
 from rank_lab.utils import DeviceLike, get_device
 
-__all__ = ["NonFiniteTrainingError", "Batch", "StepResult", "EngineConfig", "Engine", "fit"]
+__all__ = ["Engine", "fit"]
 
 _RESERVED = {"epoch", "step", "scaler", "history", "config", "rng", "schedule", "generators", "extra"}
 

@@ -52,7 +52,7 @@ from torch import nn
 from rank_lab._progress import tqdm
 from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
 from rank_lab.data.samplers import MPerClassSampler
-from rank_lab.models.backbones import lock_batchnorm
+from rank_lab.models.backbones import lock_batchnorm  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
 from rank_lab.train.data import SamplerStream
 from rank_lab.train.engine import Batch, Engine, EngineConfig, one_batch
 from rank_lab.train.optim import build_optimizer
@@ -60,7 +60,6 @@ from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
     "MultistageOutput",
-    "lock_batchnorm",
     "embed_in_chunks",
     "multistage_backward",
     "multistage_step",

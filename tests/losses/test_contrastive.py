@@ -235,9 +235,12 @@ def test_bad_inputs_name_the_argument():
 def test_the_old_module_path_still_serves_every_name_with_a_deprecation_warning():
     import rank_lab.data.perturbations as data_tools
     import rank_lab.losses.contrastive as losses
+    import rank_lab.losses.esupcon as esupcon
+    import rank_lab.losses.supcon as supcon
     import rank_lab.models.heads as heads
 
-    homes = {"supcon_loss": losses, "ESupConLoss": losses, "SimCLRLoss": losses, "PrototypeClassifier": heads,
+    homes = {"supcon_loss": supcon, "ESupConLoss": esupcon, "SimCLRLoss": supcon, "spce_loss": losses,
+             "smooth_max_ce_supcon": esupcon, "PrototypeClassifier": heads,
              "class_means": heads, "prototype_logits": heads, "imbalanced_indices": data_tools, "two_views": data_tools}
     for name, home in homes.items():
         with pytest.warns(DeprecationWarning, match=f"contrastive_cls.{name} moved: use {home.__name__}.{name}"):
