@@ -31,10 +31,7 @@ from rank_lab.metrics.hierarchical_relevance import (
     binary_level_relevance,
     hap_relevance,
     hierarchy_table,
-    lca_distance,
     level_counts,
-    multilabel_relevance,
-    multilabel_relevance_matrix,
     ndcg_gains,
     relevance_table,
     shared_level,
@@ -136,20 +133,6 @@ def test_shared_level_modes_and_table():
     assert hierarchy_table(torch.tensor([[2, 1], [0, 0], [2, 1]])).tolist() == [[0, 0], [2, 1]]
     with pytest.raises(ValueError, match="not a tree"):
         hierarchy_table(torch.tensor([[2, 1], [2, 0]]))
-
-
-def test_multilabel_relevance_algorithm_1():
-    assert lca_distance("1.1.1", "1.1.1") == 0 and lca_distance("1.1.1", "1.1.2") == 1 and lca_distance("1.1.1", "1.2.1") == 2
-    # query {1.1.1, 2.1.1}, item {1.1.2, 3.1.1}: label 1 earns L - 1 = 2, label 2 earns 0 -> 2 / (2 * 3)
-    assert multilabel_relevance(["1.1.1", "2.1.1"], ["1.1.2", "3.1.1"], 3) == pytest.approx(1 / 3)
-    assert multilabel_relevance(["1.1.1", "2.1.1"], ["2.1.1", "1.1.1", "4.4.4"], 3) == pytest.approx(1.0)
-    assert multilabel_relevance([(1, 1, 1)], [(2, 1, 1)], 3) == 0.0
-    m = multilabel_relevance_matrix([["1.1.1"], ["2.1.1"]], [["1.1.1"], ["1.2.1"], ["2.1.2"]], 3)
-    assert torch.allclose(m, torch.tensor([[1, 1 / 3, 0], [0, 0, 2 / 3]], dtype=torch.float64))
-    s = torch.tensor([[3.0, 2.0, 1.0]])
-    assert float(h_average_precision(s, m[:1])) == pytest.approx(1.0)  # ranked by decreasing relevance
-    with pytest.raises(ValueError, match="levels"):
-        lca_distance("1.1", "1.1.1")
 
 
 # ------------------------------------------------------------------ properties
@@ -422,15 +405,8 @@ def test_sorted_route_values_do_not_depend_on_the_chunking():
 
 
 # ------------------------------------------------------------------ bad inputs (issue 16)
-def test_levels_and_codes_are_checked_naming_the_argument():
-    from rank_lab.metrics.hierarchical_relevance import (
-        level_set,
-        multilabel_relevance,
-        multilabel_relevance_matrix,
-        ndcg_gains,
-        parse_code,
-        relevance_table,
-    )
+def test_levels_are_checked_naming_the_argument():
+    from rank_lab.metrics.hierarchical_relevance import level_set
 
     with pytest.raises(ValueError, match="levels is empty"):
         level_counts(torch.zeros(0, 4, dtype=torch.long), 2)  # was an empty (0, 3) table
@@ -444,14 +420,6 @@ def test_levels_and_codes_are_checked_naming_the_argument():
         relevance_table(torch.ones(2, 3), 0)  # was "counts must have shape (Q, 1)"
     with pytest.raises(ValueError, match="counts contains 1 NaN"):
         relevance_table(torch.tensor([[1.0, float("nan"), 1.0]]), 2)
-    with pytest.raises(TypeError, match="code must be a dotted string"):
-        parse_code(5)
-    with pytest.raises(ValueError, match=r"b = '01.04' has 2 levels but n_levels = 3"):
-        lca_distance("01.03.05", "01.04")
-    with pytest.raises(ValueError, match="item_codes is empty"):
-        multilabel_relevance(["01.03"], [], 2)
-    with pytest.raises(ValueError, match="query_sets must be a non-empty"):
-        multilabel_relevance_matrix([], [["01.03"]], 2)  # was a silent (0, 1) matrix
 
 
 # ------------------------------------------------------------------ issue 19: the route at scale vs a brute force
