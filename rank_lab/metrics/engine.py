@@ -19,7 +19,7 @@ in :mod:`rank_lab.metrics.binary_routes`, the third in :mod:`rank_lab.metrics.hi
   sorting the row (:func:`~rank_lab.metrics.counting.positive_positions`). These metrics rank by the
   matmul's scores: every score matters, so a reduced-precision stage cannot help them.
 * **Hierarchical route** (Ramzi thesis ch. 4): with ``(N, L)`` labels (fine first), the names of
-  :data:`~rank_lab.metrics.hierarchical_route.HIERARCHICAL_METRICS` (``"H-AP"``, ``"ASI"``,
+  :data:`~rank_lab.metrics.hierarchical_positions.HIERARCHICAL_METRICS` (``"H-AP"``, ``"ASI"``,
   ``"NDCG-h"``, ``"AP@level"``, ``"H-R@k"``, ``"MS@k"``) are computed by
   :mod:`rank_lab.metrics.hierarchical_route`; ``hierarchical=True`` adds all of them.
 
@@ -51,7 +51,8 @@ from rank_lab._validation import (
 )
 from rank_lab.metrics.binary_routes import counting_route, neighbour_list_route
 from rank_lab.metrics.counting import positive_positions  # noqa: F401 - still importable from here (decisions, issue 17)
-from rank_lab.metrics.hierarchical_route import HIERARCHICAL_METRICS, hierarchical_route
+from rank_lab.metrics.hierarchical_positions import HIERARCHICAL_METRICS
+from rank_lab.metrics.hierarchical_route import hierarchical_route
 from rank_lab.metrics.knn import (  # noqa: F401 - knn_search, faiss_available were defined here: still importable
     Backend,
     KnnFn,
