@@ -16,13 +16,8 @@ import torch
 
 from rank_lab.metrics.chunking import progress as progress_bar
 from rank_lab.metrics.chunking import torch_threads
-from rank_lab.metrics.score_bounds import (
-    exact_matmul,
-    reduced_copy,
-    reduced_matmul,
-    score_bound,
-    threshold,
-)
+from rank_lab.metrics.exact_scores import exact_matmul
+from rank_lab.metrics.score_bounds import reduced_copy, reduced_matmul, score_bound, threshold
 
 __all__ = ["BufferPool", "Stage1", "run_parallel", "kth_largest", "block_size"]
 

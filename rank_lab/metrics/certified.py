@@ -1,7 +1,7 @@
 """Certified two-stage neighbour search: reduced-precision candidates, exact re-scoring.
 
 :func:`certified_neighbours` returns, for every query, **every** gallery item whose canonical score
-(:func:`rank_lab.metrics.score_bounds.canonical_scores`) is at least the query's k-th canonical
+(:func:`rank_lab.metrics.exact_scores.canonical_scores`) is at least the query's k-th canonical
 score -- the top k, extended by the items tied with the k-th -- sorted by decreasing score, ties by
 increasing index. Two stages:
 
@@ -37,7 +37,8 @@ import torch
 from rank_lab._validation import check_embeddings, check_positive_int
 from rank_lab.metrics._certified_scan import TILE_KMAX, KnnFn, scan_knn, scan_tiles
 from rank_lab.metrics._certified_stage1 import Stage1
-from rank_lab.metrics.score_bounds import canonical_scores, resolve_precision
+from rank_lab.metrics.exact_scores import canonical_scores
+from rank_lab.metrics.score_bounds import resolve_precision
 
 __all__ = ["NeighbourLists", "certified_neighbours"]
 

@@ -18,12 +18,7 @@ from rank_lab.book.api import public_modules
 
 #: Duplicates still pending in rank_lab.metrics / rank_lab.retrieval (other branches fix them):
 #: name -> the modules that list it. Shrink-only: a fixed entry fails until it is removed here.
-PENDING = {
-    "HIERARCHICAL_METRICS": {"rank_lab.metrics.engine", "rank_lab.metrics.hierarchical_route"},
-    "PRECISIONS": {"rank_lab.metrics.engine", "rank_lab.metrics.score_bounds"},
-    "positive_positions": {"rank_lab.metrics.counting", "rank_lab.metrics.engine"},
-    "mean_ci": {"rank_lab.retrieval.protocols", "rank_lab.stats"},
-}
+PENDING: dict[str, set[str]] = {}
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 
