@@ -5,13 +5,15 @@ Internal module of :mod:`rank_lab.metrics.certified`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
 from rank_lab.metrics._certified_stage1 import BufferPool, Stage1, kth_largest, run_parallel
 from rank_lab.metrics.score_bounds import reduced_matmul
 
-__all__ = ["scan_rows", "rows_above_kth", "sample_stride"]
+__all__ = ["scan_rows", "rows_above_kth", "select_above", "sample_stride"]
 
 
 def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torch.Tensor, own: torch.Tensor | None,
@@ -101,39 +103,65 @@ def rows_above_kth(st: Stage1, s: torch.Tensor, kq: torch.Tensor,
     t = torch.where(torch.isfinite(t), t, torch.full_like(t, torch.finfo(st.cmp).min))
     thr = st.thresholds(t, row_ids).numpy()
     flat = np.flatnonzero(a >= thr[:, None])
-    rr, cc = flat // n, flat % n
-    vv = a.reshape(-1)[flat]
-    finite = vv > -np.inf
-    rr, cc, vv = rr[finite], cc[finite], vv[finite]
-    reach = np.bincount(rr[vv >= t.numpy()[rr]], minlength=nb)
+    vv = np.take(a.reshape(-1), flat)
+    finite = vv > -np.inf  # the query itself and padding columns hold -inf
+    if not finite.all():
+        flat, vv = flat[finite], vv[finite]
+    rr, cc = np.divmod(flat, n)
+    return select_above(st, rr, cc, vv, t.numpy(), k, row_ids, lambda bad: a[bad])
+
+
+def select_above(st: Stage1, rr: np.ndarray, cc: np.ndarray, vv: np.ndarray, t: np.ndarray, k: np.ndarray,
+                 row_ids: torch.Tensor, full_rows: Callable[[np.ndarray], np.ndarray],
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The certified stage-1 lists of rows whose items above ``threshold(t)`` are known.
+
+    Args:
+        st: the stage-1 bounds.
+        rr, cc, vv: ``(M,)`` local row, column and stage-1 score of every item of the band whose score
+            reaches ``threshold(t[row])`` (finite scores only).
+        t: ``(B,)`` per-row guess of a lower bound of the k-th largest score.
+        k: ``(B,)`` list lengths.
+        row_ids: ``(B,)`` the rows' indices into ``st``'s bounds.
+        full_rows: local rows -> their whole stage-1 score rows ``(len, n)`` (numpy), for the rows
+            whose guess fails (fewer than ``k`` items reach ``t``).
+
+    Returns:
+        ``(rows, cols, s^, k-th s^)``: every item with ``s^ >= threshold(k-th s^)``, sorted by row then
+        column, and the exact k-th largest stage-1 score of each row.
+    """
+    nb = k.shape[0]
+    dtype = vv.dtype
+    reach = np.bincount(rr[vv >= t[rr]], minlength=nb)
     ok = reach >= k
-    kth = np.empty(nb, dtype=a.dtype)
+    kth = np.empty(nb, dtype=dtype)
     if ok.any():
         counts = np.bincount(rr, minlength=nb)
         width = int(counts.max())
         start = np.cumsum(counts) - counts
-        padded = np.full((nb, width), -np.inf, dtype=a.dtype)
+        padded = np.full((nb, width), -np.inf, dtype=dtype)
         padded[rr, np.arange(rr.shape[0]) - start[rr]] = vv
         rows_ok = np.flatnonzero(ok)
-        kth[rows_ok] = kth_largest(torch.from_numpy(padded[rows_ok]), kq[rows_ok]).numpy()
+        kth[rows_ok] = kth_largest(torch.from_numpy(padded[rows_ok]), torch.from_numpy(k[rows_ok])).numpy()
     bad = np.flatnonzero(~ok)
-    if bad.size:  # the sample over-estimated: full selection on these rows
-        kth[bad] = kth_largest(s[bad], kq[bad]).numpy()
+    if bad.size:  # the guess over-estimated: full selection on these rows
+        a_bad = full_rows(bad)
+        n = a_bad.shape[1]
+        kth[bad] = kth_largest(torch.from_numpy(a_bad), torch.from_numpy(k[bad])).numpy()
         thr_bad = st.thresholds(torch.from_numpy(kth[bad]).to(st.cmp), row_ids[bad]).numpy()
-        fb = np.flatnonzero(a[bad] >= thr_bad[:, None])
-        rb, cb = bad[fb // n], fb % n
-        vb = a[rb, cb]
+        fb = np.flatnonzero(a_bad >= thr_bad[:, None])
+        vb = np.take(a_bad.reshape(-1), fb)
+        rb, cb = np.divmod(fb, n)
         keep_b = vb > -np.inf
         drop = ~ok[rr]
-        rr = np.concatenate([rr[~drop], rb[keep_b]])
+        rr = np.concatenate([rr[~drop], bad[rb[keep_b]]])
         cc = np.concatenate([cc[~drop], cb[keep_b]])
         vv = np.concatenate([vv[~drop], vb[keep_b]])
     kth_t = torch.from_numpy(kth).to(st.cmp)
     final = st.thresholds(kth_t, row_ids).numpy()
-    keep = vv >= final[rr]
-    rr, cc, vv = rr[keep], cc[keep], vv[keep]
-    order = np.lexsort((cc, rr)) if bad.size else None
-    if order is not None:
+    keep = np.flatnonzero(vv >= np.take(final, rr))
+    rr, cc, vv = np.take(rr, keep), np.take(cc, keep), np.take(vv, keep)
+    if rr.size > 1 and not ((rr[1:] > rr[:-1]) | ((rr[1:] == rr[:-1]) & (cc[1:] > cc[:-1]))).all():
+        order = np.lexsort((cc, rr))
         rr, cc, vv = rr[order], cc[order], vv[order]
     return (torch.from_numpy(rr), torch.from_numpy(cc), torch.from_numpy(vv).to(st.cmp), kth_t)
-

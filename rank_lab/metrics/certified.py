@@ -179,6 +179,14 @@ def certified_neighbours(
                 vals = torch.cat([vals[keep], v2.to(vals.dtype)])
                 sure_thr, h_k = sure_thr.clone(), h_k.clone()
                 sure_thr[over_d], h_k[over_d] = s2.to(sure_thr.dtype), h2
+    return _finish(q, g, rows, cols, vals, sure_thr, h_k, kq, ordered, dev, name, rescanned)
+
+
+def _finish(q: torch.Tensor, g: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor,
+            sure_thr: torch.Tensor, h_k: torch.Tensor, kq: torch.Tensor, ordered: bool, dev: torch.device, name: str,
+            rescanned: int) -> NeighbourLists:
+    """Stage 2: the lists from the stage-1 candidates (canonical scores where the bound cannot decide)."""
+    nq = q.shape[0]
     if ordered:
         rows, cols = rows.cpu(), cols.cpu()
         scores = canonical_scores(q, g, rows.to(dev), cols.to(dev), check=False).cpu()

@@ -128,7 +128,11 @@ class NeighbourTable:
         return rows_w.indices.astype(np.intp), rows_w.indptr, rows_w.data
 
     def weights(self, data: np.ndarray | None, kept_at: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        """Weights at the flat positions ``kept_at`` of :meth:`gather` ``(nodes)`` (``data``: its third output)."""
+        """Weights at the flat positions ``kept_at`` of :meth:`gather` ``(nodes)`` (``data``: its third output).
+
+        With the table only the kept weights are read (a quarter of the row entries for a mutual
+        kNN graph restricted to a candidate set), not whole rows.
+        """
         if data is not None:
             return np.take(data, kept_at, mode="clip")
         k = self.width
@@ -162,10 +166,14 @@ def block_operator(table: NeighbourTable, layout: BlockLayout, mark: np.ndarray,
         mark[c] = pos[lo:hi]
         np.take(mark, cols[bounds[b] : bounds[b + 1]], out=local[bounds[b] : bounds[b + 1]], mode="clip")
         mark[c] = -1
-    kept_at = np.flatnonzero(local >= 0)  # entries inside their own set
+    inside = local >= 0  # entries inside their own set
+    kept_at = np.flatnonzero(inside)
     vals = table.weights(data, kept_at, nodes)
     local = np.take(local, kept_at, mode="clip")
-    kept_rows = np.diff(np.searchsorted(kept_at, indptr))
+    if table.cols is not None:  # fixed-width rows
+        kept_rows = np.count_nonzero(inside.reshape(-1, table.width), axis=1)
+    else:
+        kept_rows = np.diff(np.searchsorted(kept_at, indptr))
     starts = np.concatenate([[0], np.cumsum(kept_rows)[:-1]])
     deg = np.add.reduceat(np.append(vals, 0.0), starts) if vals.size else np.zeros(kept_rows.shape[0])
     deg = np.where(kept_rows > 0, deg, 0.0)
