@@ -111,7 +111,7 @@ class NeighbourTable:
         self.width = int(deg.max()) if deg.size else 0
         self.cols: np.ndarray | None = None
         self.vals: np.ndarray | None = None
-        if self.n and self.width <= 2 * float(deg.mean()) + 8:
+        if self.n and 0 < self.width <= 2 * float(deg.mean()) + 8:
             row = np.repeat(np.arange(self.n), deg)
             slot = np.arange(w.nnz) - w.indptr[row]
             self.cols = np.full((self.n, self.width), self.n, dtype=np.intp)
@@ -127,17 +127,18 @@ class NeighbourTable:
         rows_w = self.w[nodes]
         return rows_w.indices.astype(np.intp), rows_w.indptr, rows_w.data
 
-    def weights(self, data: np.ndarray | None, kept_at: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        """Weights at the flat positions ``kept_at`` of :meth:`gather` ``(nodes)`` (``data``: its third output).
+    def weights(self, data: np.ndarray | None, kept_at: np.ndarray, kept_rows: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Weights at the flat positions ``kept_at`` of :meth:`gather` ``(nodes)`` (``data``: its third
+        output; ``kept_rows``: kept positions per row).
 
         With the table only the kept weights are read (a quarter of the row entries for a mutual
         kNN graph restricted to a candidate set), not whole rows.
         """
         if data is not None:
             return np.take(data, kept_at, mode="clip")
-        k = self.width
-        row = kept_at // k
-        return np.take(self.vals.reshape(-1), nodes[row] * k + (kept_at - row * k), mode="clip")
+        shift = np.repeat((nodes - np.arange(nodes.shape[0])) * self.width, kept_rows)  # row r -> row nodes[r]
+        shift += kept_at
+        return np.take(self.vals.reshape(-1), shift, mode="clip")
 
 
 def block_operator(table: NeighbourTable, layout: BlockLayout, mark: np.ndarray, alpha: float) -> sp.csr_matrix:
@@ -168,12 +169,12 @@ def block_operator(table: NeighbourTable, layout: BlockLayout, mark: np.ndarray,
         mark[c] = -1
     inside = local >= 0  # entries inside their own set
     kept_at = np.flatnonzero(inside)
-    vals = table.weights(data, kept_at, nodes)
-    local = np.take(local, kept_at, mode="clip")
     if table.cols is not None:  # fixed-width rows
-        kept_rows = np.count_nonzero(inside.reshape(-1, table.width), axis=1)
+        kept_rows = np.add.reduceat(inside.view(np.uint8), indptr[:-1], dtype=np.intp)
     else:
         kept_rows = np.diff(np.searchsorted(kept_at, indptr))
+    vals = table.weights(data, kept_at, kept_rows, nodes)
+    local = np.take(local, kept_at, mode="clip")
     starts = np.concatenate([[0], np.cumsum(kept_rows)[:-1]])
     deg = np.add.reduceat(np.append(vals, 0.0), starts) if vals.size else np.zeros(kept_rows.shape[0])
     deg = np.where(kept_rows > 0, deg, 0.0)

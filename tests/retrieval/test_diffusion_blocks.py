@@ -139,3 +139,13 @@ def test_candidate_sets_are_the_top_r_with_ties_and_extras() -> None:
         kth = np.sort(s[i])[::-1][14]
         want = set(np.flatnonzero(s[i] >= kth - 1e-6).tolist()) | {79, 3}
         assert set(got.tolist()) == want, i
+
+
+def test_graph_without_edges_keeps_every_item_isolated() -> None:
+    """No mutual neighbour at all: every sub-graph is empty, the diffusion is the query vector itself."""
+    w = sp.csr_matrix((6, 6))
+    table = NeighbourTable(w)
+    assert table.cols is None and table.width == 0
+    offsets, nodes = np.array([0, 3, 6]), np.array([0, 2, 4, 1, 3, 5])
+    f = truncated_solve(w, offsets, nodes, np.array([0, 1]), np.array([2, 3]), np.array([0.5, 2.0]), 0.9, 20, 1e-6, 1)
+    np.testing.assert_allclose(f, (1 - 0.9) * np.array([0, 0.5, 0, 0, 2.0, 0]), rtol=1e-12)  # aligned with nodes
