@@ -78,17 +78,20 @@ def candidate_sets(gallery: torch.Tensor, queries: torch.Tensor, r: int, extra: 
     lists = certified_neighbours(queries, gallery, r, precision="exact", ordered=False, device=get_device(device),
                                  progress=False, check=False)
     n = gallery.shape[0]
-    key = lists.rows * n + lists.indices  # sorted: rows, then items
-    if extra is not None:
-        want = (torch.arange(extra.shape[0])[:, None] * n + extra.cpu().long()).reshape(-1)
-        at = torch.searchsorted(key, want).clamp(max=max(key.numel() - 1, 0))
-        missing = want[key[at] != want] if key.numel() else want
-        if missing.numel():
-            key = torch.unique(torch.cat([key, missing]))
-    rows, cols = key // n, key % n
-    counts = torch.bincount(rows, minlength=queries.shape[0])
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
-    return offsets.numpy(), cols.numpy()
+    offsets, cols = lists.offsets.numpy(), lists.indices.numpy()
+    if extra is None:
+        return offsets, cols
+    n_q = queries.shape[0]
+    key = np.repeat(np.arange(n_q, dtype=np.int64) * n, np.diff(offsets)) + cols  # sorted: rows, then items
+    want = (np.arange(n_q, dtype=np.int64)[:, None] * n + extra.cpu().long().numpy()).reshape(-1)
+    at = np.minimum(np.searchsorted(key, want), max(key.size - 1, 0))
+    missing = want[key[at] != want] if key.size else want
+    if not missing.size:  # the query vector's support is almost always inside already
+        return offsets, cols
+    key = np.unique(np.concatenate([key, missing]))
+    rows, cols = np.divmod(key, n)
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_q))])
+    return offsets, cols
 
 
 class NeighbourTable:
