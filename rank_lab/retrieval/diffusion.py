@@ -39,7 +39,6 @@ import torch
 
 from rank_lab._validation import check_embeddings, check_float, check_positive_int
 from rank_lab.retrieval._diffusion_blocks import (
-    NeighbourTable,
     candidate_sets,
     truncated_rank,
     truncated_solve,
@@ -125,7 +124,7 @@ def diffusion_search(
         raise ValueError(f"truncate={r} must be >= kq={kq}")
     queries = queries.detach().cpu().to(graph.gallery.dtype)
     yc = sp.coo_matrix(y)
-    table = NeighbourTable(graph.affinity)
+    table = graph.neighbour_table
     outs = []
     for a in range(0, queries.shape[0], batch_size):
         z = min(a + batch_size, queries.shape[0])
@@ -218,7 +217,7 @@ def offline_diffusion(
         return torch.cat(out_rows) if topk is None else (torch.cat(out_rows), torch.cat(out_idx))
     r = min(check_positive_int(truncate, "truncate"), n)
     outs = []
-    table = NeighbourTable(graph.affinity)
+    table = graph.neighbour_table
     step = max(batch_size, 4096)  # candidate search per large block of items; solves per batch_size
     for a in range(0, n, step):
         z = min(a + step, n)

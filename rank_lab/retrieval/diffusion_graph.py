@@ -11,6 +11,7 @@ the truncated solves in :mod:`rank_lab.retrieval._diffusion_blocks`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from rank_lab._validation import (
     check_sparse,
 )
 from rank_lab.metrics.knn import knn_search
+from rank_lab.retrieval._diffusion_blocks import NeighbourTable
 from rank_lab.retrieval.graph import knn_self, mutual_affinity, normalize_graph, sparse_operator
 from rank_lab.utils import DeviceLike, get_device
 
@@ -66,6 +68,11 @@ class DiffusionGraph:
         """Number of gallery items."""
         return int(self.gallery.shape[0])
 
+    @functools.cached_property
+    def neighbour_table(self) -> NeighbourTable:
+        """The affinity rows as a padded table for the truncated solves (built on first use, then kept)."""
+        return NeighbourTable(self.affinity)
+
     def nbytes(self) -> int:
         """Bytes held by the sparse graph and neighbour lists (not the gallery descriptors)."""
         b = self.knn_scores.numel() * self.knn_scores.element_size() + self.knn_indices.numel() * 8
@@ -100,7 +107,9 @@ def build_graph(
     gamma = _check_gamma(gamma)
     scores, idx = knn_self(gallery, k, backend=backend, device=device, chunk_size=chunk_size, progress=progress)
     w = mutual_affinity(scores, idx, gallery.shape[0], gamma=gamma, mutual=mutual)
-    return DiffusionGraph(gallery, scores, idx, w, normalize_graph(w), k, float(gamma), bool(mutual))
+    graph = DiffusionGraph(gallery, scores, idx, w, normalize_graph(w), k, float(gamma), bool(mutual))
+    graph.neighbour_table  # noqa: B018 - built here: part of the offline stage, not of the first search
+    return graph
 
 
 def conjugate_gradient(
