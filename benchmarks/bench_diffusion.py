@@ -212,13 +212,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--truncate", type=int, default=1000)
     p.add_argument("--old-items", type=int, default=500, help="items diffused by the previous implementation")
-    p.add_argument("--queries", type=int, default=100, help="new queries for the query-time form")
+    p.add_argument("--queries", type=int, default=1000, help="new queries for the query-time form (1,000: a tenth of a second is too short to time)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     sizes = [2000] if a.quick else a.sizes
     if a.quick:
-        a.old_items, a.queries = 200, 50
+        a.old_items, a.queries = 200, 100
     print(f"bench_diffusion: d={a.dim} k={a.k} kq={a.kq} alpha={a.alpha} iters={a.iters} R={a.truncate} "
           f"threads={a.threads} load average={os.getloadavg()[0]:.2f}")
     head = f"{'n':>7} | {'step':<44} | {'time s':>8} | {'ms / item':>9} | {'peak MiB':>8} | notes"

@@ -211,8 +211,9 @@ def main() -> None:
             if "skipped" in r:
                 print(f"{m:>10}   {r['skipped']}")
                 continue
-            x = hr["full sort"].get("seconds", float("nan")) / r["seconds"]
-            print(f"{m:>10} {r['seconds']:>9.2f} s  x{x:.1f} vs full sort   H-AP {r['H-AP']:.6f}  ASI {r['ASI']:.6f}  "
+            ref = hr["full sort"].get("seconds")
+            ratio = f"x{ref / r['seconds']:.1f} vs full sort" if ref else "(full sort not run)"
+            print(f"{m:>10} {r['seconds']:>9.2f} s  {ratio}   H-AP {r['H-AP']:.6f}  ASI {r['ASI']:.6f}  "
                   f"NDCG-h {r['NDCG-h']:.6f}")
         sys.stdout.flush()
 

@@ -7,11 +7,11 @@ D_C^{-1/2}`` the sub-graph re-normalised with its own degrees; the items outside
 cosine order below the diffused ones. The work per query is ``O(iters * R k)`` whatever the gallery
 size ``n``.
 
-Many queries are solved together: a *group* of sets becomes one block-diagonal system laid out as a
-``(B, W)`` array (set ``b`` in row ``b``, padded with zeros to the largest set ``W``), so that one
-sparse product per CG iteration serves the whole group and every per-set reduction is a row sum;
-padding rows have no edges and a zero right-hand side, so they stay zero. Groups are small enough
-to stay in cache and are spread over threads (scipy's products and numpy's loops release the GIL).
+Many queries are solved together: the sub-graphs of a *group* of sets are built at once as one
+block-diagonal operator laid out in a padded ``(B, W)`` layout (set ``b`` at rows ``b W ...``, padded to
+the largest set ``W``; numpy passes over the gathered rows of the candidates), then the compiled
+kernel :func:`rank_lab.retrieval._diffusion_kernels.block_cg` runs each block's CG with the block in
+cache. Groups are spread over threads (numpy's loops and the kernel release the GIL).
 
 Used by :func:`rank_lab.retrieval.diffusion.diffusion_search` and
 :func:`rank_lab.retrieval.diffusion.offline_diffusion`.
@@ -27,9 +27,10 @@ import scipy.sparse as sp
 import torch
 
 from rank_lab.metrics.certified import certified_neighbours
+from rank_lab.retrieval._diffusion_kernels import block_cg
 from rank_lab.utils import DeviceLike, get_device
 
-__all__ = ["BlockLayout", "NeighbourTable", "candidate_sets", "block_operator", "block_cg", "truncated_solve", "truncated_rank"]
+__all__ = ["BlockLayout", "NeighbourTable", "candidate_sets", "block_operator", "truncated_solve", "truncated_rank"]
 
 
 class BlockLayout:
@@ -192,64 +193,6 @@ def block_operator(table: NeighbourTable, layout: BlockLayout, mark: np.ndarray,
     return sp.csr_matrix((vals, local, np.cumsum(counts)), shape=(size, size))
 
 
-def block_cg(m_neg: sp.csr_matrix, b: np.ndarray, sizes: np.ndarray, iters: int, tol: float) -> np.ndarray:
-    """Conjugate gradient on ``(I + M) x = b`` for every row of ``b (B, W)`` at once (``M = -alpha S_C``).
-
-    Each row is an independent CG run with its own step sizes and stopping test
-    ``||r|| <= tol ||b||``, exactly as the columns of
-    :func:`rank_lab.retrieval.diffusion.conjugate_gradient`; the rows share one sparse product per
-    iteration. float64 throughout. Row ``b``'s dot products sum its first ``sizes[b]`` entries only,
-    in one fixed order, so that a set's result does not depend on the padding, i.e. on which other
-    sets share its group.
-
-    Args:
-        m_neg: ``(B W, B W)`` block-diagonal CSR (:func:`block_operator`).
-        b: ``(B, W)`` right-hand sides (zero in the padding).
-        sizes: ``(B,)`` set sizes (``<= W``, ``>= 1``).
-        iters, tol: CG budget.
-
-    Returns:
-        ``x (B, W)``.
-    """
-    n_sets, width = b.shape
-    tiny = np.finfo(np.float64).tiny
-    cuts = np.empty(2 * n_sets, dtype=np.intp)  # [start_0, end_0, start_1, end_1, ...] of the real entries
-    cuts[0::2] = np.arange(n_sets) * width
-    cuts[1::2] = cuts[0::2] + sizes
-    prod_flat = np.zeros(n_sets * width + 1)  # one spare zero: the last end may equal B * W
-    prod = prod_flat[:-1].reshape(n_sets, width)
-
-    def dot(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        np.multiply(u, v, out=prod)
-        return np.add.reduceat(prod_flat, cuts)[0::2]
-
-    x = np.zeros_like(b)
-    r = b.copy()
-    p = r.copy()
-    rs = dot(r, r)
-    b_norm = np.maximum(np.sqrt(rs), tiny)
-    done = np.sqrt(rs) <= tol * b_norm
-    shape = b.shape
-    for _ in range(iters):
-        if done.all():
-            break
-        ap = (m_neg @ p.reshape(-1)).reshape(shape)
-        ap += p
-        denom = dot(p, ap)
-        step = np.where(done | (denom <= 0), 0.0, rs / np.maximum(denom, tiny))[:, None]
-        np.multiply(p, step, out=prod)
-        x += prod
-        np.multiply(ap, step, out=prod)
-        r -= prod
-        rs_new = dot(r, r)
-        done = done | (np.sqrt(rs_new) <= tol * b_norm)
-        beta = np.where(done, 0.0, rs_new / np.maximum(rs, tiny))[:, None]
-        p *= beta
-        p += r
-        rs = rs_new
-    return x
-
-
 def truncated_solve(w: sp.csr_matrix | NeighbourTable, offsets: np.ndarray, nodes: np.ndarray, y_rows: np.ndarray, y_cols: np.ndarray,
                     y_vals: np.ndarray, alpha: float, iters: int, tol: float, threads: int,
                     group: int = 32) -> np.ndarray:
@@ -283,8 +226,8 @@ def truncated_solve(w: sp.csr_matrix | NeighbourTable, offsets: np.ndarray, node
         rhs = np.zeros(layout.shape)
         at = layout.position[_positions_in_sets(layout.offsets, layout.nodes, y_rows[ys] - a, y_cols[ys])]
         np.add.at(rhs.reshape(-1), at, y_vals[ys])
-        x = block_cg(m_neg, rhs, layout.sizes, iters, tol)
-        out[lo:hi] = (1.0 - alpha) * x.reshape(-1)[layout.position]
+        x = block_cg(m_neg.indptr, m_neg.indices, m_neg.data, rhs.reshape(-1), layout.sizes, layout.width, iters, tol)
+        out[lo:hi] = (1.0 - alpha) * x[layout.position]
 
     starts = list(range(0, n_sets, group))
     if threads <= 1 or len(starts) <= 1:
