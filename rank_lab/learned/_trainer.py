@@ -58,10 +58,9 @@ class SurrogateTrainer:
         progress: show a tqdm bar over epochs.
         resume, amp: the engine's options (mixed precision on CUDA).
 
-    Attributes:
-        history: lists ``surrogate`` (per surrogate step: ``l1_local``, ``l1_global``, ``gp``,
-            ``grad_norm``), ``model`` (per model step: ``loss``, ``e_hat``, ``e`` + the model
-            loss' statistics) and ``eval`` (per epoch).
+    The run's :attr:`history` lists ``surrogate`` (per surrogate step: ``l1_local``, ``l1_global``,
+    ``gp``, ``grad_norm``), ``model`` (per model step: ``loss``, ``e_hat``, ``e`` + the model loss'
+    statistics) and ``eval`` (per epoch).
     """
 
     def __init__(
@@ -108,7 +107,7 @@ class SurrogateTrainer:
     epoch = property(lambda self: self.engine.epoch, lambda self, v: setattr(self.engine, "epoch", v),
                      doc="Completed epochs (the engine's counter).")
     history = property(lambda self: self.engine.history, lambda self, v: setattr(self.engine, "history", v),
-                       doc="The run's history (the engine's).")
+                       doc="The run's history (the engine's): ``surrogate``, ``model`` and ``eval`` lists of dicts.")
 
     def _run_key(self) -> dict[str, Any]:
         return {**{k: v for k, v in asdict(self.config).items() if k != "epochs"}, "seed": self.seed}
