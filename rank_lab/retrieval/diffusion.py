@@ -161,12 +161,12 @@ def offline_diffusion(
     Without truncation every system is solved on the full graph (batches of ``batch_size``
     right-hand sides, ``O(n * iters * nnz(S))`` in all). With ``truncate = R`` (the reference
     setting is 1,000), item ``i``'s system is restricted to its ``R`` nearest items by cosine (ties
-    at the R-th included, certified exact) united with its query vector's support, and
-    items are solved in groups of ``min(batch_size, 32)`` (small enough to stay in cache): their
-    sub-graphs form one block-diagonal matrix, one
-    CG run per block with its own step sizes and stopping test (as :func:`conjugate_gradient`'s
-    columns), one sparse product per iteration for all of them, the blocks split over
-    ``torch.get_num_threads()`` threads. The per-item work is ``O(iters * R k)`` -- the rows of its
+    at the R-th included, certified exact) united with its query vector's support. Items are
+    handled in groups of ``min(batch_size, 32)``: their sub-graphs are built at once (one
+    block-diagonal matrix, from the graph's neighbour table), then each runs its own CG (step
+    sizes and stopping test of :func:`conjugate_gradient`'s columns) in a compiled kernel with its
+    sub-graph in cache; groups are split over ``torch.get_num_threads()`` threads, and an item's
+    result does not depend on its group or thread. The per-item work is ``O(iters * R k)`` -- the rows of its
     candidates only, never a length-n vector -- apart from the candidate search itself (a matmul,
     ``O(n d)`` per item at matmul speed). Items outside the candidates are ranked after them in
     their cosine order, which needs one length-n cosine row per item only when ``topk`` exceeds a
