@@ -30,41 +30,31 @@ def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torc
     pool = BufferPool(band * gr.shape[0], st.out_fmt, dev, len(starts))
 
     def band_work(i0: int) -> None:
+        i1 = min(i0 + band, nq)
         with pool.take() as flat:
-            if flat is not None:
-                cpu_band(i0, flat)
+            if flat is not None:  # CPU: the product into a reused buffer
+                s = torch.mm(qr[i0:i1], gr.T, out=flat[: (i1 - i0) * gr.shape[0]].view(i1 - i0, gr.shape[0]))
+            else:
+                s, _ = reduced_matmul(qr[i0:i1], gr)  # pragma: no cover - GPU only
+            if own is not None:
+                r = torch.arange(i1 - i0, device=dev)
+                c = own[i0:i1]
+                hit = (c >= 0) & (c < gr.shape[0])
+                s[r[hit], c[hit]] = -torch.inf
+            if gr.shape[0] > n_g:
+                s[:, n_g:] = -torch.inf
+            if dev.type == "cpu":
+                rr, cc, vv, lam = rows_above_kth(st, s, kq[i0:i1], row_ids[i0:i1])
+                parts[i0] = (i0 + rr, cc, vv, lam)
                 return
-        i1 = min(i0 + band, nq)  # pragma: no cover - GPU only
-        s, _ = reduced_matmul(qr[i0:i1], gr)  # pragma: no cover
-        if own is not None:  # pragma: no cover
-            r = torch.arange(i1 - i0, device=dev)
-            c = own[i0:i1]
-            hit = (c >= 0) & (c < gr.shape[0])
-            s[r[hit], c[hit]] = -torch.inf
-        if gr.shape[0] > n_g:  # pragma: no cover
-            s[:, n_g:] = -torch.inf
-        lam = kth_largest(s, kq[i0:i1]).to(dev)  # pragma: no cover
+        lam = kth_largest(s, kq[i0:i1]).to(dev)  # pragma: no cover - GPU only
         thr = st.thresholds(lam, row_ids[i0:i1])  # pragma: no cover
         rr, cc = torch.nonzero((s >= thr[:, None]) & (s > -torch.inf), as_tuple=True)  # pragma: no cover
         parts[i0] = (i0 + rr, cc, s[rr, cc].to(st.cmp), lam.to(st.cmp))  # pragma: no cover
 
-    def cpu_band(i0: int, flat: torch.Tensor) -> None:
-        i1 = min(i0 + band, nq)
-        s = torch.mm(qr[i0:i1], gr.T, out=flat[: (i1 - i0) * gr.shape[0]].view(i1 - i0, gr.shape[0]))
-        if own is not None:
-            r = torch.arange(i1 - i0, device=dev)
-            c = own[i0:i1]
-            hit = (c >= 0) & (c < gr.shape[0])
-            s[r[hit], c[hit]] = -torch.inf
-        if gr.shape[0] > n_g:
-            s[:, n_g:] = -torch.inf
-        rr, cc, vv, lam = rows_above_kth(st, s, kq[i0:i1], row_ids[i0:i1])
-        parts[i0] = (i0 + rr, cc, vv, lam)
-
     run_parallel(band_work, list(starts), show, dev)
     out = [parts[i0] for i0 in starts]
     return tuple(torch.cat([p[j] for p in out]) for j in range(4))  # type: ignore[return-value]
-
 
 
 def sample_stride(k: int, n: int) -> int:
@@ -74,7 +64,6 @@ def sample_stride(k: int, n: int) -> int:
     taken from it is, in practice, exceeded by more than ``k`` items of the whole row.
     """
     return max(1, min(16, (3 * k) // 128, n // 4))
-
 
 
 def rows_above_kth(st: Stage1, s: torch.Tensor, kq: torch.Tensor,

@@ -23,11 +23,11 @@ __all__ = ["BufferPool", "Stage1", "run_parallel", "kth_largest", "block_size"]
 
 
 def block_size(width: int, kmax: int) -> int:
+    """Items per block of the tiled scan's block maxima: a power of two <= 64 leaving >= 4 kmax blocks per tile."""
     b = 1
     while b < 64 and (2 * b) * 4 * kmax <= width:
         b *= 2
     return b
-
 
 
 class BufferPool:
@@ -56,7 +56,6 @@ class BufferPool:
             yield buf
         finally:
             self.queue.put(buf)
-
 
 
 class Stage1:
@@ -118,7 +117,6 @@ class Stage1:
         return torch.where(down.to(torch.float64) > scaled, torch.nextafter(down, torch.full_like(down, -torch.inf)), down)
 
 
-
 def kth_largest(s: torch.Tensor, kq: torch.Tensor) -> torch.Tensor:
     """The ``kq[r]``-th largest entry of every row of ``s`` (a selection, not a sort)."""
     if s.device.type == "cpu":
@@ -129,7 +127,6 @@ def kth_largest(s: torch.Tensor, kq: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(part[np.arange(a.shape[0]), n - kq.numpy()])
     kmax = int(kq.max())  # pragma: no cover - GPU only
     return torch.topk(s.float() if s.dtype != torch.float64 else s, kmax, dim=1).values.gather(1, (kq - 1).to(s.device)[:, None])[:, 0]
-
 
 
 def run_parallel(fn: Callable[[object], None], items: list, show: bool, dev: torch.device) -> None:

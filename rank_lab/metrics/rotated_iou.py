@@ -195,14 +195,20 @@ def _check_convex(p: torch.Tensor, name: str, tol: float = 1e-9) -> None:
         )
 
 
-def convex_intersection_area(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Area of ``p ∩ q`` for ``N`` pairs of convex polygons ``(N, K, 2)`` (any vertex order)."""
+def _convex_pair(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``N`` pairs of polygons checked (shapes, convexity) and oriented counter-clockwise."""
     p, q = _check_polys(p, "p"), _check_polys(q, "q")
     if p.shape[0] != q.shape[0]:
         raise ValueError(f"p has {p.shape[0]} polygons but q has {q.shape[0]}")
     p, q = _orient_ccw(p), _orient_ccw(q.to(p.dtype))
     _check_convex(p, "p")
     _check_convex(q, "q")
+    return p, q
+
+
+def convex_intersection_area(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Area of ``p ∩ q`` for ``N`` pairs of convex polygons ``(N, K, 2)`` (any vertex order)."""
+    p, q = _convex_pair(p, q)
     return ccw_intersection_area(p, q)
 
 
@@ -212,12 +218,7 @@ def polygon_iou(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     Returns:
         ``(N,)`` IoU in ``[0, 1]``; 0 when the union has zero area.
     """
-    p, q = _check_polys(p, "p"), _check_polys(q, "q")
-    if p.shape[0] != q.shape[0]:
-        raise ValueError(f"p has {p.shape[0]} polygons but q has {q.shape[0]}")
-    p, q = _orient_ccw(p), _orient_ccw(q.to(p.dtype))
-    _check_convex(p, "p")
-    _check_convex(q, "q")
+    p, q = _convex_pair(p, q)
     inter = ccw_intersection_area(p, q)
     union = shoelace_area(p) + shoelace_area(q) - inter
     return torch.where(union > 0, inter / union.clamp_min(torch.finfo(p.dtype).tiny), torch.zeros_like(inter))
