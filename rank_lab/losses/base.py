@@ -50,6 +50,7 @@ from rank_lab.losses.prepared_batch import (  # noqa: F401 - QUERY_ROLES, binary
     binary_relevance,
     check_query_role,
     check_references,
+    full_precision,
     prepare_batch,
 )
 
@@ -175,6 +176,7 @@ class MetricLoss(nn.Module):
         """Deprecated read-only view: ``query_role == "positive"``."""
         return self.query_role == "positive"
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -212,6 +214,7 @@ class ListwiseLoss(MetricLoss):
         """Per-query loss ``(Q,)`` (any value for queries without positives)."""
         raise NotImplementedError
 
+    @full_precision
     def forward_scores(self, scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Loss from ``scores (Q, N)`` and relevance ``targets (Q, N)`` (> 0 = positive).
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import as_tensor, check_class_indices, check_finite, check_nonneg_int
-from rank_lab.losses.prepared_batch import prepare_batch
+from rank_lab.losses.prepared_batch import full_precision, prepare_batch
 from rank_lab.losses.registry import register_loss
 from rank_lab.losses.supcon import (
     check_prototypes,
@@ -175,6 +175,7 @@ class ESupConLoss(nn.Module):
         self.prototypes_in_all_denominators = prototypes_in_all_denominators
         self.hierarchy_level = check_nonneg_int(hierarchy_level, "hierarchy_level")
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,

@@ -54,7 +54,7 @@ from rank_lab._validation import (
 )
 from rank_lab.losses._direct import direct_rank_terms
 from rank_lab.losses.base import RankLoss, reduce_kept
-from rank_lab.losses.prepared_batch import PreparedBatch
+from rank_lab.losses.prepared_batch import PreparedBatch, full_precision
 from rank_lab.losses.registry import register_loss
 from rank_lab.metrics.hierarchical_relevance import (
     as_hierarchical_labels,
@@ -206,6 +206,7 @@ class HierarchicalRankLoss(RankLoss):
         levels = shared_level(lab, ref, mode=self.level_mode)
         return self.forward_levels(batch.scores, levels, batch.valid, lab.shape[1])
 
+    @full_precision
     def forward_levels(self, scores: torch.Tensor, levels: torch.Tensor, valid: torch.Tensor | None = None, n_levels: int | None = None) -> torch.Tensor:
         """Loss from ``scores (Q, N)`` and shared ``levels (Q, N)`` in ``[0, n_levels]``."""
         scores, levels = check_scores_targets(scores, levels, "scores", "levels")
@@ -220,6 +221,7 @@ class HierarchicalRankLoss(RankLoss):
             raise ValueError(f"valid has shape {tuple(valid_t.shape)} but levels has {tuple(levels.shape)}")
         return self.forward_relevance(scores, self.relevance_from_levels(levels, n_levels, valid_t, scores.dtype), valid_t)
 
+    @full_precision
     def forward_scores(self, scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """``targets`` are integer shared levels (:meth:`forward_levels`) or a float relevance."""
         t = as_tensor(targets, "targets")
@@ -227,6 +229,7 @@ class HierarchicalRankLoss(RankLoss):
             return self.forward_relevance(scores, t, valid)
         return self.forward_levels(scores, t, valid)
 
+    @full_precision
     def forward_relevance(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Loss from ``scores (Q, N)`` and a graded ``relevance (Q, N) >= 0`` (> 0 = positive)."""
         scores, rel = check_scores_targets(scores, relevance, "scores", "relevance")

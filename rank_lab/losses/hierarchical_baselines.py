@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
-from rank_lab.losses.prepared_batch import check_references
+from rank_lab.losses.prepared_batch import check_references, full_precision
 from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
 from rank_lab.metrics.hierarchical_relevance import as_hierarchical_labels, hierarchy_table
 
@@ -58,6 +58,7 @@ class SigmaLoss(nn.Module):
         self.uses_references = any(getattr(loss, "uses_references", True) for loss in losses)
         self.normalize = all(getattr(loss, "normalize", True) for loss in losses)
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -194,6 +195,7 @@ class CSLLoss(nn.Module):
             raise ValueError(f"fine class {int(fine[clash][0])} appears with two label paths: labels are not a tree")
         self.proxy_labels[fine.to(self.proxy_labels.device)] = lab.to(self.proxy_labels.device)
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,

@@ -16,8 +16,11 @@ ref_labels], ref_self_index=...)`` (see :mod:`rank_lab.losses.base`) into one
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +29,10 @@ from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import check_embeddings, check_labels
 from rank_lab.ranking.ranks import retrieval_mask
 
-__all__ = ["PreparedBatch", "binary_relevance", "prepare_batch"]
+__all__ = ["PreparedBatch", "binary_relevance", "prepare_batch", "full_precision"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_HALF = (torch.float16, torch.bfloat16)
 
 #: The role of the query's own item in its retrieval set (see :mod:`rank_lab.losses.base`).
 QueryRole = Literal["excluded", "positive", "competitor"]
@@ -56,6 +62,36 @@ class PreparedBatch:
     relevance: torch.Tensor
     valid: torch.Tensor
     in_batch: bool
+
+
+def _autocast_off(tensors: list[torch.Tensor]) -> Any:
+    """A context with autocast disabled on the device type of ``tensors`` (a no-op where it is off)."""
+    kind = tensors[0].device.type if tensors else "cpu"
+    if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+        return torch.autocast(kind, enabled=False)
+    return contextlib.nullcontext()
+
+
+def full_precision(method: _F) -> _F:
+    """Decorate a loss' ``forward`` (or score-level call): run it with autocast off, half inputs in float32.
+
+    Rank losses divide score differences by temperatures of 0.01 (Eq. 2.6 of the Ramzi thesis): in
+    float16 / bfloat16 (8 bits of mantissa for bfloat16) the smoothed ranks lose their meaning, and
+    autocast would recast the score matmul to half precision even on float32 embeddings. Every
+    floating ``float16`` / ``bfloat16`` tensor argument (a model's output under autocast) is cast to
+    float32 (gradients flow back through the cast) and the body runs with autocast disabled on the
+    inputs' device, so a loss gives the same value and gradient inside a ``torch.autocast`` block as
+    outside it (tested for every registered loss).
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(a.float() if isinstance(a, torch.Tensor) and a.dtype in _HALF else a for a in args)
+        kwargs = {k: v.float() if isinstance(v, torch.Tensor) and v.dtype in _HALF else v for k, v in kwargs.items()}
+        with _autocast_off([a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]):
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _level(labels: torch.Tensor, level: int, name: str) -> torch.Tensor:
@@ -119,11 +155,13 @@ def prepare_batch(
     else:
         ref, ref_lab = refs
         self_index = None if ref_self_index is None else torch.as_tensor(ref_self_index, device=emb.device).long()
-    if normalize:
-        emb = F.normalize(emb, dim=1)
-        ref = emb if in_batch else F.normalize(ref, dim=1)
     work = torch.float64 if emb.dtype == torch.float64 else torch.float32
-    scores = emb.to(work) @ ref.to(work).T
+    emb, ref = emb.to(work), ref.to(work)
+    with _autocast_off([emb]):  # float32 scores even inside a torch.autocast block
+        if normalize:
+            emb = F.normalize(emb, dim=1)
+            ref = emb if in_batch else F.normalize(ref, dim=1)
+        scores = emb @ ref.T
     rel = binary_relevance(lab, ref_lab, hierarchy_level).to(work)
     valid = retrieval_mask(scores.shape[0], scores.shape[1], self_index, exclude_self=query_role == "excluded", device=emb.device)
     return PreparedBatch(emb, ref, lab, ref_lab, scores, rel, valid, in_batch)

@@ -42,6 +42,7 @@ from rank_lab._validation import check_positive_int
 from rank_lab.losses.ap import SupAP
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
 from rank_lab.losses.hierarchical import SupHAP, SupNDCG
+from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.recall import SupRecallAtK
 from rank_lab.losses.registry import loss_info, register_loss
 
@@ -74,6 +75,7 @@ class ROD(nn.Module):
         self.rank_loss, self.dg_loss, self.lam = rank_loss, dg_loss, float(lam)
         self.weights = (1.0 - self.lam, self.lam) if weights is None else (float(weights[0]), float(weights[1]))
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,

@@ -37,7 +37,7 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.losses.base import MetricLoss
-from rank_lab.losses.prepared_batch import check_references
+from rank_lab.losses.prepared_batch import check_references, full_precision
 from rank_lab.losses.registry import register_loss
 
 __all__ = ["NormSoftmaxLoss", "ProxyNCAPlusPlusLoss", "PROXY_LR"]
@@ -60,6 +60,7 @@ class _ProxyLoss(MetricLoss):
     def logits(self, embeddings: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,

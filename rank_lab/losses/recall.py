@@ -67,6 +67,7 @@ from rank_lab._validation import (
 )
 from rank_lab.losses._direct import direct_recall_loss
 from rank_lab.losses.base import PreparedBatch, RankLoss, reachable_ks
+from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.registry import register_loss
 from rank_lab.losses.simix import simix
 from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
@@ -224,6 +225,7 @@ class _RecallLoss(RankLoss):
             return pb.scores, (pb.relevance > 0) & pb.valid, pb.valid
         return _competitor_problem(pb, ref_self_index)
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,

@@ -24,6 +24,7 @@ from torch import nn
 
 from rank_lab._validation import check_choice, check_embeddings, check_float, check_labels
 from rank_lab.losses.base import ListwiseLoss
+from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.registry import register_loss
 
 __all__ = ["nt_xent_loss", "supcon_loss", "SupConLoss", "SimCLRLoss"]
@@ -213,6 +214,7 @@ class SimCLRLoss(nn.Module):
         super().__init__()
         self.temperature = check_temperature(temperature)
 
+    @full_precision
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Args: embeddings ``(2N, d)``; labels ``(2N,)`` (checked, then ignored: the positive of a
         view is the other view of its image, whatever the labels). Returns a scalar."""
