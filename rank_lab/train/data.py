@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from rank_lab._validation import check_finite, check_labels, check_positive_int, defer_finite_checks
+from rank_lab._validation import check_finite, check_labels, check_positive_int, trusted_inputs
 from rank_lab.utils import get_device
 
 __all__ = ["as_dataset", "relabel", "embed_dataset", "SamplerStream"]
@@ -111,7 +111,8 @@ def embed_dataset(
     start = 0
     try:
         for x in batches:
-            with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda"), defer_finite_checks():
+            amp_ctx = torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda")
+            with amp_ctx, trusted_inputs([model]):  # the embeddings are checked below, naming the items
                 emb = model(x.to(dev, non_blocking=True)).float().cpu()
             if not bool(torch.isfinite(emb).all()):
                 raise ValueError(f"the model's embeddings of data items [{start}, {start + emb.shape[0]}) hold NaN or inf: "

@@ -4,8 +4,9 @@ A loop supplies only what differs between loops: its modules and optimisers, a *
 (``step_fn(batch) -> loss`` or ``(loss, stats)``) and its *data* (``data(epoch)``: the batches of
 an epoch, drawn from generators the engine checkpoints). The engine gives every loop the same:
 
-* **step**: zero the gradients, run the step function (under autocast with ``amp`` on CUDA, and
-  :func:`~rank_lab._validation.defer_finite_checks`, so that a NaN inside a model reaches the guard),
+* **step**: zero the gradients, run the step function (under autocast with ``amp`` on CUDA, with the
+  engine's modules trusting their inputs' values, :func:`~rank_lab._validation.trusted_inputs`, so
+  that a NaN read lazily or produced inside a model reaches the guard),
   back-propagate (through the ``GradScaler``), clip the global gradient norm (``grad_clip``), step;
 * **learning-rate schedule**: :class:`~rank_lab.train.schedule.Schedule` (the one schedule), set
   from the global step before every step;
@@ -36,7 +37,7 @@ import torch
 from torch import nn
 
 from rank_lab._progress import tqdm
-from rank_lab._validation import defer_finite_checks
+from rank_lab._validation import trusted_inputs
 from rank_lab.train.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
 from rank_lab.train.guard import NonFiniteTrainingError, check_resume, describe_batch
 from rank_lab.train.optim import build_optimizer
@@ -150,7 +151,8 @@ class Engine:
                 g["lr"] = self.schedule.lr(self.step, g["base_lr"])
         opt.zero_grad(set_to_none=True)
         self._batch, self._backward_done = b, False
-        with self.autocast() if self.autocast_steps else contextlib.nullcontext(), defer_finite_checks():
+        amp = self.autocast() if self.autocast_steps else contextlib.nullcontext()
+        with amp, trusted_inputs(self.modules.values()):  # the guard below checks what they return
             out = step_fn(b.data)
         loss, stats = out if isinstance(out, tuple) else (out, {})
         if not self._backward_done:
