@@ -53,8 +53,12 @@ def check_finite(x: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} contains {n_bad} NaN or inf value(s)")
 
 
-def check_embeddings(x: object, name: str = "embeddings") -> torch.Tensor:
-    """Check a ``(N, d)`` floating, finite, non-empty embedding matrix and return it as a tensor."""
+def check_embeddings(x: object, name: str = "embeddings", *, finite: bool = True) -> torch.Tensor:
+    """Check a ``(N, d)`` floating, finite, non-empty embedding matrix and return it as a tensor.
+
+    ``finite=False`` leaves the finite check (the one host sync) to the caller, which checks a
+    tensor computed from ``x`` instead (the losses check their scores once).
+    """
     x = as_tensor(x, name)
     if x.ndim != 2:
         raise ValueError(f"{name} must have shape (N, d), got {tuple(x.shape)}")
@@ -64,7 +68,8 @@ def check_embeddings(x: object, name: str = "embeddings") -> torch.Tensor:
         raise ValueError(f"{name} has zero dimensions (d = 0)")
     if not x.is_floating_point():
         x = x.float()
-    check_finite(x, name)
+    if finite:
+        check_finite(x, name)
     return x
 
 
@@ -398,7 +403,7 @@ def check_class_indices(labels: torch.Tensor, n_classes: int, name: str = "label
     For labels that index rows of a ``(n_classes, d)`` prototype / class-weight matrix (checked
     integer labels, e.g. from :func:`check_labels`). Returns ``labels``.
     """
-    if bool((labels < 0).any()) or bool((labels >= n_classes).any()):
+    if bool(((labels < 0) | (labels >= n_classes)).any()):  # one host sync
         raise ValueError(f"{name} must lie in [0, {n_classes}) (n_classes / prototypes), got range "
                          f"[{int(labels.min())}, {int(labels.max())}]")
     return labels

@@ -29,7 +29,7 @@ from rank_lab.losses.supcon import (
     contrastive_features,
     supcon_per_anchor,
 )
-from rank_lab.models.heads import PrototypeClassifier, prototype_logits
+from rank_lab.models.heads import PrototypeClassifier
 
 __all__ = ["esupcon_terms", "esupcon_loss", "smooth_max_ce_supcon", "ESupConLoss"]
 
@@ -61,7 +61,7 @@ def _unit_prototypes(prototypes: object, z: torch.Tensor, normalize_prototypes: 
 def _esupcon_terms(z: torch.Tensor, labels: torch.Tensor, sim: torch.Tensor, pool: torch.Tensor, protos: torch.Tensor,
                    t: float) -> dict[str, torch.Tensor]:
     """Eqs. 6.12 / 6.16 for anchors ``z (M, d)`` against the pool items (``sim = z r^T / tau``, ``(M, N)``)."""
-    logits = prototype_logits(z, protos, normalize=False, temperature=t)
+    logits = z @ protos.to(device=z.device, dtype=z.dtype).T / t  # prototype_logits of checked inputs
     check_class_indices(labels, logits.shape[1])
     tt = logits.gather(1, labels[:, None]).squeeze(1)
     log_c1 = torch.logsumexp(logits, 1)
@@ -193,7 +193,7 @@ class ESupConLoss(nn.Module):
         if z.shape[1] != self.classifier.prototypes.shape[1]:
             raise ValueError(f"embeddings have d={z.shape[1]} but the prototypes have d={self.classifier.prototypes.shape[1]} "
                              "(ESupConLoss takes (n_classes, dim), in this order)")
-        protos = _unit_prototypes(self.classifier.prototypes, z, True)
+        protos = F.normalize(self.classifier.prototypes.to(z.device), dim=1)  # the loss' own parameters
         positives = (batch.relevance > 0) & batch.valid
         return _esupcon(z, classes, batch.scores / self.temperature, batch.valid, positives, protos, self.temperature,
                         self.prototypes_in_all_denominators)

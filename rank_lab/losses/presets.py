@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from rank_lab._deprecation import warn_deprecated
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_positive_int, trusted_inputs
 from rank_lab.losses.ap import SupAP
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
 from rank_lab.losses.hierarchical import SupHAP, SupNDCG
@@ -87,11 +87,13 @@ class ROD(nn.Module):
     ) -> torch.Tensor:
         """Scalar ROD loss of ``embeddings (B, d)``, ``labels (B,)|(B, L)`` (+ optional refs)."""
         w_rank, w_dg = self.weights
+        # validate once: the rank loss checks the inputs' values, the decomposability loss trusts them
         out = w_rank * self.rank_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-        if getattr(self.dg_loss, "uses_references", True):
-            dg = self.dg_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-        else:
-            dg = self.dg_loss(embeddings, labels)
+        with trusted_inputs([self.dg_loss]):
+            if getattr(self.dg_loss, "uses_references", True):
+                dg = self.dg_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+            else:
+                dg = self.dg_loss(embeddings, labels)
         return out + w_dg * dg
 
     def extra_repr(self) -> str:

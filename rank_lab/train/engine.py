@@ -15,8 +15,15 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
   applied; a model holding NaN/inf is never saved;
 * **checkpoint/resume**: modules, optimisers, grad scaler, named generators, the Python / NumPy /
   torch (CUDA) RNG states, epoch, step and history, written atomically every ``checkpoint_every``
-  epochs and resumed from when the file exists (``resume``). A resumed run equals the straight run
-  bit for bit (tested for every loop, ``tests/train/test_train_engine.py``). **Resume rule**
+  epochs and resumed from when the file exists (``resume``). **Determinism** (``docs/decisions.md``):
+  a resumed run equals the straight run bit for bit on the CPU (tested for every loop,
+  ``tests/train/test_train_engine.py``); on CUDA only under deterministic algorithms
+  (``rank_lab.utils.seed_everything(seed, deterministic=True)``, the Trainer's
+  ``TrainConfig.deterministic``: ``torch.use_deterministic_algorithms(True, warn_only=False)`` with
+  ``CUBLAS_WORKSPACE_CONFIG`` set before CUDA starts, and the rank losses' backward accumulating
+  without atomic adds), on the same GPU model, driver and library versions; otherwise CUDA's atomic
+  adds and cuBLAS' workspace may change the last bits. The exactness of the metrics is a separate
+  promise (``docs/decisions.md``). **Resume rule**
   (``docs/decisions.md``): a checkpoint records the run's configuration and schedule; resuming is
   refused (``ValueError``, saying how to start a new run) unless it continues the same run, or makes
   a run whose schedule does not depend on its length (:data:`~rank_lab.train.schedule.LENGTH_FREE`) longer;
@@ -43,7 +50,7 @@ from rank_lab.train.guard import NonFiniteTrainingError, check_resume, describe_
 from rank_lab.train.optim import build_optimizer
 from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.train.schedule import Schedule
-from rank_lab.utils import DeviceLike, get_device
+from rank_lab.utils import DeviceLike, check_amp_dtype, get_device
 
 __all__ = ["Engine", "fit"]
 
@@ -106,6 +113,8 @@ class Engine:
                 g.setdefault("base_lr", g["lr"])
         self.amp = cfg.amp and self.device.type == "cuda"
         self.amp_dtype = torch.float16 if cfg.amp_dtype == "float16" else torch.bfloat16
+        if self.amp:
+            check_amp_dtype(self.amp_dtype, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype == torch.float16)
         self._run_key = run_key
         self.free_keys = set(free_keys)

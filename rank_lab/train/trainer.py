@@ -31,7 +31,14 @@ from rank_lab.memory import CrossBatchMemory, MemoryLoss
 from rank_lab.models import build_model
 from rank_lab.train.checkpoint import atomic_write_json
 from rank_lab.train.config import TrainConfig
-from rank_lab.train.data import IndexedDataset, as_dataset, embed_dataset, relabel
+from rank_lab.train.data import (
+    IndexedDataset,
+    as_dataset,
+    embed_dataset,
+    loader_workers,
+    relabel,
+    seed_worker,
+)
 from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
 from rank_lab.train.evaluation import RetrievalEvaluation
 from rank_lab.train.guard import NonFiniteTrainingError  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
@@ -270,7 +277,8 @@ class Trainer(RetrievalEvaluation):
         gen = torch.Generator()
         gen.manual_seed(cfg.seed * 100_003 + e)
         loader = DataLoader(IndexedDataset(self.train_set, self.train_labels), batch_sampler=self.sampler,
-                            num_workers=cfg.num_workers, generator=gen, pin_memory=self.device.type == "cuda")
+                            num_workers=loader_workers(cfg.num_workers), generator=gen, worker_init_fn=seed_worker,
+                            pin_memory=self.device.type == "cuda")
         for x, y, idx in loader:
             yield Batch((x, y, idx), indices=idx)
 
