@@ -32,7 +32,6 @@ ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
 #: import higher ones; units on one floor do not import each other. Keep docs/architecture.md equal.
 LAYERS: dict[str, int] = {
     "rank_lab._validation": 0,
-    "rank_lab._deprecation": 0,
     "rank_lab._progress": 0,
     "rank_lab.utils": 1,
     "rank_lab.stats": 1,
@@ -314,7 +313,7 @@ def test_the_documented_new_loss_registers_and_takes_both_calls():
     exec(compile(block.group(1), "docs/architecture.md", "exec"), namespace)
     try:
         assert "my_smooth_ap" in list_losses()
-        loss = build_loss("my-ap")
+        loss = build_loss("My-Smooth-AP")
         assert isinstance(loss, namespace["MySmoothAP"])
         emb, labels = torch.randn(12, 4, generator=torch.Generator().manual_seed(0)), torch.arange(3).repeat(4)
         expect = SmoothAP(tau=0.01)(emb, labels)

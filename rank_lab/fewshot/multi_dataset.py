@@ -5,7 +5,7 @@ uniformly within it, (3) ``k`` images of that class (:class:`MultiDatasetSampler
 ``N = 32``, ``k = 5``, classes with fewer than 5 images dropped, classes of different datasets
 never merged, :func:`global_class_ids`). :func:`fit_multi_dataset` trains with Smooth-AP (no
 classifier) on the training engine: 15 epochs, Adam (lr 1e-4, beta1 = 0.5), constant for 10 epochs
-then linear decay over 5 (the author's code). Evaluation is in :mod:`rank_lab.fewshot.classify`, which re-exports these.
+then linear decay over 5 (the author's code). Evaluation is in :mod:`rank_lab.fewshot.classify`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from rank_lab._validation import (
 )
 from rank_lab.fewshot.episodes import gather_images
 from rank_lab.losses import SmoothAP
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.engine import Engine
 from rank_lab.train.optim import build_optimizer
+from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.train.schedule import Schedule
 from rank_lab.utils import get_device
 

@@ -26,8 +26,9 @@ from rank_lab.fewshot.episodes import Episode, EpisodeSampler, gather_images
 from rank_lab.fewshot.film import select_film_params
 from rank_lab.fewshot.rcnaps import RCNAPS, class_specific_smooth_ap
 from rank_lab.losses import SmoothAP
-from rank_lab.train.engine import Batch, Engine, EngineConfig
+from rank_lab.train.engine import Engine
 from rank_lab.train.optim import build_optimizer
+from rank_lab.train.options import Batch, EngineConfig
 from rank_lab.utils import get_device
 
 __all__ = ["fit_rcnaps", "rcnaps_describe", "rcnaps_describe_tasks"]

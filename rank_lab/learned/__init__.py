@@ -17,18 +17,12 @@
 from rank_lab.learned.box_images import make_box_dataset
 from rank_lab.learned.boxes import BoxIoUTask, BoxRegressor, RotatedBoxPairBank
 from rank_lab.learned.edit_task import CTCEditPairGenerator, EditDistanceTask
+from rank_lab.learned.embeddings import BoxMLP, CharCNN
 from rank_lab.learned.feds import FEDSConfig, FEDSTrainer, feds_filter, feds_loss
 from rank_lab.learned.recognizer import CRNN, Alphabet, ctc_best_path, fit_ctc, greedy_decode
 from rank_lab.learned.render import WordRenderer, make_word_dataset
-from rank_lab.learned.surrogate import (
-    BoxMLP,
-    CharCNN,
-    EmbeddingSurrogate,
-    LSConfig,
-    SurrogateTrainer,
-    evaluate_surrogate,
-    surrogate_loss,
-)
+from rank_lab.learned.surrogate_model import EmbeddingSurrogate, LSConfig, surrogate_loss
+from rank_lab.learned.surrogate_trainer import SurrogateTrainer, evaluate_surrogate
 
 __all__ = [
     "EmbeddingSurrogate",

@@ -31,7 +31,7 @@ from rank_lab._validation import (
 )
 from rank_lab.learned._checks import check_generator, check_images, check_int_matrix, check_words
 from rank_lab.learned.recognizer import Alphabet, check_alphabet, ctc_best_path, ctc_collapse
-from rank_lab.learned.surrogate import SurrogateTask
+from rank_lab.learned.surrogate_model import SurrogateTask
 from rank_lab.metrics.text import edit_distance
 
 __all__ = ["PATEL_FIG_4_1", "random_ctc_path", "CTCEditPairGenerator", "EditDistanceTask"]

@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from rank_lab._validation import as_tensor, check_finite
-from rank_lab.learned.surrogate import EmbeddingSurrogate, LSConfig, SurrogateTask, SurrogateTrainer
+from rank_lab.learned.surrogate_model import EmbeddingSurrogate, LSConfig, SurrogateTask
+from rank_lab.learned.surrogate_trainer import SurrogateTrainer
 
 __all__ = ["FEDS_MODES", "feds_filter", "feds_mask", "feds_loss", "FEDSConfig", "FEDSTrainer"]
 

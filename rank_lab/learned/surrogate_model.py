@@ -1,8 +1,7 @@
 """The parts of a learned surrogate (LS) of a non-differentiable metric (Patel thesis, Ch. 3).
 
 The surrogate network, its loss, the task interface and the configuration; the alternating
-training (Algorithm 1) that uses them is in :mod:`rank_lab.learned._trainer`, and
-:mod:`rank_lab.learned.surrogate` gathers both (import from there).
+training (Algorithm 1) that uses them is in :mod:`rank_lab.learned.surrogate_trainer`.
 
 A decomposable, lower-is-better metric ``e(z, y)`` (edit distance, 1 - IoU ...) is approximated by
 the Euclidean distance in a learned embedding (eq. 3.3)::
@@ -42,7 +41,6 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.learned._checks import check_module, check_pair
-from rank_lab.learned.embeddings import BoxMLP, CharCNN  # noqa: F401 - re-exported (listed in their defining module's __all__ only)
 from rank_lab.utils import get_device
 
 __all__ = [

@@ -40,8 +40,9 @@ from rank_lab._validation import (
 )
 from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, check_features
 from rank_lab.ood.sgld import SCHEDULES, schedule_endpoints, sgld
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.engine import Engine
 from rank_lab.train.optim import build_optimizer
+from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["HEATConfig", "ResidualMLP", "HybridEnergy"]

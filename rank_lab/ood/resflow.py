@@ -47,8 +47,9 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.ood.scorers import Data, OODScorer
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.engine import Engine
 from rank_lab.train.optim import build_optimizer
+from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.utils import get_device
 
 __all__ = ["LipSwish", "InvertibleResidualBlock", "ResidualFlow", "ResFlow"]

@@ -27,8 +27,9 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
-from rank_lab.train.engine import Batch, Engine, EngineConfig
+from rank_lab.train.engine import Engine
 from rank_lab.train.optim import build_optimizer
+from rank_lab.train.options import Batch, EngineConfig
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["make_ring_segments", "make_ring_ood", "energy_grid", "SmallConvNet", "train_classifier"]

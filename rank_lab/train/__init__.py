@@ -20,19 +20,17 @@
   :class:`LocalBatchLoss` is the objective of ranks that skip the all-gather (for comparison).
 """
 
-from rank_lab._deprecation import moved_names
 from rank_lab.train.checkpoint import load_checkpoint
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import as_dataset, embed_dataset, relabel
-from rank_lab.train.distributed import (
-    DistributedMPerClassSampler,
-    all_gather_with_grad,
-    init_distributed,
-)
+from rank_lab.train.distributed import all_gather_with_grad, init_distributed
+from rank_lab.train.distributed_sampler import DistributedMPerClassSampler
 from rank_lab.train.distributed_trainer import DistributedTrainer
-from rank_lab.train.engine import Batch, Engine, EngineConfig, NonFiniteTrainingError, fit
+from rank_lab.train.engine import Engine, fit
+from rank_lab.train.guard import NonFiniteTrainingError
 from rank_lab.train.local_batches import LocalBatchLoss
 from rank_lab.train.optim import build_optimizer
+from rank_lab.train.options import Batch, EngineConfig
 from rank_lab.train.recipes import (
     RECALL_RECIPES,
     RECIPES,
@@ -71,6 +69,3 @@ __all__ = [
     "load_checkpoint",
     "lr_at",
 ]
-
-# The former names of the recipes: PRESETS -> RECIPES, list_presets -> list_recipes (DeprecationWarning).
-__getattr__ = moved_names(__name__, {"PRESETS": "rank_lab.train.recipes:RECIPES", "list_presets": "rank_lab.train.recipes:list_recipes"})

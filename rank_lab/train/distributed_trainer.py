@@ -53,9 +53,8 @@ from torch.utils.data import Dataset, TensorDataset
 from rank_lab.metrics.distributed_knn import sharded_retrieval_metrics
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import as_dataset, embed_dataset
+from rank_lab.train.dist_env import DistEnv
 from rank_lab.train.distributed import (
-    DistEnv,
-    DistributedMPerClassSampler,
     all_gather_tensor,
     all_gather_with_grad,
     all_reduce_mean,
@@ -64,6 +63,7 @@ from rank_lab.train.distributed import (
     broadcast_object,
     init_distributed,
 )
+from rank_lab.train.distributed_sampler import DistributedMPerClassSampler
 from rank_lab.train.trainer import Trainer
 
 __all__ = ["DistributedTrainer"]

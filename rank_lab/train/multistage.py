@@ -52,10 +52,10 @@ from torch import nn
 from rank_lab._progress import tqdm
 from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
 from rank_lab.data.samplers import MPerClassSampler
-from rank_lab.models.backbones import lock_batchnorm  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
 from rank_lab.train.data import SamplerStream
-from rank_lab.train.engine import Batch, Engine, EngineConfig, one_batch
+from rank_lab.train.engine import Engine, one_batch
 from rank_lab.train.optim import build_optimizer
+from rank_lab.train.options import Batch, EngineConfig
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -340,7 +340,7 @@ def fit_multistage(
         seed: sampler seed.
         progress: tqdm bar.
         checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options
-            (:class:`rank_lab.train.engine.EngineConfig`; ``checkpoint_every`` in steps).
+            (:class:`rank_lab.train.options.EngineConfig`; ``checkpoint_every`` in steps).
 
     Returns:
         The loss of every step (including those of a resumed run).

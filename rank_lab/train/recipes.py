@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from rank_lab._deprecation import renamed_kwargs
 from rank_lab._validation import check_choice, check_float, check_nonneg_int, check_positive_int
 from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK
 from rank_lab.train.optim import build_optimizer
@@ -297,9 +296,6 @@ def list_recall_recipes() -> list[str]:
 def get_recall_recipe(name: str, **changes: object) -> RecallRecipe:
     """An RS@k recipe by name (``"sop_resnet50"`` ...), optionally with fields changed.
 
-    The former field names ``tau1`` / ``tau2`` are accepted with a ``DeprecationWarning``
-    (``tau_star`` / ``tau``).
-
     Raises:
         ValueError: unknown name (the message lists the known ones) or field.
     """
@@ -309,7 +305,6 @@ def get_recall_recipe(name: str, **changes: object) -> RecallRecipe:
     if key not in RECALL_RECIPES:
         raise ValueError(f"unknown RS@k recipe name {name!r}; known: {list_recall_recipes()}")
     recipe = RECALL_RECIPES[key]
-    changes = renamed_kwargs(dict(changes), {"tau1": "tau_star", "tau2": "tau"}, "get_recall_recipe")
     unknown = sorted(set(changes) - {f.name for f in fields(RecallRecipe)})
     if unknown:
         raise ValueError(f"unknown RecallRecipe field(s) {unknown} in the changes to {name!r}")

@@ -32,11 +32,11 @@ from rank_lab.models import build_model
 from rank_lab.train.checkpoint import atomic_write_json
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import IndexedDataset, as_dataset, embed_dataset, relabel
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.engine import Engine
 from rank_lab.train.evaluation import RetrievalEvaluation
-from rank_lab.train.guard import NonFiniteTrainingError  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
 from rank_lab.train.multistage import multistage_backward
 from rank_lab.train.optim import build_optimizer, param_groups
+from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.train.schedule import Schedule
 from rank_lab.utils import get_device, seed_everything
 

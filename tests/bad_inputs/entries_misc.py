@@ -1,5 +1,5 @@
 """Matrix entries of :mod:`rank_lab.memory`, :mod:`rank_lab.utils`, :mod:`rank_lab.cost`, :mod:`rank_lab.publish`
-and :mod:`rank_lab.stats` (whose ``mean_ci`` keeps its entry in ``entries_retrieval``, where it is re-exported)."""
+and :mod:`rank_lab.stats`."""
 
 from __future__ import annotations
 
@@ -106,6 +106,8 @@ ENTRIES += [
 _RUNS = lambda: torch.tensor([0.5, 0.6, 0.7, 0.65])  # noqa: E731
 
 ENTRIES += [
+    fn(S.mean_ci, lambda: {"values": [0.5, 0.6, 0.7]}, {"values": "x", "level": "prob"},
+       legal={"values:int": "integer results are cast to float"}),
     fn(S.t_quantile, {"level": 0.95, "dof": 4}, {"level": "prob", "dof": "posint"}),
     fn(S.ci_summary, lambda: {"values": _RUNS()}, {"values": "x", "level": "prob"},
        legal={"values:int": "integer results are cast to float"}),

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import torch
 
+import rank_lab.models.backbones as B_
 import rank_lab.train as T
 import rank_lab.train.checkpoint as CK
 import rank_lab.train.classification as CL
 import rank_lab.train.data as DA
+import rank_lab.train.dist_env as DE_
 import rank_lab.train.distributed as DI
 import rank_lab.train.engine as EN
 import rank_lab.train.guard as GU
 import rank_lab.train.launch as LA
 import rank_lab.train.multistage as MS
 import rank_lab.train.optim as OP
+import rank_lab.train.options as O_
 import rank_lab.train.recipes as TR
 import rank_lab.train.schedule as SC
 from rank_lab.losses import SmoothAP
 from rank_lab.models import MLPBackbone
-from rank_lab.train.trainer import NonFiniteTrainingError
+from rank_lab.train.guard import NonFiniteTrainingError
 
 from .factories import emb, labels
 from .framework import cls, fn
@@ -93,19 +96,19 @@ MS_ROLES = {"inputs": "x", "labels": "labels", "chunk_size": "posint"}
 
 def _engine():
     model = torch.nn.Linear(3, 1)
-    return {"modules": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1), "config": EN.EngineConfig(),
+    return {"modules": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1), "config": O_.EngineConfig(),
             "device": "cpu"}
 
 
 def _engine_step():
-    return {"step_fn": lambda x: x.sum() * 0.0, "batch": EN.Batch(torch.ones(2, 3, requires_grad=True), indices=[0, 1])}
+    return {"step_fn": lambda x: x.sum() * 0.0, "batch": O_.Batch(torch.ones(2, 3, requires_grad=True), indices=[0, 1])}
 
 
 def _fit():
     model = torch.nn.Linear(3, 1)
     x = emb(6, 3)
     return {"model": model, "step_fn": lambda i: model(x[i]).pow(2).mean(), "data": lambda e: [torch.arange(3), torch.arange(3, 6)],
-            "config": EN.EngineConfig(epochs=2), "device": "cpu"}
+            "config": O_.EngineConfig(epochs=2), "device": "cpu"}
 
 
 TRAIN_EXTRA = {
@@ -175,9 +178,9 @@ ENTRIES = [
     fn(CL.predict_logits, lambda: {"model": _classifier(), "x": emb(5, 6), "batch_size": 2}, {"x": "x", "batch_size": "posint"},
        extra={"not_classifier": ("model", lambda: MLPBackbone(6, (8,)), ("model",))}),
     # rank_lab.train.distributed
-    fn(DI.DistEnv, {"rank": 0, "world_size": 1, "local_rank": 0}, {"rank": "nonnegint", "world_size": "posint", "local_rank": "nonnegint"},
+    fn(DE_.DistEnv, {"rank": 0, "world_size": 1, "local_rank": 0}, {"rank": "nonnegint", "world_size": "posint", "local_rank": "nonnegint"},
        extra={"rank_too_big": ("rank", lambda: 1, ("rank",))}),
-    fn(DI.current_env),
+    fn(DE_.current_env),
     fn(DI.cleanup_distributed, {"env": None}, extra={"not_env": ("env", lambda: 3, ("env",))}),
     fn(DI.barrier),
     fn(DI.broadcast_object, {"obj": {"a": 1}, "src": 0}, {"src": "nonnegint"}, extra={"not_a_rank": ("src", lambda: 1, ("src",))}),
@@ -203,7 +206,7 @@ ENTRIES = [
        extra={"not_config": ("config", lambda: 3, ("config",))}),
     # rank_lab.train.multistage
     fn(MS.MultistageOutput, lambda: {"loss": torch.tensor(0.5), "embeddings": emb(3), "embedding_grad": emb(3)}),
-    fn(MS.lock_batchnorm, lambda: {"model": MLPBackbone(4, (4,))},
+    fn(B_.lock_batchnorm, lambda: {"model": MLPBackbone(4, (4,))},
        extra={"not_module": ("model", lambda: 3, ("model",))}),
     fn(MS.embed_in_chunks, lambda: {"model": _Linear(), "inputs": emb(8, 6), "chunk_size": 3},
        {"inputs": "x", "chunk_size": "posint"}, extra={"not_module": ("model", lambda: 3, ("model",))}),
@@ -212,11 +215,11 @@ ENTRIES = [
     fn(MS.fit_multistage, lambda: {**_ms(), "batch_size": 4, "m_per_class": 2, "steps": 2, "progress": False},
        {**MS_ROLES, "batch_size": "posint", "m_per_class": "posint", "steps": "posint", "lr": "pos"}, rows=(("inputs", "labels"),)),
     # rank_lab.train.engine, .options, .guard, .schedule, .optim, .data (the one training engine)
-    fn(EN.EngineConfig, {"epochs": 2, "checkpoint_every": 1, "checkpoint": None, "resume": True},
+    fn(O_.EngineConfig, {"epochs": 2, "checkpoint_every": 1, "checkpoint": None, "resume": True},
        {"epochs": "posint", "checkpoint_every": "posint", "amp_dtype": "choice", "unit": "choice", "grad_clip": "pos"},
        extra={"not_path": ("checkpoint", lambda: 3, ("checkpoint",)), "not_bool": ("resume", lambda: "yes", ("resume",))}),
-    fn(EN.Batch, lambda: {"data": emb(3), "indices": [0, 1, 2]}),
-    fn(EN.StepResult, {"loss": 0.5}),
+    fn(O_.Batch, lambda: {"data": emb(3), "indices": [0, 1, 2]}),
+    fn(O_.StepResult, {"loss": 0.5}),
     cls(EN.Engine, _engine, calls=[("train_step", _engine_step, None)],
         extra={"not_module": ("modules", lambda: {"model": 3}, ("model",)),
                "reserved": ("modules", lambda: {"history": torch.nn.Linear(2, 1)}, ("history",)),

@@ -22,9 +22,9 @@ from rank_lab.retrieval import (
     extract_descriptors,
     grouped_map,
     l2n,
-    mean_ci,
     revisited_evaluate,
 )
+from rank_lab.stats import mean_ci
 
 NAN = float("nan")
 

@@ -31,9 +31,9 @@ from rank_lab.train import (
     init_distributed,
 )
 from rank_lab.train.checkpoint import atomic_write_json, set_rng_state
+from rank_lab.train.guard import NonFiniteTrainingError
 from rank_lab.train.launch import launch_local
 from rank_lab.train.multistage import embed_in_chunks
-from rank_lab.train.trainer import NonFiniteTrainingError
 
 
 # ------------------------------------------------------------------------------ module inputs

@@ -31,8 +31,8 @@ from rank_lab.train import (
     Trainer,
     load_checkpoint,
 )
+from rank_lab.train.dist_env import DistEnv
 from rank_lab.train.distributed import (
-    DistEnv,
     all_gather_tensor,
     all_gather_with_grad,
     all_reduce_mean,

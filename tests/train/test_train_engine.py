@@ -30,8 +30,8 @@ from rank_lab.train import (
     fit,
     lr_at,
 )
-from rank_lab.train.engine import StepResult
 from rank_lab.train.guard import check_resume
+from rank_lab.train.options import StepResult
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +120,7 @@ def _surrogate(ckpt, feds: bool = False):
         LSConfig,
         SurrogateTrainer,
     )
-    from rank_lab.learned.boxes import make_box_dataset
+    from rank_lab.learned.box_images import make_box_dataset
     from rank_lab.learned.embeddings import BoxMLP
 
     images, boxes = make_box_dataset(32, size=16, seed=0)
@@ -148,7 +148,8 @@ def _ctc(ckpt):
 
 
 def _box_regressor(ckpt):
-    from rank_lab.learned.boxes import BoxRegressor, fit_box_regressor, make_box_dataset
+    from rank_lab.learned.box_images import make_box_dataset
+    from rank_lab.learned.boxes import BoxRegressor, fit_box_regressor
 
     images, boxes = make_box_dataset(24, size=16, seed=0)
     torch.manual_seed(0)
@@ -178,7 +179,7 @@ def _heat(ckpt):
 
 
 def _resflow(ckpt):
-    from rank_lab.ood import ResFlow
+    from rank_lab.ood.resflow import ResFlow
 
     g = torch.Generator().manual_seed(0)
     y = torch.arange(2).repeat_interleave(20)
@@ -396,7 +397,7 @@ def test_the_resume_rule_in_steps():
 
 
 def test_a_longer_tail_cosine_proxy_run_is_refused(tmp_path):
-    from rank_lab.learned.recognizer import fit_proxy
+    from rank_lab.learned.proxy_training import fit_proxy
 
     model, x = nn.Linear(2, 1), torch.randn(6, 2)
     kw = dict(batch_size=3, lr=1e-2, device="cpu", checkpoint=tmp_path / "p.pt")

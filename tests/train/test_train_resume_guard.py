@@ -8,7 +8,7 @@ from torch import nn
 
 from rank_lab.data import make_open_set
 from rank_lab.train import DistributedTrainer, TrainConfig, Trainer, load_checkpoint
-from rank_lab.train.trainer import NonFiniteTrainingError
+from rank_lab.train.guard import NonFiniteTrainingError
 
 
 class PairLoss(nn.Module):

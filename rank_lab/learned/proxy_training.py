@@ -1,8 +1,7 @@
 """The proxy pre-training loop of the book's task models (:func:`fit_proxy`, :func:`lr_schedule`).
 
-Implementation module of :func:`rank_lab.learned.recognizer.fit_proxy` and
-:func:`rank_lab.learned.recognizer.lr_schedule` (import them from there). Used by
-:func:`rank_lab.learned.recognizer.fit_ctc` and :func:`rank_lab.learned.boxes.fit_box_regressor`.
+Used by :func:`rank_lab.learned.recognizer.fit_ctc` and
+:func:`rank_lab.learned.boxes.fit_box_regressor`.
 The loop is a configuration of the training engine (:mod:`rank_lab.train.engine`): one step per
 engine step, the batch generator checkpointed, the learning rate from the one schedule
 (:func:`rank_lab.train.lr_at`).
@@ -18,10 +17,13 @@ from torch import nn
 
 from rank_lab._validation import check_choice, check_float, check_positive_int
 from rank_lab.learned._checks import check_module
-from rank_lab.train.engine import Batch, Engine, EngineConfig
+from rank_lab.train.engine import Engine
 from rank_lab.train.optim import build_optimizer
+from rank_lab.train.options import Batch, EngineConfig
 from rank_lab.train.schedule import Schedule, lr_at
 from rank_lab.utils import get_device
+
+__all__ = ["fit_proxy", "lr_schedule"]
 
 SCHEDULES = ("constant", "cosine", "tail_cosine")
 

@@ -1,8 +1,7 @@
 """Algorithm 1 of the Patel thesis: the alternating training of a learned surrogate and a model.
 
-Implementation module of :class:`rank_lab.learned.surrogate.SurrogateTrainer` and
-:func:`rank_lab.learned.surrogate.evaluate_surrogate` (import them from there): the surrogate, its
-loss, the task interface and the configuration are in :mod:`rank_lab.learned.surrogate_model`.
+:class:`SurrogateTrainer` and :func:`evaluate_surrogate`; the surrogate, its loss, the task
+interface and the configuration are in :mod:`rank_lab.learned.surrogate_model`.
 """
 
 from __future__ import annotations
@@ -26,11 +25,12 @@ from rank_lab.learned.surrogate_model import (
     ls_model_loss,
     surrogate_loss,
 )
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.engine import Engine
 from rank_lab.train.optim import build_optimizer
+from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.utils import get_device
 
-__all__: list[str] = []  # re-exported by rank_lab.learned.surrogate
+__all__ = ["SurrogateTrainer", "evaluate_surrogate"]
 
 
 class SurrogateTrainer:
