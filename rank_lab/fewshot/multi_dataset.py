@@ -23,12 +23,12 @@ from rank_lab._validation import (
     check_nonneg_int,
     check_positive_int,
 )
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.schedule import Schedule
 from rank_lab.fewshot.episodes import gather_images
 from rank_lab.losses import SmoothAP
-from rank_lab.train.engine import Engine
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.options import Batch, EngineConfig, StepResult
-from rank_lab.train.schedule import Schedule
 from rank_lab.utils import get_device
 
 __all__ = ["global_class_ids", "MultiDatasetSampler", "fit_multi_dataset"]
@@ -140,7 +140,7 @@ def fit_multi_dataset(
     """Multi-dataset Smooth-AP training of §5.4 on the training engine (resumable per epoch from ``checkpoint_path``).
 
     The learning rate follows the author's code: constant for ``niter`` epochs, then a linear decay
-    by ``1 / (niter_decay + 1)`` per epoch (``schedule="linear"`` of :func:`rank_lab.train.lr_at`).
+    by ``1 / (niter_decay + 1)`` per epoch (``schedule="linear"`` of :func:`rank_lab.engine.lr_at`).
 
     Args:
         model: maps images ``(B, C, H, W)`` to descriptors ``(B, d)`` (e.g.

@@ -1,8 +1,11 @@
 """Learned surrogates of non-differentiable metrics (Patel thesis, Ch. 3 and 4).
 
-* :mod:`rank_lab.learned.surrogate` -- the LS framework: ``e_hat = ||h(z) - h(y)||`` (eq. 3.3), its
-  training loss with gradient penalty (eq. 3.6 / 4.5), the Char-CNN and box-MLP embeddings, and
-  the alternating training of surrogate and model (Algorithm 1, :class:`SurrogateTrainer`);
+* :mod:`rank_lab.learned.surrogate_model` -- the LS framework: ``e_hat = ||h(z) - h(y)||``
+  (eq. 3.3), its training loss with gradient penalty (eq. 3.6 / 4.5), the task interface and the
+  configuration; :mod:`rank_lab.learned.embeddings` -- the Char-CNN and box-MLP embeddings;
+* :mod:`rank_lab.learned.surrogate_trainer` -- the alternating training of surrogate and model
+  (Algorithm 1, :class:`SurrogateTrainer`);
+* :mod:`rank_lab.learned.proxy_training` -- the proxy pre-training loop of the task models;
 * :mod:`rank_lab.learned.feds` -- FEDS: the filtered model loss (eq. 4.7, two readings) and
   Algorithm 2 (:class:`FEDSTrainer`);
 * :mod:`rank_lab.learned.recognizer` -- a CNN + BiLSTM + CTC recogniser, greedy decoding, CTC

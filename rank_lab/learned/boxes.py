@@ -11,7 +11,7 @@ learned surrogate of ``1 - IoU``; this module is an offline, CPU-sized stand-in 
   (:func:`fit_box_regressor`, the thesis' proxy loss, on the training engine);
 * :class:`RotatedBoxPairBank`: the random generator R: perturbed copies of training boxes stored
   with their IoU, sampled uniformly over IoU bins (the thesis stores ~3M pairs for that reason);
-* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`, with
+* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`, with
   metric ``e = 1 - IoU`` (the surrogate is a distance: 0 at a perfect prediction; the thesis'
   "approximates the IoU" means this).
 """
@@ -251,7 +251,7 @@ class RotatedBoxPairBank:
 
 
 class BoxIoUTask(SurrogateTask):
-    """LS-IoU adapter of a box regressor for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`.
+    """LS-IoU adapter of a box regressor for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`.
 
     Prediction ``z``: the regressor's 6-d code; ground truth: the code of the true box; metric:
     ``1 - IoU`` of the decoded boxes (exact polygon clipping).

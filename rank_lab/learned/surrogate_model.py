@@ -14,7 +14,7 @@ the Euclidean distance in a learned embedding (eq. 3.3)::
     loss(z, y) = w1 (e_hat(z, y) - e(z, y))^2 + w2 (||d e_hat(z, y) / d z||_2 - 1)^2
 
 and the task model ``f_Theta`` is post-tuned by minimising ``e_hat`` (eq. 3.2). Surrogate and model
-are trained alternately (Algorithm 1, :class:`rank_lab.learned.surrogate.SurrogateTrainer`); the surrogate's training pairs
+are trained alternately (Algorithm 1, :class:`rank_lab.learned.surrogate_trainer.SurrogateTrainer`); the surrogate's training pairs
 come from a random generator R (*global*), from the model's own predictions (*local*), or both
 (*local-global*, the thesis' choice). :mod:`rank_lab.learned.feds` adds the filtering of Ch. 4.
 

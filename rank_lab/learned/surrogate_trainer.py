@@ -17,6 +17,9 @@ import torch
 from torch import nn
 
 from rank_lab._validation import check_choice, check_positive_int
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
 from rank_lab.learned._checks import check_module
 from rank_lab.learned.surrogate_model import (
     EmbeddingSurrogate,
@@ -25,9 +28,6 @@ from rank_lab.learned.surrogate_model import (
     ls_model_loss,
     surrogate_loss,
 )
-from rank_lab.train.engine import Engine
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.utils import get_device
 
 __all__ = ["SurrogateTrainer", "evaluate_surrogate"]
@@ -41,7 +41,7 @@ class SurrogateTrainer:
     steps on ``model_loss(e_hat, e)`` with ``Phi`` frozen (gradients flow *through* ``h_Phi``).
     With :func:`ls_model_loss` this is LS; :class:`rank_lab.learned.feds.FEDSTrainer` plugs in
     the filtered loss of eq. 4.7 (Algorithm 2). The two phases are steps of one training engine
-    (:class:`rank_lab.train.engine.Engine`) with two optimisers (``opt_s``, ``opt_m``): the same
+    (:class:`rank_lab.engine.loop.Engine`) with two optimisers (``opt_s``, ``opt_m``): the same
     NaN guard, checkpoint/resume, progress and AMP as every loop of the package.
 
     Args:

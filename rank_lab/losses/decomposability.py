@@ -40,13 +40,11 @@ from rank_lab._validation import (
     check_embeddings,
     check_float,
     check_labels,
+    check_one_query,
     check_positive_int,
     check_scores_targets,
 )
 from rank_lab.losses.base import MetricLoss
-from rank_lab.losses.decomposability_bounds import (
-    check_one_query,
-)
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss
 from rank_lab.losses.prepared_batch import PreparedBatch
 from rank_lab.losses.proxies import NormSoftmaxLoss

@@ -38,13 +38,13 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.data.perturbations import two_views
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
 from rank_lab.losses.contrastive import cross_entropy_loss, spce_loss, tightness_loss
 from rank_lab.losses.esupcon import esupcon_loss
 from rank_lab.losses.supcon import supcon_loss
 from rank_lab.models.heads import PrototypeClassifier, class_means
-from rank_lab.train.engine import Engine
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.options import Batch, EngineConfig, StepResult
 from rank_lab.utils import DeviceLike, get_device, seed_everything
 
 __all__ = ["CLS_METHODS", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
@@ -215,7 +215,7 @@ def fit_classifier(
     grad_clip: float | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``model`` with its method's objective on two augmented views of every image (on the
-    training engine, :mod:`rank_lab.train.engine`).
+    training engine, :mod:`rank_lab.engine.loop`).
 
     Args:
         model: a :class:`ContrastiveClassifier`.

@@ -70,7 +70,7 @@ class TrainConfig:
     * Scale-out: ``multistage_chunk_size`` (``None``: one forward per batch; else the batch is
       embedded ``chunk`` items at a time by multistage back-propagation, Patel thesis
       §5.3.2, :mod:`rank_lab.train.multistage`), ``dist_loss`` (under
-      :class:`~rank_lab.train.distributed_trainer.DistributedTrainer`: ``"full"`` = every rank
+      :class:`~rank_lab.train.distributed.trainer.DistributedTrainer`: ``"full"`` = every rank
       computes the loss of the whole gathered batch, exact for every loss; ``"local"`` =
       each rank ranks its own queries against the gathered batch, for losses that are a
       mean over queries). ``batch_size`` is always the *global* batch (all ranks).

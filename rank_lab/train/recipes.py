@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from rank_lab._validation import check_choice, check_float, check_nonneg_int, check_positive_int
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.schedule import Schedule
 from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.schedule import Schedule
 
 __all__ = ["RECIPES", "list_recipes", "RecallRecipe", "RECALL_RECIPES", "get_recall_recipe", "list_recall_recipes"]
 
@@ -213,7 +213,7 @@ class RecallRecipe:
             steps_per_epoch: optimiser steps per epoch (a positive int; 1: the schedule counts epochs).
 
         Returns:
-            A :class:`~rank_lab.train.schedule.Schedule` of kind ``"step"`` over the recipe's length
+            A :class:`~rank_lab.engine.schedule.Schedule` of kind ``"step"`` over the recipe's length
             (``epochs`` epochs, or ``n_batches`` steps).
         """
         steps_per_epoch = check_positive_int(steps_per_epoch, "steps_per_epoch")
@@ -225,11 +225,11 @@ class RecallRecipe:
         """Adam / AdamW with this recipe's lr and weight decay, and its schedule (:meth:`schedule`).
 
         Args:
-            params: the trainable tensors or parameter groups (:func:`rank_lab.train.optim.build_optimizer`).
+            params: the trainable tensors or parameter groups (:func:`rank_lab.engine.optim.build_optimizer`).
             steps_per_epoch: optimiser steps per epoch, for the schedule.
 
         Returns:
-            ``(optimizer, schedule)``: give both to :class:`rank_lab.train.engine.Engine`, which sets
+            ``(optimizer, schedule)``: give both to :class:`rank_lab.engine.loop.Engine`, which sets
             every group's rate from the schedule before each step.
         """
         opt = build_optimizer(params, self.optimizer, lr=self.lr, weight_decay=self.weight_decay)  # type: ignore[arg-type]

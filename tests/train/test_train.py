@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from rank_lab.data import make_open_set
-from rank_lab.train import RECIPES, TrainConfig, Trainer, list_recipes, load_checkpoint, lr_at
+from rank_lab.engine import load_checkpoint, lr_at
+from rank_lab.train import RECIPES, TrainConfig, Trainer, list_recipes
 
 
 class PairLoss(nn.Module):

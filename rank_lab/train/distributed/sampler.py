@@ -17,7 +17,7 @@ from torch.utils.data import Sampler
 
 from rank_lab._validation import check_labels, check_positive_int
 from rank_lab.data import MPerClassSampler
-from rank_lab.train.dist_env import current_env
+from rank_lab.train.distributed.env import current_env
 
 __all__ = ["DistributedMPerClassSampler"]
 

@@ -1,10 +1,10 @@
 """Checkpoint helpers of the engine: atomic writes, RNG state capture/restore, reading a checkpoint.
 
 A run interrupted at any point and resumed from its last checkpoint reproduces the uninterrupted
-run exactly (on the same device): the engine's checkpoint (:class:`rank_lab.train.engine.Engine`)
+run exactly (on the same device): the engine's checkpoint (:class:`rank_lab.engine.loop.Engine`)
 holds the modules, optimisers, grad scaler, generators, the Python / NumPy / torch (and CUDA) RNG
 states and the history; the batches depend only on the seed, the epoch and those generators, and
-the learning rate only on the global step (:func:`rank_lab.train.schedule.lr_at`).
+the learning rate only on the global step (:func:`rank_lab.engine.schedule.lr_at`).
 """
 
 from __future__ import annotations

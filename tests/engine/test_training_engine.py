@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import nn
 
-from rank_lab.train import (
+from rank_lab.engine import (
     Batch,
     Engine,
     EngineConfig,
@@ -30,8 +30,8 @@ from rank_lab.train import (
     fit,
     lr_at,
 )
-from rank_lab.train.guard import check_resume
-from rank_lab.train.options import StepResult
+from rank_lab.engine.guard import check_resume
+from rank_lab.engine.options import StepResult
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +48,8 @@ def _one_thread():
 def _trainer(ckpt: Path | None, distributed: bool = False):
     from rank_lab.data import make_open_set
     from rank_lab.losses import SmoothAP
-    from rank_lab.train import DistributedTrainer, TrainConfig, Trainer
+    from rank_lab.train import TrainConfig, Trainer
+    from rank_lab.train.distributed import DistributedTrainer
 
     s = make_open_set(n_classes=8, per_class=8, dim=8, input_dim=12, seed=0)
     cfg = TrainConfig.from_dict(dict(backbone="mlp", hidden_dims=(16,), embed_dim=8, batch_size=8, m_per_class=4, epochs=3,
