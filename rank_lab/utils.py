@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 
 import numpy as np
 import torch
+
+from rank_lab._validation import check_nonneg_int
 
 __all__ = ["get_device", "seed_everything", "DeviceLike", "CUBLAS_WORKSPACE_CONFIGS"]
 
@@ -143,3 +146,53 @@ def check_amp_dtype(amp_dtype: torch.dtype, device: torch.device) -> None:
             f"amp_dtype='bfloat16' needs a GPU of compute capability {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]} or more "
             f"(A100, L4, RTX 30xx); {device} ({name}) has {cap[0]}.{cap[1]}, where bfloat16 runs emulated and slower "
             "than float32: use amp_dtype='float16' (mixed precision with a grad scaler)")
+
+
+_WARNED_WORKERS: set[tuple[int, int]] = set()
+
+
+def _cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one: a container's share)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def loader_workers(num_workers: int, name: str = "num_workers") -> int:
+    """``num_workers`` for a ``DataLoader``, never above the CPUs this machine gives the process.
+
+    A Colab runtime has 2 vCPUs: the full-scale configurations written for an 8-core workstation
+    (``num_workers=8``) would start 8 processes fighting for 2 cores (and Colab warns that the
+    machine may freeze). The count is clamped to the CPUs, with a ``UserWarning`` once per
+    process and value; 0 (load in the main process) stays 0.
+
+    Args:
+        num_workers: the requested worker processes (an int >= 0).
+        name: the option's name, for the messages.
+
+    Raises:
+        TypeError, ValueError: ``num_workers`` not an int >= 0.
+    """
+    n = check_nonneg_int(num_workers, name)
+    cpus = _cpu_count()
+    if n <= cpus:
+        return n
+    if (n, cpus) not in _WARNED_WORKERS:
+        _WARNED_WORKERS.add((n, cpus))
+        warnings.warn(f"{name}={n} but this machine gives the process {cpus} CPU(s): using {cpus} DataLoader "
+                      f"worker(s)", UserWarning, stacklevel=2)
+    return cpus
+
+
+def seed_worker(worker_id: int) -> None:
+    """A ``DataLoader`` ``worker_init_fn``: seed NumPy and Python's ``random`` in each worker process.
+
+    From the worker's torch seed (the loader's generator's draw plus ``worker_id``), so that the
+    random augmentations a dataset draws with NumPy or ``random`` repeat with the loader's
+    generator, and differ between workers and epochs (the recipe of PyTorch's reproducibility
+    notes; torch seeds its own generator in each worker).
+    """
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)

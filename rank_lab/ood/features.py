@@ -23,8 +23,7 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from rank_lab._progress import tqdm
 from rank_lab._validation import check_finite, check_positive_int
-from rank_lab.train.data import loader_workers, seed_worker
-from rank_lab.utils import DeviceLike, get_device
+from rank_lab.utils import DeviceLike, get_device, loader_workers, seed_worker
 
 __all__ = ["avg_pool", "std_pool", "extract_features"]
 

@@ -7,12 +7,8 @@ The trainer accepts ``(x, y)`` tensors (e.g. an :class:`rank_lab.data.OpenSetSpl
 
 from __future__ import annotations
 
-import os
-import random
-import warnings
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
@@ -20,63 +16,12 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from rank_lab._validation import (
     check_finite,
     check_labels,
-    check_nonneg_int,
     check_positive_int,
     trusted_inputs,
 )
-from rank_lab.utils import check_amp_dtype, get_device
+from rank_lab.utils import check_amp_dtype, get_device, loader_workers, seed_worker
 
 __all__ = ["as_dataset", "relabel", "embed_dataset", "SamplerStream"]
-
-_WARNED_WORKERS: set[tuple[int, int]] = set()
-
-
-def _cpu_count() -> int:
-    """CPUs this process may run on (the affinity mask where the OS has one: a container's share)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
-
-
-def loader_workers(num_workers: int, name: str = "num_workers") -> int:
-    """``num_workers`` for a ``DataLoader``, never above the CPUs this machine gives the process.
-
-    A Colab runtime has 2 vCPUs: the full-scale configurations written for an 8-core workstation
-    (``num_workers=8``) would start 8 processes fighting for 2 cores (and Colab warns that the
-    machine may freeze). The count is clamped to the CPUs, with a ``UserWarning`` once per
-    process and value; 0 (load in the main process) stays 0.
-
-    Args:
-        num_workers: the requested worker processes (an int >= 0).
-        name: the option's name, for the messages.
-
-    Raises:
-        TypeError, ValueError: ``num_workers`` not an int >= 0.
-    """
-    n = check_nonneg_int(num_workers, name)
-    cpus = _cpu_count()
-    if n <= cpus:
-        return n
-    if (n, cpus) not in _WARNED_WORKERS:
-        _WARNED_WORKERS.add((n, cpus))
-        warnings.warn(f"{name}={n} but this machine gives the process {cpus} CPU(s): using {cpus} DataLoader "
-                      f"worker(s)", UserWarning, stacklevel=2)
-    return cpus
-
-
-def seed_worker(worker_id: int) -> None:
-    """A ``DataLoader`` ``worker_init_fn``: seed NumPy and Python's ``random`` in each worker process.
-
-    From the worker's torch seed (the loader's generator's draw plus ``worker_id``), so that the
-    random augmentations a dataset draws with NumPy or ``random`` repeat with the loader's
-    generator, and differ between workers and epochs (the recipe of PyTorch's reproducibility
-    notes; torch seeds its own generator in each worker).
-    """
-    seed = torch.initial_seed() % 2**32
-    np.random.seed(seed)
-    random.seed(seed)
-
 
 def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
     """Accept ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``; return

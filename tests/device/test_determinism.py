@@ -23,9 +23,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import rank_lab.ranking.row_kernel as RK
-import rank_lab.train.data as TD
+import rank_lab.utils as TD
+from rank_lab.engine import Engine, EngineConfig
 from rank_lab.losses import SmoothAP, SmoothHAP, SupAP, SupRecallAtK
-from rank_lab.train import Engine, EngineConfig
 
 from .fake_cuda import fake_cuda
 

@@ -8,7 +8,7 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
   engine's modules trusting their inputs' values, :func:`~rank_lab._validation.trusted_inputs`, so
   that a NaN read lazily or produced inside a model reaches the guard),
   back-propagate (through the ``GradScaler``), clip the global gradient norm (``grad_clip``), step;
-* **learning-rate schedule**: :class:`~rank_lab.train.schedule.Schedule` (the one schedule), set
+* **learning-rate schedule**: :class:`~rank_lab.engine.schedule.Schedule` (the one schedule), set
   from the global step before every step;
 * **NaN guard**: a NaN/inf loss or gradient raises :class:`NonFiniteTrainingError` (naming the
   epoch, the step, the batch's dataset indices and the last good checkpoint) before the step is
@@ -17,7 +17,7 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
   torch (CUDA) RNG states, epoch, step and history, written atomically every ``checkpoint_every``
   epochs and resumed from when the file exists (``resume``). **Determinism** (``docs/decisions.md``):
   a resumed run equals the straight run bit for bit on the CPU (tested for every loop,
-  ``tests/train/test_train_engine.py``); on CUDA only under deterministic algorithms
+  ``tests/engine/test_training_engine.py``); on CUDA only under deterministic algorithms
   (``rank_lab.utils.seed_everything(seed, deterministic=True)``, the Trainer's
   ``TrainConfig.deterministic``: ``torch.use_deterministic_algorithms(True, warn_only=False)`` with
   ``CUBLAS_WORKSPACE_CONFIG`` set before CUDA starts, and the rank losses' backward accumulating
@@ -26,7 +26,7 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
   promise (``docs/decisions.md``). **Resume rule**
   (``docs/decisions.md``): a checkpoint records the run's configuration and schedule; resuming is
   refused (``ValueError``, saying how to start a new run) unless it continues the same run, or makes
-  a run whose schedule does not depend on its length (:data:`~rank_lab.train.schedule.LENGTH_FREE`) longer;
+  a run whose schedule does not depend on its length (:data:`~rank_lab.engine.schedule.LENGTH_FREE`) longer;
 * **progress**: one tqdm bar (``progress``).
 
 Step-based loops (a number of steps rather than epochs) run one step per "epoch" (``unit="step"``),
@@ -45,11 +45,11 @@ from torch import nn
 
 from rank_lab._progress import tqdm
 from rank_lab._validation import trusted_inputs
-from rank_lab.train.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
-from rank_lab.train.guard import NonFiniteTrainingError, check_resume, describe_batch
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.options import Batch, EngineConfig, StepResult
-from rank_lab.train.schedule import Schedule
+from rank_lab.engine.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
+from rank_lab.engine.guard import NonFiniteTrainingError, check_resume, describe_batch
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.schedule import Schedule
 from rank_lab.utils import DeviceLike, check_amp_dtype, get_device
 
 __all__ = ["Engine", "fit"]
@@ -62,7 +62,7 @@ class Engine:
 
     Args:
         modules: the trained modules by name (the first is the model; a module named ``"model"``
-            is what :func:`~rank_lab.train.load_checkpoint` returns as ``ckpt["model"]``), or one module.
+            is what :func:`~rank_lab.engine.load_checkpoint` returns as ``ckpt["model"]``), or one module.
         optimizers: the optimisers by name, or one (named ``"optimizer"``).
         config: an :class:`EngineConfig` (default: one epoch, no checkpoint).
         device: the device of the modules (decides AMP; default: CUDA when present).
