@@ -51,8 +51,32 @@ def _cuda_args(kwargs: dict[str, Any]) -> dict[str, Any]:
         if k == "device" and (v is None or v == "cpu" or v == torch.device("cpu")):
             out[k] = "cuda"
         else:
-            out[k] = to_fake_cuda(v)
+            out[k] = to_fake_cuda(v)  # the moves of a CUDA user: real ones on a real device
     return out
+
+
+def run_on_cuda(entry: Entry) -> Any:
+    """Run ``entry``'s valid call as a CUDA user would (every tensor, module and ``device`` on CUDA).
+
+    Inside :func:`~.fake_cuda.fake_cuda` the moves are the harness' marks; on a machine with a GPU
+    (the ``cuda``-marked tests of ``make gpu-check``) they are real. Returns the last stage's result.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        obj: Any = None
+        result: Any = None
+        for i, st in enumerate(entry.stages):
+            kwargs = _cuda_args(st.args())
+            if i == 0:
+                result = obj = entry.target(**kwargs)
+                if isinstance(obj, nn.Module):
+                    obj = obj.to("cuda")
+            elif st.method == "__call__":
+                result = obj(**kwargs)
+            else:
+                result = getattr(obj, st.method)(**kwargs)
+    return result
 
 
 def run_on_fake_cuda(entry: Entry, capability: tuple[int, int] = (8, 0)) -> FakeCuda:
@@ -61,18 +85,6 @@ def run_on_fake_cuda(entry: Entry, capability: tuple[int, int] = (8, 0)) -> Fake
     Raises:
         DeviceMismatch: what CUDA would have refused.
     """
-    with warnings.catch_warnings(), fake_cuda(capability) as mode:
-        warnings.simplefilter("ignore")
-        torch.manual_seed(0)
-        obj: Any = None
-        for i, st in enumerate(entry.stages):
-            kwargs = _cuda_args(st.args())
-            if i == 0:
-                obj = entry.target(**kwargs)
-                if isinstance(obj, nn.Module):
-                    obj = obj.to("cuda")
-            elif st.method == "__call__":
-                obj(**kwargs)
-            else:
-                getattr(obj, st.method)(**kwargs)
+    with fake_cuda(capability) as mode:
+        run_on_cuda(entry)
     return mode
