@@ -34,6 +34,7 @@ from rank_lab.models.heads import PrototypeClassifier
 __all__ = ["esupcon_terms", "esupcon_loss", "smooth_max_ce_supcon", "ESupConLoss"]
 
 
+@full_precision
 def esupcon_terms(
     z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, temperature: float = 0.1, *, normalize: bool = True,
     normalize_prototypes: bool = True,
@@ -109,6 +110,7 @@ def _nonneg_losses(x: object, name: str) -> torch.Tensor:
     return t
 
 
+@full_precision
 def esupcon_loss(
     z: torch.Tensor,
     labels: torch.Tensor,

@@ -77,7 +77,7 @@ def _autocast_off(tensors: list[torch.Tensor]) -> Any:
 
 
 def full_precision(method: _F) -> _F:
-    """Decorate a loss' ``forward`` (or score-level call): run it with autocast off, half inputs in float32.
+    """Decorate a loss' ``forward``, score-level call or functional form: autocast off, half inputs in float32.
 
     Rank losses divide score differences by temperatures of 0.01 (Eq. 2.6 of the Ramzi thesis): in
     float16 / bfloat16 (8 bits of mantissa for bfloat16) the smoothed ranks lose their meaning, and
@@ -89,11 +89,11 @@ def full_precision(method: _F) -> _F:
     """
 
     @functools.wraps(method)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         args = tuple(a.float() if isinstance(a, torch.Tensor) and a.dtype in _HALF else a for a in args)
         kwargs = {k: v.float() if isinstance(v, torch.Tensor) and v.dtype in _HALF else v for k, v in kwargs.items()}
         with _autocast_off([a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]):
-            return method(self, *args, **kwargs)
+            return method(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
 

@@ -83,6 +83,7 @@ def check_temperature(t: float) -> float:
     return check_float(t, "temperature", low=0.0, low_open=True)
 
 
+@full_precision
 def nt_xent_loss(z: torch.Tensor, temperature: float = 0.1, *, normalize: bool = True) -> torch.Tensor:
     """SimCLR / NT-Xent loss (Eqs. 6.1-6.3 of the Patel thesis).
 
@@ -102,6 +103,7 @@ def nt_xent_loss(z: torch.Tensor, temperature: float = 0.1, *, normalize: bool =
     return supcon_loss(z, labels, check_temperature(temperature), normalize=False)
 
 
+@full_precision
 def supcon_loss(
     z: torch.Tensor,
     labels: torch.Tensor,
