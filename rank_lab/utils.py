@@ -164,8 +164,9 @@ def loader_workers(num_workers: int, name: str = "num_workers") -> int:
 
     A Colab runtime has 2 vCPUs: the full-scale configurations written for an 8-core workstation
     (``num_workers=8``) would start 8 processes fighting for 2 cores (and Colab warns that the
-    machine may freeze). The count is clamped to the CPUs, with a ``UserWarning`` once per
-    process and value; 0 (load in the main process) stays 0.
+    machine may freeze). The count is clamped to the CPUs (divided among the processes of one
+    machine under ``torchrun``, ``LOCAL_WORLD_SIZE``), with a ``UserWarning`` once per process and
+    value; 0 (load in the main process) stays 0.
 
     Args:
         num_workers: the requested worker processes (an int >= 0).
@@ -175,12 +176,14 @@ def loader_workers(num_workers: int, name: str = "num_workers") -> int:
         TypeError, ValueError: ``num_workers`` not an int >= 0.
     """
     n = check_nonneg_int(num_workers, name)
-    cpus = _cpu_count()
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)  # torchrun: the processes of this machine share it
+    cpus = max(1, _cpu_count() // max(1, ranks))
     if n <= cpus:
         return n
     if (n, cpus) not in _WARNED_WORKERS:
         _WARNED_WORKERS.add((n, cpus))
-        warnings.warn(f"{name}={n} but this machine gives the process {cpus} CPU(s): using {cpus} DataLoader "
+        share = "" if ranks == 1 else f" (its share among {ranks} processes on this machine)"
+        warnings.warn(f"{name}={n} but this machine gives the process {cpus} CPU(s){share}: using {cpus} DataLoader "
                       f"worker(s)", UserWarning, stacklevel=2)
     return cpus
 

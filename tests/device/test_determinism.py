@@ -153,6 +153,12 @@ def test_num_workers_never_above_the_cpus(monkeypatch: pytest.MonkeyPatch) -> No
         assert TD.loader_workers(2) == 2 and TD.loader_workers(0) == 0
     assert [str(w.message) for w in seen] == ["num_workers=8 but this machine gives the process 2 CPU(s): using 2 "
                                               "DataLoader worker(s)"]  # once
+    monkeypatch.setattr(TD, "_cpu_count", lambda: 8)
+    monkeypatch.setattr(TD, "_WARNED_WORKERS", set())
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun, 4 processes on this machine: 2 CPUs each
+    with pytest.warns(UserWarning, match=r"2 CPU\(s\) \(its share among 4 processes on this machine\)"):
+        assert TD.loader_workers(8) == 2
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
     with pytest.raises(ValueError, match="num_workers must be >= 0"):
         TD.loader_workers(-1)
     with pytest.raises(TypeError, match="num_workers"):
