@@ -16,7 +16,7 @@ import torch
 
 from rank_lab._validation import check_nonneg_int
 
-__all__ = ["get_device", "seed_everything", "DeviceLike", "CUBLAS_WORKSPACE_CONFIGS"]
+__all__ = ["get_device", "seed_everything", "DeviceLike"]
 
 #: The first compute capability with bfloat16 tensor cores (Ampere: A100, A10, L4, RTX 30xx); below
 #: it (a Colab T4 is 7.5) bfloat16 is emulated, slower than float32.
@@ -65,8 +65,7 @@ def seed_everything(seed: int, deterministic: bool = False) -> torch.Generator:
             without a deterministic CUDA kernel raises ``RuntimeError`` (the CTC loss' backward,
             ``AdaptiveAvgPool2d``'s backward ...) instead of running with a warning, and
             ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (cuBLAS' condition, read when CUDA starts: set here
-            when CUDA has not started yet; a value of :data:`CUBLAS_WORKSPACE_CONFIGS` set by the
-            user is kept). The rank losses' custom backward then accumulates without atomic adds
+            when CUDA has not started yet; ``:4096:8`` or ``:16:8`` set by the user is kept). The rank losses' custom backward then accumulates without atomic adds
             (:func:`rank_lab.ranking.row_kernel.index_add_in_order`).
 
     Returns:
@@ -102,13 +101,13 @@ def _use_deterministic_algorithms() -> None:
     ``scatter_add``, ``cumsum``, the backward of indexing ...) or raises ``RuntimeError`` (e.g. the
     CTC loss' backward, ``AdaptiveAvgPool2d``'s backward); nothing runs non-deterministically
     with a mere warning. cuBLAS is deterministic only with ``CUBLAS_WORKSPACE_CONFIG`` set to one
-    of :data:`CUBLAS_WORKSPACE_CONFIGS` *before* CUDA starts: it is set here when CUDA has not
+    of ``CUBLAS_WORKSPACE_CONFIGS`` *before* CUDA starts: it is set here when CUDA has not
     been initialised yet, and refused otherwise. The rank losses' custom backward accumulates
     without atomic adds in this mode (:func:`rank_lab.ranking.row_kernel.index_add_in_order`).
 
     Raises:
         RuntimeError: CUDA is already initialised and ``CUBLAS_WORKSPACE_CONFIG`` is not one of
-            :data:`CUBLAS_WORKSPACE_CONFIGS` (set it in the environment, or call this, e.g. through
+            ``CUBLAS_WORKSPACE_CONFIGS`` (set it in the environment, or call this, e.g. through
             ``seed_everything(seed, deterministic=True)``, before any CUDA work).
     """
     value = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
