@@ -3,7 +3,10 @@
 m-per-class batches, a rank loss (with an optional cross-batch memory), Adam/AdamW/SGD with a
 separate head learning rate, a per-step cosine schedule with warm-up, evaluation with
 :func:`rank_lab.metrics.retrieval_metrics` and a JSON log of every epoch; mixed precision, gradient
-clipping, the NaN guard, checkpoint/resume and progress are the engine's.
+clipping, the NaN guard, checkpoint/resume and progress are the engine's. A resumed run equals the
+straight run bit for bit on the CPU, and on CUDA with ``deterministic=True`` only (the engine's
+determinism promise, :mod:`rank_lab.engine.loop`); the rank loss is computed on float32 scores
+whatever ``amp`` says (the losses leave autocast).
 
 The training step is the one of the Ramzi thesis §3.5: ``v = normalize(f_theta(x))``;
 ``loss = L(v, y)`` or, with a cross-batch memory (XBM, §2.10; :class:`rank_lab.memory.MemoryLoss`),
