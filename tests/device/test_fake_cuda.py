@@ -12,6 +12,7 @@ from .fake_cuda import DeviceMismatch, fake_cuda, is_marked
 
 
 def test_moves_mark_and_report_cuda() -> None:
+    originals = (torch.cuda.is_available, torch.Generator, torch.load, torch.nn.RNNBase.flatten_parameters)
     with fake_cuda():
         x = torch.randn(4, 3).to("cuda")
         assert is_marked(x) and x.is_cuda and x.device == torch.device("cuda", 0) and x.get_device() == 0
@@ -26,7 +27,8 @@ def test_moves_mark_and_report_cuda() -> None:
         assert is_marked(m.weight) and is_marked(m.bias) and is_marked(m(x))
         assert is_marked(copy.deepcopy(m).weight)
         assert torch.cuda.is_available() and torch.cuda.get_device_capability() == (8, 0)
-    assert not torch.cuda.is_available() or torch.cuda.device_count() > 0  # restored on exit
+    assert (torch.cuda.is_available, torch.Generator, torch.load, torch.nn.RNNBase.flatten_parameters) == originals
+    assert not torch._C._is_torch_function_mode_enabled()  # everything restored on exit
 
 
 @pytest.mark.parametrize("case", ["op", "matmul_weight", "cat", "cpu_indexed", "cpu_assigned", "index_put_values",
