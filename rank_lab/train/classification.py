@@ -23,7 +23,6 @@ and :meth:`~ContrastiveClassifier.logits` its classification logits (posterior =
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,7 +39,7 @@ from rank_lab._validation import (
 from rank_lab.data.perturbations import two_views
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.options import Batch, EngineConfig, StepResult, loop_options
 from rank_lab.losses.contrastive import cross_entropy_loss, spce_loss, tightness_loss
 from rank_lab.losses.esupcon import esupcon_loss
 from rank_lab.losses.supcon import supcon_loss
@@ -208,11 +207,7 @@ def fit_classifier(
     max_shift: int = 1,
     seed: int = 0,
     device: DeviceLike = None,
-    progress: bool = False,
-    checkpoint: str | Path | None = None,
-    resume: bool = True,
-    amp: bool = False,
-    grad_clip: float | None = None,
+    engine: EngineConfig | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``model`` with its method's objective on two augmented views of every image (on the
     training engine, :mod:`rank_lab.engine.loop`).
@@ -227,9 +222,9 @@ def fit_classifier(
         noise_std, max_shift: the view augmentation (:func:`two_views`).
         seed: shuffling and augmentation seed.
         device: compute device.
-        progress: tqdm bar over epochs.
-        checkpoint, resume, amp, grad_clip: the engine's options (a checkpoint file written after
-            every epoch and resumed from; mixed precision on CUDA; gradient clipping).
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`: a checkpoint
+            file written every ``checkpoint_every`` epochs and resumed from; progress; mixed
+            precision on CUDA; gradient clipping); its length is ``epochs + stage2_epochs``.
 
     Returns:
         One record per epoch: ``{"epoch", "stage", "loss"}``.
@@ -254,6 +249,7 @@ def fit_classifier(
     noise_std, max_shift = check_float(noise_std, "noise_std", low=0.0), check_nonneg_int(max_shift, "max_shift")
     n1 = check_positive_int(epochs, "epochs")
     n2 = check_positive_int(stage2_epochs, "stage2_epochs") if model.two_stage else 0
+    options = loop_options(engine, epochs=n1 + n2, desc=model.method)
     dev = get_device(device)
     model.to(dev)
     seed_everything(seed)
@@ -263,9 +259,7 @@ def fit_classifier(
         frozen = {id(p) for mod in (model.encoder, model.projection) if mod is not None for p in mod.parameters()}
         optimizers["stage2"] = build_optimizer([p for p in model.parameters() if p.requires_grad and id(p) not in frozen],
                                                lr=lr, weight_decay=weight_decay)
-    engine = Engine({"model": model}, optimizers, EngineConfig(
-        epochs=n1 + n2, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp, grad_clip=grad_clip,
-        desc=model.method), device=dev, generators={"batches": g},
+    run = Engine({"model": model}, optimizers, options, device=dev, generators={"batches": g},
         run_key={"method": model.method, "stage1_epochs": n1, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
                  "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])})
 
@@ -287,11 +281,11 @@ def fit_classifier(
 
     def end(e: int, results: list[StepResult]) -> None:
         losses = [r.loss for r in results]
-        engine.history.append({"epoch": len(engine.history) + 1, "stage": 2 if e >= n1 else 1,
-                               "loss": sum(losses) / max(len(losses), 1)})
+        run.history.append({"epoch": len(run.history) + 1, "stage": 2 if e >= n1 else 1,
+                            "loss": sum(losses) / max(len(losses), 1)})
 
-    engine.run(step, batches, on_epoch_start=start, on_epoch_end=end)
+    run.run(step, batches, on_epoch_start=start, on_epoch_end=end)
     if model.method == "spce(m)":
         model.eval()
         model.set_class_means(x.to(dev), y.to(dev))
-    return engine.history
+    return run.history
