@@ -33,6 +33,7 @@ ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
 LAYERS: dict[str, int] = {
     "rank_lab._validation": 0,
     "rank_lab._progress": 0,
+    "rank_lab.vocabulary": 0,
     "rank_lab.utils": 1,
     "rank_lab.stats": 1,
     "rank_lab.memory": 1,
