@@ -44,11 +44,24 @@ from rank_lab.losses.contrastive import cross_entropy_loss, spce_loss, tightness
 from rank_lab.losses.esupcon import esupcon_loss
 from rank_lab.losses.supcon import supcon_loss
 from rank_lab.models.heads import PrototypeClassifier, class_means
+from rank_lab.registry import Registry
 from rank_lab.utils import DeviceLike, get_device, seed_everything
 
 __all__ = ["CLS_METHODS", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
 
-CLS_METHODS = ("ce", "supcon+ce", "supcon+ce(n)", "supcon+tt", "spce", "spce(m)", "esupcon")
+#: The chapter-6 classifiers of :class:`ContrastiveClassifier` by name (``CLS_METHODS.list()``).
+CLS_METHODS: Registry[str] = Registry("classification method")
+for _name, _method in {
+    "ce": "cross-entropy on a bias-free linear layer (Eq. 6.6)",
+    "supcon+ce": "SupCon (Eq. 6.5) on a projection head, then CE on a linear classifier",
+    "supcon+ce(n)": "SupCon (Eq. 6.5), then CE(n): normalised features and weights",
+    "supcon+tt": "SupCon + tightness (Eq. 6.9) for the prototypes, nearest prototype",
+    "spce": "SPCE (Eq. 6.7) on the encoder + tightness for the prototypes",
+    "spce(m)": "SPCE, prototypes set to the class means afterwards",
+    "esupcon": "ESupCon (Eq. 6.15): encoder and prototypes jointly",
+}.items():
+    CLS_METHODS.register(_name, _method, summary=_method)
+del _name, _method
 _PROJECTED = ("supcon+ce", "supcon+ce(n)", "supcon+tt")
 
 
@@ -86,7 +99,8 @@ class ContrastiveClassifier(nn.Module):
         if n_classes is None or dim is None:
             raise TypeError("ContrastiveClassifier needs n_classes= and dim= (keywords)")
         if method not in CLS_METHODS:
-            raise ValueError(f"method must be one of {CLS_METHODS}, got {method!r}")
+            raise ValueError(f"method must be one of {tuple(CLS_METHODS)}, got {method!r}")
+        method = CLS_METHODS.key(method)
         feat_dim = check_positive_int(dim, "dim")
         self.n_classes = check_positive_int(n_classes, "n_classes")
         proj_dim = check_positive_int(proj_dim, "proj_dim")
