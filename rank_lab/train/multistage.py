@@ -71,7 +71,7 @@ def _chunks(n: int, chunk_size: int) -> Iterator[slice]:
         yield slice(a, min(a + chunk_size, n))
 
 
-def _check_inputs(inputs: torch.Tensor, labels: object = None) -> torch.Tensor | None:
+def _check_inputs(inputs: torch.Tensor, labels: object = None, trusted: bool = False) -> torch.Tensor | None:
     """A non-empty batch on dim 0, finite when floating (integer inputs such as token ids go to the
     model as they are: whether it takes them is the model's business); ``labels`` (returned as a
     tensor) must have one row per input."""
@@ -80,7 +80,7 @@ def _check_inputs(inputs: torch.Tensor, labels: object = None) -> torch.Tensor |
     if inputs.ndim == 0 or inputs.shape[0] == 0:
         raise ValueError(f"inputs must hold a non-empty batch on dim 0, got shape {tuple(inputs.shape)}")
     if inputs.is_floating_point():
-        check_finite_input(inputs, "inputs")
+        check_finite_input(inputs, "inputs", trusted=trusted)
     if labels is None:
         return None
     labels = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(labels)
@@ -184,6 +184,7 @@ def multistage_backward(
     check_consistency: bool = False,
     atol: float = 1e-5,
     progress: bool = False,
+    trusted: bool = False,
 ) -> MultistageOutput:
     """Back-propagate ``loss_fn(model(inputs), labels)`` through ``model`` one chunk at a time.
 
@@ -205,6 +206,8 @@ def multistage_backward(
         check_consistency: compare the re-computed embeddings with pass 1 and raise on mismatch.
         atol: tolerance of that comparison.
         progress: show tqdm bars.
+        trusted: skip the finite check of ``inputs`` (a caller whose numerical guard checks the
+            loss, such as a step of the training engine: see :func:`~rank_lab._validation.trusted_inputs`).
 
     Returns:
         :class:`MultistageOutput` (loss, embeddings, their gradient).
@@ -217,7 +220,7 @@ def multistage_backward(
         RuntimeError: with ``check_consistency``, when pass 3 does not reproduce pass 1.
     """
     check_module(model, "model")
-    labels = _check_inputs(inputs, labels)
+    labels = _check_inputs(inputs, labels, trusted)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     atol = check_float(atol, "atol", low=0.0)
     dev = _model_device(model) if device is None else get_device(device)
@@ -303,11 +306,11 @@ def multistage_step(
     check_module(model, "model")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    labels = _check_inputs(inputs, labels)  # here: the engine defers the finite checks of its steps
+    labels = _check_inputs(inputs, labels)  # checked once here; the engine's guard checks the loss
     run = Engine(model, optimizer, EngineConfig(desc="multistage"),
                  device=_model_device(model) if device is None else device, autocast=False)
     step = _engine_step(run, model, loss_fn, chunk_size=chunk_size, device=device,
-                        restore_rng=restore_rng, progress=progress)
+                        restore_rng=restore_rng, progress=progress, trusted=True)
     return run.train_step(step, Batch((inputs, labels))).loss
 
 
@@ -405,7 +408,8 @@ def fit_multistage(
         device=_model_device(model) if device is None else device, autocast=False,
         run_key={"batch_size": batch_size, "m_per_class": m_per_class, "chunk_size": chunk_size, "seed": seed,
                  "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr})
-    step = _engine_step(run, model, loss_fn, chunk_size=chunk_size, device=device)
+    # inputs were checked once above; the engine's guard checks each step's loss
+    step = _engine_step(run, model, loss_fn, chunk_size=chunk_size, device=device, trusted=True)
 
     model.train()
     run.run(lambda idx: step((inputs[idx], labels[idx])),
