@@ -14,8 +14,8 @@ re-records every chapter eventually; this keeps the committed records valid mean
 
 from __future__ import annotations
 
-import json
 import fnmatch
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any

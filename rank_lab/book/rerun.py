@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rank_lab.cost import format_duration, memory_estimate, training_cost
@@ -105,6 +106,7 @@ class RerunSpec:
     """A chapter's ``rank_lab.rerun`` block, checked."""
 
     notebook: str
+    path: Path
     datasets: tuple[str, ...]
     parameters: dict[str, Any]
     estimate: dict[str, Any] | None
@@ -154,7 +156,7 @@ def rerun_spec(name: str | os.PathLike[str]) -> RerunSpec | None:
             for e in expect):
         raise RerunError(f"{where}.expect must be a list of {{what, value, where}} (the source's figures), "
                          f"got {expect!r}")
-    return RerunSpec(md.stem, tuple(datasets), dict(params), dict(estimate) if estimate else None,
+    return RerunSpec(md.stem, md, tuple(datasets), dict(params), dict(estimate) if estimate else None,
                      tuple({k: str(v) for k, v in e.items()} for e in expect))
 
 
@@ -205,7 +207,7 @@ def rerun_markdown(name: str | os.PathLike[str]) -> str:
             lines.append(f"- {info.name} ({ref}): {info.size}. Official source: {src}. Expected folder "
                          f"(`data_dir`): {info.layout}; read by {{func}}`{info.loader_name}`.")
     lines += ["", "**Time and memory.**", ""]
-    gpu = load_record(spec.notebook, "gpu")
+    gpu = load_record(spec.path, "gpu")
     if gpu:
         lines.append(f"- Measured: the recorded GPU run took {gpu.time_sentence()}.")
     elif spec.estimate is not None:
@@ -214,7 +216,7 @@ def rerun_markdown(name: str | os.PathLike[str]) -> str:
                      f"{format_duration(cost.gpu_seconds)} on one GPU ({format_duration(cost.cpu_seconds)} on a "
                      f"CPU) for {cost.description}; peak GPU memory about {_gib(memory)} at batch size "
                      f"{spec.estimate['batch_size']}. Order-of-magnitude figures, not measurements.")
-    rec = load_record(spec.notebook)
+    rec = load_record(spec.path)
     if rec:
         lines.append(f"- The recorded CPU run at toy scale (the tables of this page) took {rec.time_sentence()}.")
     if spec.expect:
