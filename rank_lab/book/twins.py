@@ -39,7 +39,7 @@ from .bibtex import read_bib
 from .colab import ColabMarkdown, doc_resolver, equation_labels, ref_resolver
 from .links import browse_url
 from .rerun import rerun_markdown
-from rank_lab.publish import github_repo
+from rank_lab.book.publish import github_repo
 import yaml
 
 __all__ = [
