@@ -1,7 +1,9 @@
 """Input checks shared by every public function.
 
 Bad input gets a clear ``ValueError`` / ``TypeError`` that names the argument: mismatched shapes,
-NaN/inf values, empty batches. These helpers are the one place where such messages are written.
+NaN/inf values, empty batches, complex values and ``meta`` tensors (:func:`check_real`, run by
+:func:`as_tensor`, :func:`check_finite` and :func:`check_input`, so once at every public entry).
+These helpers are the one place where such messages are written.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import torch
 
 __all__ = [
     "as_tensor",
+    "check_real",
+    "shape_only",
     "check_embeddings",
     "check_labels",
     "check_finite",
@@ -36,18 +40,61 @@ __all__ = [
 ]
 
 
+_SHAPE_ONLY = threading.local()
+
+
+@contextlib.contextmanager
+def shape_only() -> Iterator[None]:
+    """Accept ``meta`` tensors inside the block (shape-only runs such as FLOP counting).
+
+    Outside it, :func:`check_real` refuses a ``meta`` tensor: it has a shape but no values, so no
+    public function can compute its result (issue 26). Value checks (finite, ranges) are skipped
+    for the ``meta`` tensors the block lets through.
+    """
+    previous = getattr(_SHAPE_ONLY, "on", False)
+    _SHAPE_ONLY.on = True
+    try:
+        yield
+    finally:
+        _SHAPE_ONLY.on = previous
+
+
+def check_real(x: torch.Tensor, name: str) -> torch.Tensor:
+    """Refuse a complex tensor or a ``meta`` tensor (outside :func:`shape_only`), naming ``name``.
+
+    No public function computes with complex values (casting would drop the imaginary part
+    silently), and a ``meta`` tensor has no values to compute with. Returns ``x``.
+
+    Raises:
+        TypeError: a complex dtype. ValueError: a tensor on the ``meta`` device.
+    """
+    if x.is_complex():
+        raise TypeError(f"{name} must hold real numbers, got complex dtype {x.dtype} (the imaginary part would be dropped)")
+    if x.device.type == "meta" and not getattr(_SHAPE_ONLY, "on", False):
+        raise ValueError(f"{name} is a meta tensor (a shape without values): move it to a real device first")
+    return x
+
+
 def as_tensor(x: object, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Convert ``x`` (tensor, ndarray, list) to a tensor, naming ``name`` in the error."""
+    """Convert ``x`` (tensor, ndarray, list) to a tensor, naming ``name`` in the error.
+
+    Complex values and ``meta`` tensors are refused (:func:`check_real`).
+    """
     if isinstance(x, torch.Tensor):
+        check_real(x, name)
         return x if dtype is None else x.to(dtype)
     try:
-        return torch.as_tensor(x, dtype=dtype)
+        t = torch.as_tensor(x, dtype=dtype)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise TypeError(f"{name} must be a tensor or array-like, got {type(x).__name__}") from exc
+    return check_real(t, name)
 
 
 def check_finite(x: torch.Tensor, name: str) -> None:
-    """Raise ``ValueError`` if a floating tensor holds NaN or inf."""
+    """Raise ``ValueError`` if a floating tensor holds NaN or inf (complex and ``meta``: :func:`check_real`)."""
+    check_real(x, name)
+    if x.device.type == "meta":
+        return  # a shape-only run (shape_only): no values to check
     if x.is_floating_point() and x.numel() and not bool(torch.isfinite(x).all()):
         n_bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"{name} contains {n_bad} NaN or inf value(s)")
@@ -301,8 +348,9 @@ def defer_finite_checks() -> Iterator[None]:
 
 def check_finite_input(x: torch.Tensor, name: str) -> None:
     """:func:`check_finite` of a module or collective input, skipped under :func:`defer_finite_checks`
-    and on ``meta`` tensors (shape-only runs such as FLOP counting)."""
-    if getattr(_DEFERRED, "on", False) or x.device.type == "meta":
+    (complex and ``meta`` tensors are refused even there: :func:`check_real`)."""
+    check_real(x, name)
+    if getattr(_DEFERRED, "on", False):
         return
     check_finite(x, name)
 
@@ -344,11 +392,13 @@ def check_input(
         allow_empty: accept a batch of size 0 (dim 0).
 
     Raises:
-        TypeError: not a tensor, or not floating.
-        ValueError: wrong number of dimensions, empty batch (``allow_empty=False``), NaN or inf.
+        TypeError: not a tensor, or not floating (complex too).
+        ValueError: a ``meta`` tensor (outside :func:`shape_only`), wrong number of dimensions,
+            empty batch (``allow_empty=False``), NaN or inf.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    check_real(x, name)
     ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
     if x.ndim not in ndims:
         want = shape or " or ".join(f"{d}-D" for d in ndims)
