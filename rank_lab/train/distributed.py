@@ -42,6 +42,7 @@ from rank_lab._validation import (
     check_float,
     check_module,
     check_nonneg_int,
+    check_real,
 )
 from rank_lab.train.dist_env import DistEnv, current_env, env_int
 from rank_lab.train.distributed_sampler import DistributedMPerClassSampler  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
@@ -205,10 +206,10 @@ def all_gather_tensor(x: torch.Tensor, *, same_size: bool = False) -> torch.Tens
 
     The ranks may hold different numbers of rows (exchanged first, padded internally);
     ``same_size=True`` promises equal ``n_r`` and skips that exchange. Identity in a single process.
-    Any dtype (labels, indices, booleans); a floating ``x`` must be finite.
+    Any real dtype (labels, indices, booleans); a floating ``x`` must be finite.
 
     Raises:
-        TypeError: ``x`` not a tensor. ValueError: a 0-d tensor, NaN or inf.
+        TypeError: ``x`` not a tensor, complex. ValueError: a 0-d or ``meta`` tensor, NaN or inf.
     """
     _check_rows(x)
     if x.is_floating_point():
@@ -270,16 +271,18 @@ def _check_rows(x: object) -> None:
         raise TypeError(f"x must be a tensor with the rows on dim 0, got {type(x).__name__}")
     if x.ndim == 0:
         raise ValueError("x must be a tensor with the rows on dim 0, got a 0-d tensor")
+    check_real(x, "x")
 
 
 def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
     """Mean of ``x`` over the ranks (a new tensor; identity in a single process).
 
     Raises:
-        TypeError: ``x`` is not a tensor. ValueError: NaN or inf in ``x``.
+        TypeError: ``x`` is not a tensor, or complex. ValueError: a ``meta`` tensor, NaN or inf in ``x``.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+    check_real(x, "x")
     if x.is_floating_point():
         check_finite_input(x, "x")
     if not _active():
