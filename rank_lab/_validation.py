@@ -105,7 +105,7 @@ def check_finite(x: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} contains {n_bad} NaN or inf value(s)")
 
 
-def check_magnitude(x: torch.Tensor, name: str, *, underflow: bool = False) -> None:
+def check_magnitude(x: torch.Tensor, name: str, *, underflow: bool = False, trusted: bool = False) -> None:
     """Refuse finite float32/float64 values whose squares overflow the dtype.
 
     ``|x| > sqrt(finfo.max)`` (``1.8e19`` in float32, ``1.3e154`` in float64): batch statistics,
@@ -114,15 +114,14 @@ def check_magnitude(x: torch.Tensor, name: str, *, underflow: bool = False) -> N
     tensor whose largest magnitude is positive but below ``sqrt(finfo.tiny)`` (``1.1e-19`` in
     float32) is refused too: all its squares are subnormal or zero (a covariance of such data is
     zero, its precision infinite). Half precisions are not checked (their range is the caller's
-    choice); ``meta`` tensors (:func:`shape_only`) neither, and nothing is checked under
-    :func:`defer_finite_checks` (the caller checked its data).
+    choice); ``meta`` tensors (:func:`shape_only`) neither, and nothing is checked when the caller
+    says the values are ``trusted`` (it checked its data: :func:`check_input` inside a training
+    step, like the finite check).
 
     Raises:
         ValueError: naming ``name``, the largest magnitude and the limit.
     """
-    if x.dtype not in (torch.float32, torch.float64) or not x.numel() or x.device.type == "meta":
-        return
-    if getattr(_DEFERRED, "on", False):
+    if trusted or x.dtype not in (torch.float32, torch.float64) or not x.numel() or x.device.type == "meta":
         return
     big = float(x.detach().abs().amax())
     limit = math.sqrt(torch.finfo(x.dtype).max)
@@ -149,15 +148,12 @@ def check_inner_products(a: torch.Tensor, name_a: str, b: torch.Tensor | None = 
     By Cauchy-Schwarz ``|<a_i, b_j>| <= ||a_i|| ||b_j||``: when the largest row norms multiply to
     more than half of ``finfo(dtype).max``, a score or a squared distance may be infinite (a tie at
     ``inf`` that no ranking can break, or ``inf - inf = NaN``); below, none can be. ``b`` defaults to
-    ``a`` (a self-search). float32/float64 2-D tensors only; nothing is checked on ``meta`` tensors
-    or under :func:`defer_finite_checks`.
+    ``a`` (a self-search). float32/float64 2-D tensors only; nothing is checked on ``meta`` tensors.
 
     Raises:
         ValueError: naming ``name_a`` (and ``name_b``), the largest row norm(s) and the limit.
     """
     if a.dtype not in (torch.float32, torch.float64) or a.ndim != 2 or not a.numel() or a.device.type == "meta":
-        return
-    if getattr(_DEFERRED, "on", False):
         return
     na = _max_row_norm(a)
     nb = na if b is None or not b.numel() else _max_row_norm(b)
@@ -513,7 +509,7 @@ def check_input(
     dtype = _float_dtype(like)
     if dtype is not None and x.dtype != dtype:
         x = x.to(dtype)
-    check_magnitude(x, name)
+    check_magnitude(x, name, trusted=getattr(_DEFERRED, "on", False))  # skipped where the finite check is
     return x
 
 
