@@ -93,11 +93,14 @@ def test_unstable_numbers_of_the_valid_call_are_not_compared():
 
 
 def _spin() -> None:
-    while True:
+    """A busy loop (no sleep: only the alarm can stop it in time), bounded so that it never outlives the test."""
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
         pass
 
 
 def test_a_hang_becomes_a_defect_in_the_main_thread():
+    assert threading.current_thread() is threading.main_thread()  # pytest and its xdist workers run tests there
     t = time.monotonic()
     with pytest.raises(Hang, match="time limit"):
         call_with_time_limit(_spin, 0.3)
