@@ -18,8 +18,8 @@ from rank_lab._validation import (
     check_overflow,
     check_real,
     check_scores_targets,
-    defer_finite_checks,
     shape_only,
+    trusted_inputs,
     unit_rows,
 )
 from rank_lab.cost import forward_flops
@@ -79,8 +79,11 @@ def test_check_magnitude_refuses_values_whose_squares_overflow_and_optionally_un
         check_magnitude(x * 1e-40, "z", underflow=True)
     check_magnitude(torch.zeros(3), "z", underflow=True)  # zeros are not small values
     check_magnitude(x * 1e20, "x", trusted=True)  # the caller checked its data
-    with defer_finite_checks():
-        check_input(x * 1e20, "x", 2)  # inside a training step, like the finite check
+    module = torch.nn.Linear(3, 2)
+    with trusted_inputs([module]):
+        check_input(x * 1e20, "x", 2, like=module)  # inside a training step, like the finite check
+    with pytest.raises(ValueError, match=r"^x holds values up to"):
+        check_input(x * 1e20, "x", 2, like=module)
 
 
 def test_module_inputs_that_overflow_are_refused_naming_the_input():
