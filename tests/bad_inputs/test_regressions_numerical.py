@@ -230,6 +230,7 @@ def test_trainer_refuses_integer_complex_meta_and_overflowing_data_when_built():
 
 
 def test_fitting_on_data_that_requires_grad_trains_as_on_detached_data():
+    from rank_lab.engine import EngineConfig
     from rank_lab.losses import SmoothAP
     from rank_lab.train.multistage import fit_multistage
 
@@ -237,7 +238,7 @@ def test_fitting_on_data_that_requires_grad_trains_as_on_detached_data():
         torch.manual_seed(0)
         model = torch.nn.Linear(6, 4)
         fit_multistage(model, SmoothAP(), inputs, torch.arange(8) % 2, chunk_size=3, batch_size=4, m_per_class=2,
-                       steps=2, progress=False)  # was "Trying to backward through the graph a second time"
+                       steps=2, engine=EngineConfig(progress=False))  # was "backward through the graph a second time"
         return model.weight.detach()
 
     x = torch.randn(8, 6, generator=torch.Generator().manual_seed(0))
