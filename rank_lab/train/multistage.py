@@ -394,6 +394,7 @@ def fit_multistage(
     batch_size, m_per_class = check_positive_int(batch_size, "batch_size"), check_positive_int(m_per_class, "m_per_class")
     check_module(model, "model")
     labels = _check_inputs(inputs, labels)
+    inputs = inputs.detach()  # training data: a requires-grad tensor would chain every step's graph
     lr = check_float(lr, "lr", low=0.0, low_open=True)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     if optimizer is None:

@@ -113,6 +113,9 @@ def _fit():
             "config": EOPT.EngineConfig(epochs=2), "device": "cpu"}
 
 
+#: the (x, y) tensors of the trainers: their x gets the data variants (issue 26: integer and complex data refused
+#: when the trainer is built, naming the argument)
+DATA_ROLES = {"train_data": "x", "test_data": "x"}
 TRAIN_EXTRA = {
     "nan": ("train_data", _nan_x, ("train_data", "embeddings")),
     "float_labels": ("train_data", lambda: (emb(16, 6), labels(16, 4).double()), ("train_data", "labels")),
@@ -134,7 +137,7 @@ ENTRIES = [
     fn(TR.get_recall_recipe, {"name": "sop_resnet50", "lr": 1e-4}, {"name": "choice", "lr": "pos"},
        extra={"number": ("name", lambda: 5, ("name",))}),
     fn(TR.list_recall_recipes),
-    cls(T.Trainer, _train, calls=[("fit", None, None)], extra=TRAIN_EXTRA),
+    cls(T.Trainer, _train, DATA_ROLES, calls=[("fit", None, None)], extra=TRAIN_EXTRA),
     cls(TD.LocalBatchLoss, lambda: {"loss": SmoothAP(), "n_slices": 2},
         {"n_slices": "posint"},
         calls=[("forward", lambda: {"embeddings": torch.randn(8, 4), "labels": torch.arange(8) // 2},
@@ -142,7 +145,7 @@ ENTRIES = [
         rows=(("embeddings", "labels"),), legal={"forward.embeddings:int": "integer embeddings are cast to float"},
         extra={"not_module": ("loss", lambda: 3, ("loss",)),
                "indivisible": ("embeddings", lambda: torch.randn(7, 4), ("embeddings",))}),
-    cls(TD.DistributedTrainer, lambda: {**_train(), "config": {**CFG, "device": "cpu"}}, {"eval_index": "choice"},
+    cls(TD.DistributedTrainer, lambda: {**_train(), "config": {**CFG, "device": "cpu"}}, {"eval_index": "choice", **DATA_ROLES},
         calls=[("fit", None, None)], extra={k: v for k, v in TRAIN_EXTRA.items() if k not in ("bad_config", "unknown_key")}),
     cls(TD.DistributedMPerClassSampler, lambda: dict(labels=labels(24, 6), m=2, batch_size=4, num_replicas=1, rank=0),
         {"labels": "labels", "m": "posint", "batch_size": "posint"}, calls=[("__iter__", None, None)]),
