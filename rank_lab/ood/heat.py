@@ -351,7 +351,8 @@ class HybridEnergy(nn.Module):
         engine = Engine({"model": self.residual}, build_optimizer(self.residual.parameters(), lr=c.lr, betas=c.betas),
                         EngineConfig(epochs=c.epochs, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp,
                                      grad_clip=grad_clip, desc="HEAT"),
-                        device=dev, generators={"generator": gen}, run_key={**_resume_key(c), "seed": seed})
+                        device=dev, generators={"generator": gen}, run_key={**_resume_key(c), "seed": seed},
+                        data=(zp, labels))
         n = zp.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:

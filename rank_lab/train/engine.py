@@ -13,12 +13,16 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
   epoch, the step, the batch's dataset indices and the last good checkpoint) before the step is
   applied; a model holding NaN/inf is never saved;
 * **checkpoint/resume**: modules, optimisers, grad scaler, named generators, the Python / NumPy /
-  torch (CUDA) RNG states, epoch, step and history, written atomically every ``checkpoint_every``
-  epochs and resumed from when the file exists (``resume``). A resumed run equals the straight run
-  bit for bit (tested for every loop, ``tests/train/test_train_engine.py``). **Resume rule**
-  (``docs/decisions.md``): a checkpoint records the run's configuration and schedule; resuming is
-  refused (``ValueError``, saying how to start a new run) unless it continues the same run, or makes
-  a run whose schedule does not depend on its length (:data:`~rank_lab.train.schedule.LENGTH_FREE`) longer;
+  torch (CUDA) RNG states, epoch, step and history, written every ``checkpoint_every`` epochs as a
+  sealed file (atomic, verified on load, the previous one kept: :mod:`rank_lab.train.checkpoint`)
+  and resumed from when the file exists (``resume``). A resumed run equals the straight run bit for
+  bit on CPU (tested for every loop, ``tests/train/test_train_engine.py``). **Resume rule**
+  (``docs/decisions.md``): a checkpoint records the fingerprint of the run's data and code
+  (:mod:`rank_lab.train.fingerprint`), its configuration and its schedule; resuming is refused
+  (:class:`~rank_lab.train.checkpoint.CheckpointMismatchError`, a ``ValueError`` saying why and how
+  to start a new run) unless it continues the same run on the same data with the same code, or makes
+  a run whose schedule does not depend on its length (:data:`~rank_lab.train.schedule.LENGTH_FREE`) longer.
+  What a loop restored and trained is reported to :mod:`rank_lab.train.run_report`;
 * **progress**: one tqdm bar (``progress``).
 
 Step-based loops (a number of steps rather than epochs) run one step per "epoch" (``unit="step"``),
@@ -37,7 +41,9 @@ from torch import nn
 
 from rank_lab._progress import tqdm
 from rank_lab._validation import defer_finite_checks
-from rank_lab.train.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
+from rank_lab.train import run_report
+from rank_lab.train.checkpoint import CheckpointMismatchError, get_rng_state, read_checkpoint, save_checkpoint, set_rng_state
+from rank_lab.train.fingerprint import code_fingerprint, data_fingerprint, short
 from rank_lab.train.guard import NonFiniteTrainingError, check_resume, describe_batch
 from rank_lab.train.optim import build_optimizer
 from rank_lab.train.options import Batch, EngineConfig, StepResult
@@ -46,7 +52,7 @@ from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["Engine", "fit"]
 
-_RESERVED = {"epoch", "step", "scaler", "history", "config", "rng", "schedule", "generators", "extra"}
+_RESERVED = {"epoch", "step", "scaler", "history", "config", "rng", "schedule", "generators", "extra", "fingerprint"}
 
 
 class Engine:
@@ -68,6 +74,10 @@ class Engine:
         new_run_hint: how to start a new run, quoted by the resume rule's errors.
         autocast: wrap the step function in autocast (``False``: the step function autocasts itself
             with :meth:`autocast`).
+        data: what the run trains on (tensors, arrays, datasets, paths, functions and their captured
+            values; see :func:`~rank_lab.train.fingerprint.data_fingerprint`). Its fingerprint is
+            stored in the checkpoint, and a checkpoint of other data is refused. ``None``: the data
+            is not checked (only the configuration and the code are).
     """
 
     def __init__(
@@ -84,6 +94,7 @@ class Engine:
         record: Callable[[], dict[str, Any]] | None = None,
         new_run_hint: str = "set resume=False or use another checkpoint file",
         autocast: bool = True,
+        data: Any = None,
     ) -> None:
         self.config = cfg = config if config is not None else EngineConfig()
         if not isinstance(cfg, EngineConfig):
@@ -116,6 +127,9 @@ class Engine:
         self.step = 0  # completed optimiser steps
         self.history: Any = []
         self.last_good_checkpoint: tuple[Path, int] | None = None  # (path, epoch) of the last state saved or resumed
+        self._data = data
+        self._fingerprint: dict[str, Any] | None = None
+        self.report = run_report.LoopReport(cfg.desc, cfg.unit, None if self.checkpoint is None else str(self.checkpoint))
         self._backward_done = False
         self._batch: Batch | None = None
 
@@ -167,6 +181,8 @@ class Engine:
         self.scaler.step(opt)
         self.scaler.update()
         self.step += 1
+        self.report.steps_trained += 1
+        self.report.register()
         self._batch = None
         return StepResult(float(loss.detach()), dict(stats), norm)
 
@@ -197,6 +213,8 @@ class Engine:
         cfg = self.config
         if resume:
             self.maybe_resume()
+        if self.checkpoint is not None:
+            self.fingerprint()  # of the data as it is before training (a dataset may fill caches)
         per = steps_per_epoch if steps_per_epoch is not None else 1
         bar = tqdm(total=cfg.epochs * per, initial=min(self.epoch * per, cfg.epochs * per), desc=cfg.desc,
                    disable=not cfg.progress, leave=False)
@@ -210,6 +228,7 @@ class Engine:
                     bar.update(1)
                 self.check_weights()  # before the epoch counts, is evaluated or saved
                 self.epoch += 1
+                self.report.trained += 1
                 if on_epoch_end is not None:
                     on_epoch_end(e, results)
                 every = cfg.checkpoint_every
@@ -277,23 +296,64 @@ class Engine:
                 **s, "base_lrs": {f"{n}.{i}": g["base_lr"] for n, o in self.optimizers.items()
                                   for i, g in enumerate(o.param_groups)}}
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What produced the run's checkpoints: ``{"data", "code", "parameters"}`` (computed once).
+
+        ``data`` is :func:`~rank_lab.train.fingerprint.data_fingerprint` of the engine's ``data``
+        (``None`` without data), ``code`` :func:`~rank_lab.train.fingerprint.code_fingerprint`,
+        ``parameters`` a hash of the run key (the key itself is compared by the resume rule).
+        """
+        if self._fingerprint is None:
+            self._fingerprint = {
+                "data": None if self._data is None else data_fingerprint(self._data),
+                "code": code_fingerprint(),
+                "parameters": data_fingerprint(self.run_key()),
+            }
+        return self._fingerprint
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: modules and optimisers (under their names), grad scaler,
-        generators, RNG states, epoch, step, history, the run key and the schedule record."""
+        generators, RNG states, epoch, step, history, the run key, the schedule record and the
+        :meth:`fingerprint`."""
         state: dict[str, Any] = {"epoch": self.epoch, "step": self.step}
         state.update({n: m.state_dict() for n, m in self.modules.items()})
         state.update({n: o.state_dict() for n, o in self.optimizers.items()})
         state.update({"scaler": self.scaler.state_dict(), "history": self.history, "config": self.run_key(),
-                      "rng": get_rng_state(), "schedule": self.record(),
+                      "rng": get_rng_state(), "schedule": self.record(), "fingerprint": self.fingerprint(),
                       "generators": {n: g.get_state() for n, g in self.generators.items()}})
         return state
 
+    def check_fingerprint(self, state: Mapping[str, Any], source: str = "the checkpoint") -> None:
+        """Refuse a checkpoint written for other data or by other code (one line saying why and how
+        to start a new run).
+
+        Raises:
+            CheckpointMismatchError: the checkpoint has no fingerprint, or its data or code differ.
+        """
+        old = state.get("fingerprint")
+        hint = f"to start a new run {self.new_run_hint}"
+        if not isinstance(old, Mapping):
+            raise CheckpointMismatchError(f"{source} records no fingerprint of its data and code, so nothing ties it "
+                                          f"to this run; {hint}")
+        new = self.fingerprint()
+        if old.get("data") != new["data"]:
+            raise CheckpointMismatchError(
+                f"{source} was written for other training data (data fingerprint {short(old.get('data'))}, this run's "
+                f"{short(new['data'])}): resuming would report training on data it never saw; {hint}")
+        if old.get("code") != new["code"]:
+            oc, nc = dict(old.get("code") or {}), new["code"]
+            diff = ", ".join(f"{k}: {short(oc.get(k)) if 'sha' in k else oc.get(k)} -> "
+                             f"{short(nc.get(k)) if 'sha' in k else nc.get(k)}"
+                             for k in sorted(set(oc) | set(nc)) if oc.get(k) != nc.get(k))
+            raise CheckpointMismatchError(f"{source} was written by other code ({diff}); {hint}")
+
     def load_state_dict(self, state: Mapping[str, Any], check: bool = True, *, source: str = "the checkpoint") -> None:
-        """Restore a :meth:`state_dict` after checking the resume rule (``check``)."""
+        """Restore a :meth:`state_dict` after checking the resume rule and the fingerprint (``check``)."""
         if check:
             check_resume(state, self.run_key(), self.record(), source=source, free_keys=self.free_keys,
                          hint=self.new_run_hint, unit=self.config.unit,
                          length_free=self.schedule is None or self.schedule.length_free)
+            self.check_fingerprint(state, source)
         for n, m in self.modules.items():
             m.load_state_dict(state[n])
         for n, o in self.optimizers.items():
@@ -307,7 +367,9 @@ class Engine:
         set_rng_state(state["rng"])
 
     def save(self, path: str | Path | None = None, state: Mapping[str, Any] | None = None) -> Path:
-        """Write the state (default :meth:`state_dict`) atomically to ``path`` (default the checkpoint).
+        """Write the state (default :meth:`state_dict`) to ``path`` (default the checkpoint): sealed,
+        atomically, the file it replaces kept as the previous one
+        (:func:`~rank_lab.train.checkpoint.save_checkpoint`).
 
         Raises:
             NonFiniteTrainingError: a module holds NaN/inf (nothing is written: the checkpoint on
@@ -317,21 +379,36 @@ class Engine:
         if path is None:
             raise ValueError("no checkpoint path: set the checkpoint file or pass path")
         self.check_weights()
-        atomic_save(dict(state) if state is not None else self.state_dict(), path)
+        save_checkpoint(dict(state) if state is not None else self.state_dict(), path)
+        run_report.note_written(path)
         self.last_good_checkpoint = (path, self.step if self.config.unit == "step" else self.epoch)
         return path
 
     def resume_from(self, path: str | Path) -> None:
-        """Load a checkpoint file (see :meth:`load_state_dict`)."""
-        self.load_state_dict(load_checkpoint(path, map_location=self.device), source=f"checkpoint {str(path)!r}")
-        self.last_good_checkpoint = (Path(path), self.step if self.config.unit == "step" else self.epoch)
+        """Load a checkpoint file (verified; the previous one when the newest is corrupt, with a
+        warning; see :meth:`load_state_dict`)."""
+        read = read_checkpoint(path, map_location=self.device, hint=self.new_run_hint)
+        self.load_state_dict(read.state, source=f"checkpoint {str(read.path)!r}")
+        done = self.step if self.config.unit == "step" else self.epoch
+        self.last_good_checkpoint = (read.path, done)
+        r = self.report
+        r.resumed_from, r.fallback, r.restored, r.steps_restored = str(read.path), read.fallback_reason, done, self.step
+        r.register()
 
     def maybe_resume(self) -> bool:
-        """Resume from the checkpoint when ``config.resume`` and the file exists; return whether it did."""
-        if self.config.resume and self.checkpoint is not None and self.checkpoint.is_file():
-            self.resume_from(self.checkpoint)
-            return True
-        return False
+        """Resume from the checkpoint when ``config.resume`` and the file exists; return whether it did.
+
+        Under :func:`rank_lab.train.run_report.start_fresh` a checkpoint that this process did not
+        write is ignored (and reported as such).
+        """
+        if not (self.config.resume and self.checkpoint is not None and self.checkpoint.is_file()):
+            return False
+        if run_report.is_fresh() and not run_report.written_here(self.checkpoint):
+            self.report.ignored = str(self.checkpoint)
+            self.report.register()
+            return False
+        self.resume_from(self.checkpoint)
+        return True
 
 
 def fit(
