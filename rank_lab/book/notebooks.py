@@ -12,9 +12,13 @@ import difflib
 import os
 from pathlib import Path
 from typing import Any
-import yaml
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 __all__ = [
+    "YAMLError",
+    "read_yaml",
     "NotebookNotFoundError",
     "book_dir",
     "list_notebooks",
@@ -26,6 +30,15 @@ __all__ = [
 
 class NotebookNotFoundError(ValueError):
     """No book notebook has the name asked for (a user error: the CLI prints it and exits 2)."""
+
+
+def read_yaml(text: str) -> Any:
+    """Read YAML 1.2 text (safe types only): ``1e-3`` is a float, ``yes`` / ``no`` are strings.
+
+    Raises:
+        YAMLError: the text is not valid YAML.
+    """
+    return YAML(typ="safe", pure=True).load(text)
 
 
 def book_dir() -> Path:
@@ -117,7 +130,7 @@ def front_matter(md: str | os.PathLike[str]) -> dict[str, Any]:
     parts = text.split("\n---", 1)
     if len(parts) < 2:
         raise ValueError(f"{md}: front matter opened with '---' is never closed")
-    meta = yaml.safe_load(parts[0][3:]) or {}
+    meta = read_yaml(parts[0][3:]) or {}
     if not isinstance(meta, dict):
         raise ValueError(f"{md}: front matter must be a YAML mapping, got {type(meta).__name__}")
     return meta

@@ -21,12 +21,16 @@ defaults are declared in the notebook's front matter, never in comments::
         alphas: {type: list, items: float, min: 0}
 
 Constraint keys: ``type`` (a type name or a list of them), ``choices`` (the value, or each item of
-a list, is one of them), ``min`` / ``max`` (bounds of a number, or of each item of a list) and
+a list, is one of them), ``min`` / ``max`` (bounds of a number, or of each item of a list),
 ``items`` (the type of a list's items; derived from a non-empty default when all its items share
-one type). A value is checked by :meth:`ParameterSchema.check`, which raises
+one type) and ``path`` (``true``: a string value is a file or folder path, which the runner resolves
+against the caller's working directory; ``{keywords: [imagenet, none]}``: the same, except for
+those words, in any case). A value is checked by :meth:`ParameterSchema.check`, which raises
 :class:`ParameterError` (a ``ValueError``: unknown name, value outside the choices or range) or
 :class:`ParameterTypeError` (also a ``TypeError``: wrong type), each naming the parameter, the value
-and what is expected. Command-line values are YAML literals (:func:`parse_cli_value`).
+and what is expected. Command-line values are YAML 1.2 literals (:func:`parse_cli_value`): ``1e-3``
+is a float, ``yes`` / ``no`` are strings (a bool is ``true`` or ``false``), and a name given twice
+is refused.
 """
 
 from __future__ import annotations
@@ -40,8 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .cells import parameters_cell_source, parse_parameters_cell
-from .notebooks import find_notebook, front_matter, suggest, to_notebook
-import yaml
+from .notebooks import YAMLError, find_notebook, front_matter, read_yaml, suggest, to_notebook
 
 __all__ = [
     "TYPE_NAMES",
@@ -63,7 +66,7 @@ TYPE_NAMES: dict[str, tuple[type, ...]] = {
     "list": (list, tuple),
     "dict": (dict,),
 }
-_CONSTRAINT_KEYS = ("type", "choices", "min", "max", "items")
+_CONSTRAINT_KEYS = ("type", "choices", "min", "max", "items", "path")
 
 
 class ParameterError(ValueError):
@@ -111,6 +114,8 @@ class Parameter:
     max: float | None = None
     items: tuple[str, ...] | None = None
     comment: str = ""
+    path: bool = False
+    path_keywords: tuple[str, ...] = ()
 
     @property
     def nullable(self) -> bool:
@@ -137,8 +142,30 @@ class Parameter:
         return text + (" or null" if self.nullable else "")
 
     def _fail(self, value: Any, notebook: str, cls: type[ParameterError] = ParameterError, hint: str = "") -> None:
+        if not hint and cls is ParameterTypeError:
+            hint = self._type_hint(value)
         raise cls(f"parameter {self.name!r} of {notebook}: got {value!r} ({type(value).__name__}), "
                   f"expected {self.expected()}{hint}")
+
+    def _type_hint(self, value: Any) -> str:
+        """Why a YAML literal did not give the expected type, when it is a common surprise."""
+        if "bool" in self.types and isinstance(value, str) and value.lower() in ("yes", "no", "on", "off", "y", "n"):
+            return " (YAML 1.2: yes, no, on and off are strings; write true or false)"
+        wants_int = "int" in self.types or (self.items is not None and "int" in self.items)
+        floats = [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, float)]
+        if wants_int and floats and all(math.isfinite(v) and v.is_integer() for v in floats):
+            return f" ({floats[0]!r} is a float in YAML; write it as an integer, e.g. {int(floats[0])})"
+        return ""
+
+    def resolve(self, value: Any, base: Path) -> Any:
+        """A path parameter's relative value made absolute against ``base`` (``~`` expanded);
+        other values, keywords and ``None`` are returned as they are."""
+        if not self.path or not isinstance(value, str) or not value.strip():
+            return value
+        if value.strip().lower() in (k.lower() for k in self.path_keywords):
+            return value
+        p = Path(value).expanduser()
+        return str(p if p.is_absolute() else (base / p).absolute())
 
     def _check_item(self, item: Any, value: Any, notebook: str) -> Any:
         if self.items is not None and not any(_matches(item, t) for t in self.items):
@@ -228,11 +255,27 @@ class ParameterSchema:
         return {**self.defaults(), **self.check(values)}
 
     def parse_cli(self, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
-        """Parse and check ``-p NAME VALUE`` pairs (values as YAML literals, see :func:`parse_cli_value`)."""
+        """Parse and check ``-p NAME VALUE`` pairs (values as YAML literals, see :func:`parse_cli_value`).
+
+        Raises:
+            ParameterError: a name given twice, unknown, or a value it refuses.
+        """
         out: dict[str, Any] = {}
+        raw_of: dict[str, str] = {}
         for name, raw in pairs:
+            if name in raw_of:
+                raise ParameterError(f"parameter {name!r} of {self.notebook} is given twice "
+                                     f"(-p {name} {raw_of[name]}, -p {name} {raw}): give it once")
+            raw_of[name] = raw
             out[name] = parse_cli_value(raw, self._get(name))
         return self.check(out)
+
+    def resolve_paths(self, values: Mapping[str, Any], base: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """``values`` with the relative values of path parameters (front matter ``path``) made
+        absolute against ``base`` (default: the current working directory), so that a notebook
+        running in its output folder reads the file the caller named."""
+        root = Path(base) if base is not None else Path.cwd()
+        return {n: (self.parameters[n].resolve(v, root) if n in self.parameters else v) for n, v in values.items()}
 
 
 def _parameter(name: str, default: Any, comment: str, spec: Any, where: str) -> Parameter:
@@ -265,13 +308,27 @@ def _parameter(name: str, default: Any, comment: str, spec: Any, where: str) -> 
     for key in ("min", "max"):
         if spec.get(key) is not None and (isinstance(spec[key], bool) or not isinstance(spec[key], (int, float))):
             raise ValueError(f"{where}: parameter {name!r}: {key} must be a number, got {spec[key]!r}")
+    path, keywords = _path_spec(spec.get("path", False), types, f"{where}: parameter {name!r}")
     p = Parameter(name, default, types, tuple(choices) if choices is not None else None,
-                  spec.get("min"), spec.get("max"), items, comment)
+                  spec.get("min"), spec.get("max"), items, comment, path, keywords)
     try:
         p.check(default, where)
     except ParameterError as exc:
         raise ValueError(f"{where}: the default of {name!r} breaks its own constraints: {exc}") from exc
     return p
+
+
+def _path_spec(spec: Any, types: tuple[str, ...], where: str) -> tuple[bool, tuple[str, ...]]:
+    if spec is False or spec is None:
+        return False, ()
+    if "str" not in types:
+        raise ValueError(f"{where}: path applies to a str parameter, its types are {list(types)}")
+    if spec is True:
+        return True, ()
+    if isinstance(spec, Mapping) and set(spec) == {"keywords"} and isinstance(spec["keywords"], list) \
+            and all(isinstance(k, str) for k in spec["keywords"]):
+        return True, tuple(spec["keywords"])
+    raise ValueError(f"{where}: path must be true or {{keywords: [words that are not paths]}}, got {spec!r}")
 
 
 def notebook_schema(name: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> ParameterSchema:
@@ -301,8 +358,9 @@ def notebook_schema(name: str | os.PathLike[str], root: str | os.PathLike[str] |
 
 
 def parse_parameter(value: str) -> Any:
-    """Parse a ``-p NAME VALUE`` value as a YAML literal (``1`` -> 1, ``false`` -> False, ``[1, 2]``,
-    ``null`` -> None); text that is not valid YAML stays a string.
+    """Parse a ``-p NAME VALUE`` value as a YAML 1.2 literal (``1`` -> 1, ``1e-3`` -> 0.001,
+    ``false`` -> False, ``[1, 2]``, ``null`` -> None; ``yes`` stays the string ``"yes"``); text that
+    is not valid YAML stays a string.
 
     Raises:
         TypeError: if ``value`` is not a string.
@@ -310,8 +368,8 @@ def parse_parameter(value: str) -> Any:
     if not isinstance(value, str):
         raise TypeError(f"value must be the text given on the command line, got {type(value).__name__}")
     try:
-        return yaml.safe_load(value)
-    except yaml.YAMLError:
+        return read_yaml(value)
+    except YAMLError:
         return value
 
 

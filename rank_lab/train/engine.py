@@ -42,7 +42,13 @@ from torch import nn
 from rank_lab._progress import tqdm
 from rank_lab._validation import defer_finite_checks
 from rank_lab.train import run_report
-from rank_lab.train.checkpoint import CheckpointMismatchError, get_rng_state, read_checkpoint, save_checkpoint, set_rng_state
+from rank_lab.train.checkpoint import (
+    CheckpointMismatchError,
+    get_rng_state,
+    read_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
 from rank_lab.train.fingerprint import code_fingerprint, data_fingerprint, short
 from rank_lab.train.guard import NonFiniteTrainingError, check_resume, describe_batch
 from rank_lab.train.optim import build_optimizer
