@@ -14,6 +14,7 @@ CPU) print one line without a traceback; ``--traceback`` shows it.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 import traceback
@@ -129,7 +130,11 @@ def _report_failure(exc: NotebookRunError, args: argparse.Namespace, after: str 
     hint = f"; {FRESH_HINT}" if exc.ename in CHECKPOINT_ERRORS else ""
     _error(" ".join(f"{exc}{hint}".split()))  # one line, whatever the message's own line breaks
     print(f"results: {exc.results_path} (status: failed){after}", file=sys.stderr)
-    return 130 if isinstance(exc, NotebookInterrupted) else 1
+    if isinstance(exc, NotebookInterrupted):
+        # the interrupted kernel client leaves a pending task, which asyncio reports at exit
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        return 130
+    return 1
 
 
 def _run(args: argparse.Namespace) -> int:

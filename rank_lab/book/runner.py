@@ -13,6 +13,7 @@ left there looking current.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -116,6 +117,12 @@ def _inject(nb: Any, values: Mapping[str, Any]) -> Any:
     return nb
 
 
+#: The kernel's own log stays off the console: a cell's error reaches the user through papermill (one
+#: line from the command line), and an interrupted or timed-out run would otherwise add the kernel's
+#: shutdown noise ("KeyboardInterrupt caught in kernel", a closed-socket traceback) to that line.
+KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=CRITICAL",)
+
+
 def _code_of(nb: Any) -> str:
     """The notebook's code cells (the checkpoints' code fingerprint), without the injected values."""
     return "\n\n".join(c.source for c in nb.cells if c.cell_type == "code"
@@ -178,7 +185,10 @@ def run_notebook(
         raise TypeError(f"fresh must be a bool, got {type(fresh).__name__}")
     md = find_notebook(name).resolve()
     schema = notebook_schema(md)
-    overrides = schema.resolve_paths(schema.check(parameters))
+    checked = schema.check(parameters)
+    relative_defaults = {n: p.default for n, p in schema.parameters.items()
+                         if n not in checked and p.path and p.resolve(p.default, Path.cwd()) != p.default}
+    overrides = schema.resolve_paths({**checked, **relative_defaults})
     effective = {**schema.defaults(), **overrides}
     check_device(effective.get("device"), md.stem)
     out = _output_folder(output_dir, md.stem)
@@ -219,13 +229,18 @@ def _execute(src: Path, dst: Path, out: Path, context: Path, kernel_name: str | 
     saved = {k: os.environ.get(k) for k in ("RANK_LAB_BOOK", CONTEXT_ENV)}
     os.environ["RANK_LAB_BOOK"] = str(book_dir().resolve())
     os.environ[CONTEXT_ENV] = str(context)
+    log = logging.getLogger("papermill")  # its errors ("Kernel died ...") are reported by the caller, in one line
+    level = log.level
+    log.setLevel(logging.CRITICAL)
     try:
         pm.execute_notebook(str(src), str(dst), parameters=None, cwd=str(out), kernel_name=kernel_name,
                             progress_bar=progress, execution_timeout=timeout, log_output=False,
-                            config=kernel_manager_config())  # encrypted kernel transport, no warning
+                            config=kernel_manager_config(),  # encrypted kernel transport, no warning
+                            extra_arguments=list(KERNEL_ARGUMENTS))
     except BaseException as exc:  # noqa: BLE001 - recorded by the caller, then re-raised
         return exc
     finally:
+        log.setLevel(level)
         src.unlink(missing_ok=True)
         context.unlink(missing_ok=True)
         for k, v in saved.items():
@@ -246,11 +261,11 @@ def _running_cell(dst: Path) -> int | None:
     except Exception:  # noqa: BLE001 - not written yet, or half written: no cell to name
         return None
     code = [c for c in nb.cells if c.cell_type == "code"]
-    for i, c in enumerate(code, start=1):
-        meta = c.metadata.get("papermill", {})
-        if meta.get("status") in ("running", "failed") or meta.get("exception"):
-            return c.get("execution_count") or i
-    return None
+    started = [(i, c) for i, c in enumerate(code, start=1) if c.metadata.get("papermill", {}).get("start_time")]
+    if not started:
+        return None
+    i, c = started[-1]  # the last cell that started (papermill marks a timed-out cell "completed")
+    return c.get("execution_count") or i
 
 
 def _fail(notebook: str, effective: dict[str, Any], started: str, wall: float, error: BaseException,

@@ -122,7 +122,7 @@ def fit_rcnaps(
         epochs=episodes, checkpoint=checkpoint_path, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
         amp=amp, grad_clip=grad_clip, desc=f"rCNAPS ({mode})", unit="step"), device=dev,
         run_key={"mode": mode, "k": k, "m": m, "n_classes": n_classes, "lr": lr, "tau": tau, "film_l2": film_l2, "seed": seed,
-                 "n_items": int(labels.shape[0])}, data=(images, labels, transform))
+                 "n_items": int(labels.shape[0])}, trained_on=(images, labels, transform))
     plain_loss = SmoothAP(tau=tau)
 
     def step(ep: Episode) -> torch.Tensor:

@@ -101,7 +101,7 @@ def fit_proxy(
         epochs=steps, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
         amp=amp, grad_clip=grad_clip, desc=desc, unit="step"), device=dev, generators={"batches": gen},
         schedule=Schedule(schedule, steps), run_key={"n_items": n_items, "batch_size": batch_size, "lr": lr, "seed": seed},
-        data=batch_loss)
+        trained_on=batch_loss)
 
     def batch(step: int) -> Iterator[Batch]:
         idx = torch.randint(n_items, (min(batch_size, n_items),), generator=gen)

@@ -101,7 +101,7 @@ class SurrogateTrainer:
             {"model": self.model, "surrogate": self.surrogate}, {"opt_s": self.opt_s, "opt_m": self.opt_m},
             EngineConfig(epochs=self.config.epochs, checkpoint=self.checkpoint, resume=resume, progress=progress, amp=amp,
                          grad_clip={"opt_m": self.config.grad_clip}, desc="LS epochs"),
-            device=self.device, generators={"gen": self.gen}, run_key=self._run_key, data=self.task)
+            device=self.device, generators={"gen": self.gen}, run_key=self._run_key, trained_on=self.task)
         self.engine.history = {"surrogate": [], "model": [], "eval": []}
 
     epoch = property(lambda self: self.engine.epoch, lambda self, v: setattr(self.engine, "epoch", v),

@@ -352,7 +352,7 @@ class HybridEnergy(nn.Module):
                         EngineConfig(epochs=c.epochs, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp,
                                      grad_clip=grad_clip, desc="HEAT"),
                         device=dev, generators={"generator": gen}, run_key={**_resume_key(c), "seed": seed},
-                        data=(zp, labels))
+                        trained_on=(zp, labels))
         n = zp.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:

@@ -302,7 +302,7 @@ class ResFlow(OODScorer):
         engine = Engine({"model": self.flow}, build_optimizer(self.flow.parameters(), lr=self.lr, weight_decay=self.weight_decay),
                         EngineConfig(epochs=self.epochs, checkpoint=self.checkpoint, resume=self.resume, progress=self.progress,
                                      amp=self.amp, grad_clip=self.grad_clip, desc="ResFlow"),
-                        device=dev, generators={"generator": gen}, run_key=key, data=(z, y_idx if self.class_conditional else None))
+                        device=dev, generators={"generator": gen}, run_key=key, trained_on=(z, y_idx if self.class_conditional else None))
         n = z.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:

@@ -223,7 +223,7 @@ def train_classifier(
                                              grad_clip=grad_clip, desc="classifier"),
                     device=dev, generators={"batches": g},
                     run_key={"batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "seed": seed, "n_items": int(x.shape[0])},
-                    data=(x, y))
+                    trained_on=(x, y))
 
     def batches(epoch: int) -> Iterator[Batch]:
         perm = torch.randperm(x.shape[0], generator=g).to(dev)

@@ -286,7 +286,7 @@ def fit_classifier(
         epochs=n1 + n2, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp, grad_clip=grad_clip,
         desc=model.method), device=dev, generators={"batches": g},
         run_key={"method": model.method, "stage1_epochs": n1, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
-                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])}, data=(x, y))
+                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])}, trained_on=(x, y))
 
     def start(e: int) -> None:
         if e >= n1 and model.stage != 2:

@@ -80,10 +80,10 @@ class Engine:
         new_run_hint: how to start a new run, quoted by the resume rule's errors.
         autocast: wrap the step function in autocast (``False``: the step function autocasts itself
             with :meth:`autocast`).
-        data: what the run trains on (tensors, arrays, datasets, paths, functions and their captured
-            values; see :func:`~rank_lab.train.fingerprint.data_fingerprint`). Its fingerprint is
-            stored in the checkpoint, and a checkpoint of other data is refused. ``None``: the data
-            is not checked (only the configuration and the code are).
+        trained_on: what the run trains on (tensors, arrays, datasets, paths, functions and their
+            captured values; see :func:`~rank_lab.train.fingerprint.data_fingerprint`). Its
+            fingerprint is stored in the checkpoint, and a checkpoint of other data is refused.
+            ``None``: the data is not checked (only the configuration and the code are).
     """
 
     def __init__(
@@ -100,7 +100,7 @@ class Engine:
         record: Callable[[], dict[str, Any]] | None = None,
         new_run_hint: str = "set resume=False or use another checkpoint file",
         autocast: bool = True,
-        data: Any = None,
+        trained_on: Any = None,
     ) -> None:
         self.config = cfg = config if config is not None else EngineConfig()
         if not isinstance(cfg, EngineConfig):
@@ -133,9 +133,9 @@ class Engine:
         self.step = 0  # completed optimiser steps
         self.history: Any = []
         self.last_good_checkpoint: tuple[Path, int] | None = None  # (path, epoch) of the last state saved or resumed
-        self._data = data
+        self._trained_on = trained_on
         self._fingerprint: dict[str, Any] | None = None
-        self.report = run_report.LoopReport(cfg.desc, cfg.unit, None if self.checkpoint is None else str(self.checkpoint))
+        self.report = run_report.LoopReport(cfg.desc, cfg.unit, None if self.checkpoint is None else str(self.checkpoint.absolute()))
         self._backward_done = False
         self._batch: Batch | None = None
 
@@ -305,13 +305,13 @@ class Engine:
     def fingerprint(self) -> dict[str, Any]:
         """What produced the run's checkpoints: ``{"data", "code", "parameters"}`` (computed once).
 
-        ``data`` is :func:`~rank_lab.train.fingerprint.data_fingerprint` of the engine's ``data``
+        ``data`` is :func:`~rank_lab.train.fingerprint.data_fingerprint` of the engine's ``trained_on``
         (``None`` without data), ``code`` :func:`~rank_lab.train.fingerprint.code_fingerprint`,
         ``parameters`` a hash of the run key (the key itself is compared by the resume rule).
         """
         if self._fingerprint is None:
             self._fingerprint = {
-                "data": None if self._data is None else data_fingerprint(self._data),
+                "data": None if self._trained_on is None else data_fingerprint(self._trained_on),
                 "code": code_fingerprint(),
                 "parameters": data_fingerprint(self.run_key()),
             }
@@ -398,7 +398,7 @@ class Engine:
         done = self.step if self.config.unit == "step" else self.epoch
         self.last_good_checkpoint = (read.path, done)
         r = self.report
-        r.resumed_from, r.fallback, r.restored, r.steps_restored = str(read.path), read.fallback_reason, done, self.step
+        r.resumed_from, r.fallback, r.restored, r.steps_restored = str(read.path.absolute()), read.fallback_reason, done, self.step
         r.register()
 
     def maybe_resume(self) -> bool:
@@ -410,7 +410,7 @@ class Engine:
         if not (self.config.resume and self.checkpoint is not None and self.checkpoint.is_file()):
             return False
         if run_report.is_fresh() and not run_report.written_here(self.checkpoint):
-            self.report.ignored = str(self.checkpoint)
+            self.report.ignored = str(self.checkpoint.absolute())
             self.report.register()
             return False
         self.resume_from(self.checkpoint)

@@ -120,11 +120,14 @@ def _feed(h: Any, obj: Any, seen: set[int], depth: int) -> None:  # noqa: C901 -
         _tag(h, "torch", str(obj))
     elif isinstance(obj, torch.Generator):
         _tag(h, "generator", str(obj.device))  # its state is the engine's to checkpoint, not the data
-    elif id(obj) in seen:
+    elif id(obj) in seen:  # an object that holds itself (``seen``: the objects being fed, outermost first)
         _tag(h, "cycle", type(obj).__qualname__)
     else:
         seen.add(id(obj))
-        _feed_container(h, obj, seen, depth)
+        try:
+            _feed_container(h, obj, seen, depth)
+        finally:
+            seen.discard(id(obj))
 
 
 def _feed_container(h: Any, obj: Any, seen: set[int], depth: int) -> None:

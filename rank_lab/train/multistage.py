@@ -370,7 +370,7 @@ def fit_multistage(
         amp=amp, grad_clip=grad_clip, desc=f"multistage B={batch_size}", unit="step"),
         device=_model_device(model) if device is None else device, autocast=False,
         run_key={"batch_size": batch_size, "m_per_class": m_per_class, "chunk_size": chunk_size, "seed": seed,
-                 "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr}, data=(inputs, labels))
+                 "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr}, trained_on=(inputs, labels))
 
     def step(idx: torch.Tensor) -> torch.Tensor:
         seen: list[torch.Tensor] = []

@@ -68,8 +68,10 @@ def _key(path: str | Path) -> str:
 
 
 def start_fresh(fresh: bool = True) -> None:
-    """Make this process's loops ignore checkpoints they did not write themselves (``fresh``)."""
+    """From now on (``fresh``), this process's loops ignore the checkpoints written before: they
+    resume only from checkpoints written after this call."""
     _STATE["fresh"] = bool(fresh)
+    _WRITTEN.clear()
 
 
 def is_fresh() -> bool:

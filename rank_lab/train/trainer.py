@@ -126,7 +126,7 @@ class Trainer(RetrievalEvaluation):
                          progress=cfg.progress, amp=cfg.amp, amp_dtype=cfg.amp_dtype, grad_clip=cfg.grad_clip),
             device=self.device, autocast=False, run_key=self.config.to_dict, free_keys=_RESUME_FREE, record=self.schedule,
             schedule=Schedule(cfg.scheduler, total, cfg.warmup_epochs * self.steps_per_epoch, cfg.min_lr, ref_lr=cfg.lr),
-            new_run_hint="set resume=False or use another checkpoint_dir", data=(self.train_set, self.train_labels, test_data))
+            new_run_hint="set resume=False or use another checkpoint_dir", trained_on=(self.train_set, self.train_labels, test_data))
         self.amp, self.amp_dtype, self.scaler = self.engine.amp, self.engine.amp_dtype, self.engine.scaler
 
     # ------------------------------------------------------------------ construction
