@@ -1,5 +1,8 @@
 """The command line of the book: ``python -m rank_lab.book {list,params,run,record,twins,api}``.
 
+Subcommands: ``list``, ``params``, ``run``, ``record``, ``twins``, ``api`` and ``wall-times`` (the
+recorded full runs' wall times, the generated table of ``docs/book_contract.md``).
+
 Exit codes: 0 success; 1 the notebook failed while running (its ``results.json`` records
 ``status: "failed"``: a cell raised or ran past ``--timeout``); 130 interrupted by Ctrl-C (recorded
 the same way, error ``KeyboardInterrupt``); 2 a usage error refused before anything ran (unknown
@@ -29,6 +32,7 @@ from .recorded import load_record, record_header
 from .results import load_results
 from .runner import NotebookInterrupted, NotebookRunError, OutputFolderError, run_notebook
 from .twins import make_twins
+from .wall_times import contract_path, update_contract, wall_times_block
 
 __all__ = ["USER_ERRORS", "main"]
 
@@ -108,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     tw.add_argument("--ref", default=None, help="commit or tag the install cell pins (default: the checkout's HEAD)")
     api = sub.add_parser("api", help="print (or --write) the API reference page book/api.md")
     api.add_argument("--write", action="store_true")
+    wt = sub.add_parser("wall-times", help="print (or --write into docs/book_contract.md) the recorded full runs' "
+                        "wall times")
+    wt.add_argument("--write", action="store_true")
     return parser
 
 
@@ -208,6 +215,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (book_dir() / "api.md").write_text(text, encoding="utf-8")
             else:
                 print(text)
+            return 0
+        if args.cmd == "wall-times":
+            if args.write:
+                update_contract(write=True)
+                print(contract_path())
+            else:
+                print(wall_times_block())
             return 0
         if args.cmd == "list":
             root = book_dir()
