@@ -78,6 +78,10 @@ time.sleep(sleep_s)
 x, y = load_embedding_file(Path(data_dir) / "x.npy")
 torch.manual_seed(0)
 model = torch.nn.Linear(x.shape[1], 1)
+if weights not in ("imagenet", "none"):
+    from rank_lab.models.weights import load_weights_file
+
+    load_weights_file(model, weights)
 g = torch.Generator().manual_seed(1)
 
 
@@ -332,7 +336,50 @@ def test_a_corrupt_data_file_is_one_line(train_book: Path, tmp_path: Path, capsy
     assert str(tmp_path / "bad" / "x.npy") in line
 
 
+def test_a_corrupt_weight_file_is_one_line_naming_the_file(train_book: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "w.pth"
+    torch.save(torch.nn.Linear(3, 1).state_dict(), good)
+    (tmp_path / "bad.pth").write_bytes(good.read_bytes()[:-40])  # truncated
+    code, _, err = _cli(capsys, "run", "train", "-p", "weights", "bad.pth", "--out", "out")
+    assert code == 1 and len(_error_lines(err)) == 1 and "Traceback" not in err
+    line = _error_lines(err)[0]
+    assert "WeightsFileError: weight file" in line and str(tmp_path / "bad.pth") in line and "weights_path" not in line
+    assert _cli(capsys, "run", "train", "-p", "weights", "w.pth", "--out", "out")[0] == 0
+
+
 # ------------------------------------------------------------------------------- results.json
+def test_a_pip_installed_rank_lab_records_its_pinned_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    from rank_lab.book import provenance
+
+    class Dist:
+        def __init__(self, text: str | None) -> None:
+            self.text = text
+
+        def read_text(self, name: str) -> str | None:
+            return self.text if name == "direct_url.json" else None
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    real = metadata.distribution
+    monkeypatch.setattr(provenance, "git_output", lambda *a: None)  # no checkout: a Colab twin's install
+    for text, commit, dirty in [
+        (json.dumps({"url": "git+https://github.com/o/r", "vcs_info": {"vcs": "git", "commit_id": sha}}), sha, False),
+        (json.dumps({"url": "file:///src", "dir_info": {"editable": True}}), None, None),
+        ("not json", None, None),
+        (None, None, None),
+    ]:
+        monkeypatch.setattr(metadata, "distribution", lambda name, t=text: Dist(t) if name == "rank_lab" else real(name))
+        prov = provenance.provenance(notebook="nb", device="cpu")
+        assert (prov["git_commit"], prov["git_dirty"]) == (commit, dirty), text
+    def missing(name: str) -> None:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    assert provenance.installed_commit() is None
+
+
 def test_results_json_is_readable_like_any_new_file(train_book: Path, tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
