@@ -117,7 +117,7 @@ def provenance(
         error: for a failed run, ``{"type": ..., "message": ...}``.
         runner: ``"rank_lab.book"`` when the runner executed the notebook, else ``"none"``.
         training: what the run's training loops restored and trained
-            (:func:`rank_lab.train.run_report.training_report`), ``None`` when unknown.
+            (:func:`rank_lab.engine.run_report.training_report`), ``None`` when unknown.
 
     Raises:
         ValueError: if ``status`` is neither ``"ok"`` nor ``"failed"``, or a failed run has no error.

@@ -11,7 +11,7 @@ key             content
                 ``device`` (e.g. ``"cpu: AMD EPYC 7B13"``, ``"cuda:0: NVIDIA H100"``), ``threads``,
                 ``runner`` (``"rank_lab.book"`` or ``"none"``: run by hand or by jupyter-book) and
                 ``training``: what the run's training loops restored from checkpoints and trained
-                (:func:`rank_lab.train.run_report.training_report`; ``None`` in a document the
+                (:func:`rank_lab.engine.run_report.training_report`; ``None`` in a document the
                 runner writes for a failed run)
 ``results``     the figures of the notebook only: two runs with the same parameters on one machine
                 give equal ``results``
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rank_lab.train import run_report
-from rank_lab.train.fingerprint import set_code_context
+from rank_lab.engine import run_report
+from rank_lab.engine.fingerprint import set_code_context
 
 from .provenance import SCHEMA, provenance, utc_now
 
@@ -102,7 +102,7 @@ def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
     Under :func:`rank_lab.book.run_notebook` the parameters are the runner's checked values, and
     the kernel's values must agree with them; the notebook's code is added to the fingerprint of the
     checkpoints its training loops write, and with the runner's ``--fresh`` those loops ignore
-    checkpoints written before (:mod:`rank_lab.train.run_report`). Run by hand (or by jupyter-book), the parameters are
+    checkpoints written before (:mod:`rank_lab.engine.run_report`). Run by hand (or by jupyter-book), the parameters are
     the public literal values at the start of ``namespace`` (a dict keeps the order in which the
     names were first bound: the parameters cell's names come first, IPython's own names are left
     out, and the first module, function or class imported after them ends the list). So the cell

@@ -150,7 +150,7 @@ def run_notebook(
 
     The notebook's training loops resume from the checkpoints they find (for example in the output
     folder of an earlier run) only when those were written for the same data, code and
-    configuration (:class:`~rank_lab.train.checkpoint.CheckpointMismatchError` otherwise);
+    configuration (:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError` otherwise);
     ``results.json`` records what they restored and trained (``provenance.training``).
 
     Args:

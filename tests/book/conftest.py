@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rank_lab.book import results
-from rank_lab.train import run_report
-from rank_lab.train.fingerprint import set_code_context
+from rank_lab.engine import run_report
+from rank_lab.engine.fingerprint import set_code_context
 
 
 def _reset() -> None:

@@ -7,22 +7,22 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
 * **step**: zero the gradients, run the step function (under autocast with ``amp`` on CUDA, and
   :func:`~rank_lab._validation.defer_finite_checks`, so that a NaN inside a model reaches the guard),
   back-propagate (through the ``GradScaler``), clip the global gradient norm (``grad_clip``), step;
-* **learning-rate schedule**: :class:`~rank_lab.train.schedule.Schedule` (the one schedule), set
+* **learning-rate schedule**: :class:`~rank_lab.engine.schedule.Schedule` (the one schedule), set
   from the global step before every step;
 * **NaN guard**: a NaN/inf loss or gradient raises :class:`NonFiniteTrainingError` (naming the
   epoch, the step, the batch's dataset indices and the last good checkpoint) before the step is
   applied; a model holding NaN/inf is never saved;
 * **checkpoint/resume**: modules, optimisers, grad scaler, named generators, the Python / NumPy /
   torch (CUDA) RNG states, epoch, step and history, written every ``checkpoint_every`` epochs as a
-  sealed file (atomic, verified on load, the previous one kept: :mod:`rank_lab.train.checkpoint`)
+  sealed file (atomic, verified on load, the previous one kept: :mod:`rank_lab.engine.checkpoint`)
   and resumed from when the file exists (``resume``). A resumed run equals the straight run bit for
-  bit on CPU (tested for every loop, ``tests/train/test_train_engine.py``). **Resume rule**
+  bit on CPU (tested for every loop, ``tests/engine/test_training_engine.py``). **Resume rule**
   (``docs/decisions.md``): a checkpoint records the fingerprint of the run's data and code
-  (:mod:`rank_lab.train.fingerprint`), its configuration and its schedule; resuming is refused
-  (:class:`~rank_lab.train.checkpoint.CheckpointMismatchError`, a ``ValueError`` saying why and how
+  (:mod:`rank_lab.engine.fingerprint`), its configuration and its schedule; resuming is refused
+  (:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError`, a ``ValueError`` saying why and how
   to start a new run) unless it continues the same run on the same data with the same code, or makes
-  a run whose schedule does not depend on its length (:data:`~rank_lab.train.schedule.LENGTH_FREE`) longer.
-  What a loop restored and trained is reported to :mod:`rank_lab.train.run_report`;
+  a run whose schedule does not depend on its length (:data:`~rank_lab.engine.schedule.LENGTH_FREE`) longer.
+  What a loop restored and trained is reported to :mod:`rank_lab.engine.run_report`;
 * **progress**: one tqdm bar (``progress``).
 
 Step-based loops (a number of steps rather than epochs) run one step per "epoch" (``unit="step"``),
@@ -41,19 +41,19 @@ from torch import nn
 
 from rank_lab._progress import tqdm
 from rank_lab._validation import defer_finite_checks
-from rank_lab.train import run_report
-from rank_lab.train.checkpoint import (
+from rank_lab.engine import run_report
+from rank_lab.engine.checkpoint import (
     CheckpointMismatchError,
     get_rng_state,
     read_checkpoint,
     save_checkpoint,
     set_rng_state,
 )
-from rank_lab.train.fingerprint import code_fingerprint, data_fingerprint, short
-from rank_lab.train.guard import NonFiniteTrainingError, check_resume, describe_batch
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.options import Batch, EngineConfig, StepResult
-from rank_lab.train.schedule import Schedule
+from rank_lab.engine.fingerprint import code_fingerprint, data_fingerprint, short
+from rank_lab.engine.guard import NonFiniteTrainingError, check_resume, describe_batch
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.schedule import Schedule
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["Engine", "fit"]
@@ -66,7 +66,7 @@ class Engine:
 
     Args:
         modules: the trained modules by name (the first is the model; a module named ``"model"``
-            is what :func:`~rank_lab.train.load_checkpoint` returns as ``ckpt["model"]``), or one module.
+            is what :func:`~rank_lab.engine.load_checkpoint` returns as ``ckpt["model"]``), or one module.
         optimizers: the optimisers by name, or one (named ``"optimizer"``).
         config: an :class:`EngineConfig` (default: one epoch, no checkpoint).
         device: the device of the modules (decides AMP; default: CUDA when present).
@@ -81,7 +81,7 @@ class Engine:
         autocast: wrap the step function in autocast (``False``: the step function autocasts itself
             with :meth:`autocast`).
         trained_on: what the run trains on (tensors, arrays, datasets, paths, functions and their
-            captured values; see :func:`~rank_lab.train.fingerprint.data_fingerprint`). Its
+            captured values; see :func:`~rank_lab.engine.fingerprint.data_fingerprint`). Its
             fingerprint is stored in the checkpoint, and a checkpoint of other data is refused.
             ``None``: the data is not checked (only the configuration and the code are).
     """
@@ -305,8 +305,8 @@ class Engine:
     def fingerprint(self) -> dict[str, Any]:
         """What produced the run's checkpoints: ``{"data", "code", "parameters"}`` (computed once).
 
-        ``data`` is :func:`~rank_lab.train.fingerprint.data_fingerprint` of the engine's ``trained_on``
-        (``None`` without data), ``code`` :func:`~rank_lab.train.fingerprint.code_fingerprint`,
+        ``data`` is :func:`~rank_lab.engine.fingerprint.data_fingerprint` of the engine's ``trained_on``
+        (``None`` without data), ``code`` :func:`~rank_lab.engine.fingerprint.code_fingerprint`,
         ``parameters`` a hash of the run key (the key itself is compared by the resume rule).
         """
         if self._fingerprint is None:
@@ -375,7 +375,7 @@ class Engine:
     def save(self, path: str | Path | None = None, state: Mapping[str, Any] | None = None) -> Path:
         """Write the state (default :meth:`state_dict`) to ``path`` (default the checkpoint): sealed,
         atomically, the file it replaces kept as the previous one
-        (:func:`~rank_lab.train.checkpoint.save_checkpoint`).
+        (:func:`~rank_lab.engine.checkpoint.save_checkpoint`).
 
         Raises:
             NonFiniteTrainingError: a module holds NaN/inf (nothing is written: the checkpoint on
@@ -404,7 +404,7 @@ class Engine:
     def maybe_resume(self) -> bool:
         """Resume from the checkpoint when ``config.resume`` and the file exists; return whether it did.
 
-        Under :func:`rank_lab.train.run_report.start_fresh` a checkpoint that this process did not
+        Under :func:`rank_lab.engine.run_report.start_fresh` a checkpoint that this process did not
         write is ignored (and reported as such).
         """
         if not (self.config.resume and self.checkpoint is not None and self.checkpoint.is_file()):

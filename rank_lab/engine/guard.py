@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from rank_lab.train.checkpoint import CheckpointMismatchError
+from rank_lab.engine.checkpoint import CheckpointMismatchError
 
 __all__ = ["NonFiniteTrainingError", "check_resume", "describe_batch"]
 

@@ -22,10 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from rank_lab.train import Batch, EngineConfig, Schedule, fit, load_checkpoint, run_report
-from rank_lab.train import checkpoint as CK
-from rank_lab.train import fingerprint as FP
-from rank_lab.train.checkpoint import (
+from rank_lab.engine import Batch, EngineConfig, Schedule, fit, load_checkpoint, run_report
+from rank_lab.engine import checkpoint as CK
+from rank_lab.engine import fingerprint as FP
+from rank_lab.engine.checkpoint import (
     CheckpointCorruptError,
     CheckpointMismatchError,
     CheckpointWarning,

@@ -1,9 +1,9 @@
 """Fingerprints that tie a checkpoint to what produced it: the training data and the code.
 
 The engine stores ``{"data", "code", "parameters"}`` in every checkpoint and refuses to resume
-from a checkpoint whose data or code differ (:class:`~rank_lab.train.checkpoint.CheckpointMismatchError`);
+from a checkpoint whose data or code differ (:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError`);
 the parameters (the run's configuration and schedule) are compared key by key by the resume rule
-(:func:`rank_lab.train.guard.check_resume`).
+(:func:`rank_lab.engine.guard.check_resume`).
 
 * :func:`data_fingerprint` hashes what a loop trains on: the bytes of tensors and arrays (with
   their dtype and shape), numbers and strings, containers, a dataset's attributes (its ``paths``,
@@ -18,8 +18,8 @@ the parameters (the run's configuration and schedule) are compared key by key by
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
+import re
 import types
 from collections.abc import Mapping
 from functools import lru_cache
@@ -29,8 +29,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-
-import rank_lab
 
 __all__ = ["data_fingerprint", "code_fingerprint", "set_code_context", "short"]
 
@@ -183,10 +181,20 @@ def _feed_function(h: Any, fn: Any, seen: set[int], depth: int) -> None:
     _feed(h, cells, seen, depth + 1)
 
 
+_ROOT = Path(__file__).resolve().parents[1]  # the rank_lab package folder
+
+
+@lru_cache(maxsize=1)
+def _version() -> str:
+    """``rank_lab.__version__``, read from the package's ``__init__.py`` (not imported: same floor)."""
+    m = re.search(r'^__version__ = "([^"]+)"', (_ROOT / "__init__.py").read_text(encoding="utf-8"), re.M)
+    return m.group(1) if m else "unknown"
+
+
 @lru_cache(maxsize=1)
 def _package_sources() -> str:
     """SHA-256 of the package's ``.py`` sources (relative path and bytes), read once per process."""
-    root = Path(inspect.getfile(rank_lab)).resolve().parent
+    root = _ROOT
     h = hashlib.sha256()
     for p in sorted(root.rglob("*.py")):
         if "__pycache__" in p.parts:
@@ -211,4 +219,4 @@ def set_code_context(name: str | None = None, source: str | None = None) -> None
 
 def code_fingerprint() -> dict[str, str]:
     """The code of this run: ``{"rank_lab": version, "sources_sha256": ..., ["notebook", "notebook_sha256"]}``."""
-    return {"rank_lab": rank_lab.__version__, "sources_sha256": _package_sources(), **_CONTEXT}
+    return {"rank_lab": _version(), "sources_sha256": _package_sources(), **_CONTEXT}

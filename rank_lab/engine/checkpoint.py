@@ -2,11 +2,10 @@
 
 A run interrupted at any point and resumed from its last checkpoint reproduces the uninterrupted
 run exactly (on CPU; on CUDA see ``docs/decisions.md``): the engine's checkpoint
-(:class:`rank_lab.train.engine.Engine`) holds the modules, optimisers, grad scaler, generators, the
+(:class:`rank_lab.engine.loop.Engine`) holds the modules, optimisers, grad scaler, generators, the
 Python / NumPy / torch (and CUDA) RNG states, the history and the fingerprint of what produced it
-(:mod:`rank_lab.train.fingerprint`); the batches depend only on the seed, the epoch and those
-generators, and the learning rate only on the global step (:func:`rank_lab.train.schedule.lr_at`,
-re-exported here).
+(:mod:`rank_lab.engine.fingerprint`); the batches depend only on the seed, the epoch and those
+generators, and the learning rate only on the global step (:func:`rank_lab.engine.schedule.lr_at`).
 
 **The file.** A checkpoint is a ``torch.save`` archive (``torch.load`` reads it) *sealed* by
 :func:`save_checkpoint` with one more record, ``<archive>/.rank_lab_checkpoint.json``: the number
@@ -37,8 +36,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-
-from rank_lab.train.schedule import lr_at  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
 
 __all__ = [
     "CheckpointError",
@@ -161,7 +158,7 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
             if not seals:
                 raise CheckpointCorruptError(
                     f"checkpoint {str(path)!r} has no rank_lab seal: it was not written by "
-                    "rank_lab.train.checkpoint.save_checkpoint (or by an older rank_lab)")
+                    "rank_lab.engine.checkpoint.save_checkpoint (or by an older rank_lab)")
             seal = json.loads(z.read(seals[-1]))
             digest, size, count = _digest(z)
     except CheckpointCorruptError:

@@ -1,6 +1,6 @@
 """What the training loops of this process did: trained, restored from a checkpoint, or started fresh.
 
-Every :class:`~rank_lab.train.engine.Engine` that trains or resumes reports here (one
+Every :class:`~rank_lab.engine.loop.Engine` that trains or resumes reports here (one
 :class:`LoopReport` each); :func:`training_report` sums them up for a results file, so that a run
 never reports training it did not do: a notebook whose loops all resumed from finished checkpoints
 says so (``resumed: true``, ``trained`` zero). The book's ``results.json`` records it under
@@ -8,7 +8,7 @@ says so (``resumed: true``, ``trained`` zero). The book's ``results.json`` recor
 
 :func:`start_fresh` makes the loops of this process ignore checkpoints written before it (the
 book runner's ``--fresh``): they train from the start and replace those files (the replaced file is
-kept as the previous checkpoint, :func:`~rank_lab.train.checkpoint.previous_path`).
+kept as the previous checkpoint, :func:`~rank_lab.engine.checkpoint.previous_path`).
 """
 
 from __future__ import annotations
