@@ -7,6 +7,7 @@
 * :mod:`rank_lab.engine.schedule` -- :class:`Schedule` and :func:`lr_at`, the one learning-rate schedule;
 * :mod:`rank_lab.engine.checkpoint` -- sealed, atomic, verified checkpoint files (the previous one
   kept), RNG states, :func:`load_checkpoint`;
+* :mod:`rank_lab.engine.state` -- the engine's checkpoint side: state, save, resume, the checks;
 * :mod:`rank_lab.engine.fingerprint` -- the data and code fingerprints that tie a checkpoint to its run;
 * :mod:`rank_lab.engine.run_report` -- what this process's loops restored and trained (fresh mode);
 * :mod:`rank_lab.engine.guard` -- :class:`NonFiniteTrainingError` and the resume rule;

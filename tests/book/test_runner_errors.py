@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -276,6 +277,25 @@ def test_path_parameters_are_resolved_against_the_callers_directory(train_book: 
     doc = book.load_results(book.run_notebook("train", {"data_dir": "data", "weights": "none"}, tmp_path / "out"))
     assert doc["parameters"]["data_dir"] == str(tmp_path / "data") == doc["results"]["training"]["data_dir"]
     assert doc["parameters"]["weights"] == "none"
+
+
+def test_exclusive_bounds_multiples_and_list_lengths(tmp_path: Path) -> None:
+    md = tmp_path / "c.md"
+    md.write_text(TRAIN.replace("    epochs: {min: 1}\n", "    epochs: {min: 1}\n    rate: {gt: 0, lt: 1}\n"
+                                "    sizes: {items: int, min: 8, multiple_of: 8, min_length: 1}\n").replace(
+        "epochs = 2\n", "epochs = 2\nrate = 0.5\nsizes = [8, 16]\n"))
+    schema = notebook_schema(md)
+    assert schema.check({"rate": 1e-9, "sizes": [8, 40]}) == {"rate": 1e-9, "sizes": [8, 40]}
+    assert schema.parameters["rate"].expected() == "a float > 0 and < 1"
+    assert schema.parameters["sizes"].expected() == "a list of int with items >= 8 and a multiple of 8, at least 1 item"
+    for values, message in [({"rate": 0.0}, "got 0.0 (float), expected a float > 0 and < 1"),
+                            ({"rate": 1}, "expected a float > 0 and < 1"),
+                            ({"sizes": [8, 12]}, "got [8, 12] (list)"), ({"sizes": []}, "at least 1 item")]:
+        with pytest.raises(ParameterError, match=re.escape(message)):
+            schema.check(values)
+    md.write_text(md.read_text().replace("multiple_of: 8", "multiple_of: 0"))
+    with pytest.raises(ValueError, match="multiple_of must be an int >= 1"):
+        notebook_schema(md)
 
 
 @pytest.mark.parametrize("spec, default, message", [
