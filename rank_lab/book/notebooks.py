@@ -17,7 +17,6 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 __all__ = [
-    "YAMLError",
     "read_yaml",
     "NotebookNotFoundError",
     "book_dir",
@@ -36,9 +35,16 @@ def read_yaml(text: str) -> Any:
     """Read YAML 1.2 text (safe types only): ``1e-3`` is a float, ``yes`` / ``no`` are strings.
 
     Raises:
-        YAMLError: the text is not valid YAML.
+        TypeError: ``text`` is not a string.
+        ValueError: the text is not valid YAML (the parser's first line).
     """
-    return YAML(typ="safe", pure=True).load(text)
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    try:
+        return YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"text is not valid YAML: {first}") from exc
 
 
 def book_dir() -> Path:

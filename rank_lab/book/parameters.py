@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .cells import parameters_cell_source, parse_parameters_cell
-from .notebooks import YAMLError, find_notebook, front_matter, read_yaml, suggest, to_notebook
+from .notebooks import find_notebook, front_matter, read_yaml, suggest, to_notebook
 
 __all__ = [
     "TYPE_NAMES",
@@ -372,7 +372,7 @@ def parse_parameter(value: str) -> Any:
         raise TypeError(f"value must be the text given on the command line, got {type(value).__name__}")
     try:
         return read_yaml(value)
-    except YAMLError:
+    except ValueError:
         return value
 
 

@@ -82,6 +82,8 @@ def update_contract(root: str | os.PathLike[str] | None = None, *, write: bool =
         ValueError: the contract lacks the markers.
     """
     path = contract_path(root)
+    if not path.is_file():
+        raise FileNotFoundError(f"root={str(root if root is not None else book_dir())!r}: no {path} beside the book folder")
     text = path.read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:
         raise ValueError(f"{path}: the markers of the generated wall-time block are missing ({BEGIN!r} ... {END!r})")

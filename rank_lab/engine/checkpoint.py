@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import random
 import shutil
 import warnings
@@ -86,9 +87,15 @@ class CheckpointRead(NamedTuple):
     fallback_reason: str | None
 
 
+def _as_path(path: Any) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path, got {type(path).__name__}")
+    return Path(path)
+
+
 def previous_path(path: str | Path) -> Path:
     """The file that keeps the previous checkpoint of ``path``: ``last.pt`` -> ``last.prev.pt``."""
-    p = Path(path)
+    p = _as_path(path)
     return p.with_name(f"{p.stem}.prev{p.suffix}" if p.suffix else f"{p.name}.prev")
 
 
@@ -148,7 +155,7 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
             (not written by :func:`save_checkpoint`), or its size or hash differs from the seal;
             the message names the file and the reason.
     """
-    path = Path(path)
+    path = _as_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     nbytes = path.stat().st_size
@@ -196,13 +203,20 @@ def save_checkpoint(obj: Any, path: str | Path, *, keep_previous: bool = True) -
         ``path``.
 
     Raises:
+        TypeError: ``path`` is not a path, or ``obj`` holds something ``torch.save`` cannot pickle.
+        ValueError: ``path`` is a folder.
         OSError: the folder cannot be written (the checkpoint on disk is left as it was).
     """
-    path = Path(path)
+    path = _as_path(path)
+    if path.is_dir():
+        raise ValueError(f"path {str(path)!r} is a folder: name the checkpoint file")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        torch.save(obj, tmp)
+        try:
+            torch.save(obj, tmp)
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise TypeError(f"obj cannot be saved by torch.save: {type(exc).__name__}: {_first_line(exc)}") from exc
         _seal(tmp)
         if keep_previous and path.is_file():
             _keep_previous(path)
@@ -248,7 +262,7 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
         CheckpointCorruptError: neither ``path`` nor (with ``fallback``) its previous file is a
             readable rank_lab training checkpoint; the message names both files and the reasons.
     """
-    path = Path(path)
+    path = _as_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     try:

@@ -211,6 +211,10 @@ def set_code_context(name: str | None = None, source: str | None = None) -> None
         name: e.g. the notebook's name; ``None`` clears the context.
         source: its code (hashed).
     """
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+    if source is not None and not isinstance(source, str):
+        raise TypeError(f"source must be the code as a str or None, got {type(source).__name__}")
     _CONTEXT.clear()
     if name is not None:
         _CONTEXT["notebook"] = str(name)

@@ -13,6 +13,7 @@ kept as the previous checkpoint, :func:`~rank_lab.engine.checkpoint.previous_pat
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -64,13 +65,17 @@ class LoopReport:
 
 
 def _key(path: str | Path) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path, got {type(path).__name__}")
     return str(Path(path).resolve())
 
 
 def start_fresh(fresh: bool = True) -> None:
     """From now on (``fresh``), this process's loops ignore the checkpoints written before: they
     resume only from checkpoints written after this call."""
-    _STATE["fresh"] = bool(fresh)
+    if not isinstance(fresh, bool):
+        raise TypeError(f"fresh must be a bool, got {type(fresh).__name__}")
+    _STATE["fresh"] = fresh
     _WRITTEN.clear()
 
 
