@@ -71,7 +71,7 @@ import torch
 
 from rank_lab.book import save_results, start_run
 from rank_lab.data import load_embedding_file
-from rank_lab.train import Batch, EngineConfig, fit
+from rank_lab.engine import Batch, EngineConfig, fit
 
 start_run(globals())
 Path("started").write_text("1")
