@@ -22,7 +22,7 @@ from rank_lab.engine.checkpoint import load_checkpoint
 from rank_lab.engine.guard import NonFiniteTrainingError
 from rank_lab.engine.loop import Engine, fit
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.options import Batch, EngineConfig, StepResult, loop_options
 from rank_lab.engine.schedule import Schedule, lr_at
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "EngineConfig",
     "Batch",
     "StepResult",
+    "loop_options",
     "NonFiniteTrainingError",
     "Schedule",
     "lr_at",

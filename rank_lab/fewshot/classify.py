@@ -43,6 +43,7 @@ from rank_lab._validation import check_choice, check_embeddings, check_labels, c
 from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
 from rank_lab.metrics import knn_search
 from rank_lab.metrics.classification import knn_classify
+from rank_lab.registry import Registry
 from rank_lab.retrieval import alpha_qe, build_graph
 from rank_lab.retrieval.diffusion_graph import diffuse
 
@@ -54,7 +55,17 @@ __all__ = [
     "METHODS",
 ]
 
-METHODS = ("mahalanobis", "euclidean", "cosine", "knn", "diffusion")
+#: The classification rules of :func:`classify_by_retrieval` by name (``METHODS.list()``).
+METHODS: Registry[str] = Registry("few-shot method")
+for _name, _rule in {
+    "mahalanobis": "nearest class by Simple CNAPS' Mahalanobis rule (eqs. 5.1-5.2)",
+    "euclidean": "nearest class mean, Euclidean distance",
+    "cosine": "nearest class mean, cosine similarity",
+    "knn": "k nearest support images and a vote (knn_k, vote)",
+    "diffusion": "class of the largest diffusion mass from the support images (graph_k, diffusion_alpha)",
+}.items():
+    METHODS.register(_name, _rule, summary=_rule)
+del _name, _rule
 
 
 def allways_split(labels: torch.Tensor, k: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,7 +146,8 @@ def classify_by_retrieval(
     if s.shape[1] != q.shape[1]:
         raise ValueError(f"queries have d={q.shape[1]} but support has d={s.shape[1]}")
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
+    method = METHODS.key(method)
     check_choice(vote, "vote", ("majority", "similarity", "softmax"))
     knn_k = check_positive_int(knn_k, "knn_k")
     if knn_k > s.shape[0]:

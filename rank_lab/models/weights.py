@@ -370,7 +370,7 @@ def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetc
     if isinstance(spec, Path):
         return file_record(spec)
     name = backbone[5:] if backbone.lower().startswith("timm:") else backbone
-    if name.lower() in ("mlp", "tiny_cnn", "tinycnn", "tiny"):
+    if name.lower() in ("mlp", "tiny_cnn", "tiny"):
         raise ValueError(f"backbone {backbone!r} has no ImageNet weights; use weights='none' or a weight file")
     if not fetch:
         return {"weights": "imagenet", "source": f"timm:{timm_pretrained_name(name)}"}

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rank_lab.engine.options import EngineConfig
 from rank_lab.models.heads import ModelConfig
 from rank_lab.train.recipes import RECIPES
 
@@ -278,6 +279,22 @@ class TrainConfig:
     def replace(self, **changes: Any) -> TrainConfig:
         """A validated copy with some keys changed (flat model keys allowed)."""
         return _replace(self, changes)
+
+    def engine_options(self, checkpoint: str | Path | None = None) -> EngineConfig:
+        """The training engine's options of this run, the one place they are read from the config.
+
+        ``epochs``, ``resume``, ``progress``, ``amp``, ``amp_dtype`` and ``grad_clip`` are the
+        fields of :class:`~rank_lab.engine.options.EngineConfig`, kept flat here so that a
+        notebook's parameters cell fills them; the :class:`~rank_lab.train.trainer.Trainer` writes its
+        checkpoints itself (every ``checkpoint_every`` epochs, with its log), so the engine gets
+        ``checkpoint_every=None``.
+
+        Args:
+            checkpoint: the checkpoint file (the trainer's ``checkpoint_dir/last.pt``) or ``None``.
+        """
+        return EngineConfig(epochs=self.epochs, checkpoint=checkpoint, checkpoint_every=None,
+                            resume=self.resume, progress=self.progress, amp=self.amp,
+                            amp_dtype=self.amp_dtype, grad_clip=self.grad_clip)
 
     # ------------------------------------------------------------------ recipes
     @classmethod

@@ -32,7 +32,7 @@ from rank_lab.data import HierarchicalSampler, MPerClassSampler
 from rank_lab.engine.checkpoint import atomic_write_json
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer, param_groups
-from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.options import Batch, StepResult
 from rank_lab.engine.schedule import Schedule
 from rank_lab.losses.registry import build_loss, loss_info
 from rank_lab.memory import CrossBatchMemory, MemoryLoss
@@ -130,8 +130,7 @@ class Trainer(RetrievalEvaluation):
         self.engine = Engine(
             {"model": self.model, **({"loss": self.loss_fn} if isinstance(self.loss_fn, nn.Module) else {})},
             {"optimizer": self.optimizer},
-            EngineConfig(epochs=cfg.epochs, checkpoint=self.checkpoint_path, checkpoint_every=None, resume=cfg.resume,
-                         progress=cfg.progress, amp=cfg.amp, amp_dtype=cfg.amp_dtype, grad_clip=cfg.grad_clip),
+            cfg.engine_options(self.checkpoint_path),
             device=self.device, autocast=False, run_key=self.config.to_dict, free_keys=_RESUME_FREE, record=self.schedule,
             schedule=Schedule(cfg.scheduler, total, cfg.warmup_epochs * self.steps_per_epoch, cfg.min_lr, ref_lr=cfg.lr),
             new_run_hint="set resume=False or use another checkpoint_dir", trained_on=(self.train_set, self.train_labels, test_data))

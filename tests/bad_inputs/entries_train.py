@@ -12,17 +12,17 @@ import rank_lab.engine.fingerprint as FP
 import rank_lab.engine.guard as GU
 import rank_lab.engine.loop as EN
 import rank_lab.engine.optim as OP
-import rank_lab.engine.options as O_
+import rank_lab.engine.options as EOPT
 import rank_lab.engine.run_report as RR
 import rank_lab.engine.schedule as SC
 import rank_lab.engine.state as ST
-import rank_lab.models.backbones as B_
+import rank_lab.models.backbones as MBB
 import rank_lab.train as T
 import rank_lab.train.classification as CL
 import rank_lab.train.data as DA
 import rank_lab.train.distributed as TD
 import rank_lab.train.distributed.collectives as DI
-import rank_lab.train.distributed.env as DE_
+import rank_lab.train.distributed.env as DENV
 import rank_lab.train.distributed.launch as LA
 import rank_lab.train.multistage as MS
 import rank_lab.train.recipes as TR
@@ -109,19 +109,19 @@ MS_ROLES = {"inputs": "x", "labels": "labels", "chunk_size": "posint"}
 
 def _engine():
     model = torch.nn.Linear(3, 1)
-    return {"modules": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1), "config": O_.EngineConfig(),
+    return {"modules": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1), "config": EOPT.EngineConfig(),
             "device": "cpu"}
 
 
 def _engine_step():
-    return {"step_fn": lambda x: x.sum() * 0.0, "batch": O_.Batch(torch.ones(2, 3, requires_grad=True), indices=[0, 1])}
+    return {"step_fn": lambda x: x.sum() * 0.0, "batch": EOPT.Batch(torch.ones(2, 3, requires_grad=True), indices=[0, 1])}
 
 
 def _fit():
     model = torch.nn.Linear(3, 1)
     x = emb(6, 3)
     return {"model": model, "step_fn": lambda i: model(x[i]).pow(2).mean(), "data": lambda e: [torch.arange(3), torch.arange(3, 6)],
-            "config": O_.EngineConfig(epochs=2), "device": "cpu"}
+            "config": EOPT.EngineConfig(epochs=2), "device": "cpu"}
 
 
 TRAIN_EXTRA = {
@@ -217,9 +217,9 @@ ENTRIES = [
     fn(CL.predict_logits, lambda: {"model": _classifier(), "x": emb(5, 6), "batch_size": 2}, {"x": "x", "batch_size": "posint"},
        extra={"not_classifier": ("model", lambda: MLPBackbone(6, (8,)), ("model",))}),
     # rank_lab.train.distributed.collectives
-    fn(DE_.DistEnv, {"rank": 0, "world_size": 1, "local_rank": 0}, {"rank": "nonnegint", "world_size": "posint", "local_rank": "nonnegint"},
+    fn(DENV.DistEnv, {"rank": 0, "world_size": 1, "local_rank": 0}, {"rank": "nonnegint", "world_size": "posint", "local_rank": "nonnegint"},
        extra={"rank_too_big": ("rank", lambda: 1, ("rank",))}),
-    fn(DE_.current_env),
+    fn(DENV.current_env),
     fn(DI.cleanup_distributed, {"env": None}, extra={"not_env": ("env", lambda: 3, ("env",))}),
     fn(DI.barrier),
     fn(DI.broadcast_object, {"obj": {"a": 1}, "src": 0}, {"src": "nonnegint"}, extra={"not_a_rank": ("src", lambda: 1, ("src",))}),
@@ -245,20 +245,23 @@ ENTRIES = [
        extra={"not_config": ("config", lambda: 3, ("config",))}),
     # rank_lab.train.multistage
     fn(MS.MultistageOutput, lambda: {"loss": torch.tensor(0.5), "embeddings": emb(3), "embedding_grad": emb(3)}),
-    fn(B_.lock_batchnorm, lambda: {"model": MLPBackbone(4, (4,))},
+    fn(MBB.lock_batchnorm, lambda: {"model": MLPBackbone(4, (4,))},
        extra={"not_module": ("model", lambda: 3, ("model",))}),
     fn(MS.embed_in_chunks, lambda: {"model": _Linear(), "inputs": emb(8, 6), "chunk_size": 3},
        {"inputs": "x", "chunk_size": "posint"}, extra={"not_module": ("model", lambda: 3, ("model",))}),
     fn(MS.multistage_backward, _ms, {**MS_ROLES, "atol": "nonneg"}, rows=(("inputs", "labels"),)),
     fn(MS.multistage_step, _ms_step, MS_ROLES, rows=(("inputs", "labels"),)),
-    fn(MS.fit_multistage, lambda: {**_ms(), "batch_size": 4, "m_per_class": 2, "steps": 2, "progress": False},
+    fn(MS.fit_multistage, lambda: {**_ms(), "batch_size": 4, "m_per_class": 2, "steps": 2},
        {**MS_ROLES, "batch_size": "posint", "m_per_class": "posint", "steps": "posint", "lr": "pos"}, rows=(("inputs", "labels"),)),
     # rank_lab.engine.loop, .options, .guard, .schedule, .optim, .data (the one training engine)
-    fn(O_.EngineConfig, {"epochs": 2, "checkpoint_every": 1, "checkpoint": None, "resume": True},
+    fn(EOPT.EngineConfig, {"epochs": 2, "checkpoint_every": 1, "checkpoint": None, "resume": True},
        {"epochs": "posint", "checkpoint_every": "posint", "amp_dtype": "choice", "unit": "choice", "grad_clip": "pos"},
        extra={"not_path": ("checkpoint", lambda: 3, ("checkpoint",)), "not_bool": ("resume", lambda: "yes", ("resume",))}),
-    fn(O_.Batch, lambda: {"data": emb(3), "indices": [0, 1, 2]}),
-    fn(O_.StepResult, {"loss": 0.5}),
+    fn(EOPT.loop_options, {"engine": None, "epochs": 3, "desc": "loop"}, {"epochs": "posint", "unit": "choice"},
+       extra={"not_engine": ("engine", lambda: 3, ("engine",)),
+              "engine_epochs": ("engine", lambda: EOPT.EngineConfig(epochs=2), ("engine",))}),
+    fn(EOPT.Batch, lambda: {"data": emb(3), "indices": [0, 1, 2]}),
+    fn(EOPT.StepResult, {"loss": 0.5}),
     cls(EN.Engine, _engine, calls=[("train_step", _engine_step, None)],
         extra={"not_module": ("modules", lambda: {"model": 3}, ("model",)),
                "reserved": ("modules", lambda: {"history": torch.nn.Linear(2, 1)}, ("history",)),
