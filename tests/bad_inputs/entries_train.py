@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 import rank_lab.engine as EG
 import rank_lab.engine.checkpoint as CK
+import rank_lab.engine.fingerprint as FP
 import rank_lab.engine.guard as GU
 import rank_lab.engine.loop as EN
 import rank_lab.engine.optim as OP
 import rank_lab.engine.options as EOPT
+import rank_lab.engine.run_report as RR
 import rank_lab.engine.schedule as SC
+import rank_lab.engine.state as ST
 import rank_lab.models.backbones as MBB
 import rank_lab.train as T
 import rank_lab.train.classification as CL
@@ -47,7 +52,13 @@ def _checkpoint_file() -> str:
     import tempfile
 
     path = tempfile.mkdtemp(prefix="rank_lab_matrix_") + "/last.pt"
-    torch.save({"model": {}, "epoch": 0}, path)
+    CK.save_checkpoint({"model": {}, "epoch": 0}, path)
+    return path
+
+
+def _garbage_file() -> str:
+    path = _tmp("bad.pt")
+    Path(path).write_bytes(b"not a checkpoint" * 8)
     return path
 
 
@@ -164,7 +175,33 @@ ENTRIES = [
        {"step": "nonnegint", "base_lr": "pos", "total_steps": "posint", "warmup_steps": "nonnegint", "schedule": "choice", "min_lr": "nonneg"}),
     fn(NonFiniteTrainingError, {"message": "the loss is nan", "epoch": 1, "step": 0, "batch_indices": None, "checkpoint": None}),
     # rank_lab.engine.checkpoint
-    fn(CK.atomic_save, lambda: {"obj": {"a": 1}, "path": _tmp("x.pt")}),
+    fn(CK.save_checkpoint, lambda: {"obj": {"a": 1}, "path": _tmp("x.pt")},
+       extra={"folder": ("path", lambda: _tmp(""), ("path",)), "int": ("path", lambda: 3, ("path",)),
+              "unpicklable": ("obj", lambda: {"f": lambda: 1}, ("obj",))}),
+    fn(CK.verify_checkpoint, lambda: {"path": _checkpoint_file()}, {"path": "path"},
+       extra={"garbage": ("path", _garbage_file, ("checkpoint",)), "int": ("path", lambda: 3, ("path",))}),
+    fn(CK.read_checkpoint, lambda: {"path": _checkpoint_file()}, {"path": "path"},
+       extra={"garbage": ("path", _garbage_file, ("checkpoint", "fresh")), "int": ("path", lambda: 3, ("path",))}),
+    fn(CK.previous_path, {"path": "last.pt"}, extra={"int": ("path", lambda: 3, ("path",))}),
+    cls(CK.CheckpointError),
+    cls(CK.CheckpointCorruptError),
+    cls(CK.CheckpointMismatchError),
+    cls(CK.CheckpointWarning),
+    cls(CK.CheckpointRead, lambda: {"state": {"model": {}, "epoch": 0}, "path": Path("last.pt"), "fallback_reason": None}),
+    # rank_lab.engine.fingerprint, run_report, state
+    fn(FP.data_fingerprint, lambda: {"data": (emb(4), labels(4), [Path("x.pt"), "a"])}),
+    fn(FP.code_fingerprint),
+    fn(FP.set_code_context, {"name": None, "source": None},
+       extra={"name": ("name", lambda: 3, ("name",)), "source": ("source", lambda: b"x", ("source",))}),
+    fn(FP.short, {"fingerprint": "0123456789abcdef"}),
+    cls(RR.LoopReport, {"desc": "train", "unit": "epoch"}, calls=[("register", None, None)]),
+    fn(RR.training_report),
+    fn(RR.reset_training_report),
+    fn(RR.start_fresh, {"fresh": False}, extra={"str": ("fresh", lambda: "yes", ("fresh",))}),
+    fn(RR.is_fresh),
+    fn(RR.note_written, lambda: {"path": _tmp("n.pt")}, extra={"int": ("path", lambda: 3, ("path",))}),
+    fn(RR.written_here, lambda: {"path": _tmp("n.pt")}, extra={"int": ("path", lambda: 3, ("path",))}),
+    cls(ST.EngineState),
     fn(CK.atomic_write_json, lambda: {"obj": {"a": (1, 2)}, "path": _tmp("x.json")},
        extra={"not_json": ("obj", lambda: {"a": object()}, ("obj",))}),
     fn(CK.get_rng_state),
