@@ -43,6 +43,7 @@ from rank_lab._validation import check_choice, check_embeddings, check_labels, c
 from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
 from rank_lab.metrics import knn_search
 from rank_lab.metrics.classification import knn_classify
+from rank_lab.registry import Registry
 from rank_lab.retrieval import alpha_qe, build_graph
 from rank_lab.retrieval.diffusion_graph import diffuse
 
@@ -54,7 +55,17 @@ __all__ = [
     "METHODS",
 ]
 
-METHODS = ("mahalanobis", "euclidean", "cosine", "knn", "diffusion")
+#: The classification rules of :func:`classify_by_retrieval` by name (``METHODS.list()``).
+METHODS: Registry[str] = Registry("few-shot method")
+for _name, _rule in {
+    "mahalanobis": "nearest class by Simple CNAPS' Mahalanobis rule (eqs. 5.1-5.2)",
+    "euclidean": "nearest class mean, Euclidean distance",
+    "cosine": "nearest class mean, cosine similarity",
+    "knn": "k nearest support images and a vote (knn_k, vote)",
+    "diffusion": "class of the largest diffusion mass from the support images (graph_k, diffusion_alpha)",
+}.items():
+    METHODS.register(_name, _rule, summary=_rule)
+del _name, _rule
 
 
 def allways_split(labels: torch.Tensor, k: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,19 +134,20 @@ def classify_by_retrieval(
         **mahalanobis_kwargs: options of :class:`~rank_lab.fewshot.mahalanobis.MahalanobisClassifier`.
 
     Returns:
-        ``(Q,)`` predicted classes.
+        ``(Q,)`` predicted classes (an evaluation: descriptors that require grad are detached).
 
     Raises:
         TypeError, ValueError: bad descriptors or labels, an unknown ``method`` or ``vote``, a
             ``knn_k`` that is not an int in ``[1, S]``.
     """
-    q = check_embeddings(queries, "queries")
-    s = check_embeddings(support, "support")
+    q = check_embeddings(queries, "queries").detach()
+    s = check_embeddings(support, "support").detach()
     ys = check_labels(support_labels, s.shape[0], "support_labels")
     if s.shape[1] != q.shape[1]:
         raise ValueError(f"queries have d={q.shape[1]} but support has d={s.shape[1]}")
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
+    method = METHODS.key(method)
     check_choice(vote, "vote", ("majority", "similarity", "softmax"))
     knn_k = check_positive_int(knn_k, "knn_k")
     if knn_k > s.shape[0]:
@@ -176,7 +188,7 @@ def allways_evaluate(
     Returns:
         One OA (in ``[0, 1]``) per run; summarise with :func:`rank_lab.stats.mean_ci`.
     """
-    x = check_embeddings(embeddings, "embeddings")
+    x = check_embeddings(embeddings, "embeddings").detach()  # an evaluation
     y = check_labels(labels, x.shape[0], "labels")
     out = []
     for r in range(check_positive_int(runs, "runs")):
@@ -200,7 +212,7 @@ def episodic_evaluate(
         TypeError, ValueError: ``k``, ``n_way``, ``n_query`` or ``episodes`` not a positive int, fewer
             than ``n_way`` classes with more than ``k`` items.
     """
-    x = check_embeddings(embeddings, "embeddings")
+    x = check_embeddings(embeddings, "embeddings").detach()  # an evaluation
     y = check_labels(labels, x.shape[0], "labels")
     k, n_way = check_positive_int(k, "k"), check_positive_int(n_way, "n_way")
     n_query = check_positive_int(n_query, "n_query")

@@ -37,17 +37,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_positive_int, trusted_inputs
 from rank_lab.losses.ap import SupAP
+from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
 from rank_lab.losses.hierarchical import SupHAP, SupNDCG
+from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.recall import SupRecallAtK
 from rank_lab.losses.registry import register_loss
 
 __all__ = ["ROD", "roadmap_neurips", "roadmap_tpami", "rod_recall", "happier", "happier_f", "rod_ndcg", "HAPPIER_F_ALPHA"]
 
 
-class ROD(nn.Module):
+class ROD(MetricLoss):
     """``(1 - lambda) * rank_loss + lambda * dg_loss`` (Eq. 3.2 of the Ramzi thesis).
 
     Args:
@@ -58,8 +60,9 @@ class ROD(nn.Module):
         weights: explicit ``(w_rank, w_dg)`` instead of ``(1 - lam, lam)`` (e.g. the NeurIPS code's
             ``(1, 1)``).
 
-    The call is the common one; ``ref_embeddings`` go to the losses that use them (a proxy loss
-    sees only the batch, as in the official code), so wrapping a ROD in a
+    The call is the common one of :class:`~rank_lab.losses.base.MetricLoss`; a combination of
+    losses, it hands the call to its parts: ``ref_embeddings`` go to the losses that use them (a
+    proxy loss sees only the batch, as in the official code), so wrapping a ROD in a
     :class:`rank_lab.memory.MemoryLoss` gives the official ``(batch + memory) / 2`` per criterion.
     Parameters of the proxy loss (if any) are parameters of this module.
     """
@@ -71,8 +74,10 @@ class ROD(nn.Module):
         if not 0.0 <= lam <= 1.0:
             raise ValueError(f"lam must be in [0, 1], got {lam}")
         self.rank_loss, self.dg_loss, self.lam = rank_loss, dg_loss, float(lam)
+        self.normalize = all(getattr(m, "normalize", True) for m in (rank_loss, dg_loss))
         self.weights = (1.0 - self.lam, self.lam) if weights is None else (float(weights[0]), float(weights[1]))
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -84,11 +89,13 @@ class ROD(nn.Module):
     ) -> torch.Tensor:
         """Scalar ROD loss of ``embeddings (B, d)``, ``labels (B,)|(B, L)`` (+ optional refs)."""
         w_rank, w_dg = self.weights
+        # validate once: the rank loss checks the inputs' values, the decomposability loss trusts them
         out = w_rank * self.rank_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-        if getattr(self.dg_loss, "uses_references", True):
-            dg = self.dg_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-        else:
-            dg = self.dg_loss(embeddings, labels)
+        with trusted_inputs([self.dg_loss]):
+            if getattr(self.dg_loss, "uses_references", True):
+                dg = self.dg_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+            else:
+                dg = self.dg_loss(embeddings, labels)
         return out + w_dg * dg
 
     def extra_repr(self) -> str:

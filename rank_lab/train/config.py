@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rank_lab.engine.options import EngineConfig
 from rank_lab.models.heads import ModelConfig
 from rank_lab.train.recipes import RECIPES
 
@@ -42,12 +43,15 @@ class TrainConfig:
 
     Fields, by group:
 
-    * Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``.
+    * Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``
+      (deterministic algorithms, :func:`rank_lab.utils.seed_everything`: the condition of a
+      bit-exact resume on CUDA; on the CPU runs are bit-exact either way).
     * Data: ``epochs``, ``batch_size``, ``m_per_class`` (images per class in a batch, the
       m-per-class sampler of the papers), ``sampler`` ("m_per_class", or "hierarchical": the
       HAPPIER papers' sampler drawing ``super_classes_per_batch`` super-classes (label column
       1) per batch, m per class, needs ``(N, L)`` labels), ``batches_per_epoch`` (``None``: the sampler's
-      default length), ``num_workers``, ``image_size`` (for dataset transforms),
+      default length), ``num_workers`` (clamped to the machine's CPUs, with a warning),
+      ``image_size`` (for dataset transforms),
       ``dataset`` / ``data_dir`` (for :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
     * Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
       head; ``None`` = ``lr``), ``loss_lr`` (learnable loss parameters such as proxies;
@@ -275,6 +279,22 @@ class TrainConfig:
     def replace(self, **changes: Any) -> TrainConfig:
         """A validated copy with some keys changed (flat model keys allowed)."""
         return _replace(self, changes)
+
+    def engine_options(self, checkpoint: str | Path | None = None) -> EngineConfig:
+        """The training engine's options of this run, the one place they are read from the config.
+
+        ``epochs``, ``resume``, ``progress``, ``amp``, ``amp_dtype`` and ``grad_clip`` are the
+        fields of :class:`~rank_lab.engine.options.EngineConfig`, kept flat here so that a
+        notebook's parameters cell fills them; the :class:`~rank_lab.train.trainer.Trainer` writes its
+        checkpoints itself (every ``checkpoint_every`` epochs, with its log), so the engine gets
+        ``checkpoint_every=None``.
+
+        Args:
+            checkpoint: the checkpoint file (the trainer's ``checkpoint_dir/last.pt``) or ``None``.
+        """
+        return EngineConfig(epochs=self.epochs, checkpoint=checkpoint, checkpoint_every=None,
+                            resume=self.resume, progress=self.progress, amp=self.amp,
+                            amp_dtype=self.amp_dtype, grad_clip=self.grad_clip)
 
     # ------------------------------------------------------------------ recipes
     @classmethod

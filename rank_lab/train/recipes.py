@@ -30,15 +30,18 @@ from rank_lab._validation import check_choice, check_float, check_nonneg_int, ch
 from rank_lab.engine.optim import build_optimizer
 from rank_lab.engine.schedule import Schedule
 from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK
+from rank_lab.registry import Registry
 
 __all__ = ["RECIPES", "list_recipes", "RecallRecipe", "RECALL_RECIPES", "get_recall_recipe", "list_recall_recipes"]
 
 
 _R50 = {"backbone": "resnet50", "in_channels": 3, "layer_norm": True, "embed_dim": 512, "freeze_bn": True}
 
-#: The papers' training recipes (flat :class:`~rank_lab.train.TrainConfig` keys). Keys starting with ``_``
-#: document the sources and are not config keys.
-RECIPES: dict[str, dict[str, Any]] = {
+#: The papers' training recipes (flat :class:`~rank_lab.train.TrainConfig` keys), by name. Keys
+#: starting with ``_`` document the sources and are not config keys (the entry's summary is
+#: ``_sources``).
+RECIPES: Registry[dict[str, Any]] = Registry("recipe")
+for _name, _recipe in {
     "roadmap_sop": {
         **_R50, "pooling": "avg", "dataset": "sop", "image_size": 224,
         "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
@@ -105,12 +108,15 @@ RECIPES: dict[str, dict[str, Any]] = {
         "scheduler": "cosine", "eval_ks": (1, 10), "amp": False,
         "_sources": "rank_lab: CPU smoke run on rank_lab.data.load_digits (8x8, 1 channel).",
     },
-}
+}.items():
+    RECIPES.register(_name, _recipe, summary=_recipe["_sources"])
+del _name, _recipe
 
 
-def list_recipes() -> dict[str, str]:
-    """``{name: sources}`` of every :class:`~rank_lab.train.TrainConfig` recipe."""
-    return {k: v.get("_sources", "") for k, v in RECIPES.items()}
+def list_recipes(filter: str = "") -> list[str]:
+    """Sorted names of the :class:`~rank_lab.train.TrainConfig` recipes matching ``filter``
+    (``fnmatch``; ``""``: all); ``RECIPES.entry(name).summary`` gives a recipe's sources."""
+    return RECIPES.list(filter)
 
 
 @dataclass(frozen=True)
@@ -249,7 +255,8 @@ def _r(dataset: str, arch: str, opt: str, lr: float, epochs: int | None, ms: tup
 
 
 #: The RS@k recipes ``"<dataset>_<arch>"``.
-RECALL_RECIPES: dict[str, RecallRecipe] = {
+RECALL_RECIPES: Registry[RecallRecipe] = Registry("RS@k recipe")
+for _name, _rs in {
     "inaturalist_resnet50": _r("inaturalist", "resnet50", "adam", 1e-4, 90, (40, 70)),
     "inaturalist_vit_b32": _r("inaturalist", "vit_b32", "adamw", 5e-5, 90, (10, 40, 70)),
     "inaturalist_vit_b16": _r("inaturalist", "vit_b16", "adamw", 5e-5, 90, (10, 40, 70), chunk_size=100),
@@ -285,12 +292,15 @@ RECALL_RECIPES: dict[str, RecallRecipe] = {
         "lr 1e-6 and weight decay 1e-6 are that code's Adam defaults (its exponential lr decay is not "
         "modelled here), not numbers of the thesis; FC initialised with whitening; images <= 1024 px",
     ),
-}
+}.items():
+    RECALL_RECIPES.register(_name, _rs, summary=f"{_rs.dataset} {_rs.arch}: {_rs.optimizer} lr {_rs.lr}")
+del _name, _rs
 
 
-def list_recall_recipes() -> list[str]:
-    """Names of the RS@k recipes (``"<dataset>_<arch>"``)."""
-    return sorted(RECALL_RECIPES)
+def list_recall_recipes(filter: str = "") -> list[str]:
+    """Sorted names of the RS@k recipes (``"<dataset>_<arch>"``) matching ``filter`` (``fnmatch``;
+    ``""``: all)."""
+    return RECALL_RECIPES.list(filter)
 
 
 def get_recall_recipe(name: str, **changes: object) -> RecallRecipe:
@@ -299,12 +309,7 @@ def get_recall_recipe(name: str, **changes: object) -> RecallRecipe:
     Raises:
         ValueError: unknown name (the message lists the known ones) or field.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
-    key = name.lower()
-    if key not in RECALL_RECIPES:
-        raise ValueError(f"unknown RS@k recipe name {name!r}; known: {list_recall_recipes()}")
-    recipe = RECALL_RECIPES[key]
+    recipe = RECALL_RECIPES[name]
     unknown = sorted(set(changes) - {f.name for f in fields(RecallRecipe)})
     if unknown:
         raise ValueError(f"unknown RecallRecipe field(s) {unknown} in the changes to {name!r}")
