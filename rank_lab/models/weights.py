@@ -38,7 +38,6 @@ __all__ = [
     "PAPER_TAGS",
     "WeightsUnavailableError",
     "parse_weights",
-    "merge_legacy_weights",
     "timm_pretrained_name",
     "file_sha256",
     "file_record",
@@ -96,34 +95,6 @@ def parse_weights(weights: str | os.PathLike[str] | None, *, argument: str = "we
             f"{argument}={str(weights)!r} is neither 'imagenet', 'none' nor an existing weight file"
         )
     return path
-
-
-def merge_legacy_weights(
-    weights: str | os.PathLike[str] | None, pretrained: bool = False, weights_path: str | os.PathLike[str] | None = None
-) -> tuple[WeightsSpec, bool]:
-    """Fold the older ``pretrained`` / ``weights_path`` arguments into one ``weights`` value.
-
-    Returns:
-        ``(spec, strict)``: the parsed ``weights`` and whether a file is loaded strictly (``True``
-        for ``weights=<path>``; ``False`` for the older, lenient ``weights_path``).
-
-    Raises:
-        ValueError: if ``weights`` is given together with ``pretrained=True`` or ``weights_path``.
-    """
-    if weights is not None:
-        if pretrained or weights_path is not None:
-            raise ValueError(
-                f"pass either weights={str(weights)!r} or the older pretrained={pretrained!r} / "
-                f"weights_path={weights_path!r}, not both"
-            )
-        return parse_weights(weights), True
-    if pretrained and weights_path is not None:
-        raise ValueError("pretrained=True and weights_path are exclusive: use weights='imagenet' or a path")
-    if pretrained:
-        return "imagenet", True
-    if weights_path is not None:
-        return parse_weights(weights_path, argument="weights_path"), False
-    return "none", True
 
 
 def timm_pretrained_name(name: str) -> str:
@@ -234,11 +205,11 @@ def load_backbone_weights(
     check_module(module, "module")
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"weights_path {str(path)!r} does not exist or is not a file")
+        raise FileNotFoundError(f"weight file {str(path)!r} does not exist or is not a file")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - re-raised with the file name
-        raise ValueError(f"could not read weights_path {str(path)!r}: {exc}") from exc
+        raise ValueError(f"could not read the weight file {str(path)!r}: {exc}") from exc
     src = _unwrap_state_dict(obj)
     target = module.state_dict()
     loaded: dict[str, torch.Tensor] = {}

@@ -77,7 +77,7 @@ ENTRIES = [
     fn(F.adaptation_parameter_count, {"channels": [4], "blocks": [1], "z_dim": 4}, {"z_dim": "posint"}),
     cls(F.TinyResNetBody, {"widths": (4,)}, {"in_channels": "posint"}),
     fn(F.film_tiny_resnet, {"widths": (4,)}, {"in_channels": "posint", "stem_stride": "posint"}),
-    fn(F.film_resnet18, {"source": "torchvision"}, {"source": "choice", "weights_path": "path"}),
+    fn(F.film_resnet18, {"source": "torchvision"}, {"source": "choice", "weights": "path"}),
     cls(F.FiLMResNet, lambda: {"body": F.TinyResNetBody(widths=(4,))}),
     cls(F.SetEncoder, {"width": 4, "depth": 2}, {"in_channels": "posint", "width": "posint", "depth": "posint"},
         calls=[("__call__", lambda: {"support": images(3, 3, 8)}, {"support": "x"})], legal={"__call__.support:ndim+": ONE_TASK}),

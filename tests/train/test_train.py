@@ -104,7 +104,7 @@ def test_recipes_transcribe_the_papers():
     sop = TrainConfig.recipe("roadmap_sop")
     assert (sop.lr, sop.batch_size, sop.m_per_class, sop.epochs, sop.scheduler) == (5e-5, 256, 4, 100, "cosine")
     assert (sop.model.backbone, sop.model.pooling, sop.model.embed_dim, sop.model.layer_norm) == ("resnet50", "avg", 512, True)
-    assert sop.model.pretrained is False and sop.recipe_name == "roadmap_sop"
+    assert sop.model.weights is None and sop.recipe_name == "roadmap_sop"
     inat = TrainConfig.recipe("roadmap_inat")
     assert (inat.lr, inat.weight_decay, inat.min_lr, inat.eval_ks) == (1e-5, 4e-4, 1e-6, (1, 4, 16, 32))
     cub = TrainConfig.recipe("roadmap_cub")
@@ -112,8 +112,8 @@ def test_recipes_transcribe_the_papers():
     assert TrainConfig.recipe("roadmap_sop_sota").model.pooling == "gem"
     assert TrainConfig.recipe("roadmap_sop_sota").memory_size == 59551
     assert TrainConfig.recipe("happier_sop").freeze_backbone_epochs == 5
-    over = TrainConfig.recipe("roadmap_sop", epochs=2, weights_path="/x/r50.pth")
-    assert over.epochs == 2 and over.model.weights_path == "/x/r50.pth" and over.lr == 5e-5
+    over = TrainConfig.recipe("roadmap_sop", epochs=2, weights="/x/r50.pth")
+    assert over.epochs == 2 and over.model.weights == "/x/r50.pth" and over.lr == 5e-5
     assert TrainConfig.from_dict({"recipe": "roadmap_inat", "epochs": 3}).lr == 1e-5
     assert list_recipes() == sorted(RECIPES) and all(RECIPES.entry(n).summary for n in list_recipes())
     with pytest.raises(ValueError, match="unknown recipe"):
