@@ -26,7 +26,12 @@ import torch
 from torch import nn
 
 from rank_lab._validation import check_input, check_module, check_positive_int
-from rank_lab.models.weights import create_timm_model, file_record, load_backbone_weights, parse_weights
+from rank_lab.models.weights import (
+    create_timm_model,
+    file_record,
+    load_backbone_weights,
+    parse_weights,
+)
 from rank_lab.registry import Registry
 
 __all__ = [
