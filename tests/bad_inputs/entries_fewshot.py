@@ -44,6 +44,8 @@ ENTRIES = [
     fn(F.nearest_mean_logits, _support, {**SUP, "metric": "choice"}, rows=SUP_ROWS, legal={"*:int": CAST}),
     fn(F.classify_by_retrieval, _support, {**SUP, "method": "choice", "knn_k": "k", "vote": "choice"}, rows=SUP_ROWS,
        legal={"*:int": CAST}),
+    fn(F.RuleOptions, {"knn_k": 2, "shortlist": 3}),
+    fn(F.nearest_class, lambda: {"classes": torch.arange(3), "logits": emb(4, 3), "options": F.RuleOptions(shortlist=2), **_support()}),
     fn(F.allways_split, lambda: {"labels": labels(12, 3), "k": 2}, {"labels": "labels", "k": "k"}),
     fn(F.allways_evaluate, lambda: {"embeddings": emb(12), "labels": labels(12, 3), "k": 2, "runs": 2},
        {"embeddings": "x", "labels": "labels", "k": "k", "runs": "posint"}, rows=(("embeddings", "labels"),), legal={"*:int": CAST}),

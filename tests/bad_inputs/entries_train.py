@@ -168,6 +168,8 @@ ENTRIES = [
     fn(CK.set_rng_state, lambda: {"state": CK.get_rng_state()},
        extra={"missing_keys": ("state", dict, ("state",)), "not_dict": ("state", lambda: [1, 2], ("state",))}),
     # rank_lab.train.classification
+    fn(CL.ClassificationMethod, lambda: {"description": "CE", "classifier": "linear", "loss": lambda model, f, y: f.sum()},
+       {"classifier": "choice"}, extra={"not_callable": ("loss", lambda: 3, ("loss",))}),
     cls(CL.ContrastiveClassifier, lambda: {"encoder": MLPBackbone(6, (8,)), "dim": 8, "n_classes": 3},
         {"dim": "posint", "n_classes": "posint", "method": "choice", "temperature": "pos", "proj_dim": "posint",
          "spce_temperature": "pos"},
