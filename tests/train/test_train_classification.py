@@ -53,7 +53,12 @@ def test_classifier_sizes_by_keyword_in_the_package_order():
 def test_a_new_method_is_one_registration():
     """A method registered in CLS_METHODS is built, trained in its two stages and refused when malformed."""
     from rank_lab.losses.contrastive import cross_entropy_loss
-    from rank_lab.train.classification import CLS_METHODS, ClassificationMethod, ContrastiveClassifier, fit_classifier
+    from rank_lab.train.classification import (
+        CLS_METHODS,
+        ClassificationMethod,
+        ContrastiveClassifier,
+        fit_classifier,
+    )
 
     calls = []
 
