@@ -84,7 +84,7 @@ def test_config_roundtrip_and_key_forms():
         ({"batch_size": 30}, ValueError, "multiple of m_per_class"),
         ({"batch_size": 4, "m_per_class": 4}, ValueError, "at least 2 classes"),
         ({"optimizer": "rmsprop"}, ValueError, "optimizer must be one of"),
-        ({"scheduler": "step"}, ValueError, "scheduler must be one of"),
+        ({"scheduler": "exponential"}, ValueError, "scheduler must be one of"),
         ({"warmup_epochs": 10, "epochs": 10}, ValueError, "warmup_epochs"),
         ({"min_lr": 1.0, "lr": 0.1}, ValueError, "min_lr"),
         ({"amp": "yes"}, TypeError, "amp must be a bool"),
@@ -196,6 +196,25 @@ def test_interrupt_and_resume_equals_uninterrupted(split, tmp_path):
     assert len(Trainer(None, PairLoss(), *data, cfg_b).fit()) == 3
     with pytest.raises(ValueError, match="different config"):
         Trainer(None, PairLoss(), *data, cfg_b.replace(lr=1e-2)).fit()
+
+
+def test_step_scheduler_follows_multisteplr_and_resumes_longer(split, tmp_path):
+    """scheduler="step": every step's rate is the MultiStepLR rate of its epoch (per group); a run
+    resumed with more epochs equals the straight longer run (the step schedule is length-free), and
+    other milestones are refused on resume."""
+    data = ((split.x_train, split.y_train), None)
+    kw = dict(scheduler="step", milestones=(1, 2), gamma=0.5, head_lr=6e-3, eval_every=0)
+    tr = Trainer(None, PairLoss(), *data, _cfg(epochs=3, **kw))
+    tr.fit()
+    assert [r["lrs"] for r in tr.history] == [{"backbone": 3e-3 * f, "head": 6e-3 * f} for f in (1.0, 0.5, 0.25)]
+    short = _cfg(epochs=2, checkpoint_dir=str(tmp_path), **kw)
+    Trainer(None, PairLoss(), *data, short).fit()
+    longer = Trainer(None, PairLoss(), *data, short.replace(epochs=3))
+    longer.fit()
+    for k, v in _params(tr.model).items():
+        assert torch.equal(v, longer.model.state_dict()[k]), k
+    with pytest.raises(ValueError, match="another schedule.*milestones"):
+        Trainer(None, PairLoss(), *data, short.replace(epochs=3, milestones=(2,))).fit()
 
 
 def test_same_seed_same_model_different_seed_differs(split):
