@@ -28,12 +28,17 @@ __all__ = ["t_quantile", "mean_ci", "ci_summary", "paired_difference", "ci_sign"
 
 def _runs(values: object, name: str) -> np.ndarray:
     """``values`` as a float64 array of shape ``(n,)``, ``n >= 2``, finite (else a clear error)."""
+    if not isinstance(values, torch.Tensor):
+        try:
+            values = np.asarray(values)  # Python floats stay float64 (torch.as_tensor would round them to float32)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be a tensor or array-like of numbers, got {type(values).__name__}") from exc
     t = as_tensor(values, name)
     if t.dtype == torch.bool:
         raise TypeError(f"{name} must hold numbers, got booleans")
     if t.ndim != 1:
         raise ValueError(f"{name} must have shape (n,), got {tuple(t.shape)}")
-    x = np.asarray(t.double().cpu().numpy(), dtype=np.float64)
+    x = np.asarray(t.detach().double().cpu().numpy(), dtype=np.float64)  # a requires-grad input is data here
     if x.size < 2:
         raise ValueError(f"{name} needs at least 2 runs for a confidence interval, got {x.size}")
     if not np.isfinite(x).all():

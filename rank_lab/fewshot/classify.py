@@ -204,14 +204,14 @@ def classify_by_retrieval(
         **mahalanobis_kwargs: options of :class:`~rank_lab.fewshot.mahalanobis.MahalanobisClassifier`.
 
     Returns:
-        ``(Q,)`` predicted classes.
+        ``(Q,)`` predicted classes (an evaluation: descriptors that require grad are detached).
 
     Raises:
         TypeError, ValueError: bad descriptors or labels, an unknown ``method`` or ``vote``, a
             ``knn_k`` that is not an int in ``[1, S]``.
     """
-    q = check_embeddings(queries, "queries")
-    s = check_embeddings(support, "support")
+    q = check_embeddings(queries, "queries").detach()
+    s = check_embeddings(support, "support").detach()
     ys = check_labels(support_labels, s.shape[0], "support_labels")
     if s.shape[1] != q.shape[1]:
         raise ValueError(f"queries have d={q.shape[1]} but support has d={s.shape[1]}")
@@ -247,7 +247,7 @@ def allways_evaluate(
     Returns:
         One OA (in ``[0, 1]``) per run; summarise with :func:`rank_lab.stats.mean_ci`.
     """
-    x = check_embeddings(embeddings, "embeddings")
+    x = check_embeddings(embeddings, "embeddings").detach()  # an evaluation
     y = check_labels(labels, x.shape[0], "labels")
     out = []
     for r in range(check_positive_int(runs, "runs")):
@@ -271,7 +271,7 @@ def episodic_evaluate(
         TypeError, ValueError: ``k``, ``n_way``, ``n_query`` or ``episodes`` not a positive int, fewer
             than ``n_way`` classes with more than ``k`` items.
     """
-    x = check_embeddings(embeddings, "embeddings")
+    x = check_embeddings(embeddings, "embeddings").detach()  # an evaluation
     y = check_labels(labels, x.shape[0], "labels")
     k, n_way = check_positive_int(k, "k"), check_positive_int(n_way, "n_way")
     n_query = check_positive_int(n_query, "n_query")

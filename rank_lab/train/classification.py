@@ -339,7 +339,7 @@ def fit_classifier(
                                                lr=lr, weight_decay=weight_decay)
     run = Engine({"model": model}, optimizers, options, device=dev, generators={"batches": g},
         run_key={"method": model.method, "stage1_epochs": n1, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
-                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])})
+                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])}, trained_on=(x, y))
 
     def start(e: int) -> None:
         if e >= n1 and model.stage != 2:

@@ -133,7 +133,7 @@ class Trainer(RetrievalEvaluation):
             cfg.engine_options(self.checkpoint_path),
             device=self.device, autocast=False, run_key=self.config.to_dict, free_keys=_RESUME_FREE, record=self.schedule,
             schedule=cfg.schedule(self.steps_per_epoch),
-            new_run_hint="set resume=False or use another checkpoint_dir")
+            new_run_hint="set resume=False or use another checkpoint_dir", trained_on=(self.train_set, self.train_labels, test_data))
         self.amp, self.amp_dtype, self.scaler = self.engine.amp, self.engine.amp_dtype, self.engine.scaler
 
     # ------------------------------------------------------------------ construction

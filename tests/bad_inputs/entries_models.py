@@ -73,6 +73,7 @@ ENTRIES = [
         legal=NET_LEGAL, extra={"not_module": ("backbone", _not_module, ("backbone",))}),
     # rank_lab.models.weights
     fn(W.WeightsUnavailableError),
+    cls(W.WeightsFileError),
     fn(W.parse_weights, {"weights": "none"}, {"weights": "path"}, extra={"not_str": ("weights", lambda: 3, ("weights",))}),
     fn(W.timm_pretrained_name, {"name": "resnet18"}, {"name": "choice"}),
     fn(W.file_sha256, lambda: {"path": _weights_file()}, {"path": "path"}),
