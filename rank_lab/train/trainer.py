@@ -359,7 +359,7 @@ class Trainer(RetrievalEvaluation):
         **Resume rule** (``check_config=True``, ``docs/decisions.md``, :func:`~rank_lab.engine.guard.check_resume`):
         resuming continues the checkpoint's run only when the result equals a straight run of this
         config: the same config (except keys such as ``epochs``, ``device``, ``progress``) and the same
-        :meth:`schedule`, or more ``epochs`` under the ``"constant"`` scheduler. Otherwise a
+        :meth:`schedule`, or more ``epochs`` under the ``"constant"`` or ``"step"`` scheduler. Otherwise a
         ``ValueError`` says how to start a new run.
         """
         self.engine.load_state_dict(state, check_config, source=source)
