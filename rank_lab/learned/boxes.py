@@ -128,6 +128,7 @@ def fit_box_regressor(
             argument (see :func:`rank_lab.learned.proxy_training.fit_proxy`).
     """
     images, boxes = _check_images_boxes(images, boxes, check_module(model))
+    images, boxes = images.detach(), boxes.detach()  # training data: never differentiated
     target = encode_box6(boxes).float()
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:

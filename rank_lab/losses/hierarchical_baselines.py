@@ -230,7 +230,8 @@ class CSLLoss(MetricLoss):
         if emb.shape[1] != self.dim:
             raise ValueError(f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}")
         self._record(lab)
-        v = F.normalize(emb.float(), dim=1) if self.normalize else emb.float()
+        v = emb.to(self.proxies.dtype)  # float32, or float64 after .double()
+        v = F.normalize(v, dim=1) if self.normalize else v
         sim = self.scale * v @ F.normalize(self.proxies, dim=1).T  # (B, C)
         pl = self.proxy_labels.to(emb.device)
         known = pl[:, 0] >= 0

@@ -34,8 +34,10 @@ from rank_lab._validation import (
     check_embeddings,
     check_float,
     check_input_batch,
+    check_magnitude,
     check_nonneg_int,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
@@ -229,13 +231,13 @@ class HybridEnergy(nn.Module):
         e.g. with ``.double()``), so float64 features are accepted.
         """
         z = check_features(z, self.dim).to(next(self.residual.parameters()).dtype)
-        return nn.functional.normalize(z, dim=1) if self.config.normalize else z
+        return unit_rows(z, dim=1) if self.config.normalize else z  # unit rows at any magnitude (subnormal too)
 
     def _project(self, z: torch.Tensor) -> torch.Tensor:
         if self.config.relu_projection:
             z = torch.relu(z)
         if self.config.normalize:
-            z = nn.functional.normalize(z, dim=1)
+            z = unit_rows(z, dim=1)
         return z
 
     def _energy_pre(self, z: torch.Tensor) -> torch.Tensor:
@@ -333,6 +335,7 @@ class HybridEnergy(nn.Module):
         c = self.config
         options = loop_options(engine, epochs=c.epochs, desc="HEAT")
         z = check_embeddings(z, "z")
+        check_magnitude(z, "z", underflow=True)
         if z.shape[1] != self.dim:
             raise ValueError(f"z has {z.shape[1]} dimensions but the model was built for {self.dim}")
         dev = get_device(device)
@@ -348,7 +351,7 @@ class HybridEnergy(nn.Module):
         self.residual.reset_parameters(gen)
         opt = build_optimizer(self.residual.parameters(), lr=c.lr, betas=c.betas)
         run = Engine({"model": self.residual}, opt, options, device=dev, generators={"generator": gen},
-                     run_key={**_resume_key(c), "seed": seed})
+                     run_key={**_resume_key(c), "seed": seed}, trained_on=(zp, labels))
         n = zp.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:

@@ -44,6 +44,7 @@ from rank_lab._validation import (
     check_input_batch,
     check_labels,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
@@ -268,7 +269,7 @@ class ResFlow(OODScorer):
 
     def _features(self, data: Data) -> torch.Tensor:
         z = self._get(data)
-        return nn.functional.normalize(z, dim=1) if self.normalize else z
+        return unit_rows(z, dim=1) if self.normalize else z  # unit rows at any magnitude
 
     def fit(self, data: Data) -> ResFlow:
         """Train the flow on ID features by maximum likelihood. Returns ``self`` (``history``: per-epoch NLL)."""
@@ -300,7 +301,8 @@ class ResFlow(OODScorer):
                "logdet": self.logdet, "n_terms": self.n_terms, "n_samples": self.n_samples, "normalize": self.normalize}
         engine = Engine({"model": self.flow}, build_optimizer(self.flow.parameters(), lr=self.lr, weight_decay=self.weight_decay),
                         self.engine_options,
-                        device=dev, generators={"generator": gen}, run_key=key)
+                        device=dev, generators={"generator": gen}, run_key=key,
+                        trained_on=(z, y_idx if self.class_conditional else None))
         n = z.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:

@@ -440,7 +440,13 @@ def test_amp_on_cuda_through_the_engine(amp_dtype):
 
 # ---------------------------------------------------------------------------------- validate once: trusted inputs
 def test_trusted_modules_skip_only_their_finite_check_and_nest():
-    from rank_lab._validation import check_finite_input, check_input, trusted_inputs, trusts_inputs
+    from rank_lab._validation import (
+        check_finite_input,
+        check_input,
+        shape_only,
+        trusted_inputs,
+        trusts_inputs,
+    )
     from rank_lab.models import EmbeddingHead
 
     nan = torch.tensor([[1.0, float("nan")]])
@@ -462,7 +468,10 @@ def test_trusted_modules_skip_only_their_finite_check_and_nest():
         head(nan)
     with pytest.raises(ValueError, match="x contains 1 NaN"):
         check_input(nan, "x", 2, owner=head)
-    check_finite_input(torch.empty(2, device="meta"), "x")  # shape-only runs (FLOP counting)
+    with shape_only():
+        check_finite_input(torch.empty(2, device="meta"), "x")  # shape-only runs (FLOP counting)
+    with pytest.raises(ValueError, match="x is a meta tensor"):
+        check_finite_input(torch.empty(2, device="meta"), "x", trusted=True)  # elsewhere refused (issue 26)
 
 
 def test_a_nan_produced_inside_a_model_reaches_the_engine_guard():
