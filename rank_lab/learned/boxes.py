@@ -35,7 +35,8 @@ from rank_lab.learned.box_images import (  # noqa: F401 - re-exported from their
 )
 from rank_lab.learned.recognizer import fit_proxy
 from rank_lab.learned.surrogate_model import SurrogateTask
-from rank_lab.metrics.detection import decode_box6, encode_box6, rotated_iou
+from rank_lab.metrics.detection import decode_box6, encode_box6
+from rank_lab.metrics.rotated_iou import rotated_iou
 
 __all__ = [
     "BoxRegressor",

@@ -30,7 +30,7 @@ from torch import nn
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
 from rank_lab.losses.prepared_batch import check_references
 from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
-from rank_lab.metrics.hierarchical_relevance import as_hierarchical_labels, hierarchy_table
+from rank_lab.metrics.hierarchy.relevance import as_hierarchical_labels, hierarchy_table
 
 __all__ = ["SigmaLoss", "sigma_loss", "CSLLoss"]
 

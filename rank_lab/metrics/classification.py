@@ -31,7 +31,7 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
-from rank_lab.metrics.knn import knn_search
+from rank_lab.metrics.engine.search.knn import knn_search
 from rank_lab.utils import DeviceLike
 
 __all__ = [

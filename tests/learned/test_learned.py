@@ -41,7 +41,8 @@ from rank_lab.learned.surrogate import (
     evaluate_surrogate,
     surrogate_loss,
 )
-from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate, rotated_iou
+from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate
+from rank_lab.metrics.rotated_iou import rotated_iou
 from rank_lab.metrics.text import levenshtein_reference
 
 

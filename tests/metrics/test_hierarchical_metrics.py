@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rank_lab.metrics import average_precision, ndcg
-from rank_lab.metrics.hierarchical_metrics import (
+from rank_lab.metrics.hierarchy.metrics import (
     ap_per_level,
     average_set_intersection,
     h_ap_from_pr_curve,
@@ -27,7 +27,7 @@ from rank_lab.metrics.hierarchical_metrics import (
     mistake_severity,
     weighted_sum_ap,
 )
-from rank_lab.metrics.hierarchical_relevance import (
+from rank_lab.metrics.hierarchy.relevance import (
     binary_level_relevance,
     hap_relevance,
     hierarchy_table,
@@ -267,7 +267,7 @@ def test_bad_inputs():
 
 # ------------------------------------------------------------------ bad inputs (issue 16)
 def test_levels_are_checked_naming_the_argument():
-    from rank_lab.metrics.hierarchical_relevance import level_set
+    from rank_lab.metrics.hierarchy.relevance import level_set
 
     with pytest.raises(ValueError, match="levels is empty"):
         level_counts(torch.zeros(0, 4, dtype=torch.long), 2)  # was an empty (0, 3) table

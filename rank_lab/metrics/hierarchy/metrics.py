@@ -2,7 +2,7 @@
 
 Per-query functions on explicit ``(Q, N)`` score matrices, like :mod:`rank_lab.metrics.retrieval`,
 returning ``(Q,)`` tensors. Relevance is either a graded ``(Q, N)`` relevance (H-AP, H-R@k, H-P@k:
-build it with :mod:`rank_lab.metrics.hierarchical_relevance`) or the ``(Q, N)`` shared levels in ``[0, L]``
+build it with :mod:`rank_lab.metrics.hierarchy.relevance`) or the ``(Q, N)`` shared levels in ``[0, L]``
 (per-level AP, NDCG, ASI, mistake severity).
 
 **Ties.** The worst-case rule of every metric of the package (``docs/decisions.md``): among tied
@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 
 from rank_lab._validation import check_positive_int, check_scores_targets
-from rank_lab.metrics.hierarchical_relevance import check_levels, level_weights
+from rank_lab.metrics.hierarchy.relevance import check_levels, level_weights
 from rank_lab.metrics.retrieval import average_precision, ndcg, worst_case_order
 
 __all__ = [
@@ -110,7 +110,7 @@ def h_rank(scores: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor,
 
     Args:
         scores: ``(Q, N)``.
-        relevance: ``(Q, N)`` non-negative graded relevance (e.g. :func:`~rank_lab.metrics.hierarchical_relevance.hap_relevance`).
+        relevance: ``(Q, N)`` non-negative graded relevance (e.g. :func:`~rank_lab.metrics.hierarchy.relevance.hap_relevance`).
 
     Returns:
         ``(h_rank, rank)``, each ``(Q, N)`` float64 in the original column order: the H-rank

@@ -1,0 +1,136 @@
+"""The metrics of :func:`rank_lab.metrics.retrieval_metrics`: one registry, one entry per metric.
+
+A metric is a :class:`RetrievalMetric`: its name, its family (``"binary"``: relevant = same fine
+label, computed from :class:`~rank_lab.metrics.engine.formulas.positions.BinaryPositions`;
+``"hierarchical"``: from :class:`~rank_lab.metrics.engine.formulas.positions.LevelPositions`), how
+deep down the ranking it looks (``depth``, which decides the routes that can serve it) and the
+function that computes its per-query values. Adding a metric to the engine is one call::
+
+    from rank_lab.metrics import RetrievalMetric, register_metric, retrieval_metrics
+
+    def r_precision(p, ks):  # R-precision: relevant items among the first R, over R
+        return {"RP": (p.valid & (p.pos <= p.n_pos[:, None])).sum(1).double() / p.r}
+
+    register_metric(RetrievalMetric("RP", family="binary", depth="R", compute=r_precision))
+    retrieval_metrics(embeddings, labels, metrics=("RP",))   # {"RP": ..., "n_queries": ...}
+
+Every route produces the same positions, so a registered metric gets bit-identical values from
+every route. The built-in metrics are registered below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from rank_lab.metrics.engine.formulas import binary, levels
+
+__all__ = ["RetrievalMetric", "register_metric", "unregister_metric", "get_metric", "list_metrics"]
+
+Family = Literal["binary", "hierarchical"]
+Depth = Literal["k", "R", "first", "all"]
+Compute = Callable[[Any, tuple[int, ...]], dict[str, torch.Tensor]]
+Reduce = Callable[[dict[str, torch.Tensor], torch.Tensor, tuple[int, ...]], tuple[dict[str, float], dict[str, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class RetrievalMetric:
+    """One metric of the engine.
+
+    Attributes:
+        name: the name asked for in ``retrieval_metrics(metrics=...)`` (e.g. ``"R@k"``); the keys
+            it returns may differ (``"R@1"``, ``"R@10"``).
+        family: ``"binary"`` (a function of ``BinaryPositions``) or ``"hierarchical"`` (of
+            ``LevelPositions``; the labels' levels matter).
+        depth: how far down each query's ranking the metric reads: ``"k"`` (the first ``max(ks)``
+            positions), ``"R"`` (the first R, the number of relevant items), ``"first"`` (the
+            position of the first relevant item, however deep), ``"all"`` (every relevant item).
+            Neighbour lists serve ``"k"``, ``"R"`` and ``"first"``; the counting route serves all.
+        compute: ``compute(positions, ks) -> {key: (c,) float64}`` per query.
+        reduce: how the per-query values become the reported figures (default: the mean over the
+            queries with a relevant item); ``reduce(per_query, keep, ks) -> (figures, per_query)``.
+    """
+
+    name: str
+    family: Family
+    depth: Depth
+    compute: Compute
+    reduce: Reduce | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty str, got {self.name!r}")
+        if self.family not in ("binary", "hierarchical"):
+            raise ValueError(f"family must be 'binary' or 'hierarchical', got {self.family!r}")
+        if self.depth not in ("k", "R", "first", "all"):
+            raise ValueError(f"depth must be 'k', 'R', 'first' or 'all', got {self.depth!r}")
+        if not callable(self.compute):
+            raise TypeError(f"compute must be callable, got {type(self.compute).__name__}")
+        if self.reduce is not None and not callable(self.reduce):
+            raise TypeError(f"reduce must be callable or None, got {type(self.reduce).__name__}")
+
+
+_REGISTRY: dict[str, RetrievalMetric] = {}
+
+
+def register_metric(metric: RetrievalMetric, *, replace: bool = False) -> RetrievalMetric:
+    """Add ``metric`` to the engine (module docstring).
+
+    Args:
+        metric: a :class:`RetrievalMetric`.
+        replace: allow replacing a registered metric of the same name.
+
+    Returns:
+        ``metric``.
+
+    Raises:
+        TypeError: ``metric`` is not a :class:`RetrievalMetric`.
+        ValueError: the name is taken (and ``replace`` is false).
+    """
+    if not isinstance(metric, RetrievalMetric):
+        raise TypeError(f"metric must be a RetrievalMetric, got {type(metric).__name__}")
+    if metric.name in _REGISTRY and not replace:
+        raise ValueError(f"a metric named {metric.name!r} is registered already (pass replace=True)")
+    _REGISTRY[metric.name] = metric
+    return metric
+
+
+def unregister_metric(name: str) -> None:
+    """Remove a registered metric (``ValueError`` naming it when unknown)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"no metric named {name!r} is registered; registered: {list_metrics()}")
+    del _REGISTRY[name]
+
+
+def get_metric(name: str) -> RetrievalMetric:
+    """The registered metric called ``name`` (``ValueError`` listing the names when unknown)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown metric {name!r}; choose among {list_metrics()}")
+    return _REGISTRY[name]
+
+
+def list_metrics(family: Family | None = None) -> tuple[str, ...]:
+    """The registered metric names (of one family, or all), in registration order."""
+    return tuple(n for n, m in _REGISTRY.items() if family is None or m.family == family)
+
+
+for _metric in (
+    RetrievalMetric("R@k", "binary", "k", binary.recall_rate),
+    RetrievalMetric("P@k", "binary", "k", binary.precision_at),
+    RetrievalMetric("TR@k", "binary", "k", binary.true_recall),
+    RetrievalMetric("AP@k", "binary", "k", binary.ap_at),
+    RetrievalMetric("mAP@R", "binary", "R", binary.map_at_r),
+    RetrievalMetric("MRR", "binary", "first", binary.reciprocal_rank),
+    RetrievalMetric("mAP", "binary", "all", binary.mean_ap),
+    RetrievalMetric("NDCG", "binary", "all", binary.ndcg),
+    RetrievalMetric("H-AP", "hierarchical", "all", levels.h_ap),
+    RetrievalMetric("ASI", "hierarchical", "all", levels.asi),
+    RetrievalMetric("NDCG-h", "hierarchical", "all", levels.ndcg_h),
+    RetrievalMetric("AP@level", "hierarchical", "all", levels.ap_per_level),
+    RetrievalMetric("H-R@k", "hierarchical", "all", levels.h_recall),
+    RetrievalMetric("MS@k", "hierarchical", "all", levels.mistakes, levels.reduce_mistakes),
+):
+    register_metric(_metric)

@@ -1,0 +1,266 @@
+"""The certified counting route: every metric of the engine, at a cost that does not grow with k.
+
+A metric reads a query's ranking only through the positions of its relevant items (binary) or of
+its positives with their levels (hierarchical, Ramzi thesis ch. 4): how many items score above
+each of them. The route computes exactly these counts, by the canonical score, from a fast
+stage-1 matmul and the bound of :mod:`rank_lab.metrics.engine.scores.bound` -- count what is surely
+above, ignore what is surely below, re-score exactly only what the bound cannot place:
+
+1. The gallery is permuted by its coarsest label, so that a query's positives (level >= 1: same
+   coarsest label; for binary metrics the fine label is the only level) are one contiguous column
+   range; the level-set sizes come from label counts alone.
+2. For a block of queries, the stage-1 scores ``(c, N)`` (bfloat16 on CPUs with native bfloat16
+   dot products, else the working precision; :class:`~rank_lab.metrics.engine.scores._stage1.Stage1`).
+   The positives' scores are read from their range. A negative can change a count only if it can
+   reach the lowest positive: every negative below ``threshold(lowest positive)`` is dropped
+   without a second look (one compare per item), the others are kept with their score.
+3. Each kept item's canonical score lies in its interval ``[lo(s^) - A, hi(s^) + A]``. Two items of
+   different kinds (a negative and a positive, or positives of different levels) can only be
+   misordered by stage 1 if their intervals overlap: exactly those items are re-scored with the
+   canonical score (:func:`~rank_lab.metrics.engine.scores.exact.canonical_pairs`); every other
+   pair is ordered by the intervals, and pairs of one kind need no order. A canonical score
+   outside its interval stops the route with an error in words (the bound was violated).
+4. The kept items are sorted by (key desc, kind asc) -- the key being the canonical score where it
+   was computed, the stage-1 score elsewhere (both inside the item's interval, so every pair of
+   different kinds is in canonical order, ties broken against relevance) -- and each positive's
+   position is its place in that order: :class:`~rank_lab.metrics.engine.formulas.positions.LevelPositions`.
+
+The positions are those of the canonical ranking whatever the precision, the block size or the
+device; the registered metrics read them (:mod:`rank_lab.metrics.engine.formulas.registry`), so
+the per-query values are bit-identical to the exact route and to the neighbour-list route. Memory:
+one block of stage-1 scores and the kept items, ``O(c N)`` -- never ``N x N``, and independent of
+the cut-offs ``ks``. Internal route of :func:`rank_lab.metrics.retrieval_metrics` (which checks
+the request).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rank_lab.metrics.engine._blocks import BufferPool, chunk_rows, run_parallel
+from rank_lab.metrics.engine.formulas.positions import LevelPositions
+from rank_lab.metrics.engine.routes.request import MetricsRequest
+from rank_lab.metrics.engine.scores._stage1 import Stage1
+from rank_lab.metrics.engine.scores.bound import reduced_matmul, resolve_precision
+from rank_lab.metrics.engine.scores.exact import canonical_pairs, exact_matmul
+
+__all__: list[str] = []  # a route of retrieval_metrics (which checks the request)
+
+def level_counts(lab: torch.Tensor, ref_lab: torch.Tensor, exclude_self: bool) -> torch.Tensor:
+    """``|Omega^(l)|`` of every query, ``(Q, L + 1)`` long, from label counts (no scores).
+
+    Level ``>= l`` means that the ``l`` coarsest label columns match (``"lca"`` levels of
+    :func:`~rank_lab.metrics.hierarchy.relevance.shared_level`); the query itself is not counted
+    with ``exclude_self``.
+    """
+    n_levels = lab.shape[1]
+    n_ge = torch.zeros(lab.shape[0], n_levels + 2, dtype=torch.long)
+    n_ge[:, 0] = ref_lab.shape[0]
+    for lev in range(1, n_levels + 1):  # level >= lev: the lev coarsest columns match
+        both = torch.cat([ref_lab[:, n_levels - lev :], lab[:, n_levels - lev :]])
+        _, inv = torch.unique(both, dim=0, return_inverse=True)
+        sizes = torch.bincount(inv[: ref_lab.shape[0]], minlength=int(inv.max()) + 1)
+        n_ge[:, lev] = sizes[inv[ref_lab.shape[0] :]]
+    if exclude_self:
+        n_ge[:, : n_levels + 1] -= 1
+    return n_ge[:, :-1] - n_ge[:, 1:]
+
+
+class _Plan:
+    """The permuted layout and the stage-1 inputs shared by every block of one request."""
+
+    def __init__(self, req: MetricsRequest) -> None:
+        dev = req.device
+        self.n_levels = req.n_levels if req.hierarchical else 1
+        lab = req.labels if req.hierarchical else req.labels[:, :1]
+        ref_lab = req.gallery_labels if req.hierarchical else req.gallery_labels[:, :1]
+        self.g_order = torch.argsort(ref_lab[:, -1], stable=True)
+        self.q_order = self.g_order if req.same else torch.argsort(lab[:, -1], stable=True)
+        self.gp = req.gallery[self.g_order.to(dev)]
+        self.qp = self.gp if req.same else req.queries[self.q_order.to(dev)]
+        self.lab_q = lab[self.q_order]
+        self.ref_lab = ref_lab[self.g_order]
+        coarse, sizes = torch.unique_consecutive(self.ref_lab[:, -1], return_counts=True)
+        starts = torch.cumsum(sizes, 0) - sizes
+        k = torch.searchsorted(coarse, self.lab_q[:, -1].contiguous()).clamp(max=max(coarse.numel() - 1, 0))
+        present = coarse[k] == self.lab_q[:, -1]
+        self.range_a = torch.where(present, starts[k], torch.zeros_like(k))
+        self.range_b = torch.where(present, starts[k] + sizes[k], torch.zeros_like(k))
+        self.self_col = None
+        if req.exclude_self:
+            inv = torch.empty_like(self.g_order)
+            inv[self.g_order] = torch.arange(self.g_order.numel())
+            self.self_col = inv[self.q_order]
+        self.counts = level_counts(self.lab_q, self.ref_lab, req.exclude_self)
+        nq, n_g, d = self.qp.shape[0], self.gp.shape[0], self.qp.shape[1]
+        fmt = resolve_precision(req.precision, self.qp.dtype, dev, work=nq * n_g * d)
+        self.st = Stage1(self.qp, self.gp, fmt, req.same)
+
+
+def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
+    """Per-query values of every metric of ``req`` (module docstring).
+
+    Returns:
+        ``{metric name: {key: (Q,) float64}}`` on the CPU, in the order of the queries.
+    """
+    plan = _Plan(req)
+    dev = req.device
+    nq, n_g = plan.qp.shape[0], plan.gp.shape[0]
+    threads = max(1, torch.get_num_threads()) if dev.type == "cpu" else 1
+    band = chunk_rows(n_g, req.max_memory_mb / threads, req.chunk_size, bytes_per_item=8, max_rows=256)
+    starts = list(range(0, nq, band))
+    show = len(starts) > 16 if req.progress is None else bool(req.progress)
+    pool = BufferPool(band * n_g, plan.st.out_fmt, dev, len(starts))
+    results: dict[int, dict[str, dict[str, torch.Tensor]]] = {}
+
+    def work(r0: int) -> None:
+        r1 = min(r0 + band, nq)
+        with pool.take() as flat:
+            positions = _block_positions(plan, req, r0, r1, flat)
+        binary = positions.binary() if any(m.family == "binary" for m in req.metrics) else None
+        results[r0] = {m.name: {key: v.cpu() for key, v in m.compute(binary if m.family == "binary" else positions,
+                                                                        req.ks).items()}
+                       for m in req.metrics}
+
+    with exact_matmul():
+        run_parallel(work, starts, show, dev, "retrieval metrics")
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for metric in req.metrics:
+        out[metric.name] = {}
+        for key in results[starts[0]][metric.name]:
+            val = torch.cat([results[r0][metric.name][key] for r0 in starts])
+            unperm = torch.empty_like(val)
+            unperm[plan.q_order] = val
+            out[metric.name][key] = unperm
+    return out
+
+
+def _block_positions(plan: _Plan, req: MetricsRequest, r0: int, r1: int, flat: torch.Tensor | None) -> LevelPositions:
+    """The positives of queries ``r0:r1`` (permuted order) in canonical order, with their positions."""
+    st = plan.st
+    dev = req.device
+    n_g = plan.gp.shape[0]
+    c = r1 - r0
+    rows = torch.arange(r0, r1, device=dev)
+    if flat is not None:  # CPU: the product into a reused buffer (fresh pages cost as much as the product)
+        s = torch.mm(st.qr[r0:r1], st.gr.T, out=flat[: c * n_g].view(c, n_g))
+    else:
+        s, _ = reduced_matmul(st.qr[r0:r1], st.gr)  # pragma: no cover - GPU only
+    a, b = plan.range_a[r0:r1], plan.range_b[r0:r1]
+    width = max(int((b - a).max()), 1)
+    idx = a[:, None] + torch.arange(width)[None, :]
+    in_range = idx < b[:, None]
+    idx = idx.clamp(max=n_g - 1)
+    idx_d = idx.to(dev)
+    pv = s.gather(1, idx_d).to(st.cmp)
+    level = torch.ones(c, width, dtype=torch.long)
+    match = torch.ones(c, width, dtype=torch.bool)
+    lab_q = plan.lab_q[r0:r1]
+    for col in range(plan.n_levels - 2, -1, -1):  # level = 1 + the finer columns that match too
+        match &= lab_q[:, col, None] == plan.ref_lab[idx, col]
+        level += match
+    level = torch.where(in_range, level, torch.zeros_like(level))
+    if plan.self_col is not None:
+        level = torch.where(idx == plan.self_col[r0:r1, None], torch.zeros_like(level), level)
+    level_d = level.to(dev)
+    is_pos = level_d > 0
+    # negatives that can reach the lowest positive (the others cannot change any count)
+    lowest = torch.where(is_pos, pv, torch.full_like(pv, torch.inf)).amin(1)
+    has_pos = torch.isfinite(lowest)
+    thr = st.thresholds(torch.where(has_pos, lowest, torch.zeros_like(lowest)), rows)
+    thr = torch.where(has_pos, thr, torch.full_like(thr, torch.inf))
+    for g0, g1 in _groups(a, b):
+        s[g0:g1, int(a[g0]) : int(b[g0])] = -torch.inf
+    if plan.self_col is not None:
+        s[torch.arange(c, device=dev), plan.self_col[r0:r1].to(dev)] = -torch.inf
+    rr, cc = torch.nonzero(~(s < thr[:, None]), as_tuple=True)  # compared after promotion; NaN kept
+    nv = s[rr, cc].to(st.cmp)
+    if bool(torch.isnan(nv).any()):
+        raise RuntimeError("the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
+                           "overflow: the matmul is broken on this device; rerun with precision='exact' and report it")
+    return _resolve(plan, req, r0, rows, pv, level_d, idx_d, rr, cc, nv)
+
+
+def _groups(a: torch.Tensor, b: torch.Tensor) -> list[tuple[int, int]]:
+    """Runs of consecutive rows that share one positive range ``[a, b)``."""
+    if a.numel() == 0:
+        return []
+    cut = [0, *(torch.nonzero((a[1:] != a[:-1]) | (b[1:] != b[:-1])).flatten() + 1).tolist(), a.numel()]
+    return list(zip(cut[:-1], cut[1:], strict=True))
+
+
+def _resolve(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, pv: torch.Tensor, level: torch.Tensor,
+             idx: torch.Tensor, rr: torch.Tensor, cc: torch.Tensor, nv: torch.Tensor) -> LevelPositions:
+    """Steps 3 and 4 of the module docstring on one block: re-score what overlaps, sort, count."""
+    st = plan.st
+    dev = pv.device
+    c, width = pv.shape
+    n_kinds = plan.n_levels + 1
+    n_neg = torch.bincount(rr, minlength=c)
+    h = int(n_neg.max()) if rr.numel() else 0
+    m = width + h
+    # one padded row of items per query: the positives, then the kept negatives
+    v = torch.full((c, m), torch.inf, dtype=st.cmp, device=dev)
+    kind = torch.full((c, m), -1, dtype=torch.long, device=dev)
+    col = torch.zeros((c, m), dtype=torch.long, device=dev)
+    is_pos = level > 0
+    v[:, :width] = torch.where(is_pos, pv, v[:, :width])
+    kind[:, :width] = torch.where(is_pos, level, kind[:, :width])
+    col[:, :width] = idx
+    if rr.numel():
+        start = torch.cumsum(n_neg, 0) - n_neg
+        slot = width + torch.arange(rr.numel(), device=dev) - start[rr]
+        v[rr, slot], kind[rr, slot], col[rr, slot] = nv, 0, cc
+    real = kind >= 0
+    row_ids = rows[:, None].expand(c, m)
+    lo, hi = st.intervals(torch.where(real, v, torch.zeros_like(v)), row_ids)
+    lo = torch.where(real, lo, torch.full_like(lo, torch.inf))
+    hi = torch.where(real, hi, torch.full_like(hi, torch.inf))
+    # items whose interval overlaps one of another kind (a window of the order by stage-1 score)
+    order = torch.argsort(v, dim=1, stable=True)
+    lo_s, hi_s, kind_s = lo.gather(1, order), hi.gather(1, order), kind.gather(1, order)
+    j_hi = torch.searchsorted(lo_s, hi_s, right=True)  # items with lo <= hi_i: [0, j_hi)
+    j_lo = torch.searchsorted(hi_s, lo_s, right=False)  # items with hi >= lo_i: [j_lo, m)
+    onehot = torch.zeros(c, m + 1, n_kinds, dtype=torch.int32, device=dev)
+    real_s = kind_s >= 0
+    onehot[:, 1:].scatter_(2, kind_s.clamp(min=0)[..., None], real_s[..., None].to(torch.int32))
+    pref = onehot.cumsum(1)
+    hi_idx = j_hi.clamp(max=m)[..., None].expand(c, m, n_kinds)
+    lo_idx = j_lo.clamp(max=m)[..., None].expand(c, m, n_kinds)
+    in_window = pref.gather(1, hi_idx) - pref.gather(1, lo_idx)  # (c, m, kinds), window [j_lo, j_hi)
+    own = in_window.gather(2, kind_s.clamp(min=0)[..., None])[..., 0]
+    flag_s = real_s & (in_window.sum(2) > own)
+    flag = torch.zeros_like(flag_s).scatter_(1, order, flag_s)
+    keys = torch.where(real, st.unscaled(torch.where(real, v, torch.zeros_like(v)), row_ids),
+                       torch.full(v.shape, -torch.inf, dtype=torch.float64, device=dev))
+    fr, fc = torch.nonzero(flag, as_tuple=True)
+    if fr.numel():
+        exact = canonical_pairs(plan.qp, plan.gp, rows[fr], col[fr, fc]).to(torch.float64)
+        bad = (exact < lo[fr, fc]) | (exact > hi[fr, fc])
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad)[0])
+            raise RuntimeError(
+                f"the canonical score {float(exact[i]):.9g} of a query and a gallery item lies outside the interval "
+                f"[{float(lo[fr[i], fc[i]]):.9g}, {float(hi[fr[i], fc[i]]):.9g}] its stage-1 score certified: the "
+                "stage-1 matmul broke its error bound (it does not accumulate as the bound assumes); rerun with "
+                "precision='exact' and report it")
+        keys[fr, fc] = exact
+    # canonical order: key desc, ties by kind asc (negatives, then positives by increasing level)
+    o1 = torch.argsort(torch.where(real, kind, torch.full_like(kind, n_kinds)), dim=1, stable=True)
+    o2 = torch.argsort(keys.gather(1, o1), dim=1, descending=True, stable=True)
+    final = o1.gather(1, o2)
+    kind_f, keys_f = kind.gather(1, final), keys.gather(1, final)
+    pos_f = kind_f >= 1
+    rank = torch.cumsum(pos_f.long(), 1)
+    place = torch.arange(1, m + 1, device=dev)[None, :]
+    pr, pc = torch.nonzero(pos_f, as_tuple=True)
+    slot = rank[pr, pc] - 1
+    lv_out = torch.zeros(c, width, dtype=torch.long, device=dev)
+    ge_out = torch.zeros(c, width, dtype=torch.long, device=dev)
+    key_out = torch.full((c, width), -torch.inf, dtype=torch.float64, device=dev)
+    lv_out[pr, slot] = kind_f[pr, pc]
+    ge_out[pr, slot] = (place.expand(c, m)[pr, pc] - rank[pr, pc])
+    key_out[pr, slot] = keys_f[pr, pc]
+    counts = plan.counts[r0 : r0 + c].to(dev)
+    return LevelPositions(lv_out, lv_out > 0, ge_out, key_out, counts, plan.n_levels, req.alpha)
+
