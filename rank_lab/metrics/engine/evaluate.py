@@ -40,6 +40,7 @@ from rank_lab.metrics.engine.routes.counting import counting_route
 from rank_lab.metrics.engine.routes.neighbour_lists import list_length, neighbour_list_route
 from rank_lab.metrics.engine.routes.request import MetricsRequest
 from rank_lab.metrics.engine.scores.bound import check_products_fit
+from rank_lab.metrics.engine.scores.exact import exact_matmul, scale_rows
 from rank_lab.metrics.engine.search.index import IndexStage1, KnnFn, faiss_knn
 from rank_lab.metrics.engine.search.knn import Backend, Precision, check_search_options
 from rank_lab.utils import DeviceLike, get_device
@@ -65,7 +66,7 @@ def normalize_rows(x: torch.Tensor, block_rows: int = 8192) -> torch.Tensor:
         top = xb.abs().amax(1)
         e = torch.frexp(top).exponent
         e = torch.where(top > 0, e, torch.zeros_like(e))
-        out[a : a + block_rows] = F.normalize(torch.ldexp(xb, (-e).to(xb.dtype)[:, None]), dim=1)
+        out[a : a + block_rows] = F.normalize(scale_rows(xb, -e), dim=1)
     return out
 
 
@@ -238,14 +239,15 @@ def retrieval_metrics(
             _check_tree(lab, ref_lab)
     dev = get_device(device)
     work = torch.float64 if torch.float64 in (emb.dtype, ref.dtype) else torch.float32
-    q = emb.to(dev, work)
-    g = q if same else ref.to(dev, work)
-    if normalize:
-        q = normalize_rows(q)
-        g = q if same else normalize_rows(g)
-    check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
-                       ("embeddings", "embeddings" if same else "ref_embeddings"))
-    _warn_degenerate(q, g, normalize, same)
+    with exact_matmul():  # no autocast, no TF32 for anything below (restored on exit)
+        q = emb.to(dev, work)
+        g = q if same else ref.to(dev, work)
+        if normalize:
+            q = normalize_rows(q)
+            g = q if same else normalize_rows(g)
+        check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
+                           ("embeddings", "embeddings" if same else "ref_embeddings"))
+        _warn_degenerate(q, g, normalize, same)
 
     # number of relevant items of each query (same fine label), excluding the query itself
     uniq, ref_inv = torch.unique(ref_lab[:, 0], return_inverse=True)
@@ -267,7 +269,8 @@ def retrieval_metrics(
         index = faiss_knn(chunk_size, max_memory_mb, progress)
     req = MetricsRequest(q, g, lab, ref_lab, exclude_self, ks, wanted, n_pos, dev, precision, index, chunk_size,
                          max_memory_mb, progress, float(hap_alpha))
-    per_q = _route(req)(req)
+    with exact_matmul():
+        per_q = _route(req)(req)
 
     keep = ~empty
     result: dict[str, float] = {}

@@ -41,7 +41,7 @@ from rank_lab.metrics.engine._blocks import BufferPool, chunk_rows, run_parallel
 from rank_lab.metrics.engine.formulas.positions import LevelPositions
 from rank_lab.metrics.engine.routes.request import MetricsRequest
 from rank_lab.metrics.engine.scores._stage1 import Stage1
-from rank_lab.metrics.engine.scores.bound import reduced_matmul, resolve_precision
+from rank_lab.metrics.engine.scores.bound import resolve_precision
 from rank_lab.metrics.engine.scores.exact import canonical_pairs, exact_matmul
 
 __all__: list[str] = []  # a route of retrieval_metrics (which checks the request)
@@ -142,10 +142,7 @@ def _block_positions(plan: _Plan, req: MetricsRequest, r0: int, r1: int, flat: t
     n_g = plan.gp.shape[0]
     c = r1 - r0
     rows = torch.arange(r0, r1, device=dev)
-    if flat is not None:  # CPU: the product into a reused buffer (fresh pages cost as much as the product)
-        s = torch.mm(st.qr[r0:r1], st.gr.T, out=flat[: c * n_g].view(c, n_g))
-    else:
-        s, _ = reduced_matmul(st.qr[r0:r1], st.gr)  # pragma: no cover - GPU only
+    s = st.product(st.qr[r0:r1], st.gr, flat)
     a, b = plan.range_a[r0:r1], plan.range_b[r0:r1]
     width = max(int((b - a).max()), 1)
     idx = a[:, None] + torch.arange(width)[None, :]
@@ -175,7 +172,7 @@ def _block_positions(plan: _Plan, req: MetricsRequest, r0: int, r1: int, flat: t
         s[torch.arange(c, device=dev), plan.self_col[r0:r1].to(dev)] = -torch.inf
     rr, cc = torch.nonzero(~(s < thr[:, None]), as_tuple=True)  # compared after promotion; NaN kept
     nv = s[rr, cc].to(st.cmp)
-    if bool(torch.isnan(nv).any()):
+    if bool(torch.isnan(nv).any()) or bool(torch.isnan(pv).any()):
         raise RuntimeError("the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
                            "overflow: the matmul is broken on this device; rerun with precision='exact' and report it")
     return _resolve(plan, req, r0, rows, pv, level_d, idx_d, rr, cc, nv)

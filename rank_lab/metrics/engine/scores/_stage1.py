@@ -74,6 +74,13 @@ class Stage1:
                                                tensor_cores=q.device.type == "cuda")
         self.cmp = torch.float64 if self.work == torch.float64 else torch.float32
 
+    def product(self, a: torch.Tensor, b: torch.Tensor, flat: torch.Tensor | None = None) -> torch.Tensor:
+        """Stage-1 scores ``a @ b.T`` of rows of :attr:`qr` and :attr:`gr` (into the flat buffer ``flat``
+        on the CPU: fresh pages cost about as much as the product), in :attr:`out_fmt`."""
+        if flat is not None:
+            return torch.mm(a, b.T, out=flat[: a.shape[0] * b.shape[0]].view(a.shape[0], b.shape[0]))
+        return reduced_matmul(a, b)[0]
+
     def unscaled(self, v_scaled: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Stage-1 scores of ``rows`` in unscaled units (float64, exact)."""
         return torch.ldexp(v_scaled.to(torch.float64), -self.exp[rows])

@@ -75,7 +75,7 @@ import torch
 import torch.nn.functional as F
 
 from rank_lab._validation import as_tensor, check_choice, check_finite, check_positive_int
-from rank_lab.metrics.engine.scores.exact import exact_matmul, tree_depth
+from rank_lab.metrics.engine.scores.exact import exact_matmul, scale_rows, tree_depth
 
 __all__ = ["PRECISIONS", "score_bound", "check_accumulation", "resolve_precision", "check_products_fit"]
 
@@ -204,7 +204,7 @@ def reduced_copy(x: torch.Tensor, fmt: torch.dtype, *, per_row_scale: bool,
     res_norm = torch.empty(n, dtype=torch.float64, device=dev)
     tiny = _tiny(fmt)
     for a in range(0, n, block_rows):
-        xs = torch.ldexp(x[a : a + block_rows].to(torch.float64), scale[a : a + block_rows, None].to(torch.float64))
+        xs = scale_rows(x[a : a + block_rows].to(torch.float64), scale[a : a + block_rows])  # exact in float64
         r = xs.to(fmt)
         r = torch.where(r.abs() < tiny, torch.zeros_like(r), r)  # flush the format's subnormals
         red[a : a + block_rows] = r

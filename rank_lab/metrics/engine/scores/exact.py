@@ -45,6 +45,25 @@ from rank_lab.metrics.engine._blocks import torch_threads
 __all__ = ["canonical_scores", "exact_matmul"]
 
 
+def scale_rows(x: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+    """``x * 2^exponent`` row by row, rounded once (kernel).
+
+    ``torch.ldexp`` forms ``2^e`` in the dtype of ``x``, which overflows for the exponents that bring
+    subnormal rows to the unit range (``2^139`` in float32). Growing rows are scaled in two halves,
+    each a representable power of two (no rounding at all); shrinking ones in one step (one rounding,
+    ``2^-e`` is representable down to the smallest subnormal).
+
+    Args:
+        x: ``(N, d)`` floating.
+        exponent: ``(N,)`` integer exponents.
+    """
+    e = exponent.to(x.device, torch.long)
+    half = torch.div(e, 2, rounding_mode="floor")
+    grow = torch.ldexp(torch.ldexp(x, half.to(x.dtype)[:, None]), (e - half).to(x.dtype)[:, None])
+    shrink = torch.ldexp(x, torch.minimum(e, torch.zeros_like(e)).to(x.dtype)[:, None])
+    return torch.where((e >= 0)[:, None], grow, shrink)
+
+
 def tree_depth(d: int) -> int:
     """Depth ``h`` of the canonical score's pairwise tree: ``D = 2^h >= d`` leaves (module docstring).
 

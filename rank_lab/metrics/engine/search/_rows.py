@@ -12,7 +12,6 @@ import torch
 
 from rank_lab.metrics.engine._blocks import BufferPool, run_parallel
 from rank_lab.metrics.engine.scores._stage1 import Stage1
-from rank_lab.metrics.engine.scores.bound import reduced_matmul
 from rank_lab.metrics.engine.scores.exact import exact_matmul
 
 __all__ = ["scan_rows", "rows_above_kth", "select_above", "sample_stride", "kth_largest"]
@@ -47,10 +46,7 @@ def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torc
     def band_work(i0: int) -> None:
         i1 = min(i0 + band, nq)
         with pool.take() as flat:
-            if flat is not None:  # CPU: the product into a reused buffer
-                s = torch.mm(qr[i0:i1], gr.T, out=flat[: (i1 - i0) * gr.shape[0]].view(i1 - i0, gr.shape[0]))
-            else:
-                s, _ = reduced_matmul(qr[i0:i1], gr)  # pragma: no cover - GPU only
+            s = st.product(qr[i0:i1], gr, flat)
             if own is not None:
                 r = torch.arange(i1 - i0, device=dev)
                 c = own[i0:i1]

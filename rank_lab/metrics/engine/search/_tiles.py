@@ -11,7 +11,6 @@ import torch
 
 from rank_lab.metrics.engine._blocks import BufferPool, run_parallel
 from rank_lab.metrics.engine.scores._stage1 import Stage1
-from rank_lab.metrics.engine.scores.bound import reduced_matmul
 from rank_lab.metrics.engine.scores.exact import exact_matmul
 from rank_lab.metrics.engine.search._rows import scan_rows
 
@@ -85,10 +84,7 @@ def scan_tiles(st: Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torc
     def scan_tile(ij: tuple[int, int], flat: torch.Tensor | None) -> None:
         i0, j0 = ij
         i1, j1 = min(i0 + tile, n_rows if symmetric else nq), min(j0 + tile, gr.shape[0])
-        if flat is not None:  # CPU: into a reused buffer (fresh pages cost as much as the product)
-            s = torch.mm(qr[i0:i1], gr[j0:j1].T, out=flat[: (i1 - i0) * (j1 - j0)].view(i1 - i0, j1 - j0))
-        else:
-            s, _ = reduced_matmul(qr[i0:i1], gr[j0:j1])  # pragma: no cover - GPU only
+        s = st.product(qr[i0:i1], gr[j0:j1], flat)
         if own is not None:
             r = torch.arange(i1 - i0, device=dev)
             c = own[i0:i1] - j0

@@ -38,7 +38,7 @@ import torch
 from rank_lab._validation import check_embeddings, check_positive_int
 from rank_lab.metrics.engine.scores._stage1 import Stage1
 from rank_lab.metrics.engine.scores.bound import PRECISIONS, check_products_fit, resolve_precision
-from rank_lab.metrics.engine.scores.exact import canonical_pairs
+from rank_lab.metrics.engine.scores.exact import canonical_pairs, exact_matmul
 from rank_lab.metrics.engine.search._tiles import TILE_KMAX, scan_tiles
 from rank_lab.metrics.engine.search.index import IndexStage1, index_stage1, scan_knn
 
@@ -144,12 +144,13 @@ def certified_neighbours(
         raise TypeError(f"ordered must be a bool, got {type(ordered).__name__}")
     dev = torch.device("cpu") if device is None else torch.device(device)
     work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
-    q = queries.to(dev, work)
-    g = q if same else gallery.to(dev, work)
-    check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
-                       ("queries", "gallery"))
-    return certified_lists(q, g, kq, exclude_self=exclude_self, precision=precision, device=dev, tile=tile,
-                           ordered=ordered, progress=progress)
+    with exact_matmul():  # no autocast, no TF32 for anything below (restored on exit)
+        q = queries.to(dev, work)
+        g = q if same else gallery.to(dev, work)
+        check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
+                           ("queries", "gallery"))
+        return certified_lists(q, g, kq, exclude_self=exclude_self, precision=precision, device=dev, tile=tile,
+                               ordered=ordered, progress=progress)
 
 
 def certified_lists(q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor, *, exclude_self: bool, precision: str,

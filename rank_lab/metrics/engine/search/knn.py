@@ -18,6 +18,7 @@ import torch
 
 from rank_lab._validation import check_embeddings, check_float, check_positive_int
 from rank_lab.metrics.engine.scores.bound import PRECISIONS, check_products_fit
+from rank_lab.metrics.engine.scores.exact import exact_matmul
 from rank_lab.metrics.engine.search.certified import certified_lists
 from rank_lab.metrics.engine.search.index import faiss_knn
 from rank_lab.utils import DeviceLike, get_device
@@ -143,13 +144,14 @@ def knn_search(
                                                                          max_memory_mb, progress)
     dev = get_device(device)
     work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
-    q = queries.to(dev, work)
-    g = q if same else gallery.to(dev, work)
-    check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
-                       ("queries", "gallery"))
-    index = faiss_knn(chunk_size, max_memory_mb, progress) if backend == "faiss" else None
-    kq = torch.full((q.shape[0],), k, dtype=torch.long)
-    lists = certified_lists(q, g, kq, exclude_self=exclude_self, precision=precision, device=dev,
-                            tile=search_tile(max_memory_mb, chunk_size), progress=progress, index=index)
-    s, i = lists.topk(k)
+    with exact_matmul():  # no autocast, no TF32 for anything below (restored on exit)
+        q = queries.to(dev, work)
+        g = q if same else gallery.to(dev, work)
+        check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
+                           ("queries", "gallery"))
+        index = faiss_knn(chunk_size, max_memory_mb, progress) if backend == "faiss" else None
+        kq = torch.full((q.shape[0],), k, dtype=torch.long)
+        lists = certified_lists(q, g, kq, exclude_self=exclude_self, precision=precision, device=dev,
+                                tile=search_tile(max_memory_mb, chunk_size), progress=progress, index=index)
+        s, i = lists.topk(k)
     return s.to(dev), i.to(dev)
