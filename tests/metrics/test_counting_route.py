@@ -249,3 +249,31 @@ def test_metric_definitions_are_checked():
         RetrievalMetric("x", family="binary", depth="deep", compute=lambda p, ks: {})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="compute"):
         RetrievalMetric("x", family="binary", depth="k", compute=3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["random", "clustered", "tied", "ulp", "norms"])
+def test_list_depth_cut_keeps_every_figure(kind, monkeypatch):
+    """Metrics of depth "k" / "R" only: the route cuts each row at its K-th stage-1 score (a verified
+    sample bound) and places the positives below the cut after the K items above it."""
+    x, y = _data(kind, 300, 16, seed=9, n_cls=20)  # classes of ~15: many positives beyond small k
+    shallow = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R")
+    for ks in ((1,), (1, 4, 17)):
+        want = brute_metrics(x, y, ks, shallow)
+        for prec in PRECISIONS:
+            got = engine(x, y, "counting", monkeypatch, ks=ks, metrics=shallow, precision=prec)
+            assert_same(got, want, (kind, ks, prec))
+
+
+@pytest.mark.parametrize("kind", ["clustered", "tied", "ulp"])
+def test_the_torch_form_of_the_route_equals_the_compiled_one(kind, monkeypatch):
+    """GPUs run the torch form of the route (no compiled kernels): on the CPU both give the same bits."""
+    import rank_lab.metrics.engine.routes.counting as C
+
+    x, fine = _data(kind, 200, 12, seed=10, n_cls=24)
+    lab = torch.stack([fine, fine // 4], 1)
+    for labels, metrics in ((fine, BINARY), (lab, HIER + ("R@k", "mAP@R"))):
+        for prec in ("exact", "bf16"):
+            compiled = engine(x, labels, "counting", monkeypatch, ks=(1, 5), metrics=metrics, precision=prec)
+            monkeypatch.setattr(C, "USE_KERNELS", False)
+            plain = engine(x, labels, "counting", monkeypatch, ks=(1, 5), metrics=metrics, precision=prec)
+            assert_same(plain, compiled, (kind, prec, metrics[0]))

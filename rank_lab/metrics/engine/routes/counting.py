@@ -35,16 +35,29 @@ the request).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from rank_lab.metrics.engine._blocks import BufferPool, chunk_rows, run_parallel
 from rank_lab.metrics.engine.formulas.positions import LevelPositions
+from rank_lab.metrics.engine.routes._kernels import (
+    bf16_keys,
+    canonical_cpu,
+    emit_above,
+    flag_rows,
+    order_rows,
+    sample_kth,
+)
 from rank_lab.metrics.engine.routes.request import MetricsRequest
 from rank_lab.metrics.engine.scores._stage1 import Stage1
 from rank_lab.metrics.engine.scores.bound import resolve_precision
-from rank_lab.metrics.engine.scores.exact import canonical_pairs, exact_matmul
+from rank_lab.metrics.engine.scores.exact import canonical_pairs, exact_matmul, tree_depth
 
 __all__: list[str] = []  # a route of retrieval_metrics (which checks the request)
+
+#: The CPU runs the compiled kernels of :mod:`~rank_lab.metrics.engine.routes._kernels`; False runs the
+#: torch form (the GPU's) on the CPU too (the tests compare both).
+USE_KERNELS = True
 
 def level_counts(lab: torch.Tensor, ref_lab: torch.Tensor, exclude_self: bool) -> torch.Tensor:
     """``|Omega^(l)|`` of every query, ``(Q, L + 1)`` long, from label counts (no scores).
@@ -95,6 +108,12 @@ class _Plan:
         nq, n_g, d = self.qp.shape[0], self.gp.shape[0], self.qp.shape[1]
         fmt = resolve_precision(req.precision, self.qp.dtype, dev, work=nq * n_g * d)
         self.st = Stage1(self.qp, self.gp, fmt, req.same)
+        self.last_emitted = 0  # capacity hint of the emitted-items buffers (grows with what blocks kept)
+        # metrics of depth "k" / "R" read the first max(k, R) positions only: negatives below the K-th
+        # score cannot change them (positions beyond K then read as "beyond K", which is all they use)
+        depths = req.depths
+        self.list_depth = max(req.ks) if depths <= {"k", "R"} and req.ks and not req.hierarchical else (
+            1 if depths <= {"k", "R"} and not req.hierarchical else None)
 
 
 def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
@@ -166,16 +185,163 @@ def _block_positions(plan: _Plan, req: MetricsRequest, r0: int, r1: int, flat: t
     has_pos = torch.isfinite(lowest)
     thr = st.thresholds(torch.where(has_pos, lowest, torch.zeros_like(lowest)), rows)
     thr = torch.where(has_pos, thr, torch.full_like(thr, torch.inf))
+    if dev.type == "cpu" and USE_KERNELS:
+        return _resolve_cpu(plan, req, r0, rows, s, pv, level_d, idx_d, thr, has_pos, a, b)
     for g0, g1 in _groups(a, b):
         s[g0:g1, int(a[g0]) : int(b[g0])] = -torch.inf
     if plan.self_col is not None:
         s[torch.arange(c, device=dev), plan.self_col[r0:r1].to(dev)] = -torch.inf
     rr, cc = torch.nonzero(~(s < thr[:, None]), as_tuple=True)  # compared after promotion; NaN kept
     nv = s[rr, cc].to(st.cmp)
-    if bool(torch.isnan(nv).any()) or bool(torch.isnan(pv).any()):
+    _check_no_nan(nv, pv)
+    return _resolve(plan, req, r0, rows, pv, level_d, idx_d, rr, cc, nv)
+
+
+def _check_no_nan(*values: torch.Tensor) -> None:
+    if any(bool(torch.isnan(v).any()) for v in values):
         raise RuntimeError("the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
                            "overflow: the matmul is broken on this device; rerun with precision='exact' and report it")
-    return _resolve(plan, req, r0, rows, pv, level_d, idx_d, rr, cc, nv)
+
+
+_BITS = (torch.bfloat16, torch.float16)  # scores read as int16 bit patterns by the kernels
+
+
+def _from_keys(keys: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The 16-bit float values of order keys (float64 holding ints; ``-inf`` stays ``-inf``)."""
+    finite = torch.isfinite(keys)
+    k = torch.where(finite, keys, torch.zeros_like(keys)).long()
+    bits = (k ^ ((k >> 15) & 0x7FFF)).to(torch.int16)
+    vals = bits.view(dtype).to(torch.float64)
+    return torch.where(finite, vals, keys)
+
+
+def _thresholds_as(s: torch.Tensor, thr: torch.Tensor) -> np.ndarray:
+    """Row thresholds in the comparison form of :func:`~rank_lab.metrics.engine.routes._kernels.emit_above`:
+    int64 keys of the smallest 16-bit float >= ``thr`` for bfloat16 / float16 scores, else ``thr`` in
+    the scores' dtype rounded down (``s >= thr`` keeps its meaning). Rows without positives (``thr =
+    inf``) emit nothing."""
+    if s.dtype in _BITS:
+        near = thr.to(s.dtype)
+        keys = bf16_keys(near.view(torch.int16).numpy()) + (near.to(thr.dtype) < thr).numpy()
+        return np.where(np.isfinite(thr.numpy()), keys, np.int64(1) << 40)
+    down = thr.to(s.dtype)
+    down = torch.where(down.to(thr.dtype) > thr, torch.nextafter(down, torch.full_like(down, -torch.inf)), down)
+    return down.numpy()
+
+
+def _emit(plan: _Plan, s: torch.Tensor, s_np: np.ndarray, thr: torch.Tensor, a: np.ndarray, b: np.ndarray,
+          own: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kept negatives ``(rows, cols)`` of a block: :func:`~rank_lab.metrics.engine.routes._kernels.emit_above`."""
+    thr_np = _thresholds_as(s, thr)
+    cap = max(64 * s_np.shape[0], plan.last_emitted)
+    while True:
+        out_r, out_c = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+        n = emit_above(s_np, thr_np, a, b, own, out_r, out_c, s.dtype in _BITS)
+        if n <= cap:
+            break
+        cap = n
+    plan.last_emitted = max(plan.last_emitted, n + n // 4)
+    return torch.from_numpy(out_r[:n]), torch.from_numpy(out_c[:n])
+
+
+def _resolve_cpu(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s: torch.Tensor, pv: torch.Tensor,
+                 level: torch.Tensor, idx: torch.Tensor, thr: torch.Tensor, has_pos: torch.Tensor, a: torch.Tensor,
+                 b: torch.Tensor) -> LevelPositions:
+    """Steps 2-4 of the module docstring on one block, with the compiled kernels (CPU)."""
+    st = plan.st
+    c, width = pv.shape
+    s_np = s.view(torch.int16).numpy() if s.dtype in _BITS else s.numpy()
+    own = plan.self_col[r0 : r0 + c].numpy() if plan.self_col is not None else np.full(c, -1, dtype=np.int64)
+    a_np, b_np = a.numpy(), b.numpy()
+    is_pos = level > 0
+    use = thr
+    cap_rows = None
+    if plan.list_depth is not None:  # every metric reads the first K positions only: a cut at the K-th score
+        k_row = torch.clamp(is_pos.sum(1), min=plan.list_depth)
+        stride = max(1, min(16, (3 * plan.list_depth) // 128, s.shape[1] // 4))
+        m = -(-3 * k_row // (2 * stride))
+        guess = torch.from_numpy(sample_kth(s_np, s.dtype in _BITS, stride, m.numpy(), own))
+        if s.dtype in _BITS:
+            guess = _from_keys(guess, s.dtype)
+        cut = st.thresholds(torch.where(torch.isfinite(guess), guess, torch.zeros_like(guess)).to(st.cmp), rows)
+        cut = torch.where(torch.isfinite(guess), cut, torch.full_like(cut, -torch.inf))
+        cap_rows = has_pos & (cut > thr)  # rows where the cut removes more than the lowest positive does
+        use = torch.where(cap_rows, cut, thr)
+    rr, cc = _emit(plan, s, s_np, use, a_np, b_np, own)
+    nv = s[rr, cc].to(st.cmp)
+    _check_no_nan(nv, pv)
+    if cap_rows is not None and bool(cap_rows.any()):
+        # the guess is a lower bound of the K-th score only if at least K items reach it
+        g_row = guess.to(st.cmp)
+        reach = torch.bincount(rr[nv >= g_row[rr]], minlength=c) + (is_pos & (pv >= g_row[:, None])).sum(1)
+        bad = torch.nonzero(cap_rows & (reach < k_row)).flatten()
+        if bad.numel():  # those rows keep every negative that can reach their lowest positive
+            br, bc = _emit(plan, s[bad], s_np[bad.numpy()], thr[bad], a_np[bad.numpy()], b_np[bad.numpy()],
+                           own[bad.numpy()])
+            keep = ~torch.isin(rr, bad)
+            rr, cc = torch.cat([rr[keep], bad[br]]), torch.cat([cc[keep], bc])
+            order = torch.argsort(rr, stable=True)
+            rr, cc = rr[order], cc[order]
+            nv = s[rr, cc].to(st.cmp)
+    # one flat list of items per row: its positives, then its kept negatives
+    n_pos = is_pos.sum(1)
+    n_neg = torch.bincount(rr, minlength=c)
+    counts = n_pos + n_neg
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
+    pr, pc = torch.nonzero(is_pos, as_tuple=True)
+    item_row = torch.cat([pr, rr])
+    slot_p = torch.cumsum(is_pos.long(), 1)[pr, pc] - 1
+    slot_n = torch.arange(rr.numel()) - (torch.cumsum(n_neg, 0) - n_neg)[rr] + n_pos[rr]
+    where = offsets[item_row] + torch.cat([slot_p, slot_n])
+    total = int(offsets[-1])
+    v = torch.empty(total, dtype=st.cmp)
+    kind = torch.empty(total, dtype=torch.long)
+    col = torch.empty(total, dtype=torch.long)
+    v[where], kind[where], col[where] = torch.cat([pv[pr, pc], nv]), torch.cat([level[pr, pc], torch.zeros_like(rr)]), \
+        torch.cat([idx[pr, pc], cc])
+    row_of = torch.repeat_interleave(torch.arange(c), counts)
+    u = st.unscaled(v, rows[row_of])
+    # positives surely below the K-th score ("beyond"): their place among the negatives does not matter,
+    # only that they come after the K items above the cut (which are all kept)
+    beyond = torch.zeros(total, dtype=torch.bool)
+    if cap_rows is not None and bool(cap_rows.any()):
+        beyond[where[: pr.numel()]] = (cap_rows[:, None] & (pv < cut[:, None].to(pv.dtype)))[pr, pc]
+    kind_np = kind.numpy()
+    lo, hi = np.empty(total), np.empty(total)
+    flag = np.zeros(total, dtype=np.bool_)
+    flag_rows(offsets.numpy(), u.numpy(), np.where(beyond.numpy(), 0, kind_np), st.a[rows].numpy(), st.eta[rows].numpy(),
+              float(st.c), lo, hi, flag)
+    flag &= ~beyond.numpy()
+    keys = u.numpy().copy()
+    keys[beyond.numpy()] = -np.inf
+    fi = np.flatnonzero(flag)
+    if fi.size:  # gallery rows in order (each row of the gallery read once per block)
+        fi = fi[np.argsort(col.numpy()[fi], kind="stable")]
+        exact = np.empty(fi.size, dtype=plan.qp.numpy().dtype)
+        d = plan.qp.shape[1]
+        canonical_cpu(plan.qp.numpy(), plan.gp.numpy(), (r0 + row_of.numpy()[fi]).astype(np.int64), col.numpy()[fi],
+                      1 << tree_depth(d), exact)
+        exact = exact.astype(np.float64)
+        bad = (exact < lo[fi]) | (exact > hi[fi])
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            _bound_violated(float(exact[i]), float(lo[fi][i]), float(hi[fi][i]))
+        keys[fi] = exact
+    lv_out = np.zeros((c, width), dtype=np.int64)
+    ge_out = np.zeros((c, width), dtype=np.int64)
+    key_out = np.full((c, width), -np.inf)
+    tied = np.zeros(c, dtype=np.bool_)
+    order_rows(offsets.numpy(), keys, kind.numpy(), lv_out, ge_out, key_out, tied)
+    lv_t = torch.from_numpy(lv_out)
+    return LevelPositions(lv_t, lv_t > 0, torch.from_numpy(ge_out), torch.from_numpy(key_out),
+                          plan.counts[r0 : r0 + c], plan.n_levels, req.alpha)
+
+
+def _bound_violated(exact: float, lo: float, hi: float) -> None:
+    raise RuntimeError(
+        f"the canonical score {exact:.9g} of a query and a gallery item lies outside the interval [{lo:.9g}, "
+        f"{hi:.9g}] its stage-1 score certified: the stage-1 matmul broke its error bound (it does not accumulate "
+        "as the bound assumes); rerun with precision='exact' and report it")
 
 
 def _groups(a: torch.Tensor, b: torch.Tensor) -> list[tuple[int, int]]:
@@ -236,11 +402,7 @@ def _resolve(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, pv: 
         bad = (exact < lo[fr, fc]) | (exact > hi[fr, fc])
         if bool(bad.any()):
             i = int(torch.nonzero(bad)[0])
-            raise RuntimeError(
-                f"the canonical score {float(exact[i]):.9g} of a query and a gallery item lies outside the interval "
-                f"[{float(lo[fr[i], fc[i]]):.9g}, {float(hi[fr[i], fc[i]]):.9g}] its stage-1 score certified: the "
-                "stage-1 matmul broke its error bound (it does not accumulate as the bound assumes); rerun with "
-                "precision='exact' and report it")
+            _bound_violated(float(exact[i]), float(lo[fr[i], fc[i]]), float(hi[fr[i], fc[i]]))
         keys[fr, fc] = exact
     # canonical order: key desc, ties by kind asc (negatives, then positives by increasing level)
     o1 = torch.argsort(torch.where(real, kind, torch.full_like(kind, n_kinds)), dim=1, stable=True)

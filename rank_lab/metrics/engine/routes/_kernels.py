@@ -1,0 +1,272 @@
+"""Compiled CPU kernels of the certified counting route (numba; GPUs run the torch form of the route).
+
+Internal module of :mod:`rank_lab.metrics.engine.routes.counting` (inputs trusted). Each kernel works
+row by row on a block of queries, releases the GIL (blocks run in Python threads) and computes in one
+fixed order per row, so a row's result does not depend on its block or thread:
+
+* :func:`emit_above` -- one pass over a block of stage-1 scores: every item at or above its row's
+  threshold, outside the row's positive range and not the query itself (blocks of 32 items whose
+  maximum is below the threshold are skipped with one vectorised comparison). bfloat16 scores are
+  compared as order-preserving integer keys of their bits.
+* :func:`canonical_cpu` -- the canonical score of pairs: elementwise float products (no fused
+  multiply-add), the fixed pairwise tree; bit-identical to
+  :func:`~rank_lab.metrics.engine.scores.exact.canonical_pairs`.
+* :func:`flag_rows` -- which kept items must be re-scored: those whose canonical interval overlaps
+  the interval of an item of another kind (two pointers over the row sorted by stage-1 score).
+* :func:`order_rows` -- the positives in canonical order (key desc, kind asc) with the negatives
+  ranked before each. When the row's bulk (the level-1 positives) outnumbers the rest, the bulk is
+  not sorted: its members need no order among themselves, only how many of them precede each other
+  item, which a count gives.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["emit_above", "bf16_keys", "sample_kth", "canonical_cpu", "flag_rows", "order_rows"]
+
+_MARGIN = 2.0**-40
+_BLOCK = 32
+
+
+@numba.njit(cache=True, nogil=True)
+def bf16_keys(bits: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Order-preserving int64 keys of 16-bit float bit patterns (int16 views of bfloat16 or float16):
+    ``key(a) < key(b)`` iff ``a < b`` for non-NaN values (``-0`` just below ``+0``); NaN keys lie
+    above ``+inf``. The map is its own inverse on the int16 range."""
+    out = np.empty(bits.shape[0], dtype=np.int64)
+    for i in range(bits.shape[0]):
+        v = np.int64(bits[i])
+        out[i] = v ^ ((v >> 15) & 0x7FFF)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def emit_above(s: np.ndarray, thr: np.ndarray, range_a: np.ndarray, range_b: np.ndarray, self_col: np.ndarray,
+               out_r: np.ndarray, out_c: np.ndarray, is_bits: bool) -> int:  # pragma: no cover - compiled
+    """Items ``(r, j)`` of ``s (c, N)`` with ``key(s[r, j]) >= thr[r]``, ``j`` outside ``[range_a[r],
+    range_b[r])`` and ``j != self_col[r]`` (-1: none), written to ``out_r``/``out_c`` up to their
+    length. ``s`` holds int16 bfloat16 bits (``thr``: int64 keys) or floats (``thr``: same dtype; NaN
+    scores are emitted). Returns the number of items found (more than the capacity: call again).
+    """
+    c, n = s.shape
+    count = 0
+    cap = out_r.shape[0]
+    for r in range(c):
+        t = thr[r]
+        a, b, own = range_a[r], range_b[r], self_col[r]
+        row = s[r]
+        for j0 in range(0, n, _BLOCK):
+            j1 = min(j0 + _BLOCK, n)
+            hits = 0  # a vectorised count over the block (no branch per item)
+            if is_bits:
+                for j in range(j0, j1):
+                    v = np.int64(row[j])
+                    hits += (v ^ ((v >> 15) & 0x7FFF)) >= t
+            else:
+                for j in range(j0, j1):
+                    hits += not (row[j] < t)
+            if hits == 0:
+                continue
+            for j in range(j0, j1):
+                if is_bits:
+                    v = np.int64(row[j])
+                    above = (v ^ ((v >> 15) & 0x7FFF)) >= t
+                else:
+                    above = not (row[j] < t)
+                if above and (j < a or j >= b) and j != own:
+                    if count < cap:
+                        out_r[count] = r
+                        out_c[count] = j
+                    count += 1
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
+def sample_kth(s: np.ndarray, is_bits: bool, stride: int, m: np.ndarray, self_col: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Per row, the ``m[r]``-th largest of every ``stride``-th score (the query itself left out; ``-inf``
+    when the sample is shorter): a guess of a lower bound of the row's k-th largest score, which the
+    caller verifies (at least k items must reach it). For 16-bit scores (``is_bits``: int16 bits of
+    bfloat16 / float16) the result is the order key of that score (the caller maps it back)."""
+    c, n = s.shape
+    out = np.full(c, -np.inf)
+    cols = np.arange(0, n, stride)
+    buf = np.empty(cols.shape[0], dtype=np.float64)
+    for r in range(c):
+        k = 0
+        for j in cols:
+            if j == self_col[r]:
+                continue
+            if is_bits:
+                v = np.int64(s[r, j])
+                buf[k] = v ^ ((v >> 15) & 0x7FFF)
+            else:
+                buf[k] = s[r, j]
+            k += 1
+        if m[r] < 1 or m[r] > k:
+            continue
+        part = np.partition(buf[:k], k - m[r])
+        out[r] = part[k - m[r]]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def canonical_cpu(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray, width: int,
+                  out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[m]`` = the canonical score of ``(q[rows[m]], g[cols[m]])``: products rounded to the inputs'
+    dtype, zero-padded to ``width = 2^h``, summed by the fixed pairwise tree (the first level adds the
+    two halves' products, each rounded first: no fused multiply-add)."""
+    d = q.shape[1]
+    if width == 1:
+        for m in range(rows.shape[0]):
+            out[m] = q[rows[m], 0] * g[cols[m], 0]
+        return
+    h0 = width // 2
+    a = np.empty(h0, dtype=q.dtype)
+    b = np.empty(h0, dtype=q.dtype)
+    for m in range(rows.shape[0]):
+        qi = q[rows[m]]
+        gi = g[cols[m]]
+        for i in range(h0):
+            a[i] = qi[i] * gi[i] if i < d else 0
+        for i in range(h0):
+            b[i] = qi[i + h0] * gi[i + h0] if i + h0 < d else 0
+        for i in range(h0):
+            a[i] = a[i] + b[i]
+        h = h0 // 2
+        while h >= 1:
+            for i in range(h):
+                a[i] = a[i] + a[i + h]
+            h //= 2
+        out[m] = a[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _interval(u: float, a: float, eta: float, c: float) -> tuple[float, float]:  # pragma: no cover - compiled
+    w = c * abs(u) + eta + a
+    m = _MARGIN * (abs(u) + w)
+    return u - w - m, u + w + m
+
+
+@numba.njit(cache=True, nogil=True)
+def flag_rows(offsets: np.ndarray, u: np.ndarray, kind: np.ndarray, a: np.ndarray, eta: np.ndarray, c: float,
+              lo: np.ndarray, hi: np.ndarray, flag: np.ndarray) -> None:  # pragma: no cover - compiled
+    """For every row's items ``offsets[r]:offsets[r + 1]`` (unscaled stage-1 scores ``u``, kinds: 0
+    negative, l >= 1 positive of level l): their intervals ``[lo, hi]`` and whether the interval
+    overlaps one of an item of another kind (then ``flag``: re-score it)."""
+    for r in range(offsets.shape[0] - 1):
+        i0, i1 = offsets[r], offsets[r + 1]
+        m = i1 - i0
+        if m == 0:
+            continue
+        for i in range(i0, i1):
+            lo[i], hi[i] = _interval(u[i], a[r], eta[r], c)
+        order = np.argsort(u[i0:i1]) + i0  # lo and hi increase with u
+        k_s = kind[order]
+        # next_diff[j]: first sorted position after j whose kind differs from kind[j]
+        next_diff = np.empty(m, dtype=np.int64)
+        next_diff[m - 1] = m
+        for j in range(m - 2, -1, -1):
+            next_diff[j] = j + 1 if k_s[j + 1] != k_s[j] else next_diff[j + 1]
+        prev_diff = np.empty(m, dtype=np.int64)  # last position before j with another kind (-1: none)
+        prev_diff[0] = -1
+        for j in range(1, m):
+            prev_diff[j] = j - 1 if k_s[j - 1] != k_s[j] else prev_diff[j - 1]
+        left = 0  # first sorted item with hi >= lo_i
+        right = 0  # first sorted item with lo > hi_i
+        for j in range(m):
+            i = order[j]
+            while left < m and hi[order[left]] < lo[i]:
+                left += 1
+            while right < m and lo[order[right]] <= hi[i]:
+                right += 1
+            # window [left, right) holds j; another kind inside it?
+            flag[i] = next_diff[j] < right or prev_diff[j] >= left
+
+
+@numba.njit(cache=True, nogil=True)
+def order_rows(offsets: np.ndarray, key: np.ndarray, kind: np.ndarray, lv_out: np.ndarray, ge_out: np.ndarray,
+               key_out: np.ndarray, tied_levels: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Each row's positives in canonical order (key desc; ties: negatives first, then by level), with
+    the negatives ranked before each (``ge_out``) and their keys.
+
+    ``key`` holds each item's canonical score where it was computed and its stage-1 score elsewhere:
+    any two items of different kinds are then in canonical order. With a large level-1 bulk and few
+    other items, the bulk is counted instead of sorted; its slots then get keys ``-slot`` (their own
+    order is free) unless two positives of different levels tie exactly (``tied_levels[r]``: keys in
+    that case come from a full sort).
+    """
+    for r in range(offsets.shape[0] - 1):
+        i0, i1 = offsets[r], offsets[r + 1]
+        m = i1 - i0
+        if m == 0:
+            continue
+        n_bulk = 0
+        for i in range(i0, i1):
+            if kind[i] == 1:
+                n_bulk += 1
+        n_other = m - n_bulk
+        full = n_bulk < 256 or n_other * n_bulk > 16 * m * (1 + int(np.log2(m)))
+        if not full:  # minority sorted, bulk counted
+            others = np.empty(n_other, dtype=np.int64)
+            bulk = np.empty(n_bulk, dtype=key.dtype)
+            o = 0
+            b = 0
+            for i in range(i0, i1):
+                if kind[i] == 1:
+                    bulk[b] = key[i]
+                    b += 1
+                else:
+                    others[o] = i
+                    o += 1
+            ok = np.argsort(kind[others], kind="mergesort")
+            others = others[ok]
+            od = np.argsort(-key[others], kind="mergesort")
+            others = others[od]
+            for t in range(1, n_other):  # positives of two levels >= 2 tied exactly
+                x0, x1 = others[t - 1], others[t]
+                if key[x0] == key[x1] and kind[x0] >= 1 and kind[x1] >= 1 and kind[x0] != kind[x1]:
+                    tied_levels[r] = True
+            above = np.empty(n_other, dtype=np.int64)  # bulk items ranked before each other item
+            for t in range(n_other):
+                x = key[others[t]]
+                cnt = 0
+                if kind[others[t]] == 0:  # a negative comes before tied positives
+                    for v in bulk:
+                        cnt += v > x
+                else:  # a level >= 2 positive comes after tied level-1 ones
+                    for v in bulk:
+                        cnt += v >= x
+                        if v == x:
+                            tied_levels[r] = True
+                above[t] = cnt
+            if not tied_levels[r]:
+                slot, negs, placed = 0, 0, 0
+                for t in range(n_other + 1):
+                    upto = n_bulk if t == n_other else above[t]
+                    while placed < upto:
+                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = 1, negs, -slot
+                        slot += 1
+                        placed += 1
+                    if t == n_other:
+                        break
+                    it = others[t]
+                    if kind[it] == 0:
+                        negs += 1
+                    else:
+                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[it], negs, -slot
+                        slot += 1
+                continue
+        idx = np.arange(i0, i1)
+        ok = np.argsort(kind[idx], kind="mergesort")
+        idx = idx[ok]
+        od = np.argsort(-key[idx], kind="mergesort")
+        idx = idx[od]
+        slot, negs = 0, 0
+        for it in idx:
+            if kind[it] == 0:
+                negs += 1
+            else:
+                lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[it], negs, key[it]
+                slot += 1
