@@ -141,10 +141,15 @@ def brute_metrics(x, lab, ks, metrics, normalize=True, ref=None, ref_lab=None, a
     return out
 
 
-def engine(x, lab, route: str, monkeypatch, **kw) -> dict[str, torch.Tensor]:
-    """Per-query values of the engine on one route: ``"counting"``, ``"lists"`` or ``"auto"``."""
+def engine(x, lab, route: str, monkeypatch, small: int | None = None, **kw) -> dict[str, torch.Tensor]:
+    """Per-query values of the engine on one route: ``"counting"``, ``"lists"`` or ``"auto"``; ``small``:
+    the counting route's limit of its one-pass form for rows with few positives (0: the general form)."""
+    import rank_lab.metrics.engine.routes.counting as C
+
     if route != "auto":
         monkeypatch.setattr(E, "NEIGHBOUR_LIST_MAX_K", 0 if route == "counting" else 10**9)
+    if small is not None:
+        monkeypatch.setattr(C, "SMALL_POSITIVES", small)
     try:
         return retrieval_metrics(x, lab, per_query=True, device="cpu", **kw)["per_query"]
     finally:
@@ -163,8 +168,9 @@ def test_binary_metrics_bit_identical_to_the_brute_force_every_precision_and_rou
     ks = (1, 4, 17, 120)
     want = brute_metrics(x, y, ks, BINARY)
     for prec in PRECISIONS:
-        got = engine(x, y, "counting", monkeypatch, ks=ks, metrics=BINARY, precision=prec)
-        assert_same(got, want, (kind, prec, "counting"))
+        for small in (0, 64):
+            got = engine(x, y, "counting", monkeypatch, small=small, ks=ks, metrics=BINARY, precision=prec)
+            assert_same(got, want, (kind, prec, "counting", small))
         lists = engine(x, y, "lists", monkeypatch, ks=ks, metrics=BINARY[:6], precision=prec)
         assert_same(lists, {k: v for k, v in want.items() if k in lists}, (kind, prec, "lists"))
 
@@ -191,8 +197,10 @@ def test_hierarchical_metrics_bit_identical_to_the_brute_force(kind, n_levels, m
     for alpha in (1.0, 0.3):  # 0.3: Eq. 4.7 not monotone for some queries
         want = brute_metrics(x, lab, ks, HIER + BINARY, alpha=alpha)
         for prec in PRECISIONS:
-            got = engine(x, lab, "auto", monkeypatch, ks=ks, metrics=HIER + BINARY, precision=prec, hap_alpha=alpha)
-            assert_same(got, want, (kind, n_levels, alpha, prec))
+            for small in (0, 64):  # the general form (intervals against intervals, bulk counted) and the one-pass form
+                got = engine(x, lab, "auto", monkeypatch, small=small, ks=ks, metrics=HIER + BINARY, precision=prec,
+                             hap_alpha=alpha)
+                assert_same(got, want, (kind, n_levels, alpha, prec, small))
 
 
 @pytest.mark.parametrize("chunk_size", [1, 7, 300])
@@ -260,8 +268,9 @@ def test_list_depth_cut_keeps_every_figure(kind, monkeypatch):
     for ks in ((1,), (1, 4, 17)):
         want = brute_metrics(x, y, ks, shallow)
         for prec in PRECISIONS:
-            got = engine(x, y, "counting", monkeypatch, ks=ks, metrics=shallow, precision=prec)
-            assert_same(got, want, (kind, ks, prec))
+            for small in (0, 64):
+                got = engine(x, y, "counting", monkeypatch, small=small, ks=ks, metrics=shallow, precision=prec)
+                assert_same(got, want, (kind, ks, prec, small))
 
 
 @pytest.mark.parametrize("kind", ["clustered", "tied", "ulp"])
@@ -273,7 +282,9 @@ def test_the_torch_form_of_the_route_equals_the_compiled_one(kind, monkeypatch):
     lab = torch.stack([fine, fine // 4], 1)
     for labels, metrics in ((fine, BINARY), (lab, HIER + ("R@k", "mAP@R"))):
         for prec in ("exact", "bf16"):
-            compiled = engine(x, labels, "counting", monkeypatch, ks=(1, 5), metrics=metrics, precision=prec)
             monkeypatch.setattr(C, "USE_KERNELS", False)
             plain = engine(x, labels, "counting", monkeypatch, ks=(1, 5), metrics=metrics, precision=prec)
-            assert_same(plain, compiled, (kind, prec, metrics[0]))
+            for small in (0, 64):
+                compiled = engine(x, labels, "counting", monkeypatch, small=small, ks=(1, 5), metrics=metrics,
+                                  precision=prec)
+                assert_same(plain, compiled, (kind, prec, metrics[0], small))

@@ -270,3 +270,150 @@ def order_rows(offsets: np.ndarray, key: np.ndarray, kind: np.ndarray, lv_out: n
             else:
                 lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[it], negs, key[it]
                 slot += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _canonical_one(qi: np.ndarray, gi: np.ndarray, a: np.ndarray, b: np.ndarray, width: int) -> float:  # pragma: no cover - compiled
+    """The canonical score of one pair (the tree of :func:`canonical_cpu`; ``a``, ``b``: work buffers)."""
+    d = qi.shape[0]
+    if width == 1:
+        return qi[0] * gi[0]
+    h0 = width // 2
+    for i in range(h0):
+        a[i] = qi[i] * gi[i] if i < d else 0
+    for i in range(h0):
+        b[i] = qi[i + h0] * gi[i + h0] if i + h0 < d else 0
+    for i in range(h0):
+        a[i] = a[i] + b[i]
+    h = h0 // 2
+    while h >= 1:
+        for i in range(h):
+            a[i] = a[i] + a[i + h]
+        h //= 2
+    return a[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray, range_a: np.ndarray,
+               range_b: np.ndarray, self_col: np.ndarray, pos_col: np.ndarray, pos_level: np.ndarray,
+               cut: np.ndarray, guess: np.ndarray, exp: np.ndarray, bound_a: np.ndarray, bound_eta: np.ndarray,
+               c_out: float, q: np.ndarray, q_rows: np.ndarray, g: np.ndarray, width: int, lv_out: np.ndarray,
+               ge_out: np.ndarray, key_out: np.ndarray, reach: np.ndarray, n_canonical: np.ndarray,
+               bad: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Positions of the positives of rows with few positives, in one pass per row (no sort of the row).
+
+    Every positive of row ``r`` (columns ``pos_col[r]``, levels ``pos_level[r]`` > 0) gets its canonical
+    score -- or ``-inf`` when its stage-1 score is below ``cut[r]`` (then it lies beyond the K-th
+    score, and only has to come after the items above it) -- and the positives are ordered by
+    (score desc, level asc). Each negative at or above ``thr[r]`` (a scan of the row, outside
+    ``[range_a, range_b)`` and ``self_col``) has the interval ``[lo, hi]`` of its canonical score: if
+    no positive score lies in it, the negative's place among the positives is known; otherwise its
+    canonical score is computed (``n_canonical``). A negative precedes the positives whose score is
+    at most its own (ties: negatives first). ``reach[r]`` counts the negatives with stage-1 score
+    ``>= guess[r]`` (the caller's check of the cut).
+
+    ``s``: the block's stage-1 scores, int16 bits of bfloat16 / float16 (``is_bits``; ``table`` maps
+    the bits, as uint16, to float32 values; ``thr`` int64 order keys) or floats (``thr`` in their
+    dtype); ``exp``: scores are ``2^exp`` times the unscaled ones; ``bound_a``, ``bound_eta``,
+    ``c_out``: the bound. Returns 0, or 1 for a NaN stage-1 score, or 2 for a canonical score outside
+    its interval (``bad = [score, lo, hi]``).
+    """
+    c, n = s.shape
+    wa = np.empty(max(width // 2, 1), dtype=q.dtype)
+    wb = np.empty(max(width // 2, 1), dtype=q.dtype)
+    n_max = pos_col.shape[1]
+    keys = np.empty(n_max)
+    lvs = np.empty(n_max, dtype=np.int64)
+    hist = np.zeros(n_max + 1, dtype=np.int64)
+    for r in range(c):
+        qi = q[q_rows[r]]
+        scale = 2.0 ** (-exp[r])
+        a_r, eta_r = bound_a[r], bound_eta[r]
+        # the positives: canonical scores, or -inf beyond the cut
+        p = 0
+        for k in range(n_max):
+            lev = pos_level[r, k]
+            if lev <= 0:
+                continue
+            j = pos_col[r, k]
+            v = table[np.uint16(s[r, j])] if is_bits else s[r, j]
+            if v != v:
+                return 1
+            if v < cut[r]:
+                x = -np.inf
+            else:
+                x = _canonical_one(qi, g[j], wa, wb, width)
+                n_canonical[r] += 1
+                u = v * scale
+                lo, hi = _interval(u, a_r, eta_r, c_out)
+                if x < lo or x > hi:
+                    bad[0], bad[1], bad[2] = x, lo, hi
+                    return 2
+            # insertion by (score desc, level asc)
+            t = p
+            while t > 0 and (keys[t - 1] < x or (keys[t - 1] == x and lvs[t - 1] > lev)):
+                keys[t] = keys[t - 1]
+                lvs[t] = lvs[t - 1]
+                t -= 1
+            keys[t] = x
+            lvs[t] = lev
+            p += 1
+        for t in range(p + 1):
+            hist[t] = 0
+        # the negatives that can reach the lowest positive
+        th, aa, bb, own, gs = thr[r], range_a[r], range_b[r], self_col[r], guess[r]
+        row = s[r]
+        for j0 in range(0, n, _BLOCK):
+            j1 = min(j0 + _BLOCK, n)
+            hits = 0
+            if is_bits:
+                if th >= 0:  # non-negative keys are the int16 bits themselves
+                    for j in range(j0, j1):
+                        hits += np.int64(row[j]) >= th
+                else:
+                    for j in range(j0, j1):
+                        w = np.int64(row[j])
+                        hits += (w ^ ((w >> 15) & 0x7FFF)) >= th
+            else:
+                for j in range(j0, j1):
+                    hits += not (row[j] < th)
+            if hits == 0:
+                continue
+            for j in range(j0, j1):
+                if is_bits:
+                    w = np.int64(row[j])
+                    if (w ^ ((w >> 15) & 0x7FFF)) < th:
+                        continue
+                    v = table[np.uint16(row[j])]
+                else:
+                    v = row[j]
+                    if v < th:
+                        continue
+                if (j >= aa and j < bb) or j == own:
+                    continue
+                if v != v:
+                    return 1
+                if v >= gs:
+                    reach[r] += 1
+                u = v * scale
+                lo, hi = _interval(u, a_r, eta_r, c_out)
+                above = 0  # positives surely above (score > hi)
+                while above < p and keys[above] > hi:
+                    above += 1
+                inside = above < p and keys[above] >= lo
+                if inside:
+                    x = _canonical_one(qi, g[j], wa, wb, width)
+                    n_canonical[r] += 1
+                    if x < lo or x > hi:
+                        bad[0], bad[1], bad[2] = x, lo, hi
+                        return 2
+                    while above < p and keys[above] > x:
+                        above += 1
+                hist[above] += 1
+        negs = 0
+        for t in range(p):
+            negs += hist[t]
+            lv_out[r, t] = lvs[t]
+            ge_out[r, t] = negs
+            key_out[r, t] = keys[t]
+    return 0

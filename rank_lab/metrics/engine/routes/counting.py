@@ -47,6 +47,7 @@ from rank_lab.metrics.engine.routes._kernels import (
     flag_rows,
     order_rows,
     sample_kth,
+    small_rows,
 )
 from rank_lab.metrics.engine.routes.request import MetricsRequest
 from rank_lab.metrics.engine.scores._stage1 import Stage1
@@ -58,6 +59,8 @@ __all__: list[str] = []  # a route of retrieval_metrics (which checks the reques
 #: The CPU runs the compiled kernels of :mod:`~rank_lab.metrics.engine.routes._kernels`; False runs the
 #: torch form (the GPU's) on the CPU too (the tests compare both).
 USE_KERNELS = True
+#: Blocks whose rows have at most this many positives re-score every positive (one pass per row).
+SMALL_POSITIVES = 64
 
 def level_counts(lab: torch.Tensor, ref_lab: torch.Tensor, exclude_self: bool) -> torch.Tensor:
     """``|Omega^(l)|`` of every query, ``(Q, L + 1)`` long, from label counts (no scores).
@@ -108,12 +111,20 @@ class _Plan:
         nq, n_g, d = self.qp.shape[0], self.gp.shape[0], self.qp.shape[1]
         fmt = resolve_precision(req.precision, self.qp.dtype, dev, work=nq * n_g * d)
         self.st = Stage1(self.qp, self.gp, fmt, req.same)
+        self._tables: dict[torch.dtype, np.ndarray] = {}
         self.last_emitted = 0  # capacity hint of the emitted-items buffers (grows with what blocks kept)
         # metrics of depth "k" / "R" read the first max(k, R) positions only: negatives below the K-th
         # score cannot change them (positions beyond K then read as "beyond K", which is all they use)
         depths = req.depths
         self.list_depth = max(req.ks) if depths <= {"k", "R"} and req.ks and not req.hierarchical else (
             1 if depths <= {"k", "R"} and not req.hierarchical else None)
+
+    def bits_table(self, dtype: torch.dtype) -> np.ndarray:
+        """float32 value of every 16-bit pattern of ``dtype`` (indexed by the bits as uint16)."""
+        if dtype not in self._tables:
+            bits = torch.arange(65536, dtype=torch.int32).to(torch.int16)
+            self._tables[dtype] = bits.view(dtype).float().numpy()
+        return self._tables[dtype]
 
 
 def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
@@ -267,6 +278,10 @@ def _resolve_cpu(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, 
         cut = torch.where(torch.isfinite(guess), cut, torch.full_like(cut, -torch.inf))
         cap_rows = has_pos & (cut > thr)  # rows where the cut removes more than the lowest positive does
         use = torch.where(cap_rows, cut, thr)
+    if width <= SMALL_POSITIVES:
+        return _small_rows(plan, req, r0, rows, s, s_np, pv, level, idx, thr, use,
+                           cut if cap_rows is not None else None, cap_rows, guess if cap_rows is not None else None,
+                           k_row if cap_rows is not None else None, own, a_np, b_np)
     rr, cc = _emit(plan, s, s_np, use, a_np, b_np, own)
     nv = s[rr, cc].to(st.cmp)
     _check_no_nan(nv, pv)
@@ -335,6 +350,58 @@ def _resolve_cpu(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, 
     lv_t = torch.from_numpy(lv_out)
     return LevelPositions(lv_t, lv_t > 0, torch.from_numpy(ge_out), torch.from_numpy(key_out),
                           plan.counts[r0 : r0 + c], plan.n_levels, req.alpha)
+
+
+def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s: torch.Tensor, s_np: np.ndarray,
+                pv: torch.Tensor, level: torch.Tensor, idx: torch.Tensor, thr: torch.Tensor, use: torch.Tensor,
+                cut: torch.Tensor | None, cap_rows: torch.Tensor | None, guess: torch.Tensor | None,
+                k_row: torch.Tensor | None, own: np.ndarray, a_np: np.ndarray, b_np: np.ndarray) -> LevelPositions:
+    """A block whose rows have few positives: every positive re-scored, each negative placed by whether a
+    positive's canonical score lies in its interval (:func:`~rank_lab.metrics.engine.routes._kernels.small_rows`)."""
+    st = plan.st
+    c, width = pv.shape
+    is_bits = s.dtype in _BITS
+    table = plan.bits_table(s.dtype) if is_bits else np.zeros(1, dtype=np.float32)
+    lv = np.zeros((c, width), dtype=np.int64)
+    ge = np.zeros((c, width), dtype=np.int64)
+    keys = np.full((c, width), -np.inf)
+    reach = np.zeros(c, dtype=np.int64)
+    n_can = np.zeros(c, dtype=np.int64)
+    bad = np.zeros(3)
+    none = np.full(c, -np.inf)
+    cut_np = torch.where(cap_rows, cut, torch.full_like(cut, -torch.inf)).double().numpy() if cut is not None else none
+    guess_np = guess.double().numpy() if guess is not None else none
+    lev_np, col_np = level.numpy(), idx.numpy()
+    q_rows = np.arange(r0, r0 + c, dtype=np.int64)
+    args = (st.exp[rows].numpy(), st.a[rows].numpy(), st.eta[rows].numpy(), float(st.c), plan.qp.numpy())
+    width2 = 1 << tree_depth(plan.qp.shape[1])
+
+    def run(sel: np.ndarray, thr_rows: torch.Tensor, cut_rows: np.ndarray) -> None:
+        status = small_rows(s_np[sel], is_bits, table, _thresholds_as(s, thr_rows), a_np[sel], b_np[sel], own[sel],
+                            col_np[sel], lev_np[sel], cut_rows, guess_np[sel], args[0][sel], args[1][sel], args[2][sel],
+                            args[3], args[4], q_rows[sel], plan.gp.numpy(), width2, out[0], out[1], out[2], out[3],
+                            out[4], bad)
+        if status == 1:
+            _check_no_nan(torch.tensor([float("nan")]))
+        if status == 2:
+            _bound_violated(float(bad[0]), float(bad[1]), float(bad[2]))
+
+    everything = np.arange(c)
+    out = (lv, ge, keys, reach, n_can)
+    run(everything, use, cut_np)
+    if cap_rows is not None and bool(cap_rows.any()):
+        # the guess is a lower bound of the K-th score only if at least K items reach it
+        reach_t = torch.from_numpy(reach) + (level.gt(0) & (pv >= guess.to(pv.dtype)[:, None])).sum(1)
+        failed = torch.nonzero(cap_rows & (reach_t < k_row)).flatten().numpy()
+        if failed.size:  # those rows keep every negative that can reach their lowest positive
+            f = failed.size
+            out = (np.zeros((f, width), dtype=np.int64), np.zeros((f, width), dtype=np.int64), np.full((f, width), -np.inf),
+                   np.zeros(f, dtype=np.int64), np.zeros(f, dtype=np.int64))
+            run(failed, thr[torch.from_numpy(failed)], none[failed])
+            lv[failed], ge[failed], keys[failed] = out[0], out[1], out[2]
+    lv_t = torch.from_numpy(lv)
+    return LevelPositions(lv_t, lv_t > 0, torch.from_numpy(ge), torch.from_numpy(keys), plan.counts[r0 : r0 + c],
+                          plan.n_levels, req.alpha)
 
 
 def _bound_violated(exact: float, lo: float, hi: float) -> None:
