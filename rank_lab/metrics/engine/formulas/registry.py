@@ -31,7 +31,7 @@ from rank_lab.metrics.engine.formulas import binary, levels
 __all__ = ["RetrievalMetric", "register_metric", "unregister_metric", "get_metric", "list_metrics"]
 
 Family = Literal["binary", "hierarchical"]
-Depth = Literal["k", "R", "first", "all"]
+Depth = Literal["cutoff", "k", "R", "first", "all"]
 Compute = Callable[[Any, tuple[int, ...]], dict[str, torch.Tensor]]
 Reduce = Callable[[dict[str, torch.Tensor], torch.Tensor, tuple[int, ...]], tuple[dict[str, float], dict[str, torch.Tensor]]]
 
@@ -45,10 +45,12 @@ class RetrievalMetric:
             it returns may differ (``"R@1"``, ``"R@10"``).
         family: ``"binary"`` (a function of ``BinaryPositions``) or ``"hierarchical"`` (of
             ``LevelPositions``; the labels' levels matter).
-        depth: how far down each query's ranking the metric reads: ``"k"`` (the first ``max(ks)``
-            positions), ``"R"`` (the first R, the number of relevant items), ``"first"`` (the
-            position of the first relevant item, however deep), ``"all"`` (every relevant item).
-            Neighbour lists serve ``"k"``, ``"R"`` and ``"first"``; the counting route serves all.
+        depth: how far down each query's ranking the metric reads: ``"cutoff"`` (only whether each
+            relevant item lies within each cut-off k: R@k, P@k, TR@k), ``"k"`` (the exact positions of
+            the first ``max(ks)``), ``"R"`` (of the first R, the number of relevant items), ``"first"``
+            (the position of the first relevant item, however deep), ``"all"`` (every relevant item).
+            Neighbour lists serve all but ``"all"``; the counting route serves all, resolving only
+            the positions a depth needs.
         compute: ``compute(positions, ks) -> {key: (c,) float64}`` per query.
         reduce: how the per-query values become the reported figures (default: the mean over the
             queries with a relevant item); ``reduce(per_query, keep, ks) -> (figures, per_query)``.
@@ -65,8 +67,8 @@ class RetrievalMetric:
             raise ValueError(f"name must be a non-empty str, got {self.name!r}")
         if self.family not in ("binary", "hierarchical"):
             raise ValueError(f"family must be 'binary' or 'hierarchical', got {self.family!r}")
-        if self.depth not in ("k", "R", "first", "all"):
-            raise ValueError(f"depth must be 'k', 'R', 'first' or 'all', got {self.depth!r}")
+        if self.depth not in ("cutoff", "k", "R", "first", "all"):
+            raise ValueError(f"depth must be 'cutoff', 'k', 'R', 'first' or 'all', got {self.depth!r}")
         if not callable(self.compute):
             raise TypeError(f"compute must be callable, got {type(self.compute).__name__}")
         if self.reduce is not None and not callable(self.reduce):
@@ -118,9 +120,9 @@ def list_metrics(family: Family | None = None) -> tuple[str, ...]:
 
 
 for _metric in (
-    RetrievalMetric("R@k", "binary", "k", binary.recall_rate),
-    RetrievalMetric("P@k", "binary", "k", binary.precision_at),
-    RetrievalMetric("TR@k", "binary", "k", binary.true_recall),
+    RetrievalMetric("R@k", "binary", "cutoff", binary.recall_rate),
+    RetrievalMetric("P@k", "binary", "cutoff", binary.precision_at),
+    RetrievalMetric("TR@k", "binary", "cutoff", binary.true_recall),
     RetrievalMetric("AP@k", "binary", "k", binary.ap_at),
     RetrievalMetric("mAP@R", "binary", "R", binary.map_at_r),
     RetrievalMetric("MRR", "binary", "first", binary.reciprocal_rank),

@@ -88,21 +88,51 @@ def sample_kth(s: np.ndarray, is_bits: bool, stride: int, m: np.ndarray, self_co
     """Per row, the ``m[r]``-th largest of every ``stride``-th score (the query itself left out; ``-inf``
     when the sample is shorter): a guess of a lower bound of the row's k-th largest score, which the
     caller verifies (at least k items must reach it). For 16-bit scores (``is_bits``: int16 bits of
-    bfloat16 / float16) the result is the order key of that score (the caller maps it back)."""
+    bfloat16 / float16) the result is the order key of that score (the caller maps it back), found by
+    a two-pass radix selection on the keys; floats take ``np.partition``."""
     c, n = s.shape
     out = np.full(c, -np.inf)
     cols = np.arange(0, n, stride)
     buf = np.empty(cols.shape[0], dtype=np.float64)
+    hi_hist = np.zeros(256, dtype=np.int64)
+    lo_hist = np.zeros(256, dtype=np.int64)
     for r in range(c):
+        own = self_col[r]
+        if is_bits:
+            hi_hist[:] = 0
+            k = 0
+            for j in cols:
+                if j == own:
+                    continue
+                v = np.int64(s[r, j])
+                key = (v ^ ((v >> 15) & 0x7FFF)) + 32768  # 0 .. 65535
+                hi_hist[key >> 8] += 1
+                k += 1
+            if m[r] < 1 or m[r] > k:
+                continue
+            need, top = m[r], 255
+            while hi_hist[top] < need:
+                need -= hi_hist[top]
+                top -= 1
+            lo_hist[:] = 0
+            for j in cols:
+                if j == own:
+                    continue
+                v = np.int64(s[r, j])
+                key = (v ^ ((v >> 15) & 0x7FFF)) + 32768
+                if key >> 8 == top:
+                    lo_hist[key & 0xFF] += 1
+            low = 255
+            while lo_hist[low] < need:
+                need -= lo_hist[low]
+                low -= 1
+            out[r] = (top << 8) + low - 32768
+            continue
         k = 0
         for j in cols:
-            if j == self_col[r]:
+            if j == own:
                 continue
-            if is_bits:
-                v = np.int64(s[r, j])
-                buf[k] = v ^ ((v >> 15) & 0x7FFF)
-            else:
-                buf[k] = s[r, j]
+            buf[k] = s[r, j]
             k += 1
         if m[r] < 1 or m[r] > k:
             continue
@@ -296,21 +326,25 @@ def _canonical_one(qi: np.ndarray, gi: np.ndarray, a: np.ndarray, b: np.ndarray,
 @numba.njit(cache=True, nogil=True)
 def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray, range_a: np.ndarray,
                range_b: np.ndarray, self_col: np.ndarray, pos_col: np.ndarray, pos_level: np.ndarray,
-               cut: np.ndarray, guess: np.ndarray, exp: np.ndarray, bound_a: np.ndarray, bound_eta: np.ndarray,
-               c_out: float, q: np.ndarray, q_rows: np.ndarray, g: np.ndarray, width: int, lv_out: np.ndarray,
-               ge_out: np.ndarray, key_out: np.ndarray, reach: np.ndarray, n_canonical: np.ndarray,
-               bad: np.ndarray) -> int:  # pragma: no cover - compiled
-    """Positions of the positives of rows with few positives, in one pass per row (no sort of the row).
+               cut: np.ndarray, guess: np.ndarray, exact_depth: np.ndarray, cutoffs: np.ndarray, exp: np.ndarray,
+               bound_a: np.ndarray, bound_eta: np.ndarray, c_out: float, q: np.ndarray, q_rows: np.ndarray,
+               g: np.ndarray, width: int, lv_out: np.ndarray, ge_out: np.ndarray, key_out: np.ndarray,
+               reach: np.ndarray, n_canonical: np.ndarray, bad: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Positions of the positives of rows with few positives, from one scan per row (no sort of the row).
 
     Every positive of row ``r`` (columns ``pos_col[r]``, levels ``pos_level[r]`` > 0) gets its canonical
-    score -- or ``-inf`` when its stage-1 score is below ``cut[r]`` (then it lies beyond the K-th
-    score, and only has to come after the items above it) -- and the positives are ordered by
-    (score desc, level asc). Each negative at or above ``thr[r]`` (a scan of the row, outside
-    ``[range_a, range_b)`` and ``self_col``) has the interval ``[lo, hi]`` of its canonical score: if
-    no positive score lies in it, the negative's place among the positives is known; otherwise its
-    canonical score is computed (``n_canonical``). A negative precedes the positives whose score is
-    at most its own (ties: negatives first). ``reach[r]`` counts the negatives with stage-1 score
-    ``>= guess[r]`` (the caller's check of the cut).
+    score -- or ``-inf`` when its stage-1 score is below ``cut[r]`` (it lies beyond the K-th score and
+    only has to come after the items above it) -- and the positives are ordered by (score desc, level
+    asc). Each negative at or above ``thr[r]`` (a scan of the row, outside ``[range_a, range_b)`` and
+    ``self_col``) has the interval ``[lo, hi]`` of its canonical score: the positives whose score is
+    above ``hi`` surely precede it, those below ``lo`` surely follow it (ties: negatives first), and
+    only the positives whose score lies in the interval are in doubt. After the scan each positive's
+    position is known to lie in ``[min, max]``; the doubtful negatives of a positive are re-scored
+    canonically (``n_canonical``) only if the metrics need its exact position -- ``min <=
+    exact_depth[r]`` -- or its comparison with a cut-off ``k`` of ``cutoffs`` (``min <= k < max``);
+    the other positives keep their ``min`` position, which compares with every cut-off as the exact
+    one does. ``reach[r]`` counts the negatives with stage-1 score ``>= guess[r]`` (the caller's check
+    of the cut).
 
     ``s``: the block's stage-1 scores, int16 bits of bfloat16 / float16 (``is_bits``; ``table`` maps
     the bits, as uint16, to float32 values; ``thr`` int64 order keys) or floats (``thr`` in their
@@ -324,12 +358,19 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
     n_max = pos_col.shape[1]
     keys = np.empty(n_max)
     lvs = np.empty(n_max, dtype=np.int64)
-    hist = np.zeros(n_max + 1, dtype=np.int64)
+    hist = np.zeros(n_max + 1, dtype=np.int64)  # decided negatives: hist[i] precede the positives from slot i
+    maybe = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives: +1 at their first doubtful slot, -1 after
+    need = np.zeros(n_max, dtype=np.bool_)
+    pre = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives surely before slot i: +1 at their ib
+    amb_col = np.empty(n, dtype=np.int64)
+    amb_lo = np.empty(n)
+    amb_hi = np.empty(n)
+    amb_a = np.empty(n, dtype=np.int64)
+    amb_b = np.empty(n, dtype=np.int64)
     for r in range(c):
         qi = q[q_rows[r]]
         scale = 2.0 ** (-exp[r])
         a_r, eta_r = bound_a[r], bound_eta[r]
-        # the positives: canonical scores, or -inf beyond the cut
         p = 0
         for k in range(n_max):
             lev = pos_level[r, k]
@@ -344,13 +385,11 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
             else:
                 x = _canonical_one(qi, g[j], wa, wb, width)
                 n_canonical[r] += 1
-                u = v * scale
-                lo, hi = _interval(u, a_r, eta_r, c_out)
+                lo, hi = _interval(v * scale, a_r, eta_r, c_out)
                 if x < lo or x > hi:
                     bad[0], bad[1], bad[2] = x, lo, hi
                     return 2
-            # insertion by (score desc, level asc)
-            t = p
+            t = p  # insertion by (score desc, level asc)
             while t > 0 and (keys[t - 1] < x or (keys[t - 1] == x and lvs[t - 1] > lev)):
                 keys[t] = keys[t - 1]
                 lvs[t] = lvs[t - 1]
@@ -360,7 +399,8 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
             p += 1
         for t in range(p + 1):
             hist[t] = 0
-        # the negatives that can reach the lowest positive
+            maybe[t] = 0
+        n_amb = 0
         th, aa, bb, own, gs = thr[r], range_a[r], range_b[r], self_col[r], guess[r]
         row = s[r]
         for j0 in range(0, n, _BLOCK):
@@ -395,21 +435,61 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
                     return 1
                 if v >= gs:
                     reach[r] += 1
-                u = v * scale
-                lo, hi = _interval(u, a_r, eta_r, c_out)
-                above = 0  # positives surely above (score > hi)
-                while above < p and keys[above] > hi:
-                    above += 1
-                inside = above < p and keys[above] >= lo
-                if inside:
-                    x = _canonical_one(qi, g[j], wa, wb, width)
-                    n_canonical[r] += 1
-                    if x < lo or x > hi:
-                        bad[0], bad[1], bad[2] = x, lo, hi
-                        return 2
-                    while above < p and keys[above] > x:
-                        above += 1
-                hist[above] += 1
+                lo, hi = _interval(v * scale, a_r, eta_r, c_out)
+                ia = 0  # positives surely above (score > hi)
+                while ia < p and keys[ia] > hi:
+                    ia += 1
+                ib = ia  # positives not surely below (score >= lo)
+                while ib < p and keys[ib] >= lo:
+                    ib += 1
+                if ia == ib:
+                    hist[ia] += 1
+                else:
+                    amb_col[n_amb], amb_lo[n_amb], amb_hi[n_amb], amb_a[n_amb], amb_b[n_amb] = j, lo, hi, ia, ib
+                    n_amb += 1
+                    maybe[ia] += 1
+                    maybe[ib] -= 1
+        # which positives need their doubtful negatives resolved: the bounds [lo_pos, hi_pos] of each
+        # position count the decided negatives, the doubtful ones surely before (ib <= i), and the doubtful
+        for t in range(p + 1):
+            pre[t] = 0
+        for m in range(n_amb):
+            pre[amb_b[m]] += 1
+        sure, doubt, surely_doubtful = 0, 0, 0
+        for i in range(p):
+            sure += hist[i]
+            surely_doubtful += pre[i]
+            doubt += maybe[i]
+            lo_pos = i + 1 + sure + surely_doubtful
+            hi_pos = lo_pos + doubt
+            nd = lo_pos <= exact_depth[r]
+            if not nd and doubt > 0:
+                for k in cutoffs:
+                    if lo_pos <= k and k < hi_pos:
+                        nd = True
+                        break
+            need[i] = nd and doubt > 0
+        # resolve the doubtful negatives of the positives that need it; the others keep their lower place
+        for m in range(n_amb):
+            ia, ib = amb_a[m], amb_b[m]
+            resolve = False
+            for i in range(ia, ib):
+                if need[i]:
+                    resolve = True
+                    break
+            if resolve:
+                j = amb_col[m]
+                x = _canonical_one(qi, g[j], wa, wb, width)
+                n_canonical[r] += 1
+                if x < amb_lo[m] or x > amb_hi[m]:
+                    bad[0], bad[1], bad[2] = x, amb_lo[m], amb_hi[m]
+                    return 2
+                i = ia
+                while i < ib and keys[i] > x:
+                    i += 1
+                hist[i] += 1
+            else:
+                hist[ib] += 1
         negs = 0
         for t in range(p):
             negs += hist[t]

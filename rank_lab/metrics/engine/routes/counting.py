@@ -116,8 +116,13 @@ class _Plan:
         # metrics of depth "k" / "R" read the first max(k, R) positions only: negatives below the K-th
         # score cannot change them (positions beyond K then read as "beyond K", which is all they use)
         depths = req.depths
-        self.list_depth = max(req.ks) if depths <= {"k", "R"} and req.ks and not req.hierarchical else (
-            1 if depths <= {"k", "R"} and not req.hierarchical else None)
+        shallow = depths <= {"k", "R", "cutoff"} and not req.hierarchical
+        self.list_depth = (max(req.ks) if req.ks else 1) if shallow else None
+        # positions the metrics need exactly (beyond them, only comparisons with the cut-offs ks)
+        big = np.iinfo(np.int64).max // 4
+        self.exact_depth = (max(req.ks) if req.ks and "k" in depths else 0) if shallow else big
+        self.exact_to_r = shallow and "R" in depths
+        self.cutoffs = np.array(sorted(req.ks) if shallow and "cutoff" in depths else [], dtype=np.int64)
 
     def bits_table(self, dtype: torch.dtype) -> np.ndarray:
         """float32 value of every 16-bit pattern of ``dtype`` (indexed by the bits as uint16)."""
@@ -375,12 +380,14 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
     q_rows = np.arange(r0, r0 + c, dtype=np.int64)
     args = (st.exp[rows].numpy(), st.a[rows].numpy(), st.eta[rows].numpy(), float(st.c), plan.qp.numpy())
     width2 = 1 << tree_depth(plan.qp.shape[1])
+    n_pos = level.gt(0).sum(1).numpy()
+    depth = np.maximum(n_pos if plan.exact_to_r else np.zeros_like(n_pos), plan.exact_depth)
 
     def run(sel: np.ndarray, thr_rows: torch.Tensor, cut_rows: np.ndarray) -> None:
         status = small_rows(s_np[sel], is_bits, table, _thresholds_as(s, thr_rows), a_np[sel], b_np[sel], own[sel],
-                            col_np[sel], lev_np[sel], cut_rows, guess_np[sel], args[0][sel], args[1][sel], args[2][sel],
-                            args[3], args[4], q_rows[sel], plan.gp.numpy(), width2, out[0], out[1], out[2], out[3],
-                            out[4], bad)
+                            col_np[sel], lev_np[sel], cut_rows, guess_np[sel], depth[sel], plan.cutoffs, args[0][sel],
+                            args[1][sel], args[2][sel], args[3], args[4], q_rows[sel], plan.gp.numpy(), width2, out[0],
+                            out[1], out[2], out[3], out[4], bad)
         if status == 1:
             _check_no_nan(torch.tensor([float("nan")]))
         if status == 2:

@@ -5,7 +5,7 @@ item whose canonical score reaches its K-th one, K = max(largest k, the query's 
 items R), ties at the K-th included; so the worst-case position of a relevant entry is its rank
 among the relevant ones plus the irrelevant entries up to the end of its group of tied scores,
 with no recount (``docs/decisions.md``: tied irrelevant items come first). Relevant items beyond
-the list lie beyond every cut-off and beyond R, which is all that metrics of depth ``"k"`` and
+the list lie beyond every cut-off and beyond R, which is all that metrics of depth ``"cutoff"``, ``"k"`` and
 ``"R"`` read; a query whose list holds no relevant item gets the position of its first one by an
 exact count (depth ``"first"``, MRR). Stage 1 is the tiled matmul in the format of ``precision`` or
 a flat index (``backend="faiss"``, ``knn=``). Internal route of
@@ -33,7 +33,7 @@ def list_length(req: MetricsRequest) -> int:
 
 
 def neighbour_list_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
-    """Per-query values of the binary metrics of ``req`` (depths ``"k"``, ``"R"``, ``"first"``).
+    """Per-query values of the binary metrics of ``req`` (depths ``"cutoff"``, ``"k"``, ``"R"``, ``"first"``).
 
     Returns:
         ``{metric name: {key: (Q,) float64}}`` on the CPU.
