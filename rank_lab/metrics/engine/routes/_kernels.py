@@ -180,6 +180,27 @@ def _interval(u: float, a: float, eta: float, c: float) -> tuple[float, float]: 
 
 
 @numba.njit(cache=True, nogil=True)
+def _sure_limits(t: float, a: float, eta: float, c: float, scale: float) -> tuple[float, float]:  # pragma: no cover - compiled
+    """Stage-1 limits ``(A, B)`` (scaled units) of a canonical score ``t``: an item with stage-1 score
+    ``v > A`` has ``lo(v) > t`` (surely above), one with ``v < B`` has ``hi(v) < t`` (surely below).
+
+    Inverses of the increasing :func:`_interval` ends ``lo(u) = u (1 -+ c') - E``, ``hi(u) = u (1 +- c')
+    + E`` (``c' = c + m + c m``, ``E = (eta + a)(1 + m)``, ``m = 2^-40``; the sign follows ``u``),
+    widened by ``2^-30`` relative for this float64 arithmetic. ``scale`` takes unscaled to scaled units.
+    """
+    if t == -np.inf:
+        return -np.inf, -np.inf
+    cc = c + _MARGIN + c * _MARGIN
+    e = (eta + a) * (1.0 + _MARGIN)
+    x = t + e
+    up = x / (1.0 - cc) if x >= 0 else x / (1.0 + cc)
+    y = t - e
+    down = y / (1.0 + cc) if y >= 0 else y / (1.0 - cc)
+    w = 2.0**-30
+    return (up + w * abs(up) + w * e) * scale, (down - w * abs(down) - w * e) * scale
+
+
+@numba.njit(cache=True, nogil=True)
 def flag_rows(offsets: np.ndarray, u: np.ndarray, kind: np.ndarray, a: np.ndarray, eta: np.ndarray, c: float,
               lo: np.ndarray, hi: np.ndarray, flag: np.ndarray) -> None:  # pragma: no cover - compiled
     """For every row's items ``offsets[r]:offsets[r + 1]`` (unscaled stage-1 scores ``u``, kinds: 0
@@ -362,6 +383,8 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
     maybe = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives: +1 at their first doubtful slot, -1 after
     need = np.zeros(n_max, dtype=np.bool_)
     pre = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives surely before slot i: +1 at their ib
+    lim_a = np.empty(n_max)  # per positive: stage-1 scores above lim_a are surely above it
+    lim_b = np.empty(n_max)  # ... below lim_b surely below it
     amb_col = np.empty(n, dtype=np.int64)
     amb_lo = np.empty(n)
     amb_hi = np.empty(n)
@@ -400,6 +423,9 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
         for t in range(p + 1):
             hist[t] = 0
             maybe[t] = 0
+        inv = 1.0 / scale
+        for t in range(p):
+            lim_a[t], lim_b[t] = _sure_limits(keys[t], a_r, eta_r, c_out, inv)
         n_amb = 0
         th, aa, bb, own, gs = thr[r], range_a[r], range_b[r], self_col[r], guess[r]
         row = s[r]
@@ -435,16 +461,16 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
                     return 1
                 if v >= gs:
                     reach[r] += 1
-                lo, hi = _interval(v * scale, a_r, eta_r, c_out)
-                ia = 0  # positives surely above (score > hi)
-                while ia < p and keys[ia] > hi:
+                ia = 0  # positives surely above the item (their score exceeds its hi)
+                while ia < p and v < lim_b[ia]:
                     ia += 1
-                ib = ia  # positives not surely below (score >= lo)
-                while ib < p and keys[ib] >= lo:
+                ib = ia  # positives not surely below it (their score reaches its lo)
+                while ib < p and not (v > lim_a[ib]):
                     ib += 1
                 if ia == ib:
                     hist[ia] += 1
                 else:
+                    lo, hi = _interval(v * scale, a_r, eta_r, c_out)
                     amb_col[n_amb], amb_lo[n_amb], amb_hi[n_amb], amb_a[n_amb], amb_b[n_amb] = j, lo, hi, ia, ib
                     n_amb += 1
                     maybe[ia] += 1

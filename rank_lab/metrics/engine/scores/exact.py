@@ -58,8 +58,12 @@ def scale_rows(x: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
         exponent: ``(N,)`` integer exponents.
     """
     e = exponent.to(x.device, torch.long)
+    if e.numel() and bool((e == 0).all()):
+        return x.clone()
     half = torch.div(e, 2, rounding_mode="floor")
     grow = torch.ldexp(torch.ldexp(x, half.to(x.dtype)[:, None]), (e - half).to(x.dtype)[:, None])
+    if bool((e >= 0).all()):
+        return grow
     shrink = torch.ldexp(x, torch.minimum(e, torch.zeros_like(e)).to(x.dtype)[:, None])
     return torch.where((e >= 0)[:, None], grow, shrink)
 
