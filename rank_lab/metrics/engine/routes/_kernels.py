@@ -345,51 +345,47 @@ def _canonical_one(qi: np.ndarray, gi: np.ndarray, a: np.ndarray, b: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray, range_a: np.ndarray,
+def small_scan(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray, range_a: np.ndarray,
                range_b: np.ndarray, self_col: np.ndarray, pos_col: np.ndarray, pos_level: np.ndarray,
                cut: np.ndarray, guess: np.ndarray, exact_depth: np.ndarray, cutoffs: np.ndarray, exp: np.ndarray,
                bound_a: np.ndarray, bound_eta: np.ndarray, c_out: float, q: np.ndarray, q_rows: np.ndarray,
-               g: np.ndarray, width: int, lv_out: np.ndarray, ge_out: np.ndarray, key_out: np.ndarray,
-               reach: np.ndarray, n_canonical: np.ndarray, bad: np.ndarray) -> int:  # pragma: no cover - compiled
-    """Positions of the positives of rows with few positives, from one scan per row (no sort of the row).
+               g: np.ndarray, width: int, keys: np.ndarray, lvs: np.ndarray, n_pos: np.ndarray, hist: np.ndarray,
+               amb_row: np.ndarray, amb_col: np.ndarray, amb_lo: np.ndarray, amb_hi: np.ndarray, amb_a: np.ndarray,
+               amb_b: np.ndarray, amb_need: np.ndarray, reach: np.ndarray, bad: np.ndarray) -> int:  # pragma: no cover - compiled
+    """First half of the rows with few positives: the positives in canonical order, each negative placed
+    or recorded as doubtful, and which doubtful negatives the metrics need resolved (no sort of a row).
 
     Every positive of row ``r`` (columns ``pos_col[r]``, levels ``pos_level[r]`` > 0) gets its canonical
     score -- or ``-inf`` when its stage-1 score is below ``cut[r]`` (it lies beyond the K-th score and
     only has to come after the items above it) -- and the positives are ordered by (score desc, level
-    asc). Each negative at or above ``thr[r]`` (a scan of the row, outside ``[range_a, range_b)`` and
-    ``self_col``) has the interval ``[lo, hi]`` of its canonical score: the positives whose score is
-    above ``hi`` surely precede it, those below ``lo`` surely follow it (ties: negatives first), and
-    only the positives whose score lies in the interval are in doubt. After the scan each positive's
-    position is known to lie in ``[min, max]``; the doubtful negatives of a positive are re-scored
-    canonically (``n_canonical``) only if the metrics need its exact position -- ``min <=
-    exact_depth[r]`` -- or its comparison with a cut-off ``k`` of ``cutoffs`` (``min <= k < max``);
-    the other positives keep their ``min`` position, which compares with every cut-off as the exact
-    one does. ``reach[r]`` counts the negatives with stage-1 score ``>= guess[r]`` (the caller's check
-    of the cut).
+    asc) into ``keys[r]``, ``lvs[r]`` (``n_pos[r]`` of them). Each negative at or above ``thr[r]`` (a scan
+    of the row, outside ``[range_a, range_b)`` and ``self_col``) is compared with per-positive stage-1
+    limits: the positives surely above it and surely below it are known (``hist[r, i]`` counts the
+    negatives placed just before slot ``i``); the positives in between are in doubt, and the negative
+    is recorded (``amb_*``: row, column, interval, first and end slot of the doubt). After the scan,
+    each positive's position lies in ``[min, max]``; a doubtful negative must be re-scored
+    (``amb_need``) when one of its doubtful positives needs an exact position -- ``min <=
+    exact_depth[r]`` -- or a comparison with a cut-off ``k`` of ``cutoffs`` (``min <= k < max``).
+    ``reach[r]`` counts the negatives with stage-1 score ``>= guess[r]`` (the caller's check of the cut).
 
     ``s``: the block's stage-1 scores, int16 bits of bfloat16 / float16 (``is_bits``; ``table`` maps
     the bits, as uint16, to float32 values; ``thr`` int64 order keys) or floats (``thr`` in their
     dtype); ``exp``: scores are ``2^exp`` times the unscaled ones; ``bound_a``, ``bound_eta``,
-    ``c_out``: the bound. Returns 0, or 1 for a NaN stage-1 score, or 2 for a canonical score outside
-    its interval (``bad = [score, lo, hi]``).
+    ``c_out``: the bound. Returns the number of doubtful negatives (their arrays must hold them: a
+    larger count asks the caller for room), or -1 for a NaN stage-1 score, or -2 for a canonical
+    score outside its interval (``bad = [score, lo, hi]``).
     """
     c, n = s.shape
     wa = np.empty(max(width // 2, 1), dtype=q.dtype)
     wb = np.empty(max(width // 2, 1), dtype=q.dtype)
     n_max = pos_col.shape[1]
-    keys = np.empty(n_max)
-    lvs = np.empty(n_max, dtype=np.int64)
-    hist = np.zeros(n_max + 1, dtype=np.int64)  # decided negatives: hist[i] precede the positives from slot i
     maybe = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives: +1 at their first doubtful slot, -1 after
-    need = np.zeros(n_max, dtype=np.bool_)
-    pre = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives surely before slot i: +1 at their ib
+    pre = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives surely before slot i: +1 at their end slot
     lim_a = np.empty(n_max)  # per positive: stage-1 scores above lim_a are surely above it
     lim_b = np.empty(n_max)  # ... below lim_b surely below it
-    amb_col = np.empty(n, dtype=np.int64)
-    amb_lo = np.empty(n)
-    amb_hi = np.empty(n)
-    amb_a = np.empty(n, dtype=np.int64)
-    amb_b = np.empty(n, dtype=np.int64)
+    need = np.zeros(n_max, dtype=np.bool_)
+    cap = amb_col.shape[0]
+    n_amb = 0
     for r in range(c):
         qi = q[q_rows[r]]
         scale = 2.0 ** (-exp[r])
@@ -402,31 +398,32 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
             j = pos_col[r, k]
             v = table[np.uint16(s[r, j])] if is_bits else s[r, j]
             if v != v:
-                return 1
+                return -1
             if v < cut[r]:
                 x = -np.inf
             else:
                 x = _canonical_one(qi, g[j], wa, wb, width)
-                n_canonical[r] += 1
                 lo, hi = _interval(v * scale, a_r, eta_r, c_out)
                 if x < lo or x > hi:
                     bad[0], bad[1], bad[2] = x, lo, hi
-                    return 2
+                    return -2
             t = p  # insertion by (score desc, level asc)
-            while t > 0 and (keys[t - 1] < x or (keys[t - 1] == x and lvs[t - 1] > lev)):
-                keys[t] = keys[t - 1]
-                lvs[t] = lvs[t - 1]
+            while t > 0 and (keys[r, t - 1] < x or (keys[r, t - 1] == x and lvs[r, t - 1] > lev)):
+                keys[r, t] = keys[r, t - 1]
+                lvs[r, t] = lvs[r, t - 1]
                 t -= 1
-            keys[t] = x
-            lvs[t] = lev
+            keys[r, t] = x
+            lvs[r, t] = lev
             p += 1
+        n_pos[r] = p
         for t in range(p + 1):
-            hist[t] = 0
+            hist[r, t] = 0
             maybe[t] = 0
+            pre[t] = 0
         inv = 1.0 / scale
         for t in range(p):
-            lim_a[t], lim_b[t] = _sure_limits(keys[t], a_r, eta_r, c_out, inv)
-        n_amb = 0
+            lim_a[t], lim_b[t] = _sure_limits(keys[r, t], a_r, eta_r, c_out, inv)
+        first_amb = n_amb
         th, aa, bb, own, gs = thr[r], range_a[r], range_b[r], self_col[r], guess[r]
         row = s[r]
         for j0 in range(0, n, _BLOCK):
@@ -458,7 +455,7 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
                 if (j >= aa and j < bb) or j == own:
                     continue
                 if v != v:
-                    return 1
+                    return -1
                 if v >= gs:
                     reach[r] += 1
                 ia = 0  # positives surely above the item (their score exceeds its hi)
@@ -468,22 +465,23 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
                 while ib < p and not (v > lim_a[ib]):
                     ib += 1
                 if ia == ib:
-                    hist[ia] += 1
-                else:
+                    hist[r, ia] += 1
+                    continue
+                if n_amb < cap:
                     lo, hi = _interval(v * scale, a_r, eta_r, c_out)
-                    amb_col[n_amb], amb_lo[n_amb], amb_hi[n_amb], amb_a[n_amb], amb_b[n_amb] = j, lo, hi, ia, ib
-                    n_amb += 1
-                    maybe[ia] += 1
-                    maybe[ib] -= 1
-        # which positives need their doubtful negatives resolved: the bounds [lo_pos, hi_pos] of each
-        # position count the decided negatives, the doubtful ones surely before (ib <= i), and the doubtful
-        for t in range(p + 1):
-            pre[t] = 0
-        for m in range(n_amb):
-            pre[amb_b[m]] += 1
+                    amb_row[n_amb], amb_col[n_amb], amb_lo[n_amb], amb_hi[n_amb] = r, j, lo, hi
+                    amb_a[n_amb], amb_b[n_amb], amb_need[n_amb] = ia, ib, False
+                n_amb += 1
+                maybe[ia] += 1
+                maybe[ib] -= 1
+                pre[ib] += 1
+        if n_amb > cap:
+            continue  # no room: the caller calls again with more (the counts of this call are discarded)
+        # the bounds [lo_pos, hi_pos] of each position: decided negatives, the doubtful ones surely
+        # before (end slot <= i), and the doubtful ones
         sure, doubt, surely_doubtful = 0, 0, 0
         for i in range(p):
-            sure += hist[i]
+            sure += hist[r, i]
             surely_doubtful += pre[i]
             doubt += maybe[i]
             lo_pos = i + 1 + sure + surely_doubtful
@@ -495,31 +493,35 @@ def small_rows(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
                         nd = True
                         break
             need[i] = nd and doubt > 0
-        # resolve the doubtful negatives of the positives that need it; the others keep their lower place
-        for m in range(n_amb):
-            ia, ib = amb_a[m], amb_b[m]
-            resolve = False
-            for i in range(ia, ib):
+        for m in range(first_amb, n_amb):
+            for i in range(amb_a[m], amb_b[m]):
                 if need[i]:
-                    resolve = True
+                    amb_need[m] = True
                     break
-            if resolve:
-                j = amb_col[m]
-                x = _canonical_one(qi, g[j], wa, wb, width)
-                n_canonical[r] += 1
-                if x < amb_lo[m] or x > amb_hi[m]:
-                    bad[0], bad[1], bad[2] = x, amb_lo[m], amb_hi[m]
-                    return 2
-                i = ia
-                while i < ib and keys[i] > x:
-                    i += 1
-                hist[i] += 1
-            else:
-                hist[ib] += 1
+    return n_amb
+
+
+@numba.njit(cache=True, nogil=True)
+def small_finish(keys: np.ndarray, lvs: np.ndarray, n_pos: np.ndarray, hist: np.ndarray, amb_row: np.ndarray,
+                 amb_a: np.ndarray, amb_b: np.ndarray, amb_need: np.ndarray, amb_exact: np.ndarray,
+                 lv_out: np.ndarray, ge_out: np.ndarray, key_out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Second half: each doubtful negative placed -- by its canonical score ``amb_exact`` where it was
+    needed (before the positives whose score is at most its own), else after its doubtful positives --
+    and the positives' slots written (level, negatives before, key)."""
+    for m in range(amb_row.shape[0]):
+        r, ia, ib = amb_row[m], amb_a[m], amb_b[m]
+        if amb_need[m]:
+            x = amb_exact[m]
+            i = ia
+            while i < ib and keys[r, i] > x:
+                i += 1
+            hist[r, i] += 1
+        else:
+            hist[r, ib] += 1
+    for r in range(keys.shape[0]):
         negs = 0
-        for t in range(p):
-            negs += hist[t]
-            lv_out[r, t] = lvs[t]
+        for t in range(n_pos[r]):
+            negs += hist[r, t]
+            lv_out[r, t] = lvs[r, t]
             ge_out[r, t] = negs
-            key_out[r, t] = keys[t]
-    return 0
+            key_out[r, t] = keys[r, t]

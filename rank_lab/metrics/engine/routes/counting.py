@@ -47,7 +47,8 @@ from rank_lab.metrics.engine.routes._kernels import (
     flag_rows,
     order_rows,
     sample_kth,
-    small_rows,
+    small_finish,
+    small_scan,
 )
 from rank_lab.metrics.engine.routes.request import MetricsRequest
 from rank_lab.metrics.engine.scores._stage1 import Stage1
@@ -112,6 +113,7 @@ class _Plan:
         fmt = resolve_precision(req.precision, self.qp.dtype, dev, work=nq * n_g * d)
         self.st = Stage1(self.qp, self.gp, fmt, req.same)
         self._tables: dict[torch.dtype, np.ndarray] = {}
+        self.last_doubtful = 0  # capacity hint of the doubtful-negatives buffers
         self.last_emitted = 0  # capacity hint of the emitted-items buffers (grows with what blocks kept)
         # metrics of depth "k" / "R" read the first max(k, R) positions only: negatives below the K-th
         # score cannot change them (positions beyond K then read as "beyond K", which is all they use)
@@ -361,8 +363,9 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
                 pv: torch.Tensor, level: torch.Tensor, idx: torch.Tensor, thr: torch.Tensor, use: torch.Tensor,
                 cut: torch.Tensor | None, cap_rows: torch.Tensor | None, guess: torch.Tensor | None,
                 k_row: torch.Tensor | None, own: np.ndarray, a_np: np.ndarray, b_np: np.ndarray) -> LevelPositions:
-    """A block whose rows have few positives: every positive re-scored, each negative placed by whether a
-    positive's canonical score lies in its interval (:func:`~rank_lab.metrics.engine.routes._kernels.small_rows`)."""
+    """A block whose rows have few positives: every positive re-scored, each negative placed by the positives'
+    stage-1 limits, the doubtful ones re-scored in gallery order where the metrics need them
+    (:func:`~rank_lab.metrics.engine.routes._kernels.small_scan`, then ``small_finish``)."""
     st = plan.st
     c, width = pv.shape
     is_bits = s.dtype in _BITS
@@ -371,7 +374,6 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
     ge = np.zeros((c, width), dtype=np.int64)
     keys = np.full((c, width), -np.inf)
     reach = np.zeros(c, dtype=np.int64)
-    n_can = np.zeros(c, dtype=np.int64)
     bad = np.zeros(3)
     none = np.full(c, -np.inf)
     cut_np = torch.where(cap_rows, cut, torch.full_like(cut, -torch.inf)).double().numpy() if cut is not None else none
@@ -383,19 +385,48 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
     n_pos = level.gt(0).sum(1).numpy()
     depth = np.maximum(n_pos if plan.exact_to_r else np.zeros_like(n_pos), plan.exact_depth)
 
-    def run(sel: np.ndarray, thr_rows: torch.Tensor, cut_rows: np.ndarray) -> None:
-        status = small_rows(s_np[sel], is_bits, table, _thresholds_as(s, thr_rows), a_np[sel], b_np[sel], own[sel],
-                            col_np[sel], lev_np[sel], cut_rows, guess_np[sel], depth[sel], plan.cutoffs, args[0][sel],
-                            args[1][sel], args[2][sel], args[3], args[4], q_rows[sel], plan.gp.numpy(), width2, out[0],
-                            out[1], out[2], out[3], out[4], bad)
-        if status == 1:
-            _check_no_nan(torch.tensor([float("nan")]))
-        if status == 2:
-            _bound_violated(float(bad[0]), float(bad[1]), float(bad[2]))
+    g_np = plan.gp.numpy()
 
-    everything = np.arange(c)
-    out = (lv, ge, keys, reach, n_can)
-    run(everything, use, cut_np)
+    def run(sel: np.ndarray, thr_rows: torch.Tensor, cut_rows: np.ndarray) -> None:
+        k = sel.size
+        keys_w, lvs_w = np.empty((k, width)), np.empty((k, width), dtype=np.int64)
+        n_pos_w, hist_w = np.zeros(k, dtype=np.int64), np.zeros((k, width + 1), dtype=np.int64)
+        reach_w = np.zeros(k, dtype=np.int64)
+        cap = max(16 * k, plan.last_doubtful)
+        while True:
+            amb = (np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap), np.empty(cap),
+                   np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.bool_))
+            reach_w[:] = 0
+            n_amb = small_scan(s_np[sel], is_bits, table, _thresholds_as(s, thr_rows), a_np[sel], b_np[sel], own[sel],
+                               col_np[sel], lev_np[sel], cut_rows, guess_np[sel], depth[sel], plan.cutoffs,
+                               args[0][sel], args[1][sel], args[2][sel], args[3], args[4], q_rows[sel], g_np, width2,
+                               keys_w, lvs_w, n_pos_w, hist_w, *amb, reach_w, bad)
+            if n_amb == -1:
+                _check_no_nan(torch.tensor([float("nan")]))
+            if n_amb == -2:
+                _bound_violated(float(bad[0]), float(bad[1]), float(bad[2]))
+            if n_amb <= cap:
+                break
+            cap = n_amb
+        plan.last_doubtful = max(plan.last_doubtful, n_amb + n_amb // 4)
+        amb = tuple(x[:n_amb] for x in amb)
+        exact = np.zeros(n_amb)
+        todo = np.flatnonzero(amb[6])
+        if todo.size:  # the needed re-scores, in gallery order (each gallery row read once per block)
+            todo = todo[np.argsort(amb[1][todo], kind="stable")]
+            vals = np.empty(todo.size, dtype=g_np.dtype)
+            canonical_cpu(args[4], g_np, q_rows[sel][amb[0][todo]], amb[1][todo], width2, vals)
+            lo, hi = amb[2][todo], amb[3][todo]
+            off = (vals < lo) | (vals > hi)
+            if off.any():
+                i = int(np.flatnonzero(off)[0])
+                _bound_violated(float(vals[i]), float(lo[i]), float(hi[i]))
+            exact[todo] = vals
+        small_finish(keys_w, lvs_w, n_pos_w, hist_w, amb[0], amb[4], amb[5], amb[6], exact, *out[:3])
+        out[3][:] = reach_w
+
+    out = (lv, ge, keys, reach)
+    run(np.arange(c), use, cut_np)
     if cap_rows is not None and bool(cap_rows.any()):
         # the guess is a lower bound of the K-th score only if at least K items reach it
         reach_t = torch.from_numpy(reach) + (level.gt(0) & (pv >= guess.to(pv.dtype)[:, None])).sum(1)
@@ -403,7 +434,7 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
         if failed.size:  # those rows keep every negative that can reach their lowest positive
             f = failed.size
             out = (np.zeros((f, width), dtype=np.int64), np.zeros((f, width), dtype=np.int64), np.full((f, width), -np.inf),
-                   np.zeros(f, dtype=np.int64), np.zeros(f, dtype=np.int64))
+                   np.zeros(f, dtype=np.int64))
             run(failed, thr[torch.from_numpy(failed)], none[failed])
             lv[failed], ge[failed], keys[failed] = out[0], out[1], out[2]
     lv_t = torch.from_numpy(lv)
