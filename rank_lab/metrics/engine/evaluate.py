@@ -48,7 +48,7 @@ from rank_lab.utils import DeviceLike, get_device
 __all__ = ["retrieval_metrics", "NEIGHBOUR_LIST_MAX_K"]
 
 #: Lists up to this length are cheaper than counting (queries = gallery: one product for both orientations).
-NEIGHBOUR_LIST_MAX_K = 32
+NEIGHBOUR_LIST_MAX_K = 16
 
 
 def normalize_rows(x: torch.Tensor, block_rows: int = 8192) -> torch.Tensor:

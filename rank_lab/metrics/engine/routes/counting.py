@@ -276,8 +276,10 @@ def _resolve_cpu(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, 
     cap_rows = None
     if plan.list_depth is not None:  # every metric reads the first K positions only: a cut at the K-th score
         k_row = torch.clamp(is_pos.sum(1), min=plan.list_depth)
-        stride = max(1, min(16, (3 * plan.list_depth) // 128, s.shape[1] // 4))
-        m = -(-3 * k_row // (2 * stride))
+        # every 16th score: its m-th largest, m >= 8, estimates the (16 m)-th largest of the row, a lower
+        # bound of the K-th (checked below); for small K the cut sits a little below the K-th score
+        stride = max(1, min(16, s.shape[1] // 32))
+        m = torch.clamp(-(-3 * k_row // (2 * stride)), min=8)
         guess = torch.from_numpy(sample_kth(s_np, s.dtype in _BITS, stride, m.numpy(), own))
         if s.dtype in _BITS:
             guess = _from_keys(guess, s.dtype)
@@ -297,7 +299,9 @@ def _resolve_cpu(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, 
         g_row = guess.to(st.cmp)
         reach = torch.bincount(rr[nv >= g_row[rr]], minlength=c) + (is_pos & (pv >= g_row[:, None])).sum(1)
         bad = torch.nonzero(cap_rows & (reach < k_row)).flatten()
-        if bad.numel():  # those rows keep every negative that can reach their lowest positive
+        if bad.numel():  # those rows keep every negative that can reach their lowest positive, and no cut
+            cap_rows = cap_rows.clone()
+            cap_rows[bad] = False
             br, bc = _emit(plan, s[bad], s_np[bad.numpy()], thr[bad], a_np[bad.numpy()], b_np[bad.numpy()],
                            own[bad.numpy()])
             keep = ~torch.isin(rr, bad)
