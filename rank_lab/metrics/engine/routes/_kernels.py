@@ -28,6 +28,7 @@ __all__ = ["emit_above", "bf16_keys", "sample_kth", "canonical_cpu", "flag_rows"
 
 _MARGIN = 2.0**-40
 _BLOCK = 32
+_SCAN = 64  # items per block of the counting route's scan
 
 
 @numba.njit(cache=True, nogil=True)
@@ -426,22 +427,31 @@ def small_scan(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
         first_amb = n_amb
         th, aa, bb, own, gs = thr[r], range_a[r], range_b[r], self_col[r], guess[r]
         row = s[r]
-        for j0 in range(0, n, _BLOCK):
-            j1 = min(j0 + _BLOCK, n)
-            hits = 0
-            if is_bits:
-                if th >= 0:  # non-negative keys are the int16 bits themselves
-                    for j in range(j0, j1):
-                        hits += np.int64(row[j]) >= th
+        fast = is_bits and 0 <= th <= 32767  # non-negative keys are the int16 bits themselves
+        th16 = np.int16(th if fast else 0)
+        for j0 in range(0, n, _SCAN):
+            j1 = min(j0 + _SCAN, n)
+            if fast:  # one vectorised int16 comparison per item, or-ed over the block
+                hit16 = np.int16(0)
+                if j1 - j0 == _SCAN:  # a full block: a constant trip count the compiler vectorises
+                    for j in range(j0, j0 + _SCAN):
+                        hit16 |= np.int16(row[j] >= th16)
                 else:
+                    for j in range(j0, j1):
+                        hit16 |= np.int16(row[j] >= th16)
+                if hit16 == 0:
+                    continue
+            else:
+                hits = 0
+                if is_bits:
                     for j in range(j0, j1):
                         w = np.int64(row[j])
                         hits += (w ^ ((w >> 15) & 0x7FFF)) >= th
-            else:
-                for j in range(j0, j1):
-                    hits += not (row[j] < th)
-            if hits == 0:
-                continue
+                else:
+                    for j in range(j0, j1):
+                        hits += not (row[j] < th)
+                if hits == 0:
+                    continue
             for j in range(j0, j1):
                 if is_bits:
                     w = np.int64(row[j])

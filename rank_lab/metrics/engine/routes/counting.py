@@ -144,7 +144,7 @@ def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
     dev = req.device
     nq, n_g = plan.qp.shape[0], plan.gp.shape[0]
     threads = max(1, torch.get_num_threads()) if dev.type == "cpu" else 1
-    band = chunk_rows(n_g, req.max_memory_mb / threads, req.chunk_size, bytes_per_item=8, max_rows=256)
+    band = chunk_rows(n_g, req.max_memory_mb / threads, req.chunk_size, bytes_per_item=8, max_rows=1024)
     starts = list(range(0, nq, band))
     show = len(starts) > 16 if req.progress is None else bool(req.progress)
     pool = BufferPool(band * n_g, plan.st.out_fmt, dev, len(starts))
@@ -391,8 +391,8 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
 
     g_np = plan.gp.numpy()
 
-    def run(sel: np.ndarray, thr_rows: torch.Tensor, cut_rows: np.ndarray) -> None:
-        k = sel.size
+    def run(sel: np.ndarray | slice, thr_rows: torch.Tensor, cut_rows: np.ndarray) -> None:
+        k = c if isinstance(sel, slice) else sel.size  # a slice: the whole block, without copying the scores
         keys_w, lvs_w = np.empty((k, width)), np.empty((k, width), dtype=np.int64)
         n_pos_w, hist_w = np.zeros(k, dtype=np.int64), np.zeros((k, width + 1), dtype=np.int64)
         reach_w = np.zeros(k, dtype=np.int64)
@@ -430,7 +430,7 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
         out[3][:] = reach_w
 
     out = (lv, ge, keys, reach)
-    run(np.arange(c), use, cut_np)
+    run(slice(None), use, cut_np)
     if cap_rows is not None and bool(cap_rows.any()):
         # the guess is a lower bound of the K-th score only if at least K items reach it
         reach_t = torch.from_numpy(reach) + (level.gt(0) & (pv >= guess.to(pv.dtype)[:, None])).sum(1)
