@@ -36,11 +36,10 @@ for the i-th best relevant item (the tie rule above).
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
 from rank_lab._validation import as_tensor, check_finite, check_positive_int, check_scores_targets
+from rank_lab.vocabulary import NoPositive
 
 __all__ = [
     "worst_case_order",
@@ -57,8 +56,6 @@ __all__ = [
     "precision_recall_curve",
     "positive_positions",
 ]
-
-NoPositive = Literal["raise", "zero"]
 
 
 def worst_case_order(scores: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
