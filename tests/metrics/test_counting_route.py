@@ -232,7 +232,7 @@ def test_a_registered_metric_comes_out_of_retrieval_metrics(monkeypatch):
 
     register_metric(RetrievalMetric("RP", family="binary", depth="R", compute=r_precision))
     try:
-        assert "RP" in list_metrics("binary")
+        assert "RP" in list_metrics(family="binary")
         x, y = _data("tied", 200, 12, seed=8)
         want = brute_metrics(x, y, (1,), ("RP",))
         for route in ("lists", "counting"):

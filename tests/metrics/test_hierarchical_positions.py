@@ -29,7 +29,7 @@ def _both() -> tuple[dict[str, torch.Tensor], ...]:
     valid = torch.ones_like(LV, dtype=torch.bool)
     p = LevelPositions(LV, valid, GE, VALS, COUNTS, 2, 1.0)
     out: dict[str, torch.Tensor] = {}
-    for name in list_metrics("hierarchical"):
+    for name in list_metrics(family="hierarchical"):
         out.update(get_metric(name).compute(p, tuple(KS)))
     return (out,)
 

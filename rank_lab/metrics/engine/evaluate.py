@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
-from rank_lab.metrics.engine.formulas.registry import RetrievalMetric, get_metric, list_metrics
+from rank_lab.metrics.engine.formulas.registry import METRICS, RetrievalMetric, get_metric, list_metrics
 from rank_lab.metrics.engine.routes.counting import counting_route
 from rank_lab.metrics.engine.routes.neighbour_lists import list_length, neighbour_list_route
 from rank_lab.metrics.engine.routes.request import MetricsRequest
@@ -203,13 +203,13 @@ def retrieval_metrics(
     lab, ref_lab = lab.cpu(), ref_lab.cpu()
     if isinstance(metrics, str) or not hasattr(metrics, "__iter__"):
         raise TypeError(f"metrics must be a sequence of metric names, got {type(metrics).__name__}")
-    names = list(dict.fromkeys(metrics))
-    if hierarchical:
-        names += [m for m in list_metrics("hierarchical") if m not in names]
-    unknown = [m for m in names if m not in list_metrics()]
+    names = list(metrics)
+    unknown = [m for m in names if m not in METRICS]
     if unknown or not names:
         raise ValueError(f"unknown metrics {sorted(map(str, unknown))}; choose among {list_metrics()}")
-    wanted: tuple[RetrievalMetric, ...] = tuple(get_metric(m) for m in names)
+    if hierarchical:
+        names += list_metrics(family="hierarchical")
+    wanted: tuple[RetrievalMetric, ...] = tuple(dict.fromkeys(get_metric(m) for m in names))
     if exclude_self is not None and not isinstance(exclude_self, bool):
         raise TypeError(f"exclude_self must be a bool or None, got {type(exclude_self).__name__}")
     exclude_self = same if exclude_self is None else exclude_self

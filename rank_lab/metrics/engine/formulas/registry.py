@@ -26,9 +26,11 @@ from typing import Any, Literal
 
 import torch
 
+from rank_lab._validation import check_choice
 from rank_lab.metrics.engine.formulas import binary, levels
+from rank_lab.registry import Registry
 
-__all__ = ["RetrievalMetric", "register_metric", "unregister_metric", "get_metric", "list_metrics"]
+__all__ = ["RetrievalMetric", "METRICS", "register_metric", "unregister_metric", "get_metric", "list_metrics"]
 
 Family = Literal["binary", "hierarchical"]
 Depth = Literal["cutoff", "k", "R", "first", "all"]
@@ -75,11 +77,13 @@ class RetrievalMetric:
             raise TypeError(f"reduce must be callable or None, got {type(self.reduce).__name__}")
 
 
-_REGISTRY: dict[str, RetrievalMetric] = {}
+#: the engine's metrics (:class:`rank_lab.registry.Registry`, the package's one registry type): the
+#: entry's ``info`` holds the metric's ``family`` and ``depth``; names are case-insensitive.
+METRICS: Registry[RetrievalMetric] = Registry("retrieval metric")
 
 
 def register_metric(metric: RetrievalMetric, *, replace: bool = False) -> RetrievalMetric:
-    """Add ``metric`` to the engine (module docstring).
+    """Add ``metric`` to the engine (module docstring), in :data:`METRICS`.
 
     Args:
         metric: a :class:`RetrievalMetric`.
@@ -94,29 +98,38 @@ def register_metric(metric: RetrievalMetric, *, replace: bool = False) -> Retrie
     """
     if not isinstance(metric, RetrievalMetric):
         raise TypeError(f"metric must be a RetrievalMetric, got {type(metric).__name__}")
-    if metric.name in _REGISTRY and not replace:
-        raise ValueError(f"a metric named {metric.name!r} is registered already (pass replace=True)")
-    _REGISTRY[metric.name] = metric
-    return metric
+    if metric.name in METRICS:
+        if not replace:
+            raise ValueError(f"a metric named {metric.name!r} is registered already (pass replace=True)")
+        METRICS.unregister(metric.name)
+    doc = (getattr(metric.compute, "__doc__", None) or "").strip().splitlines()
+    return METRICS.register(metric.name, metric, family=metric.family, depth=metric.depth,
+                            summary=doc[0] if doc else metric.name)
 
 
 def unregister_metric(name: str) -> None:
     """Remove a registered metric (``ValueError`` naming it when unknown)."""
-    if name not in _REGISTRY:
-        raise ValueError(f"no metric named {name!r} is registered; registered: {list_metrics()}")
-    del _REGISTRY[name]
+    METRICS.unregister(name)
 
 
 def get_metric(name: str) -> RetrievalMetric:
-    """The registered metric called ``name`` (``ValueError`` listing the names when unknown)."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown metric {name!r}; choose among {list_metrics()}")
-    return _REGISTRY[name]
+    """The registered metric called ``name`` (case-insensitive; ``ValueError`` listing the names when unknown)."""
+    return METRICS[name]
 
 
-def list_metrics(family: Family | None = None) -> tuple[str, ...]:
-    """The registered metric names (of one family, or all), in registration order."""
-    return tuple(n for n, m in _REGISTRY.items() if family is None or m.family == family)
+def list_metrics(filter: str = "", *, family: Family | None = None) -> list[str]:
+    """The registered metric names, sorted (:meth:`rank_lab.registry.Registry.list`).
+
+    Args:
+        filter: an ``fnmatch`` pattern (``"*ap*"``; case-insensitive); ``""`` = all.
+        family: ``"binary"`` or ``"hierarchical"`` only; ``None``: both.
+
+    Returns:
+        The metrics' own spellings (``"mAP@R"``, ``"R@k"``), as ``retrieval_metrics(metrics=...)`` takes them.
+    """
+    if family is not None:
+        family = check_choice(family, "family", ("binary", "hierarchical"))
+    return [METRICS[n].name for n in METRICS.list(filter, family=family)]
 
 
 for _metric in (
