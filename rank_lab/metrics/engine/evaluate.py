@@ -35,7 +35,12 @@ import torch
 import torch.nn.functional as F
 
 from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
-from rank_lab.metrics.engine.formulas.registry import METRICS, RetrievalMetric, get_metric, list_metrics
+from rank_lab.metrics.engine.formulas.registry import (
+    METRICS,
+    RetrievalMetric,
+    get_metric,
+    list_metrics,
+)
 from rank_lab.metrics.engine.routes.counting import counting_route
 from rank_lab.metrics.engine.routes.neighbour_lists import list_length, neighbour_list_route
 from rank_lab.metrics.engine.routes.request import MetricsRequest
