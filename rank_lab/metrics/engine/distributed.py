@@ -42,6 +42,7 @@ from rank_lab.metrics.engine.formulas.registry import get_metric
 from rank_lab.metrics.engine.search.index import IndexStage1, gpu_resources
 from rank_lab.metrics.engine.search.knn import faiss_available
 from rank_lab.utils import DeviceLike
+from rank_lab.vocabulary import NoPositive
 
 __all__ = ["faiss_gpu_count", "ShardedIndex", "build_index", "sharded_knn_search", "sharded_retrieval_metrics"]
 
@@ -204,7 +205,7 @@ def sharded_retrieval_metrics(
     mode: Mode = "shard",
     cpu_shards: int = 1,
     device: DeviceLike = None,
-    no_positive: Literal["raise", "skip"] = "skip",
+    no_positive: NoPositive = "skip",
 ) -> dict[str, float]:
     """:func:`rank_lab.metrics.retrieval_metrics` with the neighbour lists from a sharded faiss index.
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +48,7 @@ from rank_lab.metrics.engine.scores.exact import exact_matmul, scale_rows
 from rank_lab.metrics.engine.search.index import IndexStage1, KnnFn, faiss_knn
 from rank_lab.metrics.engine.search.knn import Backend, Precision, check_search_options
 from rank_lab.utils import DeviceLike, get_device
+from rank_lab.vocabulary import NoPositive
 
 __all__ = ["retrieval_metrics", "NEIGHBOUR_LIST_MAX_K"]
 
@@ -125,7 +125,7 @@ def retrieval_metrics(
     device: DeviceLike = None,
     chunk_size: int | None = None,
     max_memory_mb: float = 256,
-    no_positive: Literal["raise", "skip"] = "skip",
+    no_positive: NoPositive = "skip",
     progress: bool | None = None,
     per_query: bool = False,
     hierarchical: bool | None = None,
