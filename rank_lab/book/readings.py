@@ -358,7 +358,11 @@ class Reading:
         arms = {a: scale * float(d["mean_a"]), b: scale * float(d["mean_b"])}
         status = {name: arm_status(v, reference, higher_is_better) for name, v in arms.items()}
         collapsed = [name for name, st in status.items() if st == "collapsed"]
-        claimed = 1 if claim.effect is None or claim.effect >= 0 else -1  # the sign of A - B the source claims
+        # the sign of A - B the source claims: its effect's sign, else "A better" (A - B < 0 when lower is better)
+        if claim.effect is None:
+            claimed = 1 if higher_is_better else -1
+        else:
+            claimed = 1 if claim.effect >= 0 else -1
         side = ci_sign(d)  # the sign of A - B the interval resolves (0: holds zero)
         n = int(d["n"])
         f = (lambda v: _fmt(v, digits))  # noqa: E731 - a local formatter

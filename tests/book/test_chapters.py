@@ -48,9 +48,6 @@ CHAPTERS = [ch.name for ch in toc_chapters(ROOT / "book").values() if ch.number 
 #: times, intervals). A chapter engineer removes an aspect when its test passes (a strict xfail that
 #: passes fails, on purpose) and the chapter when none is left. Never add a name or an aspect back.
 NOT_CONVERTED: dict[str, set[str]] = {
-    "smooth_rank_surrogates": {"apparatus", "effects", "times", "intervals"},
-    "decomposability_roadmap": {"apparatus", "effects", "times", "intervals"},
-    "scaling_up": {"apparatus", "effects", "intervals"},
     "hierarchical_retrieval": {"apparatus", "effects", "times", "intervals"},
     "optimising_recall_at_k": {"apparatus", "effects", "times", "intervals"},
     "descriptors_cross_source": {"apparatus", "effects", "times", "intervals"},

@@ -327,9 +327,9 @@ def test_cli_refuses_bad_parameters_of_the_book_notebooks(tmp_path: Path, capsys
     known = ", ".join(notebook_schema("evaluating_retrieval").names)
     assert capsys.readouterr().err == (f"error: unknown parameter 'datset' for evaluating_retrieval; "
                                        f"did you mean 'dataset'? Known: {known}\n")
-    assert main(["run", "smooth_rank_surrogates", "-p", "dataset", "digitz", *out]) == 2
-    assert capsys.readouterr().err == ("error: parameter 'dataset' of smooth_rank_surrogates: got 'digitz' (str), "
-                                       "expected one of 'synthetic', 'digits'; did you mean 'digits'?\n")
+    assert main(["run", "smooth_rank_surrogates_details", "-p", "dataset", "digitz", *out]) == 2
+    assert capsys.readouterr().err == ("error: parameter 'dataset' of smooth_rank_surrogates_details: got 'digitz' "
+                                       "(str), expected one of 'synthetic', 'digits'; did you mean 'digits'?\n")
     assert main(["run", "heat", "-p", "smoke", "maybe", *out]) == 2
     assert "parameter 'smoke' of heat: got 'maybe' (str), expected a bool (true or false)" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -150,6 +150,11 @@ def test_claim_of_the_other_sign_and_lower_is_better() -> None:
     text = _box().compare("training/loss", metric="FPR95", claim=Claim("SupAP lowers FPR95", "Tab. 5.2", -2.0),
                           higher_is_better=False, **{**KW, "reference": Reference("random", 20.0)})
     assert text.startswith("**Resolved (agrees).**") and ", lower is better" in text
+    # a claim of direction only ("A lowers FPR95"): on a lower-is-better metric it claims A - B < 0
+    for effect, verdict in (("training/loss", "Resolved (agrees)"), ("training/gain/mAP@R", "Contradicted")):
+        text = _box().compare(effect, metric="FPR95", claim=Claim("SupAP lowers FPR95", "Tab. 5.2"),
+                              higher_is_better=False, **{**KW, "reference": Reference("random", 20.0)})
+        assert text.startswith(f"**{verdict}.**"), text
 
 
 def test_state_fills_numbers_and_direction_from_the_interval() -> None:
