@@ -35,7 +35,7 @@ from rank_lab._validation import (
     check_positive_int,
     trusted_inputs,
 )
-from rank_lab.losses.base import MetricLoss
+from rank_lab.losses.base import MetricLoss, deferred_no_positive
 from rank_lab.losses.prepared_batch import check_references, full_precision
 from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
 from rank_lab.metrics.hierarchy.relevance import as_hierarchical_labels, hierarchy_table
@@ -84,15 +84,16 @@ class SigmaLoss(MetricLoss):
             raise ValueError(f"SigmaLoss over {len(self.losses)} levels needs (B, L >= {len(self.losses)}) labels, got {tuple(lab.shape)}")
         total = embeddings.new_zeros(())
         checked = False  # validate once: the first level's loss checks the inputs' values, the others trust them
-        for w, loss in zip(self.weights, self.losses, strict=True):
-            if w == 0:
-                continue
-            with trusted_inputs([loss]) if checked else contextlib.nullcontext():
-                if ref_embeddings is not None and getattr(loss, "uses_references", True):
-                    total = total + w * loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-                else:
-                    total = total + w * loss(embeddings, labels)
-            checked = True
+        with deferred_no_positive(self.losses):  # every level's no-positive rule in one host sync
+            for w, loss in zip(self.weights, self.losses, strict=True):
+                if w == 0:
+                    continue
+                with trusted_inputs([loss]) if checked else contextlib.nullcontext():
+                    if ref_embeddings is not None and getattr(loss, "uses_references", True):
+                        total = total + w * loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+                    else:
+                        total = total + w * loss(embeddings, labels)
+                checked = True
         return total
 
     def extra_repr(self) -> str:
