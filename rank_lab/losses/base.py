@@ -60,7 +60,6 @@ __all__ = [
     "MetricLoss",
     "ListwiseLoss",
     "RankLoss",
-    "deferred_no_positive",
     "per_query_mean",
 ]
 
