@@ -34,6 +34,7 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
     trusted_inputs,
+    unit_rows,
 )
 from rank_lab.losses.base import MetricLoss, deferred_no_positive
 from rank_lab.losses.prepared_batch import check_references, full_precision
@@ -232,8 +233,8 @@ class CSLLoss(MetricLoss):
             raise ValueError(f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}")
         self._record(lab)
         v = emb.to(self.proxies.dtype)  # float32, or float64 after .double()
-        v = F.normalize(v, dim=1) if self.normalize else v
-        sim = self.scale * v @ F.normalize(self.proxies, dim=1).T  # (B, C)
+        v = unit_rows(v, dim=1) if self.normalize else v
+        sim = self.scale * v @ unit_rows(self.proxies, dim=1).T  # (B, C)
         pl = self.proxy_labels.to(emb.device)
         known = pl[:, 0] >= 0
         pos = sim.gather(1, lab[:, :1])[:, 0]
