@@ -34,6 +34,7 @@ from rank_lab._validation import (
     check_labels,
     check_nonneg_int,
     check_positive_int,
+    unit_rows,
 )
 
 __all__ = ["CrossBatchMemory", "MemoryLoss"]
@@ -170,7 +171,7 @@ class MemoryLoss(nn.Module):
             return self.loss(embeddings, labels)
         emb = embeddings
         if self.training:
-            store = nn.functional.normalize(emb.detach(), dim=1) if getattr(self.loss, "normalize", True) else emb.detach()
+            store = unit_rows(emb.detach(), dim=1) if getattr(self.loss, "normalize", True) else emb.detach()
             slots = self.memory.enqueue(store, labels, keys)
         else:
             slots = torch.full((emb.shape[0],), -1, dtype=torch.long, device=self.memory.filled.device)

@@ -43,9 +43,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from rank_lab._validation import check_choice, check_embeddings, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_choice,
+    check_embeddings,
+    check_labels,
+    check_positive_int,
+    unit_rows,
+)
 from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
 from rank_lab.metrics import knn_search
 from rank_lab.metrics.classification import knn_classify
@@ -108,7 +113,7 @@ def nearest_class(
     """
     if options.shortlist is not None:
         kk = min(check_positive_int(options.shortlist, "shortlist"), support.shape[0])
-        _, nn_idx = knn_search(F.normalize(queries.float(), dim=1), F.normalize(support.float(), dim=1), kk)
+        _, nn_idx = knn_search(unit_rows(queries.float(), dim=1), unit_rows(support.float(), dim=1), kk)
         dev = nn_idx.device  # the search's device: the labels and classes meet the indices there
         allowed = (support_labels.to(dev)[nn_idx][:, :, None] == classes.to(dev)[None, None, :]).any(1)
         logits = torch.where(allowed.to(logits.device), logits, torch.full_like(logits, -torch.inf))
@@ -140,7 +145,7 @@ def _knn_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleO
 
 @METHODS.register("diffusion", summary="class of the largest diffusion mass from the support images (graph_k, diffusion_alpha)")
 def _diffusion_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
-    allv = F.normalize(torch.cat([s, q]).float(), dim=1)
+    allv = unit_rows(torch.cat([s, q]).float(), dim=1)
     graph = build_graph(allv, min(options.graph_k, allv.shape[0] - 1), mutual=False)
     classes, inv = torch.unique(ys, return_inverse=True)
     y = torch.zeros(classes.shape[0], allv.shape[0])
@@ -225,7 +230,7 @@ def classify_by_retrieval(
         raise ValueError(f"knn_k={knn_k} exceeds the {s.shape[0]} support vectors (set knn_k <= {s.shape[0]})")
     if aqe is not None:
         alpha, n = aqe
-        allv = F.normalize(torch.cat([s, q]).float(), dim=1)  # descriptors are unit-norm in the thesis
+        allv = unit_rows(torch.cat([s, q]).float(), dim=1)  # descriptors are unit-norm in the thesis
         s = allv[: s.shape[0]]
         q = alpha_qe(allv, n=min(int(n), allv.shape[0] - 1), alpha=float(alpha), include_self=False)[s.shape[0]:]
     options = RuleOptions(knn_k=knn_k, vote=vote, shortlist=shortlist, graph_k=graph_k,

@@ -38,6 +38,7 @@ from rank_lab._validation import (
     check_labels,
     check_overflow,
     check_positive_int,
+    unit_rows,
 )
 
 __all__ = [
@@ -219,5 +220,5 @@ def nearest_mean_logits(
     if metric == "euclidean":
         return classes, check_overflow(-0.5 * torch.cdist(x, means).pow(2), "queries/support", "the squared distances")
     if metric == "cosine":
-        return classes, torch.nn.functional.normalize(x, dim=1) @ torch.nn.functional.normalize(means, dim=1).T
+        return classes, unit_rows(x, dim=1) @ unit_rows(means, dim=1).T
     raise ValueError(f"metric must be 'euclidean' or 'cosine', got {metric!r}")

@@ -35,7 +35,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import (
@@ -44,6 +43,7 @@ from rank_lab._validation import (
     check_input,
     check_labels,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.fewshot.film import (
     FiLMParams,
@@ -290,7 +290,7 @@ class RCNAPS(nn.Module):
             raise ValueError("give support or params, not both")
         if support is not None:
             params = self.film_params(support)
-        return F.normalize(self.pool(self.extractor(x, params)), dim=-1)
+        return unit_rows(self.pool(self.extractor(x, params)), dim=-1)
 
     def parameter_counts(self) -> dict[str, int]:
         """``{"backbone", "set_encoder", "adaptation", "pooling", "added", "total"}`` parameter numbers."""

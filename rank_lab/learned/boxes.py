@@ -88,6 +88,8 @@ class BoxRegressor(nn.Module):
         ys = torch.linspace(0, 1, hgt, device=x.device, dtype=x.dtype).view(1, 1, hgt, 1).expand(b, 1, hgt, wid)
         xs = torch.linspace(0, 1, wid, device=x.device, dtype=x.dtype).view(1, 1, 1, wid).expand(b, 1, hgt, wid)
         out = self.head(self.features(torch.cat([x, xs, ys], 1)))
+        # (cos, sin) of a box angle from a network head, not an embedding: its eps=1e-6 floor is part of the
+        # recorded head's behaviour (unit_rows would make near-zero outputs unit), so F.normalize stays
         ang = F.normalize(out[:, 4:], dim=1, eps=1e-6)
         return torch.cat([out[:, :4], ang], 1)
 

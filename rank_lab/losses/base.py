@@ -28,8 +28,9 @@ The call is checked and turned into scores, relevance and the retrieval mask by
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
 
 import torch
@@ -185,6 +186,39 @@ class MetricLoss(nn.Module):
         raise NotImplementedError
 
 
+_DEFERRED = "_rank_lab_deferred_no_positive"
+
+
+@contextlib.contextmanager
+def deferred_no_positive(modules: Iterable[nn.Module]) -> Iterator[None]:
+    """Inside the block, the :class:`ListwiseLoss` parts of ``modules`` defer their no-positive rule; on leaving
+    it (without an exception) every deferred rule is checked in one host sync, in call order, with each
+    part's own message (:meth:`ListwiseLoss.no_positive_rule`).
+
+    For a combination of losses that calls several parts on one batch (:class:`rank_lab.losses.SigmaLoss`,
+    one part per label level): a part without positives still computes its (discarded) values, as its
+    skipped queries do, and the first failing part raises as it would have alone.
+    """
+    parts = [m for mod in modules for m in mod.modules() if isinstance(m, ListwiseLoss)]
+    parts = list({id(m): m for m in parts}.values())
+    before = [m.__dict__.get(_DEFERRED) for m in parts]
+    pending: list[tuple[ListwiseLoss, torch.Tensor]] = []
+    for m in parts:
+        m.__dict__[_DEFERRED] = pending
+    try:
+        yield
+    finally:
+        for m, b in zip(parts, before, strict=True):
+            if b is None:
+                m.__dict__.pop(_DEFERRED, None)
+            else:
+                m.__dict__[_DEFERRED] = b
+    if pending:
+        stats = torch.stack([torch.stack([(~h).sum(), h.any().long()]) for _, h in pending])
+        for (loss, _), (n_bad, any_positive) in zip(pending, stats.tolist(), strict=True):  # the one host sync
+            loss.no_positive_rule(n_bad, bool(any_positive))
+
+
 class ListwiseLoss(MetricLoss):
     """Base of the listwise losses ``1 - mean_q metric_q`` (AP, R@k surrogates and baselines).
 
@@ -238,19 +272,28 @@ class ListwiseLoss(MetricLoss):
         bool): the no-positive rule (one host sync), :meth:`per_query` (or ``per_query``) and the reduction."""
         rel = relevance
         has_pos = ((rel > 0) & valid).any(1)
-        if not bool(has_pos.all()):
-            n_bad = int((~has_pos).sum())
-            if self.no_positive == "raise":
-                raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (labels / ref_labels / "
-                                 "targets; no_positive='raise')")
-            if not bool(has_pos.any()):
-                raise ValueError(
-                    "no query has a positive in its retrieval set (no label of labels is shared by another item of the "
-                    "batch or of ref_labels; no row of targets has a positive): use an m-per-class sampler "
-                    "(rank_lab.data.MPerClassSampler) or a memory"
-                )
+        pending = self.__dict__.get(_DEFERRED)
+        if pending is not None:  # a combination checks every part's rule in one sync (deferred_no_positive)
+            pending.append((self, has_pos))
+        elif not bool(has_pos.all()):
+            self.no_positive_rule(int((~has_pos).sum()), bool(has_pos.any()))
         values = (per_query or self.per_query)(scores, rel, valid)
         return reduce_kept(values, has_pos, self.reduction)
+
+    def no_positive_rule(self, n_bad: int, any_positive: bool) -> None:
+        """Raise for ``n_bad > 0`` queries without a positive: with ``no_positive="raise"``, or when no
+        query has one (``any_positive`` False); return otherwise (the queries are skipped)."""
+        if n_bad == 0:
+            return
+        if self.no_positive == "raise":
+            raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (labels / ref_labels / "
+                             "targets; no_positive='raise')")
+        if not any_positive:
+            raise ValueError(
+                "no query has a positive in its retrieval set (no label of labels is shared by another item of the "
+                "batch or of ref_labels; no row of targets has a positive): use an m-per-class sampler "
+                "(rank_lab.data.MPerClassSampler) or a memory"
+            )
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
         return self.loss_from_scores(batch.scores, batch.relevance, batch.valid)

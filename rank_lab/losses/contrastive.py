@@ -38,6 +38,7 @@ from rank_lab._validation import (
     check_finite,
     check_labels,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.supcon import (
@@ -134,5 +135,5 @@ def tightness_loss(
     z, labels = contrastive_features(z.detach() if detach_features else z, labels, normalize)
     p = check_prototypes(prototypes, z.shape[1]).to(z.device)
     check_class_indices(labels, p.shape[0])
-    p = F.normalize(p, dim=1) if normalize else p
+    p = unit_rows(p, dim=1) if normalize else p
     return -(z * p[labels]).sum(1).mean()

@@ -43,6 +43,7 @@ from rank_lab._validation import (
     check_one_query,
     check_positive_int,
     check_scores_targets,
+    unit_rows,
 )
 from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss_trusted
@@ -277,7 +278,7 @@ def embedding_decomposability_gap(
             f"batch_size={batch_size} must divide the retrieval set size N={n} "
             f"(items minus one query per class)"
         )
-    emb = torch.nn.functional.normalize(emb.double(), dim=1)
+    emb = unit_rows(emb.double(), dim=1)
     scores = emb[queries] @ emb[gallery].T
     targets = lab[queries][:, None] == lab[gallery][None, :]
     per_draw = torch.tensor(

@@ -19,7 +19,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import as_tensor, check_class_indices, check_finite, check_nonneg_int
+from rank_lab._validation import (
+    as_tensor,
+    check_class_indices,
+    check_finite,
+    check_nonneg_int,
+    unit_rows,
+)
 from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.prepared_batch import PreparedBatch, full_precision
 from rank_lab.losses.registry import register_loss
@@ -56,7 +62,7 @@ def _eye(z: torch.Tensor) -> torch.Tensor:
 
 def _unit_prototypes(prototypes: object, z: torch.Tensor, normalize_prototypes: bool) -> torch.Tensor:
     protos = check_prototypes(prototypes, z.shape[1]).to(z.device)
-    return F.normalize(protos, dim=1) if normalize_prototypes else protos
+    return unit_rows(protos, dim=1) if normalize_prototypes else protos
 
 
 def _esupcon_terms(z: torch.Tensor, labels: torch.Tensor, sim: torch.Tensor, pool: torch.Tensor, protos: torch.Tensor,
@@ -179,7 +185,7 @@ class ESupConLoss(MetricLoss):
         if z.shape[1] != self.classifier.prototypes.shape[1]:
             raise ValueError(f"embeddings have d={z.shape[1]} but the prototypes have d={self.classifier.prototypes.shape[1]} "
                              "(ESupConLoss takes (n_classes, dim), in this order)")
-        protos = F.normalize(self.classifier.prototypes.to(z.device), dim=1)  # the loss' own parameters
+        protos = unit_rows(self.classifier.prototypes.to(z.device), dim=1)  # the loss' own parameters
         positives = (batch.relevance > 0) & batch.valid
         return _esupcon(z, classes, batch.scores / self.temperature, batch.valid, positives, protos, self.temperature,
                         self.prototypes_in_all_denominators)

@@ -57,8 +57,9 @@ from rank_lab.losses.prepared_batch import PreparedBatch, full_precision
 from rank_lab.losses.registry import register_loss
 from rank_lab.metrics.hierarchy.relevance import (
     as_hierarchical_labels,
-    level_counts,
-    relevance_table,
+    level_counts_trusted,
+    level_weights,
+    relevance_table_trusted,
     shared_level,
 )
 from rank_lab.ranking.ranks import exact_rank_plus_rows_trusted, pairwise_differences
@@ -190,13 +191,20 @@ class HierarchicalRankLoss(RankLoss):
         alpha = check_float(alpha, "alpha", low=0.0, low_open=True)
         if self.relevance_kind == "weighted_ap" and weights is None:
             raise ValueError("relevance='weighted_ap' needs weights w_1..w_L")
+        if isinstance(weights, torch.Tensor):
+            weights = weights.detach().cpu()  # checked per call against L on the host (no device sync)
         self.alpha, self.weights = float(alpha), weights
         self.level_mode = check_choice(level_mode, "level_mode", ("lca", "count"))
 
     def relevance_from_levels(self, levels: torch.Tensor, n_levels: int, valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """``(Q, N)`` relevance, level sets counted over the valid items (the retrieval set)."""
-        table = relevance_table(level_counts(levels, n_levels, valid), n_levels, self.relevance_kind,  # type: ignore[arg-type]
-                                alpha=self.alpha, weights=self.weights).to(levels.device)
+        """``(Q, N)`` relevance, level sets counted over the valid items (the retrieval set).
+
+        Trusted kernels (validate once): ``levels`` ``(Q, N)`` long in ``[0, n_levels]`` (from
+        :func:`~rank_lab.metrics.hierarchy.relevance.shared_level` or checked by :meth:`forward_levels`) and
+        ``valid`` ``(Q, N)`` bool; the counts they give are level-set sizes by construction."""
+        weights = level_weights(self.weights, n_levels) if self.relevance_kind == "weighted_ap" else None  # CPU: no device sync
+        table = relevance_table_trusted(level_counts_trusted(levels, n_levels, valid), n_levels, self.relevance_kind,  # type: ignore[arg-type]
+                                        alpha=self.alpha, weights=weights)
         return torch.where(valid, table.gather(1, levels), torch.zeros_like(table.gather(1, levels))).to(dtype)
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
@@ -213,9 +221,12 @@ class HierarchicalRankLoss(RankLoss):
         if levels.is_floating_point() or levels.dtype == torch.bool:
             raise TypeError(f"levels must hold integers, got dtype {levels.dtype}")
         levels = levels.long()
-        n_levels = int(levels.max()) if n_levels is None else int(n_levels)
-        if n_levels < 1 or int(levels.max()) > n_levels:
+        low, high = torch.stack([levels.min(), levels.max()]).tolist()  # one host sync
+        n_levels = high if n_levels is None else int(n_levels)
+        if n_levels < 1 or high > n_levels:
             raise ValueError(f"levels must lie in [0, n_levels={n_levels}] with n_levels >= 1")
+        if low < 0:
+            raise ValueError(f"levels must be >= 0, got {low}")
         valid_t = torch.ones_like(levels, dtype=torch.bool) if valid is None else as_tensor(valid, "valid").bool().to(levels.device)
         if valid_t.shape != levels.shape:
             raise ValueError(f"valid has shape {tuple(valid_t.shape)} but levels has {tuple(levels.shape)}")

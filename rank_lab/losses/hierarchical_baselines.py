@@ -34,8 +34,9 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
     trusted_inputs,
+    unit_rows,
 )
-from rank_lab.losses.base import MetricLoss
+from rank_lab.losses.base import MetricLoss, deferred_no_positive
 from rank_lab.losses.prepared_batch import check_references, full_precision
 from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
 from rank_lab.metrics.hierarchy.relevance import as_hierarchical_labels, hierarchy_table
@@ -84,15 +85,16 @@ class SigmaLoss(MetricLoss):
             raise ValueError(f"SigmaLoss over {len(self.losses)} levels needs (B, L >= {len(self.losses)}) labels, got {tuple(lab.shape)}")
         total = embeddings.new_zeros(())
         checked = False  # validate once: the first level's loss checks the inputs' values, the others trust them
-        for w, loss in zip(self.weights, self.losses, strict=True):
-            if w == 0:
-                continue
-            with trusted_inputs([loss]) if checked else contextlib.nullcontext():
-                if ref_embeddings is not None and getattr(loss, "uses_references", True):
-                    total = total + w * loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-                else:
-                    total = total + w * loss(embeddings, labels)
-            checked = True
+        with deferred_no_positive(self.losses):  # every level's no-positive rule in one host sync
+            for w, loss in zip(self.weights, self.losses, strict=True):
+                if w == 0:
+                    continue
+                with trusted_inputs([loss]) if checked else contextlib.nullcontext():
+                    if ref_embeddings is not None and getattr(loss, "uses_references", True):
+                        total = total + w * loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+                    else:
+                        total = total + w * loss(embeddings, labels)
+                checked = True
         return total
 
     def extra_repr(self) -> str:
@@ -231,8 +233,8 @@ class CSLLoss(MetricLoss):
             raise ValueError(f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}")
         self._record(lab)
         v = emb.to(self.proxies.dtype)  # float32, or float64 after .double()
-        v = F.normalize(v, dim=1) if self.normalize else v
-        sim = self.scale * v @ F.normalize(self.proxies, dim=1).T  # (B, C)
+        v = unit_rows(v, dim=1) if self.normalize else v
+        sim = self.scale * v @ unit_rows(self.proxies, dim=1).T  # (B, C)
         pl = self.proxy_labels.to(emb.device)
         known = pl[:, 0] >= 0
         pos = sim.gather(1, lab[:, :1])[:, 0]

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import torch
-import torch.nn.functional as F
 
-from rank_lab._validation import check_embeddings, check_finite, check_labels
+from rank_lab._validation import check_embeddings, check_finite, check_labels, unit_rows
 from rank_lab.ranking.ranks import (
     check_self_index,
     retrieval_mask_trusted,
@@ -167,8 +166,8 @@ def prepare_batch(
     emb, ref = emb.to(work), ref.to(work)
     with _autocast_off([emb]):  # float32 scores even inside a torch.autocast block
         if normalize:
-            emb = F.normalize(emb, dim=1)
-            ref = emb if in_batch else F.normalize(ref, dim=1)
+            emb = unit_rows(emb, dim=1)
+            ref = emb if in_batch else unit_rows(ref, dim=1)
         scores = emb @ ref.T
     if not trusted:  # every value check of the call, one host sync
         index_ok = None if in_batch or self_index is None else self_index_in_range(self_index, ref.shape[0])

@@ -36,6 +36,7 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
     trusts_inputs,
+    unit_rows,
 )
 from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.prepared_batch import check_references, full_precision
@@ -118,8 +119,8 @@ class NormSoftmaxLoss(_ProxyLoss):
 
     def logits(self, embeddings: torch.Tensor) -> torch.Tensor:
         """``(B, C)`` logits ``v^T p_z / T`` (normalised v unless ``normalize=False``)."""
-        v = F.normalize(embeddings, dim=1) if self.normalize else embeddings
-        return v @ F.normalize(self.proxies, dim=1).to(v.dtype).T / self.temperature
+        v = unit_rows(embeddings, dim=1) if self.normalize else embeddings
+        return v @ unit_rows(self.proxies, dim=1).to(v.dtype).T / self.temperature
 
 
 @register_loss("proxy_nca_pp", needs=("n_classes", "dim"))
@@ -142,7 +143,7 @@ class ProxyNCAPlusPlusLoss(_ProxyLoss):
 
     def logits(self, embeddings: torch.Tensor) -> torch.Tensor:
         """``(B, C)`` logits ``-||v - p_z||^2 / T`` with normalised v and p."""
-        v = F.normalize(embeddings, dim=1) if self.normalize else embeddings
-        p = F.normalize(self.proxies, dim=1).to(v.dtype)
+        v = unit_rows(embeddings, dim=1) if self.normalize else embeddings
+        p = unit_rows(self.proxies, dim=1).to(v.dtype)
         d2 = (v * v).sum(1, keepdim=True) + (p * p).sum(1)[None, :] - 2 * v @ p.T
         return -d2.clamp(min=0) / self.temperature

@@ -19,10 +19,15 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_choice, check_embeddings, check_float, check_labels
+from rank_lab._validation import (
+    check_choice,
+    check_embeddings,
+    check_float,
+    check_labels,
+    unit_rows,
+)
 from rank_lab.losses.base import ListwiseLoss
 from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.registry import register_loss
@@ -56,7 +61,7 @@ def contrastive_features(
         if labels.ndim != 1:
             raise ValueError(f"labels must have shape (M,), got {tuple(labels.shape)}")
         labels = labels.to(z.device)
-    return (F.normalize(z, dim=1) if normalize else z), labels
+    return (unit_rows(z, dim=1) if normalize else z), labels
 
 
 def check_prototypes(prototypes: object, d: int, name: str = "prototypes") -> torch.Tensor:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from rank_lab._validation import (
     as_tensor,
@@ -31,6 +30,7 @@ from rank_lab._validation import (
     check_float,
     check_labels,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.metrics.engine.search.knn import knn_search
 from rank_lab.utils import DeviceLike
@@ -133,7 +133,7 @@ def knn_classify(
     if int(glab.max()) >= c:
         raise ValueError(f"gallery_labels hold class {int(glab.max())} but n_classes={c}")
     if normalize:
-        q, g = F.normalize(q, dim=1), F.normalize(g, dim=1)
+        q, g = unit_rows(q, dim=1), unit_rows(g, dim=1)
     scores, idx = knn_search(q, g, k, exclude_self=exclude_self, backend=backend, device=device, chunk_size=chunk_size)
     nb_lab = glab.to(idx.device)[idx]  # (Q, k)
     s = scores.to(torch.float64)

@@ -27,6 +27,7 @@ from rank_lab._validation import (
     check_input,
     check_labels,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.models.backbones import BACKBONES, MLPBackbone, build_backbone, freeze_batchnorm
 from rank_lab.models.pooling import POOLINGS, build_pooling
@@ -75,7 +76,7 @@ class EmbeddingHead(nn.Module):
             raise ValueError(f"x has {x.shape[1]} features per row but in_dim={self.in_dim}")
         z = self.proj(self.norm(x))
         if self.normalize:
-            z = F.normalize(z.float(), p=2.0, dim=-1, eps=1e-12)
+            z = unit_rows(z.float(), dim=-1, eps=1e-12)
         return z
 
 
@@ -298,7 +299,7 @@ def prototype_logits(z: torch.Tensor, prototypes: torch.Tensor, *, normalize: bo
         raise ValueError(f"{name} have d={p.shape[1]} but the features have d={z.shape[1]}")
     p = p.to(device=z.device, dtype=z.dtype)
     if normalize:
-        z, p = F.normalize(z, dim=1), F.normalize(p, dim=1)
+        z, p = unit_rows(z, dim=1), unit_rows(p, dim=1)
     return z @ p.T / check_float(temperature, "temperature", low=0.0, low_open=True)
 
 
@@ -317,7 +318,7 @@ def class_means(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normal
     if labels.ndim != 1:
         raise ValueError(f"labels must have shape (M,), got {tuple(labels.shape)}")
     labels = labels.to(z.device)
-    z = F.normalize(z, dim=1) if normalize else z
+    z = unit_rows(z, dim=1) if normalize else z
     n_classes = check_positive_int(n_classes, "n_classes")
     onehot = F.one_hot(check_class_indices(labels, n_classes), n_classes).to(z.dtype)
     return (onehot.T @ z) / onehot.sum(0).clamp_min(1)[:, None]

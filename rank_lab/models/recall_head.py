@@ -15,7 +15,6 @@ vector) with the head and optionally freezes BatchNorm like the thesis.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import (
@@ -24,6 +23,7 @@ from rank_lab._validation import (
     check_input,
     check_module,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.models.backbones import lock_batchnorm
 from rank_lab.models.pooling import GeM
@@ -80,7 +80,7 @@ class RecallHead(nn.Module):
             x = self.pool(x)
         if x.shape[1] != self.in_dim:
             raise ValueError(f"x has {x.shape[1]} channels but the head expects in_dim={self.in_dim}")
-        return F.normalize(self.fc(self.norm(x)), dim=1)
+        return unit_rows(self.fc(self.norm(x)), dim=1)
 
     @torch.no_grad()
     def init_whitening(self, features: torch.Tensor, eps: float = 1e-6) -> None:

@@ -27,23 +27,13 @@ from .fake_cuda import fake_cuda
 from .registered_losses import NAMES, batch, build
 
 CEILING = 3
-_METRICS = ("rank_lab.metrics.hierarchy.relevance checks its inputs inside the loss (level_counts -> "
-            "check_levels: 2 syncs; relevance_table: 2): trusted kernels there are the metrics engineer's")
-#: losses above the ceiling: (host syncs per call, reason)
-OVER_CEILING = {
-    "sup_hap": (6, _METRICS),
-    "smooth_hap": (6, _METRICS),
-    "sup_ndcg": (6, _METRICS),
-    "happier": (7, _METRICS + "; + the proxy loss' label-range check"),
-    "happier_f": (7, _METRICS + "; + the proxy loss' label-range check"),
-    "rod_ndcg": (7, _METRICS + "; + the proxy loss' label-range check"),
-    "sigma": (4, "one no-positive rule per label level (3 levels): each level raises on its own missing positives"),
-}
+#: losses above the ceiling: (host syncs per call, reason); none since the hierarchical losses call the trusted
+#: kernels of rank_lab.metrics.hierarchy.relevance and the Σ-loss checks every level's no-positive rule in one sync
+OVER_CEILING: dict[str, tuple[int, str]] = {}
 
 
-#: losses that check a computed table on top of their inputs (shrink-only, as OVER_CEILING)
-EXTRA_FINITE_CHECKS = {name: (1, "relevance_table checks the level counts it is given (rank_lab.metrics, owner metrics)")
-                       for name in ("sup_hap", "smooth_hap", "sup_ndcg", "happier", "happier_f", "rod_ndcg")}
+#: losses that check a computed table on top of their inputs (shrink-only, as OVER_CEILING); none
+EXTRA_FINITE_CHECKS: dict[str, tuple[int, str]] = {}
 
 
 def _calls(name: str, device: str) -> list[tuple[str, tuple, dict]]:
@@ -124,3 +114,23 @@ def test_one_sup_ap_call_checks_finite_values_once() -> None:
         SupAP(normalize=False)(emb * 1e20, labels)  # finite embeddings whose products are not
     with pytest.raises(ValueError, match=r"ref_self_index must hold -1 or column indices in \[0, 24\)"):
         SupAP()(emb, labels, emb, labels, ref_self_index=torch.full((24,), 24))
+
+
+def test_sigma_checks_every_level_no_positive_rule_in_one_sync() -> None:
+    """Σ-loss: each level's no-positive rule keeps its own message (level order), fetched in one host sync."""
+    from rank_lab.losses import build_loss
+
+    emb = torch.randn(8, 16)
+    lab = torch.stack([torch.arange(8) // 2, torch.arange(8), torch.arange(8) // 4], 1)  # level 1: no positive at all
+    with pytest.raises(ValueError, match="^no query has a positive in its retrieval set"):
+        build_loss("sigma", base="sup_ap", n_levels=3, dim=16)(emb, lab)
+    lab[0, 0] = 100  # level 0: queries 0 and 1 lose their positive, before level 1's failure
+    with pytest.raises(ValueError, match=r"^2 query\(ies\) have no positive .*no_positive='raise'"):
+        build_loss("sigma", base="sup_ap", n_levels=3, dim=16, no_positive="raise")(emb, lab)
+    ok = torch.stack([torch.arange(8) // 2, torch.arange(8) // 2, torch.arange(8) // 4], 1)
+    loss = build_loss("sigma", base="sup_ap", n_levels=3, dim=16)
+    parts = sum(build_loss("sup_ap", hierarchy_level=lev)(emb, ok) for lev in range(3))
+    torch.testing.assert_close(loss(emb, ok), parts, rtol=0, atol=0)
+    with fake_cuda() as fc:
+        loss.to("cuda")(emb.to("cuda"), ok.to("cuda"))
+        assert fc.n_syncs == 2, fc.where  # the finite check of level 0 and the three levels' rules

@@ -71,6 +71,7 @@ def normalize_rows(x: torch.Tensor, block_rows: int = 8192) -> torch.Tensor:
         top = xb.abs().amax(1)
         e = torch.frexp(top).exponent
         e = torch.where(top > 0, e, torch.zeros_like(e))
+        # unit_rows' scaling, written out per block into a preallocated output (its memory bound)
         out[a : a + block_rows] = F.normalize(scale_rows(xb, -e), dim=1)
     return out
 

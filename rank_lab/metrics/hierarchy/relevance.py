@@ -178,7 +178,13 @@ def level_counts(levels: torch.Tensor, n_levels: int, valid: torch.Tensor | None
         valid: ``(Q, N)`` bool retrieval-set mask (the query's own column excluded), or None.
     """
     lv, v = check_levels(levels, n_levels, valid)
-    return torch.stack([((lv == lev) & v).sum(1) for lev in range(n_levels + 1)], dim=1)
+    return level_counts_trusted(lv, n_levels, v)
+
+
+def level_counts_trusted(levels: torch.Tensor, n_levels: int, valid: torch.Tensor) -> torch.Tensor:
+    """:func:`level_counts` without the checks (no host sync): ``levels`` ``(Q, N)`` long in ``[0, n_levels]``,
+    ``valid`` ``(Q, N)`` bool on the same device, ``n_levels`` a positive int (the losses' inner call)."""
+    return torch.stack([((levels == lev) & valid).sum(1) for lev in range(n_levels + 1)], dim=1)
 
 
 def level_set(levels: torch.Tensor, level: int, valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -240,9 +246,36 @@ def relevance_table(
     check_finite(c, "counts")
     if bool((c < 0).any()):
         raise ValueError("counts must be >= 0 (level-set sizes)")
-    lev = torch.arange(n_levels + 1, dtype=torch.float64, device=c.device)
     if kind == "hap":
         alpha = check_float(alpha, "alpha", low=0.0, low_open=True)
+    elif kind == "weighted_ap":
+        if weights is None:
+            raise ValueError("kind='weighted_ap' needs weights w_1..w_L")
+        weights = level_weights(weights, n_levels)
+    elif kind not in ("ndcg", "binary"):
+        raise ValueError(f"kind must be 'hap', 'weighted_ap', 'ndcg' or 'binary', got {kind!r}")
+    return relevance_table_trusted(c, n_levels, kind, alpha=float(alpha) if kind == "hap" else 1.0, weights=weights,  # type: ignore[arg-type]
+                                   normalize=normalize)
+
+
+def relevance_table_trusted(
+    counts: torch.Tensor,
+    n_levels: int,
+    kind: RelevanceKind = "hap",
+    *,
+    alpha: float = 1.0,
+    weights: torch.Tensor | None = None,
+    normalize: bool = True,
+) -> torch.Tensor:
+    """:func:`relevance_table` without the checks (no host sync; the losses' inner call).
+
+    ``counts`` ``(Q, L + 1)`` level-set sizes ``>= 0`` (:func:`level_counts_trusted`), ``n_levels`` a
+    positive int, ``kind`` one of the four kinds, ``alpha > 0``, ``weights`` the checked ``(L,)`` float64
+    weights of :func:`level_weights` for ``"weighted_ap"``.
+    """
+    c = counts.to(torch.float64)
+    lev = torch.arange(n_levels + 1, dtype=torch.float64, device=c.device)
+    if kind == "hap":
         total = (lev / n_levels) ** float(alpha)
         table = total.expand_as(c).clone()
         if normalize:
@@ -250,7 +283,7 @@ def relevance_table(
     elif kind == "weighted_ap":
         if weights is None:
             raise ValueError("kind='weighted_ap' needs weights w_1..w_L")
-        w = level_weights(weights, n_levels).to(c.device)
+        w = weights.to(device=c.device, dtype=torch.float64)
         above = c.flip(1).cumsum(1).flip(1)[:, 1:]  # |Omega^{+,p}| for p = 1..L
         terms = torch.where(above > 0, w / above.clamp(min=1), torch.zeros_like(above))
         table = torch.cat([torch.zeros_like(c[:, :1]), terms.cumsum(1)], dim=1)

@@ -332,6 +332,7 @@ def _probe(fmt: torch.dtype, device_type: str, device_index: int | None) -> bool
     q[0] = 2.0**-9  # partial sums rounded to a short format would drop these terms
     q[0, 0] = 1.0
     g[:64] = 1.0
+    # fixed probe rows of entries ~1 in float64: F.normalize cannot under- or overflow here (unit_rows not needed)
     q, g = F.normalize(q, dim=1).float().to(dev), F.normalize(g, dim=1).float().to(dev)
     with exact_matmul():
         qr, qs, qn, qe = reduced_copy(q, fmt, per_row_scale=True)
