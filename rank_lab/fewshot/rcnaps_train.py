@@ -62,6 +62,7 @@ def fit_rcnaps(
     tau: float = 0.01,
     film_l2: float = 0.0,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    groups: torch.Tensor | None = None,
     seed: int = 0,
     device: object = None,
     checkpoint_path: str | Path | None = None,
@@ -85,6 +86,8 @@ def fit_rcnaps(
         tau: Smooth-AP temperature.
         film_l2: weight of the CNAPS-code L2 term on the FiLM regularisers (0 = the thesis' loss).
         transform: batch augmentation applied to support and batch images.
+        groups: ``(n,)`` group of every item (see :class:`~rank_lab.fewshot.EpisodeSampler`):
+            each episode takes its classes from one group.
         seed: seed of the episodes.
         device: training device (CUDA when present by default).
         checkpoint_path: a file; saved every ``checkpoint_every`` episodes and at the end, and
@@ -117,11 +120,12 @@ def fit_rcnaps(
         params = [p for n, p in model.named_parameters() if n.startswith(("extractor.", "pool."))]
     else:
         params = [p for p in model.parameters() if p.requires_grad]
-    sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed)
+    sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed, groups=groups)
     engine = Engine(model, build_optimizer(params, lr=lr), EngineConfig(
         epochs=episodes, checkpoint=checkpoint_path, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
         amp=amp, grad_clip=grad_clip, desc=f"rCNAPS ({mode})", unit="step"), device=dev,
         run_key={"mode": mode, "k": k, "m": m, "n_classes": n_classes, "lr": lr, "tau": tau, "film_l2": film_l2, "seed": seed,
+                 "groups": len(sampler.groups) if sampler.grouped else None,
                  "n_items": int(labels.shape[0])})
     plain_loss = SmoothAP(tau=tau)
 
