@@ -1,7 +1,6 @@
 """Statistics over repeated runs: means with Student-t confidence intervals, paired differences.
 
-The one home of the package's confidence intervals (:func:`rank_lab.retrieval.mean_ci` is this
-module's :func:`mean_ci`). For ``n`` runs (seeds) ``x_1..x_n`` with mean ``m`` and sample standard
+The one home of the package's confidence intervals. For ``n`` runs (seeds) ``x_1..x_n`` with mean ``m`` and sample standard
 deviation ``s`` (``ddof = 1``) the two-sided interval at level ``1 - alpha`` is
 
     m +- t_{1 - alpha/2, n - 1} * s / sqrt(n)
@@ -29,12 +28,17 @@ __all__ = ["t_quantile", "mean_ci", "ci_summary", "paired_difference", "ci_sign"
 
 def _runs(values: object, name: str) -> np.ndarray:
     """``values`` as a float64 array of shape ``(n,)``, ``n >= 2``, finite (else a clear error)."""
+    if not isinstance(values, torch.Tensor):
+        try:
+            values = np.asarray(values)  # Python floats stay float64 (torch.as_tensor would round them to float32)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be a tensor or array-like of numbers, got {type(values).__name__}") from exc
     t = as_tensor(values, name)
     if t.dtype == torch.bool:
         raise TypeError(f"{name} must hold numbers, got booleans")
     if t.ndim != 1:
         raise ValueError(f"{name} must have shape (n,), got {tuple(t.shape)}")
-    x = np.asarray(t.double().cpu().numpy(), dtype=np.float64)
+    x = np.asarray(t.detach().double().cpu().numpy(), dtype=np.float64)  # a requires-grad input is data here
     if x.size < 2:
         raise ValueError(f"{name} needs at least 2 runs for a confidence interval, got {x.size}")
     if not np.isfinite(x).all():

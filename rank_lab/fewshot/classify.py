@@ -7,7 +7,7 @@ dataset uniformly, (2) a class uniformly within it, (3) ``k`` images of that cla
 images dropped, classes of different datasets never merged). Schedule (:func:`fit_multi_dataset`):
 15 epochs, Adam (lr 1e-4, beta1 = 0.5), constant for 10 epochs then linear decay over 5 (the
 author's code); leave-one-dataset-out: the target dataset is never seen. The training code lives in
-:mod:`rank_lab.fewshot.multi_dataset` (re-exported here).
+:mod:`rank_lab.fewshot.multi_dataset`.
 
 **Testing** ("k-shot, all-ways", :func:`allways_evaluate`): ``k in {1, 5}`` random supports per
 class of the target dataset, every remaining image is a query, each query goes to the closest class
@@ -41,15 +41,11 @@ import torch.nn.functional as F
 
 from rank_lab._validation import check_choice, check_embeddings, check_labels, check_positive_int
 from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
-from rank_lab.fewshot.multi_dataset import (  # noqa: F401 - re-exported (listed in their defining module's __all__ only)
-    MultiDatasetSampler,
-    fit_multi_dataset,
-    global_class_ids,
-)
 from rank_lab.metrics import knn_search
 from rank_lab.metrics.classification import knn_classify
+from rank_lab.registry import Registry
 from rank_lab.retrieval import alpha_qe, build_graph
-from rank_lab.retrieval.diffusion import diffuse
+from rank_lab.retrieval.diffusion_graph import diffuse
 
 __all__ = [
     "allways_split",
@@ -59,7 +55,17 @@ __all__ = [
     "METHODS",
 ]
 
-METHODS = ("mahalanobis", "euclidean", "cosine", "knn", "diffusion")
+#: The classification rules of :func:`classify_by_retrieval` by name (``METHODS.list()``).
+METHODS: Registry[str] = Registry("few-shot method")
+for _name, _rule in {
+    "mahalanobis": "nearest class by Simple CNAPS' Mahalanobis rule (eqs. 5.1-5.2)",
+    "euclidean": "nearest class mean, Euclidean distance",
+    "cosine": "nearest class mean, cosine similarity",
+    "knn": "k nearest support images and a vote (knn_k, vote)",
+    "diffusion": "class of the largest diffusion mass from the support images (graph_k, diffusion_alpha)",
+}.items():
+    METHODS.register(_name, _rule, summary=_rule)
+del _name, _rule
 
 
 def allways_split(labels: torch.Tensor, k: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,19 +134,20 @@ def classify_by_retrieval(
         **mahalanobis_kwargs: options of :class:`~rank_lab.fewshot.mahalanobis.MahalanobisClassifier`.
 
     Returns:
-        ``(Q,)`` predicted classes.
+        ``(Q,)`` predicted classes (an evaluation: descriptors that require grad are detached).
 
     Raises:
         TypeError, ValueError: bad descriptors or labels, an unknown ``method`` or ``vote``, a
             ``knn_k`` that is not an int in ``[1, S]``.
     """
-    q = check_embeddings(queries, "queries")
-    s = check_embeddings(support, "support")
+    q = check_embeddings(queries, "queries").detach()
+    s = check_embeddings(support, "support").detach()
     ys = check_labels(support_labels, s.shape[0], "support_labels")
     if s.shape[1] != q.shape[1]:
         raise ValueError(f"queries have d={q.shape[1]} but support has d={s.shape[1]}")
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
+    method = METHODS.key(method)
     check_choice(vote, "vote", ("majority", "similarity", "softmax"))
     knn_k = check_positive_int(knn_k, "knn_k")
     if knn_k > s.shape[0]:
@@ -179,9 +186,9 @@ def allways_evaluate(
         **kwargs: passed to :func:`classify_by_retrieval` (``method``, ``aqe`` ...).
 
     Returns:
-        One OA (in ``[0, 1]``) per run; summarise with :func:`rank_lab.retrieval.mean_ci`.
+        One OA (in ``[0, 1]``) per run; summarise with :func:`rank_lab.stats.mean_ci`.
     """
-    x = check_embeddings(embeddings, "embeddings")
+    x = check_embeddings(embeddings, "embeddings").detach()  # an evaluation
     y = check_labels(labels, x.shape[0], "labels")
     out = []
     for r in range(check_positive_int(runs, "runs")):
@@ -205,7 +212,7 @@ def episodic_evaluate(
         TypeError, ValueError: ``k``, ``n_way``, ``n_query`` or ``episodes`` not a positive int, fewer
             than ``n_way`` classes with more than ``k`` items.
     """
-    x = check_embeddings(embeddings, "embeddings")
+    x = check_embeddings(embeddings, "embeddings").detach()  # an evaluation
     y = check_labels(labels, x.shape[0], "labels")
     k, n_way = check_positive_int(k, "k"), check_positive_int(n_way, "n_way")
     n_query = check_positive_int(n_query, "n_query")

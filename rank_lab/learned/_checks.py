@@ -4,7 +4,7 @@ Every entry point of the package (module ``forward``, trainers, tasks, data help
 arguments with these helpers, built on :mod:`rank_lab._validation`: bad input raises a
 ``ValueError`` / ``TypeError`` naming the argument before any work. The training loops stop on a
 non-finite loss *before* the update through the engine's guard
-(:class:`rank_lab.train.NonFiniteTrainingError`), so no NaN model is ever saved.
+(:class:`rank_lab.engine.NonFiniteTrainingError`), so no NaN model is ever saved.
 """
 
 from __future__ import annotations
@@ -31,6 +31,20 @@ def check_generator(gen: object, name: str = "gen") -> torch.Generator:
     if not isinstance(gen, torch.Generator):
         raise TypeError(f"{name} must be a torch.Generator, got {type(gen).__name__}")
     return gen
+
+
+def uniform(gen: torch.Generator, *shape: int, device: torch.device | str) -> torch.Tensor:
+    """``U[0, 1)`` draws of ``shape`` from ``gen`` (made on the generator's device), placed on ``device``.
+
+    The random helpers take a generator and data that may sit on different devices (a CPU generator
+    with CUDA boxes: the draws are then the same on every device).
+    """
+    return torch.rand(shape, generator=gen, device=gen.device).to(device)
+
+
+def normal(gen: torch.Generator, *shape: int, device: torch.device | str) -> torch.Tensor:
+    """``N(0, 1)`` draws of ``shape`` from ``gen`` placed on ``device`` (see :func:`uniform`)."""
+    return torch.randn(shape, generator=gen, device=gen.device).to(device)
 
 
 def check_range(r: object, name: str, positive: bool = False) -> tuple[float, float]:

@@ -5,14 +5,13 @@ learned surrogate of ``1 - IoU``; this module is an offline, CPU-sized stand-in 
 
 * :func:`~rank_lab.learned.box_images.make_box_dataset`: images with one text-like rotated bar
   (stripes, random contrast, blur, noise, a distractor) and its box ``(cx, cy, w, h, theta)``,
-  normalised (long side ``w``, ``|theta| < pi/2``), in :mod:`rank_lab.learned.box_images` (its names
-  are still importable from here);
+  normalised (long side ``w``, ``|theta| < pi/2``), in :mod:`rank_lab.learned.box_images`;
 * :class:`BoxRegressor`: a CoordConv CNN predicting the 6-d code ``(cx, cy, w, h, cos theta, sin theta)``
   of the thesis (:func:`rank_lab.metrics.detection.encode_box6`), pre-trained with smooth-L1
   (:func:`fit_box_regressor`, the thesis' proxy loss, on the training engine);
 * :class:`RotatedBoxPairBank`: the random generator R: perturbed copies of training boxes stored
   with their IoU, sampled uniformly over IoU bins (the thesis stores ~3M pairs for that reason);
-* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`, with
+* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`, with
   metric ``e = 1 - IoU`` (the surrogate is a distance: 0 at a perfect prediction; the thesis'
   "approximates the IoU" means this).
 """
@@ -20,22 +19,24 @@ learned surrogate of ``1 - IoU``; this module is an offline, CPU-sized stand-in 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_float, check_input_batch, check_positive_int
-from rank_lab.learned._checks import check_boxes, check_generator, check_images, check_module
-from rank_lab.learned.box_images import (  # noqa: F401 - re-exported from their former module
-    make_box_dataset,
-    render_box_images,
-    sample_rotated_boxes,
+from rank_lab.engine.options import EngineConfig
+from rank_lab.learned._checks import (
+    check_boxes,
+    check_generator,
+    check_images,
+    check_module,
+    uniform,
 )
-from rank_lab.learned.recognizer import fit_proxy
+from rank_lab.learned.proxy_training import fit_proxy
 from rank_lab.learned.surrogate_model import SurrogateTask
-from rank_lab.metrics.detection import decode_box6, encode_box6, rotated_iou
+from rank_lab.metrics.detection import decode_box6, encode_box6
+from rank_lab.metrics.rotated_iou import rotated_iou
 
 __all__ = [
     "BoxRegressor",
@@ -100,13 +101,8 @@ def fit_box_regressor(
     lr: float = 2e-3,
     seed: int = 0,
     device: torch.device | str | None = None,
-    progress: bool = False,
     schedule: str = "tail_cosine",
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 500,
-    resume: bool = True,
-    amp: bool = False,
-    grad_clip: float | None = None,
+    engine: EngineConfig | None = None,
 ) -> list[float]:
     """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss), on the training engine.
 
@@ -117,12 +113,11 @@ def fit_box_regressor(
         lr: initial learning rate.
         seed: seeds the batch order.
         device: device (default: CUDA when present).
-        progress: show a tqdm bar.
         schedule: ``"tail_cosine"`` (constant, then a cosine decay over the last 30%: a converged
             proxy model), ``"cosine"`` or ``"constant"`` (see
-            :func:`rank_lab.learned.recognizer.lr_schedule`).
-        checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options (see
-            :func:`rank_lab.learned.recognizer.fit_proxy`).
+            :func:`rank_lab.learned.proxy_training.lr_schedule`).
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`; see
+            :func:`rank_lab.learned.proxy_training.fit_proxy`).
 
     Returns:
         The loss of every step.
@@ -130,17 +125,17 @@ def fit_box_regressor(
     Raises:
         ValueError, TypeError: ``images`` / ``boxes`` not finite floating ``(N, C, H, W)`` / ``(N, 5)``
             batches of one size (float64 images are cast to the model's dtype), or a bad optimisation
-            argument (see :func:`rank_lab.learned.recognizer.fit_proxy`).
+            argument (see :func:`rank_lab.learned.proxy_training.fit_proxy`).
     """
     images, boxes = _check_images_boxes(images, boxes, check_module(model))
+    images, boxes = images.detach(), boxes.detach()  # training data: never differentiated
     target = encode_box6(boxes).float()
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
         return F.smooth_l1_loss(model(images[idx].to(dev)), target[idx].to(dev), beta=0.1)
 
-    return fit_proxy(model, images.shape[0], batch_loss, steps, batch_size, lr, seed, device, progress, schedule,
-                     grad_clip=grad_clip, checkpoint=checkpoint, checkpoint_every=checkpoint_every, desc="smooth-L1",
-                     resume=resume, amp=amp)
+    return fit_proxy(model, images.shape[0], batch_loss, steps, batch_size, lr, seed, device,
+                     schedule, desc="smooth-L1", engine=engine)
 
 
 def _check_images_boxes(images: object, boxes: object, model: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,7 +149,7 @@ def _check_images_boxes(images: object, boxes: object, model: nn.Module | None) 
 
 @torch.no_grad()
 def predict_boxes(model: nn.Module, images: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
-    """Decoded boxes ``(N, 5)`` predicted for ``(N, 1, S, S)`` images (eval mode).
+    """Decoded boxes ``(N, 5)`` (float64, on the CPU) predicted for ``(N, 1, S, S)`` images (eval mode).
 
     Args:
         model: a :class:`BoxRegressor` (or any ``(B, 1, S, S) -> (B, 6)`` model).
@@ -182,7 +177,7 @@ def evaluate_box_regressor(model: nn.Module, images: torch.Tensor, boxes: torch.
     """
     images, boxes = _check_images_boxes(images, boxes, check_module(model))
     pred = predict_boxes(model, images)
-    iou = rotated_iou(pred, boxes.double())
+    iou = rotated_iou(pred, boxes.double().cpu())  # predict_boxes returns CPU boxes
     out = {"mean_iou": float(iou.mean())}
     for thr in (0.5, 0.7):
         out[f"f1@{thr}"] = float((iou > thr).double().mean())
@@ -210,8 +205,8 @@ def perturb_boxes(
     center, log_scale = check_float(center, "center", low=0), check_float(log_scale, "log_scale", low=0)
     angle = check_float(angle, "angle", low=0)
     n = boxes.shape[0]
-    s = torch.rand(n, 1, generator=gen)
-    d = (2 * torch.rand(n, 5, generator=gen) - 1) * s
+    s = uniform(gen, n, 1, device=boxes.device)
+    d = (2 * uniform(gen, n, 5, device=boxes.device) - 1) * s
     out = boxes.clone().float()
     scale = boxes[:, 2:3].float()
     out[:, :2] = out[:, :2] + d[:, :2] * center * scale * 2
@@ -256,7 +251,7 @@ class RotatedBoxPairBank:
 
 
 class BoxIoUTask(SurrogateTask):
-    """LS-IoU adapter of a box regressor for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`.
+    """LS-IoU adapter of a box regressor for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`.
 
     Prediction ``z``: the regressor's 6-d code; ground truth: the code of the true box; metric:
     ``1 - IoU`` of the decoded boxes (exact polygon clipping).

@@ -1,7 +1,7 @@
 """LS-ED / FEDS task: a CTC recogniser, its edit distance, and the random word-pair generator R.
 
 :class:`EditDistanceTask` adapts a recogniser (:class:`rank_lab.learned.recognizer.CRNN`) to
-:class:`rank_lab.learned.surrogate.SurrogateTrainer`:
+:class:`rank_lab.learned.surrogate_trainer.SurrogateTrainer`:
 
 * prediction ``z``: the per-frame softmax ``(B, T, C)`` (the thesis feeds the per-character
   softmax of an attention decoder to the Char-CNN, Fig. 3.4);
@@ -29,9 +29,15 @@ from rank_lab._validation import (
     check_nonneg_int,
     check_positive_int,
 )
-from rank_lab.learned._checks import check_generator, check_images, check_int_matrix, check_words
+from rank_lab.learned._checks import (
+    check_generator,
+    check_images,
+    check_int_matrix,
+    check_words,
+    uniform,
+)
 from rank_lab.learned.recognizer import Alphabet, check_alphabet, ctc_best_path, ctc_collapse
-from rank_lab.learned.surrogate import SurrogateTask
+from rank_lab.learned.surrogate_model import SurrogateTask
 from rank_lab.metrics.text import edit_distance
 
 __all__ = ["PATEL_FIG_4_1", "random_ctc_path", "CTCEditPairGenerator", "EditDistanceTask"]
@@ -83,23 +89,25 @@ def random_ctc_path(
         raise ValueError(f"lengths must be in [0, U = {words.shape[1]}], got {lengths.tolist()}")
     frames = check_positive_int(frames, "frames")
     check_generator(gen)
-    used = torch.arange(words.shape[1])[None] < lengths[:, None]
+    dev = words.device
+    lengths = lengths.to(dev)
+    used = torch.arange(words.shape[1], device=dev)[None] < lengths[:, None]
     if bool((words[used] == blank).any()):
         raise ValueError(f"words must not hold the blank {blank} within lengths")
     n, u = words.shape
     if bool((2 * lengths > frames).any()):
         raise ValueError(f"frames={frames} is too short: a word needs 2 frames per character")
-    path = torch.full((n, frames + 1), blank, dtype=torch.long)
+    path = torch.full((n, frames + 1), blank, dtype=torch.long, device=dev)
     if u == 0:
         return path[:, :frames]
     extra = (frames - 2 * lengths)[:, None]
-    pos = torch.arange(u)[None]
-    cuts = torch.floor(torch.rand(n, u, generator=gen) * (extra + 1)).long().clamp(max=extra)
+    pos = torch.arange(u, device=dev)[None]
+    cuts = torch.floor(uniform(gen, n, u, device=dev) * (extra + 1)).long().clamp(max=extra)
     cuts = torch.where(pos < lengths[:, None], cuts, extra).sort(1).values
-    widths = 2 + torch.diff(cuts, dim=1, prepend=torch.zeros(n, 1, dtype=torch.long))
+    widths = 2 + torch.diff(cuts, dim=1, prepend=torch.zeros(n, 1, dtype=torch.long, device=dev))
     starts = torch.cumsum(widths, 1) - widths
-    run = 1 + ((torch.rand(n, u, generator=gen) < 0.5) & (widths >= 3)).long()
-    off = torch.floor(torch.rand(n, u, generator=gen) * (widths - run)).long()
+    run = 1 + ((uniform(gen, n, u, device=dev) < 0.5) & (widths >= 3)).long()
+    off = torch.floor(uniform(gen, n, u, device=dev) * (widths - run)).long()
     valid = pos < lengths[:, None]
     for k in range(2):
         idx = torch.where(valid & (run > k), starts + off + k, torch.full_like(starts, frames))
@@ -211,7 +219,7 @@ class CTCEditPairGenerator:
 
 
 class EditDistanceTask(SurrogateTask):
-    """LS-ED / FEDS adapter of a CTC recogniser for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`.
+    """LS-ED / FEDS adapter of a CTC recogniser for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`.
 
     Args:
         images: ``(N, 1, H, W)`` training images.

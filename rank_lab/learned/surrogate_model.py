@@ -1,8 +1,7 @@
 """The parts of a learned surrogate (LS) of a non-differentiable metric (Patel thesis, Ch. 3).
 
 The surrogate network, its loss, the task interface and the configuration; the alternating
-training (Algorithm 1) that uses them is in :mod:`rank_lab.learned._trainer`, and
-:mod:`rank_lab.learned.surrogate` gathers both (import from there).
+training (Algorithm 1) that uses them is in :mod:`rank_lab.learned.surrogate_trainer`.
 
 A decomposable, lower-is-better metric ``e(z, y)`` (edit distance, 1 - IoU ...) is approximated by
 the Euclidean distance in a learned embedding (eq. 3.3)::
@@ -15,7 +14,7 @@ the Euclidean distance in a learned embedding (eq. 3.3)::
     loss(z, y) = w1 (e_hat(z, y) - e(z, y))^2 + w2 (||d e_hat(z, y) / d z||_2 - 1)^2
 
 and the task model ``f_Theta`` is post-tuned by minimising ``e_hat`` (eq. 3.2). Surrogate and model
-are trained alternately (Algorithm 1, :class:`rank_lab.learned.surrogate.SurrogateTrainer`); the surrogate's training pairs
+are trained alternately (Algorithm 1, :class:`rank_lab.learned.surrogate_trainer.SurrogateTrainer`); the surrogate's training pairs
 come from a random generator R (*global*), from the model's own predictions (*local*), or both
 (*local-global*, the thesis' choice). :mod:`rank_lab.learned.feds` adds the filtering of Ch. 4.
 
@@ -38,11 +37,11 @@ from rank_lab._validation import (
     check_finite,
     check_float,
     check_input_batch,
+    check_magnitude,
     check_nonneg_int,
     check_positive_int,
 )
 from rank_lab.learned._checks import check_module, check_pair
-from rank_lab.learned.embeddings import BoxMLP, CharCNN  # noqa: F401 - re-exported (listed in their defining module's __all__ only)
 from rank_lab.utils import get_device
 
 __all__ = [
@@ -136,6 +135,7 @@ def surrogate_loss(
     if e_true.shape != (z.shape[0],):
         raise ValueError(f"e_true must have shape ({z.shape[0]},) like z's batch, got {tuple(e_true.shape)}")
     check_finite(e_true, "e_true")
+    check_magnitude(e_true, "e_true")  # the squared fit error of larger values overflows
     z = z.detach().requires_grad_(True)
     e_hat = surrogate(z, y.detach())
     (g,) = torch.autograd.grad(e_hat.sum(), z, create_graph=grad_penalty > 0, retain_graph=True)
@@ -205,6 +205,7 @@ def ls_model_loss(e_hat: torch.Tensor, e_true: torch.Tensor) -> torch.Tensor:
     if e_true.shape != e_hat.shape:
         raise ValueError(f"e_hat has shape {tuple(e_hat.shape)} but e_true has shape {tuple(e_true.shape)}")
     check_finite(e_true, "e_true")
+    check_magnitude(e_true, "e_true")  # the squared fit error of larger values overflows
     return e_hat.mean()
 
 

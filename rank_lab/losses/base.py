@@ -17,7 +17,6 @@ Every loss is a :class:`torch.nn.Module` called as::
   ``"competitor"`` (kept and ranked, never a positive: official RS@k code; only the R@k
   surrogates, :mod:`rank_lab.losses.recall`). With a memory, pass ``ref_self_index`` (the memory slot
   of each query, ``-1`` if absent) to get the same choice; without it, nothing is removed.
-  (``include_query_as_positive=True`` is the deprecated spelling of ``query_role="positive"``.)
 * ``reduction``: ``"mean"`` (over queries that have a positive), ``"sum"`` or ``"none"`` (``(B,)``).
 * Scores are computed in float32 even under autocast (half precision is too coarse for
   temperatures of 0.01).
@@ -30,6 +29,7 @@ The call is checked and turned into scores, relevance and the retrieval mask by
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -42,16 +42,16 @@ from rank_lab._validation import (
     check_index,
     check_positive_int,
     check_scores_targets,
+    trusts_inputs,
 )
-from rank_lab.losses.prepared_batch import (  # noqa: F401 - QUERY_ROLES, binary_relevance, check_references re-exported from their former module
-    QUERY_ROLES,
+from rank_lab.losses.prepared_batch import (
     PreparedBatch,
     QueryRole,
-    binary_relevance,
     check_query_role,
-    check_references,
+    full_precision,
     prepare_batch,
 )
+from rank_lab.vocabulary import NoPositive
 
 __all__ = [
     "Reduction",
@@ -63,7 +63,6 @@ __all__ = [
 ]
 
 Reduction = Literal["mean", "sum", "none"]
-NoPositive = Literal["skip", "raise"]
 
 
 def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduction) -> torch.Tensor:
@@ -124,7 +123,6 @@ class MetricLoss(nn.Module):
             (default, the papers' ``B \\ q``), ``"positive"`` (official code) or, for the losses whose
             :attr:`query_roles` hold it, ``"competitor"`` (see the module docstring).
         hierarchy_level: label column used for binary relevance with ``(N, L)`` labels.
-        include_query_as_positive: deprecated spelling of ``query_role="positive"`` (``True``).
     """
 
     #: False for losses that ignore ``ref_embeddings`` (proxy losses); a memory wrapper uses it.
@@ -139,12 +137,11 @@ class MetricLoss(nn.Module):
         reduction: Reduction = "mean",
         query_role: QueryRole = "excluded",
         hierarchy_level: int = 0,
-        include_query_as_positive: bool | None = None,
     ) -> None:
         super().__init__()
         self.normalize = bool(normalize)
         self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
-        self.query_role = check_query_role(query_role, include_query_as_positive, type(self).__name__, type(self).query_roles)
+        self.query_role = check_query_role(query_role, type(self).__name__, type(self).query_roles)
         if isinstance(hierarchy_level, bool) or not isinstance(hierarchy_level, int) or hierarchy_level < 0:
             raise ValueError(f"hierarchy_level must be an int >= 0, got {hierarchy_level!r}")
         self.hierarchy_level = hierarchy_level
@@ -168,13 +165,10 @@ class MetricLoss(nn.Module):
             normalize=self.normalize,
             hierarchy_level=self.hierarchy_level,
             query_role="excluded" if self.query_role == "excluded" else "positive",
+            trusted=trusts_inputs(self),
         )
 
-    @property
-    def include_query_as_positive(self) -> bool:
-        """Deprecated read-only view: ``query_role == "positive"``."""
-        return self.query_role == "positive"
-
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -199,8 +193,9 @@ class ListwiseLoss(MetricLoss):
     examples of the papers are given as scores).
 
     Args:
-        no_positive: queries without a positive are ``"skip"``-ped (default; a ``ValueError`` if
-            no query has one) or ``"raise"`` a ``ValueError``.
+        no_positive: queries without a positive (:data:`~rank_lab.vocabulary.NoPositive`) are
+            ``"skip"``-ped (default; a ``ValueError`` if no query has one) or ``"raise"`` a
+            ``ValueError``.
         **kwargs: see :class:`MetricLoss`.
     """
 
@@ -212,6 +207,7 @@ class ListwiseLoss(MetricLoss):
         """Per-query loss ``(Q,)`` (any value for queries without positives)."""
         raise NotImplementedError
 
+    @full_precision
     def forward_scores(self, scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Loss from ``scores (Q, N)`` and relevance ``targets (Q, N)`` (> 0 = positive).
 
@@ -229,7 +225,19 @@ class ListwiseLoss(MetricLoss):
             valid = torch.ones_like(scores, dtype=torch.bool)
         elif valid.shape != scores.shape:
             raise ValueError(f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}")
-        has_pos = ((rel > 0) & valid.bool()).any(1)
+        return self.loss_from_scores(scores, rel, torch.as_tensor(valid, device=scores.device).bool())
+
+    def loss_from_scores(
+        self,
+        scores: torch.Tensor,
+        relevance: torch.Tensor,
+        valid: torch.Tensor,
+        per_query: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward_scores` of checked inputs (``relevance`` 0 / 1 in the scores' dtype, ``valid``
+        bool): the no-positive rule (one host sync), :meth:`per_query` (or ``per_query``) and the reduction."""
+        rel = relevance
+        has_pos = ((rel > 0) & valid).any(1)
         if not bool(has_pos.all()):
             n_bad = int((~has_pos).sum())
             if self.no_positive == "raise":
@@ -241,11 +249,11 @@ class ListwiseLoss(MetricLoss):
                     "batch or of ref_labels; no row of targets has a positive): use an m-per-class sampler "
                     "(rank_lab.data.MPerClassSampler) or a memory"
                 )
-        values = self.per_query(scores, rel, valid.bool())
+        values = (per_query or self.per_query)(scores, rel, valid)
         return reduce_kept(values, has_pos, self.reduction)
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
-        return self.forward_scores(batch.scores, batch.relevance, batch.valid)
+        return self.loss_from_scores(batch.scores, batch.relevance, batch.valid)
 
 
 class RankLoss(ListwiseLoss):
@@ -305,6 +313,11 @@ def per_query_mean(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) ->
     values = _row_values(values, "values")
     check_finite(values, "values")
     q_idx = check_index(q_idx, values.shape[0], check_positive_int(n_queries, "n_queries"), "q_idx", "values").to(values.device)
+    return per_query_mean_trusted(values, q_idx, n_queries)
+
+
+def per_query_mean_trusted(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) -> torch.Tensor:
+    """:func:`per_query_mean` of checked inputs (the losses' kernel: no check, no host sync)."""
     sums = values.new_zeros(n_queries).index_add(0, q_idx, values)
     counts = torch.bincount(q_idx, minlength=n_queries).to(values.dtype)
     return sums / counts.clamp(min=1)

@@ -18,8 +18,7 @@ the identity (6.17) holds for any value. ESupCon prototypes are L2-normalised by
 features (the thesis does not say; ``normalize_prototypes=False`` keeps them raw).
 
 This module holds the classification losses (cross-entropy, CE(n), SPCE and tightness); SimCLR and
-SupCon are in :mod:`rank_lab.losses.supcon`, ESupCon in :mod:`rank_lab.losses.esupcon` (their
-names are still importable from here).
+SupCon are in :mod:`rank_lab.losses.supcon`, ESupCon in :mod:`rank_lab.losses.esupcon`.
 
 The cosine classifier (:class:`rank_lab.models.heads.PrototypeClassifier`, with
 :func:`~rank_lab.models.heads.prototype_logits` and :func:`~rank_lab.models.heads.class_means`) is a
@@ -40,22 +39,12 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
-from rank_lab.losses.esupcon import (  # noqa: F401 - re-exported from their former module
-    ESupConLoss,
-    esupcon_loss,
-    esupcon_terms,
-    smooth_max_ce_supcon,
-)
-from rank_lab.losses.supcon import (  # noqa: F401 - re-exported from their former module
+from rank_lab.losses.prepared_batch import full_precision
+from rank_lab.losses.supcon import (
     Reduction,
-    SimCLRLoss,
-    SupConLoss,
     check_prototypes,
     check_temperature,
     contrastive_features,
-    nt_xent_loss,
-    supcon_loss,
-    supcon_per_anchor,
 )
 from rank_lab.models.heads import prototype_logits
 
@@ -97,6 +86,7 @@ def cross_entropy_loss(
     return F.cross_entropy(logits, check_class_indices(labels, logits.shape[1]), reduction=reduction)
 
 
+@full_precision
 def spce_logits(z: torch.Tensor, labels: torch.Tensor, n_classes: int, queries: torch.Tensor | None = None) -> torch.Tensor:
     """SPCE class logits ``1/N sum_{j: y_j = k} z_j^T z_i`` (Eqs. 6.7-6.8), ``(Q, K)``.
 
@@ -118,6 +108,7 @@ def spce_logits(z: torch.Tensor, labels: torch.Tensor, n_classes: int, queries: 
     return q @ sums.T / z.shape[0]
 
 
+@full_precision
 def spce_loss(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normalize: bool = True, temperature: float = 1.0) -> torch.Tensor:
     """Simplified pairwise cross-entropy (Eq. 6.7; Boudiaf et al. 2020).
 
@@ -132,6 +123,7 @@ def spce_loss(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normaliz
     return F.cross_entropy(logits, labels)
 
 
+@full_precision
 def tightness_loss(
     z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, *, normalize: bool = True, detach_features: bool = False
 ) -> torch.Tensor:

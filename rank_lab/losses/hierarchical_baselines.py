@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
@@ -27,15 +28,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
-from rank_lab.losses.prepared_batch import check_references
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_positive_int,
+    trusted_inputs,
+)
+from rank_lab.losses.base import MetricLoss
+from rank_lab.losses.prepared_batch import check_references, full_precision
 from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
 from rank_lab.metrics.hierarchical_relevance import as_hierarchical_labels, hierarchy_table
 
 __all__ = ["SigmaLoss", "sigma_loss", "CSLLoss"]
 
 
-class SigmaLoss(nn.Module):
+class SigmaLoss(MetricLoss):
     """Σ-loss: ``sum_l w_l loss_l(embeddings, labels)``, ``loss_l`` reading label column l.
 
     Args:
@@ -43,7 +51,9 @@ class SigmaLoss(nn.Module):
             (column l of the ``(B, L)`` labels; :func:`sigma_loss` builds them).
         weights: per-level weights (default 1 each: the plain sum of the tables).
 
-    The call is the common one; references go to the losses that use them (``uses_references``).
+    The call is the common one of :class:`~rank_lab.losses.base.MetricLoss`; a combination of
+    losses, it hands the call to its parts: references go to the losses that use them
+    (``uses_references``), and it normalises when they all do (``normalize``).
     """
 
     def __init__(self, losses: Sequence[nn.Module], weights: Sequence[float] | None = None) -> None:
@@ -58,6 +68,7 @@ class SigmaLoss(nn.Module):
         self.uses_references = any(getattr(loss, "uses_references", True) for loss in losses)
         self.normalize = all(getattr(loss, "normalize", True) for loss in losses)
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -72,13 +83,16 @@ class SigmaLoss(nn.Module):
         if lab.ndim != 2 or lab.shape[1] < len(self.losses):
             raise ValueError(f"SigmaLoss over {len(self.losses)} levels needs (B, L >= {len(self.losses)}) labels, got {tuple(lab.shape)}")
         total = embeddings.new_zeros(())
+        checked = False  # validate once: the first level's loss checks the inputs' values, the others trust them
         for w, loss in zip(self.weights, self.losses, strict=True):
             if w == 0:
                 continue
-            if ref_embeddings is not None and getattr(loss, "uses_references", True):
-                total = total + w * loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-            else:
-                total = total + w * loss(embeddings, labels)
+            with trusted_inputs([loss]) if checked else contextlib.nullcontext():
+                if ref_embeddings is not None and getattr(loss, "uses_references", True):
+                    total = total + w * loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+                else:
+                    total = total + w * loss(embeddings, labels)
+            checked = True
         return total
 
     def extra_repr(self) -> str:
@@ -114,7 +128,7 @@ def sigma_loss(
     try:
         takes_dim = "dim" in loss_info(base).needs
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"base must be a loss name of build_loss, got {base!r}; known: {list_losses(aliases=True)}") from exc
+        raise ValueError(f"base must be a loss name of build_loss, got {base!r}; known: {list_losses()}") from exc
     losses = []
     for lev in range(n_levels):
         kw = dict(kwargs, hierarchy_level=lev)
@@ -127,7 +141,7 @@ def sigma_loss(
 
 
 @register_loss("csl", needs=("n_classes", "dim"), hierarchical=True)
-class CSLLoss(nn.Module):
+class CSLLoss(MetricLoss):
     """Cross-Scale Learning loss of the DyML paper (Sun et al., CVPR 2021), see the module docstring.
 
     Args:
@@ -142,8 +156,9 @@ class CSLLoss(nn.Module):
             known yet are left out of the negatives.
         level_reduction: ``"sum"`` (official) or ``"mean"`` over levels.
 
-    ``uses_references = False`` (a proxy loss): with a memory it sees the batch only. Proxies are
-    initialised ``U(-1/sqrt(d), 1/sqrt(d))`` (official); give them their own learning rate.
+    The common call of :class:`~rank_lab.losses.base.MetricLoss`; ``uses_references = False``
+    (a proxy loss, like :class:`~rank_lab.losses.proxies.NormSoftmaxLoss`): the references are
+    checked, not used, so with a memory it sees the batch only. Proxies are initialised ``U(-1/sqrt(d), 1/sqrt(d))`` (official); give them their own learning rate.
     """
 
     uses_references = False
@@ -159,7 +174,7 @@ class CSLLoss(nn.Module):
         level_reduction: str = "sum",
         normalize: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(normalize=normalize)
         if n_levels is None:
             if hierarchy is None:
                 raise ValueError("CSLLoss needs n_levels (number of label columns) or a hierarchy table")
@@ -172,7 +187,7 @@ class CSLLoss(nn.Module):
         scale = check_float(scale, "scale", low=0.0, low_open=True)
         if level_reduction not in ("sum", "mean"):
             raise ValueError(f"level_reduction must be 'sum' or 'mean', got {level_reduction!r}")
-        self.scale, self.level_reduction, self.normalize = float(scale), level_reduction, bool(normalize)
+        self.scale, self.level_reduction = float(scale), level_reduction
         self.proxies = nn.Parameter(torch.empty(self.n_classes, self.dim))
         bound = 1.0 / math.sqrt(self.dim)
         nn.init.uniform_(self.proxies, -bound, bound)
@@ -186,14 +201,17 @@ class CSLLoss(nn.Module):
     @torch.no_grad()
     def _record(self, lab: torch.Tensor) -> None:
         fine = lab[:, 0]
-        if bool((fine < 0).any()) or bool((fine >= self.n_classes).any()):
-            raise ValueError(f"fine labels must be in [0, {self.n_classes}) (one proxy per training class)")
-        known = self.proxy_labels[fine.to(self.proxy_labels.device)]
+        outside = (fine < 0) | (fine >= self.n_classes)
+        known = self.proxy_labels[fine.clamp(0, self.n_classes - 1).to(self.proxy_labels.device)]
         clash = (known[:, 0] >= 0) & (known != lab.to(known.device)).any(1)
-        if bool(clash.any()):
+        bad_range, bad_tree = torch.stack([outside.any(), clash.any().to(outside.device)]).tolist()  # one host sync
+        if bad_range:
+            raise ValueError(f"fine labels must be in [0, {self.n_classes}) (one proxy per training class)")
+        if bad_tree:
             raise ValueError(f"fine class {int(fine[clash][0])} appears with two label paths: labels are not a tree")
         self.proxy_labels[fine.to(self.proxy_labels.device)] = lab.to(self.proxy_labels.device)
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -212,7 +230,8 @@ class CSLLoss(nn.Module):
         if emb.shape[1] != self.dim:
             raise ValueError(f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}")
         self._record(lab)
-        v = F.normalize(emb.float(), dim=1) if self.normalize else emb.float()
+        v = emb.to(self.proxies.dtype)  # float32, or float64 after .double()
+        v = F.normalize(v, dim=1) if self.normalize else v
         sim = self.scale * v @ F.normalize(self.proxies, dim=1).T  # (B, C)
         pl = self.proxy_labels.to(emb.device)
         known = pl[:, 0] >= 0

@@ -37,18 +37,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rank_lab._deprecation import warn_deprecated
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_positive_int, trusted_inputs
 from rank_lab.losses.ap import SupAP
+from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
 from rank_lab.losses.hierarchical import SupHAP, SupNDCG
+from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.recall import SupRecallAtK
-from rank_lab.losses.registry import loss_info, register_loss
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["ROD", "roadmap_neurips", "roadmap_tpami", "rod_recall", "happier", "happier_f", "rod_ndcg", "HAPPIER_F_ALPHA"]
 
 
-class ROD(nn.Module):
+class ROD(MetricLoss):
     """``(1 - lambda) * rank_loss + lambda * dg_loss`` (Eq. 3.2 of the Ramzi thesis).
 
     Args:
@@ -59,8 +60,9 @@ class ROD(nn.Module):
         weights: explicit ``(w_rank, w_dg)`` instead of ``(1 - lam, lam)`` (e.g. the NeurIPS code's
             ``(1, 1)``).
 
-    The call is the common one; ``ref_embeddings`` go to the losses that use them (a proxy loss
-    sees only the batch, as in the official code), so wrapping a ROD in a
+    The call is the common one of :class:`~rank_lab.losses.base.MetricLoss`; a combination of
+    losses, it hands the call to its parts: ``ref_embeddings`` go to the losses that use them (a
+    proxy loss sees only the batch, as in the official code), so wrapping a ROD in a
     :class:`rank_lab.memory.MemoryLoss` gives the official ``(batch + memory) / 2`` per criterion.
     Parameters of the proxy loss (if any) are parameters of this module.
     """
@@ -72,8 +74,10 @@ class ROD(nn.Module):
         if not 0.0 <= lam <= 1.0:
             raise ValueError(f"lam must be in [0, 1], got {lam}")
         self.rank_loss, self.dg_loss, self.lam = rank_loss, dg_loss, float(lam)
+        self.normalize = all(getattr(m, "normalize", True) for m in (rank_loss, dg_loss))
         self.weights = (1.0 - self.lam, self.lam) if weights is None else (float(weights[0]), float(weights[1]))
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -85,11 +89,13 @@ class ROD(nn.Module):
     ) -> torch.Tensor:
         """Scalar ROD loss of ``embeddings (B, d)``, ``labels (B,)|(B, L)`` (+ optional refs)."""
         w_rank, w_dg = self.weights
+        # validate once: the rank loss checks the inputs' values, the decomposability loss trusts them
         out = w_rank * self.rank_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-        if getattr(self.dg_loss, "uses_references", True):
-            dg = self.dg_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-        else:
-            dg = self.dg_loss(embeddings, labels)
+        with trusted_inputs([self.dg_loss]):
+            if getattr(self.dg_loss, "uses_references", True):
+                dg = self.dg_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+            else:
+                dg = self.dg_loss(embeddings, labels)
         return out + w_dg * dg
 
     def extra_repr(self) -> str:
@@ -105,7 +111,7 @@ def _need(n_classes: int | None, dim: int | None, name: str) -> tuple[int, int]:
 @register_loss("roadmap_neurips", preset=True)
 def roadmap_neurips(lam: float = 0.5, alpha: float = 0.9, beta: float = 0.6, **overrides: object) -> ROD:
     """ROADMAP as in the NeurIPS 2021 paper: SupAP + pair ``L_DG`` (alpha 0.9, beta 0.6), lambda 0.5."""
-    shared = {k: overrides[k] for k in ("normalize", "query_role", "include_query_as_positive", "hierarchy_level") if k in overrides}
+    shared = {k: overrides[k] for k in ("normalize", "query_role", "hierarchy_level") if k in overrides}
     return ROD(SupAP(**overrides), PairDGLoss(alpha=alpha, beta=beta, **shared), lam=lam)  # type: ignore[arg-type]
 
 
@@ -166,15 +172,3 @@ def rod_ndcg(n_classes: int | None = None, dim: int | None = None, lam: float = 
     """ROD-NDCG (Eq. 4.15): ``(1 - lam) L_Sup-NDCG + lam L*_DG``, lambda 0.1 (official code ``[0.9, 0.1]``)."""
     return ROD(SupNDCG(**overrides), _proxy(n_classes, dim, temperature, "rod_ndcg"), lam=lam)  # type: ignore[arg-type]
 
-
-_FORMER_DICTS = {"PRESETS": ("roadmap_neurips", "roadmap_tpami", "rod_recall"),
-                 "HIERARCHICAL_PRESETS": ("happier", "happier_f", "rod_ndcg")}
-
-
-def __getattr__(name: str) -> object:
-    """The former name -> factory dicts (``PRESETS``, ``HIERARCHICAL_PRESETS``), from the registry, deprecated."""
-    if name not in _FORMER_DICTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warn_deprecated(f"rank_lab.losses.presets.{name} is deprecated: the registry holds every preset "
-                    "(rank_lab.losses.build_loss, list_losses(presets=True))")
-    return {n: loss_info(n).build for n in _FORMER_DICTS[name]}

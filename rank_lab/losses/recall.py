@@ -50,12 +50,12 @@ recomputing backward (:func:`rank_lab.ranking.row_step_sums`): ``O(B P N)`` work
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Literal
 
 import torch
 
-from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import (
     as_tensor,
     check_choice,
@@ -66,10 +66,12 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.losses._direct import direct_recall_loss
-from rank_lab.losses.base import PreparedBatch, RankLoss, reachable_ks
+from rank_lab.losses.base import RankLoss, reachable_ks
+from rank_lab.losses.prepared_batch import PreparedBatch, full_precision
 from rank_lab.losses.registry import register_loss
 from rank_lab.losses.simix import simix
-from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
+from rank_lab.ranking.ranks import exact_rank_plus_rows_trusted
+from rank_lab.ranking.row_kernel import positive_rows_trusted, row_step_sums_trusted
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = [
@@ -86,8 +88,6 @@ DEFAULT_KS: tuple[int, ...] = (1, 2, 4, 8, 16)
 DEFAULT_KS_SIMIX: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
 
 Normalization = Literal["min", "positives"]
-#: Old keyword names of the RS@k module (Patel's tau_1, tau_2) -> the package's names.
-_RENAMED = {"tau1": "tau_star", "tau2": "tau"}
 
 
 def _check_ks(ks: int | Sequence[int], tau_star: float | Sequence[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
@@ -103,35 +103,6 @@ def _check_ks(ks: int | Sequence[int], tau_star: float | Sequence[float]) -> tup
     if len(taus) != len(ks_t):
         raise ValueError(f"tau_star must be a number or one value per k ({len(ks_t)}), got {len(taus)} values")
     return ks_t, tuple(check_float(t, "tau_star", low=0.0, low_open=True) for t in taus)
-
-
-def legacy_rs_kwargs(kwargs: dict[str, object], owner: str) -> dict[str, object]:
-    """Pop the old keywords of the RS@k module (``tau1``, ``tau2``, ``include_query_in_rank``,
-    ``chunk_size``, ``no_positive="ignore"``), warn, and return their new names and values.
-
-    Shared by :class:`SmoothRecallAtK` and the score-level functions of :mod:`rank_lab.losses.recall_at_k`.
-    """
-    out: dict[str, object] = {}
-    for old, new in _RENAMED.items():
-        if old in kwargs:
-            warn_deprecated(f"{owner}({old}=...) is deprecated: use {new}=... (same meaning)")
-            out[new] = kwargs.pop(old)
-    if "include_query_in_rank" in kwargs:
-        warn_deprecated(f"{owner}(include_query_in_rank=...) is deprecated: use query_role='competitor' (True) "
-                        "or 'excluded' (False)")
-        if "query_role" in kwargs:
-            raise TypeError(f"{owner}: got both include_query_in_rank (deprecated) and query_role; pass query_role only")
-        out["query_role"] = "competitor" if kwargs.pop("include_query_in_rank") else "excluded"
-    if "chunk_size" in kwargs:
-        chunk = kwargs.pop("chunk_size")
-        if chunk is not None:
-            check_positive_int(chunk, "chunk_size")
-            warn_deprecated(f"{owner}(chunk_size=...) is no longer used: the ranks are computed in blocks of "
-                            "max_elements with a recomputing backward (peak memory O(max_elements))")
-    if kwargs.get("no_positive") == "ignore":
-        warn_deprecated(f"{owner}(no_positive='ignore') is deprecated: use no_positive='zero' (same meaning)")
-        kwargs["no_positive"] = "zero"
-    return out
 
 
 def recall_surrogate_from_ranks(
@@ -199,11 +170,14 @@ class _RecallLoss(RankLoss):
         raise NotImplementedError  # pragma: no cover
 
     def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        ks = reachable_ks(self.ks, valid)
+        return self.per_query_at(scores, relevance, valid, reachable_ks(self.ks, valid))
+
+    def per_query_at(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor, ks: tuple[int, ...]) -> torch.Tensor:
+        """:meth:`per_query` with the values of k already made reachable (:func:`reachable_ks`)."""
         if self.impl == "direct":
             return direct_recall_loss(scores, relevance, valid, self.pos_step, self.neg_step, ks, self.tau_star, self.clip,
                                       self.normalization)
-        q_idx, k_idx = positive_rows(relevance, valid)
+        q_idx, k_idx = positive_rows_trusted(relevance, valid)
         rank = self._ranks(scores, relevance, valid, q_idx, k_idx)
         return _recall_from_ranks(rank, q_idx, scores.shape[0], ks, self.tau_star, self.clip, self.normalization)
 
@@ -224,6 +198,7 @@ class _RecallLoss(RankLoss):
             return pb.scores, (pb.relevance > 0) & pb.valid, pb.valid
         return _competitor_problem(pb, ref_self_index)
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -235,7 +210,12 @@ class _RecallLoss(RankLoss):
     ) -> torch.Tensor:
         """Loss of ``embeddings (B, d)``, ``labels (B,)|(B, L)`` against the batch or the refs (scalar, or ``(Q,)``)."""
         scores, positives, database = self.similarity_problem(embeddings, labels, ref_embeddings, ref_labels, ref_self_index)
-        return self.forward_scores(scores, positives, database)
+        if getattr(self, "simix", False) or max(self.ks) >= database.shape[1]:
+            return self.loss_from_scores(scores, positives.to(scores.dtype), database)
+        # the common call leaves at most the query's own item out of its retrieval set: every query
+        # ranks >= N - 1 items, so no k <= N - 1 needs clipping (no host sync to count them)
+        return self.loss_from_scores(scores, positives.to(scores.dtype), database,
+                                     per_query=functools.partial(self.per_query_at, ks=self.ks))
 
     def extra_repr(self) -> str:
         taus = self.tau_star if len(set(self.tau_star)) > 1 else self.tau_star[0]
@@ -264,7 +244,7 @@ def _competitor_problem(pb: PreparedBatch, ref_self_index: torch.Tensor | None) 
             torch.cat([pb.valid, absent[:, None]], dim=1))
 
 
-@register_loss("smooth_recall", aliases=("rs_at_k", "recall_at_k_surrogate"))
+@register_loss("smooth_recall")
 class SmoothRecallAtK(_RecallLoss):
     """Smooth-R@k / RS@k, the Recall@k Surrogate loss (Patel thesis Eqs. 5.4-5.7; Patel et al. 2022).
 
@@ -289,9 +269,7 @@ class SmoothRecallAtK(_RecallLoss):
         seed: seed of the generator of the SiMix mixing coefficients (None: the global RNG).
         **kwargs: ``query_role`` (``"excluded"``, ``"positive"`` or ``"competitor"``: the official
             code), ``impl``, ``max_elements``, ``no_positive``, ``normalize``, ``reduction``,
-            ``hierarchy_level`` (see :class:`~rank_lab.losses.base.RankLoss`). The RS@k module's
-            older names ``tau1``, ``tau2``, ``include_query_in_rank`` and ``chunk_size`` are
-            accepted with a ``DeprecationWarning``.
+            ``hierarchy_level`` (see :class:`~rank_lab.losses.base.RankLoss`).
 
     Shapes:
         ``forward(embeddings (B, d), labels (B,)|(B, L)[, ref_embeddings (N, d), ref_labels])``;
@@ -312,9 +290,7 @@ class SmoothRecallAtK(_RecallLoss):
         seed: int | None = None,
         **kwargs: object,
     ) -> None:
-        legacy = legacy_rs_kwargs(kwargs, type(self).__name__)
-        tau, tau_star = legacy.pop("tau", tau), legacy.pop("tau_star", tau_star)  # type: ignore[assignment]
-        super().__init__(ks, tau_star, clip, normalization, **legacy, **kwargs)
+        super().__init__(ks, tau_star, clip, normalization, **kwargs)
         self.pos_step = self.neg_step = SigmoidStep(tau)  # type: ignore[arg-type]
         self.tau = self.pos_step.tau
         self.simix, self.exclude_self_mixtures = bool(simix), bool(exclude_self_mixtures)
@@ -325,7 +301,7 @@ class SmoothRecallAtK(_RecallLoss):
         self._generator: torch.Generator | None = None
 
     def _ranks(self, scores, relevance, valid, q_idx, k_idx):  # type: ignore[no-untyped-def]
-        sums = row_step_sums(scores, q_idx, k_idx, self.pos_step, ("all",), valid=valid, relevance=relevance, max_elements=self.max_elements)
+        sums = row_step_sums_trusted(scores, q_idx, k_idx, self.pos_step, ("all",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)
         return 1 + sums[:, 0]
 
     def _gen(self, device: torch.device) -> torch.Generator | None:
@@ -395,6 +371,6 @@ class SupRecallAtK(_RecallLoss):
         self.neg_step = SupRankStep(tau, rho, delta, eps, start, offset, linear_origin, zero_branch)  # type: ignore[arg-type]
 
     def _ranks(self, scores, relevance, valid, q_idx, k_idx):  # type: ignore[no-untyped-def]
-        rank_pos = exact_rank_plus_rows(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements)
-        rank_neg = row_step_sums(scores, q_idx, k_idx, self.neg_step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements)
+        rank_pos = exact_rank_plus_rows_trusted(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements, binary=True)
+        rank_neg = row_step_sums_trusted(scores, q_idx, k_idx, self.neg_step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)
         return rank_pos + rank_neg[:, 0]

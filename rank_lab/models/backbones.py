@@ -18,7 +18,7 @@ BatchNorm layers of the backbone in eval mode (``freeze_batch_norm: True``); see
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +27,29 @@ from torch import nn
 
 from rank_lab._validation import check_input, check_module, check_positive_int
 from rank_lab.models.weights import (
-    CLASSIFIER_PREFIXES,  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
     create_timm_model,
     file_record,
     load_backbone_weights,
     load_weights_file,
     merge_legacy_weights,
 )
+from rank_lab.registry import Registry
 
 __all__ = [
     "TinyCNN",
     "MLPBackbone",
     "TimmBackbone",
+    "BACKBONES",
     "build_backbone",
+    "list_backbones",
     "freeze_batchnorm",
     "lock_batchnorm",
 ]
+
+#: The package's own backbones by name (``"mlp"``, ``"tiny_cnn"``): each entry is a builder
+#: ``builder(in_channels, input_dim, hidden_dims, width) -> nn.Module``. Any other name is a timm
+#: model (:class:`TimmBackbone`). A new backbone registers its builder where it is defined.
+BACKBONES: Registry[Callable[..., nn.Module]] = Registry("backbone")
 
 def _force_eval_hook(module: nn.Module, args: object) -> None:
     module.training = False
@@ -322,12 +329,9 @@ def build_backbone(
     if not isinstance(name, str) or not name:
         raise TypeError(f"backbone name must be a non-empty str, got {name!r}")
     key = name.lower()
-    if key == "mlp":
-        if input_dim is None:
-            raise ValueError("backbone='mlp' needs input_dim (the flattened input size)")
-        net: nn.Module = MLPBackbone(input_dim, hidden_dims)
-    elif key in ("tiny_cnn", "tinycnn"):
-        net = TinyCNN(in_channels, width)
+    if name in BACKBONES:
+        net: nn.Module = BACKBONES.build(name, in_channels=in_channels, input_dim=input_dim,
+                                         hidden_dims=hidden_dims, width=width)
     else:
         timm_name = name[5:] if key.startswith("timm:") else name
         return TimmBackbone(
@@ -346,3 +350,27 @@ def build_backbone(
             record = file_record(spec)
     net.weights_record = record  # type: ignore[attr-defined]
     return net
+
+
+def list_backbones(filter: str = "") -> list[str]:
+    """Sorted names of the package's own backbones matching ``filter`` (``fnmatch``; ``""``: all);
+    any timm model name (``timm.list_models()``) is a backbone too."""
+    return BACKBONES.list(filter)
+
+
+@BACKBONES.register("mlp")
+def _mlp_backbone(
+    *, in_channels: int, input_dim: int | None, hidden_dims: Sequence[int], width: int
+) -> nn.Module:
+    """An MLP over flattened inputs (:class:`MLPBackbone`; needs ``input_dim``)."""
+    if input_dim is None:
+        raise ValueError("backbone='mlp' needs input_dim (the flattened input size)")
+    return MLPBackbone(input_dim, hidden_dims)
+
+
+@BACKBONES.register("tiny_cnn")
+def _tiny_cnn_backbone(
+    *, in_channels: int, input_dim: int | None, hidden_dims: Sequence[int], width: int
+) -> nn.Module:
+    """A small CNN (:class:`TinyCNN`) with ``in_channels`` inputs and first-block ``width``."""
+    return TinyCNN(in_channels, width)

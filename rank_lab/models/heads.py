@@ -28,7 +28,7 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
-from rank_lab.models.backbones import MLPBackbone, build_backbone, freeze_batchnorm
+from rank_lab.models.backbones import BACKBONES, MLPBackbone, build_backbone, freeze_batchnorm
 from rank_lab.models.pooling import POOLINGS, build_pooling
 
 __all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model", "PrototypeClassifier", "prototype_logits",
@@ -195,7 +195,7 @@ class ModelConfig:
         check_backbone_name(self.backbone)
         if not isinstance(self.pooling, str):
             raise ValueError(f"model.pooling must be a str, got {self.pooling!r}")
-        if self.pooling.lower() not in POOLINGS:
+        if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r} (model.pooling); known: {sorted(POOLINGS)}")
         for name in ("in_channels", "width"):
             v = getattr(self, name)
@@ -232,16 +232,13 @@ class ModelConfig:
         return out
 
 
-_OWN_BACKBONES = ("mlp", "tiny_cnn", "tinycnn")
-
-
 def check_backbone_name(name: str, argument: str = "model.backbone") -> None:
     """Refuse a backbone name that is neither ``mlp`` / ``tiny_cnn`` nor a timm model (when timm is
     installed; without it the build says so); the message names ``argument``."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"{argument} must be a backbone name (a non-empty str), got {name!r}")
     key = name.lower()
-    if key in _OWN_BACKBONES:
+    if name in BACKBONES:
         return
     try:
         # optional dependency (extra "timm"), imported where it is used

@@ -37,6 +37,7 @@ __all__ = [
     "WEIGHTS_NAMES",
     "PAPER_TAGS",
     "WeightsUnavailableError",
+    "WeightsFileError",
     "parse_weights",
     "merge_legacy_weights",
     "timm_pretrained_name",
@@ -68,6 +69,10 @@ _ALTERNATIVES = (
 
 class WeightsUnavailableError(RuntimeError):
     """timm could not fetch the pretrained weights asked for with ``weights="imagenet"``."""
+
+
+class WeightsFileError(ValueError):
+    """A local weight file (``weights=<path>``) cannot be read, or its parameters do not fit the model."""
 
 
 WeightsSpec = str | Path
@@ -228,18 +233,25 @@ def load_backbone_weights(
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        ValueError: if no parameter of the file matches ``module`` (wrong architecture), or, with
-            ``strict``, if some keys do not match.
+        WeightsFileError: (a ``ValueError``) the file is not a readable ``torch.save`` file (truncated,
+            another format) or holds no state dict, no parameter of the file matches ``module``
+            (wrong architecture), or, with ``strict``, some keys do not match; the message names the
+            file, in one line.
     """
     check_module(module, "module")
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"weights_path {str(path)!r} does not exist or is not a file")
+        raise FileNotFoundError(f"weight file {str(path)!r} does not exist or is not a file")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the file name
-        raise ValueError(f"could not read weights_path {str(path)!r}: {exc}") from exc
-    src = _unwrap_state_dict(obj)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the file name, in one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise WeightsFileError(f"weight file {str(path)!r} ({path.stat().st_size} bytes) is not a readable "
+                               f"torch.save file (truncated or another format?): {type(exc).__name__}: {first}") from exc
+    try:
+        src = _unwrap_state_dict(obj)
+    except ValueError as exc:
+        raise WeightsFileError(f"weight file {str(path)!r}: {exc}") from exc
     target = module.state_dict()
     loaded: dict[str, torch.Tensor] = {}
     unexpected: list[str] = []
@@ -262,14 +274,14 @@ def load_backbone_weights(
         else:
             loaded[k] = value
     if not loaded:
-        raise ValueError(
-            f"no parameter of {str(path)!r} matches the model ({len(src)} keys in the file, e.g. "
+        raise WeightsFileError(
+            f"no parameter of the weight file {str(path)!r} matches the model ({len(src)} keys in the file, e.g. "
             f"{list(src)[:3]}; model keys e.g. {list(target)[:3]}): wrong architecture?"
         )
     missing = [k for k in target if k not in loaded]
     if strict and (missing or unexpected or mismatched):
-        raise ValueError(
-            f"strict loading of {str(path)!r} failed: missing={missing[:5]}, "
+        raise WeightsFileError(
+            f"strict loading of the weight file {str(path)!r} failed: missing={missing[:5]}, "
             f"unexpected={unexpected[:5]}, mismatched={mismatched[:5]}"
         )
     module.load_state_dict(loaded, strict=False)
@@ -358,7 +370,7 @@ def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetc
     if isinstance(spec, Path):
         return file_record(spec)
     name = backbone[5:] if backbone.lower().startswith("timm:") else backbone
-    if name.lower() in ("mlp", "tiny_cnn", "tinycnn", "tiny"):
+    if name.lower() in ("mlp", "tiny_cnn", "tiny"):
         raise ValueError(f"backbone {backbone!r} has no ImageNet weights; use weights='none' or a weight file")
     if not fetch:
         return {"weights": "imagenet", "source": f"timm:{timm_pretrained_name(name)}"}

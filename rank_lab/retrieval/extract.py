@@ -30,11 +30,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._progress import tqdm
-from rank_lab._validation import check_finite, check_input_batch, check_positive_int
+from rank_lab._validation import (
+    check_finite,
+    check_input_batch,
+    check_magnitude,
+    check_positive_int,
+)
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader
-from rank_lab.models.backbones import build_backbone, load_backbone_weights
+from rank_lab.models.backbones import build_backbone
 from rank_lab.models.pooling import build_pooling
-from rank_lab.models.weights import load_weights_file, parse_weights
+from rank_lab.models.weights import load_backbone_weights, load_weights_file, parse_weights
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
 
@@ -300,6 +305,7 @@ def extract_descriptors(
         if not images.is_floating_point():
             raise TypeError(f"images tensor must be floating in [0, 1], got dtype {images.dtype}")
         check_finite(images, "images")
+        check_magnitude(images, "images")  # the network's batch statistics and norms overflow beyond
         items: list[Any] = list(images)
         ident = [hashlib.sha1(images.detach().cpu().contiguous().numpy().tobytes()).hexdigest()]
     else:

@@ -22,9 +22,7 @@ and :meth:`~ContrastiveClassifier.logits` its classification logits (posterior =
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,21 +37,31 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.data.perturbations import two_views
-from rank_lab.losses.contrastive import (
-    cross_entropy_loss,
-    esupcon_loss,
-    spce_loss,
-    supcon_loss,
-    tightness_loss,
-)
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult, loop_options
+from rank_lab.losses.contrastive import cross_entropy_loss, spce_loss, tightness_loss
+from rank_lab.losses.esupcon import esupcon_loss
+from rank_lab.losses.supcon import supcon_loss
 from rank_lab.models.heads import PrototypeClassifier, class_means
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
-from rank_lab.train.optim import build_optimizer
+from rank_lab.registry import Registry
 from rank_lab.utils import DeviceLike, get_device, seed_everything
 
 __all__ = ["CLS_METHODS", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
 
-CLS_METHODS = ("ce", "supcon+ce", "supcon+ce(n)", "supcon+tt", "spce", "spce(m)", "esupcon")
+#: The chapter-6 classifiers of :class:`ContrastiveClassifier` by name (``CLS_METHODS.list()``).
+CLS_METHODS: Registry[str] = Registry("classification method")
+for _name, _method in {
+    "ce": "cross-entropy on a bias-free linear layer (Eq. 6.6)",
+    "supcon+ce": "SupCon (Eq. 6.5) on a projection head, then CE on a linear classifier",
+    "supcon+ce(n)": "SupCon (Eq. 6.5), then CE(n): normalised features and weights",
+    "supcon+tt": "SupCon + tightness (Eq. 6.9) for the prototypes, nearest prototype",
+    "spce": "SPCE (Eq. 6.7) on the encoder + tightness for the prototypes",
+    "spce(m)": "SPCE, prototypes set to the class means afterwards",
+    "esupcon": "ESupCon (Eq. 6.15): encoder and prototypes jointly",
+}.items():
+    CLS_METHODS.register(_name, _method, summary=_method)
+del _name, _method
 _PROJECTED = ("supcon+ce", "supcon+ce(n)", "supcon+tt")
 
 
@@ -69,11 +77,9 @@ class ContrastiveClassifier(nn.Module):
         proj_dim: output size of the projection head (SupCon variants).
         spce_temperature: divides the SPCE logits (1 = Eq. 6.7 as written; with L2-normalised
             features those logits are at most ``N_k / N``, so a smaller value trains faster).
-        feat_dim: former name of ``dim`` (``DeprecationWarning``).
 
     Raises:
-        TypeError, ValueError: positional sizes after ``encoder``, ``n_classes`` or ``dim``
-            missing, ``encoder`` not a module, an unknown ``method``, ``dim``,
+        TypeError, ValueError: ``n_classes`` or ``dim`` missing, ``encoder`` not a module, an unknown ``method``, ``dim``,
             ``n_classes`` or ``proj_dim`` not a positive int, a temperature that is not a finite
             positive number.
     """
@@ -81,32 +87,20 @@ class ContrastiveClassifier(nn.Module):
     def __init__(
         self,
         encoder: nn.Module,
-        *legacy: Any,
+        *,
         n_classes: int | None = None,
         dim: int | None = None,
         method: str = "esupcon",
         temperature: float = 0.1,
         proj_dim: int = 64,
         spce_temperature: float = 1.0,
-        feat_dim: int | None = None,
     ) -> None:
         super().__init__()
-        if legacy:
-            raise TypeError(
-                "ContrastiveClassifier takes n_classes=, dim= and method= by keyword (the package's order "
-                f"is (n_classes, dim)); got {len(legacy)} positional value(s) after encoder: the former "
-                "order (feat_dim, n_classes, method) is not guessed, as two ints cannot be told apart"
-            )
-        if feat_dim is not None:
-            if dim is not None:
-                raise TypeError("give dim or its former name feat_dim, not both")
-            warnings.warn("ContrastiveClassifier(feat_dim=...) is deprecated: use dim=", DeprecationWarning,
-                          stacklevel=2)
-            dim = feat_dim
         if n_classes is None or dim is None:
             raise TypeError("ContrastiveClassifier needs n_classes= and dim= (keywords)")
         if method not in CLS_METHODS:
-            raise ValueError(f"method must be one of {CLS_METHODS}, got {method!r}")
+            raise ValueError(f"method must be one of {tuple(CLS_METHODS)}, got {method!r}")
+        method = CLS_METHODS.key(method)
         feat_dim = check_positive_int(dim, "dim")
         self.n_classes = check_positive_int(n_classes, "n_classes")
         proj_dim = check_positive_int(proj_dim, "proj_dim")
@@ -227,14 +221,10 @@ def fit_classifier(
     max_shift: int = 1,
     seed: int = 0,
     device: DeviceLike = None,
-    progress: bool = False,
-    checkpoint: str | Path | None = None,
-    resume: bool = True,
-    amp: bool = False,
-    grad_clip: float | None = None,
+    engine: EngineConfig | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``model`` with its method's objective on two augmented views of every image (on the
-    training engine, :mod:`rank_lab.train.engine`).
+    training engine, :mod:`rank_lab.engine.loop`).
 
     Args:
         model: a :class:`ContrastiveClassifier`.
@@ -246,9 +236,9 @@ def fit_classifier(
         noise_std, max_shift: the view augmentation (:func:`two_views`).
         seed: shuffling and augmentation seed.
         device: compute device.
-        progress: tqdm bar over epochs.
-        checkpoint, resume, amp, grad_clip: the engine's options (a checkpoint file written after
-            every epoch and resumed from; mixed precision on CUDA; gradient clipping).
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`: a checkpoint
+            file written every ``checkpoint_every`` epochs and resumed from; progress; mixed
+            precision on CUDA; gradient clipping); its length is ``epochs + stage2_epochs``.
 
     Returns:
         One record per epoch: ``{"epoch", "stage", "loss"}``.
@@ -273,6 +263,7 @@ def fit_classifier(
     noise_std, max_shift = check_float(noise_std, "noise_std", low=0.0), check_nonneg_int(max_shift, "max_shift")
     n1 = check_positive_int(epochs, "epochs")
     n2 = check_positive_int(stage2_epochs, "stage2_epochs") if model.two_stage else 0
+    options = loop_options(engine, epochs=n1 + n2, desc=model.method)
     dev = get_device(device)
     model.to(dev)
     seed_everything(seed)
@@ -282,11 +273,9 @@ def fit_classifier(
         frozen = {id(p) for mod in (model.encoder, model.projection) if mod is not None for p in mod.parameters()}
         optimizers["stage2"] = build_optimizer([p for p in model.parameters() if p.requires_grad and id(p) not in frozen],
                                                lr=lr, weight_decay=weight_decay)
-    engine = Engine({"model": model}, optimizers, EngineConfig(
-        epochs=n1 + n2, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp, grad_clip=grad_clip,
-        desc=model.method), device=dev, generators={"batches": g},
+    run = Engine({"model": model}, optimizers, options, device=dev, generators={"batches": g},
         run_key={"method": model.method, "stage1_epochs": n1, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
-                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])})
+                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])}, trained_on=(x, y))
 
     def start(e: int) -> None:
         if e >= n1 and model.stage != 2:
@@ -306,11 +295,11 @@ def fit_classifier(
 
     def end(e: int, results: list[StepResult]) -> None:
         losses = [r.loss for r in results]
-        engine.history.append({"epoch": len(engine.history) + 1, "stage": 2 if e >= n1 else 1,
-                               "loss": sum(losses) / max(len(losses), 1)})
+        run.history.append({"epoch": len(run.history) + 1, "stage": 2 if e >= n1 else 1,
+                            "loss": sum(losses) / max(len(losses), 1)})
 
-    engine.run(step, batches, on_epoch_start=start, on_epoch_end=end)
+    run.run(step, batches, on_epoch_start=start, on_epoch_end=end)
     if model.method == "spce(m)":
         model.eval()
         model.set_class_means(x.to(dev), y.to(dev))
-    return engine.history
+    return run.history

@@ -19,13 +19,12 @@ import dataclasses
 import difflib
 import json
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rank_lab._deprecation import moved_names
+from rank_lab.engine.options import EngineConfig
 from rank_lab.models.heads import ModelConfig
 from rank_lab.train.recipes import RECIPES
 
@@ -44,12 +43,15 @@ class TrainConfig:
 
     Fields, by group:
 
-    * Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``.
+    * Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``
+      (deterministic algorithms, :func:`rank_lab.utils.seed_everything`: the condition of a
+      bit-exact resume on CUDA; on the CPU runs are bit-exact either way).
     * Data: ``epochs``, ``batch_size``, ``m_per_class`` (images per class in a batch, the
       m-per-class sampler of the papers), ``sampler`` ("m_per_class", or "hierarchical": the
       HAPPIER papers' sampler drawing ``super_classes_per_batch`` super-classes (label column
       1) per batch, m per class, needs ``(N, L)`` labels), ``batches_per_epoch`` (``None``: the sampler's
-      default length), ``num_workers``, ``image_size`` (for dataset transforms),
+      default length), ``num_workers`` (clamped to the machine's CPUs, with a warning),
+      ``image_size`` (for dataset transforms),
       ``dataset`` / ``data_dir`` (for :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
     * Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
       head; ``None`` = ``lr``), ``loss_lr`` (learnable loss parameters such as proxies;
@@ -72,7 +74,7 @@ class TrainConfig:
     * Scale-out: ``multistage_chunk_size`` (``None``: one forward per batch; else the batch is
       embedded ``chunk`` items at a time by multistage back-propagation, Patel thesis
       §5.3.2, :mod:`rank_lab.train.multistage`), ``dist_loss`` (under
-      :class:`~rank_lab.train.distributed.DistributedTrainer`: ``"full"`` = every rank
+      :class:`~rank_lab.train.distributed.trainer.DistributedTrainer`: ``"full"`` = every rank
       computes the loss of the whole gathered batch, exact for every loss; ``"local"`` =
       each rank ranks its own queries against the gathered batch, for losses that are a
       mean over queries). ``batch_size`` is always the *global* batch (all ranks).
@@ -214,7 +216,7 @@ class TrainConfig:
 
         Args:
             d: e.g. ``{"lr": 1e-4, "backbone": "mlp", "model": {"embed_dim": 32}, "model.width": 8}``.
-                A ``"recipe"`` key (former name ``"preset"``) starts from that recipe.
+                A ``"recipe"`` key starts from that recipe.
             ignore_unknown: skip unknown keys instead of raising (handy to pass a notebook's
                 whole parameter dict).
             **kw: more keys, applied after ``d``.
@@ -225,15 +227,9 @@ class TrainConfig:
         items = dict(d or {})
         items.update(kw)
         base: dict[str, Any] = {}
-        if "recipe" in items and "preset" in items:
-            raise ValueError("give 'recipe' or its former name 'preset', not both")
-        preset = items.pop("recipe", items.pop("preset", None))
-        if "preset_name" in items:  # the former name of recipe_name, in configs saved before 2026-11-26
-            if "recipe_name" in items:
-                raise ValueError("give 'recipe_name' or its former name 'preset_name', not both")
-            items["recipe_name"] = items.pop("preset_name")
-        if preset is not None:
-            base = cls.recipe(preset).to_dict()
+        recipe = items.pop("recipe", None)
+        if recipe is not None:
+            base = cls.recipe(recipe).to_dict()
         train_fields = {f.name for f in dataclasses.fields(cls)}
         model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
         model: dict[str, Any] = dict(base.pop("model", {}) or {})
@@ -258,8 +254,8 @@ class TrainConfig:
                 model[key] = value
             elif not ignore_unknown:
                 raise ValueError(_unknown(key, train_fields | model_fields))
-        if preset is not None:
-            base["recipe_name"] = preset
+        if recipe is not None:
+            base["recipe_name"] = recipe
         if "hidden_dims" in model:
             model["hidden_dims"] = tuple(model["hidden_dims"])
         base["model"] = ModelConfig.from_dict(model)
@@ -284,6 +280,22 @@ class TrainConfig:
         """A validated copy with some keys changed (flat model keys allowed)."""
         return _replace(self, changes)
 
+    def engine_options(self, checkpoint: str | Path | None = None) -> EngineConfig:
+        """The training engine's options of this run, the one place they are read from the config.
+
+        ``epochs``, ``resume``, ``progress``, ``amp``, ``amp_dtype`` and ``grad_clip`` are the
+        fields of :class:`~rank_lab.engine.options.EngineConfig`, kept flat here so that a
+        notebook's parameters cell fills them; the :class:`~rank_lab.train.trainer.Trainer` writes its
+        checkpoints itself (every ``checkpoint_every`` epochs, with its log), so the engine gets
+        ``checkpoint_every=None``.
+
+        Args:
+            checkpoint: the checkpoint file (the trainer's ``checkpoint_dir/last.pt``) or ``None``.
+        """
+        return EngineConfig(epochs=self.epochs, checkpoint=checkpoint, checkpoint_every=None,
+                            resume=self.resume, progress=self.progress, amp=self.amp,
+                            amp_dtype=self.amp_dtype, grad_clip=self.grad_clip)
+
     # ------------------------------------------------------------------ recipes
     @classmethod
     def recipe(cls, name: str, **overrides: Any) -> TrainConfig:
@@ -304,21 +316,6 @@ class TrainConfig:
         cfg = cls.from_dict(d)
         cfg.recipe_name = name
         return cfg
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> TrainConfig:
-        """Former name of :meth:`recipe` (same call, same result, with a ``DeprecationWarning``).
-
-        Args:
-            name: a recipe of :data:`rank_lab.train.recipes.RECIPES`.
-            **overrides: config keys that replace the recipe's values.
-
-        Returns:
-            The config of :meth:`recipe`.
-        """
-        warnings.warn("TrainConfig.preset is deprecated: use TrainConfig.recipe (a preset is a loss combination, "
-                      "a recipe a training setting)", DeprecationWarning, stacklevel=2)
-        return cls.recipe(name, **overrides)
 
 
 def _replace(cfg: TrainConfig, changes: Mapping[str, Any]) -> TrainConfig:
@@ -366,6 +363,3 @@ def _choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {list(choices)}, got {v!r}")
     setattr(cfg, name, v.lower())
 
-
-# The former names of the recipes (rank_lab.train.recipes): PRESETS -> RECIPES, list_presets -> list_recipes.
-__getattr__ = moved_names(__name__, {"PRESETS": "rank_lab.train.recipes:RECIPES", "list_presets": "rank_lab.train.recipes:list_recipes"})

@@ -13,11 +13,16 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from rank_lab._validation import check_finite, check_labels, check_positive_int, defer_finite_checks
-from rank_lab.utils import get_device
+from rank_lab._validation import (
+    check_finite,
+    check_labels,
+    check_magnitude,
+    check_positive_int,
+    trusted_inputs,
+)
+from rank_lab.utils import check_amp_dtype, get_device, loader_workers, seed_worker
 
 __all__ = ["as_dataset", "relabel", "embed_dataset", "SamplerStream"]
-
 
 def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
     """Accept ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``; return
@@ -25,12 +30,16 @@ def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
 
     Tensor inputs are checked here, once (a dataset's items are read lazily: the trainer's
     numerical guard names the batch of a bad one): ``x`` and ``y`` with the same number of rows,
-    floating ``x`` finite, ``y`` (or ``.labels``) integer ``(N,)`` or ``(N, L)`` and non-empty.
+    ``x`` floating (every model of the package takes floating inputs: integer pixels or complex
+    values would fail at the first step), finite, with values whose squares stay finite
+    (:func:`~rank_lab._validation.check_magnitude`: batch statistics overflow beyond), ``y`` (or
+    ``.labels``) integer ``(N,)`` or ``(N, L)`` and non-empty.
 
     Raises:
-        TypeError: another type of input, float labels (``1.5`` is no class), a Dataset without ``.labels``.
-        ValueError: mismatched rows, NaN or inf in ``x``, empty or wrongly shaped labels (every
-            message names ``name``).
+        TypeError: another type of input, non-floating ``x`` (integers, complex), float labels
+            (``1.5`` is no class), a Dataset without ``.labels``.
+        ValueError: mismatched rows, a ``meta`` ``x``, NaN or inf in ``x`` or values whose squares
+            overflow, empty or wrongly shaped labels (every message names ``name``).
     """
     if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
         x, y = data
@@ -55,8 +64,10 @@ def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
 
 def _check_xy(x: torch.Tensor, y: torch.Tensor, name: str) -> None:
     check_labels(y, x.shape[0], f"{name} labels")
-    if x.is_floating_point():
-        check_finite(x, f"{name} (x)")
+    check_finite(x, f"{name} (x)")  # complex and meta refused there too
+    if not x.is_floating_point():
+        raise TypeError(f"{name} (x) must be a floating tensor, got dtype {x.dtype} (convert it, e.g. x.float() / 255 for pixels)")
+    check_magnitude(x, f"{name} (x)")
 
 
 def relabel(labels: torch.Tensor) -> torch.Tensor:
@@ -98,6 +109,8 @@ def embed_dataset(
     batch_size = check_positive_int(batch_size, "batch_size")
     ds, labels = as_dataset(data)
     dev = get_device(device)
+    if amp:
+        check_amp_dtype(amp_dtype, dev)
     was_training = model.training
     model.eval()
     out = []
@@ -105,13 +118,14 @@ def embed_dataset(
         x_all = ds.tensors[0]
         batches = (x_all[i : i + batch_size] for i in range(0, len(ds), batch_size))
     else:
-        loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                            generator=torch.Generator(), pin_memory=dev.type == "cuda")
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=loader_workers(num_workers),
+                            generator=torch.Generator(), worker_init_fn=seed_worker, pin_memory=dev.type == "cuda")
         batches = (b[0] for b in loader)
     start = 0
     try:
         for x in batches:
-            with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda"), defer_finite_checks():
+            amp_ctx = torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda")
+            with amp_ctx, trusted_inputs([model]):  # the embeddings are checked below, naming the items
                 emb = model(x.to(dev, non_blocking=True)).float().cpu()
             if not bool(torch.isfinite(emb).all()):
                 raise ValueError(f"the model's embeddings of data items [{start}, {start + emb.shape[0]}) hold NaN or inf: "

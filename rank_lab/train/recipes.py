@@ -26,20 +26,22 @@ from typing import Any
 
 import torch
 
-from rank_lab._deprecation import renamed_kwargs
 from rank_lab._validation import check_choice, check_float, check_nonneg_int, check_positive_int
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.schedule import Schedule
 from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.schedule import Schedule
+from rank_lab.registry import Registry
 
 __all__ = ["RECIPES", "list_recipes", "RecallRecipe", "RECALL_RECIPES", "get_recall_recipe", "list_recall_recipes"]
 
 
 _R50 = {"backbone": "resnet50", "in_channels": 3, "layer_norm": True, "embed_dim": 512, "freeze_bn": True}
 
-#: The papers' training recipes (flat :class:`~rank_lab.train.TrainConfig` keys). Keys starting with ``_``
-#: document the sources and are not config keys.
-RECIPES: dict[str, dict[str, Any]] = {
+#: The papers' training recipes (flat :class:`~rank_lab.train.TrainConfig` keys), by name. Keys
+#: starting with ``_`` document the sources and are not config keys (the entry's summary is
+#: ``_sources``).
+RECIPES: Registry[dict[str, Any]] = Registry("recipe")
+for _name, _recipe in {
     "roadmap_sop": {
         **_R50, "pooling": "avg", "dataset": "sop", "image_size": 224,
         "batch_size": 256, "m_per_class": 4, "epochs": 100, "optimizer": "adam",
@@ -106,12 +108,15 @@ RECIPES: dict[str, dict[str, Any]] = {
         "scheduler": "cosine", "eval_ks": (1, 10), "amp": False,
         "_sources": "rank_lab: CPU smoke run on rank_lab.data.load_digits (8x8, 1 channel).",
     },
-}
+}.items():
+    RECIPES.register(_name, _recipe, summary=_recipe["_sources"])
+del _name, _recipe
 
 
-def list_recipes() -> dict[str, str]:
-    """``{name: sources}`` of every :class:`~rank_lab.train.TrainConfig` recipe."""
-    return {k: v.get("_sources", "") for k, v in RECIPES.items()}
+def list_recipes(filter: str = "") -> list[str]:
+    """Sorted names of the :class:`~rank_lab.train.TrainConfig` recipes matching ``filter``
+    (``fnmatch``; ``""``: all); ``RECIPES.entry(name).summary`` gives a recipe's sources."""
+    return RECIPES.list(filter)
 
 
 @dataclass(frozen=True)
@@ -214,7 +219,7 @@ class RecallRecipe:
             steps_per_epoch: optimiser steps per epoch (a positive int; 1: the schedule counts epochs).
 
         Returns:
-            A :class:`~rank_lab.train.schedule.Schedule` of kind ``"step"`` over the recipe's length
+            A :class:`~rank_lab.engine.schedule.Schedule` of kind ``"step"`` over the recipe's length
             (``epochs`` epochs, or ``n_batches`` steps).
         """
         steps_per_epoch = check_positive_int(steps_per_epoch, "steps_per_epoch")
@@ -226,11 +231,11 @@ class RecallRecipe:
         """Adam / AdamW with this recipe's lr and weight decay, and its schedule (:meth:`schedule`).
 
         Args:
-            params: the trainable tensors or parameter groups (:func:`rank_lab.train.optim.build_optimizer`).
+            params: the trainable tensors or parameter groups (:func:`rank_lab.engine.optim.build_optimizer`).
             steps_per_epoch: optimiser steps per epoch, for the schedule.
 
         Returns:
-            ``(optimizer, schedule)``: give both to :class:`rank_lab.train.engine.Engine`, which sets
+            ``(optimizer, schedule)``: give both to :class:`rank_lab.engine.loop.Engine`, which sets
             every group's rate from the schedule before each step.
         """
         opt = build_optimizer(params, self.optimizer, lr=self.lr, weight_decay=self.weight_decay)  # type: ignore[arg-type]
@@ -250,7 +255,8 @@ def _r(dataset: str, arch: str, opt: str, lr: float, epochs: int | None, ms: tup
 
 
 #: The RS@k recipes ``"<dataset>_<arch>"``.
-RECALL_RECIPES: dict[str, RecallRecipe] = {
+RECALL_RECIPES: Registry[RecallRecipe] = Registry("RS@k recipe")
+for _name, _rs in {
     "inaturalist_resnet50": _r("inaturalist", "resnet50", "adam", 1e-4, 90, (40, 70)),
     "inaturalist_vit_b32": _r("inaturalist", "vit_b32", "adamw", 5e-5, 90, (10, 40, 70)),
     "inaturalist_vit_b16": _r("inaturalist", "vit_b16", "adamw", 5e-5, 90, (10, 40, 70), chunk_size=100),
@@ -286,30 +292,24 @@ RECALL_RECIPES: dict[str, RecallRecipe] = {
         "lr 1e-6 and weight decay 1e-6 are that code's Adam defaults (its exponential lr decay is not "
         "modelled here), not numbers of the thesis; FC initialised with whitening; images <= 1024 px",
     ),
-}
+}.items():
+    RECALL_RECIPES.register(_name, _rs, summary=f"{_rs.dataset} {_rs.arch}: {_rs.optimizer} lr {_rs.lr}")
+del _name, _rs
 
 
-def list_recall_recipes() -> list[str]:
-    """Names of the RS@k recipes (``"<dataset>_<arch>"``)."""
-    return sorted(RECALL_RECIPES)
+def list_recall_recipes(filter: str = "") -> list[str]:
+    """Sorted names of the RS@k recipes (``"<dataset>_<arch>"``) matching ``filter`` (``fnmatch``;
+    ``""``: all)."""
+    return RECALL_RECIPES.list(filter)
 
 
 def get_recall_recipe(name: str, **changes: object) -> RecallRecipe:
     """An RS@k recipe by name (``"sop_resnet50"`` ...), optionally with fields changed.
 
-    The former field names ``tau1`` / ``tau2`` are accepted with a ``DeprecationWarning``
-    (``tau_star`` / ``tau``).
-
     Raises:
         ValueError: unknown name (the message lists the known ones) or field.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
-    key = name.lower()
-    if key not in RECALL_RECIPES:
-        raise ValueError(f"unknown RS@k recipe name {name!r}; known: {list_recall_recipes()}")
-    recipe = RECALL_RECIPES[key]
-    changes = renamed_kwargs(dict(changes), {"tau1": "tau_star", "tau2": "tau"}, "get_recall_recipe")
+    recipe = RECALL_RECIPES[name]
     unknown = sorted(set(changes) - {f.name for f in fields(RecallRecipe)})
     if unknown:
         raise ValueError(f"unknown RecallRecipe field(s) {unknown} in the changes to {name!r}")

@@ -1,9 +1,12 @@
-"""The retrieval trainer: the engine (:mod:`rank_lab.train.engine`) configured for metric learning.
+"""The retrieval trainer: the engine (:mod:`rank_lab.engine.loop`) configured for metric learning.
 
 m-per-class batches, a rank loss (with an optional cross-batch memory), Adam/AdamW/SGD with a
 separate head learning rate, a per-step cosine schedule with warm-up, evaluation with
 :func:`rank_lab.metrics.retrieval_metrics` and a JSON log of every epoch; mixed precision, gradient
-clipping, the NaN guard, checkpoint/resume and progress are the engine's.
+clipping, the NaN guard, checkpoint/resume and progress are the engine's. A resumed run equals the
+straight run bit for bit on the CPU, and on CUDA with ``deterministic=True`` only (the engine's
+determinism promise, :mod:`rank_lab.engine.loop`); the rank loss is computed on float32 scores
+whatever ``amp`` says (the losses leave autocast).
 
 The training step is the one of the Ramzi thesis §3.5: ``v = normalize(f_theta(x))``;
 ``loss = L(v, y)`` or, with a cross-batch memory (XBM, §2.10; :class:`rank_lab.memory.MemoryLoss`),
@@ -26,19 +29,24 @@ from torch.utils.data import DataLoader
 
 from rank_lab._progress import tqdm
 from rank_lab.data import HierarchicalSampler, MPerClassSampler
+from rank_lab.engine.checkpoint import atomic_write_json
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer, param_groups
+from rank_lab.engine.options import Batch, StepResult
+from rank_lab.engine.schedule import Schedule
 from rank_lab.losses.registry import build_loss, loss_info
 from rank_lab.memory import CrossBatchMemory, MemoryLoss
 from rank_lab.models import build_model
-from rank_lab.train.checkpoint import atomic_write_json
 from rank_lab.train.config import TrainConfig
-from rank_lab.train.data import IndexedDataset, as_dataset, embed_dataset, relabel
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
+from rank_lab.train.data import (
+    IndexedDataset,
+    as_dataset,
+    embed_dataset,
+    relabel,
+)
 from rank_lab.train.evaluation import RetrievalEvaluation
-from rank_lab.train.guard import NonFiniteTrainingError  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
 from rank_lab.train.multistage import multistage_backward
-from rank_lab.train.optim import build_optimizer, param_groups
-from rank_lab.train.schedule import Schedule
-from rank_lab.utils import get_device, seed_everything
+from rank_lab.utils import get_device, loader_workers, seed_everything, seed_worker
 
 __all__ = ["Trainer"]
 
@@ -122,11 +130,10 @@ class Trainer(RetrievalEvaluation):
         self.engine = Engine(
             {"model": self.model, **({"loss": self.loss_fn} if isinstance(self.loss_fn, nn.Module) else {})},
             {"optimizer": self.optimizer},
-            EngineConfig(epochs=cfg.epochs, checkpoint=self.checkpoint_path, checkpoint_every=None, resume=cfg.resume,
-                         progress=cfg.progress, amp=cfg.amp, amp_dtype=cfg.amp_dtype, grad_clip=cfg.grad_clip),
+            cfg.engine_options(self.checkpoint_path),
             device=self.device, autocast=False, run_key=self.config.to_dict, free_keys=_RESUME_FREE, record=self.schedule,
             schedule=Schedule(cfg.scheduler, total, cfg.warmup_epochs * self.steps_per_epoch, cfg.min_lr, ref_lr=cfg.lr),
-            new_run_hint="set resume=False or use another checkpoint_dir")
+            new_run_hint="set resume=False or use another checkpoint_dir", trained_on=(self.train_set, self.train_labels, test_data))
         self.amp, self.amp_dtype, self.scaler = self.engine.amp, self.engine.amp_dtype, self.engine.scaler
 
     # ------------------------------------------------------------------ construction
@@ -253,7 +260,8 @@ class Trainer(RetrievalEvaluation):
             return self.scaler.scale(seen[-1])
 
         with self.engine.autocast():
-            multistage_backward(self._train_module, x, y, loss_fn, chunk_size=chunk, device=self.device)
+            # a NaN read lazily reaches _batch_loss's check of the embeddings (the guard), as without chunks
+            multistage_backward(self._train_module, x, y, loss_fn, chunk_size=chunk, device=self.device, trusted=True)
         self.engine.mark_backward_done()
         return seen[-1].detach()
 
@@ -269,7 +277,8 @@ class Trainer(RetrievalEvaluation):
         gen = torch.Generator()
         gen.manual_seed(cfg.seed * 100_003 + e)
         loader = DataLoader(IndexedDataset(self.train_set, self.train_labels), batch_sampler=self.sampler,
-                            num_workers=cfg.num_workers, generator=gen, pin_memory=self.device.type == "cuda")
+                            num_workers=loader_workers(cfg.num_workers), generator=gen, worker_init_fn=seed_worker,
+                            pin_memory=self.device.type == "cuda")
         for x, y, idx in loader:
             yield Batch((x, y, idx), indices=idx)
 
@@ -344,7 +353,7 @@ class Trainer(RetrievalEvaluation):
     def load_state_dict(self, state: Mapping[str, Any], check_config: bool = True, *, source: str = "the checkpoint") -> None:
         """Restore a :meth:`state_dict` (model, optimiser, RNG, history ...).
 
-        **Resume rule** (``check_config=True``, ``docs/decisions.md``, :func:`~rank_lab.train.guard.check_resume`):
+        **Resume rule** (``check_config=True``, ``docs/decisions.md``, :func:`~rank_lab.engine.guard.check_resume`):
         resuming continues the checkpoint's run only when the result equals a straight run of this
         config: the same config (except keys such as ``epochs``, ``device``, ``progress``) and the same
         :meth:`schedule`, or more ``epochs`` under the ``"constant"`` scheduler. Otherwise a

@@ -97,11 +97,10 @@ ENTRIES = [
     fn(F.rcnaps_describe_tasks, lambda: {"model": F.build_rcnaps(**TINY), "images": images(4, 3, 8), "supports": images(2, 3, 8)[:, None]},
        {"images": "x", "supports": "x", "batch_size": "posint"}),
     fn(F.fit_rcnaps, lambda: {"model": F.build_rcnaps(**TINY), "images": _base()[0][:9], "labels": _base()[1][:9], "episodes": 1,
-                              "k": 1, "m": 2, "n_classes": 2, "progress": False},
+                              "k": 1, "m": 2, "n_classes": 2},
        {"episodes": "posint", "k": "k", "lr": "pos", "tau": "pos", "mode": "choice"}, rows=(("images", "labels"),)),
     fn(F.fit_multi_dataset, lambda: {"model": F.build_rcnaps(**TINY), "images": images(12, 3, 8), "dataset_ids": torch.zeros(12, dtype=torch.long),
-                                     "labels": labels(12, 2), "n_classes": 2, "k": 3, "epochs": 1, "batches_per_epoch": 1,
-                                     "progress": False},
+                                     "labels": labels(12, 2), "n_classes": 2, "k": 3, "epochs": 1, "batches_per_epoch": 1},
        {"epochs": "posint", "lr": "pos", "k": "k"}, rows=(("dataset_ids", "labels"),)),
     # rank_lab.fewshot.synthetic
     fn(SY.anisotropic_classes, {"n_classes": 3, "per_class": 4, "dim": 4},

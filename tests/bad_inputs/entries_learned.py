@@ -5,12 +5,15 @@ from __future__ import annotations
 import torch
 
 import rank_lab.learned as LE
+import rank_lab.learned.box_images as BI_
 import rank_lab.learned.boxes as LB
 import rank_lab.learned.edit_task as LT
 import rank_lab.learned.feds as LF
+import rank_lab.learned.proxy_training as LP
 import rank_lab.learned.recognizer as LR
 import rank_lab.learned.render as LW
-import rank_lab.learned.surrogate as LS_
+import rank_lab.learned.surrogate_model as LS_
+from rank_lab.engine import EngineConfig
 
 from .factories import emb, gen
 from .framework import cls, fn
@@ -58,7 +61,7 @@ def proxy():
     model = torch.nn.Linear(3, 1)
     x = emb(6, 3)
     return {"model": model, "n_items": 6, "batch_loss": lambda idx, dev: model(x[idx]).pow(2).mean(), "steps": 2,
-            "batch_size": 3, "lr": 1e-2, "device": "cpu", "grad_clip": 1.0, "checkpoint_every": 1}
+            "batch_size": 3, "lr": 1e-2, "device": "cpu", "engine": EngineConfig(grad_clip=1.0)}
 
 
 def ctc_args():
@@ -118,12 +121,13 @@ ENTRIES = [
        legal={"e_true:int": "integer metric values (edit distances); e_true only sets the batch size"}),
     fn(LR.ctc_collapse, lambda: {"paths": torch.tensor([[0, 1, 1, 0, 2], [3, 3, 0, 3, 0]])}, {"paths": "labels"}),
     fn(LR.ctc_loss, ctc_args, {"logits": "x"}, rows=(("logits", "targets"),)),
-    fn(LR.lr_schedule, lambda: {"opt": torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1), "steps": 4,
+    fn(LP.lr_schedule, lambda: {"opt": torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1), "steps": 4,
                                 "schedule": "cosine"}, {"steps": "posint", "schedule": "choice"},
        extra={"not_optimizer": ("opt", lambda: 3, ("opt",))}),
-    fn(LR.fit_proxy, proxy, {"n_items": "posint", "steps": "posint", "batch_size": "posint", "lr": "pos", "schedule": "choice",
-                             "grad_clip": "pos", "checkpoint_every": "posint"},
-       extra={"not_callable": ("batch_loss", lambda: 3, ("batch_loss",))}),
+    fn(LP.fit_proxy, proxy, {"n_items": "posint", "steps": "posint", "batch_size": "posint", "lr": "pos", "schedule": "choice"},
+       extra={"not_callable": ("batch_loss", lambda: 3, ("batch_loss",)),
+              "not_engine": ("engine", lambda: {"grad_clip": 1.0}, ("engine",)),
+              "engine_epochs": ("engine", lambda: EngineConfig(epochs=7), ("engine",))}),
     fn(LR.recognize, lambda: {k: v for k, v in word_data().items() if k != "words"} | {"batch_size": 4},
        {"images": "x", "batch_size": "posint"}),
     fn(LR.evaluate_recognizer, word_data, {"images": "x"}, rows=(("images", "words"),),
@@ -133,9 +137,9 @@ ENTRIES = [
        extra={"empty": ("alphabet", lambda: "", ("alphabet",))}),
     fn(LT.random_ctc_path, lambda: {"words": torch.tensor([[1, 2, 0], [3, 1, 2]]), "lengths": torch.tensor([2, 3]), "frames": 8,
                                     "gen": gen()}, {"words": "labels", "frames": "posint"}, rows=(("words", "lengths"),)),
-    fn(LB.sample_rotated_boxes, lambda: {"n": 3, "gen": gen(), "width": (0.35, 0.75)}, {"n": "posint", "max_angle": "nonneg"},
+    fn(BI_.sample_rotated_boxes, lambda: {"n": 3, "gen": gen(), "width": (0.35, 0.75)}, {"n": "posint", "max_angle": "nonneg"},
        extra={"reversed": ("width", lambda: (0.7, 0.3), ("width",)), "not_generator": ("gen", lambda: 0, ("gen",))}),
-    fn(LB.render_box_images, lambda: {"boxes": LE.make_box_dataset(2, size=8, seed=0)[1], "size": 8},
+    fn(BI_.render_box_images, lambda: {"boxes": LE.make_box_dataset(2, size=8, seed=0)[1], "size": 8},
        {"boxes": "x", "size": "posint", "noise": "nonneg", "supersample": "posint"}),
     fn(LB.perturb_boxes, lambda: {"boxes": LE.make_box_dataset(3, size=8, seed=0)[1], "gen": gen()},
        {"boxes": "x", "center": "nonneg", "log_scale": "nonneg", "angle": "nonneg"}),

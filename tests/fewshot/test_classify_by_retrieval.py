@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rank_lab.engine import EngineConfig, lr_at
 from rank_lab.fewshot import (
     MultiDatasetSampler,
     allways_evaluate,
@@ -18,7 +19,6 @@ from rank_lab.fewshot import (
     global_class_ids,
 )
 from rank_lab.fewshot.synthetic import anisotropic_classes, make_multi_dataset
-from rank_lab.train import lr_at
 
 
 @pytest.fixture(autouse=True)
@@ -100,12 +100,14 @@ def _mlp(seed=0):
 
 def test_multi_dataset_training_lowers_the_loss_and_resumes(tmp_path):
     data = make_multi_dataset(n_datasets=3, classes_per_dataset=6, per_class=12, seed=0)
-    kw = dict(n_classes=6, k=4, epochs=4, batches_per_epoch=10, niter=2, niter_decay=2, lr=3e-3, seed=0, progress=False)
+    kw = dict(n_classes=6, k=4, epochs=4, batches_per_epoch=10, niter=2, niter_decay=2, lr=3e-3, seed=0)
     hist = fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels, **kw)
     assert hist[-1] < hist[0] - 0.05
     ckpt = tmp_path / "ckpt.pt"
-    fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels, checkpoint_path=ckpt, **{**kw, "epochs": 2})
-    resumed = fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels, checkpoint_path=ckpt, **kw)
+    fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels,
+                      engine=EngineConfig(checkpoint=ckpt), **{**kw, "epochs": 2})
+    resumed = fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels,
+                                engine=EngineConfig(checkpoint=ckpt), **kw)
     np.testing.assert_allclose(resumed, hist, rtol=1e-5)
 
 

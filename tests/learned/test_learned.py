@@ -11,17 +11,19 @@ import pytest
 import torch
 from torch import nn
 
+from rank_lab.engine import EngineConfig
+from rank_lab.learned.box_images import make_box_dataset
 from rank_lab.learned.boxes import (
     BoxIoUTask,
     BoxRegressor,
     RotatedBoxPairBank,
     evaluate_box_regressor,
     fit_box_regressor,
-    make_box_dataset,
     perturb_boxes,
     predict_boxes,
 )
 from rank_lab.learned.edit_task import CTCEditPairGenerator, EditDistanceTask, random_ctc_path
+from rank_lab.learned.embeddings import BoxMLP, CharCNN
 from rank_lab.learned.feds import FEDSConfig, FEDSTrainer, feds_filter, feds_loss, feds_mask
 from rank_lab.learned.recognizer import (
     CRNN,
@@ -32,16 +34,10 @@ from rank_lab.learned.recognizer import (
     greedy_decode,
 )
 from rank_lab.learned.render import WordRenderer, make_word_dataset, random_words
-from rank_lab.learned.surrogate import (
-    BoxMLP,
-    CharCNN,
-    EmbeddingSurrogate,
-    LSConfig,
-    SurrogateTrainer,
-    evaluate_surrogate,
-    surrogate_loss,
-)
-from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate, rotated_iou
+from rank_lab.learned.surrogate_model import EmbeddingSurrogate, LSConfig, surrogate_loss
+from rank_lab.learned.surrogate_trainer import SurrogateTrainer, evaluate_surrogate
+from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate
+from rank_lab.metrics.rotated_iou import rotated_iou
 from rank_lab.metrics.text import levenshtein_reference
 
 
@@ -208,7 +204,8 @@ def test_crnn_shapes_and_ctc_training_reduces_the_loss() -> None:
     images, words = make_word_dataset(48, alphabet="ab", min_len=1, max_len=3, height=16, width=32, seed=0)
     model = CRNN(a.n_classes, channels=(4, 8, 8), hidden=8)
     assert model(images[:2]).shape == (2, 8, 3)
-    losses = fit_ctc(model, images, words, a, steps=40, batch_size=16, lr=1e-2, seed=0, device="cpu")
+    losses = fit_ctc(model, images, words, a, steps=40, batch_size=16, lr=1e-2, seed=0, device="cpu",
+                     engine=EngineConfig(grad_clip=5.0))
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
 
 
@@ -356,7 +353,8 @@ def test_feds_trainer_checkpoint_resume_is_exact(box_setup: tuple, tmp_path) -> 
         model = BoxRegressor(16, channels=(4, 8, 8), hidden=16)
         sur = EmbeddingSurrogate(BoxMLP())
         cfg = FEDSConfig(epochs=epochs, surrogate_steps=3, model_steps=2, lam=0.1)
-        tr = FEDSTrainer(model, sur, task, cfg, device="cpu", seed=5, checkpoint=ckpt)
+        tr = FEDSTrainer(model, sur, task, cfg, device="cpu", seed=5,
+                         engine=EngineConfig(checkpoint=ckpt))
         tr.fit()
         return tr
 
@@ -414,7 +412,7 @@ def test_box_regressor_and_evaluation(box_setup: tuple) -> None:
 
 
 def test_proxy_training_resumes_exactly_from_a_checkpoint(box_setup: tuple, tmp_path) -> None:
-    from rank_lab.learned.recognizer import fit_proxy
+    from rank_lab.learned.proxy_training import fit_proxy
 
     images, boxes, _ = box_setup
     target = encode_box6(boxes).float()
@@ -431,7 +429,7 @@ def test_proxy_training_resumes_exactly_from_a_checkpoint(box_setup: tuple, tmp_
             return nn.functional.smooth_l1_loss(model(images[idx]), target[idx])
 
         losses = fit_proxy(model, len(images), batch_loss, steps=20, batch_size=16, lr=1e-3, seed=3,
-                           device="cpu", checkpoint=ckpt, checkpoint_every=10)
+                           device="cpu", engine=EngineConfig(checkpoint=ckpt, checkpoint_every=10))
         return model, losses
 
     full_model, full_losses = run(None)

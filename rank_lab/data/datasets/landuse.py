@@ -36,13 +36,14 @@ import torch
 from rank_lab._validation import check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
 from rank_lab.data.datasets.sources import published
+from rank_lab.registry import Registry
 
 __all__ = ["LANDUSE_DATASETS", "LandUseDataset", "LandUsePool", "load_landuse", "load_landuse_pool"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")
 
 #: name -> (top folders tried below the given root, number of classes of the published dataset).
-LANDUSE_DATASETS: dict[str, tuple[tuple[str, ...], int]] = {
+LANDUSE_DATASETS: Registry[tuple[tuple[str, ...], int]] = Registry("land-use dataset", {
     "ucm": (("UCMerced_LandUse/Images", "Images", "UCMerced_LandUse"), 21),
     "aid": (("AID",), 30),
     "resisc45": (("NWPU-RESISC45", "RESISC45"), 45),
@@ -51,7 +52,7 @@ LANDUSE_DATASETS: dict[str, tuple[tuple[str, ...], int]] = {
     "rsscn7": (("RSSCN7",), 7),
     "siriwhu": (("12class_tif", "Google dataset of SIRI-WHU_earth_im_tiff/12class_tif", "SIRI-WHU"), 12),
     "whurs19": (("WHU-RS19", "RSDataset"), 19),
-}
+})
 _ALIASES = {"uc_merced": "ucm", "ucmerced": "ucm", "nwpu-resisc45": "resisc45", "rsi-cb": "rsicb", "rsi-cb256": "rsicb",
             "siri-whu": "siriwhu", "whu-rs19": "whurs19"}
 

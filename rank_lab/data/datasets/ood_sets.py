@@ -35,6 +35,7 @@ from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset, ch
 from rank_lab.data.datasets.cifar import ArrayImageDataset, load_cifar
 from rank_lab.data.datasets.sources import published, torchvision_download
 from rank_lab.data.datasets.transforms import check_split, find_root
+from rank_lab.registry import Registry
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -54,7 +55,7 @@ Transform = Callable[[Any], Any] | None
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff")
 
 #: Named folder-of-images OOD sets: candidate sub-folders of ``root`` holding the images, in order.
-OOD_FOLDERS: dict[str, tuple[str, ...]] = {
+OOD_FOLDERS: Registry[tuple[str, ...]] = Registry("OOD folder set", {
     "lsun": ("LSUN/test", "test", "LSUN"),
     "lsun_resize": ("LSUN_resize/LSUN_resize", "LSUN_resize"),
     "isun": ("iSUN/iSUN_patches", "iSUN_patches", "iSUN"),
@@ -63,7 +64,7 @@ OOD_FOLDERS: dict[str, tuple[str, ...]] = {
     "places": ("Places/images", "Places", "images"),
     "openimage_o": ("openimage_o/images", "openimage_o", "OpenImage-O", "images"),
     "imagenet_o": ("imagenet-o", "ImageNet-O", "imagenet_o"),
-}
+})
 #: Folder set -> its key in :data:`rank_lab.data.datasets.sources.DATASET_SOURCES`.
 _OOD_SOURCES = {"lsun": "odin_crops", "lsun_resize": "odin_crops", "isun": "odin_crops", "inaturalist": "imagenet_ood",
                 "sun": "imagenet_ood", "places": "imagenet_ood", "openimage_o": "openimage_o", "imagenet_o": "imagenet_o"}
