@@ -53,7 +53,6 @@ NOT_CONVERTED: dict[str, set[str]] = {
     "scaling_up": {"apparatus", "effects", "intervals"},
     "hierarchical_retrieval": {"apparatus", "effects", "times", "intervals"},
     "optimising_recall_at_k": {"apparatus", "effects", "times", "intervals"},
-    "descriptors_cross_source": {"apparatus", "effects", "intervals"},
     "fewshot_retrieval": {"apparatus", "effects", "times", "intervals"},
     "classification_by_retrieval": {"apparatus", "effects", "times"},
     "heat": {"apparatus", "effects", "times", "intervals"},
