@@ -39,7 +39,6 @@ __all__ = [
     "WeightsUnavailableError",
     "WeightsFileError",
     "parse_weights",
-    "merge_legacy_weights",
     "timm_pretrained_name",
     "file_sha256",
     "file_record",
@@ -101,34 +100,6 @@ def parse_weights(weights: str | os.PathLike[str] | None, *, argument: str = "we
             f"{argument}={str(weights)!r} is neither 'imagenet', 'none' nor an existing weight file"
         )
     return path
-
-
-def merge_legacy_weights(
-    weights: str | os.PathLike[str] | None, pretrained: bool = False, weights_path: str | os.PathLike[str] | None = None
-) -> tuple[WeightsSpec, bool]:
-    """Fold the older ``pretrained`` / ``weights_path`` arguments into one ``weights`` value.
-
-    Returns:
-        ``(spec, strict)``: the parsed ``weights`` and whether a file is loaded strictly (``True``
-        for ``weights=<path>``; ``False`` for the older, lenient ``weights_path``).
-
-    Raises:
-        ValueError: if ``weights`` is given together with ``pretrained=True`` or ``weights_path``.
-    """
-    if weights is not None:
-        if pretrained or weights_path is not None:
-            raise ValueError(
-                f"pass either weights={str(weights)!r} or the older pretrained={pretrained!r} / "
-                f"weights_path={weights_path!r}, not both"
-            )
-        return parse_weights(weights), True
-    if pretrained and weights_path is not None:
-        raise ValueError("pretrained=True and weights_path are exclusive: use weights='imagenet' or a path")
-    if pretrained:
-        return "imagenet", True
-    if weights_path is not None:
-        return parse_weights(weights_path, argument="weights_path"), False
-    return "none", True
 
 
 def timm_pretrained_name(name: str) -> str:

@@ -73,7 +73,6 @@ def _classifier(method: str = "esupcon"):
 
 
 #: a valid RS@k recipe (Patel thesis §5.3.2)
-RECIPE = dict(dataset="sop", arch="resnet50", optimizer="adam", lr=1e-4, epochs=10, milestones=(5,), ks=(1, 2, 4))
 SYNTH = {"n_classes": 4, "per_class": 4, "dim": 4, "input_dim": 6, "hidden_dim": 8}
 RUN_CFG = {**CFG, "dataset": "synthetic", "device": "cpu", "eval_ks": (1,)}
 WHOLE_ROWS = "rows of any trailing shape (or none) are gathered unchanged, an empty set of rows too"
@@ -137,17 +136,10 @@ TRAIN_EXTRA = {
 }
 
 ENTRIES = [
-    fn(T.TrainConfig, {}, {"epochs": "posint", "batch_size": "posint", "lr": "pos", "optimizer": "choice", "scheduler": "choice",
-                           "warmup_epochs": "nonnegint", "eval_every": "nonnegint", "grad_clip": "pos"}),
+    fn(T.TrainConfig, {"milestones": (1,)}, {"epochs": "posint", "batch_size": "posint", "lr": "pos", "optimizer": "choice", "scheduler": "choice",
+                           "warmup_epochs": "nonnegint", "eval_every": "nonnegint", "grad_clip": "pos", "gamma": "pos"},
+       extra={"milestone": ("milestones", lambda: (-1,), ("milestones",))}),
     fn(TR.list_recipes),
-    # the RS@k recipes (Patel thesis §5.3.2)
-    fn(TR.RecallRecipe, RECIPE, {"lr": "pos", "epochs": "posint", "gamma": "pos", "weight_decay": "nonneg", "batch_size": "posint",
-                                 "samples_per_class": "posint", "chunk_size": "posint", "embed_dim": "posint", "tau_star": "pos",
-                                 "tau": "pos", "optimizer": "choice", "source": "choice"},
-       extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",)), "milestone": ("milestones", lambda: (-1,), ("milestones",))}),
-    fn(TR.get_recall_recipe, {"name": "sop_resnet50", "lr": 1e-4}, {"name": "choice", "lr": "pos"},
-       extra={"number": ("name", lambda: 5, ("name",))}),
-    fn(TR.list_recall_recipes),
     cls(T.Trainer, _train, DATA_ROLES, calls=[("fit", None, None)], extra=TRAIN_EXTRA),
     cls(TD.LocalBatchLoss, lambda: {"loss": SmoothAP(), "n_slices": 2},
         {"n_slices": "posint"},
@@ -208,6 +200,8 @@ ENTRIES = [
     fn(CK.set_rng_state, lambda: {"state": CK.get_rng_state()},
        extra={"missing_keys": ("state", dict, ("state",)), "not_dict": ("state", lambda: [1, 2], ("state",))}),
     # rank_lab.train.classification
+    fn(CL.ClassificationMethod, lambda: {"description": "CE", "classifier": "linear", "loss": lambda model, f, y: f.sum()},
+       {"classifier": "choice"}, extra={"not_callable": ("loss", lambda: 3, ("loss",))}),
     cls(CL.ContrastiveClassifier, lambda: {"encoder": MLPBackbone(6, (8,)), "dim": 8, "n_classes": 3},
         {"dim": "posint", "n_classes": "posint", "method": "choice", "temperature": "pos", "proj_dim": "posint",
          "spce_temperature": "pos"},
