@@ -53,7 +53,7 @@ NOT_CONVERTED: dict[str, set[str]] = {
     "scaling_up": {"apparatus", "effects", "intervals"},
     "hierarchical_retrieval": {"apparatus", "effects", "times", "intervals"},
     "optimising_recall_at_k": {"apparatus", "effects", "times", "intervals"},
-    "fewshot_retrieval": {"apparatus", "effects", "times", "intervals"},
+    "fewshot_retrieval": {"apparatus", "effects", "times"},
     "classification_by_retrieval": {"apparatus", "effects", "times"},
     "heat": {"apparatus", "effects", "times", "intervals"},
     "learned_surrogates": {"apparatus", "effects", "times", "intervals"},
