@@ -37,6 +37,7 @@ from typing import Any
 
 from rank_lab.cost import format_duration, memory_estimate, training_cost
 from rank_lab.data.datasets.cars import load_cars
+from rank_lab.data.datasets.alegoria import load_alegoria
 from rank_lab.data.datasets.cub import load_cub
 from rank_lab.data.datasets.inaturalist import load_inaturalist
 from rank_lab.data.datasets.sop import load_sop
@@ -98,6 +99,13 @@ DATASETS: dict[str, DatasetInfo] = {
         "iNaturalist 2018 (retrieval split)", "461,939 images: 325,846 train, 136,093 test",
         "the 2018 competition's `train_val2018/` images with the retrieval split files of Brown et al.",
         load_inaturalist, "inaturalist"),
+    "alegoria": DatasetInfo(
+        "ALEGORIA (cross-source heritage images)",
+        "13,174 images: 1,858 annotated images of 58 classes from 6 collections (the queries) and "
+        "11,316 non-annotated distractors (Gominski thesis, Tabs. 3.3-3.5)",
+        "`annotations.csv` (image, class, collection and the attributes of Tab. 3.9) beside the "
+        "images; the layout is the one rank_lab documents, since none is published",
+        load_alegoria, "alegoria"),
 }
 
 

@@ -87,9 +87,15 @@ class EpisodeSampler:
         seed: random seed.
         disjoint: support and batch images of the target class are disjoint (needs ``k + m``
             images in a target class; otherwise ``max(k, m)``).
+        groups: ``(n,)`` group of every item, or None (one group). Each episode first draws a
+            group (uniformly), then takes all its classes from that group: items of two groups
+            never meet in an episode. Several retrieval *tasks* over the same images (one copy of
+            the images per task, each labelled by its task) train this way without one task's
+            positives appearing as another task's negatives.
 
     Raises:
-        ValueError: if no class can be a target or fewer than ``N`` classes have ``m`` images.
+        ValueError: if no class can be a target or fewer than ``N`` classes have ``m`` images
+            (in some group), or a class spans two groups.
     """
 
     def __init__(
@@ -102,6 +108,7 @@ class EpisodeSampler:
         seed: int = 0,
         *,
         disjoint: bool = True,
+        groups: torch.Tensor | None = None,
     ) -> None:
         y = check_labels(labels, name="labels")
         if y.ndim != 1:
@@ -113,12 +120,32 @@ class EpisodeSampler:
         y_np = y.cpu().numpy()
         self.members = {int(c): np.flatnonzero(y_np == c) for c in np.unique(y_np[y_np >= 0])}
         need = self.k + self.m if self.disjoint else max(self.k, self.m)
-        self.targets = np.array(sorted(c for c, idx in self.members.items() if len(idx) >= need), dtype=np.int64)
-        self.others = np.array(sorted(c for c, idx in self.members.items() if len(idx) >= self.m), dtype=np.int64)
-        if len(self.targets) == 0:
-            raise ValueError(f"no class has the {need} images a target class needs (k={k}, m={m}, disjoint={disjoint})")
-        if len(self.others) < self.n_classes:
-            raise ValueError(f"n_classes={n_classes} classes with at least m={m} images are needed, labels have {len(self.others)}")
+        if groups is None:
+            g_np = np.zeros_like(y_np)
+        else:
+            gr = check_labels(groups, y.shape[0], "groups")
+            if gr.ndim != 1:
+                raise ValueError(f"groups must have shape (n,), got {tuple(gr.shape)}")
+            g_np = gr.cpu().numpy()
+        group_of = {}
+        for c, idx in self.members.items():
+            gs = np.unique(g_np[idx])
+            if len(gs) > 1:
+                raise ValueError(f"class {c} has items in groups {gs.tolist()}; a class must lie in one group")
+            group_of[c] = int(gs[0])
+        self.grouped = groups is not None  # (one group draws the same episodes as None)
+        self.groups = sorted(set(group_of.values()))
+        self.targets, self.others = {}, {}
+        for g in self.groups:
+            cls = [c for c in sorted(self.members) if group_of[c] == g]
+            self.targets[g] = np.array([c for c in cls if len(self.members[c]) >= need], dtype=np.int64)
+            self.others[g] = np.array([c for c in cls if len(self.members[c]) >= self.m], dtype=np.int64)
+            where = "" if groups is None else f" in group {g}"
+            if len(self.targets[g]) == 0:
+                raise ValueError(f"no class{where} has the {need} images a target class needs (k={k}, m={m}, disjoint={disjoint})")
+            if len(self.others[g]) < self.n_classes:
+                raise ValueError(f"n_classes={n_classes} classes with at least m={m} images are needed, labels have "
+                                 f"{len(self.others[g])}{where}")
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose episodes :meth:`__iter__` yields."""
@@ -130,8 +157,9 @@ class EpisodeSampler:
     def episode(self, i: int) -> Episode:
         """Episode ``i`` of the current epoch (deterministic given ``(seed, epoch, i)``)."""
         rng = np.random.default_rng([self.seed, self.epoch, int(i)])
-        target = int(rng.choice(self.targets))
-        others = self.others[self.others != target]
+        g = int(rng.choice(self.groups)) if len(self.groups) > 1 else self.groups[0]
+        target = int(rng.choice(self.targets[g]))
+        others = self.others[g][self.others[g] != target]
         classes = np.concatenate([[target], rng.choice(others, self.n_classes - 1, replace=False)])
         own = rng.permutation(self.members[target])
         support = own[: self.k]

@@ -62,6 +62,7 @@ def fit_rcnaps(
     tau: float = 0.01,
     film_l2: float = 0.0,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    groups: torch.Tensor | None = None,
     seed: int = 0,
     device: object = None,
     engine: EngineConfig | None = None,
@@ -80,6 +81,8 @@ def fit_rcnaps(
         tau: Smooth-AP temperature.
         film_l2: weight of the CNAPS-code L2 term on the FiLM regularisers (0 = the thesis' loss).
         transform: batch augmentation applied to support and batch images.
+        groups: ``(n,)`` group of every item (see :class:`~rank_lab.fewshot.EpisodeSampler`):
+            each episode takes its classes from one group.
         seed: seed of the episodes.
         device: training device (CUDA when present by default).
         engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`): the
@@ -113,9 +116,10 @@ def fit_rcnaps(
         params = [p for n, p in model.named_parameters() if n.startswith(("extractor.", "pool."))]
     else:
         params = [p for p in model.parameters() if p.requires_grad]
-    sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed)
+    sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed, groups=groups)
     run = Engine(model, build_optimizer(params, lr=lr), options, device=dev,
         run_key={"mode": mode, "k": k, "m": m, "n_classes": n_classes, "lr": lr, "tau": tau, "film_l2": film_l2, "seed": seed,
+                 "groups": len(sampler.groups) if sampler.grouped else None,
                  "n_items": int(labels.shape[0])}, trained_on=(images, labels, transform))
     plain_loss = SmoothAP(tau=tau)
 

@@ -58,6 +58,11 @@ CATEGORIES = {1: "Category:Lake_X", 2: "church building (1172-1954)", 3: "Wikime
 MULTI = lambda: PC.make_multi_source_images(2, 1, image_size=8)  # noqa: E731
 
 
+def two_factor_fields() -> dict:
+    d = PC.make_two_factor_images(2, 2, image_size=8)
+    return {"images": d.images, "shapes": d.shapes, "hues": d.hues, "hue_values": d.hue_values}
+
+
 def multi_fields() -> dict:
     d = MULTI()
     return {"images": d.images, "labels": d.labels, "domains": d.domains, "source_names": d.source_names,
@@ -120,6 +125,11 @@ ENTRIES = [
        {"n_classes": "posint", "per_source": "posint", "image_size": "posint", "border_prob": "prob", "noise": "nonneg",
         "seed": "nonnegint", "class_offset": "nonnegint"},
        extra={"bogus": ("sources", lambda: ("colour", "bogus"), ("sources",))}),
+    fn(PC.TwoFactorImages, two_factor_fields, {"images": "x", "shapes": "labels", "hues": "labels"},
+       rows=(("images", "shapes"), ("images", "hues"))),
+    fn(PC.make_two_factor_images, {"n_shapes": 2, "n_hues": 2, "image_size": 8},
+       {"n_shapes": "posint", "n_hues": "posint", "per_pair": "posint", "image_size": "posint", "jitter": "nonneg",
+        "noise": "nonneg", "seed": "nonnegint", "class_offset": "nonnegint", "paint": "choice"}),
     fn(PC.write_image_folder, lambda: {"images": images(2, 3, 4), "root": scratch(), "names": ["a.png", "b.png"]},
        {"images": "x"}, rows=(("images", "names"),)),
     fn(PC.write_alegoria_folder, lambda: {"data": MULTI(), "root": scratch()}),

@@ -50,9 +50,7 @@ CHAPTERS = [ch.name for ch in toc_chapters(ROOT / "book").values() if ch.number 
 NOT_CONVERTED: dict[str, set[str]] = {
     "hierarchical_retrieval": {"apparatus", "effects", "times", "intervals"},
     "optimising_recall_at_k": {"apparatus", "effects", "times", "intervals"},
-    "descriptors_cross_source": {"apparatus", "effects", "times", "intervals"},
-    "diffusion": {"apparatus", "effects", "times", "intervals"},
-    "fewshot_retrieval": {"apparatus", "effects", "times", "intervals"},
+    "fewshot_retrieval": {"apparatus", "effects", "times"},
     "classification_by_retrieval": {"apparatus", "effects", "times"},
     "heat": {"apparatus", "effects", "times", "intervals"},
     "learned_surrogates": {"apparatus", "effects", "times", "intervals"},

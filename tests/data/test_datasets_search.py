@@ -18,6 +18,7 @@ from rank_lab.data.datasets.sf300 import load_sf300
 from rank_lab.data.procedural import (
     SOURCES,
     make_multi_source_images,
+    make_two_factor_images,
     write_alegoria_folder,
     write_image_folder,
 )
@@ -168,9 +169,9 @@ def test_procedural_images() -> None:
     a = make_multi_source_images(n_classes=3, per_source=2, sources=SOURCES, image_size=24, border_prob=0.5, seed=3)
     b = make_multi_source_images(n_classes=3, per_source=2, sources=SOURCES, image_size=24, border_prob=0.5, seed=3)
     assert torch.equal(a.images, b.images)
-    assert a.images.shape == (3 * 4 * 2, 3, 24, 24)
+    assert a.images.shape == (3 * len(SOURCES) * 2, 3, 24, 24)
     assert float(a.images.min()) >= 0 and float(a.images.max()) <= 1
-    assert a.labels.tolist() == [c for c in range(3) for _ in range(8)]
+    assert a.labels.tolist() == [c for c in range(3) for _ in range(2 * len(SOURCES))]
     assert a.domains.tolist()[:8] == [0, 0, 1, 1, 2, 2, 3, 3]
     grey = a.images[a.domains == SOURCES.index("greyscale")]
     assert torch.equal(grey[:, 0], grey[:, 1]) and torch.equal(grey[:, 1], grey[:, 2])
@@ -183,6 +184,58 @@ def test_procedural_images() -> None:
     with pytest.raises(ValueError, match="sources"):
         make_multi_source_images(sources=("infrared",))
     assert len(a.subset(torch.tensor([0, 5]))) == 2
+
+
+def test_procedural_toned_sources_share_their_luminance_and_borders_have_their_width() -> None:
+    a = make_multi_source_images(n_classes=2, per_source=3, sources=("greyscale", "cyanotype", "sepia"),
+                                 image_size=50, seed=1)
+    cyan = a.images[a.domains == 1]
+    ink, paper = torch.tensor([0.05, 0.2, 0.42]), torch.tensor([0.88, 0.94, 1.0])
+    # every cyanotype pixel lies on the ink -> paper ramp: the same grey level in all three channels
+    level = (cyan - ink[None, :, None, None]) / (paper - ink)[None, :, None, None]
+    torch.testing.assert_close(level[:, 0], level[:, 1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(level[:, 1], level[:, 2], atol=1e-5, rtol=0)
+    assert float(level.min()) >= -1e-6 and float(level.max()) <= 1 + 1e-6
+    sepia = a.images[a.domains == 2]  # a multiple of the grey level per channel
+    torch.testing.assert_close(sepia[:, 1] / 0.85, sepia[:, 0], atol=1e-5, rtol=0)
+    # a scan border of 4 % of a 50-pixel side is 2 pixels wide, dark, and crop 0.9 removes it
+    b = make_multi_source_images(n_classes=1, per_source=2, sources=("greyscale",), image_size=50,
+                                 border_prob=1.0, border_width=0.04, seed=0)
+    assert bool((b.images[:, :, :2] == 0.08).all()) and bool((b.images[:, :, :, -2:] == 0.08).all())
+    assert not bool((b.images[:, :, 2:-2, 2:-2] == 0.08).all())
+    assert b.attributes["border"].tolist() == [1, 1]
+    with pytest.raises(ValueError, match="border_width"):
+        make_multi_source_images(border_width=0.0)
+    with pytest.raises(ValueError, match="border_width"):
+        make_multi_source_images(border_width=0.6)
+
+
+def test_two_factor_images() -> None:
+    d = make_two_factor_images(n_shapes=3, n_hues=4, per_pair=2, image_size=16, paint="background", seed=2)
+    assert d.images.shape == (24, 3, 16, 16) and len(d) == 24
+    assert d.shapes.tolist() == [s for s in range(3) for _ in range(8)]
+    assert d.hues.tolist() == [h for _ in range(3) for h in range(4) for _ in range(2)]
+    assert float(d.images.min()) >= 0 and float(d.images.max()) <= 1
+    gaps = torch.diff(torch.sort(d.hue_values).values)  # equally spaced on the colour circle
+    torch.testing.assert_close(gaps, torch.full((3,), 0.25), atol=1e-6, rtol=0)
+    again = make_two_factor_images(n_shapes=3, n_hues=4, per_pair=2, image_size=16, paint="background", seed=2)
+    assert torch.equal(d.images, again.images)
+    # the background corner takes the image's hue: equal hues give (nearly) equal chroma
+    corner = d.images[:, :, 0, 0]
+    chroma = corner - corner.mean(1, keepdim=True)
+    same = chroma[d.hues == 1]
+    other = chroma[d.hues == 3]
+    assert float((same - same[0]).abs().max()) < 0.1 < float((other.mean(0) - same.mean(0)).abs().max())
+    # "object" paint: the background is grey, the primitives carry the hue
+    o = make_two_factor_images(n_shapes=2, n_hues=2, image_size=16, noise=0.0, seed=2)
+    assert float((o.images[:, :, 0, 0] - o.images[:, :1, 0, 0]).abs().max()) < 1e-3  # soft edges reach it
+    other_shapes = make_two_factor_images(n_shapes=2, n_hues=2, image_size=16, class_offset=5, seed=2)
+    assert not torch.equal(other_shapes.images, make_two_factor_images(n_shapes=2, n_hues=2, image_size=16,
+                                                                       seed=2).images)
+    with pytest.raises(ValueError, match="paint"):
+        make_two_factor_images(paint="both")
+    with pytest.raises(ValueError, match="n_hues"):
+        make_two_factor_images(n_hues=0)
 
 
 def test_procedural_alegoria_round_trip(tmp_path: Path) -> None:

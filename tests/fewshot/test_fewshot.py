@@ -267,6 +267,41 @@ def test_episode_sampler_defaults_and_errors():
         EpisodeSampler(torch.zeros(4, 2, dtype=torch.long))
 
 
+def test_episode_sampler_groups_keep_each_episode_in_one_group():
+    # two tasks over the same 24 items: copy 0 labelled by 4 "shapes", copy 1 by 3 "colours"
+    shapes = torch.arange(4).repeat_interleave(6)
+    colours = torch.arange(3).repeat(8)
+    labels = torch.cat([shapes, colours + 4])
+    groups = torch.arange(2).repeat_interleave(24)
+    sampler = EpisodeSampler(labels, k=2, m=3, n_classes=3, episodes=200, seed=7, groups=groups)
+    seen = set()
+    for ep in sampler:
+        g = groups[ep.batch]
+        assert bool((g == g[0]).all()) and bool((groups[ep.support] == g[0]).all())
+        assert int(groups[labels == ep.target][0]) == int(g[0])
+        seen.add(int(g[0]))
+    assert seen == {0, 1}  # both tasks are drawn
+    counts = [sum(int(groups[sampler.episode(i).batch[0]]) == g for i in range(200)) for g in (0, 1)]
+    assert min(counts) > 60  # each group about half of the episodes (binomial 200, 1/2)
+    # one group draws exactly the episodes of no group
+    one = EpisodeSampler(shapes, k=2, m=3, n_classes=3, episodes=5, seed=3, groups=torch.zeros(24, dtype=torch.long))
+    none = EpisodeSampler(shapes, k=2, m=3, n_classes=3, episodes=5, seed=3)
+    for i in range(5):
+        assert torch.equal(one.episode(i).batch, none.episode(i).batch)
+        assert torch.equal(one.episode(i).support, none.episode(i).support)
+
+
+def test_episode_sampler_groups_errors():
+    labels = torch.arange(4).repeat_interleave(6)
+    with pytest.raises(ValueError, match="class 0 has items in groups"):
+        EpisodeSampler(labels, k=2, m=3, n_classes=2, groups=torch.arange(24) % 2)
+    groups = (labels >= 3).long()  # group 1 holds one class: fewer than n_classes
+    with pytest.raises(ValueError, match="in group 1"):
+        EpisodeSampler(labels, k=2, m=3, n_classes=2, groups=groups)
+    with pytest.raises(ValueError, match="groups"):
+        EpisodeSampler(labels, k=2, m=3, n_classes=2, groups=torch.zeros(5, dtype=torch.long))
+
+
 # ----------------------------------------------------------------------------- evaluation setups
 def _toy_base():
     g = torch.Generator().manual_seed(0)
@@ -385,6 +420,26 @@ def test_training_resumes_exactly_from_a_checkpoint(tmp_path):
     np.testing.assert_allclose(resumed, full, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="mode"):
         fit_rcnaps(model, images, labels, mode="meta", **kw)
+
+
+def test_fit_rcnaps_with_groups_trains_on_one_task_per_episode(tmp_path):
+    images, labels = _episode_data()
+    n = labels.shape[0]
+    # two tasks over the same images: a second copy labelled by other (disjoint) classes
+    two = torch.cat([images, images])
+    both = torch.cat([labels, labels.flip(0) + int(labels.max()) + 1])
+    groups = torch.arange(2).repeat_interleave(n)
+    torch.manual_seed(0)
+    model = build_rcnaps("tiny", widths=(8,), encoder_width=8, encoder_depth=2)
+    losses = fit_rcnaps(model, two, both, groups=groups, episodes=3, k=2, m=3, n_classes=3, lr=1e-3, seed=2,
+                        progress=False, checkpoint_path=tmp_path / "g.pt")
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    # the checkpoint knows it was grouped: resuming without groups refuses to mix the runs
+    with pytest.raises(ValueError, match=r"different config \(groups: 2 -> None\)"):
+        fit_rcnaps(model, two, both, episodes=4, k=2, m=3, n_classes=3, lr=1e-3, seed=2, progress=False,
+                   checkpoint_path=tmp_path / "g.pt")
+    with pytest.raises(ValueError, match="groups"):
+        fit_rcnaps(model, two, both, groups=groups[:5], episodes=1, k=2, m=3, n_classes=3, progress=False)
 
 
 def test_plain_mode_trains_the_backbone_and_restores_the_freeze():
