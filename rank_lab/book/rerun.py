@@ -37,6 +37,7 @@ from typing import Any
 
 from rank_lab.cost import format_duration, memory_estimate, training_cost
 from rank_lab.data.datasets.cars import load_cars
+from rank_lab.data.datasets.cifar import load_cifar
 from rank_lab.data.datasets.cub import load_cub
 from rank_lab.data.datasets.inaturalist import load_inaturalist
 from rank_lab.data.datasets.sop import load_sop
@@ -98,6 +99,12 @@ DATASETS: dict[str, DatasetInfo] = {
         "iNaturalist 2018 (retrieval split)", "461,939 images: 325,846 train, 136,093 test",
         "the 2018 competition's `train_val2018/` images with the retrieval split files of Brown et al.",
         load_inaturalist, "inaturalist"),
+    "cifar10": DatasetInfo(
+        "CIFAR-10", "60,000 32 x 32 colour images of 10 classes: 50,000 train, 10,000 test",
+        "`cifar-10-batches-py/` of the python archive (or `download=True`)", load_cifar, "cifar"),
+    "cifar100": DatasetInfo(
+        "CIFAR-100", "60,000 32 x 32 colour images of 100 classes: 50,000 train, 10,000 test",
+        "`cifar-100-python/` of the python archive (or `download=True`)", load_cifar, "cifar"),
 }
 
 

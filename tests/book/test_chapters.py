@@ -60,7 +60,6 @@ NOT_CONVERTED: dict[str, set[str]] = {
     "heat": {"apparatus", "effects", "times", "intervals"},
     "learned_surrogates": {"apparatus", "effects", "times", "intervals"},
     "feds": {"apparatus", "effects", "intervals"},
-    "esupcon": {"apparatus", "effects", "times", "intervals"},
 }
 
 
