@@ -52,7 +52,6 @@ NOT_CONVERTED: dict[str, set[str]] = {
     "decomposability_roadmap": {"apparatus", "effects", "times", "intervals"},
     "scaling_up": {"apparatus", "effects", "intervals"},
     "hierarchical_retrieval": {"apparatus", "effects", "times", "intervals"},
-    "optimising_recall_at_k": {"apparatus", "effects", "times", "intervals"},
     "descriptors_cross_source": {"apparatus", "effects", "times", "intervals"},
     "diffusion": {"apparatus", "effects", "times", "intervals"},
     "fewshot_retrieval": {"apparatus", "effects", "times", "intervals"},
