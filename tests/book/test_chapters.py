@@ -51,7 +51,7 @@ NOT_CONVERTED: dict[str, set[str]] = {
     "smooth_rank_surrogates": {"apparatus", "effects", "times", "intervals"},
     "decomposability_roadmap": {"apparatus", "effects", "times", "intervals"},
     "scaling_up": {"apparatus", "effects", "intervals"},
-    "hierarchical_retrieval": {"apparatus", "effects", "times", "intervals"},
+    "hierarchical_retrieval": {"apparatus", "effects"},
     "descriptors_cross_source": {"apparatus", "effects", "times", "intervals"},
     "diffusion": {"apparatus", "effects", "times", "intervals"},
     "fewshot_retrieval": {"apparatus", "effects", "times", "intervals"},
