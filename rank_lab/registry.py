@@ -3,8 +3,9 @@
 Every family that a config string selects is a :class:`Registry`: the losses
 (:data:`rank_lab.losses.registry.LOSSES`), the backbones (:data:`rank_lab.models.backbones.BACKBONES`),
 the poolings (:data:`rank_lab.models.pooling.POOLINGS`), the training recipes
-(:data:`rank_lab.train.recipes.RECIPES`, :data:`rank_lab.train.recipes.RECALL_RECIPES`). An entry
-registers where it is defined::
+(:data:`rank_lab.train.recipes.RECIPES`), the classification methods and rules
+(:data:`rank_lab.train.classification.CLS_METHODS`, :data:`rank_lab.fewshot.classify.METHODS`) and
+the dataset tables. An entry registers where it is defined::
 
     POOLINGS = Registry("pooling")
 

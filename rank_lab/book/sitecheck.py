@@ -7,8 +7,8 @@ desktop width (1280 px) and a phone width (390 px), waits for MathJax, and repor
 * **overflow**: the page scrolls sideways, or an element of the article (text, a table, an output)
   runs past the right edge of the column without a scrolling container between them
   (``overflow-x: auto`` containers, such as the book's tables and code blocks, are fine); at the
-  desktop width a code block or output that needs to scroll sideways is reported too (a code line
-  or output wider than the column);
+  desktop width a notebook's code cell or output that needs to scroll sideways is reported too (a
+  code line or output wider than the column);
 * **raw TeX**: ``$...$``, ``\\(``, ``\\[`` or ``\\begin{`` left in the text after MathJax, or a MathJax
   error;
 * **broken images**: an ``<img>`` that did not load;
@@ -80,8 +80,8 @@ _PROBE = r"""
       if (!seen.has(top)) { seen.add(top); out.overflow.push(`${describe(top)} ends at ${Math.round(r.right)} px, the column at ${Math.round(right)} px`); }
     }
   }
-  if (desktop) {
-    for (const pre of article.querySelectorAll("pre")) {
+  if (desktop) {  // a notebook's code line or output wider than the column (docstring examples may scroll)
+    for (const pre of article.querySelectorAll("div.cell pre")) {
       if (pre.checkVisibility() && pre.scrollWidth > pre.clientWidth + 1) {
         out.overflow.push(`${describe(pre)} needs ${pre.scrollWidth} px, the column gives ${pre.clientWidth} px`);
       }
@@ -96,7 +96,7 @@ _PROBE = r"""
     if (!visible) continue;
     texts.push(node.textContent);
     if (!el.closest("a, pre, .cell_input")) unlinked.push(node.textContent);
-    if (el.closest("pre, code, .cell_input, .cell_output")) continue;
+    if (el.closest("pre, code, .cell_input, .cell_output, dt.sig, .sig")) continue;
     const t = node.textContent;
     const m = t.match(/\$[^$\s][^$]*\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$\$/);
     if (m) out.tex.push(`"${t.trim().slice(0, 80)}"`);

@@ -5,7 +5,11 @@
 * :mod:`rank_lab.engine.options` -- :class:`EngineConfig`, the engine's one options object (every
   ``fit_*`` entry point and trainer takes one), :class:`Batch` and :class:`StepResult`;
 * :mod:`rank_lab.engine.schedule` -- :class:`Schedule` and :func:`lr_at`, the one learning-rate schedule;
-* :mod:`rank_lab.engine.checkpoint` -- atomic checkpoint files, RNG states, :func:`load_checkpoint`;
+* :mod:`rank_lab.engine.checkpoint` -- sealed, atomic, verified checkpoint files (the previous one
+  kept), RNG states, :func:`load_checkpoint`;
+* :mod:`rank_lab.engine.state` -- the engine's checkpoint side: state, save, resume, the checks;
+* :mod:`rank_lab.engine.fingerprint` -- the data and code fingerprints that tie a checkpoint to its run;
+* :mod:`rank_lab.engine.run_report` -- what this process's loops restored and trained (fresh mode);
 * :mod:`rank_lab.engine.guard` -- :class:`NonFiniteTrainingError` and the resume rule;
 * :mod:`rank_lab.engine.optim` -- :func:`build_optimizer`.
 

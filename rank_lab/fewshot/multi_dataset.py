@@ -179,7 +179,7 @@ def fit_multi_dataset(
     run = Engine(model, opt, options, device=dev,
         schedule=Schedule("linear", epochs * steps, hold_steps=niter, decay_steps=niter_decay, step_unit=steps),
         run_key={"n_classes": n_classes, "k": k, "batches_per_epoch": steps, "lr": lr, "betas": list(betas), "tau": tau,
-                 "seed": seed, "n_items": int(y.shape[0])})
+                 "seed": seed, "n_items": int(y.shape[0])}, trained_on=(images, dataset_ids, labels, transform))
 
     def start(epoch: int) -> None:
         sampler.set_epoch(epoch)

@@ -116,7 +116,7 @@ def fit_rcnaps(
     sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed)
     run = Engine(model, build_optimizer(params, lr=lr), options, device=dev,
         run_key={"mode": mode, "k": k, "m": m, "n_classes": n_classes, "lr": lr, "tau": tau, "film_l2": film_l2, "seed": seed,
-                 "n_items": int(labels.shape[0])})
+                 "n_items": int(labels.shape[0])}, trained_on=(images, labels, transform))
     plain_loss = SmoothAP(tau=tau)
 
     def step(ep: Episode) -> torch.Tensor:

@@ -97,7 +97,8 @@ def fit_proxy(
     gen = torch.Generator().manual_seed(seed)
     run = Engine(model, build_optimizer(model.parameters(), lr=lr), options, device=dev,
                  generators={"batches": gen}, schedule=Schedule(schedule, steps),
-                 run_key={"n_items": n_items, "batch_size": batch_size, "lr": lr, "seed": seed})
+                 run_key={"n_items": n_items, "batch_size": batch_size, "lr": lr, "seed": seed},
+                 trained_on=batch_loss)
 
     def batch(step: int) -> Iterator[Batch]:
         idx = torch.randint(n_items, (min(batch_size, n_items),), generator=gen)

@@ -101,7 +101,7 @@ class SurrogateTrainer:
         self.engine = Engine(
             {"model": self.model, "surrogate": self.surrogate}, {"opt_s": self.opt_s, "opt_m": self.opt_m},
             replace(options, grad_clip={"opt_m": self.config.grad_clip}),
-            device=self.device, generators={"gen": self.gen}, run_key=self._run_key)
+            device=self.device, generators={"gen": self.gen}, run_key=self._run_key, trained_on=self.task)
         self.engine.history = {"surrogate": [], "model": [], "eval": []}
 
     epoch = property(lambda self: self.engine.epoch, lambda self, v: setattr(self.engine, "epoch", v),

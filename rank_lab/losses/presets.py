@@ -132,7 +132,7 @@ def rod_recall(n_classes: int | None = None, dim: int | None = None, lam: float 
 
 
 #: alpha of HAPPIER_F per dataset (thesis §4.4.1 / SupRank §VII-C: 5 on SOP, 3 on iNat-base/full).
-HAPPIER_F_ALPHA = {"sop": 5.0, "inat": 3.0, "inaturalist": 3.0, "inat_base": 3.0, "inat_full": 3.0}
+HAPPIER_F_ALPHA = {"sop": 5.0, "inaturalist": 3.0, "inat_base": 3.0, "inat_full": 3.0}
 
 
 # ------------------------------------------------------------------ hierarchical presets (Ramzi thesis ch. 4)

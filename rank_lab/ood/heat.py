@@ -351,7 +351,7 @@ class HybridEnergy(nn.Module):
         self.residual.reset_parameters(gen)
         opt = build_optimizer(self.residual.parameters(), lr=c.lr, betas=c.betas)
         run = Engine({"model": self.residual}, opt, options, device=dev, generators={"generator": gen},
-                     run_key={**_resume_key(c), "seed": seed})
+                     run_key={**_resume_key(c), "seed": seed}, trained_on=(zp, labels))
         n = zp.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:

@@ -301,7 +301,8 @@ class ResFlow(OODScorer):
                "logdet": self.logdet, "n_terms": self.n_terms, "n_samples": self.n_samples, "normalize": self.normalize}
         engine = Engine({"model": self.flow}, build_optimizer(self.flow.parameters(), lr=self.lr, weight_decay=self.weight_decay),
                         self.engine_options,
-                        device=dev, generators={"generator": gen}, run_key=key)
+                        device=dev, generators={"generator": gen}, run_key=key,
+                        trained_on=(z, y_idx if self.class_conditional else None))
         n = z.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:

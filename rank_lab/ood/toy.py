@@ -222,7 +222,7 @@ def train_classifier(
     x, y = x.to(dev), y.to(dev)
     run = Engine(model, opt, options, device=dev, generators={"batches": g},
                  run_key={"batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
-                          "seed": seed, "n_items": int(x.shape[0])})
+                          "seed": seed, "n_items": int(x.shape[0])}, trained_on=(x, y))
 
     def batches(epoch: int) -> Iterator[Batch]:
         perm = torch.randperm(x.shape[0], generator=g).to(dev)

@@ -408,7 +408,8 @@ def fit_multistage(
     run = Engine(modules, optimizer, options,
         device=_model_device(model) if device is None else device, autocast=False,
         run_key={"batch_size": batch_size, "m_per_class": m_per_class, "chunk_size": chunk_size, "seed": seed,
-                 "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr})
+                 "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr},
+                 trained_on=(inputs, labels))
     # inputs were checked once above; the engine's guard checks each step's loss
     step = _engine_step(run, model, loss_fn, chunk_size=chunk_size, device=device, trusted=True)
 

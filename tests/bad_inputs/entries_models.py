@@ -73,9 +73,8 @@ ENTRIES = [
         legal=NET_LEGAL, extra={"not_module": ("backbone", _not_module, ("backbone",))}),
     # rank_lab.models.weights
     fn(W.WeightsUnavailableError),
+    cls(W.WeightsFileError),
     fn(W.parse_weights, {"weights": "none"}, {"weights": "path"}, extra={"not_str": ("weights", lambda: 3, ("weights",))}),
-    fn(W.merge_legacy_weights, {"weights": "none", "weights_path": None}, {"weights": "path", "weights_path": "path"},
-       extra={"both": ("weights_path", _weights_file, ("weights_path",))}),
     fn(W.timm_pretrained_name, {"name": "resnet18"}, {"name": "choice"}),
     fn(W.file_sha256, lambda: {"path": _weights_file()}, {"path": "path"}),
     fn(W.file_record, lambda: {"path": _weights_file()}, {"path": "path"}),

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 import rank_lab.engine as EG
 import rank_lab.engine.checkpoint as CK
+import rank_lab.engine.fingerprint as FP
 import rank_lab.engine.guard as GU
 import rank_lab.engine.loop as EN
 import rank_lab.engine.optim as OP
 import rank_lab.engine.options as EOPT
+import rank_lab.engine.run_report as RR
 import rank_lab.engine.schedule as SC
+import rank_lab.engine.state as ST
 import rank_lab.models.backbones as MBB
 import rank_lab.train as T
 import rank_lab.train.classification as CL
@@ -47,7 +52,13 @@ def _checkpoint_file() -> str:
     import tempfile
 
     path = tempfile.mkdtemp(prefix="rank_lab_matrix_") + "/last.pt"
-    torch.save({"model": {}, "epoch": 0}, path)
+    CK.save_checkpoint({"model": {}, "epoch": 0}, path)
+    return path
+
+
+def _garbage_file() -> str:
+    path = _tmp("bad.pt")
+    Path(path).write_bytes(b"not a checkpoint" * 8)
     return path
 
 
@@ -62,7 +73,6 @@ def _classifier(method: str = "esupcon"):
 
 
 #: a valid RS@k recipe (Patel thesis §5.3.2)
-RECIPE = dict(dataset="sop", arch="resnet50", optimizer="adam", lr=1e-4, epochs=10, milestones=(5,), ks=(1, 2, 4))
 SYNTH = {"n_classes": 4, "per_class": 4, "dim": 4, "input_dim": 6, "hidden_dim": 8}
 RUN_CFG = {**CFG, "dataset": "synthetic", "device": "cpu", "eval_ks": (1,)}
 WHOLE_ROWS = "rows of any trailing shape (or none) are gathered unchanged, an empty set of rows too"
@@ -126,17 +136,10 @@ TRAIN_EXTRA = {
 }
 
 ENTRIES = [
-    fn(T.TrainConfig, {}, {"epochs": "posint", "batch_size": "posint", "lr": "pos", "optimizer": "choice", "scheduler": "choice",
-                           "warmup_epochs": "nonnegint", "eval_every": "nonnegint", "grad_clip": "pos"}),
+    fn(T.TrainConfig, {"milestones": (1,)}, {"epochs": "posint", "batch_size": "posint", "lr": "pos", "optimizer": "choice", "scheduler": "choice",
+                           "warmup_epochs": "nonnegint", "eval_every": "nonnegint", "grad_clip": "pos", "gamma": "pos"},
+       extra={"milestone": ("milestones", lambda: (-1,), ("milestones",))}),
     fn(TR.list_recipes),
-    # the RS@k recipes (Patel thesis §5.3.2)
-    fn(TR.RecallRecipe, RECIPE, {"lr": "pos", "epochs": "posint", "gamma": "pos", "weight_decay": "nonneg", "batch_size": "posint",
-                                 "samples_per_class": "posint", "chunk_size": "posint", "embed_dim": "posint", "tau_star": "pos",
-                                 "tau": "pos", "optimizer": "choice", "source": "choice"},
-       extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",)), "milestone": ("milestones", lambda: (-1,), ("milestones",))}),
-    fn(TR.get_recall_recipe, {"name": "sop_resnet50", "lr": 1e-4}, {"name": "choice", "lr": "pos"},
-       extra={"number": ("name", lambda: 5, ("name",))}),
-    fn(TR.list_recall_recipes),
     cls(T.Trainer, _train, DATA_ROLES, calls=[("fit", None, None)], extra=TRAIN_EXTRA),
     cls(TD.LocalBatchLoss, lambda: {"loss": SmoothAP(), "n_slices": 2},
         {"n_slices": "posint"},
@@ -164,13 +167,41 @@ ENTRIES = [
        {"step": "nonnegint", "base_lr": "pos", "total_steps": "posint", "warmup_steps": "nonnegint", "schedule": "choice", "min_lr": "nonneg"}),
     fn(NonFiniteTrainingError, {"message": "the loss is nan", "epoch": 1, "step": 0, "batch_indices": None, "checkpoint": None}),
     # rank_lab.engine.checkpoint
-    fn(CK.atomic_save, lambda: {"obj": {"a": 1}, "path": _tmp("x.pt")}),
+    fn(CK.save_checkpoint, lambda: {"obj": {"a": 1}, "path": _tmp("x.pt")},
+       extra={"folder": ("path", lambda: _tmp(""), ("path",)), "int": ("path", lambda: 3, ("path",)),
+              "unpicklable": ("obj", lambda: {"f": lambda: 1}, ("obj",))}),
+    fn(CK.verify_checkpoint, lambda: {"path": _checkpoint_file()}, {"path": "path"},
+       extra={"garbage": ("path", _garbage_file, ("checkpoint",)), "int": ("path", lambda: 3, ("path",))}),
+    fn(CK.read_checkpoint, lambda: {"path": _checkpoint_file()}, {"path": "path"},
+       extra={"garbage": ("path", _garbage_file, ("checkpoint", "fresh")), "int": ("path", lambda: 3, ("path",))}),
+    fn(CK.previous_path, {"path": "last.pt"}, extra={"int": ("path", lambda: 3, ("path",))}),
+    cls(CK.CheckpointError),
+    cls(CK.CheckpointCorruptError),
+    cls(CK.CheckpointMismatchError),
+    cls(CK.CheckpointWarning),
+    cls(CK.CheckpointRead, lambda: {"state": {"model": {}, "epoch": 0}, "path": Path("last.pt"), "fallback_reason": None}),
+    # rank_lab.engine.fingerprint, run_report, state
+    fn(FP.data_fingerprint, lambda: {"data": (emb(4), labels(4), [Path("x.pt"), "a"])}),
+    fn(FP.code_fingerprint),
+    fn(FP.set_code_context, {"name": None, "source": None},
+       extra={"name": ("name", lambda: 3, ("name",)), "source": ("source", lambda: b"x", ("source",))}),
+    fn(FP.short, {"fingerprint": "0123456789abcdef"}),
+    cls(RR.LoopReport, {"desc": "train", "unit": "epoch"}, calls=[("register", None, None)]),
+    fn(RR.training_report),
+    fn(RR.reset_training_report),
+    fn(RR.start_fresh, {"fresh": False}, extra={"str": ("fresh", lambda: "yes", ("fresh",))}),
+    fn(RR.is_fresh),
+    fn(RR.note_written, lambda: {"path": _tmp("n.pt")}, extra={"int": ("path", lambda: 3, ("path",))}),
+    fn(RR.written_here, lambda: {"path": _tmp("n.pt")}, extra={"int": ("path", lambda: 3, ("path",))}),
+    cls(ST.EngineState),
     fn(CK.atomic_write_json, lambda: {"obj": {"a": (1, 2)}, "path": _tmp("x.json")},
        extra={"not_json": ("obj", lambda: {"a": object()}, ("obj",))}),
     fn(CK.get_rng_state),
     fn(CK.set_rng_state, lambda: {"state": CK.get_rng_state()},
        extra={"missing_keys": ("state", dict, ("state",)), "not_dict": ("state", lambda: [1, 2], ("state",))}),
     # rank_lab.train.classification
+    fn(CL.ClassificationMethod, lambda: {"description": "CE", "classifier": "linear", "loss": lambda model, f, y: f.sum()},
+       {"classifier": "choice"}, extra={"not_callable": ("loss", lambda: 3, ("loss",))}),
     cls(CL.ContrastiveClassifier, lambda: {"encoder": MLPBackbone(6, (8,)), "dim": 8, "n_classes": 3},
         {"dim": "posint", "n_classes": "posint", "method": "choice", "temperature": "pos", "proj_dim": "posint",
          "spce_temperature": "pos"},

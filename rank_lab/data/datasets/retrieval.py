@@ -1,9 +1,10 @@
 """One entry point for the retrieval datasets of the papers: ``load_retrieval_dataset(name, root, split)``.
 
-Names: ``"sop"`` (:func:`~rank_lab.data.datasets.sop.load_sop`), ``"cub"``
-(:func:`~rank_lab.data.datasets.cub.load_cub`), ``"cars"`` / ``"cars196"``
-(:func:`~rank_lab.data.datasets.cars.load_cars`), ``"inaturalist"`` / ``"inat"``
-(:func:`~rank_lab.data.datasets.inaturalist.load_inaturalist`). A notebook with a ``dataset`` and a
+Names (one per dataset): ``"sop"`` (:func:`~rank_lab.data.datasets.sop.load_sop`), ``"cub"``
+(:func:`~rank_lab.data.datasets.cub.load_cub`), ``"cars196"``
+(:func:`~rank_lab.data.datasets.cars.load_cars`), ``"inaturalist"``
+(:func:`~rank_lab.data.datasets.inaturalist.load_inaturalist`), ``"vehicleid"``
+(:func:`~rank_lab.data.datasets.vehicleid.load_vehicleid`). A notebook with a ``dataset`` and a
 ``data_dir`` parameter calls this for the train and test splits.
 """
 
@@ -27,10 +28,8 @@ __all__ = ["load_retrieval_dataset", "RETRIEVAL_DATASETS"]
 RETRIEVAL_DATASETS: Registry[Callable[..., ImageListDataset]] = Registry("retrieval dataset", {
     "sop": load_sop,
     "cub": load_cub,
-    "cars": load_cars,
     "cars196": load_cars,
     "inaturalist": load_inaturalist,
-    "inat": load_inaturalist,
     "vehicleid": load_vehicleid,
 })
 
