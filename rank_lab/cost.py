@@ -124,6 +124,7 @@ def forward_flops(backbone: str | nn.Module, image_size: int | tuple[int, int], 
         module = copy.deepcopy(backbone).to("meta")  # the caller's weights stay where they are
     else:
         raise TypeError(f"backbone must be a name or an nn.Module, got {type(backbone).__name__}")
+    module.eval()  # batch norm in training mode refuses one image at a 1 x 1 map (ResNet-50 at 32 px)
     x = torch.empty(1, in_channels, h, w, device="meta")
     with FlopCounterMode(display=False) as counter, torch.no_grad(), shape_only():
         module(x)
@@ -230,6 +231,7 @@ def memory_estimate(
             outputs.append(out.numel())
 
     hooks = [m.register_forward_hook(keep) for m in module.modules() if not list(m.children())]
+    module.eval()  # the output sizes are the same; batch norm in training mode refuses a 1 x 1 map
     try:
         with torch.no_grad(), shape_only():  # a meta input: shapes only, no values to check
             module(torch.empty(1, in_channels, h, w, device="meta"))

@@ -32,6 +32,14 @@ def test_forward_flops_by_hand() -> None:
     assert net.features[0].weight.device.type == "cpu" and torch.equal(net.features[0].weight, w)
     r50 = forward_flops("resnet50", 224)  # 4.1 GMACs (timm / torchvision model cards)
     assert 2 * 4.0e9 < r50 < 2 * 4.2e9
+
+
+def test_forward_flops_at_a_one_pixel_final_map() -> None:
+    # ResNet-50 on 32 px CIFAR images ends on a 1 x 1 map: batch norm must count it in eval mode
+    # (in training mode it refuses one image there); the count scales with the pixels
+    r32 = forward_flops("resnet50", 32)
+    assert r32 > 0
+    assert abs(r32 / forward_flops("resnet50", 224) - (32 / 224) ** 2) < 0.01
     with pytest.raises(ValueError, match="image_size"):
         forward_flops("tiny_cnn", 0)
 

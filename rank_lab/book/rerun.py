@@ -38,6 +38,7 @@ from typing import Any
 from rank_lab.cost import format_duration, memory_estimate, training_cost
 from rank_lab.data.datasets.cars import load_cars
 from rank_lab.data.datasets.alegoria import load_alegoria
+from rank_lab.data.datasets.cifar import load_cifar
 from rank_lab.data.datasets.cub import load_cub
 from rank_lab.data.datasets.inaturalist import load_inaturalist
 from rank_lab.data.datasets.sop import load_sop
@@ -106,6 +107,12 @@ DATASETS: dict[str, DatasetInfo] = {
         "`annotations.csv` (image, class, collection and the attributes of Tab. 3.9) beside the "
         "images; the layout is the one rank_lab documents, since none is published",
         load_alegoria, "alegoria"),
+    "cifar10": DatasetInfo(
+        "CIFAR-10", "60,000 32 x 32 colour images of 10 classes: 50,000 train, 10,000 test",
+        "`cifar-10-batches-py/` of the python archive (or `download=True`)", load_cifar, "cifar"),
+    "cifar100": DatasetInfo(
+        "CIFAR-100", "60,000 32 x 32 colour images of 100 classes: 50,000 train, 10,000 test",
+        "`cifar-100-python/` of the python archive (or `download=True`)", load_cifar, "cifar"),
 }
 
 

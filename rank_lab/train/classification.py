@@ -280,6 +280,7 @@ def fit_classifier(
     stage2_epochs: int = 10,
     batch_size: int = 128,
     lr: float = 1e-3,
+    stage2_lr: float | None = None,
     weight_decay: float = 0.0,
     noise_std: float = 0.1,
     max_shift: int = 1,
@@ -297,6 +298,11 @@ def fit_classifier(
         stage2_epochs: epochs of the classifier stage of two-stage methods.
         batch_size: images per batch (``2 x batch_size`` views).
         lr, weight_decay: Adam (one optimiser per stage).
+        stage2_lr: Adam's learning rate in the classifier stage of two-stage methods (``None``:
+            ``lr``). The second stage is a convex linear probe on frozen features whose norms the
+            first stage does not control (SupCon normalises only the projection head's output):
+            with small features the probe needs a larger step to converge in a few epochs, as the
+            official SupCon linear stage trains with its own, larger rate.
         noise_std, max_shift: the view augmentation (:func:`two_views`).
         seed: shuffling and augmentation seed.
         device: compute device.
@@ -310,7 +316,7 @@ def fit_classifier(
     Raises:
         TypeError, ValueError: ``model`` not a :class:`ContrastiveClassifier`; ``x`` not a finite
             floating batch; ``y`` not integer labels in ``[0, K)``, one per row of ``x``; an epoch
-            count or ``batch_size`` not a positive int; ``lr`` not a finite positive number;
+            count or ``batch_size`` not a positive int; ``lr`` or ``stage2_lr`` not a finite positive number;
             ``weight_decay`` or ``noise_std`` not a finite number >= 0; ``max_shift`` not an int >= 0.
         NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
@@ -324,6 +330,7 @@ def fit_classifier(
         raise ValueError(f"y must hold labels in [0, {model.n_classes}), got [{int(y.min())}, {int(y.max())}]")
     batch_size = check_positive_int(batch_size, "batch_size")
     lr, weight_decay = check_float(lr, "lr", low=0.0, low_open=True), check_float(weight_decay, "weight_decay", low=0.0)
+    lr2 = lr if stage2_lr is None else check_float(stage2_lr, "stage2_lr", low=0.0, low_open=True)
     noise_std, max_shift = check_float(noise_std, "noise_std", low=0.0), check_nonneg_int(max_shift, "max_shift")
     n1 = check_positive_int(epochs, "epochs")
     n2 = check_positive_int(stage2_epochs, "stage2_epochs") if model.two_stage else 0
@@ -336,10 +343,11 @@ def fit_classifier(
     if model.two_stage:  # the parameters that stage 2 leaves trainable (start_stage2 freezes the encoder and head)
         frozen = {id(p) for mod in (model.encoder, model.projection) if mod is not None for p in mod.parameters()}
         optimizers["stage2"] = build_optimizer([p for p in model.parameters() if p.requires_grad and id(p) not in frozen],
-                                               lr=lr, weight_decay=weight_decay)
+                                               lr=lr2, weight_decay=weight_decay)
     run = Engine({"model": model}, optimizers, options, device=dev, generators={"batches": g},
-        run_key={"method": model.method, "stage1_epochs": n1, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
-                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])}, trained_on=(x, y))
+        run_key={"method": model.method, "stage1_epochs": n1, "batch_size": batch_size, "lr": lr, "stage2_lr": lr2,
+                 "weight_decay": weight_decay, "noise_std": noise_std, "max_shift": max_shift, "seed": seed,
+                 "n_items": int(x.shape[0])}, trained_on=(x, y))
 
     def start(e: int) -> None:
         if e >= n1 and model.stage != 2:
