@@ -39,7 +39,7 @@ test-notebooks: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests
 
 # Every notebook's real-data branches, each on a tiny fixture in the dataset's published layout
-# (rank_lab.data.fixtures), weights="none", a tiny backbone, one short epoch (tests/book/test_realdata.py).
+# (rank_lab.fixtures), weights="none", a tiny backbone, one short epoch (tests/book/test_realdata.py).
 test-realdata: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m realdata tests
 
@@ -72,9 +72,9 @@ notebooks: $(STAMP)
 # is checked against the files of the pushed branch.
 PUBLISH_REMOTE ?= origin
 publish: $(STAMP)
-	$(PY) -m rank_lab.publish check
+	$(PY) -m rank_lab.book.publish check
 	$(MAKE) book
-	$(PY) -m rank_lab.publish push --remote $(PUBLISH_REMOTE)
+	$(PY) -m rank_lab.book.publish push --remote $(PUBLISH_REMOTE)
 
 lint: $(STAMP)
 	$(PY) -m ruff check rank_lab tests benchmarks

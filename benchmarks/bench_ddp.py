@@ -1,4 +1,4 @@
-"""Training throughput of :class:`rank_lab.train.DistributedTrainer` for 1, 2, ... processes.
+"""Training throughput of :class:`rank_lab.train.distributed.DistributedTrainer` for 1, 2, ... processes.
 
 What is measured: items per second of the training loop (embedding forward, all-gather, rank loss
 of the *global* batch, backward, DDP all-reduce, Adam step) on the synthetic open-set task with an
@@ -81,8 +81,8 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from rank_lab.data import make_open_set
-    from rank_lab.train import DistributedTrainer
-    from rank_lab.train.distributed import cleanup_distributed, init_distributed
+    from rank_lab.train.distributed import DistributedTrainer
+    from rank_lab.train.distributed.collectives import cleanup_distributed, init_distributed
 
     cfg = _config(args.size, args.device, args.multistage)
     env = init_distributed(device=args.device)

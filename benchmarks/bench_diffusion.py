@@ -64,7 +64,7 @@ def _old_truncated_one(graph, y_row, cand, cand_scores, alpha, iters, tol):
     import numpy as np
     import torch
 
-    from rank_lab.retrieval.diffusion import conjugate_gradient
+    from rank_lab.retrieval.diffusion_graph import conjugate_gradient
     from rank_lab.retrieval.graph import normalize_graph, sparse_operator
 
     sub = graph.affinity[cand][:, cand]
@@ -117,7 +117,7 @@ def _old_query(graph, queries, kq: int, r: int, alpha: float, iters: int, tol: f
     import numpy as np
     import torch
 
-    from rank_lab.retrieval.diffusion import query_vectors
+    from rank_lab.retrieval.diffusion_graph import query_vectors
 
     y, _ = query_vectors(graph, queries, kq)
     cand = _faiss_top(graph.gallery, queries, r)
@@ -134,7 +134,8 @@ def _old_query(graph, queries, kq: int, r: int, alpha: float, iters: int, tol: f
 def _task(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from rank_lab.retrieval.diffusion import build_graph, diffusion_search, offline_diffusion
+    from rank_lab.retrieval.diffusion import diffusion_search, offline_diffusion
+    from rank_lab.retrieval.diffusion_graph import build_graph
 
     torch.set_num_threads(cfg["threads"])
     n, d = cfg["n"], cfg["d"]

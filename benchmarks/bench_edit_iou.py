@@ -3,7 +3,7 @@
 * ``edit``: :func:`rank_lab.metrics.text.edit_distance` on ``n`` random word pairs (lengths
   0-25, 36 symbols) vs :func:`~rank_lab.metrics.text.levenshtein_reference` (a plain two-row
   Python dynamic programme) on a subset, and ``python-Levenshtein``/``rapidfuzz`` when installed.
-* ``iou``: :func:`rank_lab.metrics.detection.rotated_iou` on ``n`` random overlapping box pairs
+* ``iou``: :func:`rank_lab.metrics.rotated_iou.rotated_iou` on ``n`` random overlapping box pairs
   vs a plain-Python Sutherland-Hodgman clipping (written below) on a subset, and shapely when
   installed. The results of all implementations are cross-checked.
 
@@ -131,7 +131,7 @@ def _worker(task: str, method: str, n: int, device: str, threads: int) -> dict:
         else:
             raise ValueError(method)
     else:
-        from rank_lab.metrics.detection import boxes_to_polygons, rotated_iou
+        from rank_lab.metrics.rotated_iou import boxes_to_polygons, rotated_iou
 
         if method == "rank_lab":
             x1, x2 = b1.to(device), b2.to(device)

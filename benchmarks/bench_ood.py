@@ -47,7 +47,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rank_lab.metrics.ood import auroc, fpr_at_tpr  # noqa: E402
-from rank_lab.ood import KNN, ClassGaussianEnergy, HEATConfig, HybridEnergy, ResFlow, ViM  # noqa: E402
+from rank_lab.ood import KNN, ClassGaussianEnergy, HEATConfig, HybridEnergy, ViM
+from rank_lab.ood.resflow import ResFlow
 
 
 def make_features(n: int, m: int, d: int, c: int, device: str, seed: int = 0):

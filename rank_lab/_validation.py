@@ -33,6 +33,7 @@ __all__ = [
     "check_input",
     "check_module",
     "check_class_indices",
+    "check_one_query",
 ]
 
 
@@ -287,7 +288,7 @@ def defer_finite_checks() -> Iterator[None]:
 
     For callers with their own numerical guard: the trainer validates its data when it is built and
     stops on a non-finite loss with the step, the batch indices and the last good checkpoint
-    (:class:`rank_lab.train.NonFiniteTrainingError`); a NaN activation inside its model must reach
+    (:class:`rank_lab.engine.NonFiniteTrainingError`); a NaN activation inside its model must reach
     that guard (the same on every rank of a distributed run) rather than stop one layer with a
     ``ValueError``. :func:`rank_lab.train.embed_dataset` checks the embeddings it returns instead.
     """
@@ -381,3 +382,20 @@ def check_class_indices(labels: torch.Tensor, n_classes: int, name: str = "label
         raise ValueError(f"{name} must lie in [0, {n_classes}) (n_classes / prototypes), got range "
                          f"[{int(labels.min())}, {int(labels.max())}]")
     return labels
+
+
+def check_one_query(scores: object, targets: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the ``(N,)`` scores and same-shape relevance of one query (finite, non-empty), the input
+    of the one-query DG tools (Eq. 3.6 of the Ramzi thesis).
+
+    Returns:
+        ``(scores (N,), targets (N,))`` as :func:`rank_lab._validation.check_scores_targets` checks them.
+
+    Raises:
+        ValueError / TypeError: naming ``scores`` or ``targets`` (a ``(Q, N)`` matrix included).
+    """
+    s = as_tensor(scores, "scores")
+    if s.ndim != 1:
+        raise ValueError(f"scores must have shape (N,) (one query), got {tuple(s.shape)}")
+    s, t = check_scores_targets(s, targets)
+    return s[0], t[0]

@@ -1,7 +1,6 @@
 """Statistics over repeated runs: means with Student-t confidence intervals, paired differences.
 
-The one home of the package's confidence intervals (:func:`rank_lab.retrieval.mean_ci` is this
-module's :func:`mean_ci`). For ``n`` runs (seeds) ``x_1..x_n`` with mean ``m`` and sample standard
+The one home of the package's confidence intervals. For ``n`` runs (seeds) ``x_1..x_n`` with mean ``m`` and sample standard
 deviation ``s`` (``ddof = 1``) the two-sided interval at level ``1 - alpha`` is
 
     m +- t_{1 - alpha/2, n - 1} * s / sqrt(n)

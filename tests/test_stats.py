@@ -2,7 +2,7 @@
 
 Hand-worked values (the t quantiles from printed tables), an independent brute-force quantile
 (numerical integration of the t density, no scipy), the coverage of the interval on simulated
-normal runs, and the one-implementation rule (``rank_lab.retrieval.mean_ci`` is the same object).
+normal runs.
 """
 
 from __future__ import annotations
@@ -110,13 +110,6 @@ def test_coverage_on_simulated_runs() -> None:
         m, h = mean_ci(x)
         hits += abs(m - 1.5) <= h
     assert abs(hits / trials - 0.95) < 4 * math.sqrt(0.95 * 0.05 / trials)
-
-
-def test_one_implementation() -> None:
-    import rank_lab.retrieval as retrieval
-    from rank_lab.retrieval import protocols
-
-    assert retrieval.mean_ci is mean_ci and protocols.mean_ci is mean_ci
 
 
 def test_bad_inputs() -> None:

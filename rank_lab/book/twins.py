@@ -37,7 +37,7 @@ from .notebooks import book_dir, front_matter, list_notebooks
 from .notebooks import to_notebook as _to_notebook
 from .bibtex import read_bib
 from .colab import ColabMarkdown, doc_resolver, equation_labels
-from rank_lab.publish import github_repo
+from rank_lab.book.publish import github_repo
 import yaml
 
 __all__ = [

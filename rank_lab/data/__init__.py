@@ -26,12 +26,8 @@ from rank_lab.data.datasets import DatasetFolderError, ImageListDataset, require
 from rank_lab.data.hierarchical_sampler import HierarchicalSampler
 from rank_lab.data.perturbations import imbalanced_indices, noisy_labels, two_views
 from rank_lab.data.samplers import MPerClassSampler
-from rank_lab.data.synthetic import (
-    OpenSetSplit,
-    RandomNonlinearMap,
-    make_hierarchical_open_set,
-    make_open_set,
-)
+from rank_lab.data.splits import OpenSetSplit
+from rank_lab.data.synthetic import RandomNonlinearMap, make_hierarchical_open_set, make_open_set
 
 __all__ = [
     "OpenSetSplit",

@@ -6,7 +6,7 @@
 * :func:`load_animal_mnist`: the 10,000 28x28 animal silhouettes (10 classes x 1,000) of the
   ``animal_mnist`` package, read straight from the package's data files.
 
-Both return an :class:`~rank_lab.data.synthetic.OpenSetSplit`: open-set by class (Ramzi thesis
+Both return an :class:`~rank_lab.data.splits.OpenSetSplit`: open-set by class (Ramzi thesis
 §2.3.1, Fig. 2.13; §3.5.1) or, with ``open_set=False``, a seeded stratified closed-set split.
 The split helpers :func:`split_by_classes` and :func:`stratified_split` work on any ``(x, y)``.
 """

@@ -18,13 +18,10 @@
 
 from rank_lab.fewshot.classify import (
     METHODS,
-    MultiDatasetSampler,
     allways_evaluate,
     allways_split,
     classify_by_retrieval,
     episodic_evaluate,
-    fit_multi_dataset,
-    global_class_ids,
 )
 from rank_lab.fewshot.episodes import (
     SETUPS,
@@ -55,6 +52,7 @@ from rank_lab.fewshot.mahalanobis import (
     nearest_mean_logits,
     simplecnaps_estimate_cov,
 )
+from rank_lab.fewshot.multi_dataset import MultiDatasetSampler, fit_multi_dataset, global_class_ids
 from rank_lab.fewshot.rcnaps import (
     RCNAPS,
     ClassSpecificSmoothAP,

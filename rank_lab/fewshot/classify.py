@@ -7,7 +7,7 @@ dataset uniformly, (2) a class uniformly within it, (3) ``k`` images of that cla
 images dropped, classes of different datasets never merged). Schedule (:func:`fit_multi_dataset`):
 15 epochs, Adam (lr 1e-4, beta1 = 0.5), constant for 10 epochs then linear decay over 5 (the
 author's code); leave-one-dataset-out: the target dataset is never seen. The training code lives in
-:mod:`rank_lab.fewshot.multi_dataset` (re-exported here).
+:mod:`rank_lab.fewshot.multi_dataset`.
 
 **Testing** ("k-shot, all-ways", :func:`allways_evaluate`): ``k in {1, 5}`` random supports per
 class of the target dataset, every remaining image is a query, each query goes to the closest class
@@ -41,15 +41,10 @@ import torch.nn.functional as F
 
 from rank_lab._validation import check_choice, check_embeddings, check_labels, check_positive_int
 from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
-from rank_lab.fewshot.multi_dataset import (  # noqa: F401 - re-exported (listed in their defining module's __all__ only)
-    MultiDatasetSampler,
-    fit_multi_dataset,
-    global_class_ids,
-)
 from rank_lab.metrics import knn_search
 from rank_lab.metrics.classification import knn_classify
 from rank_lab.retrieval import alpha_qe, build_graph
-from rank_lab.retrieval.diffusion import diffuse
+from rank_lab.retrieval.diffusion_graph import diffuse
 
 __all__ = [
     "allways_split",
@@ -179,7 +174,7 @@ def allways_evaluate(
         **kwargs: passed to :func:`classify_by_retrieval` (``method``, ``aqe`` ...).
 
     Returns:
-        One OA (in ``[0, 1]``) per run; summarise with :func:`rank_lab.retrieval.mean_ci`.
+        One OA (in ``[0, 1]``) per run; summarise with :func:`rank_lab.stats.mean_ci`.
     """
     x = check_embeddings(embeddings, "embeddings")
     y = check_labels(labels, x.shape[0], "labels")

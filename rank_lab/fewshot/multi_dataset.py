@@ -5,7 +5,7 @@ uniformly within it, (3) ``k`` images of that class (:class:`MultiDatasetSampler
 ``N = 32``, ``k = 5``, classes with fewer than 5 images dropped, classes of different datasets
 never merged, :func:`global_class_ids`). :func:`fit_multi_dataset` trains with Smooth-AP (no
 classifier) on the training engine: 15 epochs, Adam (lr 1e-4, beta1 = 0.5), constant for 10 epochs
-then linear decay over 5 (the author's code). Evaluation is in :mod:`rank_lab.fewshot.classify`, which re-exports these.
+then linear decay over 5 (the author's code). Evaluation is in :mod:`rank_lab.fewshot.classify`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from rank_lab._validation import (
     check_nonneg_int,
     check_positive_int,
 )
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.schedule import Schedule
 from rank_lab.fewshot.episodes import gather_images
 from rank_lab.losses import SmoothAP
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.schedule import Schedule
 from rank_lab.utils import get_device
 
 __all__ = ["global_class_ids", "MultiDatasetSampler", "fit_multi_dataset"]
@@ -139,7 +140,7 @@ def fit_multi_dataset(
     """Multi-dataset Smooth-AP training of §5.4 on the training engine (resumable per epoch from ``checkpoint_path``).
 
     The learning rate follows the author's code: constant for ``niter`` epochs, then a linear decay
-    by ``1 / (niter_decay + 1)`` per epoch (``schedule="linear"`` of :func:`rank_lab.train.lr_at`).
+    by ``1 / (niter_decay + 1)`` per epoch (``schedule="linear"`` of :func:`rank_lab.engine.lr_at`).
 
     Args:
         model: maps images ``(B, C, H, W)`` to descriptors ``(B, d)`` (e.g.

@@ -6,7 +6,7 @@
   ``m`` target-class queries is minimised (thesis ``k = 5``, ``m = 10``, ``N = 6``). Adam,
   learning rate 1e-4, ``tau = 0.01`` (not given by the thesis; the author's chapter-5 code).
   ``mode="plain"`` trains the unadapted network with the usual Smooth-AP (eq. 4.12) on the same
-  batches. Runs on the training engine (:mod:`rank_lab.train.engine`); resumable from a checkpoint
+  batches. Runs on the training engine (:mod:`rank_lab.engine.loop`); resumable from a checkpoint
   (episode ``i`` depends only on ``(seed, i)``).
 * :func:`rcnaps_describe` -- the ``describe(support)`` function of the few-shot retrieval protocol
   (:func:`rank_lab.fewshot.evaluate_fewshot_retrieval`): the base described with the model
@@ -22,12 +22,13 @@ from pathlib import Path
 import torch
 
 from rank_lab._validation import check_float, check_input, check_labels, check_positive_int
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig
 from rank_lab.fewshot.episodes import Episode, EpisodeSampler, gather_images
 from rank_lab.fewshot.film import select_film_params
 from rank_lab.fewshot.rcnaps import RCNAPS, class_specific_smooth_ap
 from rank_lab.losses import SmoothAP
-from rank_lab.train.engine import Batch, Engine, EngineConfig
-from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import get_device
 
 __all__ = ["fit_rcnaps", "rcnaps_describe", "rcnaps_describe_tasks"]

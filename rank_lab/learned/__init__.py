@@ -1,8 +1,11 @@
 """Learned surrogates of non-differentiable metrics (Patel thesis, Ch. 3 and 4).
 
-* :mod:`rank_lab.learned.surrogate` -- the LS framework: ``e_hat = ||h(z) - h(y)||`` (eq. 3.3), its
-  training loss with gradient penalty (eq. 3.6 / 4.5), the Char-CNN and box-MLP embeddings, and
-  the alternating training of surrogate and model (Algorithm 1, :class:`SurrogateTrainer`);
+* :mod:`rank_lab.learned.surrogate_model` -- the LS framework: ``e_hat = ||h(z) - h(y)||``
+  (eq. 3.3), its training loss with gradient penalty (eq. 3.6 / 4.5), the task interface and the
+  configuration; :mod:`rank_lab.learned.embeddings` -- the Char-CNN and box-MLP embeddings;
+* :mod:`rank_lab.learned.surrogate_trainer` -- the alternating training of surrogate and model
+  (Algorithm 1, :class:`SurrogateTrainer`);
+* :mod:`rank_lab.learned.proxy_training` -- the proxy pre-training loop of the task models;
 * :mod:`rank_lab.learned.feds` -- FEDS: the filtered model loss (eq. 4.7, two readings) and
   Algorithm 2 (:class:`FEDSTrainer`);
 * :mod:`rank_lab.learned.recognizer` -- a CNN + BiLSTM + CTC recogniser, greedy decoding, CTC
@@ -17,18 +20,12 @@
 from rank_lab.learned.box_images import make_box_dataset
 from rank_lab.learned.boxes import BoxIoUTask, BoxRegressor, RotatedBoxPairBank
 from rank_lab.learned.edit_task import CTCEditPairGenerator, EditDistanceTask
+from rank_lab.learned.embeddings import BoxMLP, CharCNN
 from rank_lab.learned.feds import FEDSConfig, FEDSTrainer, feds_filter, feds_loss
 from rank_lab.learned.recognizer import CRNN, Alphabet, ctc_best_path, fit_ctc, greedy_decode
 from rank_lab.learned.render import WordRenderer, make_word_dataset
-from rank_lab.learned.surrogate import (
-    BoxMLP,
-    CharCNN,
-    EmbeddingSurrogate,
-    LSConfig,
-    SurrogateTrainer,
-    evaluate_surrogate,
-    surrogate_loss,
-)
+from rank_lab.learned.surrogate_model import EmbeddingSurrogate, LSConfig, surrogate_loss
+from rank_lab.learned.surrogate_trainer import SurrogateTrainer, evaluate_surrogate
 
 __all__ = [
     "EmbeddingSurrogate",

@@ -4,7 +4,7 @@ Every entry point of the package (module ``forward``, trainers, tasks, data help
 arguments with these helpers, built on :mod:`rank_lab._validation`: bad input raises a
 ``ValueError`` / ``TypeError`` naming the argument before any work. The training loops stop on a
 non-finite loss *before* the update through the engine's guard
-(:class:`rank_lab.train.NonFiniteTrainingError`), so no NaN model is ever saved.
+(:class:`rank_lab.engine.NonFiniteTrainingError`), so no NaN model is ever saved.
 """
 
 from __future__ import annotations

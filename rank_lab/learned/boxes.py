@@ -5,14 +5,13 @@ learned surrogate of ``1 - IoU``; this module is an offline, CPU-sized stand-in 
 
 * :func:`~rank_lab.learned.box_images.make_box_dataset`: images with one text-like rotated bar
   (stripes, random contrast, blur, noise, a distractor) and its box ``(cx, cy, w, h, theta)``,
-  normalised (long side ``w``, ``|theta| < pi/2``), in :mod:`rank_lab.learned.box_images` (its names
-  are still importable from here);
+  normalised (long side ``w``, ``|theta| < pi/2``), in :mod:`rank_lab.learned.box_images`;
 * :class:`BoxRegressor`: a CoordConv CNN predicting the 6-d code ``(cx, cy, w, h, cos theta, sin theta)``
   of the thesis (:func:`rank_lab.metrics.detection.encode_box6`), pre-trained with smooth-L1
   (:func:`fit_box_regressor`, the thesis' proxy loss, on the training engine);
 * :class:`RotatedBoxPairBank`: the random generator R: perturbed copies of training boxes stored
   with their IoU, sampled uniformly over IoU bins (the thesis stores ~3M pairs for that reason);
-* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`, with
+* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`, with
   metric ``e = 1 - IoU`` (the surrogate is a distance: 0 at a perfect prediction; the thesis'
   "approximates the IoU" means this).
 """
@@ -28,14 +27,10 @@ from torch import nn
 
 from rank_lab._validation import check_float, check_input_batch, check_positive_int
 from rank_lab.learned._checks import check_boxes, check_generator, check_images, check_module
-from rank_lab.learned.box_images import (  # noqa: F401 - re-exported from their former module
-    make_box_dataset,
-    render_box_images,
-    sample_rotated_boxes,
-)
-from rank_lab.learned.recognizer import fit_proxy
+from rank_lab.learned.proxy_training import fit_proxy
 from rank_lab.learned.surrogate_model import SurrogateTask
-from rank_lab.metrics.detection import decode_box6, encode_box6, rotated_iou
+from rank_lab.metrics.detection import decode_box6, encode_box6
+from rank_lab.metrics.rotated_iou import rotated_iou
 
 __all__ = [
     "BoxRegressor",
@@ -121,9 +116,9 @@ def fit_box_regressor(
         progress: show a tqdm bar.
         schedule: ``"tail_cosine"`` (constant, then a cosine decay over the last 30%: a converged
             proxy model), ``"cosine"`` or ``"constant"`` (see
-            :func:`rank_lab.learned.recognizer.lr_schedule`).
+            :func:`rank_lab.learned.proxy_training.lr_schedule`).
         checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options (see
-            :func:`rank_lab.learned.recognizer.fit_proxy`).
+            :func:`rank_lab.learned.proxy_training.fit_proxy`).
 
     Returns:
         The loss of every step.
@@ -131,7 +126,7 @@ def fit_box_regressor(
     Raises:
         ValueError, TypeError: ``images`` / ``boxes`` not finite floating ``(N, C, H, W)`` / ``(N, 5)``
             batches of one size (float64 images are cast to the model's dtype), or a bad optimisation
-            argument (see :func:`rank_lab.learned.recognizer.fit_proxy`).
+            argument (see :func:`rank_lab.learned.proxy_training.fit_proxy`).
     """
     images, boxes = _check_images_boxes(images, boxes, check_module(model))
     target = encode_box6(boxes).float()
@@ -205,7 +200,7 @@ def metric_tracking(
 
     Args:
         model: the regressor, ``(N, 1, S, S) -> (N, 6)``.
-        surrogate: ``(z, y) -> (N,)``, e.g. an :class:`~rank_lab.learned.surrogate.EmbeddingSurrogate`.
+        surrogate: ``(z, y) -> (N,)``, e.g. an :class:`~rank_lab.learned.surrogate_model.EmbeddingSurrogate`.
         images: ``(N, 1, S, S)`` images, ``N >= 2``.
         boxes: ``(N, 5)`` their true boxes.
 
@@ -301,7 +296,7 @@ class RotatedBoxPairBank:
 
 
 class BoxIoUTask(SurrogateTask):
-    """LS-IoU adapter of a box regressor for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`.
+    """LS-IoU adapter of a box regressor for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`.
 
     Prediction ``z``: the regressor's 6-d code; ground truth: the code of the true box; metric:
     ``1 - IoU`` of the decoded boxes (exact polygon clipping).

@@ -1,7 +1,7 @@
 """LS-ED / FEDS task: a CTC recogniser, its edit distance, and the random word-pair generator R.
 
 :class:`EditDistanceTask` adapts a recogniser (:class:`rank_lab.learned.recognizer.CRNN`) to
-:class:`rank_lab.learned.surrogate.SurrogateTrainer`:
+:class:`rank_lab.learned.surrogate_trainer.SurrogateTrainer`:
 
 * prediction ``z``: the per-frame softmax ``(B, T, C)`` (the thesis feeds the per-character
   softmax of an attention decoder to the Char-CNN, Fig. 3.4);
@@ -31,7 +31,7 @@ from rank_lab._validation import (
 )
 from rank_lab.learned._checks import check_generator, check_images, check_int_matrix, check_words
 from rank_lab.learned.recognizer import Alphabet, check_alphabet, ctc_best_path, ctc_collapse
-from rank_lab.learned.surrogate import SurrogateTask
+from rank_lab.learned.surrogate_model import SurrogateTask
 from rank_lab.metrics.text import edit_distance
 
 __all__ = ["PATEL_FIG_4_1", "random_ctc_path", "CTCEditPairGenerator", "EditDistanceTask"]
@@ -211,7 +211,7 @@ class CTCEditPairGenerator:
 
 
 class EditDistanceTask(SurrogateTask):
-    """LS-ED / FEDS adapter of a CTC recogniser for :class:`~rank_lab.learned.surrogate.SurrogateTrainer`.
+    """LS-ED / FEDS adapter of a CTC recogniser for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`.
 
     Args:
         images: ``(N, 1, H, W)`` training images.

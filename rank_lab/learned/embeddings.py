@@ -5,7 +5,7 @@
 * :class:`BoxMLP` embeds the 6-d code of a rotated box for LS-IoU.
 
 The thesis gives the layer types and counts, not the widths; the defaults are documented choices.
-Both are used through :class:`rank_lab.learned.surrogate.EmbeddingSurrogate`.
+Both are used through :class:`rank_lab.learned.surrogate_model.EmbeddingSurrogate`.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from rank_lab._validation import as_tensor, check_finite
-from rank_lab.learned.surrogate import EmbeddingSurrogate, LSConfig, SurrogateTask, SurrogateTrainer
+from rank_lab.learned.surrogate_model import EmbeddingSurrogate, LSConfig, SurrogateTask
+from rank_lab.learned.surrogate_trainer import SurrogateTrainer
 
 __all__ = ["FEDS_MODES", "feds_filter", "feds_mask", "feds_loss", "FEDSConfig", "FEDSTrainer"]
 
@@ -96,7 +97,7 @@ def feds_loss(
 
 @dataclass
 class FEDSConfig(LSConfig):
-    """:class:`~rank_lab.learned.surrogate.LSConfig` for Algorithm 2.
+    """:class:`~rank_lab.learned.surrogate_model.LSConfig` for Algorithm 2.
 
     Defaults differ from LS where Ch. 4 says so: ``source="local"`` (eq. 4.6),
     ``grad_penalty = w2 = 0.1`` and ``fit_weight = w1 = 1`` (eq. 4.5), ``lam = 0.25`` (eq. 4.7).
@@ -121,7 +122,7 @@ class FEDSConfig(LSConfig):
 class FEDSTrainer(SurrogateTrainer):
     """Post-tuning with FEDS: Algorithm 2 (alternating surrogate / filtered model updates).
 
-    Same arguments as :class:`~rank_lab.learned.surrogate.SurrogateTrainer`, with a
+    Same arguments as :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`, with a
     :class:`FEDSConfig`; the model loss is :func:`feds_loss` and ``history["model"]`` records
     the in-band fraction of every step (the quantity behind Fig. 4.4).
     """

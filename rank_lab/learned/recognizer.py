@@ -36,7 +36,7 @@ from rank_lab.learned._checks import (
     check_targets,
     check_words,
 )
-from rank_lab.learned._proxy import fit_proxy, lr_schedule
+from rank_lab.learned.proxy_training import fit_proxy
 from rank_lab.metrics.text import text_recognition_metrics
 
 __all__ = [
@@ -47,8 +47,6 @@ __all__ = [
     "greedy_decode",
     "ctc_best_path",
     "fit_ctc",
-    "fit_proxy",
-    "lr_schedule",
     "recognize",
     "evaluate_recognizer",
 ]

@@ -1,8 +1,7 @@
 """The parts of a learned surrogate (LS) of a non-differentiable metric (Patel thesis, Ch. 3).
 
 The surrogate network, its loss, the task interface and the configuration; the alternating
-training (Algorithm 1) that uses them is in :mod:`rank_lab.learned._trainer`, and
-:mod:`rank_lab.learned.surrogate` gathers both (import from there).
+training (Algorithm 1) that uses them is in :mod:`rank_lab.learned.surrogate_trainer`.
 
 A decomposable, lower-is-better metric ``e(z, y)`` (edit distance, 1 - IoU ...) is approximated by
 the Euclidean distance in a learned embedding (eq. 3.3)::
@@ -15,7 +14,7 @@ the Euclidean distance in a learned embedding (eq. 3.3)::
     loss(z, y) = w1 (e_hat(z, y) - e(z, y))^2 + w2 (||d e_hat(z, y) / d z||_2 - 1)^2
 
 and the task model ``f_Theta`` is post-tuned by minimising ``e_hat`` (eq. 3.2). Surrogate and model
-are trained alternately (Algorithm 1, :class:`rank_lab.learned.surrogate.SurrogateTrainer`); the surrogate's training pairs
+are trained alternately (Algorithm 1, :class:`rank_lab.learned.surrogate_trainer.SurrogateTrainer`); the surrogate's training pairs
 come from a random generator R (*global*), from the model's own predictions (*local*), or both
 (*local-global*, the thesis' choice). :mod:`rank_lab.learned.feds` adds the filtering of Ch. 4.
 
@@ -42,7 +41,6 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.learned._checks import check_module, check_pair
-from rank_lab.learned.embeddings import BoxMLP, CharCNN  # noqa: F401 - re-exported (listed in their defining module's __all__ only)
 from rank_lab.utils import get_device
 
 __all__ = [

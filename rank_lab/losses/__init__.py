@@ -22,7 +22,7 @@ estimator), :mod:`~rank_lab.losses.decomposability_bounds` (the DG bounds),
 :mod:`~rank_lab.losses.supcon` (SimCLR, SupCon), :mod:`~rank_lab.losses.esupcon` (ESupCon) and
 :mod:`~rank_lab.losses.contrastive` (the other chapter-6 losses of the Patel thesis: cross-entropy,
 SPCE, tightness).
-This module only re-exports.
+This package module only gathers the public names of those modules.
 """
 
 
@@ -64,7 +64,6 @@ from rank_lab.losses.presets import (
 from rank_lab.losses.proxies import PROXY_LR, NormSoftmaxLoss, ProxyNCAPlusPlusLoss
 from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK, SupRecallAtK
 from rank_lab.losses.recall_at_k import (
-    RecallAtKSurrogate,
     recall_at_k_surrogate,
     smooth_positive_ranks,
 )
@@ -115,7 +114,6 @@ __all__ = [
     "random_batches",
     "recall_at_k_surrogate",
     "RankLoss",
-    "RecallAtKSurrogate",
     "register_loss",
     "roadmap_neurips",
     "roadmap_tpami",

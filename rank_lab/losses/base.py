@@ -17,7 +17,6 @@ Every loss is a :class:`torch.nn.Module` called as::
   ``"competitor"`` (kept and ranked, never a positive: official RS@k code; only the R@k
   surrogates, :mod:`rank_lab.losses.recall`). With a memory, pass ``ref_self_index`` (the memory slot
   of each query, ``-1`` if absent) to get the same choice; without it, nothing is removed.
-  (``include_query_as_positive=True`` is the deprecated spelling of ``query_role="positive"``.)
 * ``reduction``: ``"mean"`` (over queries that have a positive), ``"sum"`` or ``"none"`` (``(B,)``).
 * Scores are computed in float32 even under autocast (half precision is too coarse for
   temperatures of 0.01).
@@ -43,13 +42,10 @@ from rank_lab._validation import (
     check_positive_int,
     check_scores_targets,
 )
-from rank_lab.losses.prepared_batch import (  # noqa: F401 - QUERY_ROLES, binary_relevance, check_references re-exported from their former module
-    QUERY_ROLES,
+from rank_lab.losses.prepared_batch import (
     PreparedBatch,
     QueryRole,
-    binary_relevance,
     check_query_role,
-    check_references,
     prepare_batch,
 )
 
@@ -124,7 +120,6 @@ class MetricLoss(nn.Module):
             (default, the papers' ``B \\ q``), ``"positive"`` (official code) or, for the losses whose
             :attr:`query_roles` hold it, ``"competitor"`` (see the module docstring).
         hierarchy_level: label column used for binary relevance with ``(N, L)`` labels.
-        include_query_as_positive: deprecated spelling of ``query_role="positive"`` (``True``).
     """
 
     #: False for losses that ignore ``ref_embeddings`` (proxy losses); a memory wrapper uses it.
@@ -139,12 +134,11 @@ class MetricLoss(nn.Module):
         reduction: Reduction = "mean",
         query_role: QueryRole = "excluded",
         hierarchy_level: int = 0,
-        include_query_as_positive: bool | None = None,
     ) -> None:
         super().__init__()
         self.normalize = bool(normalize)
         self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
-        self.query_role = check_query_role(query_role, include_query_as_positive, type(self).__name__, type(self).query_roles)
+        self.query_role = check_query_role(query_role, type(self).__name__, type(self).query_roles)
         if isinstance(hierarchy_level, bool) or not isinstance(hierarchy_level, int) or hierarchy_level < 0:
             raise ValueError(f"hierarchy_level must be an int >= 0, got {hierarchy_level!r}")
         self.hierarchy_level = hierarchy_level
@@ -169,11 +163,6 @@ class MetricLoss(nn.Module):
             hierarchy_level=self.hierarchy_level,
             query_role="excluded" if self.query_role == "excluded" else "positive",
         )
-
-    @property
-    def include_query_as_positive(self) -> bool:
-        """Deprecated read-only view: ``query_role == "positive"``."""
-        return self.query_role == "positive"
 
     def forward(
         self,

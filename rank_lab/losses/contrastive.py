@@ -18,8 +18,7 @@ the identity (6.17) holds for any value. ESupCon prototypes are L2-normalised by
 features (the thesis does not say; ``normalize_prototypes=False`` keeps them raw).
 
 This module holds the classification losses (cross-entropy, CE(n), SPCE and tightness); SimCLR and
-SupCon are in :mod:`rank_lab.losses.supcon`, ESupCon in :mod:`rank_lab.losses.esupcon` (their
-names are still importable from here).
+SupCon are in :mod:`rank_lab.losses.supcon`, ESupCon in :mod:`rank_lab.losses.esupcon`.
 
 The cosine classifier (:class:`rank_lab.models.heads.PrototypeClassifier`, with
 :func:`~rank_lab.models.heads.prototype_logits` and :func:`~rank_lab.models.heads.class_means`) is a
@@ -40,22 +39,11 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
-from rank_lab.losses.esupcon import (  # noqa: F401 - re-exported from their former module
-    ESupConLoss,
-    esupcon_loss,
-    esupcon_terms,
-    smooth_max_ce_supcon,
-)
-from rank_lab.losses.supcon import (  # noqa: F401 - re-exported from their former module
+from rank_lab.losses.supcon import (
     Reduction,
-    SimCLRLoss,
-    SupConLoss,
     check_prototypes,
     check_temperature,
     contrastive_features,
-    nt_xent_loss,
-    supcon_loss,
-    supcon_per_anchor,
 )
 from rank_lab.models.heads import prototype_logits
 

@@ -26,7 +26,7 @@ DG tools (exact metrics from :mod:`rank_lab.metrics`):
 
 The bounds on DG (Eqs. 3.18-3.19 of the thesis: :func:`dg_upper_bound`, :func:`dg_calibrated_bound`,
 :func:`calibration_counts`, :func:`juxtaposed_batches`, :func:`worst_case_dg_brute_force`) are in
-:mod:`rank_lab.losses.decomposability_bounds`; their names are still importable from here.
+:mod:`rank_lab.losses.decomposability_bounds`.
 """
 
 from __future__ import annotations
@@ -40,18 +40,11 @@ from rank_lab._validation import (
     check_embeddings,
     check_float,
     check_labels,
+    check_one_query,
     check_positive_int,
     check_scores_targets,
 )
 from rank_lab.losses.base import MetricLoss
-from rank_lab.losses.decomposability_bounds import (  # noqa: F401 - re-exported from their former module
-    calibration_counts,
-    check_one_query,
-    dg_calibrated_bound,
-    dg_upper_bound,
-    juxtaposed_batches,
-    worst_case_dg_brute_force,
-)
 from rank_lab.losses.pairs import PairReduction, pair_margin_loss
 from rank_lab.losses.prepared_batch import PreparedBatch
 from rank_lab.losses.proxies import NormSoftmaxLoss
@@ -70,7 +63,7 @@ __all__ = [
 Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-@register_loss("pair_dg", aliases=("calibration",))
+@register_loss("pair_dg")
 class PairDGLoss(MetricLoss):
     """Pair-based decomposability loss ``L_DG`` (Eq. 3.7 of the Ramzi thesis; ROADMAP Eq. 7).
 

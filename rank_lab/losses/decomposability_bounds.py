@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rank_lab._validation import as_tensor, check_float, check_scores_targets
+from rank_lab._validation import check_float, check_one_query
 
 __all__ = [
     "dg_upper_bound",
@@ -29,23 +29,6 @@ __all__ = [
     "juxtaposed_batches",
     "worst_case_dg_brute_force",
 ]
-
-
-def check_one_query(scores: object, targets: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check the ``(N,)`` scores and same-shape relevance of one query (finite, non-empty), the input
-    of the one-query DG tools (Eq. 3.6 of the Ramzi thesis).
-
-    Returns:
-        ``(scores (N,), targets (N,))`` as :func:`rank_lab._validation.check_scores_targets` checks them.
-
-    Raises:
-        ValueError / TypeError: naming ``scores`` or ``targets`` (a ``(Q, N)`` matrix included).
-    """
-    s = as_tensor(scores, "scores")
-    if s.ndim != 1:
-        raise ValueError(f"scores must have shape (N,) (one query), got {tuple(s.shape)}")
-    s, t = check_scores_targets(s, targets)
-    return s[0], t[0]
 
 
 def _counts(name: str, values: Sequence[int]) -> list[int]:

@@ -43,7 +43,6 @@ from typing import Literal
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from rank_lab._deprecation import moved_names
 from rank_lab._validation import (
     as_tensor,
     check_choice,
@@ -353,12 +352,3 @@ def _direct_hap(scores, relevance, valid, hrank_step, pos_step, neg_step, total)
     ratio = torch.where(rows, h_rank / (rank_pos + rank_neg), torch.zeros_like(scores))
     return 1 - ratio.sum(1) / total.clamp(min=torch.finfo(total.dtype).tiny)
 
-
-# The presets (HAPPIER, HAPPIER_F, ROD-NDCG) are in rank_lab.losses.presets with the other ROD presets.
-__getattr__ = moved_names(__name__, {
-    "happier": "rank_lab.losses.presets",
-    "happier_f": "rank_lab.losses.presets",
-    "rod_ndcg": "rank_lab.losses.presets",
-    "HAPPIER_F_ALPHA": "rank_lab.losses.presets",
-    "HIERARCHICAL_PRESETS": "rank_lab.losses.presets",
-})

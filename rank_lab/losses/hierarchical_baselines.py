@@ -114,7 +114,7 @@ def sigma_loss(
     try:
         takes_dim = "dim" in loss_info(base).needs
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"base must be a loss name of build_loss, got {base!r}; known: {list_losses(aliases=True)}") from exc
+        raise ValueError(f"base must be a loss name of build_loss, got {base!r}; known: {list_losses()}") from exc
     losses = []
     for lev in range(n_levels):
         kw = dict(kwargs, hierarchy_level=lev)

@@ -89,7 +89,7 @@ def pair_margin_loss(
     return reduce_kept(per_q, valid.any(1), reduction)  # type: ignore[arg-type]
 
 
-@register_loss("contrastive", aliases=("xbm_contrastive",))
+@register_loss("contrastive")
 class ContrastiveLoss(MetricLoss):
     """Contrastive loss of the XBM paper (Wang et al. 2020), Hadsell et al. (2006) cosine form.
 

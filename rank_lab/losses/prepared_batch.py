@@ -22,7 +22,6 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import check_embeddings, check_labels
 from rank_lab.ranking.ranks import retrieval_mask
 
@@ -89,7 +88,6 @@ def prepare_batch(
     normalize: bool = True,
     hierarchy_level: int = 0,
     query_role: QueryRole = "excluded",
-    include_query_as_positive: bool | None = None,
 ) -> PreparedBatch:
     """Validate the common call, normalise, and build scores, relevance and the retrieval mask.
 
@@ -101,12 +99,11 @@ def prepare_batch(
         query_role: ``"excluded"`` (the query's own item is removed from its retrieval set) or
             ``"positive"`` (it stays, as a positive); a loss that supports ``"competitor"`` builds
             it on top of the ``"positive"`` batch (:class:`rank_lab.losses.recall.SmoothRecallAtK`).
-        include_query_as_positive: deprecated spelling of ``query_role="positive"``.
 
     Raises:
         ValueError / TypeError: naming the argument (shapes, NaN, dtypes, a lone ref argument).
     """
-    query_role = check_query_role(query_role, include_query_as_positive, "prepare_batch", ("excluded", "positive"))
+    query_role = check_query_role(query_role, "prepare_batch", ("excluded", "positive"))
     emb = check_embeddings(embeddings, "embeddings")
     lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
     refs = check_references(emb, ref_embeddings, ref_labels)
@@ -155,10 +152,8 @@ def check_references(
     return ref, ref_lab
 
 
-def check_query_role(
-    query_role: str, include_query_as_positive: bool | None, owner: str, allowed: tuple[str, ...]
-) -> str:
-    """``query_role`` checked against ``allowed``; the deprecated boolean mapped onto it.
+def check_query_role(query_role: str, owner: str, allowed: tuple[str, ...]) -> str:
+    """``query_role`` checked against ``allowed``.
 
     The role of the query's own item in its retrieval set: ``"excluded"`` (the papers' ``B \\ q``,
     Sec. 2.0 of the Ramzi thesis), ``"positive"`` (official ROADMAP/HAPPIER/SupRank code) or
@@ -166,8 +161,6 @@ def check_query_role(
 
     Args:
         query_role: one of :data:`QUERY_ROLES`.
-        include_query_as_positive: deprecated boolean (``True`` = ``"positive"``, ``False`` =
-            ``"excluded"``), or None; a ``DeprecationWarning`` names ``owner`` when given.
         owner: the name of the loss or function, for the messages.
         allowed: the roles ``owner`` supports.
 
@@ -175,14 +168,8 @@ def check_query_role(
         The role, one of ``allowed``.
 
     Raises:
-        ValueError: a role outside ``allowed``. TypeError: both spellings given.
+        ValueError: a role outside ``allowed``.
     """
-    if include_query_as_positive is not None:
-        warn_deprecated(f"{owner}(include_query_as_positive=...) is deprecated: use query_role='positive' (True) or "
-                        "'excluded' (False)")
-        if query_role != "excluded":
-            raise TypeError(f"{owner}: got both include_query_as_positive (deprecated) and query_role; pass query_role only")
-        query_role = "positive" if include_query_as_positive else "excluded"
     if query_role not in allowed:
         extra = "" if query_role not in QUERY_ROLES else f" ({owner} does not support {query_role!r})"
         raise ValueError(f"query_role must be one of {allowed}, got {query_role!r}{extra}")

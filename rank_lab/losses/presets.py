@@ -37,13 +37,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import check_positive_int
 from rank_lab.losses.ap import SupAP
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
 from rank_lab.losses.hierarchical import SupHAP, SupNDCG
 from rank_lab.losses.recall import SupRecallAtK
-from rank_lab.losses.registry import loss_info, register_loss
+from rank_lab.losses.registry import register_loss
 
 __all__ = ["ROD", "roadmap_neurips", "roadmap_tpami", "rod_recall", "happier", "happier_f", "rod_ndcg", "HAPPIER_F_ALPHA"]
 
@@ -105,7 +104,7 @@ def _need(n_classes: int | None, dim: int | None, name: str) -> tuple[int, int]:
 @register_loss("roadmap_neurips", preset=True)
 def roadmap_neurips(lam: float = 0.5, alpha: float = 0.9, beta: float = 0.6, **overrides: object) -> ROD:
     """ROADMAP as in the NeurIPS 2021 paper: SupAP + pair ``L_DG`` (alpha 0.9, beta 0.6), lambda 0.5."""
-    shared = {k: overrides[k] for k in ("normalize", "query_role", "include_query_as_positive", "hierarchy_level") if k in overrides}
+    shared = {k: overrides[k] for k in ("normalize", "query_role", "hierarchy_level") if k in overrides}
     return ROD(SupAP(**overrides), PairDGLoss(alpha=alpha, beta=beta, **shared), lam=lam)  # type: ignore[arg-type]
 
 
@@ -166,15 +165,3 @@ def rod_ndcg(n_classes: int | None = None, dim: int | None = None, lam: float = 
     """ROD-NDCG (Eq. 4.15): ``(1 - lam) L_Sup-NDCG + lam L*_DG``, lambda 0.1 (official code ``[0.9, 0.1]``)."""
     return ROD(SupNDCG(**overrides), _proxy(n_classes, dim, temperature, "rod_ndcg"), lam=lam)  # type: ignore[arg-type]
 
-
-_FORMER_DICTS = {"PRESETS": ("roadmap_neurips", "roadmap_tpami", "rod_recall"),
-                 "HIERARCHICAL_PRESETS": ("happier", "happier_f", "rod_ndcg")}
-
-
-def __getattr__(name: str) -> object:
-    """The former name -> factory dicts (``PRESETS``, ``HIERARCHICAL_PRESETS``), from the registry, deprecated."""
-    if name not in _FORMER_DICTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warn_deprecated(f"rank_lab.losses.presets.{name} is deprecated: the registry holds every preset "
-                    "(rank_lab.losses.build_loss, list_losses(presets=True))")
-    return {n: loss_info(n).build for n in _FORMER_DICTS[name]}

@@ -55,7 +55,6 @@ from typing import Literal
 
 import torch
 
-from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import (
     as_tensor,
     check_choice,
@@ -66,10 +65,12 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.losses._direct import direct_recall_loss
-from rank_lab.losses.base import PreparedBatch, RankLoss, reachable_ks
+from rank_lab.losses.base import RankLoss, reachable_ks
+from rank_lab.losses.prepared_batch import PreparedBatch
 from rank_lab.losses.registry import register_loss
 from rank_lab.losses.simix import simix
-from rank_lab.ranking.ranks import exact_rank_plus_rows, positive_rows, row_step_sums
+from rank_lab.ranking.ranks import exact_rank_plus_rows
+from rank_lab.ranking.row_kernel import positive_rows, row_step_sums
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = [
@@ -86,8 +87,6 @@ DEFAULT_KS: tuple[int, ...] = (1, 2, 4, 8, 16)
 DEFAULT_KS_SIMIX: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
 
 Normalization = Literal["min", "positives"]
-#: Old keyword names of the RS@k module (Patel's tau_1, tau_2) -> the package's names.
-_RENAMED = {"tau1": "tau_star", "tau2": "tau"}
 
 
 def _check_ks(ks: int | Sequence[int], tau_star: float | Sequence[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
@@ -103,35 +102,6 @@ def _check_ks(ks: int | Sequence[int], tau_star: float | Sequence[float]) -> tup
     if len(taus) != len(ks_t):
         raise ValueError(f"tau_star must be a number or one value per k ({len(ks_t)}), got {len(taus)} values")
     return ks_t, tuple(check_float(t, "tau_star", low=0.0, low_open=True) for t in taus)
-
-
-def legacy_rs_kwargs(kwargs: dict[str, object], owner: str) -> dict[str, object]:
-    """Pop the old keywords of the RS@k module (``tau1``, ``tau2``, ``include_query_in_rank``,
-    ``chunk_size``, ``no_positive="ignore"``), warn, and return their new names and values.
-
-    Shared by :class:`SmoothRecallAtK` and the score-level functions of :mod:`rank_lab.losses.recall_at_k`.
-    """
-    out: dict[str, object] = {}
-    for old, new in _RENAMED.items():
-        if old in kwargs:
-            warn_deprecated(f"{owner}({old}=...) is deprecated: use {new}=... (same meaning)")
-            out[new] = kwargs.pop(old)
-    if "include_query_in_rank" in kwargs:
-        warn_deprecated(f"{owner}(include_query_in_rank=...) is deprecated: use query_role='competitor' (True) "
-                        "or 'excluded' (False)")
-        if "query_role" in kwargs:
-            raise TypeError(f"{owner}: got both include_query_in_rank (deprecated) and query_role; pass query_role only")
-        out["query_role"] = "competitor" if kwargs.pop("include_query_in_rank") else "excluded"
-    if "chunk_size" in kwargs:
-        chunk = kwargs.pop("chunk_size")
-        if chunk is not None:
-            check_positive_int(chunk, "chunk_size")
-            warn_deprecated(f"{owner}(chunk_size=...) is no longer used: the ranks are computed in blocks of "
-                            "max_elements with a recomputing backward (peak memory O(max_elements))")
-    if kwargs.get("no_positive") == "ignore":
-        warn_deprecated(f"{owner}(no_positive='ignore') is deprecated: use no_positive='zero' (same meaning)")
-        kwargs["no_positive"] = "zero"
-    return out
 
 
 def recall_surrogate_from_ranks(
@@ -264,7 +234,7 @@ def _competitor_problem(pb: PreparedBatch, ref_self_index: torch.Tensor | None) 
             torch.cat([pb.valid, absent[:, None]], dim=1))
 
 
-@register_loss("smooth_recall", aliases=("rs_at_k", "recall_at_k_surrogate"))
+@register_loss("smooth_recall")
 class SmoothRecallAtK(_RecallLoss):
     """Smooth-R@k / RS@k, the Recall@k Surrogate loss (Patel thesis Eqs. 5.4-5.7; Patel et al. 2022).
 
@@ -289,9 +259,7 @@ class SmoothRecallAtK(_RecallLoss):
         seed: seed of the generator of the SiMix mixing coefficients (None: the global RNG).
         **kwargs: ``query_role`` (``"excluded"``, ``"positive"`` or ``"competitor"``: the official
             code), ``impl``, ``max_elements``, ``no_positive``, ``normalize``, ``reduction``,
-            ``hierarchy_level`` (see :class:`~rank_lab.losses.base.RankLoss`). The RS@k module's
-            older names ``tau1``, ``tau2``, ``include_query_in_rank`` and ``chunk_size`` are
-            accepted with a ``DeprecationWarning``.
+            ``hierarchy_level`` (see :class:`~rank_lab.losses.base.RankLoss`).
 
     Shapes:
         ``forward(embeddings (B, d), labels (B,)|(B, L)[, ref_embeddings (N, d), ref_labels])``;
@@ -312,9 +280,7 @@ class SmoothRecallAtK(_RecallLoss):
         seed: int | None = None,
         **kwargs: object,
     ) -> None:
-        legacy = legacy_rs_kwargs(kwargs, type(self).__name__)
-        tau, tau_star = legacy.pop("tau", tau), legacy.pop("tau_star", tau_star)  # type: ignore[assignment]
-        super().__init__(ks, tau_star, clip, normalization, **legacy, **kwargs)
+        super().__init__(ks, tau_star, clip, normalization, **kwargs)
         self.pos_step = self.neg_step = SigmoidStep(tau)  # type: ignore[arg-type]
         self.tau = self.pos_step.tau
         self.simix, self.exclude_self_mixtures = bool(simix), bool(exclude_self_mixtures)

@@ -1,15 +1,10 @@
-"""RS@k on score matrices (Eqs. 5.4-5.7 of the Patel thesis), and the module's former class name.
+"""RS@k on score matrices (Eqs. 5.4-5.7 of the Patel thesis).
 
 * :func:`recall_at_k_surrogate` -- the per-query RS@k loss of a ``(Q, N)`` similarity matrix with
   its positives and database: the score-level form of :class:`rank_lab.losses.recall.SmoothRecallAtK`
   (the one implementation of RS@k; same computation, same defaults).
 * :func:`smooth_positive_ranks` -- the sigmoid ranks of Eq. 5.5 of every query's positives, padded
   to ``(Q, P)`` (the inner sum of RS@k, for plots and tests).
-* :class:`RecallAtKSurrogate` -- deprecated name of :class:`~rank_lab.losses.recall.SmoothRecallAtK`
-  (``tau1`` -> ``tau_star``, ``tau2`` -> ``tau``, ``include_query_in_rank=True`` ->
-  ``query_role="competitor"``; ``chunk_size`` is no longer needed). Building one emits a
-  ``DeprecationWarning``; the registry names ``rs_at_k`` and ``recall_at_k_surrogate`` build a
-  :class:`~rank_lab.losses.recall.SmoothRecallAtK`.
 """
 
 from __future__ import annotations
@@ -19,19 +14,12 @@ from typing import Literal
 
 import torch
 
-from rank_lab._deprecation import warn_deprecated
 from rank_lab._validation import as_tensor, check_choice, check_float, check_scores_targets
-from rank_lab.losses.recall import (
-    DEFAULT_KS,
-    DEFAULT_KS_SIMIX,  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
-    Normalization,
-    SmoothRecallAtK,
-    legacy_rs_kwargs,
-)
+from rank_lab.losses.recall import DEFAULT_KS, Normalization, SmoothRecallAtK
 from rank_lab.ranking.row_kernel import row_step_sums
 from rank_lab.ranking.steps import SigmoidStep
 
-__all__ = ["smooth_positive_ranks", "recall_at_k_surrogate", "RecallAtKSurrogate"]
+__all__ = ["smooth_positive_ranks", "recall_at_k_surrogate"]
 
 
 def _check_database(database: object, positives: torch.Tensor) -> torch.Tensor:
@@ -52,7 +40,6 @@ def smooth_positive_ranks(
     database: torch.Tensor | None = None,
     *,
     tau: float = 0.01,
-    **deprecated: object,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Smooth ranks of every query's positives, ``r~(q, x) = 1 + sum_{z != x} sigma_tau(s_qz - s_qx)`` (Eq. 5.5).
 
@@ -63,8 +50,7 @@ def smooth_positive_ranks(
         positives: ``(Q, N)`` bool, the positives ``P_q`` of each query (must lie in the database).
         database: ``(Q, N)`` bool, the items each query is ranked against (default: all ``N``);
             use it to remove the query itself (``B \\ q``).
-        tau: temperature of the sigmoid on similarity differences (0.01; Patel's tau_2, the old
-            keyword ``tau2`` is accepted with a ``DeprecationWarning``).
+        tau: temperature of the sigmoid on similarity differences (0.01; Patel's tau_2).
 
     Returns:
         ``(ranks (Q, P), valid (Q, P), index (Q, P))``: the smooth rank of the ``p``-th positive of
@@ -72,7 +58,6 @@ def smooth_positive_ranks(
         with the first non-positive columns) and its column in ``scores``. A query without
         positives is legal here: its row has no valid slot.
     """
-    tau = legacy_rs_kwargs(_only(deprecated, ("tau2",), "smooth_positive_ranks"), "smooth_positive_ranks").get("tau", tau)  # type: ignore[assignment]
     scores, positives = check_scores_targets(scores, positives, "scores", "positives")
     positives = positives.bool()
     database = _check_database(database, positives)
@@ -87,13 +72,6 @@ def smooth_positive_ranks(
     return (1 + sums[:, 0]).view(scores.shape[0], p_max), valid, idx
 
 
-def _only(kwargs: dict[str, object], allowed: tuple[str, ...], owner: str) -> dict[str, object]:
-    unknown = sorted(set(kwargs) - set(allowed))
-    if unknown:
-        raise TypeError(f"{owner}() got unexpected keyword argument(s) {unknown}")
-    return kwargs
-
-
 def recall_at_k_surrogate(
     scores: torch.Tensor,
     positives: torch.Tensor,
@@ -105,7 +83,6 @@ def recall_at_k_surrogate(
     clip: bool | None = None,
     normalization: Normalization = "min",
     no_positive: Literal["raise", "zero"] = "raise",
-    **deprecated: object,
 ) -> torch.Tensor:
     """Per-query RS@k loss ``L^K(q)`` from a similarity matrix (Eqs. 5.4-5.7 of the Patel thesis).
 
@@ -120,8 +97,6 @@ def recall_at_k_surrogate(
         ks, tau_star, tau, clip, normalization: see :class:`SmoothRecallAtK`.
         no_positive: a query without positives has no recall: ``"raise"`` a ``ValueError`` or
             ``"zero"`` (its loss is 0; exclude it from any mean yourself).
-        **deprecated: the old keywords ``tau1``, ``tau2``, ``chunk_size`` and
-            ``no_positive="ignore"`` (``DeprecationWarning``).
 
     Returns:
         ``(Q,)`` loss per query, in ``[0, 1]``.
@@ -130,11 +105,7 @@ def recall_at_k_surrogate(
         ValueError: mismatched shapes, non-finite scores, a positive outside the database, a query
             without positives (unless ``no_positive="zero"``), bad temperatures or ks.
     """
-    deprecated = _only(dict(deprecated), ("tau1", "tau2", "chunk_size"), "recall_at_k_surrogate")
-    deprecated["no_positive"] = no_positive
-    new = legacy_rs_kwargs(deprecated, "recall_at_k_surrogate")
-    tau, tau_star = new.get("tau", tau), new.get("tau_star", tau_star)  # type: ignore[assignment]
-    no_positive = check_choice(deprecated["no_positive"], "no_positive", ("raise", "zero"))  # type: ignore[assignment]
+    no_positive = check_choice(no_positive, "no_positive", ("raise", "zero"))
     scores, positives = check_scores_targets(scores, positives, "scores", "positives")
     positives = positives.bool()
     database = _check_database(database, positives)
@@ -146,38 +117,3 @@ def recall_at_k_surrogate(
     out = loss.per_query(scores, positives.to(scores.dtype), database)
     return torch.where(has_pos, out, torch.zeros_like(out))
 
-
-class RecallAtKSurrogate(SmoothRecallAtK):
-    """Deprecated name of :class:`~rank_lab.losses.recall.SmoothRecallAtK` (RS@k, Patel thesis Eqs. 5.1-5.7).
-
-    Same positional order as before (``ks, tau1, tau2``); building one emits a
-    ``DeprecationWarning``. ``include_query_as_positive=True`` is refused as before (use
-    ``SmoothRecallAtK(query_role="positive")`` for that variant).
-    """
-
-    def __init__(self, ks: Sequence[int] = DEFAULT_KS, tau1: float | Sequence[float] = 1.0, tau2: float = 0.01,
-                 **kwargs: object) -> None:
-        warn_deprecated("RecallAtKSurrogate is deprecated: use rank_lab.losses.SmoothRecallAtK (tau1 -> tau_star, "
-                        "tau2 -> tau, include_query_in_rank=True -> query_role='competitor')")
-        if kwargs.get("include_query_as_positive") or kwargs.get("query_role") == "positive":
-            raise ValueError("RS@k never counts the query as its own positive; the official code ranks it as a "
-                             "competitor: use include_query_in_rank=True (query_role='competitor')")
-        check_float(tau2, "tau2", low=0.0, low_open=True)  # errors name this class' own arguments
-        for t in (tau1,) if isinstance(tau1, (int, float)) else tuple(tau1):
-            check_float(t, "tau1", low=0.0, low_open=True)
-        super().__init__(ks, tau2, tau1, **kwargs)  # type: ignore[arg-type]
-
-    @property
-    def taus1(self) -> tuple[float, ...]:
-        """Deprecated: :attr:`tau_star`."""
-        return self.tau_star
-
-    @property
-    def tau2(self) -> float:
-        """Deprecated: :attr:`tau`."""
-        return self.tau
-
-    @property
-    def include_query_in_rank(self) -> bool:
-        """Deprecated: ``query_role == "competitor"``."""
-        return self.query_role == "competitor"

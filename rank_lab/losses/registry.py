@@ -16,7 +16,7 @@ whether the loss ranks against a reference set (so a cross-batch memory changes 
 uses every level of hierarchical ``(B, L)`` labels, and whether it is a preset (a named combination
 of losses).
 
-Names are case-insensitive, ``-`` and ``_`` are the same; aliases (older names) build the same loss.
+Names are case-insensitive, ``-`` and ``_`` are the same.
 Adding a loss is one class with one decorator in its module (imported by
 :mod:`rank_lab.losses`); :func:`unregister_loss` removes one (tests).
 """
@@ -45,7 +45,6 @@ class LossInfo:
     Attributes:
         name: the canonical name (``"smooth_ap"``).
         build: the class or factory (``build(**kwargs)`` returns the loss module).
-        aliases: other names that build the same loss (kept for compatibility).
         needs: the training-set facts the constructor takes, among ``"n_classes"`` (number of
             training classes: proxies / prototypes) and ``"dim"`` (embedding size).
         uses_references: the loss ranks each query against ``ref_embeddings`` when given (a
@@ -59,7 +58,6 @@ class LossInfo:
 
     name: str
     build: Callable[..., nn.Module]
-    aliases: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
     uses_references: bool = True
     hierarchical: bool = False
@@ -68,7 +66,6 @@ class LossInfo:
 
 
 _INFOS: dict[str, LossInfo] = {}
-_KEYS: dict[str, str] = {}  # every name and alias -> canonical name
 
 
 def _key(name: object, what: str = "name") -> str:
@@ -81,39 +78,37 @@ def _key(name: object, what: str = "name") -> str:
 
 
 class _LossTable(Mapping[str, Callable[..., nn.Module]]):
-    """Read-only view ``name or alias -> class or factory`` (the former ``LOSSES`` dict)."""
+    """Read-only view ``name -> class or factory``."""
 
     def __getitem__(self, name: str) -> Callable[..., nn.Module]:
-        return _INFOS[_KEYS[name]].build
+        return _INFOS[name].build
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(_KEYS))
+        return iter(sorted(_INFOS))
 
     def __len__(self) -> int:
-        return len(_KEYS)
+        return len(_INFOS)
 
     def __repr__(self) -> str:
-        return f"LOSSES({sorted(_KEYS)})"
+        return f"LOSSES({sorted(_INFOS)})"
 
 
-#: Every registered name and alias -> its class or factory (read-only; see :func:`list_losses`).
+#: Every registered name -> its class or factory (read-only; see :func:`list_losses`).
 LOSSES: Mapping[str, Callable[..., nn.Module]] = _LossTable()
 
 
 def register_loss(
     name: str,
     *,
-    aliases: Sequence[str] = (),
     needs: Sequence[str] = (),
     uses_references: bool | None = None,
     hierarchical: bool = False,
     preset: bool = False,
 ) -> Callable[[F], F]:
-    """Class / function decorator: register a loss under ``name`` (and ``aliases``).
+    """Class / function decorator: register a loss under ``name``.
 
     Args:
         name: canonical name (lower case, ``_``-separated).
-        aliases: other names for the same loss.
         needs: training-set facts the constructor takes (``"n_classes"``, ``"dim"``).
         uses_references: see :class:`LossInfo`; ``None`` reads the class attribute
             ``uses_references`` (default True; a factory function must say False explicitly).
@@ -124,15 +119,11 @@ def register_loss(
         The decorator (it returns the class or function unchanged).
 
     Raises:
-        ValueError: a name or alias already registered, or an unknown entry of ``needs``.
+        ValueError: a name already registered, or an unknown entry of ``needs``.
     """
     canonical = _key(name)
-    keys = [canonical, *(_key(a, "alias") for a in aliases)]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"loss {name!r}: aliases repeat a name: {keys}")
-    taken = [k for k in keys if k in _KEYS]
-    if taken:
-        raise ValueError(f"loss name(s) {taken} already registered (for {sorted({_KEYS[k] for k in taken})})")
+    if canonical in _INFOS:
+        raise ValueError(f"loss name {canonical!r} already registered")
     needs_t = tuple(needs)
     bad = [n for n in needs_t if n not in NEEDS]
     if bad:
@@ -143,48 +134,42 @@ def register_loss(
             raise TypeError(f"register_loss decorates a class or a factory function, got {type(obj).__name__}")
         refs = getattr(obj, "uses_references", True) if uses_references is None else bool(uses_references)
         doc = (obj.__doc__ or "").strip().splitlines()
-        info = LossInfo(canonical, obj, tuple(keys[1:]), needs_t, bool(refs), bool(hierarchical), bool(preset),
-                        doc[0] if doc else "")
-        _INFOS[canonical] = info
-        for k in keys:
-            _KEYS[k] = canonical
+        _INFOS[canonical] = LossInfo(canonical, obj, needs_t, bool(refs), bool(hierarchical), bool(preset),
+                                     doc[0] if doc else "")
         return obj
 
     return decorator
 
 
 def unregister_loss(name: str) -> LossInfo:
-    """Remove a loss and its aliases from the registry; returns what was registered.
+    """Remove a loss from the registry; returns what was registered.
 
     Raises:
         ValueError: unknown name.
     """
     info = loss_info(name)
     del _INFOS[info.name]
-    for k in (info.name, *info.aliases):
-        del _KEYS[k]
     return info
 
 
 def loss_info(name: str) -> LossInfo:
-    """The :class:`LossInfo` of a name or alias (case-insensitive, ``-`` = ``_``).
+    """The :class:`LossInfo` of a name (case-insensitive, ``-`` = ``_``).
 
     Raises:
         TypeError: ``name`` is not a str.
         ValueError: unknown name (the message lists the known ones).
     """
     key = _key(name)
-    if key not in _KEYS:
-        raise ValueError(f"unknown loss name {name!r}; known: {sorted(_KEYS)}")
-    return _INFOS[_KEYS[key]]
+    if key not in _INFOS:
+        raise ValueError(f"unknown loss name {name!r}; known: {sorted(_INFOS)}")
+    return _INFOS[key]
 
 
-def list_losses(filter: str = "", *, aliases: bool = False, presets: bool | None = None) -> list[str]:
+def list_losses(filter: str = "", *, presets: bool | None = None) -> list[str]:
     """Sorted registered names (timm's ``list_models`` pattern).
 
     Args:
         filter: an ``fnmatch`` pattern (``"*ap*"``); ``""`` = all.
-        aliases: also list the aliases.
         presets: ``True`` only presets, ``False`` only single losses, ``None`` both.
     """
     if not isinstance(filter, str):
@@ -193,7 +178,7 @@ def list_losses(filter: str = "", *, aliases: bool = False, presets: bool | None
     for info in _INFOS.values():
         if presets is not None and info.preset != bool(presets):
             continue
-        names += [info.name, *(info.aliases if aliases else ())]
+        names.append(info.name)
     pattern = filter.strip().lower().replace("-", "_")
     return sorted(n for n in names if not pattern or fnmatch.fnmatchcase(n, pattern))
 
@@ -202,7 +187,7 @@ def build_loss(name: str, **kwargs: Any) -> nn.Module:
     """Build a registered loss or preset from its name (case-insensitive; ``-`` and ``_`` are equivalent).
 
     Args:
-        name: a name of :func:`list_losses` or an alias (``"smooth_ap"``, ``"sup_ap"``,
+        name: a name of :func:`list_losses` (``"smooth_ap"``, ``"sup_ap"``,
             ``"smooth_recall"``, ``"norm_softmax"``, ``"roadmap_tpami"``, ``"happier"`` ...).
         **kwargs: constructor arguments; :attr:`LossInfo.needs` says which of ``n_classes`` and
             ``dim`` the loss takes (proxy losses and the presets that contain one need both).

@@ -6,7 +6,6 @@ from rank_lab.models.backbones import (
     TinyCNN,
     build_backbone,
     freeze_batchnorm,
-    load_backbone_weights,
 )
 from rank_lab.models.heads import (
     EmbeddingHead,
@@ -18,6 +17,7 @@ from rank_lab.models.heads import (
     prototype_logits,
 )
 from rank_lab.models.pooling import MAC, RMAC, GeM, SPoC, build_pooling, rmac_regions
+from rank_lab.models.weights import load_backbone_weights
 
 __all__ = [
     "GeM",

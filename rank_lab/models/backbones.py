@@ -27,7 +27,6 @@ from torch import nn
 
 from rank_lab._validation import check_input, check_module, check_positive_int
 from rank_lab.models.weights import (
-    CLASSIFIER_PREFIXES,  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
     create_timm_model,
     file_record,
     load_backbone_weights,

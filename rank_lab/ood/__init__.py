@@ -1,7 +1,7 @@
 """Post-hoc out-of-distribution detection (Chapter 5 and Appendix C of the Ramzi thesis).
 
 * :mod:`~rank_lab.ood.features` -- features of a frozen classifier (average/std pooling, logits).
-* :mod:`~rank_lab.ood.feature_folder` -- saved features of a classifier (the chapter's real-data input).
+* :mod:`~rank_lab.data.datasets.feature_folder` -- saved features of a classifier (the chapter's real-data input).
 * :mod:`~rank_lab.ood.energies` -- prior energies: EL, tied-covariance class GMM (GMM, GMM_std).
 * :mod:`~rank_lab.ood.sgld` -- stochastic gradient Langevin dynamics (Eq. 5.4).
 * :mod:`~rank_lab.ood.heat` -- the residual EBM and its training (Eqs. 5.1-5.6, Algorithm 2).
@@ -14,9 +14,9 @@ Sign convention everywhere: a score is an energy, **higher = more OOD**. Metrics
 :mod:`rank_lab.metrics.ood`.
 """
 
+from rank_lab.data.datasets.feature_folder import load_feature_folder, save_feature_folder
 from rank_lab.ood.composition import HEAT, compose_energies
 from rank_lab.ood.energies import ClassGaussianEnergy, LogitEnergy, ZeroEnergy
-from rank_lab.ood.feature_folder import load_feature_folder, save_feature_folder
 from rank_lab.ood.feature_scorers import (
     GMM,
     KNN,

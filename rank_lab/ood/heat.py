@@ -38,10 +38,11 @@ from rank_lab._validation import (
     check_nonneg_int,
     check_positive_int,
 )
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
 from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, check_features
 from rank_lab.ood.sgld import SCHEDULES, schedule_endpoints, sgld
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
-from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["HEATConfig", "ResidualMLP", "HybridEnergy"]

@@ -46,9 +46,10 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
 from rank_lab.ood.scorers import Data, OODScorer
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
-from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import get_device
 
 __all__ = ["LipSwish", "InvertibleResidualBlock", "ResidualFlow", "ResFlow"]
@@ -238,7 +239,7 @@ class ResFlow(OODScorer):
         progress: tqdm bar over epochs.
         checkpoint: optional path; training resumes from it (``resume``; its config, seed and data
             must match, except ``epochs``) and writes it after each epoch.
-        resume, amp, grad_clip: the training engine's options (:mod:`rank_lab.train.engine`).
+        resume, amp, grad_clip: the training engine's options (:mod:`rank_lab.engine.loop`).
     """
 
     name, key = "ResFlow", "features"

@@ -10,7 +10,7 @@
   log-density (the partition function of a 2-D EBM is a sum over the grid).
 * :class:`SmallConvNet` and :func:`train_classifier`: a tiny CNN for 8x8 digits whose last feature
   map gives average-pooled and std-pooled features (:mod:`rank_lab.ood.features`), trained with
-  cross-entropy on the training engine (:mod:`rank_lab.train.engine`).
+  cross-entropy on the training engine (:mod:`rank_lab.engine.loop`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
-from rank_lab.train.engine import Batch, Engine, EngineConfig
-from rank_lab.train.optim import build_optimizer
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["make_ring_segments", "make_ring_ood", "make_split_classes", "energy_grid", "SmallConvNet", "train_classifier"]

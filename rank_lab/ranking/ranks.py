@@ -23,7 +23,7 @@ first (official ROADMAP/HAPPIER code). The losses expose this as ``query_role``
 **Memory.** The reference implementations build ``D[q, k, j] = s_j - s_k`` of shape ``(Q, N, N)``
 (:func:`pairwise_differences`, kept for reference implementations and tests). The rank sums go
 through the row kernel of :mod:`rank_lab.ranking.row_kernel` (:func:`row_step_sums` over
-``R = sum_q |P_q|`` rows, ``O(chunk * N)`` peak memory), whose names are still importable from here.
+``R = sum_q |P_q|`` rows, ``O(chunk * N)`` peak memory).
 """
 
 from __future__ import annotations
@@ -31,13 +31,10 @@ from __future__ import annotations
 import torch
 
 from rank_lab._validation import check_positive_int, check_scores_targets
-from rank_lab.ranking.row_kernel import (  # noqa: F401 - re-exported from their former module
+from rank_lab.ranking.row_kernel import (
     Relation,
     check_row_indices,
     check_score_matrix,
-    chunk_rows,
-    default_max_elements,
-    positive_rows,
     row_step_sums,
     valid_or_all,
 )

@@ -22,13 +22,8 @@ from rank_lab.retrieval.cross_source import (
     grouped_map,
     multilabel_targets,
 )
-from rank_lab.retrieval.diffusion import (
-    DiffusionGraph,
-    build_graph,
-    conjugate_gradient,
-    diffusion_search,
-    offline_diffusion,
-)
+from rank_lab.retrieval.diffusion import diffusion_search, offline_diffusion
+from rank_lab.retrieval.diffusion_graph import DiffusionGraph, build_graph, conjugate_gradient
 from rank_lab.retrieval.expansion import alpha_qe, average_qe, gqe, k_reciprocal_rerank
 from rank_lab.retrieval.extract import DescriptorNet, build_descriptor_net, extract_descriptors
 from rank_lab.retrieval.graph import DENSE_LIMIT
@@ -40,7 +35,7 @@ from rank_lab.retrieval.multi_descriptor import (
     mean_similarity,
     similarity_matrix,
 )
-from rank_lab.retrieval.protocols import mean_ci, revisited_evaluate
+from rank_lab.retrieval.protocols import revisited_evaluate
 from rank_lab.retrieval.whitening import (
     Whitening,
     apply_whitening,
@@ -74,7 +69,6 @@ __all__ = [
     "learn_pca_whitening",
     "md",
     "md_from_features",
-    "mean_ci",
     "mean_similarity",
     "multilabel_targets",
     "offline_diffusion",

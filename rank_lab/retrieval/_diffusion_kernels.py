@@ -24,7 +24,7 @@ def block_cg(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, b: np.nd
 
     Block ``k`` holds rows and columns ``k * width .. k * width + sizes[k]`` of ``M``; each block is an
     independent CG run with its own step sizes and stopping test ``||r|| <= tol ||b||``, exactly as
-    the columns of :func:`rank_lab.retrieval.diffusion.conjugate_gradient`.
+    the columns of :func:`rank_lab.retrieval.diffusion_graph.conjugate_gradient`.
 
     Args:
         indptr, indices, data: ``M`` in CSR form, ``(B W, B W)`` (columns inside each row's block).

@@ -27,7 +27,7 @@ Memory is ``O(n k)`` for the graph and ``O(n B)`` for a batch of ``B`` queries; 
 result is only returned when asked (``topk=None``).
 
 The offline graph, query vectors and full-graph solve live in
-:mod:`rank_lab.retrieval.diffusion_graph` (importable from here too), the truncated block solves in
+:mod:`rank_lab.retrieval.diffusion_graph`, the truncated block solves in
 :mod:`rank_lab.retrieval._diffusion_blocks`.
 """
 

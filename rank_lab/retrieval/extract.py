@@ -32,9 +32,9 @@ from torch import nn
 from rank_lab._progress import tqdm
 from rank_lab._validation import check_finite, check_input_batch, check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader
-from rank_lab.models.backbones import build_backbone, load_backbone_weights
+from rank_lab.models.backbones import build_backbone
 from rank_lab.models.pooling import build_pooling
-from rank_lab.models.weights import load_weights_file, parse_weights
+from rank_lab.models.weights import load_backbone_weights, load_weights_file, parse_weights
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
 

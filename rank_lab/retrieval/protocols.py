@@ -16,12 +16,12 @@ precedes any positive (tested). mP@k is revisitop's ``k_q = min(max positive pos
 counted, as in revisitop. The R1M distractors are extra negatives for every query, passed as a
 separate ``(Q, N_d)`` score block (:func:`revisited_evaluate`).
 
-The cross-source protocol of the thesis (§4.1.2) is in :mod:`rank_lab.retrieval.cross_source`
-(its names are importable from here too). Ties follow the project rule (``docs/decisions.md``):
+The cross-source protocol of the thesis (§4.1.2) is in :mod:`rank_lab.retrieval.cross_source`,
+whose AP kernels this module uses. Ties follow the project rule (``docs/decisions.md``):
 the worst case, tied negatives first (:func:`rank_lab.metrics.positive_positions`).
 
-Confidence intervals for repeated stochastic runs: :func:`mean_ci` (Student t, thesis §4.3.3), defined
-in :mod:`rank_lab.stats` and re-exported here.
+Confidence intervals for repeated stochastic runs: :func:`rank_lab.stats.mean_ci` (Student t, thesis
+§4.3.3).
 """
 
 from __future__ import annotations
@@ -34,18 +34,10 @@ import torch
 
 from rank_lab._validation import as_tensor, check_finite, check_positive_int
 from rank_lab.metrics import positive_positions
-
-# the cross-source protocol lived here: its names stay importable from this module
-from rank_lab.retrieval.cross_source import (  # noqa: F401
-    CrossDomainReport,
+from rank_lab.retrieval.cross_source import (
     check_positions,
-    cross_domain_evaluate,
-    grouped_map,
-    inter_domain_from_positions,
-    multilabel_targets,
     noninterpolated_ap,
 )
-from rank_lab.stats import mean_ci  # noqa: F401 - the one implementation (rank_lab.stats), re-exported where it was
 
 __all__ = [
     "REVISITED_PROTOCOLS",

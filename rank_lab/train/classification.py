@@ -22,7 +22,6 @@ and :meth:`~ContrastiveClassifier.logits` its classification logits (posterior =
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,16 +38,13 @@ from rank_lab._validation import (
     check_positive_int,
 )
 from rank_lab.data.perturbations import two_views
-from rank_lab.losses.contrastive import (
-    cross_entropy_loss,
-    esupcon_loss,
-    spce_loss,
-    supcon_loss,
-    tightness_loss,
-)
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.losses.contrastive import cross_entropy_loss, spce_loss, tightness_loss
+from rank_lab.losses.esupcon import esupcon_loss
+from rank_lab.losses.supcon import supcon_loss
 from rank_lab.models.heads import PrototypeClassifier, class_means
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
-from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device, seed_everything
 
 __all__ = ["CLS_METHODS", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
@@ -69,11 +65,9 @@ class ContrastiveClassifier(nn.Module):
         proj_dim: output size of the projection head (SupCon variants).
         spce_temperature: divides the SPCE logits (1 = Eq. 6.7 as written; with L2-normalised
             features those logits are at most ``N_k / N``, so a smaller value trains faster).
-        feat_dim: former name of ``dim`` (``DeprecationWarning``).
 
     Raises:
-        TypeError, ValueError: positional sizes after ``encoder``, ``n_classes`` or ``dim``
-            missing, ``encoder`` not a module, an unknown ``method``, ``dim``,
+        TypeError, ValueError: ``n_classes`` or ``dim`` missing, ``encoder`` not a module, an unknown ``method``, ``dim``,
             ``n_classes`` or ``proj_dim`` not a positive int, a temperature that is not a finite
             positive number.
     """
@@ -81,28 +75,15 @@ class ContrastiveClassifier(nn.Module):
     def __init__(
         self,
         encoder: nn.Module,
-        *legacy: Any,
+        *,
         n_classes: int | None = None,
         dim: int | None = None,
         method: str = "esupcon",
         temperature: float = 0.1,
         proj_dim: int = 64,
         spce_temperature: float = 1.0,
-        feat_dim: int | None = None,
     ) -> None:
         super().__init__()
-        if legacy:
-            raise TypeError(
-                "ContrastiveClassifier takes n_classes=, dim= and method= by keyword (the package's order "
-                f"is (n_classes, dim)); got {len(legacy)} positional value(s) after encoder: the former "
-                "order (feat_dim, n_classes, method) is not guessed, as two ints cannot be told apart"
-            )
-        if feat_dim is not None:
-            if dim is not None:
-                raise TypeError("give dim or its former name feat_dim, not both")
-            warnings.warn("ContrastiveClassifier(feat_dim=...) is deprecated: use dim=", DeprecationWarning,
-                          stacklevel=2)
-            dim = feat_dim
         if n_classes is None or dim is None:
             raise TypeError("ContrastiveClassifier needs n_classes= and dim= (keywords)")
         if method not in CLS_METHODS:
@@ -234,7 +215,7 @@ def fit_classifier(
     grad_clip: float | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``model`` with its method's objective on two augmented views of every image (on the
-    training engine, :mod:`rank_lab.train.engine`).
+    training engine, :mod:`rank_lab.engine.loop`).
 
     Args:
         model: a :class:`ContrastiveClassifier`.

@@ -19,13 +19,11 @@ import dataclasses
 import difflib
 import json
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rank_lab._deprecation import moved_names
 from rank_lab.models.heads import ModelConfig
 from rank_lab.train.recipes import RECIPES
 
@@ -72,7 +70,7 @@ class TrainConfig:
     * Scale-out: ``multistage_chunk_size`` (``None``: one forward per batch; else the batch is
       embedded ``chunk`` items at a time by multistage back-propagation, Patel thesis
       §5.3.2, :mod:`rank_lab.train.multistage`), ``dist_loss`` (under
-      :class:`~rank_lab.train.distributed.DistributedTrainer`: ``"full"`` = every rank
+      :class:`~rank_lab.train.distributed.trainer.DistributedTrainer`: ``"full"`` = every rank
       computes the loss of the whole gathered batch, exact for every loss; ``"local"`` =
       each rank ranks its own queries against the gathered batch, for losses that are a
       mean over queries). ``batch_size`` is always the *global* batch (all ranks).
@@ -214,7 +212,7 @@ class TrainConfig:
 
         Args:
             d: e.g. ``{"lr": 1e-4, "backbone": "mlp", "model": {"embed_dim": 32}, "model.width": 8}``.
-                A ``"recipe"`` key (former name ``"preset"``) starts from that recipe.
+                A ``"recipe"`` key starts from that recipe.
             ignore_unknown: skip unknown keys instead of raising (handy to pass a notebook's
                 whole parameter dict).
             **kw: more keys, applied after ``d``.
@@ -225,15 +223,9 @@ class TrainConfig:
         items = dict(d or {})
         items.update(kw)
         base: dict[str, Any] = {}
-        if "recipe" in items and "preset" in items:
-            raise ValueError("give 'recipe' or its former name 'preset', not both")
-        preset = items.pop("recipe", items.pop("preset", None))
-        if "preset_name" in items:  # the former name of recipe_name, in configs saved before 2026-11-26
-            if "recipe_name" in items:
-                raise ValueError("give 'recipe_name' or its former name 'preset_name', not both")
-            items["recipe_name"] = items.pop("preset_name")
-        if preset is not None:
-            base = cls.recipe(preset).to_dict()
+        recipe = items.pop("recipe", None)
+        if recipe is not None:
+            base = cls.recipe(recipe).to_dict()
         train_fields = {f.name for f in dataclasses.fields(cls)}
         model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
         model: dict[str, Any] = dict(base.pop("model", {}) or {})
@@ -258,8 +250,8 @@ class TrainConfig:
                 model[key] = value
             elif not ignore_unknown:
                 raise ValueError(_unknown(key, train_fields | model_fields))
-        if preset is not None:
-            base["recipe_name"] = preset
+        if recipe is not None:
+            base["recipe_name"] = recipe
         if "hidden_dims" in model:
             model["hidden_dims"] = tuple(model["hidden_dims"])
         base["model"] = ModelConfig.from_dict(model)
@@ -304,21 +296,6 @@ class TrainConfig:
         cfg = cls.from_dict(d)
         cfg.recipe_name = name
         return cfg
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> TrainConfig:
-        """Former name of :meth:`recipe` (same call, same result, with a ``DeprecationWarning``).
-
-        Args:
-            name: a recipe of :data:`rank_lab.train.recipes.RECIPES`.
-            **overrides: config keys that replace the recipe's values.
-
-        Returns:
-            The config of :meth:`recipe`.
-        """
-        warnings.warn("TrainConfig.preset is deprecated: use TrainConfig.recipe (a preset is a loss combination, "
-                      "a recipe a training setting)", DeprecationWarning, stacklevel=2)
-        return cls.recipe(name, **overrides)
 
 
 def _replace(cfg: TrainConfig, changes: Mapping[str, Any]) -> TrainConfig:
@@ -366,6 +343,3 @@ def _choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {list(choices)}, got {v!r}")
     setattr(cfg, name, v.lower())
 
-
-# The former names of the recipes (rank_lab.train.recipes): PRESETS -> RECIPES, list_presets -> list_recipes.
-__getattr__ = moved_names(__name__, {"PRESETS": "rank_lab.train.recipes:RECIPES", "list_presets": "rank_lab.train.recipes:list_recipes"})

@@ -31,7 +31,7 @@ Determinism (what this module does and what it requires):
   compares the recomputed embeddings with the stored ones and raises if they disagree.
 
 With DistributedDataParallel: pass the DDP wrapper as ``model`` and a ``loss_fn`` that all-gathers
-the embeddings (:func:`rank_lab.train.distributed.all_gather_with_grad`). Pass 3 then runs every
+the embeddings (:func:`rank_lab.train.distributed.collectives.all_gather_with_grad`). Pass 3 then runs every
 chunk but the last under ``model.no_sync()``, so DDP all-reduces the gradients once per step, after
 they are fully accumulated (every rank must have the same number of chunks).
 
@@ -52,10 +52,10 @@ from torch import nn
 from rank_lab._progress import tqdm
 from rank_lab._validation import check_finite_input, check_float, check_module, check_positive_int
 from rank_lab.data.samplers import MPerClassSampler
-from rank_lab.models.backbones import lock_batchnorm  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
+from rank_lab.engine.loop import Engine, one_batch
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig
 from rank_lab.train.data import SamplerStream
-from rank_lab.train.engine import Batch, Engine, EngineConfig, one_batch
-from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [
@@ -340,7 +340,7 @@ def fit_multistage(
         seed: sampler seed.
         progress: tqdm bar.
         checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options
-            (:class:`rank_lab.train.engine.EngineConfig`; ``checkpoint_every`` in steps).
+            (:class:`rank_lab.engine.options.EngineConfig`; ``checkpoint_every`` in steps).
 
     Returns:
         The loss of every step (including those of a resumed run).

@@ -26,11 +26,10 @@ from typing import Any
 
 import torch
 
-from rank_lab._deprecation import renamed_kwargs
 from rank_lab._validation import check_choice, check_float, check_nonneg_int, check_positive_int
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.schedule import Schedule
 from rank_lab.losses.recall import DEFAULT_KS, DEFAULT_KS_SIMIX, SmoothRecallAtK
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.schedule import Schedule
 
 __all__ = ["RECIPES", "list_recipes", "RecallRecipe", "RECALL_RECIPES", "get_recall_recipe", "list_recall_recipes"]
 
@@ -214,7 +213,7 @@ class RecallRecipe:
             steps_per_epoch: optimiser steps per epoch (a positive int; 1: the schedule counts epochs).
 
         Returns:
-            A :class:`~rank_lab.train.schedule.Schedule` of kind ``"step"`` over the recipe's length
+            A :class:`~rank_lab.engine.schedule.Schedule` of kind ``"step"`` over the recipe's length
             (``epochs`` epochs, or ``n_batches`` steps).
         """
         steps_per_epoch = check_positive_int(steps_per_epoch, "steps_per_epoch")
@@ -226,11 +225,11 @@ class RecallRecipe:
         """Adam / AdamW with this recipe's lr and weight decay, and its schedule (:meth:`schedule`).
 
         Args:
-            params: the trainable tensors or parameter groups (:func:`rank_lab.train.optim.build_optimizer`).
+            params: the trainable tensors or parameter groups (:func:`rank_lab.engine.optim.build_optimizer`).
             steps_per_epoch: optimiser steps per epoch, for the schedule.
 
         Returns:
-            ``(optimizer, schedule)``: give both to :class:`rank_lab.train.engine.Engine`, which sets
+            ``(optimizer, schedule)``: give both to :class:`rank_lab.engine.loop.Engine`, which sets
             every group's rate from the schedule before each step.
         """
         opt = build_optimizer(params, self.optimizer, lr=self.lr, weight_decay=self.weight_decay)  # type: ignore[arg-type]
@@ -297,9 +296,6 @@ def list_recall_recipes() -> list[str]:
 def get_recall_recipe(name: str, **changes: object) -> RecallRecipe:
     """An RS@k recipe by name (``"sop_resnet50"`` ...), optionally with fields changed.
 
-    The former field names ``tau1`` / ``tau2`` are accepted with a ``DeprecationWarning``
-    (``tau_star`` / ``tau``).
-
     Raises:
         ValueError: unknown name (the message lists the known ones) or field.
     """
@@ -309,7 +305,6 @@ def get_recall_recipe(name: str, **changes: object) -> RecallRecipe:
     if key not in RECALL_RECIPES:
         raise ValueError(f"unknown RS@k recipe name {name!r}; known: {list_recall_recipes()}")
     recipe = RECALL_RECIPES[key]
-    changes = renamed_kwargs(dict(changes), {"tau1": "tau_star", "tau2": "tau"}, "get_recall_recipe")
     unknown = sorted(set(changes) - {f.name for f in fields(RecallRecipe)})
     if unknown:
         raise ValueError(f"unknown RecallRecipe field(s) {unknown} in the changes to {name!r}")

@@ -1,4 +1,4 @@
-"""The retrieval trainer: the engine (:mod:`rank_lab.train.engine`) configured for metric learning.
+"""The retrieval trainer: the engine (:mod:`rank_lab.engine.loop`) configured for metric learning.
 
 m-per-class batches, a rank loss (with an optional cross-batch memory), Adam/AdamW/SGD with a
 separate head learning rate, a per-step cosine schedule with warm-up, evaluation with
@@ -26,18 +26,18 @@ from torch.utils.data import DataLoader
 
 from rank_lab._progress import tqdm
 from rank_lab.data import HierarchicalSampler, MPerClassSampler
+from rank_lab.engine.checkpoint import atomic_write_json
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer, param_groups
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.schedule import Schedule
 from rank_lab.losses.registry import build_loss, loss_info
 from rank_lab.memory import CrossBatchMemory, MemoryLoss
 from rank_lab.models import build_model
-from rank_lab.train.checkpoint import atomic_write_json
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import IndexedDataset, as_dataset, embed_dataset, relabel
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
 from rank_lab.train.evaluation import RetrievalEvaluation
-from rank_lab.train.guard import NonFiniteTrainingError  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
 from rank_lab.train.multistage import multistage_backward
-from rank_lab.train.optim import build_optimizer, param_groups
-from rank_lab.train.schedule import Schedule
 from rank_lab.utils import get_device, seed_everything
 
 __all__ = ["Trainer"]
@@ -344,7 +344,7 @@ class Trainer(RetrievalEvaluation):
     def load_state_dict(self, state: Mapping[str, Any], check_config: bool = True, *, source: str = "the checkpoint") -> None:
         """Restore a :meth:`state_dict` (model, optimiser, RNG, history ...).
 
-        **Resume rule** (``check_config=True``, ``docs/decisions.md``, :func:`~rank_lab.train.guard.check_resume`):
+        **Resume rule** (``check_config=True``, ``docs/decisions.md``, :func:`~rank_lab.engine.guard.check_resume`):
         resuming continues the checkpoint's run only when the result equals a straight run of this
         config: the same config (except keys such as ``epochs``, ``device``, ``progress``) and the same
         :meth:`schedule`, or more ``epochs`` under the ``"constant"`` scheduler. Otherwise a

@@ -1,6 +1,6 @@
 """Dataset folders for the matrix entries of the loaders: each written once per test session.
 
-:func:`fixture` writes :func:`rank_lab.data.fixtures.write_fixture`'s tiny copy of a dataset (2
+:func:`fixture` writes :func:`rank_lab.fixtures.write_fixture`'s tiny copy of a dataset (2
 classes, 2 images of 8 pixels) into a session folder and caches the path; the loaders only read
 it. :func:`scratch` gives a fresh empty folder for the writers' entries. Everything lives in one
 temporary folder removed at exit.
@@ -26,8 +26,8 @@ def _root() -> Path:
 
 @functools.cache
 def fixture(name: str, per_class: int = 2) -> Path:
-    """The folder of dataset ``name`` (a :func:`~rank_lab.data.fixtures.fixture_names` name)."""
-    from rank_lab.data.fixtures import write_fixture
+    """The folder of dataset ``name`` (a :func:`~rank_lab.fixtures.fixture_names` name)."""
+    from rank_lab.fixtures import write_fixture
 
     return write_fixture(name, _root() / f"{name}_{per_class}", n_classes=2, per_class=per_class, size=8)
 

@@ -64,7 +64,7 @@ def r1m_folder() -> Path:
 def dtd_download_root() -> Path:
     """A folder holding what ``torchvision.datasets.DTD(download=True)`` extracts (``dtd/dtd/``): it
     checks the folder exists and downloads nothing."""
-    from rank_lab.data.fixtures.ood import textures_fixture
+    from rank_lab.fixtures.ood import textures_fixture
 
     root = scratch()
     textures_fixture(root / "dtd", n_classes=2, per_class=3, size=8)

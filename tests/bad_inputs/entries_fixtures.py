@@ -1,4 +1,4 @@
-"""Matrix entries of :mod:`rank_lab.data.fixtures`, :mod:`rank_lab.data.procedural` and
+"""Matrix entries of :mod:`rank_lab.fixtures`, :mod:`rank_lab.data.procedural` and
 :mod:`rank_lab.data.landmark_hierarchy`.
 
 The writers write into a fresh scratch folder (tiny images: 4 to 8 pixels); a bad count, size or
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import rank_lab.data.fixtures as FX
 import rank_lab.data.landmark_hierarchy as LH
 import rank_lab.data.procedural as PC
-from rank_lab.data.fixtures import ood, retrieval, search
+import rank_lab.fixtures as FX
+from rank_lab.fixtures import ood, retrieval, search
 
 from .data_fixtures import scratch
 from .factories import emb, images

@@ -5,12 +5,14 @@ from __future__ import annotations
 import torch
 
 import rank_lab.learned as LE
+import rank_lab.learned.box_images as BI_
 import rank_lab.learned.boxes as LB
 import rank_lab.learned.edit_task as LT
 import rank_lab.learned.feds as LF
+import rank_lab.learned.proxy_training as LP
 import rank_lab.learned.recognizer as LR
 import rank_lab.learned.render as LW
-import rank_lab.learned.surrogate as LS_
+import rank_lab.learned.surrogate_model as LS_
 
 from .factories import emb, gen
 from .framework import cls, fn
@@ -118,10 +120,10 @@ ENTRIES = [
        legal={"e_true:int": "integer metric values (edit distances); e_true only sets the batch size"}),
     fn(LR.ctc_collapse, lambda: {"paths": torch.tensor([[0, 1, 1, 0, 2], [3, 3, 0, 3, 0]])}, {"paths": "labels"}),
     fn(LR.ctc_loss, ctc_args, {"logits": "x"}, rows=(("logits", "targets"),)),
-    fn(LR.lr_schedule, lambda: {"opt": torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1), "steps": 4,
+    fn(LP.lr_schedule, lambda: {"opt": torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1), "steps": 4,
                                 "schedule": "cosine"}, {"steps": "posint", "schedule": "choice"},
        extra={"not_optimizer": ("opt", lambda: 3, ("opt",))}),
-    fn(LR.fit_proxy, proxy, {"n_items": "posint", "steps": "posint", "batch_size": "posint", "lr": "pos", "schedule": "choice",
+    fn(LP.fit_proxy, proxy, {"n_items": "posint", "steps": "posint", "batch_size": "posint", "lr": "pos", "schedule": "choice",
                              "grad_clip": "pos", "checkpoint_every": "posint"},
        extra={"not_callable": ("batch_loss", lambda: 3, ("batch_loss",))}),
     fn(LR.recognize, lambda: {k: v for k, v in word_data().items() if k != "words"} | {"batch_size": 4},
@@ -133,9 +135,9 @@ ENTRIES = [
        extra={"empty": ("alphabet", lambda: "", ("alphabet",))}),
     fn(LT.random_ctc_path, lambda: {"words": torch.tensor([[1, 2, 0], [3, 1, 2]]), "lengths": torch.tensor([2, 3]), "frames": 8,
                                     "gen": gen()}, {"words": "labels", "frames": "posint"}, rows=(("words", "lengths"),)),
-    fn(LB.sample_rotated_boxes, lambda: {"n": 3, "gen": gen(), "width": (0.35, 0.75)}, {"n": "posint", "max_angle": "nonneg"},
+    fn(BI_.sample_rotated_boxes, lambda: {"n": 3, "gen": gen(), "width": (0.35, 0.75)}, {"n": "posint", "max_angle": "nonneg"},
        extra={"reversed": ("width", lambda: (0.7, 0.3), ("width",)), "not_generator": ("gen", lambda: 0, ("gen",))}),
-    fn(LB.render_box_images, lambda: {"boxes": LE.make_box_dataset(2, size=8, seed=0)[1], "size": 8},
+    fn(BI_.render_box_images, lambda: {"boxes": LE.make_box_dataset(2, size=8, seed=0)[1], "size": 8},
        {"boxes": "x", "size": "posint", "noise": "nonneg", "supersample": "posint"}),
     fn(LB.perturb_boxes, lambda: {"boxes": LE.make_box_dataset(3, size=8, seed=0)[1], "gen": gen()},
        {"boxes": "x", "center": "nonneg", "log_scale": "nonneg", "angle": "nonneg"}),

@@ -80,7 +80,6 @@ ENTRIES = [
     loss(L.SmoothRecallAtK, {"ks": (1, 2, 4)}, {"tau": "pos", "tau_star": "pos", "normalization": "choice", "query_role": "choice"},
          extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",))}),
     loss(L.SupRecallAtK, {"ks": (1, 2, 4)}, {"tau": "pos", "tau_star": "pos", "rho": "nonneg"}),
-    loss(L.RecallAtKSurrogate, {"ks": (1, 2, 4)}, {"tau1": "pos", "tau2": "pos", "normalization": "choice"}),
     loss(L.FastAP, {"num_bins": 5}, {"num_bins": "posint"}),
     loss(L.SoftBinAP, {"num_bins": 5}, {"num_bins": "posint", "min_score": "real", "max_score": "real"}),
     loss(L.BlackBoxAP, {}, {"lambda_val": "pos", "margin": "nonneg"}),
@@ -151,12 +150,14 @@ ENTRIES = [
 import rank_lab.losses.base as LB  # noqa: E402
 import rank_lab.losses.blackbox as LBB  # noqa: E402
 import rank_lab.losses.contrastive as CC  # noqa: E402
+import rank_lab.losses.esupcon as E_  # noqa: E402
 import rank_lab.losses.hierarchical as LH  # noqa: E402
 import rank_lab.losses.histogram as LHIST  # noqa: E402
 import rank_lab.losses.recall as LR  # noqa: E402
 import rank_lab.losses.recall_at_k as RK  # noqa: E402
 import rank_lab.losses.registry as LREG  # noqa: E402
 import rank_lab.losses.simix as SX  # noqa: E402
+import rank_lab.losses.supcon as S_  # noqa: E402
 from rank_lab.ranking import SigmoidStep, positive_rows  # noqa: E402
 
 Z_LEGAL = {"z:int": "integer features are cast to float (check_embeddings)"}
@@ -218,9 +219,9 @@ ENTRIES += [
     fn(LBB.blackbox_rank, lambda: dict(scores=scores(), lambda_val=4.0), {"scores": "x", "lambda_val": "pos"},
        legal={"scores:int": "integer scores are cast to float"}),
     # contrastive classification (Patel thesis ch. 6)
-    fn(CC.nt_xent_loss, lambda: dict(z=emb(12)), {"z": "x", "temperature": "pos"}, legal=Z_LEGAL,
+    fn(S_.nt_xent_loss, lambda: dict(z=emb(12)), {"z": "x", "temperature": "pos"}, legal=Z_LEGAL,
        extra={"odd": ("z", lambda: emb(11), ("z",))}),
-    fn(CC.supcon_loss, lambda: dict(z=emb(12), labels=labels(12)), {**ZL, "temperature": "pos", "base_temperature": "pos",
+    fn(S_.supcon_loss, lambda: dict(z=emb(12), labels=labels(12)), {**ZL, "temperature": "pos", "base_temperature": "pos",
                                                                   "reduction": "choice"}, rows=ZL_ROWS, legal=Z_LEGAL,
        nopos={"labels": lambda: torch.arange(12)}),
     fn(CC.cross_entropy_loss, lambda: dict(z=emb(12), labels=labels(12), weight=_protos(), bias=torch.zeros(3)),
@@ -234,15 +235,15 @@ ENTRIES += [
        rows=ZL_ROWS, legal=Z_LEGAL, extra=LABEL_RANGE),
     fn(CC.tightness_loss, lambda: dict(z=emb(12), labels=labels(12), prototypes=_protos()), {**ZL, "prototypes": "x"}, rows=ZL_ROWS,
        legal={"*:int": "integer vectors are cast to float (check_embeddings)"}, extra=LABEL_RANGE),
-    fn(CC.esupcon_terms, lambda: dict(z=emb(12), labels=labels(12), prototypes=_protos()), {**ZL, "prototypes": "x", "temperature": "pos"},
+    fn(E_.esupcon_terms, lambda: dict(z=emb(12), labels=labels(12), prototypes=_protos()), {**ZL, "prototypes": "x", "temperature": "pos"},
        rows=ZL_ROWS, legal={"*:int": "integer vectors are cast to float (check_embeddings)"}, extra=LABEL_RANGE),
-    fn(CC.esupcon_loss, lambda: dict(z=emb(12), labels=labels(12), prototypes=_protos()), {**ZL, "prototypes": "x", "temperature": "pos"},
+    fn(E_.esupcon_loss, lambda: dict(z=emb(12), labels=labels(12), prototypes=_protos()), {**ZL, "prototypes": "x", "temperature": "pos"},
        rows=ZL_ROWS, legal={"*:int": "integer vectors are cast to float (check_embeddings)"}, extra=LABEL_RANGE),
-    fn(CC.smooth_max_ce_supcon, lambda: dict(l_ce=torch.tensor([0.5, 1.2, 0.1]), l_supcon=torch.tensor([2.0, 0.3, 0.4])),
+    fn(E_.smooth_max_ce_supcon, lambda: dict(l_ce=torch.tensor([0.5, 1.2, 0.1]), l_supcon=torch.tensor([2.0, 0.3, 0.4])),
        {"l_ce": "x", "l_supcon": "x"}, rows=(("l_ce", "l_supcon"),),
        legal={"*:ndim+": "elementwise: any shape (both the same)", "*:int": "integer losses are cast to float"},
        extra={"negative": ("l_ce", lambda: torch.tensor([-2.0, 1.2, 0.1]), ("l_ce",))}),
-    loss(CC.SimCLRLoss, {}, {"temperature": "pos"},
+    loss(S_.SimCLRLoss, {}, {"temperature": "pos"},
          legal={"__call__.labels:nopos": "SimCLR ignores labels (checked): the positive of a view is the other view"}),
     # hierarchical
     cls(LH.HierarchicalRankLoss, {}, {"relevance": "choice", "alpha": "pos", "level_mode": "choice"}),
@@ -292,8 +293,8 @@ ENTRIES += [
     fn(LREG.LossInfo, lambda: dict(name="sup_ap", build=L.SupAP)),
     fn(LREG.loss_info, {"name": "sup_ap"}, {"name": "choice"}, extra={"number": ("name", lambda: 5, ("name",))}),
     fn(LREG.list_losses, {"filter": "*ap*"}, extra={"number": ("filter", lambda: 5, ("filter",))}),
-    fn(LREG.register_loss, {"name": "matrix_throwaway", "aliases": (), "needs": ("dim",)},  # returns the decorator only
+    fn(LREG.register_loss, {"name": "matrix_throwaway", "needs": ("dim",)},  # returns the decorator only
        extra={"needs": ("needs", lambda: ("classes",), ("needs",)), "taken": ("name", lambda: "sup_ap", ("name",)),
-              "number": ("name", lambda: 5, ("name",)), "alias_taken": ("aliases", lambda: ("sup-ap",), ("name",))}),
+              "number": ("name", lambda: 5, ("name",))}),
     fn(LREG.unregister_loss, _throwaway_registered, {"name": "choice"}, extra={"number": ("name", lambda: 5, ("name",))}),
 ]

@@ -1,5 +1,5 @@
-"""Matrix entries of :mod:`rank_lab.memory`, :mod:`rank_lab.utils`, :mod:`rank_lab.cost`, :mod:`rank_lab.publish`
-and :mod:`rank_lab.stats` (whose ``mean_ci`` keeps its entry in ``entries_retrieval``, where it is re-exported)."""
+"""Matrix entries of :mod:`rank_lab.memory`, :mod:`rank_lab.utils`, :mod:`rank_lab.cost`, :mod:`rank_lab.book.publish`
+and :mod:`rank_lab.stats`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
+import rank_lab.book.publish as P
 import rank_lab.cost as C
 import rank_lab.losses as L
 import rank_lab.memory as MEM
-import rank_lab.publish as P
 import rank_lab.stats as S
 import rank_lab.utils as U
 
@@ -50,7 +50,7 @@ ENTRIES += [
        {"device": "choice", "budget_s": "nonneg"}, extra={"not_cost": ("cost", lambda: 10.0, ("cost",))}),
 ]
 
-# ----------------------------------------------------------------------------- rank_lab.publish
+# ----------------------------------------------------------------------------- rank_lab.book.publish
 URL = "https://github.com/test-org/test-repo"
 LINK = "https://colab.research.google.com/github/test-org/test-repo/blob/gh-pages/_notebooks/a.ipynb"
 
@@ -106,6 +106,8 @@ ENTRIES += [
 _RUNS = lambda: torch.tensor([0.5, 0.6, 0.7, 0.65])  # noqa: E731
 
 ENTRIES += [
+    fn(S.mean_ci, lambda: {"values": [0.5, 0.6, 0.7]}, {"values": "x", "level": "prob"},
+       legal={"values:int": "integer results are cast to float"}),
     fn(S.t_quantile, {"level": 0.95, "dof": 4}, {"level": "prob", "dof": "posint"}),
     fn(S.ci_summary, lambda: {"values": _RUNS()}, {"values": "x", "level": "prob"},
        legal={"values:int": "integer results are cast to float"}),

@@ -120,7 +120,7 @@ ENTRIES = [
     scorer(O.Residual, lambda: {"head": head(), "principal_dim": 2}, {"principal_dim": "posint"}),
     fn(O.kth_neighbour_distance, lambda: {"queries": emb(4), "bank": emb(10, seed=2), "k": 3}, {"queries": "x", "bank": "x", "k": "k"},
        legal={"*:int": CAST}),
-    scorer(O.ResFlow, {"n_blocks": 1, "hidden_dim": 8, "epochs": 1, "batch_size": 8}, {"n_blocks": "posint", "epochs": "posint", "lr": "pos",
+    scorer(RF.ResFlow, {"n_blocks": 1, "hidden_dim": 8, "epochs": 1, "batch_size": 8}, {"n_blocks": "posint", "epochs": "posint", "lr": "pos",
                                                                                       "coeff": "prob", "reduction": "choice"}),
     fn(O.save_feature_folder, save_args, extra={
         "bad_key": ("sets", lambda: {"val": feature_sets()[0]["train"]}, ("sets",)),

@@ -7,7 +7,7 @@ import torch
 
 import rank_lab.retrieval as RT
 import rank_lab.retrieval.cross_source as CS
-import rank_lab.retrieval.diffusion as DF
+import rank_lab.retrieval.diffusion_graph as DG_
 import rank_lab.retrieval.extract as EX
 import rank_lab.retrieval.graph as RG
 import rank_lab.retrieval.protocols as PR
@@ -86,10 +86,10 @@ ENTRIES = [
     fn(RT.DiffusionGraph, lambda: {f.name: getattr(_graph(), f.name) for f in __import__("dataclasses").fields(RT.DiffusionGraph)}),
     fn(RT.diffusion_search, lambda: {"graph": _graph(), "queries": unit(3, seed=5), "kq": 3, "truncate": None},
        {"queries": "x", "alpha": "prob", "kq": "k", "iters": "posint"}, legal={"queries:int": CAST}),
-    fn(DF.query_vectors, lambda: {"graph": _graph(), "queries": unit(3, seed=5), "kq": 3, "backend": "torch"},
+    fn(DG_.query_vectors, lambda: {"graph": _graph(), "queries": unit(3, seed=5), "kq": 3, "backend": "torch"},
        {"queries": "x", "kq": "k", "gamma": "pos", "backend": "choice"}, legal={"queries:int": CAST},
        extra={"not_a_graph": ("graph", lambda: unit(10), ("graph",))}),
-    fn(DF.diffuse, lambda: {"graph": _graph(), "y": torch.rand(3, 10)},
+    fn(DG_.diffuse, lambda: {"graph": _graph(), "y": torch.rand(3, 10)},
        {"y": "x", "alpha": "prob", "iters": "posint", "tol": "pos", "batch_size": "posint"},
        legal={"y:int": "integer query vectors are cast to the compute dtype"},
        extra={"not_a_graph": ("graph", lambda: unit(10), ("graph",)),
@@ -109,8 +109,6 @@ ENTRIES = [
     fn(RT.CrossDomainReport, lambda: {"ap": torch.ones(3), "p1": torch.ones(3), "apd": torch.ones(3)}),
     fn(RT.grouped_map, lambda: {"ap": torch.rand(6), "groups": torch.arange(6) % 2}, {"ap": "x"}, rows=(("ap", "groups"),),
        legal={"ap:nan": "NaN marks a query without positives: skipped (docstring)", "ap:int": CAST}),
-    fn(RT.mean_ci, lambda: {"values": [0.5, 0.6, 0.7]}, {"values": "x", "level": "prob"},
-       legal={"values:int": "integer results are cast to float"}),
     fn(RT.multilabel_targets, lambda: {"query_labels": [[0], [1]], "gallery_labels": [[0], [1], [0, 1]]}),
     fn(RT.revisited_evaluate, lambda: {"scores": scores(2, 8), "gnd": [{"easy": [0], "hard": [1], "junk": []}, {"easy": [2], "hard": [], "junk": [3]}],
                                        "ks": (1, 2)}, {"scores": "x"}, extra={"ks_big": ("ks", lambda: (1, 100), ("ks",))},

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import torch
 
+import rank_lab.engine as EG
+import rank_lab.engine.checkpoint as CK
+import rank_lab.engine.guard as GU
+import rank_lab.engine.loop as EN
+import rank_lab.engine.optim as OP
+import rank_lab.engine.options as O_
+import rank_lab.engine.schedule as SC
+import rank_lab.models.backbones as B_
 import rank_lab.train as T
-import rank_lab.train.checkpoint as CK
 import rank_lab.train.classification as CL
 import rank_lab.train.data as DA
-import rank_lab.train.distributed as DI
-import rank_lab.train.engine as EN
-import rank_lab.train.guard as GU
-import rank_lab.train.launch as LA
+import rank_lab.train.distributed as TD
+import rank_lab.train.distributed.collectives as DI
+import rank_lab.train.distributed.env as DE_
+import rank_lab.train.distributed.launch as LA
 import rank_lab.train.multistage as MS
-import rank_lab.train.optim as OP
 import rank_lab.train.recipes as TR
-import rank_lab.train.schedule as SC
+from rank_lab.engine.guard import NonFiniteTrainingError
 from rank_lab.losses import SmoothAP
 from rank_lab.models import MLPBackbone
-from rank_lab.train.trainer import NonFiniteTrainingError
 
 from .factories import emb, labels
 from .framework import cls, fn
@@ -93,19 +98,19 @@ MS_ROLES = {"inputs": "x", "labels": "labels", "chunk_size": "posint"}
 
 def _engine():
     model = torch.nn.Linear(3, 1)
-    return {"modules": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1), "config": EN.EngineConfig(),
+    return {"modules": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1), "config": O_.EngineConfig(),
             "device": "cpu"}
 
 
 def _engine_step():
-    return {"step_fn": lambda x: x.sum() * 0.0, "batch": EN.Batch(torch.ones(2, 3, requires_grad=True), indices=[0, 1])}
+    return {"step_fn": lambda x: x.sum() * 0.0, "batch": O_.Batch(torch.ones(2, 3, requires_grad=True), indices=[0, 1])}
 
 
 def _fit():
     model = torch.nn.Linear(3, 1)
     x = emb(6, 3)
     return {"model": model, "step_fn": lambda i: model(x[i]).pow(2).mean(), "data": lambda e: [torch.arange(3), torch.arange(3, 6)],
-            "config": EN.EngineConfig(epochs=2), "device": "cpu"}
+            "config": O_.EngineConfig(epochs=2), "device": "cpu"}
 
 
 TRAIN_EXTRA = {
@@ -130,32 +135,32 @@ ENTRIES = [
        extra={"number": ("name", lambda: 5, ("name",))}),
     fn(TR.list_recall_recipes),
     cls(T.Trainer, _train, calls=[("fit", None, None)], extra=TRAIN_EXTRA),
-    cls(T.LocalBatchLoss, lambda: {"loss": SmoothAP(), "n_slices": 2},
+    cls(TD.LocalBatchLoss, lambda: {"loss": SmoothAP(), "n_slices": 2},
         {"n_slices": "posint"},
         calls=[("forward", lambda: {"embeddings": torch.randn(8, 4), "labels": torch.arange(8) // 2},
                 {"embeddings": "x", "labels": "labels"})],
         rows=(("embeddings", "labels"),), legal={"forward.embeddings:int": "integer embeddings are cast to float"},
         extra={"not_module": ("loss", lambda: 3, ("loss",)),
                "indivisible": ("embeddings", lambda: torch.randn(7, 4), ("embeddings",))}),
-    cls(T.DistributedTrainer, lambda: {**_train(), "config": {**CFG, "device": "cpu"}}, {"eval_index": "choice"},
+    cls(TD.DistributedTrainer, lambda: {**_train(), "config": {**CFG, "device": "cpu"}}, {"eval_index": "choice"},
         calls=[("fit", None, None)], extra={k: v for k, v in TRAIN_EXTRA.items() if k not in ("bad_config", "unknown_key")}),
-    cls(T.DistributedMPerClassSampler, lambda: dict(labels=labels(24, 6), m=2, batch_size=4, num_replicas=1, rank=0),
+    cls(TD.DistributedMPerClassSampler, lambda: dict(labels=labels(24, 6), m=2, batch_size=4, num_replicas=1, rank=0),
         {"labels": "labels", "m": "posint", "batch_size": "posint"}, calls=[("__iter__", None, None)]),
-    fn(T.all_gather_with_grad, lambda: {"x": emb(3)}, {"x": "x"},
+    fn(TD.all_gather_with_grad, lambda: {"x": emb(3)}, {"x": "x"},
        legal={f"x:{k}": "rows of any trailing shape (or none) are gathered unchanged, an empty set of rows too"
               for k in ("ndim+", "ndim-", "empty")}),
-    fn(T.init_distributed, {"device": "cpu"}, {"backend": "choice"}),
+    fn(TD.init_distributed, {"device": "cpu"}, {"backend": "choice"}),
     fn(T.as_dataset, lambda: {"data": (emb(4), labels(4))}, extra={
         "rows": ("data", lambda: (emb(4), labels(3)), ("data",)),
         "not_data": ("data", lambda: [1, 2, 3], ("data",))}),
     fn(T.embed_dataset, lambda: {"model": MLPBackbone(4, (4,)), "data": (emb(4), labels(4))}, {"batch_size": "posint"},
        extra={"nan": ("data", lambda: (torch.full((4, 4), float("nan")), labels(4)), ("data", "embeddings"))}),
     fn(T.relabel, lambda: {"labels": labels(6) * 5}, {"labels": "labels"}),
-    fn(T.load_checkpoint, lambda: {"path": _checkpoint_file()}, {"path": "path"}),
-    fn(T.lr_at, {"step": 3, "base_lr": 0.1, "total_steps": 10, "warmup_steps": 2},
+    fn(EG.load_checkpoint, lambda: {"path": _checkpoint_file()}, {"path": "path"}),
+    fn(EG.lr_at, {"step": 3, "base_lr": 0.1, "total_steps": 10, "warmup_steps": 2},
        {"step": "nonnegint", "base_lr": "pos", "total_steps": "posint", "warmup_steps": "nonnegint", "schedule": "choice", "min_lr": "nonneg"}),
     fn(NonFiniteTrainingError, {"message": "the loss is nan", "epoch": 1, "step": 0, "batch_indices": None, "checkpoint": None}),
-    # rank_lab.train.checkpoint
+    # rank_lab.engine.checkpoint
     fn(CK.atomic_save, lambda: {"obj": {"a": 1}, "path": _tmp("x.pt")}),
     fn(CK.atomic_write_json, lambda: {"obj": {"a": (1, 2)}, "path": _tmp("x.json")},
        extra={"not_json": ("obj", lambda: {"a": object()}, ("obj",))}),
@@ -174,10 +179,10 @@ ENTRIES = [
        rows=(("x", "y"),), extra={"label_range": ("y", lambda: labels(12, 3) + 5, ("y",))}),
     fn(CL.predict_logits, lambda: {"model": _classifier(), "x": emb(5, 6), "batch_size": 2}, {"x": "x", "batch_size": "posint"},
        extra={"not_classifier": ("model", lambda: MLPBackbone(6, (8,)), ("model",))}),
-    # rank_lab.train.distributed
-    fn(DI.DistEnv, {"rank": 0, "world_size": 1, "local_rank": 0}, {"rank": "nonnegint", "world_size": "posint", "local_rank": "nonnegint"},
+    # rank_lab.train.distributed.collectives
+    fn(DE_.DistEnv, {"rank": 0, "world_size": 1, "local_rank": 0}, {"rank": "nonnegint", "world_size": "posint", "local_rank": "nonnegint"},
        extra={"rank_too_big": ("rank", lambda: 1, ("rank",))}),
-    fn(DI.current_env),
+    fn(DE_.current_env),
     fn(DI.cleanup_distributed, {"env": None}, extra={"not_env": ("env", lambda: 3, ("env",))}),
     fn(DI.barrier),
     fn(DI.broadcast_object, {"obj": {"a": 1}, "src": 0}, {"src": "nonnegint"}, extra={"not_a_rank": ("src", lambda: 1, ("src",))}),
@@ -186,7 +191,7 @@ ENTRIES = [
     fn(DI.all_gather_tensor, lambda: {"x": emb(3)}, {"x": "x"},
        legal={**{f"x:{k}": WHOLE_ROWS for k in ("ndim+", "ndim-", "empty")}, "x:int": "labels and indices are gathered too"}),
     fn(DI.all_reduce_mean, lambda: {"x": emb(3)}, {"x": "x"}, legal={f"x:{k}": ONE_RANK for k in ("ndim+", "ndim-", "empty", "int")}),
-    # rank_lab.train.launch
+    # rank_lab.train.distributed.launch
     fn(LA.build_data, lambda: {"cfg": T.TrainConfig.from_dict(RUN_CFG), "data": dict(SYNTH)},
        extra={"no_dataset": ("cfg", lambda: T.TrainConfig.from_dict(CFG), ("cfg",)),
               "not_config": ("cfg", lambda: 3, ("cfg",)), "not_mapping": ("data", lambda: [1], ("data",))}),
@@ -203,7 +208,7 @@ ENTRIES = [
        extra={"not_config": ("config", lambda: 3, ("config",))}),
     # rank_lab.train.multistage
     fn(MS.MultistageOutput, lambda: {"loss": torch.tensor(0.5), "embeddings": emb(3), "embedding_grad": emb(3)}),
-    fn(MS.lock_batchnorm, lambda: {"model": MLPBackbone(4, (4,))},
+    fn(B_.lock_batchnorm, lambda: {"model": MLPBackbone(4, (4,))},
        extra={"not_module": ("model", lambda: 3, ("model",))}),
     fn(MS.embed_in_chunks, lambda: {"model": _Linear(), "inputs": emb(8, 6), "chunk_size": 3},
        {"inputs": "x", "chunk_size": "posint"}, extra={"not_module": ("model", lambda: 3, ("model",))}),
@@ -211,12 +216,12 @@ ENTRIES = [
     fn(MS.multistage_step, _ms_step, MS_ROLES, rows=(("inputs", "labels"),)),
     fn(MS.fit_multistage, lambda: {**_ms(), "batch_size": 4, "m_per_class": 2, "steps": 2, "progress": False},
        {**MS_ROLES, "batch_size": "posint", "m_per_class": "posint", "steps": "posint", "lr": "pos"}, rows=(("inputs", "labels"),)),
-    # rank_lab.train.engine, .options, .guard, .schedule, .optim, .data (the one training engine)
-    fn(EN.EngineConfig, {"epochs": 2, "checkpoint_every": 1, "checkpoint": None, "resume": True},
+    # rank_lab.engine.loop, .options, .guard, .schedule, .optim, .data (the one training engine)
+    fn(O_.EngineConfig, {"epochs": 2, "checkpoint_every": 1, "checkpoint": None, "resume": True},
        {"epochs": "posint", "checkpoint_every": "posint", "amp_dtype": "choice", "unit": "choice", "grad_clip": "pos"},
        extra={"not_path": ("checkpoint", lambda: 3, ("checkpoint",)), "not_bool": ("resume", lambda: "yes", ("resume",))}),
-    fn(EN.Batch, lambda: {"data": emb(3), "indices": [0, 1, 2]}),
-    fn(EN.StepResult, {"loss": 0.5}),
+    fn(O_.Batch, lambda: {"data": emb(3), "indices": [0, 1, 2]}),
+    fn(O_.StepResult, {"loss": 0.5}),
     cls(EN.Engine, _engine, calls=[("train_step", _engine_step, None)],
         extra={"not_module": ("modules", lambda: {"model": 3}, ("model",)),
                "reserved": ("modules", lambda: {"history": torch.nn.Linear(2, 1)}, ("history",)),
@@ -234,6 +239,6 @@ ENTRIES = [
        {"kind": "choice", "lr": "pos", "weight_decay": "nonneg"}, extra={"no_params": ("params", list, ("params",))}),
     fn(OP.param_groups, lambda: {"model": MLPBackbone(4, (4,)), "lr": 0.1},
        extra={"no_parameter": ("model", torch.nn.Identity, ("model", "trainable"))}),
-    cls(DA.SamplerStream, lambda: {"sampler": T.DistributedMPerClassSampler(labels(24, 6), m=2, batch_size=4, num_replicas=1, rank=0)},
+    cls(DA.SamplerStream, lambda: {"sampler": TD.DistributedMPerClassSampler(labels(24, 6), m=2, batch_size=4, num_replicas=1, rank=0)},
         calls=[("__call__", {"s": 3}, None)]),
 ]

@@ -22,9 +22,9 @@ from rank_lab.retrieval import (
     extract_descriptors,
     grouped_map,
     l2n,
-    mean_ci,
     revisited_evaluate,
 )
+from rank_lab.stats import mean_ci
 
 NAN = float("nan")
 
@@ -157,7 +157,7 @@ def test_trapezoid_ap_ignores_any_padding_value() -> None:
 def test_loaders_check_image_size_and_transform_whatever_the_transform(tmp_path) -> None:
     from rank_lab.data.datasets.sop import load_sop
     from rank_lab.data.datasets.transforms import default_transform
-    from rank_lab.data.fixtures import write_fixture
+    from rank_lab.fixtures import write_fixture
 
     root = write_fixture("sop", tmp_path, n_classes=2, per_class=1, size=4)
     with pytest.raises(TypeError, match="image_size"):
@@ -177,7 +177,7 @@ def test_loader_helpers_refuse_what_they_used_to_accept_silently(tmp_path) -> No
     from rank_lab.data.datasets.landuse import load_landuse
     from rank_lab.data.datasets.ood_sets import LMDBImageDataset, list_images, load_textures
     from rank_lab.data.datasets.sources import torchvision_download
-    from rank_lab.data.fixtures import write_fixture
+    from rank_lab.fixtures import write_fixture
 
     with pytest.raises(DatasetFolderError, match="does not exist"):
         list_images(tmp_path / "nope")  # was an empty list
@@ -208,7 +208,7 @@ def test_loader_helpers_refuse_what_they_used_to_accept_silently(tmp_path) -> No
 def test_sf300_split_is_train_test_or_an_existing_folder(tmp_path) -> None:
     from rank_lab.data.datasets import DatasetFolderError
     from rank_lab.data.datasets.sf300 import load_sf300
-    from rank_lab.data.fixtures.search import write_sf300
+    from rank_lab.fixtures.search import write_sf300
 
     write_sf300(tmp_path, "test", {"c1": 1}, size=4)
     write_sf300(tmp_path, "extra_views", {"c1": 1}, size=4)
@@ -221,9 +221,9 @@ def test_sf300_split_is_train_test_or_an_existing_folder(tmp_path) -> None:
 
 # ----------------------------------------------------------------------------- writers and generators
 def test_fixture_writers_refuse_bad_counts_before_writing(tmp_path) -> None:
-    from rank_lab.data.fixtures import write_image
-    from rank_lab.data.fixtures.ood import write_svhn
-    from rank_lab.data.fixtures.retrieval import cub_fixture
+    from rank_lab.fixtures import write_image
+    from rank_lab.fixtures.ood import write_svhn
+    from rank_lab.fixtures.retrieval import cub_fixture
 
     for kw, name in (({"n_classes": 0}, "n_classes"), ({"per_class": 1.5}, "per_class"), ({"size": -1}, "size"),
                      ({"seed": -1}, "seed")):

@@ -17,23 +17,18 @@ from torch.utils.data import Dataset
 
 import rank_lab.fewshot as F
 from rank_lab._validation import check_finite_input, check_input, defer_finite_checks
+from rank_lab.book.publish import colab_links
+from rank_lab.book.publish import main as publish_main
 from rank_lab.cost import format_duration
 from rank_lab.data import make_open_set
+from rank_lab.engine.checkpoint import atomic_write_json, set_rng_state
+from rank_lab.engine.guard import NonFiniteTrainingError
 from rank_lab.memory import CrossBatchMemory, MemoryLoss
 from rank_lab.models import EmbeddingHead, GeM, MLPBackbone, ModelConfig, TinyCNN, build_model
-from rank_lab.publish import colab_links
-from rank_lab.publish import main as publish_main
-from rank_lab.train import (
-    TrainConfig,
-    Trainer,
-    all_gather_with_grad,
-    embed_dataset,
-    init_distributed,
-)
-from rank_lab.train.checkpoint import atomic_write_json, set_rng_state
-from rank_lab.train.launch import launch_local
+from rank_lab.train import TrainConfig, Trainer, embed_dataset
+from rank_lab.train.distributed import all_gather_with_grad, init_distributed
+from rank_lab.train.distributed.launch import launch_local
 from rank_lab.train.multistage import embed_in_chunks
-from rank_lab.train.trainer import NonFiniteTrainingError
 
 
 # ------------------------------------------------------------------------------ module inputs

@@ -15,8 +15,8 @@ import torch
 from rank_lab import book
 from rank_lab.book.cells import injected_cell_source, parse_parameters_cell
 from rank_lab.book.parameters import ParameterError, ParameterTypeError, parse_cli_value
+from rank_lab.book.provenance import SCHEMA
 from rank_lab.book.results import (
-    SCHEMA,
     check_document,
     failed_document,
     key_figures,

@@ -1,7 +1,7 @@
 """Every real-data branch of every notebook runs, on a tiny fixture in the dataset's published layout.
 
 For each notebook and each real dataset its front matter offers (``dataset`` choices other than the
-offline ``synthetic`` / ``digits``), :func:`rank_lab.data.fixtures.write_fixture` writes a few
+offline ``synthetic`` / ``digits``), :func:`rank_lab.fixtures.write_fixture` writes a few
 32-pixel images in that dataset's published layout, and :func:`rank_lab.book.run_notebook` runs the
 notebook on it in smoke mode with ``weights="none"`` (random initialisation, no download), a tiny
 backbone where the notebook takes one, and one short epoch. The run must end with ``status: "ok"``,
@@ -32,7 +32,7 @@ from rank_lab.book import (
     notebook_schema,
     run_notebook,
 )
-from rank_lab.data.fixtures import write_fixture
+from rank_lab.fixtures import write_fixture
 
 REFERENCE = Path(__file__).resolve().parents[1] / "notebook_reference"
 #: Dataset options that need no data folder (bundled or generated).

@@ -18,7 +18,7 @@ from rank_lab.data.datasets.ood_sets import (
     load_textures,
 )
 from rank_lab.data.datasets.sources import torchvision_download
-from rank_lab.data.fixtures.ood import TORCHVISION_ARCHIVES, write_torchvision_archive
+from rank_lab.fixtures.ood import TORCHVISION_ARCHIVES, write_torchvision_archive
 
 
 class FakeDownloads:

@@ -16,8 +16,8 @@ from rank_lab.data.datasets.hierarchical_labels import (
     load_gldv2_hierarchical,
     load_hierarchical_dataset,
 )
-from rank_lab.data.fixtures.retrieval import write_dyml, write_gldv2, write_inaturalist, write_sop
 from rank_lab.data.hierarchical_sampler import HierarchicalSampler
+from rank_lab.fixtures.retrieval import write_dyml, write_gldv2, write_inaturalist, write_sop
 from rank_lab.metrics.hierarchical_relevance import shared_level
 
 

@@ -9,7 +9,7 @@ import torch
 
 from rank_lab.data.datasets import DatasetFolderError
 from rank_lab.data.datasets.landuse import LANDUSE_DATASETS, load_landuse, load_landuse_pool
-from rank_lab.data.fixtures.search import write_class_folders, write_landuse
+from rank_lab.fixtures.search import write_class_folders, write_landuse
 
 
 def _ucm(root: Path) -> Path:

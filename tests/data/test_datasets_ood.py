@@ -21,8 +21,8 @@ from rank_lab.data.datasets.ood_sets import (
     load_textures,
     load_tiny_imagenet,
 )
-from rank_lab.data.fixtures import write_image
-from rank_lab.data.fixtures.ood import (
+from rank_lab.fixtures import write_image
+from rank_lab.fixtures.ood import (
     cifar_rows,
     write_cifar10,
     write_cifar100,

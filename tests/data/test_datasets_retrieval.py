@@ -18,7 +18,7 @@ from rank_lab.data.datasets.inaturalist import load_inaturalist
 from rank_lab.data.datasets.retrieval import load_retrieval_dataset
 from rank_lab.data.datasets.sop import load_sop
 from rank_lab.data.datasets.transforms import IMAGENET_MEAN, IMAGENET_STD, default_transform
-from rank_lab.data.fixtures.retrieval import (
+from rank_lab.fixtures.retrieval import (
     INAT_LEVELS,
     write_cars,
     write_cub,

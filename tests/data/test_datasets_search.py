@@ -15,14 +15,14 @@ from rank_lab.data.datasets.alegoria import load_alegoria
 from rank_lab.data.datasets.base import DatasetFolderError
 from rank_lab.data.datasets.revisited import load_r1m_list, load_revisited
 from rank_lab.data.datasets.sf300 import load_sf300
-from rank_lab.data.fixtures import write_image
-from rank_lab.data.fixtures.search import write_alegoria, write_revisited, write_sf300
 from rank_lab.data.procedural import (
     SOURCES,
     make_multi_source_images,
     write_alegoria_folder,
     write_image_folder,
 )
+from rank_lab.fixtures import write_image
+from rank_lab.fixtures.search import write_alegoria, write_revisited, write_sf300
 from rank_lab.retrieval.extract import (
     build_descriptor_net,
     extract_descriptors,

@@ -17,7 +17,7 @@ from rank_lab.data.datasets.scene_text import (
     read_icdar_folder,
     read_icdar_gt,
 )
-from rank_lab.data.fixtures.search import write_icdar, write_lmdb_words
+from rank_lab.fixtures.search import write_icdar, write_lmdb_words
 from rank_lab.metrics.detection import icdar15_evaluate
 
 lmdb = pytest.importorskip("lmdb")

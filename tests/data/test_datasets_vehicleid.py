@@ -14,7 +14,7 @@ from rank_lab.data.datasets.vehicleid import (
     read_vehicleid_attributes,
     read_vehicleid_list,
 )
-from rank_lab.data.fixtures.retrieval import write_vehicleid
+from rank_lab.fixtures.retrieval import write_vehicleid
 
 TRAIN = [("0000001", 2), ("0000002", 2), ("0000003", 7), ("0000004", 7)]
 TEST_800 = [("0000005", 11), ("0000006", 11), ("0000007", 12)]

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rank_lab.engine import lr_at
 from rank_lab.fewshot import (
     MultiDatasetSampler,
     allways_evaluate,
@@ -18,7 +19,6 @@ from rank_lab.fewshot import (
     global_class_ids,
 )
 from rank_lab.fewshot.synthetic import anisotropic_classes, make_multi_dataset
-from rank_lab.train import lr_at
 
 
 @pytest.fixture(autouse=True)

@@ -11,18 +11,19 @@ import pytest
 import torch
 from torch import nn
 
+from rank_lab.learned.box_images import make_box_dataset
 from rank_lab.learned.boxes import (
     BoxIoUTask,
     BoxRegressor,
     RotatedBoxPairBank,
     evaluate_box_regressor,
     fit_box_regressor,
-    make_box_dataset,
     metric_tracking,
     perturb_boxes,
     predict_boxes,
 )
 from rank_lab.learned.edit_task import CTCEditPairGenerator, EditDistanceTask, random_ctc_path
+from rank_lab.learned.embeddings import BoxMLP, CharCNN
 from rank_lab.learned.feds import FEDSConfig, FEDSTrainer, feds_filter, feds_loss, feds_mask
 from rank_lab.learned.recognizer import (
     CRNN,
@@ -33,16 +34,10 @@ from rank_lab.learned.recognizer import (
     greedy_decode,
 )
 from rank_lab.learned.render import WordRenderer, make_word_dataset, random_words
-from rank_lab.learned.surrogate import (
-    BoxMLP,
-    CharCNN,
-    EmbeddingSurrogate,
-    LSConfig,
-    SurrogateTrainer,
-    evaluate_surrogate,
-    surrogate_loss,
-)
-from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate, rotated_iou
+from rank_lab.learned.surrogate_model import EmbeddingSurrogate, LSConfig, surrogate_loss
+from rank_lab.learned.surrogate_trainer import SurrogateTrainer, evaluate_surrogate
+from rank_lab.metrics.detection import decode_box6, encode_box6, icdar15_evaluate
+from rank_lab.metrics.rotated_iou import rotated_iou
 from rank_lab.metrics.text import levenshtein_reference
 
 
@@ -440,7 +435,7 @@ def test_metric_tracking_against_a_brute_force_correlation(box_setup: tuple) -> 
 
 
 def test_proxy_training_resumes_exactly_from_a_checkpoint(box_setup: tuple, tmp_path) -> None:
-    from rank_lab.learned.recognizer import fit_proxy
+    from rank_lab.learned.proxy_training import fit_proxy
 
     images, boxes, _ = box_setup
     target = encode_box6(boxes).float()

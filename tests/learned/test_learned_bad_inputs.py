@@ -31,8 +31,8 @@ from rank_lab.learned import (
     make_box_dataset,
     surrogate_loss,
 )
-from rank_lab.learned.recognizer import fit_proxy
-from rank_lab.learned.surrogate import SurrogateTask, ls_model_loss
+from rank_lab.learned.proxy_training import fit_proxy
+from rank_lab.learned.surrogate_model import SurrogateTask, ls_model_loss
 
 NAN = float("nan")
 

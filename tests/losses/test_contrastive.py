@@ -10,20 +10,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rank_lab.losses.contrastive import (
-    ESupConLoss,
-    SimCLRLoss,
-    SupConLoss,
-    cross_entropy_loss,
-    esupcon_loss,
-    esupcon_terms,
-    nt_xent_loss,
-    smooth_max_ce_supcon,
-    spce_logits,
-    spce_loss,
-    supcon_loss,
-    tightness_loss,
-)
+from rank_lab.losses.contrastive import cross_entropy_loss, spce_logits, spce_loss, tightness_loss
+from rank_lab.losses.esupcon import ESupConLoss, esupcon_loss, esupcon_terms, smooth_max_ce_supcon
+from rank_lab.losses.supcon import SimCLRLoss, SupConLoss, nt_xent_loss, supcon_loss
 from rank_lab.models.heads import PrototypeClassifier, class_means
 
 
@@ -230,26 +219,6 @@ def test_bad_inputs_name_the_argument():
         supcon_loss(z, y % 3, reduction="bogus")  # was silently "mean"
     with pytest.raises(ValueError, match="l_ce must be >= 0"):
         smooth_max_ce_supcon(torch.tensor([-2.0]), torch.tensor([-2.0]))  # was log of a negative number: NaN
-
-
-def test_the_old_module_path_still_serves_every_name_with_a_deprecation_warning():
-    import rank_lab.data.perturbations as data_tools
-    import rank_lab.losses.contrastive as losses
-    import rank_lab.losses.esupcon as esupcon
-    import rank_lab.losses.supcon as supcon
-    import rank_lab.models.heads as heads
-
-    homes = {"supcon_loss": supcon, "ESupConLoss": esupcon, "SimCLRLoss": supcon, "spce_loss": losses,
-             "smooth_max_ce_supcon": esupcon, "PrototypeClassifier": heads,
-             "class_means": heads, "prototype_logits": heads, "imbalanced_indices": data_tools, "two_views": data_tools}
-    for name, home in homes.items():
-        with pytest.warns(DeprecationWarning, match=f"contrastive_cls.{name} moved: use {home.__name__}.{name}"):
-            from rank_lab.losses import contrastive_cls
-            assert getattr(contrastive_cls, name) is getattr(home, name)
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        from rank_lab.losses import contrastive_cls
-
-        contrastive_cls.nope  # noqa: B018
 
 
 # ------------------------------------------------------------------ the common 4-argument call (issue 17)

@@ -149,13 +149,6 @@ def test_presets_and_build_loss():
         happier()
     with pytest.raises(ValueError, match="HAPPIER_F"):
         happier_f(8, 5, dataset="cub")
-    # the former home and dict still answer, with a DeprecationWarning
-    import rank_lab.losses.hierarchical as former
-
-    with pytest.warns(DeprecationWarning, match="hierarchical.happier moved: use rank_lab.losses.presets.happier"):
-        assert former.happier is happier
-    with pytest.warns(DeprecationWarning, match="HIERARCHICAL_PRESETS"):
-        assert former.HIERARCHICAL_PRESETS == {"happier": happier, "happier_f": happier_f, "rod_ndcg": rod_ndcg}
     wap = SupHAP(relevance="weighted_ap", weights=[0.2, 0.3, 0.5])
     assert torch.isfinite(wap(emb, lab))
     with pytest.raises(ValueError, match="weights"):

@@ -296,15 +296,8 @@ def test_self_exclusion_choices():
     valid = ~torch.eye(8, dtype=torch.bool)
     assert drop.item() == pytest.approx(SupAP().forward_scores(s, y, valid).item(), abs=1e-12)
     assert keep.item() < drop.item()  # the query itself is a free positive ranked first
-    # one vocabulary: the deprecated boolean still works, with a warning naming query_role
-    with pytest.warns(DeprecationWarning, match="use query_role='positive'"):
-        old = SupAP(include_query_as_positive=True)
-    assert old.query_role == "positive" and old.include_query_as_positive
-    assert old(emb, lab).item() == keep.item()
     with pytest.raises(ValueError, match="does not support 'competitor'"):
         SupAP(query_role="competitor")  # only the R@k surrogates rank the query as a competitor
-    with pytest.raises(TypeError, match="pass query_role only"):
-        SupAP(include_query_as_positive=True, query_role="positive")
 
 
 def test_reductions_and_no_positive_handling():
@@ -627,9 +620,9 @@ def test_rod_combination_and_presets():
 def test_build_loss_names_every_loss_and_preset():
     needs = {"proxy_dg", "norm_softmax", "proxy_nca_pp", "roadmap_tpami", "rod_recall"}
     names = [
-        "smooth_ap", "sup_ap", "smooth_recall", "sup_recall", "pair_dg", "calibration", "proxy_dg",
+        "smooth_ap", "sup_ap", "smooth_recall", "sup_recall", "pair_dg", "proxy_dg",
         "norm_softmax", "proxy_nca_pp", "fast_ap", "softbin_ap", "blackbox_ap", "contrastive",
-        "xbm_contrastive", "triplet", "roadmap_neurips", "roadmap_tpami", "rod_recall",
+        "triplet", "roadmap_neurips", "roadmap_tpami", "rod_recall",
     ]  # the names of this module's losses (other modules register more in LOSSES)
     assert set(names) <= set(LOSSES)
     emb, lab = _data(23, n=8, d=4, n_cls=2)

@@ -320,43 +320,4 @@ def test_surrogate_options_are_checked():
     s, p = torch.randn(2, 5), torch.tensor([[True, False, True, False, False], [False, True, True, False, False]])
     with pytest.raises(ValueError, match=r"no_positive must be one of \('raise', 'zero'\)"):
         recall_at_k_surrogate(s, p, ks=(1,), no_positive="bogus")  # was accepted while every query has a positive
-    with pytest.raises(TypeError, match="chunk_size must be a positive int"):
-        SmoothRecallAtK(chunk_size=1.5)  # deprecated (ignored), still checked
 
-
-# ------------------------------------------------------------------ the former names (issue 17)
-def test_former_names_build_the_same_loss_with_a_deprecation_warning():
-    from rank_lab.losses import RecallAtKSurrogate, build_loss
-
-    emb, labels = batch(n_classes=3, m=4, d=6, seed=13)
-    new = SmoothRecallAtK(ks=(1, 2, 4), tau_star=(1.0, 2.0, 1.0), tau=0.05, query_role="competitor", normalization="positives")
-    with pytest.warns(DeprecationWarning, match="RecallAtKSurrogate is deprecated: use rank_lab.losses.SmoothRecallAtK"):
-        old = RecallAtKSurrogate(ks=(1, 2, 4), tau1=(1.0, 2.0, 1.0), tau2=0.05, include_query_in_rank=True,
-                                 normalization="positives")
-    assert isinstance(old, SmoothRecallAtK) and old.taus1 == new.tau_star and old.tau2 == new.tau
-    assert old.include_query_in_rank and old.clip is False
-    assert float(old(emb, labels)) == float(new(emb, labels))
-    for name in ("smooth_recall", "rs_at_k", "recall_at_k_surrogate"):
-        assert type(build_loss(name)) is SmoothRecallAtK
-    with pytest.warns(DeprecationWarning, match=r"tau1=\.\.\.\) is deprecated: use tau_star"):
-        via_registry = build_loss("rs_at_k", ks=(1, 2, 4), tau1=(1.0, 2.0, 1.0), tau2=0.05, include_query_in_rank=True,
-                                  normalization="positives")
-    assert float(via_registry(emb, labels)) == float(new(emb, labels))
-    with pytest.warns(DeprecationWarning, match="chunk_size=...\\) is no longer used"):
-        chunked = SmoothRecallAtK(ks=(1, 2, 4), tau=0.05, chunk_size=3)
-    assert float(chunked(emb, labels)) == float(SmoothRecallAtK(ks=(1, 2, 4), tau=0.05)(emb, labels))
-    with pytest.raises(ValueError, match="never counts the query as its own positive"):
-        RecallAtKSurrogate(include_query_as_positive=True)
-    with pytest.raises(TypeError, match="pass query_role only"):
-        SmoothRecallAtK(include_query_in_rank=True, query_role="competitor")
-    s, p = torch.rand(3, 6, dtype=torch.float64), torch.zeros(3, 6, dtype=torch.bool)
-    p[0, 1] = p[1, 2] = True
-    with pytest.warns(DeprecationWarning, match="no_positive='zero'"):
-        old_f = recall_at_k_surrogate(s, p, ks=(1, 2), tau1=2.0, tau2=0.1, no_positive="ignore")
-    torch.testing.assert_close(old_f, recall_at_k_surrogate(s, p, ks=(1, 2), tau_star=2.0, tau=0.1, no_positive="zero"))
-    assert float(old_f[2]) == 0.0
-    with pytest.warns(DeprecationWarning, match="use tau="):
-        ranks, _, _ = smooth_positive_ranks(s, p, tau2=0.1)
-    torch.testing.assert_close(ranks, smooth_positive_ranks(s, p, tau=0.1)[0])
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        smooth_positive_ranks(s, p, tau3=0.1)

@@ -22,7 +22,6 @@ from rank_lab.ood import (
     HybridEnergy,
     LogitEnergy,
     ReAct,
-    ResFlow,
     ResidualMLP,
     ZeroEnergy,
     avg_pool,
@@ -34,7 +33,7 @@ from rank_lab.ood import (
     sgld,
     std_pool,
 )
-from rank_lab.ood.resflow import LipSwish
+from rank_lab.ood.resflow import LipSwish, ResFlow
 from rank_lab.ood.toy import SmallConvNet, energy_grid, train_classifier
 
 NAN = float("nan")

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from rank_lab.metrics.ood import auroc
-from rank_lab.ood import ResFlow
-from rank_lab.ood.resflow import InvertibleResidualBlock, ResidualFlow
+from rank_lab.ood.resflow import InvertibleResidualBlock, ResFlow, ResidualFlow
 
 
 def _blobs(n: int, seed: int, shift: float = 0.0) -> dict[str, torch.Tensor]:

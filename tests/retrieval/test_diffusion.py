@@ -14,13 +14,8 @@ from hypothesis import strategies as st
 import rank_lab.retrieval.graph as graph_mod
 import rank_lab.retrieval.multi_descriptor as md_mod
 from rank_lab.metrics import average_precision
-from rank_lab.retrieval.diffusion import (
-    build_graph,
-    conjugate_gradient,
-    diffusion_search,
-    offline_diffusion,
-    query_vectors,
-)
+from rank_lab.retrieval.diffusion import diffusion_search, offline_diffusion
+from rank_lab.retrieval.diffusion_graph import build_graph, conjugate_gradient, query_vectors
 from rank_lab.retrieval.graph import (
     in_neighbour_lists,
     normalize_graph,

@@ -16,7 +16,7 @@ from rank_lab.retrieval._diffusion_blocks import (
     truncated_solve,
 )
 from rank_lab.retrieval._diffusion_kernels import block_cg
-from rank_lab.retrieval.diffusion import build_graph
+from rank_lab.retrieval.diffusion_graph import build_graph
 
 
 def _x(n: int, d: int, seed: int) -> torch.Tensor:

@@ -10,15 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rank_lab.metrics import average_precision
+from rank_lab.retrieval.cross_source import cross_domain_evaluate, grouped_map, multilabel_targets
 from rank_lab.retrieval.protocols import (
-    cross_domain_evaluate,
-    grouped_map,
-    mean_ci,
-    multilabel_targets,
     revisited_evaluate,
     revisited_masks,
     trapezoid_ap_from_positions,
 )
+from rank_lab.stats import mean_ci
 
 # ----------------------------------------------------------------------------- cross-source
 

@@ -23,16 +23,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 from rank_lab.data import MPerClassSampler, make_open_set
+from rank_lab.engine import load_checkpoint
 from rank_lab.losses import SupAP
-from rank_lab.train import (
-    DistributedMPerClassSampler,
-    DistributedTrainer,
-    TrainConfig,
-    Trainer,
-    load_checkpoint,
-)
-from rank_lab.train.distributed import (
-    DistEnv,
+from rank_lab.train import TrainConfig, Trainer
+from rank_lab.train.distributed import DistributedMPerClassSampler, DistributedTrainer
+from rank_lab.train.distributed.collectives import (
     all_gather_tensor,
     all_gather_with_grad,
     all_reduce_mean,
@@ -40,6 +35,7 @@ from rank_lab.train.distributed import (
     cleanup_distributed,
     init_distributed,
 )
+from rank_lab.train.distributed.env import DistEnv
 
 WORLD = 2
 _DATA = dict(n_classes=16, per_class=16, dim=8, input_dim=16)
@@ -143,7 +139,7 @@ def _worker(rank: int, port: int, tmp: str) -> None:
                     "local_batch": tr.sampler.local_batch_size}
         tr.save_checkpoint(tmp_p / f"explicit_{rank}.pt")  # only rank 0 writes
 
-        from rank_lab.train.launch import main
+        from rank_lab.train.distributed.launch import main
 
         cfg_path = tmp_p / "B.json"
         if rank == 0:
@@ -434,7 +430,7 @@ def test_multistage_in_the_single_process_trainer_matches_one_pass():
 
 
 def test_launcher_config_and_data(tmp_path):
-    from rank_lab.train.launch import build_data, load_config
+    from rank_lab.train.distributed.launch import build_data, load_config
 
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({**CFG_B, "dataset": "synthetic", "data": _DATA}))
@@ -543,7 +539,7 @@ def test_sharded_index_on_gpus():
 # ----------------------------------------------------------------------------- local batches
 def test_local_batch_loss_is_the_mean_of_the_slice_losses_and_differs_from_the_gathered_loss():
     from rank_lab.losses import SupAP
-    from rank_lab.train import LocalBatchLoss
+    from rank_lab.train.distributed import LocalBatchLoss
 
     gen = torch.Generator().manual_seed(5)
     emb = torch.randn(16, 6, generator=gen, dtype=torch.float64, requires_grad=True)

@@ -8,11 +8,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab.losses import SmoothRecallAtK
+from rank_lab.models.backbones import lock_batchnorm
 from rank_lab.models.recall_head import RecallEmbedder, RecallHead
 from rank_lab.train.multistage import (
     embed_in_chunks,
     fit_multistage,
-    lock_batchnorm,
     multistage_backward,
     multistage_step,
 )

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from rank_lab.data import make_open_set
-from rank_lab.train import RECIPES, TrainConfig, Trainer, list_recipes, load_checkpoint, lr_at
+from rank_lab.engine import load_checkpoint, lr_at
+from rank_lab.train import RECIPES, TrainConfig, Trainer, list_recipes
 
 
 class PairLoss(nn.Module):
@@ -114,17 +115,6 @@ def test_recipes_transcribe_the_papers():
     over = TrainConfig.recipe("roadmap_sop", epochs=2, weights_path="/x/r50.pth")
     assert over.epochs == 2 and over.model.weights_path == "/x/r50.pth" and over.lr == 5e-5
     assert TrainConfig.from_dict({"recipe": "roadmap_inat", "epochs": 3}).lr == 1e-5
-    # the former names of the recipe entry points: same configs
-    saved = TrainConfig.recipe("roadmap_sop").to_dict()
-    saved["preset_name"] = saved.pop("recipe_name")  # a config saved under the former field name
-    assert TrainConfig.from_dict(saved) == TrainConfig.recipe("roadmap_sop")
-    with pytest.raises(ValueError, match="not both"):
-        TrainConfig.from_dict({**saved, "recipe_name": "roadmap_sop"})
-    with pytest.warns(DeprecationWarning, match="TrainConfig.recipe"):
-        assert TrainConfig.preset("roadmap_sop", epochs=2) == TrainConfig.recipe("roadmap_sop", epochs=2)
-    assert TrainConfig.from_dict({"preset": "roadmap_inat"}) == TrainConfig.from_dict({"recipe": "roadmap_inat"})
-    with pytest.raises(ValueError, match="not both"):
-        TrainConfig.from_dict({"preset": "roadmap_inat", "recipe": "roadmap_sop"})
     assert set(list_recipes()) == set(RECIPES) and all(list_recipes().values())
     with pytest.raises(ValueError, match="unknown recipe"):
         TrainConfig.recipe("roadmap_xyz")

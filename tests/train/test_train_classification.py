@@ -46,12 +46,5 @@ def test_classifier_sizes_by_keyword_in_the_package_order():
 
     model = ContrastiveClassifier(torch.nn.Linear(3, 5), n_classes=2, dim=5, method="ce")
     assert model.linear.weight.shape == (2, 5)  # (n_classes, dim)
-    with pytest.raises(TypeError, match="by keyword"):
-        ContrastiveClassifier(torch.nn.Linear(3, 5), 5, 2, "ce")  # the former positional order
     with pytest.raises(TypeError, match="n_classes= and dim="):
         ContrastiveClassifier(torch.nn.Linear(3, 5), n_classes=2)
-    with pytest.warns(DeprecationWarning, match="feat_dim"):
-        old = ContrastiveClassifier(torch.nn.Linear(3, 5), n_classes=2, feat_dim=5, method="ce")
-    assert old.linear.weight.shape == (2, 5)
-    with pytest.raises(TypeError, match="not both"):
-        ContrastiveClassifier(torch.nn.Linear(3, 5), n_classes=2, dim=5, feat_dim=5)

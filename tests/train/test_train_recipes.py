@@ -60,28 +60,6 @@ def test_train_config_recipes():
     assert "sop_resnet50" in RECALL_RECIPES and "roadmap_sop" in RECIPES  # two kinds of recipes, one module
 
 
-def test_former_names_answer_with_a_deprecation_warning():
-    import rank_lab.losses.recall_presets as former_losses
-    import rank_lab.train as train
-    import rank_lab.train.config as config
-
-    with pytest.warns(DeprecationWarning, match="recall_presets.get_recall_preset moved: use rank_lab.train.recipes"):
-        get_recall_preset = former_losses.get_recall_preset
-    assert get_recall_preset is get_recall_recipe
-    with pytest.warns(DeprecationWarning, match="RECALL_PRESETS moved"):
-        assert former_losses.RECALL_PRESETS is RECALL_RECIPES
-    with pytest.warns(DeprecationWarning, match="list_recall_presets moved"):
-        assert former_losses.list_recall_presets() == list_recall_recipes()
-    with pytest.warns(DeprecationWarning, match="RecallRecipe moved"):
-        assert former_losses.RecallRecipe is RecallRecipe
-    with pytest.warns(DeprecationWarning, match=r"get_recall_recipe\(tau1=...\) is deprecated: use tau_star"):
-        assert get_recall_recipe("sop_resnet50", tau1=2.0).tau_star == 2.0
-    with pytest.warns(DeprecationWarning, match="rank_lab.train.PRESETS moved: use rank_lab.train.recipes.RECIPES"):
-        assert train.PRESETS is RECIPES
-    with pytest.warns(DeprecationWarning, match="list_presets moved"):
-        assert config.list_presets() == list_recipes()
-
-
 @pytest.mark.parametrize("name", ["sop_vit_b16", "cars196_vit_b32", "gldv1_resnet101"])
 def test_recall_recipe_schedule_is_torch_multisteplr(name):
     """The engine's "step" schedule of a recipe gives, at every optimiser step, the rate that torch's

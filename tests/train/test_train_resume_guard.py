@@ -7,8 +7,10 @@ import torch
 from torch import nn
 
 from rank_lab.data import make_open_set
-from rank_lab.train import DistributedTrainer, TrainConfig, Trainer, load_checkpoint
-from rank_lab.train.trainer import NonFiniteTrainingError
+from rank_lab.engine import load_checkpoint
+from rank_lab.engine.guard import NonFiniteTrainingError
+from rank_lab.train import TrainConfig, Trainer
+from rank_lab.train.distributed import DistributedTrainer
 
 
 class PairLoss(nn.Module):

@@ -3,7 +3,7 @@
 Rank losses improve with the size of the batch they rank (the decomposability gap of Eq. 3.6 of the
 Ramzi thesis shrinks as ``B / N`` grows), so the batch of a multi-GPU run must be ranked as *one*
 batch, not as ``W`` independent ones. This module gives the three pieces
-:class:`~rank_lab.train.distributed_trainer.DistributedTrainer` builds on:
+:class:`~rank_lab.train.distributed.trainer.DistributedTrainer` builds on:
 
 * :func:`init_distributed` -- joins the process group that ``torchrun`` describes in the environment
   (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); NCCL on CUDA, gloo on
@@ -18,8 +18,7 @@ batch, not as ``W`` independent ones. This module gives the three pieces
   loss of the concatenated batch. More generally (ranks computing different losses ``L_r``) the
   parameters receive the gradient of ``(1/W) sum_r L_r``. (``torch.distributed.nn.all_gather`` has
   the same convention but needs ``reduce_scatter``, which gloo lacks.)
-* :class:`DistributedMPerClassSampler` (in :mod:`rank_lab.train.distributed_sampler`, re-exported
-  here) -- the global m-per-class batch of :class:`rank_lab.data.MPerClassSampler` (a function of
+* :class:`~rank_lab.train.distributed.sampler.DistributedMPerClassSampler` -- the global m-per-class batch of :class:`rank_lab.data.MPerClassSampler` (a function of
   ``(seed, epoch)`` only), cut into ``W``
   contiguous slices of whole class groups: the ``m`` images of a class sit on one rank, every rank
   gets ``batch_size / W`` items and the same number of batches, and the concatenation of the slices
@@ -43,8 +42,7 @@ from rank_lab._validation import (
     check_module,
     check_nonneg_int,
 )
-from rank_lab.train.dist_env import DistEnv, current_env, env_int
-from rank_lab.train.distributed_sampler import DistributedMPerClassSampler  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
+from rank_lab.train.distributed.env import DistEnv, current_env, env_int
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = [

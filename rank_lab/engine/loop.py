@@ -7,7 +7,7 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
 * **step**: zero the gradients, run the step function (under autocast with ``amp`` on CUDA, and
   :func:`~rank_lab._validation.defer_finite_checks`, so that a NaN inside a model reaches the guard),
   back-propagate (through the ``GradScaler``), clip the global gradient norm (``grad_clip``), step;
-* **learning-rate schedule**: :class:`~rank_lab.train.schedule.Schedule` (the one schedule), set
+* **learning-rate schedule**: :class:`~rank_lab.engine.schedule.Schedule` (the one schedule), set
   from the global step before every step;
 * **NaN guard**: a NaN/inf loss or gradient raises :class:`NonFiniteTrainingError` (naming the
   epoch, the step, the batch's dataset indices and the last good checkpoint) before the step is
@@ -15,10 +15,10 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
 * **checkpoint/resume**: modules, optimisers, grad scaler, named generators, the Python / NumPy /
   torch (CUDA) RNG states, epoch, step and history, written atomically every ``checkpoint_every``
   epochs and resumed from when the file exists (``resume``). A resumed run equals the straight run
-  bit for bit (tested for every loop, ``tests/train/test_train_engine.py``). **Resume rule**
+  bit for bit (tested for every loop, ``tests/engine/test_training_engine.py``). **Resume rule**
   (``docs/decisions.md``): a checkpoint records the run's configuration and schedule; resuming is
   refused (``ValueError``, saying how to start a new run) unless it continues the same run, or makes
-  a run whose schedule does not depend on its length (:data:`~rank_lab.train.schedule.LENGTH_FREE`) longer;
+  a run whose schedule does not depend on its length (:data:`~rank_lab.engine.schedule.LENGTH_FREE`) longer;
 * **progress**: one tqdm bar (``progress``).
 
 Step-based loops (a number of steps rather than epochs) run one step per "epoch" (``unit="step"``),
@@ -37,11 +37,11 @@ from torch import nn
 
 from rank_lab._progress import tqdm
 from rank_lab._validation import defer_finite_checks
-from rank_lab.train.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
-from rank_lab.train.guard import NonFiniteTrainingError, check_resume, describe_batch
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.options import Batch, EngineConfig, StepResult
-from rank_lab.train.schedule import Schedule
+from rank_lab.engine.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
+from rank_lab.engine.guard import NonFiniteTrainingError, check_resume, describe_batch
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.schedule import Schedule
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["Engine", "fit"]
@@ -54,7 +54,7 @@ class Engine:
 
     Args:
         modules: the trained modules by name (the first is the model; a module named ``"model"``
-            is what :func:`~rank_lab.train.load_checkpoint` returns as ``ckpt["model"]``), or one module.
+            is what :func:`~rank_lab.engine.load_checkpoint` returns as ``ckpt["model"]``), or one module.
         optimizers: the optimisers by name, or one (named ``"optimizer"``).
         config: an :class:`EngineConfig` (default: one epoch, no checkpoint).
         device: the device of the modules (decides AMP; default: CUDA when present).

@@ -4,7 +4,7 @@ Rank losses must rank the batch of a multi-GPU run as *one* batch (Ramzi thesis 
 decomposability gap shrinks as ``B / N`` grows), so the global batch is drawn once, from
 ``(seed, epoch)`` only, and cut into ``W`` contiguous slices of whole class groups. The slices of
 all ranks concatenated in rank order *are* the single-process batch, which makes checkpoints
-rank-agnostic (see :mod:`rank_lab.train.distributed`, which re-exports the class).
+rank-agnostic (see :mod:`rank_lab.train.distributed`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch.utils.data import Sampler
 
 from rank_lab._validation import check_labels, check_positive_int
 from rank_lab.data import MPerClassSampler
-from rank_lab.train.dist_env import current_env
+from rank_lab.train.distributed.env import current_env
 
 __all__ = ["DistributedMPerClassSampler"]
 

@@ -2,11 +2,11 @@
 
 One GPU, or the CPU::
 
-    python -m rank_lab.train.launch --config cfg.json
+    python -m rank_lab.train.distributed.launch --config cfg.json
 
 ``N`` GPUs of one node (one process per GPU; ``batch_size`` in the config is the global batch)::
 
-    torchrun --standalone --nproc_per_node=N -m rank_lab.train.launch --config cfg.json
+    torchrun --standalone --nproc_per_node=N -m rank_lab.train.distributed.launch --config cfg.json
 
 Several nodes: the same command on every node with ``--nnodes``, ``--node_rank`` and a rendezvous
 endpoint (see the SLURM script of the book page "Scaling up"). The config file is a JSON
@@ -35,8 +35,8 @@ from rank_lab._validation import check_float, check_positive_int
 from rank_lab.data import load_digits, make_open_set
 from rank_lab.data.datasets.retrieval import load_retrieval_dataset
 from rank_lab.train.config import TrainConfig
-from rank_lab.train.distributed import cleanup_distributed, init_distributed
-from rank_lab.train.distributed_trainer import DistributedTrainer
+from rank_lab.train.distributed.collectives import cleanup_distributed, init_distributed
+from rank_lab.train.distributed.trainer import DistributedTrainer
 
 __all__ = ["build_data", "load_config", "run", "main", "launch_local"]
 
@@ -116,7 +116,7 @@ def run(
     eval_gpus: int | None = None,
     timeout_s: float = 1800.0,
 ) -> Any:
-    """Build the data (unless given) and a :class:`~rank_lab.train.DistributedTrainer`, fit it, return it.
+    """Build the data (unless given) and a :class:`~rank_lab.train.distributed.DistributedTrainer`, fit it, return it.
 
     The process group is created from the ``torchrun`` environment (an existing one is reused and
     left alone; one created here is destroyed at the end).
@@ -147,8 +147,8 @@ def _as_config(config: object) -> TrainConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
-    """``python -m rank_lab.train.launch --config cfg.json [--set key=value ...]``; returns the trainer."""
-    ap = argparse.ArgumentParser(prog="python -m rank_lab.train.launch", description=__doc__.split("\n\n")[0])
+    """``python -m rank_lab.train.distributed.launch --config cfg.json [--set key=value ...]``; returns the trainer."""
+    ap = argparse.ArgumentParser(prog="python -m rank_lab.train.distributed.launch", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=None, help="JSON TrainConfig (+ optional 'data' kwargs)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key (repeatable)")
@@ -174,7 +174,7 @@ def launch_local(
     timeout: float = 600.0,
     dry_run: bool = False,
 ) -> dict[str, Any]:
-    """Run ``torchrun --standalone --nproc_per_node=nproc -m rank_lab.train.launch`` and return its log.
+    """Run ``torchrun --standalone --nproc_per_node=nproc -m rank_lab.train.distributed.launch`` and return its log.
 
     Args:
         config: the run's config (``log_path`` defaults to ``workdir/log.json``).
@@ -213,7 +213,7 @@ def launch_local(
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "rank_lab.train.launch", "--config", str(cfg_path)]
+           "-m", "rank_lab.train.distributed.launch", "--config", str(cfg_path)]
     if dry_run:
         return {"command": cmd, "config_path": str(cfg_path), "log_path": str(log_path),
                 "env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"], "PYTHONPATH": env["PYTHONPATH"]}}

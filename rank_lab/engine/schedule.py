@@ -1,7 +1,7 @@
 """The one learning-rate schedule of rank_lab's training loops (:func:`lr_at`, :class:`Schedule`).
 
 Every loop of the package sets its learning rates from the global optimiser step through
-:func:`lr_at` (the engine does it before every step, :class:`rank_lab.train.engine.Engine`), so a
+:func:`lr_at` (the engine does it before every step, :class:`rank_lab.engine.loop.Engine`), so a
 resumed run needs only the step to continue the schedule. The kinds:
 
 * ``"constant"``: the base rate.

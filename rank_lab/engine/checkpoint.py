@@ -1,10 +1,10 @@
 """Checkpoint helpers of the engine: atomic writes, RNG state capture/restore, reading a checkpoint.
 
 A run interrupted at any point and resumed from its last checkpoint reproduces the uninterrupted
-run exactly (on the same device): the engine's checkpoint (:class:`rank_lab.train.engine.Engine`)
+run exactly (on the same device): the engine's checkpoint (:class:`rank_lab.engine.loop.Engine`)
 holds the modules, optimisers, grad scaler, generators, the Python / NumPy / torch (and CUDA) RNG
 states and the history; the batches depend only on the seed, the epoch and those generators, and
-the learning rate only on the global step (:func:`rank_lab.train.schedule.lr_at`, re-exported here).
+the learning rate only on the global step (:func:`rank_lab.engine.schedule.lr_at`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from rank_lab.train.schedule import lr_at  # noqa: F401 - re-exported (listed in its defining module's __all__ only)
 
 __all__ = ["atomic_save", "atomic_write_json", "get_rng_state", "set_rng_state", "load_checkpoint"]
 

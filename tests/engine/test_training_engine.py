@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import nn
 
-from rank_lab.train import (
+from rank_lab.engine import (
     Batch,
     Engine,
     EngineConfig,
@@ -30,8 +30,8 @@ from rank_lab.train import (
     fit,
     lr_at,
 )
-from rank_lab.train.engine import StepResult
-from rank_lab.train.guard import check_resume
+from rank_lab.engine.guard import check_resume
+from rank_lab.engine.options import StepResult
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +48,8 @@ def _one_thread():
 def _trainer(ckpt: Path | None, distributed: bool = False):
     from rank_lab.data import make_open_set
     from rank_lab.losses import SmoothAP
-    from rank_lab.train import DistributedTrainer, TrainConfig, Trainer
+    from rank_lab.train import TrainConfig, Trainer
+    from rank_lab.train.distributed import DistributedTrainer
 
     s = make_open_set(n_classes=8, per_class=8, dim=8, input_dim=12, seed=0)
     cfg = TrainConfig.from_dict(dict(backbone="mlp", hidden_dims=(16,), embed_dim=8, batch_size=8, m_per_class=4, epochs=3,
@@ -120,7 +121,7 @@ def _surrogate(ckpt, feds: bool = False):
         LSConfig,
         SurrogateTrainer,
     )
-    from rank_lab.learned.boxes import make_box_dataset
+    from rank_lab.learned.box_images import make_box_dataset
     from rank_lab.learned.embeddings import BoxMLP
 
     images, boxes = make_box_dataset(32, size=16, seed=0)
@@ -148,7 +149,8 @@ def _ctc(ckpt):
 
 
 def _box_regressor(ckpt):
-    from rank_lab.learned.boxes import BoxRegressor, fit_box_regressor, make_box_dataset
+    from rank_lab.learned.box_images import make_box_dataset
+    from rank_lab.learned.boxes import BoxRegressor, fit_box_regressor
 
     images, boxes = make_box_dataset(24, size=16, seed=0)
     torch.manual_seed(0)
@@ -178,7 +180,7 @@ def _heat(ckpt):
 
 
 def _resflow(ckpt):
-    from rank_lab.ood import ResFlow
+    from rank_lab.ood.resflow import ResFlow
 
     g = torch.Generator().manual_seed(0)
     y = torch.arange(2).repeat_interleave(20)
@@ -396,7 +398,7 @@ def test_the_resume_rule_in_steps():
 
 
 def test_a_longer_tail_cosine_proxy_run_is_refused(tmp_path):
-    from rank_lab.learned.recognizer import fit_proxy
+    from rank_lab.learned.proxy_training import fit_proxy
 
     model, x = nn.Linear(2, 1), torch.randn(6, 2)
     kw = dict(batch_size=3, lr=1e-2, device="cpu", checkpoint=tmp_path / "p.pt")

@@ -1,6 +1,6 @@
 """The engine's options and step records: :class:`EngineConfig`, :class:`Batch`, :class:`StepResult`.
 
-The options every training loop of rank_lab shares (:class:`rank_lab.train.engine.Engine`): the run's
+The options every training loop of rank_lab shares (:class:`rank_lab.engine.loop.Engine`): the run's
 length, the checkpoint file and its period, resume, progress, mixed precision and gradient clipping.
 """
 

@@ -1,8 +1,7 @@
 """Algorithm 1 of the Patel thesis: the alternating training of a learned surrogate and a model.
 
-Implementation module of :class:`rank_lab.learned.surrogate.SurrogateTrainer` and
-:func:`rank_lab.learned.surrogate.evaluate_surrogate` (import them from there): the surrogate, its
-loss, the task interface and the configuration are in :mod:`rank_lab.learned.surrogate_model`.
+:class:`SurrogateTrainer` and :func:`evaluate_surrogate`; the surrogate, its loss, the task
+interface and the configuration are in :mod:`rank_lab.learned.surrogate_model`.
 """
 
 from __future__ import annotations
@@ -18,6 +17,9 @@ import torch
 from torch import nn
 
 from rank_lab._validation import check_choice, check_positive_int
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig, StepResult
 from rank_lab.learned._checks import check_module
 from rank_lab.learned.surrogate_model import (
     EmbeddingSurrogate,
@@ -26,11 +28,9 @@ from rank_lab.learned.surrogate_model import (
     ls_model_loss,
     surrogate_loss,
 )
-from rank_lab.train.engine import Batch, Engine, EngineConfig, StepResult
-from rank_lab.train.optim import build_optimizer
 from rank_lab.utils import get_device
 
-__all__: list[str] = []  # re-exported by rank_lab.learned.surrogate
+__all__ = ["SurrogateTrainer", "evaluate_surrogate"]
 
 
 class SurrogateTrainer:
@@ -41,7 +41,7 @@ class SurrogateTrainer:
     steps on ``model_loss(e_hat, e)`` with ``Phi`` frozen (gradients flow *through* ``h_Phi``).
     With :func:`ls_model_loss` this is LS; :class:`rank_lab.learned.feds.FEDSTrainer` plugs in
     the filtered loss of eq. 4.7 (Algorithm 2). The two phases are steps of one training engine
-    (:class:`rank_lab.train.engine.Engine`) with two optimisers (``opt_s``, ``opt_m``): the same
+    (:class:`rank_lab.engine.loop.Engine`) with two optimisers (``opt_s``, ``opt_m``): the same
     NaN guard, checkpoint/resume, progress and AMP as every loop of the package.
 
     Args:

@@ -1,8 +1,8 @@
 """Publish the built site (pages + ``.ipynb`` twins) to the repository's ``gh-pages`` branch.
 
-``make publish`` runs ``python -m rank_lab.publish check`` (refuse at once when the repository URL
+``make publish`` runs ``python -m rank_lab.book.publish check`` (refuse at once when the repository URL
 of ``_config.yml`` is unset or the working tree has uncommitted changes: the twins name the commit
-they were built from), then ``make book``, then ``python -m rank_lab.publish push``: ``ghp-import``
+they were built from), then ``make book``, then ``python -m rank_lab.book.publish push``: ``ghp-import``
 (the tool the Jupyter Book documentation uses) commits ``_build/html`` to ``gh-pages`` with a
 ``.nojekyll`` file (GitHub Pages would hide ``_static/`` and ``_notebooks/`` otherwise) and pushes
 it; then every "Open in Colab" link of the pages is checked against the files of that branch.
@@ -211,8 +211,8 @@ def publish(root: str | Path, html_dir: str | Path, *, remote: str = "origin", b
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rank_lab.publish check | push [--remote R] [--branch B] [--site DIR]``."""
-    ap = argparse.ArgumentParser(prog="python -m rank_lab.publish", description=__doc__.split("\n\n")[0])
+    """``python -m rank_lab.book.publish check | push [--remote R] [--branch B] [--site DIR]``."""
+    ap = argparse.ArgumentParser(prog="python -m rank_lab.book.publish", description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=("check", "push"))
     ap.add_argument("--root", default=".", help="the repository (default: the current folder)")
     ap.add_argument("--site", default="_build/html", help="the built site (default: _build/html)")

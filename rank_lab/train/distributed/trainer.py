@@ -4,17 +4,17 @@
 and checkpoints are spread over ``W`` processes (one per GPU), such that a ``W``-process run
 reproduces the single-process run with the same **global** batch (``config.batch_size``):
 
-1. :class:`~rank_lab.train.distributed_sampler.DistributedMPerClassSampler` gives rank ``r`` its
+1. :class:`~rank_lab.train.distributed.sampler.DistributedMPerClassSampler` gives rank ``r`` its
    ``batch_size / W`` items of the global m-per-class batch (whole class groups).
 2. The model runs wrapped in :class:`torch.nn.parallel.DistributedDataParallel` on the local slice.
 3. The embeddings, labels and dataset indices are all-gathered
-   (:func:`~rank_lab.train.distributed.all_gather_with_grad`) and the rank loss ranks the whole
+   (:func:`~rank_lab.train.distributed.collectives.all_gather_with_grad`) and the rank loss ranks the whole
    global batch (``dist_loss="full"``: every rank computes the same loss; ``"local"``: rank ``r``
    ranks its own queries against the gathered batch, ``W`` times less loss compute, equal to
    ``"full"`` for losses that are a mean over queries, e.g. SmoothAP / SupAP / ROADMAP).
    The gradient reaching the local embeddings is ``W * dL/dE_local``; DDP's average over ranks
    gives the parameters ``dL/dtheta`` of the single-process loss (module docstring of
-   :mod:`rank_lab.train.distributed`). Gradients of the loss' own parameters (proxies) are
+   :mod:`rank_lab.train.distributed.collectives`). Gradients of the loss' own parameters (proxies) are
    averaged over the ranks by hand (the loss is not inside DDP).
 4. A cross-batch memory (XBM) enqueues the *gathered* batch on every rank, so all ranks hold the
    same memory, equal to the single-process one.
@@ -53,9 +53,7 @@ from torch.utils.data import Dataset, TensorDataset
 from rank_lab.metrics.distributed_knn import sharded_retrieval_metrics
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import as_dataset, embed_dataset
-from rank_lab.train.distributed import (
-    DistEnv,
-    DistributedMPerClassSampler,
+from rank_lab.train.distributed.collectives import (
     all_gather_tensor,
     all_gather_with_grad,
     all_reduce_mean,
@@ -64,6 +62,8 @@ from rank_lab.train.distributed import (
     broadcast_object,
     init_distributed,
 )
+from rank_lab.train.distributed.env import DistEnv
+from rank_lab.train.distributed.sampler import DistributedMPerClassSampler
 from rank_lab.train.trainer import Trainer
 
 __all__ = ["DistributedTrainer"]
@@ -86,13 +86,13 @@ class DistributedTrainer(Trainer):
     """A :class:`~rank_lab.train.Trainer` over ``W`` processes (see the module docstring).
 
     Launch one process per GPU with ``torchrun --nproc_per_node=W``
-    (:mod:`rank_lab.train.launch`); without ``torchrun`` it runs as a single process.
+    (:mod:`rank_lab.train.distributed.launch`); without ``torchrun`` it runs as a single process.
 
     Args:
         model, loss, train_data, test_data, config, memory, callbacks: as :class:`Trainer`;
             ``config.batch_size`` is the global batch, ``batch_size // m_per_class`` must be a
             multiple of ``W``. Every rank must pass the same data and config.
-        env: the process group (default: :func:`~rank_lab.train.distributed.init_distributed`
+        env: the process group (default: :func:`~rank_lab.train.distributed.collectives.init_distributed`
             from the ``torchrun`` environment).
         find_unused_parameters: passed to DDP (default: True when ``freeze_backbone_epochs > 0``,
             whose frozen parameters receive no gradient).

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rank_lab.publish import (
+from rank_lab.book.publish import (
     PublishError,
     branch_files,
     check_publishable,
@@ -23,7 +23,7 @@ from rank_lab.publish import (
     publish,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 URL = "https://github.com/test-org/test-repo"
 PAGE = """---
 jupytext:
@@ -138,4 +138,4 @@ def test_workflow_tests_builds_and_publishes_on_main() -> None:
     publish_step = next(s for s in steps if "make publish" in str(s.get("run", "")))
     assert "refs/heads/main" in publish_step["if"]
     makefile = (ROOT / "Makefile").read_text()
-    assert "\npublish:" in makefile and "rank_lab.publish check" in makefile and "\ngpu-check:" in makefile
+    assert "\npublish:" in makefile and "rank_lab.book.publish check" in makefile and "\ngpu-check:" in makefile

@@ -1,8 +1,7 @@
 """Where this process stands in a (possibly) distributed run: :class:`DistEnv` and :func:`current_env`.
 
-The environment half of :mod:`rank_lab.train.distributed` (which re-exports both), in a module of its
-own so that :mod:`rank_lab.train.distributed_sampler` can read the rank without importing the
-collectives that re-export it.
+The environment of :mod:`rank_lab.train.distributed.collectives`, in a module of its own so that
+:mod:`rank_lab.train.distributed.sampler` can read the rank without importing the collectives.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The proxy pre-training loop of the book's task models (:func:`fit_proxy`, :func:`lr_schedule`).
 
-Implementation module of :func:`rank_lab.learned.recognizer.fit_proxy` and
-:func:`rank_lab.learned.recognizer.lr_schedule` (import them from there). Used by
-:func:`rank_lab.learned.recognizer.fit_ctc` and :func:`rank_lab.learned.boxes.fit_box_regressor`.
-The loop is a configuration of the training engine (:mod:`rank_lab.train.engine`): one step per
+Used by :func:`rank_lab.learned.recognizer.fit_ctc` and
+:func:`rank_lab.learned.boxes.fit_box_regressor`.
+The loop is a configuration of the training engine (:mod:`rank_lab.engine.loop`): one step per
 engine step, the batch generator checkpointed, the learning rate from the one schedule
-(:func:`rank_lab.train.lr_at`).
+(:func:`rank_lab.engine.lr_at`).
 """
 
 from __future__ import annotations
@@ -17,11 +16,14 @@ import torch
 from torch import nn
 
 from rank_lab._validation import check_choice, check_float, check_positive_int
+from rank_lab.engine.loop import Engine
+from rank_lab.engine.optim import build_optimizer
+from rank_lab.engine.options import Batch, EngineConfig
+from rank_lab.engine.schedule import Schedule, lr_at
 from rank_lab.learned._checks import check_module
-from rank_lab.train.engine import Batch, Engine, EngineConfig
-from rank_lab.train.optim import build_optimizer
-from rank_lab.train.schedule import Schedule, lr_at
 from rank_lab.utils import get_device
+
+__all__ = ["fit_proxy", "lr_schedule"]
 
 SCHEDULES = ("constant", "cosine", "tail_cosine")
 
@@ -31,7 +33,7 @@ def lr_schedule(opt: torch.optim.Optimizer, steps: int, schedule: str) -> torch.
 
     ``"cosine"`` decays to 0 over ``steps``; ``"tail_cosine"`` keeps the rate constant for 70% of
     the steps and decays it to 0 with a half cosine over the last 30%. Both are the one schedule
-    :func:`rank_lab.train.lr_at` (a ``LambdaLR`` of its factor; :func:`fit_proxy` sets the rates
+    :func:`rank_lab.engine.lr_at` (a ``LambdaLR`` of its factor; :func:`fit_proxy` sets the rates
     through the engine instead).
 
     Args:
