@@ -3,10 +3,18 @@
 Steps, each in its own process with a time limit:
 
 1. the environment: ``nvidia-smi``, torch / CUDA / cuDNN versions, the device;
-2. the ``cuda``-marked tests (``pytest -m cuda tests``);
+2. the ``cuda``-marked tests (``pytest -m cuda tests``): among them ``tests/device/test_cuda.py``
+   (the certified float16 / bfloat16 search at 20,000 x 512 against the CPU exact route per query,
+   every registered loss under CUDA autocast, an interrupted and resumed 2-epoch Trainer run) and
+   ``tests/device/test_device_functions.py`` (the functions that refused CUDA input, on the GPU);
 3. one notebook at full scale on synthetic data (``python -m rank_lab.book run evaluating_retrieval
    -p smoke false -p dataset synthetic``; more with ``--notebook``);
 4. every benchmark that takes ``--device``, with ``--device cuda`` (``--quick`` for the short sizes).
+
+A step fails on a non-zero exit status, on its time limit, and -- for the benchmarks -- on any
+line that reports results that are not identical (:func:`non_identical_lines`: a line mentioning
+"identical" that answers "no", or saying "not identical", "differ" or "mismatch"): identity is a
+check, not a line to read.
 
 The report (Markdown, default ``benchmarks/gpu_check_report.md``) holds the environment, the test
 summary, the notebooks' results and the benchmark tables. It replaces an earlier report only when
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -48,11 +57,26 @@ class Step:
     output: str = ""
     details: str = ""
     results_dir: Path | None = None
+    identity_checked: bool = False
 
     @property
     def ok(self) -> bool:
-        """Whether the command exited with status 0."""
-        return self.returncode == 0
+        """Whether the command exited with status 0 (and, for a benchmark, reported no difference)."""
+        return self.returncode == 0 and not (self.identity_checked and non_identical_lines(self.output))
+
+
+_NOT_IDENTICAL = re.compile(r"identical[^\n]*?:\s*(no|false)\b|not identical|\bdiffers?\b|mismatch", re.IGNORECASE)
+
+
+def non_identical_lines(output: str) -> list[str]:
+    """The lines of a benchmark's output that report a difference between routes or devices.
+
+    The benchmarks state each identity check on one line: ``... bit-identical to the fp32 route: yes``
+    (or ``NO``). A line that mentions "identical" and answers no / false, or says "not identical",
+    "differs" or "mismatch", is a failure of the check (column headers and notes that name
+    differences as a quantity, such as ``max |score diff|``, do not match).
+    """
+    return [ln.strip() for ln in output.splitlines() if _NOT_IDENTICAL.search(ln)]
 
 
 def cuda_benchmarks(bench_dir: Path = BENCH_DIR) -> list[Path]:
@@ -103,8 +127,12 @@ def render_report(env: str, steps: list[Step], when: str) -> str:
     out = [f"# GPU check, {when}: {status}", "", "Written by `make gpu-check` (benchmarks/gpu_check.py).", "",
            "## Environment", "", env, ""]
     for s in steps:
-        mark = "passed" if s.ok else f"FAILED (exit status {s.returncode})"
+        diffs = non_identical_lines(s.output) if s.identity_checked else []
+        mark = ("passed" if s.ok else f"FAILED (exit status {s.returncode})" if s.returncode != 0
+                else f"FAILED ({len(diffs)} non-identical line(s))")
         out += [f"## {s.title}: {mark}, {s.seconds:.0f} s", "", f"`{' '.join(s.command)}`", ""]
+        if diffs:
+            out += ["Non-identical results:", "", *[f"- `{d}`" for d in diffs], ""]
         if s.details:
             out += [s.details, ""]
         out += ["```", _tail(s.output), "```", ""]
@@ -139,7 +167,7 @@ def build_steps(notebooks: list[str], quick: bool, out_dir: Path) -> list[Step]:
                            "--out", str(out_dir)], results_dir=out_dir / nb))
     for bench in cuda_benchmarks():
         steps.append(Step(f"Benchmark {bench.name}", [py, str(bench.relative_to(ROOT)), "--device", "cuda",
-                                                       *(["--quick"] if quick else [])]))
+                                                       *(["--quick"] if quick else [])], identity_checked=True))
     return steps
 
 

@@ -7,8 +7,7 @@ NaN/inf values, empty batches. These helpers are the one place where such messag
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -28,7 +27,8 @@ __all__ = [
     "check_input_batch",
     "check_int_tensor",
     "check_sparse",
-    "defer_finite_checks",
+    "trusted_inputs",
+    "trusts_inputs",
     "check_finite_input",
     "check_input",
     "check_module",
@@ -54,8 +54,12 @@ def check_finite(x: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} contains {n_bad} NaN or inf value(s)")
 
 
-def check_embeddings(x: object, name: str = "embeddings") -> torch.Tensor:
-    """Check a ``(N, d)`` floating, finite, non-empty embedding matrix and return it as a tensor."""
+def check_embeddings(x: object, name: str = "embeddings", *, finite: bool = True) -> torch.Tensor:
+    """Check a ``(N, d)`` floating, finite, non-empty embedding matrix and return it as a tensor.
+
+    ``finite=False`` leaves the finite check (the one host sync) to the caller, which checks a
+    tensor computed from ``x`` instead (the losses check their scores once).
+    """
     x = as_tensor(x, name)
     if x.ndim != 2:
         raise ValueError(f"{name} must have shape (N, d), got {tuple(x.shape)}")
@@ -65,7 +69,8 @@ def check_embeddings(x: object, name: str = "embeddings") -> torch.Tensor:
         raise ValueError(f"{name} has zero dimensions (d = 0)")
     if not x.is_floating_point():
         x = x.float()
-    check_finite(x, name)
+    if finite:
+        check_finite(x, name)
     return x
 
 
@@ -279,31 +284,46 @@ def check_sparse(m: object, name: str, *, allow_neg_inf: bool = False) -> object
     return out
 
 
-_DEFERRED = threading.local()
+_TRUSTS = "_rank_lab_trusts_inputs"
 
 
 @contextlib.contextmanager
-def defer_finite_checks() -> Iterator[None]:
-    """Skip :func:`check_finite_input` inside the block (shape and dtype checks still run).
+def trusted_inputs(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
+    """Inside the block, ``modules`` and their sub-modules trust the *values* of their inputs.
 
-    For callers with their own numerical guard: the trainer validates its data when it is built and
-    stops on a non-finite loss with the step, the batch indices and the last good checkpoint
-    (:class:`rank_lab.engine.NonFiniteTrainingError`); a NaN activation inside its model must reach
-    that guard (the same on every rank of a distributed run) rather than stop one layer with a
-    ``ValueError``. :func:`rank_lab.train.embed_dataset` checks the embeddings it returns instead.
+    Their ``forward`` skips the finite check of its input (:func:`check_input` with ``like=self``);
+    shapes and dtypes are still checked. For a caller with its own numerical guard, named at its call
+    site: the training engine runs every step so for the modules it trains (its guard stops on a
+    non-finite loss, naming the step, the batch and the last good checkpoint: a NaN read lazily from
+    a dataset or produced inside a model reaches it, on every rank of a distributed run alike, rather
+    than stopping one layer with a ``ValueError``), and :func:`rank_lab.train.embed_dataset` checks
+    the embeddings it returns instead. Outside such a block a module checks its input.
+
+    The trust is a property of the module objects passed, not of the thread: a module called
+    outside the block, or another module called inside it, checks its inputs as usual. Nested
+    blocks restore what they found.
     """
-    previous = getattr(_DEFERRED, "on", False)
-    _DEFERRED.on = True
+    subs = list({id(m): m for mod in modules for m in mod.modules()}.values())
+    before = [m.__dict__.get(_TRUSTS, False) for m in subs]
+    for m in subs:
+        m.__dict__[_TRUSTS] = True
     try:
         yield
     finally:
-        _DEFERRED.on = previous
+        for m, b in zip(subs, before, strict=True):
+            m.__dict__[_TRUSTS] = b
 
 
-def check_finite_input(x: torch.Tensor, name: str) -> None:
-    """:func:`check_finite` of a module or collective input, skipped under :func:`defer_finite_checks`
-    and on ``meta`` tensors (shape-only runs such as FLOP counting)."""
-    if getattr(_DEFERRED, "on", False) or x.device.type == "meta":
+def trusts_inputs(module: object) -> bool:
+    """Whether ``module`` runs inside :func:`trusted_inputs` (it then skips the finite check of its inputs)."""
+    return isinstance(module, torch.nn.Module) and module.__dict__.get(_TRUSTS, False)
+
+
+def check_finite_input(x: torch.Tensor, name: str, *, trusted: bool = False) -> None:
+    """:func:`check_finite` of a module's or a collective's input, skipped when the caller says the
+    values are ``trusted`` (see :func:`trusted_inputs`) and on ``meta`` tensors (shape-only runs such
+    as FLOP counting)."""
+    if trusted or x.device.type == "meta":
         return
     check_finite(x, name)
 
@@ -327,6 +347,7 @@ def check_input(
     shape: str | None = None,
     like: torch.nn.Module | torch.Tensor | None = None,
     allow_empty: bool = True,
+    owner: torch.nn.Module | None = None,
 ) -> torch.Tensor:
     """Check the input of a module's ``forward`` (or of a function fed to one) and return it.
 
@@ -334,15 +355,20 @@ def check_input(
     are refused rather than cast: ``uint8`` pixels in ``0..255`` are not the ``[0, 1]`` floats a
     network expects), finite (:func:`check_finite_input`) and, with ``allow_empty=False``, a
     non-empty batch. float32 and float64 are both accepted: with ``like`` (a module or a tensor)
-    the input is cast to its floating dtype, as the package does for every function.
+    the input is cast to its floating dtype, as the package does for every function. With ``like``
+    a module (a ``forward`` passes ``like=self``), the finite check is skipped while that module
+    trusts its inputs (:func:`trusted_inputs`: inside a training step).
 
     Args:
         x: the input.
         name: the argument's name, as the caller wrote it (every message names it).
         ndim: accepted numbers of dimensions.
         shape: the expected shape in words for the message, e.g. ``"(B, C, H, W)"``.
-        like: module or tensor whose floating dtype the input is cast to.
+        like: module or tensor whose floating dtype the input is cast to (a module: the one whose
+            ``forward`` checks, see :func:`trusted_inputs`).
         allow_empty: accept a batch of size 0 (dim 0).
+        owner: the module whose ``forward`` checks, when it is not ``like`` (its trust decides the
+            finite check, see :func:`trusted_inputs`).
 
     Raises:
         TypeError: not a tensor, or not floating.
@@ -358,7 +384,7 @@ def check_input(
         raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype} (convert it, e.g. x.float() / 255 for pixels)")
     if not allow_empty and x.shape[0] == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}: an empty batch)")
-    check_finite_input(x, name)
+    check_finite_input(x, name, trusted=trusts_inputs(owner if owner is not None else like))
     dtype = _float_dtype(like)
     if dtype is not None and x.dtype != dtype:
         x = x.to(dtype)
@@ -378,7 +404,7 @@ def check_class_indices(labels: torch.Tensor, n_classes: int, name: str = "label
     For labels that index rows of a ``(n_classes, d)`` prototype / class-weight matrix (checked
     integer labels, e.g. from :func:`check_labels`). Returns ``labels``.
     """
-    if bool((labels < 0).any()) or bool((labels >= n_classes).any()):
+    if bool(((labels < 0) | (labels >= n_classes)).any()):  # one host sync
         raise ValueError(f"{name} must lie in [0, {n_classes}) (n_classes / prototypes), got range "
                          f"[{int(labels.min())}, {int(labels.max())}]")
     return labels

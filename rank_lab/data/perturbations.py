@@ -67,11 +67,11 @@ def noisy_labels(labels: torch.Tensor, noise_rate: float, n_classes: int | None 
     if k < 2:
         raise ValueError(f"noisy labels need at least 2 classes, got n_classes={k}")
     check_class_indices(labels, k)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)  # drawn on the CPU: the same noisy labels on every device
     n_bad = round(noise_rate * labels.numel())
-    idx = torch.randperm(labels.numel(), generator=g)[:n_bad]
+    idx = torch.randperm(labels.numel(), generator=g)[:n_bad].to(labels.device)
     out = labels.clone()
-    shift = torch.randint(1, k, (n_bad,), generator=g)
+    shift = torch.randint(1, k, (n_bad,), generator=g).to(labels.device)
     out[idx] = (labels[idx] + shift) % k
     return out
 

@@ -276,7 +276,7 @@ def write_image_folder(images: torch.Tensor, root: str | Path, names: Sequence[s
     check_finite(images, "images")
     if len(names) != images.shape[0]:
         raise ValueError(f"names has {len(names)} entries for {images.shape[0]} images")
-    arr = (images.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    arr = (images.detach().cpu().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
     out = []
     for a, name in zip(arr, names, strict=True):
         p = root / name

@@ -4,8 +4,9 @@ A loop supplies only what differs between loops: its modules and optimisers, a *
 (``step_fn(batch) -> loss`` or ``(loss, stats)``) and its *data* (``data(epoch)``: the batches of
 an epoch, drawn from generators the engine checkpoints). The engine gives every loop the same:
 
-* **step**: zero the gradients, run the step function (under autocast with ``amp`` on CUDA, and
-  :func:`~rank_lab._validation.defer_finite_checks`, so that a NaN inside a model reaches the guard),
+* **step**: zero the gradients, run the step function (under autocast with ``amp`` on CUDA, with the
+  engine's modules trusting their inputs' values, :func:`~rank_lab._validation.trusted_inputs`, so
+  that a NaN read lazily or produced inside a model reaches the guard),
   back-propagate (through the ``GradScaler``), clip the global gradient norm (``grad_clip``), step;
 * **learning-rate schedule**: :class:`~rank_lab.engine.schedule.Schedule` (the one schedule), set
   from the global step before every step;
@@ -14,8 +15,15 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
   applied; a model holding NaN/inf is never saved;
 * **checkpoint/resume**: modules, optimisers, grad scaler, named generators, the Python / NumPy /
   torch (CUDA) RNG states, epoch, step and history, written atomically every ``checkpoint_every``
-  epochs and resumed from when the file exists (``resume``). A resumed run equals the straight run
-  bit for bit (tested for every loop, ``tests/engine/test_training_engine.py``). **Resume rule**
+  epochs and resumed from when the file exists (``resume``). **Determinism** (``docs/decisions.md``):
+  a resumed run equals the straight run bit for bit on the CPU (tested for every loop,
+  ``tests/engine/test_training_engine.py``); on CUDA only under deterministic algorithms
+  (``rank_lab.utils.seed_everything(seed, deterministic=True)``, the Trainer's
+  ``TrainConfig.deterministic``: ``torch.use_deterministic_algorithms(True, warn_only=False)`` with
+  ``CUBLAS_WORKSPACE_CONFIG`` set before CUDA starts, and the rank losses' backward accumulating
+  without atomic adds), on the same GPU model, driver and library versions; otherwise CUDA's atomic
+  adds and cuBLAS' workspace may change the last bits. The exactness of the metrics is a separate
+  promise (``docs/decisions.md``). **Resume rule**
   (``docs/decisions.md``): a checkpoint records the run's configuration and schedule; resuming is
   refused (``ValueError``, saying how to start a new run) unless it continues the same run, or makes
   a run whose schedule does not depend on its length (:data:`~rank_lab.engine.schedule.LENGTH_FREE`) longer;
@@ -36,13 +44,13 @@ import torch
 from torch import nn
 
 from rank_lab._progress import tqdm
-from rank_lab._validation import defer_finite_checks
+from rank_lab._validation import trusted_inputs
 from rank_lab.engine.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
 from rank_lab.engine.guard import NonFiniteTrainingError, check_resume, describe_batch
 from rank_lab.engine.optim import build_optimizer
 from rank_lab.engine.options import Batch, EngineConfig, StepResult
 from rank_lab.engine.schedule import Schedule
-from rank_lab.utils import DeviceLike, get_device
+from rank_lab.utils import DeviceLike, check_amp_dtype, get_device
 
 __all__ = ["Engine", "fit"]
 
@@ -105,6 +113,8 @@ class Engine:
                 g.setdefault("base_lr", g["lr"])
         self.amp = cfg.amp and self.device.type == "cuda"
         self.amp_dtype = torch.float16 if cfg.amp_dtype == "float16" else torch.bfloat16
+        if self.amp:
+            check_amp_dtype(self.amp_dtype, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype == torch.float16)
         self._run_key = run_key
         self.free_keys = set(free_keys)
@@ -150,7 +160,8 @@ class Engine:
                 g["lr"] = self.schedule.lr(self.step, g["base_lr"])
         opt.zero_grad(set_to_none=True)
         self._batch, self._backward_done = b, False
-        with self.autocast() if self.autocast_steps else contextlib.nullcontext(), defer_finite_checks():
+        amp = self.autocast() if self.autocast_steps else contextlib.nullcontext()
+        with amp, trusted_inputs(self.modules.values()):  # the guard below checks what they return
             out = step_fn(b.data)
         loss, stats = out if isinstance(out, tuple) else (out, {})
         if not self._backward_done:

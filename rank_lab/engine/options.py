@@ -55,7 +55,8 @@ class EngineConfig:
         resume: resume from ``checkpoint`` when it exists.
         progress: show a tqdm bar.
         amp: mixed precision (autocast + grad scaler), on CUDA only.
-        amp_dtype: ``"float16"`` (with a grad scaler) or ``"bfloat16"``.
+        amp_dtype: ``"float16"`` (with a grad scaler) or ``"bfloat16"`` (refused on a GPU of compute
+            capability below 8.0, such as Colab's T4, where it runs emulated: :func:`rank_lab.utils.check_amp_dtype`).
         grad_clip: maximal global gradient norm (``None``: no clipping), or one per optimiser name.
         desc: the progress bar's label.
         unit: ``"epoch"`` or ``"step"``: how messages count the run.

@@ -265,9 +265,10 @@ def fewshot_retrieval_scores(
 
     Returns:
         ``(scores (Q, N), query_index (Q,))``: row ``i`` ranks the base for query
-        ``query_index[i]`` with its class' adapted descriptors.
+        ``query_index[i]`` with its class' adapted descriptors. Both on the CPU, whatever the
+        device of ``labels`` and of the descriptors (the evaluation runs there).
     """
-    y = check_labels(labels, name="labels")
+    y = check_labels(labels, name="labels").cpu()
     rows, qidx = [], []
     cache: torch.Tensor | None = None
     items = list(supports.items())
@@ -322,8 +323,8 @@ def evaluate_fewshot_retrieval(
     Returns:
         :class:`rank_lab.retrieval.CrossDomainReport` (``summary["mAP"]`` x 100, mP1, qP1, mAPD).
     """
-    y = check_labels(labels, name="labels")
-    d = torch.zeros_like(y) if domains is None else torch.as_tensor(domains).long()
+    y = check_labels(labels, name="labels").cpu()  # the evaluation runs on the CPU (its scores are there)
+    d = torch.zeros_like(y) if domains is None else torch.as_tensor(domains).long().cpu()
     if d.shape != y.shape:
         raise ValueError(f"domains has shape {tuple(d.shape)} but labels has {tuple(y.shape)}")
     sup_images, sup_index = setup_supports(setup, images, y, k=k, seed=seed)
@@ -337,5 +338,5 @@ def evaluate_fewshot_retrieval(
             keep &= ~torch.isin(q, idx)
     scores, q, ignore = scores[keep], q[keep], ignore[keep]
     positives = y[q][:, None] == y[None, :]
-    groups = {k_: torch.as_tensor(v)[q] for k_, v in (query_groups or {}).items()}
+    groups = {k_: torch.as_tensor(v).cpu()[q] for k_, v in (query_groups or {}).items()}
     return cross_domain_evaluate(scores, positives, d[q], d, self_index=q, ignore=ignore, query_groups=groups)

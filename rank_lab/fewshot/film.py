@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock
 
-from rank_lab._validation import check_finite_input, check_input, check_positive_int
+from rank_lab._validation import check_finite_input, check_input, check_positive_int, trusts_inputs
 from rank_lab.models import load_backbone_weights
 from rank_lab.models.weights import create_timm_model, file_record, merge_legacy_weights
 
@@ -100,7 +100,10 @@ class FiLM(nn.Module):
     def forward(self, x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
         """Args: x ``(B, C, H, W)``; gamma, beta ``(C,)`` or ``(B, C)``. Returns ``(B, C, H, W)``
         (checks and errors of :func:`film`)."""
-        return film(x, gamma, beta)
+        x = check_input(x, "x", 4, shape="(B, C, H, W)", owner=self)
+        gamma = check_input(gamma, "gamma", (1, 2), shape="(C,) or (B, C)", owner=self)
+        beta = check_input(beta, "beta", (1, 2), shape="(C,) or (B, C)", owner=self)
+        return _film(x, gamma, beta)
 
 
 def identity_film_params(channels: Sequence[int], blocks: Sequence[int], device: torch.device | str | None = None) -> FiLMParams:
@@ -138,8 +141,9 @@ def _block_forward(block: nn.Module, x: torch.Tensor, p: dict[str, torch.Tensor]
     return (block.act2 if hasattr(block, "act2") else block.relu)(out)
 
 
-def _check_film_params(params: FiLMParams) -> None:
-    """Every FiLM tensor floating, and all of them finite (one reduction for the whole network)."""
+def _check_film_params(params: FiLMParams, module: nn.Module) -> None:
+    """Every FiLM tensor floating, and all of them finite (one reduction for the whole network; the
+    check of ``module``, skipped while it trusts its inputs)."""
     tensors = []
     for si, stage in enumerate(params):
         for bi, blk in enumerate(stage):
@@ -149,7 +153,7 @@ def _check_film_params(params: FiLMParams) -> None:
                     raise TypeError(f"params[{si}][{bi}][{key!r}] must be a floating tensor, got {type(t).__name__}")
                 tensors.append(t.detach().reshape(-1))
     if tensors:
-        check_finite_input(torch.cat([t.to(tensors[0].dtype) for t in tensors]), "params")
+        check_finite_input(torch.cat([t.to(tensors[0].dtype) for t in tensors]), "params", trusted=trusts_inputs(module))
 
 
 def _check_block(block: nn.Module) -> None:
@@ -222,7 +226,7 @@ class FiLMResNet(nn.Module):
         if params is not None and [len(s) for s in params] != self.blocks:
             raise ValueError(f"params has {[len(s) for s in params]} blocks per stage, the network {self.blocks}")
         if params is not None:
-            _check_film_params(params)
+            _check_film_params(params, self)
         x = self.stem(x)
         for si, stage in enumerate(self._stages()):
             for bi, blk in enumerate(stage):

@@ -33,6 +33,20 @@ def check_generator(gen: object, name: str = "gen") -> torch.Generator:
     return gen
 
 
+def uniform(gen: torch.Generator, *shape: int, device: torch.device | str) -> torch.Tensor:
+    """``U[0, 1)`` draws of ``shape`` from ``gen`` (made on the generator's device), placed on ``device``.
+
+    The random helpers take a generator and data that may sit on different devices (a CPU generator
+    with CUDA boxes: the draws are then the same on every device).
+    """
+    return torch.rand(shape, generator=gen, device=gen.device).to(device)
+
+
+def normal(gen: torch.Generator, *shape: int, device: torch.device | str) -> torch.Tensor:
+    """``N(0, 1)`` draws of ``shape`` from ``gen`` placed on ``device`` (see :func:`uniform`)."""
+    return torch.randn(shape, generator=gen, device=gen.device).to(device)
+
+
 def check_range(r: object, name: str, positive: bool = False) -> tuple[float, float]:
     """A ``(low, high)`` pair of finite floats with ``low <= high`` (and ``low > 0`` if ``positive``)."""
     if not isinstance(r, (tuple, list)) or len(r) != 2:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from rank_lab._validation import check_float, check_positive_int
-from rank_lab.learned._checks import check_boxes, check_generator, check_range
+from rank_lab.learned._checks import check_boxes, check_generator, check_range, normal, uniform
 
 __all__ = ["sample_rotated_boxes", "render_box_images", "make_box_dataset"]
 
@@ -78,25 +78,26 @@ def render_box_images(boxes: torch.Tensor, size: int = 32, gen: torch.Generator 
         return torch.cat([render_box_images(boxes[i : i + 2048], size, gen, noise, supersample) for i in range(0, boxes.shape[0], 2048)])
     n = boxes.shape[0]
     s = size * supersample
-    coords = (torch.arange(s, dtype=torch.float32) + 0.5) / s
+    dev = boxes.device
+    coords = (torch.arange(s, dtype=torch.float32, device=dev) + 0.5) / s
     yy, xx = torch.meshgrid(coords, coords, indexing="ij")
     cx, cy, w, h, t = (boxes[:, i, None, None].float() for i in range(5))
     dx, dy = xx[None] - cx, yy[None] - cy
     u = dx * torch.cos(t) + dy * torch.sin(t)
     v = -dx * torch.sin(t) + dy * torch.cos(t)
     inside = ((u.abs() <= w / 2) & (v.abs() <= h / 2)).float()
-    period = (h * (0.5 + 0.5 * torch.rand(n, 1, 1, generator=gen)))  # "characters" across the bar
+    period = (h * (0.5 + 0.5 * uniform(gen, n, 1, 1, device=dev)))  # "characters" across the bar
     stripes = 0.6 + 0.4 * (torch.sin(2 * math.pi * u / period) > -0.3).float()
-    bg = torch.rand(n, 1, 1, generator=gen)
-    fg = torch.where(bg > 0.5, bg - 0.35 - 0.3 * torch.rand(n, 1, 1, generator=gen), bg + 0.35 + 0.3 * torch.rand(n, 1, 1, generator=gen))
+    bg = uniform(gen, n, 1, 1, device=dev)
+    fg = torch.where(bg > 0.5, bg - 0.35 - 0.3 * uniform(gen, n, 1, 1, device=dev), bg + 0.35 + 0.3 * uniform(gen, n, 1, 1, device=dev))
     # a distractor: an axis-aligned patch of random size and intensity
-    p = torch.rand(n, 4, 1, 1, generator=gen)
+    p = uniform(gen, n, 4, 1, 1, device=dev)
     distractor = ((xx[None] - p[:, 0]).abs() < 0.04 + 0.06 * p[:, 2]) & ((yy[None] - p[:, 1]).abs() < 0.04 + 0.06 * p[:, 3])
     img = bg + distractor.float() * 0.25 * (1 - 2 * (bg > 0.5).float())
     img = img + (fg - img) * inside * stripes
     img = F.avg_pool2d(img[:, None], supersample)
-    sigma = noise * torch.rand(n, 1, 1, 1, generator=gen)
-    img = img + sigma * torch.randn(img.shape, generator=gen)
+    sigma = noise * uniform(gen, n, 1, 1, 1, device=dev)
+    img = img + sigma * normal(gen, *img.shape, device=dev)
     return img.clamp(0, 1)
 
 

@@ -26,7 +26,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_float, check_input_batch, check_positive_int
-from rank_lab.learned._checks import check_boxes, check_generator, check_images, check_module
+from rank_lab.learned._checks import (
+    check_boxes,
+    check_generator,
+    check_images,
+    check_module,
+    uniform,
+)
 from rank_lab.learned.proxy_training import fit_proxy
 from rank_lab.learned.surrogate_model import SurrogateTask
 from rank_lab.metrics.detection import decode_box6, encode_box6
@@ -150,7 +156,7 @@ def _check_images_boxes(images: object, boxes: object, model: nn.Module | None) 
 
 @torch.no_grad()
 def predict_boxes(model: nn.Module, images: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
-    """Decoded boxes ``(N, 5)`` predicted for ``(N, 1, S, S)`` images (eval mode).
+    """Decoded boxes ``(N, 5)`` (float64, on the CPU) predicted for ``(N, 1, S, S)`` images (eval mode).
 
     Args:
         model: a :class:`BoxRegressor` (or any ``(B, 1, S, S) -> (B, 6)`` model).
@@ -178,7 +184,7 @@ def evaluate_box_regressor(model: nn.Module, images: torch.Tensor, boxes: torch.
     """
     images, boxes = _check_images_boxes(images, boxes, check_module(model))
     pred = predict_boxes(model, images)
-    iou = rotated_iou(pred, boxes.double())
+    iou = rotated_iou(pred, boxes.double().cpu())  # predict_boxes returns CPU boxes
     out = {"mean_iou": float(iou.mean())}
     for thr in (0.5, 0.7):
         out[f"f1@{thr}"] = float((iou > thr).double().mean())
@@ -250,8 +256,8 @@ def perturb_boxes(
     center, log_scale = check_float(center, "center", low=0), check_float(log_scale, "log_scale", low=0)
     angle = check_float(angle, "angle", low=0)
     n = boxes.shape[0]
-    s = torch.rand(n, 1, generator=gen)
-    d = (2 * torch.rand(n, 5, generator=gen) - 1) * s
+    s = uniform(gen, n, 1, device=boxes.device)
+    d = (2 * uniform(gen, n, 5, device=boxes.device) - 1) * s
     out = boxes.clone().float()
     scale = boxes[:, 2:3].float()
     out[:, :2] = out[:, :2] + d[:, :2] * center * scale * 2

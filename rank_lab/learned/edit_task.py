@@ -29,7 +29,13 @@ from rank_lab._validation import (
     check_nonneg_int,
     check_positive_int,
 )
-from rank_lab.learned._checks import check_generator, check_images, check_int_matrix, check_words
+from rank_lab.learned._checks import (
+    check_generator,
+    check_images,
+    check_int_matrix,
+    check_words,
+    uniform,
+)
 from rank_lab.learned.recognizer import Alphabet, check_alphabet, ctc_best_path, ctc_collapse
 from rank_lab.learned.surrogate_model import SurrogateTask
 from rank_lab.metrics.text import edit_distance
@@ -83,23 +89,25 @@ def random_ctc_path(
         raise ValueError(f"lengths must be in [0, U = {words.shape[1]}], got {lengths.tolist()}")
     frames = check_positive_int(frames, "frames")
     check_generator(gen)
-    used = torch.arange(words.shape[1])[None] < lengths[:, None]
+    dev = words.device
+    lengths = lengths.to(dev)
+    used = torch.arange(words.shape[1], device=dev)[None] < lengths[:, None]
     if bool((words[used] == blank).any()):
         raise ValueError(f"words must not hold the blank {blank} within lengths")
     n, u = words.shape
     if bool((2 * lengths > frames).any()):
         raise ValueError(f"frames={frames} is too short: a word needs 2 frames per character")
-    path = torch.full((n, frames + 1), blank, dtype=torch.long)
+    path = torch.full((n, frames + 1), blank, dtype=torch.long, device=dev)
     if u == 0:
         return path[:, :frames]
     extra = (frames - 2 * lengths)[:, None]
-    pos = torch.arange(u)[None]
-    cuts = torch.floor(torch.rand(n, u, generator=gen) * (extra + 1)).long().clamp(max=extra)
+    pos = torch.arange(u, device=dev)[None]
+    cuts = torch.floor(uniform(gen, n, u, device=dev) * (extra + 1)).long().clamp(max=extra)
     cuts = torch.where(pos < lengths[:, None], cuts, extra).sort(1).values
-    widths = 2 + torch.diff(cuts, dim=1, prepend=torch.zeros(n, 1, dtype=torch.long))
+    widths = 2 + torch.diff(cuts, dim=1, prepend=torch.zeros(n, 1, dtype=torch.long, device=dev))
     starts = torch.cumsum(widths, 1) - widths
-    run = 1 + ((torch.rand(n, u, generator=gen) < 0.5) & (widths >= 3)).long()
-    off = torch.floor(torch.rand(n, u, generator=gen) * (widths - run)).long()
+    run = 1 + ((uniform(gen, n, u, device=dev) < 0.5) & (widths >= 3)).long()
+    off = torch.floor(uniform(gen, n, u, device=dev) * (widths - run)).long()
     valid = pos < lengths[:, None]
     for k in range(2):
         idx = torch.where(valid & (run > k), starts + off + k, torch.full_like(starts, frames))

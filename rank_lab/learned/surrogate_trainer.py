@@ -47,7 +47,8 @@ class SurrogateTrainer:
     Args:
         model: the pre-trained task model ``f_Theta``.
         surrogate: an :class:`EmbeddingSurrogate` (randomly initialised, Sec. 3.2.3).
-        task: the task adapter (:class:`SurrogateTask`).
+        task: the task adapter (:class:`SurrogateTask`); its ``device`` is set to the trainer's
+            (its batches must sit where the model is).
         config: :class:`LSConfig` (``epochs`` may be raised between two :meth:`fit` calls).
         model_loss: ``(e_hat, e_true) -> loss`` or ``-> (loss, stats)``; default LS.
         seed: seeds all sampling (batches, generator).
@@ -89,6 +90,7 @@ class SurrogateTrainer:
         self.model = model.to(self.device)
         self.surrogate = surrogate.to(self.device)
         self.task = task
+        task.device = self.device
         self.model_loss = model_loss
         self.eval_fn = eval_fn
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None

@@ -26,10 +26,10 @@ from __future__ import annotations
 import torch
 
 from rank_lab.losses._direct import direct_ap_loss
-from rank_lab.losses.base import RankLoss, per_query_mean
+from rank_lab.losses.base import RankLoss, per_query_mean_trusted
 from rank_lab.losses.registry import register_loss
-from rank_lab.ranking.ranks import exact_rank_plus_rows
-from rank_lab.ranking.row_kernel import positive_rows, row_step_sums
+from rank_lab.ranking.ranks import exact_rank_plus_rows_trusted
+from rank_lab.ranking.row_kernel import positive_rows_trusted, row_step_sums_trusted
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = ["SmoothAP", "SupAP", "smooth_ap_loss", "sup_ap_loss"]
@@ -60,11 +60,11 @@ class SmoothAP(RankLoss):
     def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         if self.impl == "direct":
             return direct_ap_loss(scores, relevance, valid, self.step, self.step)
-        q_idx, k_idx = positive_rows(relevance, valid)
-        sums = row_step_sums(scores, q_idx, k_idx, self.step, ("geq", "lower"), valid=valid, relevance=relevance, max_elements=self.max_elements)
+        q_idx, k_idx = positive_rows_trusted(relevance, valid)
+        sums = row_step_sums_trusted(scores, q_idx, k_idx, self.step, ("geq", "lower"), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)
         rank_pos = 1 + sums[:, 0]
         ratio = rank_pos / (rank_pos + sums[:, 1])
-        return 1 - per_query_mean(ratio, q_idx, scores.shape[0])
+        return 1 - per_query_mean_trusted(ratio, q_idx, scores.shape[0])
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}, impl={self.impl!r}, reduction={self.reduction!r}"
@@ -108,11 +108,11 @@ class SupAP(RankLoss):
     def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         if self.impl == "direct":
             return direct_ap_loss(scores, relevance, valid, Heaviside(), self.step)
-        q_idx, k_idx = positive_rows(relevance, valid)
-        rank_pos = exact_rank_plus_rows(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements)
-        rank_neg = row_step_sums(scores, q_idx, k_idx, self.step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements)[:, 0]
+        q_idx, k_idx = positive_rows_trusted(relevance, valid)
+        rank_pos = exact_rank_plus_rows_trusted(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements, binary=True)
+        rank_neg = row_step_sums_trusted(scores, q_idx, k_idx, self.step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)[:, 0]
         ratio = rank_pos / (rank_pos + rank_neg)
-        return 1 - per_query_mean(ratio, q_idx, scores.shape[0])
+        return 1 - per_query_mean_trusted(ratio, q_idx, scores.shape[0])
 
     def extra_repr(self) -> str:
         return f"step={self.step!r}, impl={self.impl!r}, reduction={self.reduction!r}"

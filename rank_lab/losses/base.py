@@ -29,6 +29,7 @@ The call is checked and turned into scores, relevance and the retrieval mask by
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -41,11 +42,13 @@ from rank_lab._validation import (
     check_index,
     check_positive_int,
     check_scores_targets,
+    trusts_inputs,
 )
 from rank_lab.losses.prepared_batch import (
     PreparedBatch,
     QueryRole,
     check_query_role,
+    full_precision,
     prepare_batch,
 )
 
@@ -162,8 +165,10 @@ class MetricLoss(nn.Module):
             normalize=self.normalize,
             hierarchy_level=self.hierarchy_level,
             query_role="excluded" if self.query_role == "excluded" else "positive",
+            trusted=trusts_inputs(self),
         )
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -201,6 +206,7 @@ class ListwiseLoss(MetricLoss):
         """Per-query loss ``(Q,)`` (any value for queries without positives)."""
         raise NotImplementedError
 
+    @full_precision
     def forward_scores(self, scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Loss from ``scores (Q, N)`` and relevance ``targets (Q, N)`` (> 0 = positive).
 
@@ -218,7 +224,19 @@ class ListwiseLoss(MetricLoss):
             valid = torch.ones_like(scores, dtype=torch.bool)
         elif valid.shape != scores.shape:
             raise ValueError(f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}")
-        has_pos = ((rel > 0) & valid.bool()).any(1)
+        return self.loss_from_scores(scores, rel, torch.as_tensor(valid, device=scores.device).bool())
+
+    def loss_from_scores(
+        self,
+        scores: torch.Tensor,
+        relevance: torch.Tensor,
+        valid: torch.Tensor,
+        per_query: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward_scores` of checked inputs (``relevance`` 0 / 1 in the scores' dtype, ``valid``
+        bool): the no-positive rule (one host sync), :meth:`per_query` (or ``per_query``) and the reduction."""
+        rel = relevance
+        has_pos = ((rel > 0) & valid).any(1)
         if not bool(has_pos.all()):
             n_bad = int((~has_pos).sum())
             if self.no_positive == "raise":
@@ -230,11 +248,11 @@ class ListwiseLoss(MetricLoss):
                     "batch or of ref_labels; no row of targets has a positive): use an m-per-class sampler "
                     "(rank_lab.data.MPerClassSampler) or a memory"
                 )
-        values = self.per_query(scores, rel, valid.bool())
+        values = (per_query or self.per_query)(scores, rel, valid)
         return reduce_kept(values, has_pos, self.reduction)
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
-        return self.forward_scores(batch.scores, batch.relevance, batch.valid)
+        return self.loss_from_scores(batch.scores, batch.relevance, batch.valid)
 
 
 class RankLoss(ListwiseLoss):
@@ -294,6 +312,11 @@ def per_query_mean(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) ->
     values = _row_values(values, "values")
     check_finite(values, "values")
     q_idx = check_index(q_idx, values.shape[0], check_positive_int(n_queries, "n_queries"), "q_idx", "values").to(values.device)
+    return per_query_mean_trusted(values, q_idx, n_queries)
+
+
+def per_query_mean_trusted(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) -> torch.Tensor:
+    """:func:`per_query_mean` of checked inputs (the losses' kernel: no check, no host sync)."""
     sums = values.new_zeros(n_queries).index_add(0, q_idx, values)
     counts = torch.bincount(q_idx, minlength=n_queries).to(values.dtype)
     return sums / counts.clamp(min=1)

@@ -39,6 +39,7 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
+from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.supcon import (
     Reduction,
     check_prototypes,
@@ -85,6 +86,7 @@ def cross_entropy_loss(
     return F.cross_entropy(logits, check_class_indices(labels, logits.shape[1]), reduction=reduction)
 
 
+@full_precision
 def spce_logits(z: torch.Tensor, labels: torch.Tensor, n_classes: int, queries: torch.Tensor | None = None) -> torch.Tensor:
     """SPCE class logits ``1/N sum_{j: y_j = k} z_j^T z_i`` (Eqs. 6.7-6.8), ``(Q, K)``.
 
@@ -106,6 +108,7 @@ def spce_logits(z: torch.Tensor, labels: torch.Tensor, n_classes: int, queries: 
     return q @ sums.T / z.shape[0]
 
 
+@full_precision
 def spce_loss(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normalize: bool = True, temperature: float = 1.0) -> torch.Tensor:
     """Simplified pairwise cross-entropy (Eq. 6.7; Boudiaf et al. 2020).
 
@@ -120,6 +123,7 @@ def spce_loss(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normaliz
     return F.cross_entropy(logits, labels)
 
 
+@full_precision
 def tightness_loss(
     z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, *, normalize: bool = True, detach_features: bool = False
 ) -> torch.Tensor:

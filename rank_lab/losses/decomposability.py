@@ -45,7 +45,7 @@ from rank_lab._validation import (
     check_scores_targets,
 )
 from rank_lab.losses.base import MetricLoss
-from rank_lab.losses.pairs import PairReduction, pair_margin_loss
+from rank_lab.losses.pairs import PairReduction, pair_margin_loss_trusted
 from rank_lab.losses.prepared_batch import PreparedBatch
 from rank_lab.losses.proxies import NormSoftmaxLoss
 from rank_lab.losses.registry import register_loss
@@ -86,7 +86,8 @@ class PairDGLoss(MetricLoss):
         self.pair_reduction = check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
-        return pair_margin_loss(batch.scores, batch.relevance, batch.valid, self.alpha, self.beta, self.pair_reduction, self.reduction)  # type: ignore[arg-type]
+        return pair_margin_loss_trusted(batch.scores, batch.relevance, batch.valid, self.alpha, self.beta, self.pair_reduction,
+                                        self.reduction)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, beta={self.beta}, pair_reduction={self.pair_reduction!r}"

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import as_tensor, check_class_indices, check_finite, check_nonneg_int
-from rank_lab.losses.prepared_batch import prepare_batch
+from rank_lab.losses.prepared_batch import full_precision, prepare_batch
 from rank_lab.losses.registry import register_loss
 from rank_lab.losses.supcon import (
     check_prototypes,
@@ -29,11 +29,12 @@ from rank_lab.losses.supcon import (
     contrastive_features,
     supcon_per_anchor,
 )
-from rank_lab.models.heads import PrototypeClassifier, prototype_logits
+from rank_lab.models.heads import PrototypeClassifier
 
 __all__ = ["esupcon_terms", "esupcon_loss", "smooth_max_ce_supcon", "ESupConLoss"]
 
 
+@full_precision
 def esupcon_terms(
     z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, temperature: float = 0.1, *, normalize: bool = True,
     normalize_prototypes: bool = True,
@@ -61,7 +62,7 @@ def _unit_prototypes(prototypes: object, z: torch.Tensor, normalize_prototypes: 
 def _esupcon_terms(z: torch.Tensor, labels: torch.Tensor, sim: torch.Tensor, pool: torch.Tensor, protos: torch.Tensor,
                    t: float) -> dict[str, torch.Tensor]:
     """Eqs. 6.12 / 6.16 for anchors ``z (M, d)`` against the pool items (``sim = z r^T / tau``, ``(M, N)``)."""
-    logits = prototype_logits(z, protos, normalize=False, temperature=t)
+    logits = z @ protos.to(device=z.device, dtype=z.dtype).T / t  # prototype_logits of checked inputs
     check_class_indices(labels, logits.shape[1])
     tt = logits.gather(1, labels[:, None]).squeeze(1)
     log_c1 = torch.logsumexp(logits, 1)
@@ -109,6 +110,7 @@ def _nonneg_losses(x: object, name: str) -> torch.Tensor:
     return t
 
 
+@full_precision
 def esupcon_loss(
     z: torch.Tensor,
     labels: torch.Tensor,
@@ -175,6 +177,7 @@ class ESupConLoss(nn.Module):
         self.prototypes_in_all_denominators = prototypes_in_all_denominators
         self.hierarchy_level = check_nonneg_int(hierarchy_level, "hierarchy_level")
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -192,7 +195,7 @@ class ESupConLoss(nn.Module):
         if z.shape[1] != self.classifier.prototypes.shape[1]:
             raise ValueError(f"embeddings have d={z.shape[1]} but the prototypes have d={self.classifier.prototypes.shape[1]} "
                              "(ESupConLoss takes (n_classes, dim), in this order)")
-        protos = _unit_prototypes(self.classifier.prototypes, z, True)
+        protos = F.normalize(self.classifier.prototypes.to(z.device), dim=1)  # the loss' own parameters
         positives = (batch.relevance > 0) & batch.valid
         return _esupcon(z, classes, batch.scores / self.temperature, batch.valid, positives, protos, self.temperature,
                         self.prototypes_in_all_denominators)

@@ -53,7 +53,7 @@ from rank_lab._validation import (
 )
 from rank_lab.losses._direct import direct_rank_terms
 from rank_lab.losses.base import RankLoss, reduce_kept
-from rank_lab.losses.prepared_batch import PreparedBatch
+from rank_lab.losses.prepared_batch import PreparedBatch, full_precision
 from rank_lab.losses.registry import register_loss
 from rank_lab.metrics.hierarchical_relevance import (
     as_hierarchical_labels,
@@ -61,8 +61,8 @@ from rank_lab.metrics.hierarchical_relevance import (
     relevance_table,
     shared_level,
 )
-from rank_lab.ranking.ranks import exact_rank_plus_rows, pairwise_differences
-from rank_lab.ranking.row_kernel import chunk_rows, positive_rows, row_step_sums
+from rank_lab.ranking.ranks import exact_rank_plus_rows_trusted, pairwise_differences
+from rank_lab.ranking.row_kernel import chunk_rows, positive_rows_trusted, row_step_sums_trusted
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = [
@@ -203,8 +203,10 @@ class HierarchicalRankLoss(RankLoss):
         lab = as_hierarchical_labels(batch.labels)
         ref = as_hierarchical_labels(batch.ref_labels, name="ref_labels")
         levels = shared_level(lab, ref, mode=self.level_mode)
-        return self.forward_levels(batch.scores, levels, batch.valid, lab.shape[1])
+        rel = self.relevance_from_levels(levels, lab.shape[1], batch.valid, batch.scores.dtype)
+        return self.loss_from_relevance(batch.scores, rel, batch.valid)
 
+    @full_precision
     def forward_levels(self, scores: torch.Tensor, levels: torch.Tensor, valid: torch.Tensor | None = None, n_levels: int | None = None) -> torch.Tensor:
         """Loss from ``scores (Q, N)`` and shared ``levels (Q, N)`` in ``[0, n_levels]``."""
         scores, levels = check_scores_targets(scores, levels, "scores", "levels")
@@ -217,8 +219,9 @@ class HierarchicalRankLoss(RankLoss):
         valid_t = torch.ones_like(levels, dtype=torch.bool) if valid is None else as_tensor(valid, "valid").bool().to(levels.device)
         if valid_t.shape != levels.shape:
             raise ValueError(f"valid has shape {tuple(valid_t.shape)} but levels has {tuple(levels.shape)}")
-        return self.forward_relevance(scores, self.relevance_from_levels(levels, n_levels, valid_t, scores.dtype), valid_t)
+        return self.loss_from_relevance(scores, self.relevance_from_levels(levels, n_levels, valid_t, scores.dtype), valid_t)
 
+    @full_precision
     def forward_scores(self, scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """``targets`` are integer shared levels (:meth:`forward_levels`) or a float relevance."""
         t = as_tensor(targets, "targets")
@@ -226,6 +229,7 @@ class HierarchicalRankLoss(RankLoss):
             return self.forward_relevance(scores, t, valid)
         return self.forward_levels(scores, t, valid)
 
+    @full_precision
     def forward_relevance(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Loss from ``scores (Q, N)`` and a graded ``relevance (Q, N) >= 0`` (> 0 = positive)."""
         scores, rel = check_scores_targets(scores, relevance, "scores", "relevance")
@@ -233,7 +237,13 @@ class HierarchicalRankLoss(RankLoss):
         valid_t = torch.ones_like(scores, dtype=torch.bool) if valid is None else as_tensor(valid, "valid").bool().to(scores.device)
         if valid_t.shape != scores.shape:
             raise ValueError(f"valid has shape {tuple(valid_t.shape)} but scores has shape {tuple(scores.shape)}")
-        rel = torch.where(valid_t, rel, torch.zeros_like(rel))
+        return self.loss_from_relevance(scores, rel, valid_t)
+
+    def loss_from_relevance(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward_relevance` of checked inputs (relevance in the scores' dtype, ``valid`` bool):
+        the no-positive rule (one host sync), :meth:`per_query` and the reduction."""
+        valid_t = valid
+        rel = torch.where(valid_t, relevance, torch.zeros_like(relevance))
         has_pos = (rel > 0).any(1)
         if not bool(has_pos.all()):
             if self.no_positive == "raise":
@@ -273,12 +283,12 @@ class SupHAP(HierarchicalRankLoss):
         total = relevance.sum(1)
         if self.impl == "direct":
             return _direct_hap(scores, relevance, valid, Heaviside(), Heaviside(), self.step, total)
-        q_idx, k_idx = positive_rows(relevance, valid)
-        rank_pos = exact_rank_plus_rows(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements)
+        q_idx, k_idx = positive_rows_trusted(relevance, valid)
+        rank_pos = exact_rank_plus_rows_trusted(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements, binary=False)
         lower = _weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, Heaviside(), max_elements=self.max_elements)
         rel_k = relevance[q_idx, k_idx]
         h_rank = rel_k * rank_pos + lower  # Eq. 4.2 split at rel(k)
-        rank_neg = row_step_sums(scores, q_idx, k_idx, self.step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements)[:, 0]
+        rank_neg = row_step_sums_trusted(scores, q_idx, k_idx, self.step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=False)[:, 0]
         ratio = h_rank / (rank_pos + rank_neg)
         return 1 - _per_query_sum(ratio, q_idx, scores.shape[0]) / total.clamp(min=torch.finfo(total.dtype).tiny)
 
@@ -303,10 +313,10 @@ class SmoothHAP(HierarchicalRankLoss):
         total = relevance.sum(1)
         if self.impl == "direct":
             return _direct_hap(scores, relevance, valid, self.step, self.step, self.step, total)
-        q_idx, k_idx = positive_rows(relevance, valid)
+        q_idx, k_idx = positive_rows_trusted(relevance, valid)
         rel_k = relevance[q_idx, k_idx]
         h_rank = rel_k + _weighted_lower_sums(scores, relevance, valid, q_idx, k_idx, self.step, weight="min", max_elements=self.max_elements)
-        rank = 1 + row_step_sums(scores, q_idx, k_idx, self.step, ("all",), valid=valid, max_elements=self.max_elements)[:, 0]
+        rank = 1 + row_step_sums_trusted(scores, q_idx, k_idx, self.step, ("all",), valid=valid, relevance=None, max_elements=self.max_elements)[:, 0]
         return 1 - _per_query_sum(h_rank / rank, q_idx, scores.shape[0]) / total.clamp(min=torch.finfo(total.dtype).tiny)
 
 
@@ -334,9 +344,9 @@ class SupNDCG(HierarchicalRankLoss):
             rank_pos, rank_neg, rows = direct_rank_terms(scores, relevance, valid, Heaviside(), self.step)
             dcg = torch.where(rows, relevance / torch.log2(1 + rank_pos + rank_neg), torch.zeros_like(scores)).sum(1)
             return 1 - dcg / idcg
-        q_idx, k_idx = positive_rows(relevance, valid)
-        rank_pos = exact_rank_plus_rows(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements)
-        rank_neg = row_step_sums(scores, q_idx, k_idx, self.step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements)[:, 0]
+        q_idx, k_idx = positive_rows_trusted(relevance, valid)
+        rank_pos = exact_rank_plus_rows_trusted(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements, binary=False)
+        rank_neg = row_step_sums_trusted(scores, q_idx, k_idx, self.step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=False)[:, 0]
         dcg = _per_query_sum(relevance[q_idx, k_idx] / torch.log2(1 + rank_pos + rank_neg), q_idx, scores.shape[0])
         return 1 - dcg / idcg
 

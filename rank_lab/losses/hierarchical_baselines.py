@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
@@ -27,8 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
-from rank_lab.losses.prepared_batch import check_references
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_positive_int,
+    trusted_inputs,
+)
+from rank_lab.losses.prepared_batch import check_references, full_precision
 from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
 from rank_lab.metrics.hierarchical_relevance import as_hierarchical_labels, hierarchy_table
 
@@ -58,6 +65,7 @@ class SigmaLoss(nn.Module):
         self.uses_references = any(getattr(loss, "uses_references", True) for loss in losses)
         self.normalize = all(getattr(loss, "normalize", True) for loss in losses)
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -72,13 +80,16 @@ class SigmaLoss(nn.Module):
         if lab.ndim != 2 or lab.shape[1] < len(self.losses):
             raise ValueError(f"SigmaLoss over {len(self.losses)} levels needs (B, L >= {len(self.losses)}) labels, got {tuple(lab.shape)}")
         total = embeddings.new_zeros(())
+        checked = False  # validate once: the first level's loss checks the inputs' values, the others trust them
         for w, loss in zip(self.weights, self.losses, strict=True):
             if w == 0:
                 continue
-            if ref_embeddings is not None and getattr(loss, "uses_references", True):
-                total = total + w * loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-            else:
-                total = total + w * loss(embeddings, labels)
+            with trusted_inputs([loss]) if checked else contextlib.nullcontext():
+                if ref_embeddings is not None and getattr(loss, "uses_references", True):
+                    total = total + w * loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+                else:
+                    total = total + w * loss(embeddings, labels)
+            checked = True
         return total
 
     def extra_repr(self) -> str:
@@ -186,14 +197,17 @@ class CSLLoss(nn.Module):
     @torch.no_grad()
     def _record(self, lab: torch.Tensor) -> None:
         fine = lab[:, 0]
-        if bool((fine < 0).any()) or bool((fine >= self.n_classes).any()):
-            raise ValueError(f"fine labels must be in [0, {self.n_classes}) (one proxy per training class)")
-        known = self.proxy_labels[fine.to(self.proxy_labels.device)]
+        outside = (fine < 0) | (fine >= self.n_classes)
+        known = self.proxy_labels[fine.clamp(0, self.n_classes - 1).to(self.proxy_labels.device)]
         clash = (known[:, 0] >= 0) & (known != lab.to(known.device)).any(1)
-        if bool(clash.any()):
+        bad_range, bad_tree = torch.stack([outside.any(), clash.any().to(outside.device)]).tolist()  # one host sync
+        if bad_range:
+            raise ValueError(f"fine labels must be in [0, {self.n_classes}) (one proxy per training class)")
+        if bad_tree:
             raise ValueError(f"fine class {int(fine[clash][0])} appears with two label paths: labels are not a tree")
         self.proxy_labels[fine.to(self.proxy_labels.device)] = lab.to(self.proxy_labels.device)
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,

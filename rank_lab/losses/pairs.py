@@ -69,8 +69,20 @@ def pair_margin_loss(
     valid = torch.as_tensor(valid, device=scores.device)
     if valid.shape != scores.shape:
         raise ValueError(f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}")
-    valid = valid.bool()
     pos_margin, neg_margin = check_float(pos_margin, "pos_margin"), check_float(neg_margin, "neg_margin")
+    return pair_margin_loss_trusted(scores, relevance, valid.bool(), pos_margin, neg_margin, pair_reduction, reduction)
+
+
+def pair_margin_loss_trusted(
+    scores: torch.Tensor,
+    relevance: torch.Tensor,
+    valid: torch.Tensor,
+    pos_margin: float,
+    neg_margin: float,
+    pair_reduction: str,
+    reduction: str,
+) -> torch.Tensor:
+    """:func:`pair_margin_loss` of checked arguments (the pair losses' kernel: no check, no host sync)."""
     pos = (relevance > 0) & valid
     neg = (relevance <= 0) & valid
     zero = torch.zeros_like(scores)
@@ -108,7 +120,8 @@ class ContrastiveLoss(MetricLoss):
         self.pair_reduction = check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
-        return pair_margin_loss(batch.scores, batch.relevance, batch.valid, self.pos_margin, self.neg_margin, self.pair_reduction, self.reduction)  # type: ignore[arg-type]
+        return pair_margin_loss_trusted(batch.scores, batch.relevance, batch.valid, self.pos_margin, self.neg_margin,
+                                        self.pair_reduction, self.reduction)
 
     def extra_repr(self) -> str:
         return f"pos_margin={self.pos_margin}, neg_margin={self.neg_margin}, pair_reduction={self.pair_reduction!r}"

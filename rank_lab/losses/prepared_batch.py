@@ -16,16 +16,27 @@ ref_labels], ref_self_index=...)`` (see :mod:`rank_lab.losses.base`) into one
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
 
-from rank_lab._validation import check_embeddings, check_labels
-from rank_lab.ranking.ranks import retrieval_mask
+from rank_lab._validation import check_embeddings, check_finite, check_labels
+from rank_lab.ranking.ranks import (
+    check_self_index,
+    retrieval_mask_trusted,
+    self_index_in_range,
+    self_index_message,
+)
 
 __all__ = ["PreparedBatch", "binary_relevance", "prepare_batch"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_HALF = (torch.float16, torch.bfloat16)
 
 #: The role of the query's own item in its retrieval set (see :mod:`rank_lab.losses.base`).
 QueryRole = Literal["excluded", "positive", "competitor"]
@@ -55,6 +66,36 @@ class PreparedBatch:
     relevance: torch.Tensor
     valid: torch.Tensor
     in_batch: bool
+
+
+def _autocast_off(tensors: list[torch.Tensor]) -> Any:
+    """A context with autocast disabled on the device type of ``tensors`` (a no-op where it is off)."""
+    kind = tensors[0].device.type if tensors else "cpu"
+    if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+        return torch.autocast(kind, enabled=False)
+    return contextlib.nullcontext()
+
+
+def full_precision(method: _F) -> _F:
+    """Decorate a loss' ``forward``, score-level call or functional form: autocast off, half inputs in float32.
+
+    Rank losses divide score differences by temperatures of 0.01 (Eq. 2.6 of the Ramzi thesis): in
+    float16 / bfloat16 (8 bits of mantissa for bfloat16) the smoothed ranks lose their meaning, and
+    autocast would recast the score matmul to half precision even on float32 embeddings. Every
+    floating ``float16`` / ``bfloat16`` tensor argument (a model's output under autocast) is cast to
+    float32 (gradients flow back through the cast) and the body runs with autocast disabled on the
+    inputs' device, so a loss gives the same value and gradient inside a ``torch.autocast`` block as
+    outside it (tested for every registered loss).
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        args = tuple(a.float() if isinstance(a, torch.Tensor) and a.dtype in _HALF else a for a in args)
+        kwargs = {k: v.float() if isinstance(v, torch.Tensor) and v.dtype in _HALF else v for k, v in kwargs.items()}
+        with _autocast_off([a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]):
+            return method(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _level(labels: torch.Tensor, level: int, name: str) -> torch.Tensor:
@@ -88,6 +129,7 @@ def prepare_batch(
     normalize: bool = True,
     hierarchy_level: int = 0,
     query_role: QueryRole = "excluded",
+    trusted: bool = False,
 ) -> PreparedBatch:
     """Validate the common call, normalise, and build scores, relevance and the retrieval mask.
 
@@ -99,14 +141,16 @@ def prepare_batch(
         query_role: ``"excluded"`` (the query's own item is removed from its retrieval set) or
             ``"positive"`` (it stays, as a positive); a loss that supports ``"competitor"`` builds
             it on top of the ``"positive"`` batch (:class:`rank_lab.losses.recall.SmoothRecallAtK`).
+        trusted: skip the finite check of the scores (a loss whose caller checked the values:
+            a combined loss, or a step of the training engine, :func:`rank_lab._validation.trusted_inputs`).
 
     Raises:
         ValueError / TypeError: naming the argument (shapes, NaN, dtypes, a lone ref argument).
     """
     query_role = check_query_role(query_role, "prepare_batch", ("excluded", "positive"))
-    emb = check_embeddings(embeddings, "embeddings")
+    emb = check_embeddings(embeddings, "embeddings", finite=False)  # finite: checked once, on the scores
     lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
-    refs = check_references(emb, ref_embeddings, ref_labels)
+    refs = check_references(emb, ref_embeddings, ref_labels, finite=False)
     in_batch = refs is None
     if refs is None:
         ref, ref_lab = emb, lab
@@ -115,19 +159,63 @@ def prepare_batch(
         self_index = torch.arange(emb.shape[0], device=emb.device)
     else:
         ref, ref_lab = refs
-        self_index = None if ref_self_index is None else torch.as_tensor(ref_self_index, device=emb.device).long()
-    if normalize:
-        emb = F.normalize(emb, dim=1)
-        ref = emb if in_batch else F.normalize(ref, dim=1)
+        self_index = (None if ref_self_index is None  # its range is checked with the scores, below
+                      else check_self_index(ref_self_index, emb.shape[0], ref.shape[0], "ref_self_index", emb.device,
+                                            in_range=False))
+    given = (emb, None if in_batch else ref)
     work = torch.float64 if emb.dtype == torch.float64 else torch.float32
-    scores = emb.to(work) @ ref.to(work).T
+    emb, ref = emb.to(work), ref.to(work)
+    with _autocast_off([emb]):  # float32 scores even inside a torch.autocast block
+        if normalize:
+            emb = F.normalize(emb, dim=1)
+            ref = emb if in_batch else F.normalize(ref, dim=1)
+        scores = emb @ ref.T
+    if not trusted:  # every value check of the call, one host sync
+        index_ok = None if in_batch or self_index is None else self_index_in_range(self_index, ref.shape[0])
+        check_finite_scores(scores, *given, index_ok=index_ok)
+    elif not in_batch and self_index is not None:
+        self_index = self_index.clamp(-1, ref.shape[0] - 1)  # trusted: never index out of range on a device
     rel = binary_relevance(lab, ref_lab, hierarchy_level).to(work)
-    valid = retrieval_mask(scores.shape[0], scores.shape[1], self_index, exclude_self=query_role == "excluded", device=emb.device)
+    valid = retrieval_mask_trusted(scores.shape[0], scores.shape[1], self_index, exclude_self=query_role == "excluded",
+                                   device=emb.device)
     return PreparedBatch(emb, ref, lab, ref_lab, scores, rel, valid, in_batch)
 
 
+def check_finite_scores(
+    scores: torch.Tensor, embeddings: torch.Tensor, ref_embeddings: torch.Tensor | None, *,
+    index_ok: torch.Tensor | None = None,
+) -> None:
+    """The one finite check of a loss call, on its ``(Q, N)`` scores (one host sync).
+
+    A NaN or inf in ``embeddings`` or ``ref_embeddings`` makes a whole row or column of scores
+    non-finite (``inf * 0`` is NaN), and so does a product that overflows the float range
+    (``normalize=False`` with huge embeddings): checking the scores checks both. Only when they
+    are not finite are the inputs inspected, to name the argument. ``index_ok`` (a 0-dim bool
+    tensor: ``ref_self_index`` is in range, :func:`rank_lab.ranking.ranks.self_index_in_range`) is
+    fetched in the same sync.
+
+    Raises:
+        ValueError: naming ``embeddings`` or ``ref_embeddings`` (NaN / inf), or saying that their
+            products overflow; naming ``ref_self_index`` (out of range).
+    """
+    if scores.device.type == "meta":
+        return
+    flags = [torch.isfinite(scores).all()] + ([] if index_ok is None else [index_ok.to(scores.device)])
+    finite, *index = torch.stack(flags).tolist()  # the call's one host sync
+    if index and not index[0]:
+        raise ValueError(self_index_message("ref_self_index", scores.shape[1]))
+    if finite:
+        return
+    check_finite(embeddings, "embeddings")
+    if ref_embeddings is not None:
+        check_finite(ref_embeddings, "ref_embeddings")
+    raise ValueError(f"the scores of embeddings and ref_embeddings overflow {scores.dtype} (products of "
+                     f"unnormalised embeddings beyond {torch.finfo(scores.dtype).max:.3g}): pass normalize=True or scale "
+                     "the embeddings down")
+
+
 def check_references(
-    embeddings: torch.Tensor, ref_embeddings: object, ref_labels: object
+    embeddings: torch.Tensor, ref_embeddings: object, ref_labels: object, *, finite: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Check the reference half of the common call: ``None`` (in-batch) or ``(ref (N, d), ref_labels)``.
 
@@ -137,6 +225,7 @@ def check_references(
     Args:
         embeddings: the checked ``(B, d)`` query embeddings.
         ref_embeddings, ref_labels: ``(N, d)`` and ``(N,)|(N, L)``, both or neither.
+        finite: check that ``ref_embeddings`` is finite (:func:`prepare_batch` checks its scores instead).
 
     Raises:
         ValueError / TypeError: naming ``ref_embeddings`` or ``ref_labels``.
@@ -145,7 +234,7 @@ def check_references(
         raise ValueError("ref_embeddings and ref_labels must be given together")
     if ref_embeddings is None:
         return None
-    ref = check_embeddings(ref_embeddings, "ref_embeddings").to(embeddings.device)
+    ref = check_embeddings(ref_embeddings, "ref_embeddings", finite=finite).to(embeddings.device)
     ref_lab = check_labels(ref_labels, ref.shape[0], "ref_labels").to(embeddings.device)
     if ref.shape[1] != embeddings.shape[1]:
         raise ValueError(f"ref_embeddings has dimension {ref.shape[1]} but embeddings has {embeddings.shape[1]}")

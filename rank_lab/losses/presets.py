@@ -37,10 +37,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import check_positive_int, trusted_inputs
 from rank_lab.losses.ap import SupAP
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
 from rank_lab.losses.hierarchical import SupHAP, SupNDCG
+from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.recall import SupRecallAtK
 from rank_lab.losses.registry import register_loss
 
@@ -73,6 +74,7 @@ class ROD(nn.Module):
         self.rank_loss, self.dg_loss, self.lam = rank_loss, dg_loss, float(lam)
         self.weights = (1.0 - self.lam, self.lam) if weights is None else (float(weights[0]), float(weights[1]))
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -84,11 +86,13 @@ class ROD(nn.Module):
     ) -> torch.Tensor:
         """Scalar ROD loss of ``embeddings (B, d)``, ``labels (B,)|(B, L)`` (+ optional refs)."""
         w_rank, w_dg = self.weights
+        # validate once: the rank loss checks the inputs' values, the decomposability loss trusts them
         out = w_rank * self.rank_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-        if getattr(self.dg_loss, "uses_references", True):
-            dg = self.dg_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
-        else:
-            dg = self.dg_loss(embeddings, labels)
+        with trusted_inputs([self.dg_loss]):
+            if getattr(self.dg_loss, "uses_references", True):
+                dg = self.dg_loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+            else:
+                dg = self.dg_loss(embeddings, labels)
         return out + w_dg * dg
 
     def extra_repr(self) -> str:

@@ -35,9 +35,10 @@ from rank_lab._validation import (
     check_float,
     check_labels,
     check_positive_int,
+    trusts_inputs,
 )
 from rank_lab.losses.base import MetricLoss
-from rank_lab.losses.prepared_batch import check_references
+from rank_lab.losses.prepared_batch import check_references, full_precision
 from rank_lab.losses.registry import register_loss
 
 __all__ = ["NormSoftmaxLoss", "ProxyNCAPlusPlusLoss", "PROXY_LR"]
@@ -60,6 +61,7 @@ class _ProxyLoss(MetricLoss):
     def logits(self, embeddings: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -74,16 +76,17 @@ class _ProxyLoss(MetricLoss):
         References are checked (:func:`~rank_lab.losses.prepared_batch.check_references`) but not used: a
         proxy loss compares each embedding with the class proxies only (``uses_references = False``).
         """
-        emb = check_embeddings(embeddings, "embeddings")
+        trusted = trusts_inputs(self)  # a combined loss or the engine checked the values (finite)
+        emb = check_embeddings(embeddings, "embeddings", finite=not trusted)
         lab = check_labels(labels, emb.shape[0], "labels").to(emb.device)
-        check_references(emb, ref_embeddings, ref_labels)
+        check_references(emb, ref_embeddings, ref_labels, finite=not trusted)
         if lab.ndim == 2:
             if not 0 <= self.hierarchy_level < lab.shape[1]:
                 raise ValueError(f"hierarchy_level={self.hierarchy_level} is out of range for labels with {lab.shape[1]} levels")
             lab = lab[:, self.hierarchy_level]
         if emb.shape[1] != self.dim:
             raise ValueError(f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}")
-        if bool((lab < 0).any()) or bool((lab >= self.n_classes).any()):
+        if bool(((lab < 0) | (lab >= self.n_classes)).any()):  # one host sync
             raise ValueError(f"labels must be in [0, {self.n_classes}) (one proxy per training class); got range [{int(lab.min())}, {int(lab.max())}]")
         logits = self.logits(emb.float() if emb.dtype in (torch.float16, torch.bfloat16) else emb)
         return F.cross_entropy(logits, lab, reduction=self.reduction)

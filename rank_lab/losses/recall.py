@@ -50,6 +50,7 @@ recomputing backward (:func:`rank_lab.ranking.row_step_sums`): ``O(B P N)`` work
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Literal
 
@@ -66,11 +67,11 @@ from rank_lab._validation import (
 )
 from rank_lab.losses._direct import direct_recall_loss
 from rank_lab.losses.base import RankLoss, reachable_ks
-from rank_lab.losses.prepared_batch import PreparedBatch
+from rank_lab.losses.prepared_batch import PreparedBatch, full_precision
 from rank_lab.losses.registry import register_loss
 from rank_lab.losses.simix import simix
-from rank_lab.ranking.ranks import exact_rank_plus_rows
-from rank_lab.ranking.row_kernel import positive_rows, row_step_sums
+from rank_lab.ranking.ranks import exact_rank_plus_rows_trusted
+from rank_lab.ranking.row_kernel import positive_rows_trusted, row_step_sums_trusted
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
 __all__ = [
@@ -169,11 +170,14 @@ class _RecallLoss(RankLoss):
         raise NotImplementedError  # pragma: no cover
 
     def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        ks = reachable_ks(self.ks, valid)
+        return self.per_query_at(scores, relevance, valid, reachable_ks(self.ks, valid))
+
+    def per_query_at(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor, ks: tuple[int, ...]) -> torch.Tensor:
+        """:meth:`per_query` with the values of k already made reachable (:func:`reachable_ks`)."""
         if self.impl == "direct":
             return direct_recall_loss(scores, relevance, valid, self.pos_step, self.neg_step, ks, self.tau_star, self.clip,
                                       self.normalization)
-        q_idx, k_idx = positive_rows(relevance, valid)
+        q_idx, k_idx = positive_rows_trusted(relevance, valid)
         rank = self._ranks(scores, relevance, valid, q_idx, k_idx)
         return _recall_from_ranks(rank, q_idx, scores.shape[0], ks, self.tau_star, self.clip, self.normalization)
 
@@ -194,6 +198,7 @@ class _RecallLoss(RankLoss):
             return pb.scores, (pb.relevance > 0) & pb.valid, pb.valid
         return _competitor_problem(pb, ref_self_index)
 
+    @full_precision
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -205,7 +210,12 @@ class _RecallLoss(RankLoss):
     ) -> torch.Tensor:
         """Loss of ``embeddings (B, d)``, ``labels (B,)|(B, L)`` against the batch or the refs (scalar, or ``(Q,)``)."""
         scores, positives, database = self.similarity_problem(embeddings, labels, ref_embeddings, ref_labels, ref_self_index)
-        return self.forward_scores(scores, positives, database)
+        if getattr(self, "simix", False) or max(self.ks) >= database.shape[1]:
+            return self.loss_from_scores(scores, positives.to(scores.dtype), database)
+        # the common call leaves at most the query's own item out of its retrieval set: every query
+        # ranks >= N - 1 items, so no k <= N - 1 needs clipping (no host sync to count them)
+        return self.loss_from_scores(scores, positives.to(scores.dtype), database,
+                                     per_query=functools.partial(self.per_query_at, ks=self.ks))
 
     def extra_repr(self) -> str:
         taus = self.tau_star if len(set(self.tau_star)) > 1 else self.tau_star[0]
@@ -291,7 +301,7 @@ class SmoothRecallAtK(_RecallLoss):
         self._generator: torch.Generator | None = None
 
     def _ranks(self, scores, relevance, valid, q_idx, k_idx):  # type: ignore[no-untyped-def]
-        sums = row_step_sums(scores, q_idx, k_idx, self.pos_step, ("all",), valid=valid, relevance=relevance, max_elements=self.max_elements)
+        sums = row_step_sums_trusted(scores, q_idx, k_idx, self.pos_step, ("all",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)
         return 1 + sums[:, 0]
 
     def _gen(self, device: torch.device) -> torch.Generator | None:
@@ -361,6 +371,6 @@ class SupRecallAtK(_RecallLoss):
         self.neg_step = SupRankStep(tau, rho, delta, eps, start, offset, linear_origin, zero_branch)  # type: ignore[arg-type]
 
     def _ranks(self, scores, relevance, valid, q_idx, k_idx):  # type: ignore[no-untyped-def]
-        rank_pos = exact_rank_plus_rows(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements)
-        rank_neg = row_step_sums(scores, q_idx, k_idx, self.neg_step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements)
+        rank_pos = exact_rank_plus_rows_trusted(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements, binary=True)
+        rank_neg = row_step_sums_trusted(scores, q_idx, k_idx, self.neg_step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)
         return rank_pos + rank_neg[:, 0]

@@ -24,6 +24,7 @@ from torch import nn
 
 from rank_lab._validation import check_choice, check_embeddings, check_float, check_labels
 from rank_lab.losses.base import ListwiseLoss
+from rank_lab.losses.prepared_batch import full_precision
 from rank_lab.losses.registry import register_loss
 
 __all__ = ["nt_xent_loss", "supcon_loss", "SupConLoss", "SimCLRLoss"]
@@ -82,6 +83,7 @@ def check_temperature(t: float) -> float:
     return check_float(t, "temperature", low=0.0, low_open=True)
 
 
+@full_precision
 def nt_xent_loss(z: torch.Tensor, temperature: float = 0.1, *, normalize: bool = True) -> torch.Tensor:
     """SimCLR / NT-Xent loss (Eqs. 6.1-6.3 of the Patel thesis).
 
@@ -101,6 +103,7 @@ def nt_xent_loss(z: torch.Tensor, temperature: float = 0.1, *, normalize: bool =
     return supcon_loss(z, labels, check_temperature(temperature), normalize=False)
 
 
+@full_precision
 def supcon_loss(
     z: torch.Tensor,
     labels: torch.Tensor,
@@ -213,6 +216,7 @@ class SimCLRLoss(nn.Module):
         super().__init__()
         self.temperature = check_temperature(temperature)
 
+    @full_precision
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Args: embeddings ``(2N, d)``; labels ``(2N,)`` (checked, then ignored: the positive of a
         view is the other view of its image, whatever the labels). Returns a scalar."""

@@ -19,9 +19,10 @@ from rank_lab._validation import check_float, check_input
 __all__ = ["MAC", "SPoC", "GeM", "RMAC", "rmac_regions", "build_pooling", "POOLINGS"]
 
 
-def _check_map(x: torch.Tensor) -> None:
-    """A floating, finite feature map ``(B, D, H, W)`` (an empty batch pools to an empty batch)."""
-    check_input(x, "x", 4, shape="(B, D, H, W) (a feature map)")
+def _check_map(x: torch.Tensor, module: nn.Module | None = None) -> None:
+    """A floating, finite feature map ``(B, D, H, W)`` (an empty batch pools to an empty batch); the
+    finite check is ``module``'s (skipped while it trusts its inputs, :func:`~rank_lab._validation.trusted_inputs`)."""
+    check_input(x, "x", 4, shape="(B, D, H, W) (a feature map)", owner=module)
 
 
 class MAC(nn.Module):
@@ -29,7 +30,7 @@ class MAC(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Args: x ``(B, D, H, W)``. Returns ``(B, D)``."""
-        _check_map(x)
+        _check_map(x, self)
         return x.amax(dim=(-2, -1))
 
 
@@ -38,7 +39,7 @@ class SPoC(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Args: x ``(B, D, H, W)``. Returns ``(B, D)``."""
-        _check_map(x)
+        _check_map(x, self)
         return x.mean(dim=(-2, -1))
 
 
@@ -71,7 +72,7 @@ class GeM(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Args: x ``(B, D, H, W)``. Returns ``(B, D)``."""
-        _check_map(x)
+        _check_map(x, self)
         p = self.p.to(x.dtype)
         return x.clamp(min=self.eps).pow(p).mean(dim=(-2, -1)).pow(1.0 / p)
 
@@ -162,7 +163,7 @@ class RMAC(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Args: x ``(B, D, H, W)``. Returns ``(B, D)``."""
-        _check_map(x)
+        _check_map(x, self)
 
         def normed(v: torch.Tensor) -> torch.Tensor:
             return v / (v.norm(dim=1, keepdim=True) + self.eps)

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from rank_lab._progress import tqdm
 from rank_lab._validation import check_finite, check_positive_int
-from rank_lab.utils import DeviceLike, get_device
+from rank_lab.utils import DeviceLike, get_device, loader_workers, seed_worker
 
 __all__ = ["avg_pool", "std_pool", "extract_features"]
 
@@ -213,7 +213,8 @@ def extract_features(
         start = min(i * shard_size, n)
 
     todo = Subset(ds, range(start, n)) if start else ds
-    loader = DataLoader(todo, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    loader = DataLoader(todo, batch_size=batch_size, shuffle=False, num_workers=loader_workers(num_workers),
+                        worker_init_fn=seed_worker)
     buf: list[dict[str, torch.Tensor]] = []
     bar = tqdm(total=n, initial=start, desc="features", disable=not progress, leave=False)
     dtype = _model_dtype(model)

@@ -228,7 +228,7 @@ class KLMatching(OODScorer):
         pred = p.argmax(1)
         c = p.shape[1]
         counts = torch.bincount(pred, minlength=c).double()
-        sums = torch.zeros(c, c, dtype=torch.float64).index_add_(0, pred, p)
+        sums = torch.zeros(c, c, dtype=torch.float64, device=p.device).index_add_(0, pred, p)
         templ = sums / counts.clamp_min(1)[:, None]
         templ[counts == 0] = 1.0 / c  # a class never predicted: uniform template
         self.templates = templ.clamp_min(1e-12)

@@ -36,6 +36,7 @@ from rank_lab.ranking.row_kernel import (
     check_row_indices,
     check_score_matrix,
     row_step_sums,
+    row_step_sums_trusted,
     valid_or_all,
 )
 from rank_lab.ranking.steps import Heaviside, StepFunction
@@ -72,16 +73,58 @@ def retrieval_mask(
         ``(Q, N)`` bool, False where an item is not in the retrieval set.
     """
     n_queries, n_items = check_positive_int(n_queries, "n_queries"), check_positive_int(n_items, "n_items")
+    if self_index is not None:
+        self_index = check_self_index(self_index, n_queries, n_items, "self_index", device)
+    return retrieval_mask_trusted(n_queries, n_items, self_index, exclude_self=exclude_self, device=device)
+
+
+def check_self_index(
+    self_index: object, n_queries: int, n_items: int, name: str, device: torch.device | str | None = None,
+    *, in_range: bool = True,
+) -> torch.Tensor:
+    """A ``(Q,)`` integer position of each query among ``N`` items, ``-1`` when absent (one host sync;
+    the shape and dtype checks alone with ``in_range=False``, the caller then checks
+    :func:`self_index_in_range` with its other value checks).
+
+    Returns:
+        The positions as a long tensor on ``device``.
+
+    Raises:
+        ValueError, TypeError: naming ``name`` (shape, dtype, a position outside ``[-1, N)``).
+    """
+    t = torch.as_tensor(self_index, device=device)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer positions, got dtype {t.dtype}")
+    if t.shape != (n_queries,):
+        raise ValueError(f"{name} must have shape ({n_queries},), got {tuple(t.shape)}")
+    t = t.long()
+    if in_range and not bool(self_index_in_range(t, n_items)):
+        raise ValueError(self_index_message(name, n_items))
+    return t
+
+
+def self_index_in_range(self_index: torch.Tensor, n_items: int) -> torch.Tensor:
+    """0-dim bool tensor (on the index' device, no host sync): every position lies in ``[-1, N)``."""
+    return ((self_index >= -1) & (self_index < n_items)).all()
+
+
+def self_index_message(name: str, n_items: int) -> str:
+    """The error of a position outside ``[-1, N)`` (:func:`check_self_index`)."""
+    return f"{name} must hold -1 or column indices in [0, {n_items})"
+
+
+def retrieval_mask_trusted(
+    n_queries: int, n_items: int, self_index: torch.Tensor | None, *, exclude_self: bool, device: torch.device | str | None
+) -> torch.Tensor:
+    """:func:`retrieval_mask` of checked arguments (``self_index`` a long tensor on ``device`` in
+    ``[-1, N)``): the losses' kernel, no host sync."""
     mask = torch.ones(n_queries, n_items, dtype=torch.bool, device=device)
     if self_index is None or not exclude_self:
         return mask
-    self_index = torch.as_tensor(self_index, device=mask.device).long()
-    if self_index.shape != (n_queries,):
-        raise ValueError(f"self_index must have shape ({n_queries},), got {tuple(self_index.shape)}")
-    if bool((self_index >= n_items).any()) or bool((self_index < -1).any()):
-        raise ValueError(f"self_index must hold -1 or column indices in [0, {n_items})")
-    rows = torch.nonzero(self_index >= 0).squeeze(1)
-    mask[rows, self_index[rows]] = False
+    rows = torch.arange(n_queries, device=mask.device)
+    present = self_index >= 0
+    # absent queries (-1) write True into their last column, which is True already: no selection, no sync
+    mask[rows, torch.where(present, self_index, n_items - 1)] = ~present
     return mask
 
 
@@ -139,10 +182,31 @@ def exact_rank_plus_rows(
         raise ValueError(f"relevance has shape {tuple(rel.shape)} but scores has shape {tuple(scores.shape)}")
     q_idx, k_idx = q_idx.to(scores.device).long(), k_idx.to(scores.device).long()
     binary = bool(((rel == 0) | (rel == 1)).all()) and bool((rel[q_idx, k_idx] == 1).all())
+    return exact_rank_plus_rows_trusted(scores, rel.to(scores.dtype), q_idx, k_idx, valid=valid_or_all(scores, valid),
+                                        max_elements=max_elements, binary=binary)
+
+
+def exact_rank_plus_rows_trusted(
+    scores: torch.Tensor,
+    relevance: torch.Tensor,
+    q_idx: torch.Tensor,
+    k_idx: torch.Tensor,
+    *,
+    valid: torch.Tensor,
+    max_elements: int | None,
+    binary: bool,
+) -> torch.Tensor:
+    """:func:`exact_rank_plus_rows` of checked inputs: the losses' kernel (no check, no host sync).
+
+    ``binary``: the caller knows that the relevance holds 0 / 1 only and every row k is a positive
+    (the sort route); otherwise the graded route of :func:`row_step_sums`.
+    """
+    scores = scores.detach()
     if not binary:
-        out = row_step_sums(scores, q_idx, k_idx, Heaviside(), ("geq",), valid=valid, relevance=rel, max_elements=max_elements)
+        out = row_step_sums_trusted(scores, q_idx, k_idx, Heaviside(), ("geq",), valid=valid, relevance=relevance,
+                                    max_elements=max_elements)
         return 1.0 + out[:, 0]
-    member = (rel == 1) & valid_or_all(scores, valid)
+    member = (relevance == 1) & valid
     s = scores.masked_fill(~member, float("-inf"))
     srt = torch.sort(s, dim=1).values
     # positives j (k included) with s_j >= s_k: N - #{values < s_k}

@@ -187,9 +187,47 @@ class _RowStepSum(torch.autograd.Function):
                     coef.add_(torch.where(m, g[:, i : i + 1], 0.0))
                 w.mul_(coef)
             # w[r, j] = d out_r / d s_{q_r j}; d out_r / d s_{q_r k_r} = -sum_j w[r, j]
-            grad.index_add_(0, qi, w)
-            grad.index_put_((qi, ki), -w.sum(1), accumulate=True)
+            if torch.are_deterministic_algorithms_enabled():  # no atomics: the same bits on every run and device
+                index_add_in_order(grad, qi, w)
+                index_add_in_order(grad.view(-1), qi * grad.shape[1] + ki, -w.sum(1))
+            else:
+                grad.index_add_(0, qi, w)
+                grad.index_put_((qi, ki), -w.sum(1), accumulate=True)
         return grad, None, None, None, None, None, None, None, None
+
+
+def index_add_in_order(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """``out[index[i]] += src[i]`` for ``i = 0, 1, ...`` in that order, in place, without atomic adds.
+
+    The deterministic scatter-add of the rank kernels' backward under
+    ``torch.use_deterministic_algorithms(True)``: the rows are grouped by target (a stable sort),
+    and pass ``p`` adds the ``p``-th row of every group with one ``index_add_`` whose targets are all
+    distinct, so no two threads ever add to one element and each element receives its rows in row
+    order -- the order of the serial CPU ``index_add_``, hence the same bits as the CPU on any
+    device. One host sync (the largest group) per call.
+
+    Args:
+        out: ``(M, ...)`` tensor, updated in place.
+        index: ``(n,)`` long targets in ``[0, M)``, on ``out``'s device.
+        src: ``(n, ...)`` rows, ``out``'s dtype and device.
+
+    Returns:
+        ``out``.
+    """
+    n = index.numel()
+    if n == 0:
+        return out
+    order = torch.argsort(index, stable=True)
+    grouped = index[order]
+    ar = torch.arange(n, device=index.device)
+    starts = torch.ones(n, dtype=torch.bool, device=index.device)
+    starts[1:] = grouped[1:] != grouped[:-1]
+    pos = torch.empty_like(ar)
+    pos[order] = ar - torch.cummax(torch.where(starts, ar, torch.zeros_like(ar)), 0).values  # rank in its group
+    for p in range(int(pos.max()) + 1):
+        rows = torch.nonzero(pos == p).squeeze(1)
+        out.index_add_(0, index[rows], src[rows])
+    return out
 
 
 def positive_rows(relevance: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,9 +241,15 @@ def positive_rows(relevance: torch.Tensor, valid: torch.Tensor | None = None) ->
         ``(q_idx, k_idx)``, two ``(R,)`` long tensors in row-major order (query by query).
     """
     rel = check_score_matrix(relevance, "relevance")
-    pos = rel > 0
+    valid_t = None if valid is None else torch.as_tensor(valid, device=rel.device).bool()
+    return positive_rows_trusted(rel, valid_t)
+
+
+def positive_rows_trusted(relevance: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`positive_rows` of a checked relevance and bool mask (the losses' kernels; no check)."""
+    pos = relevance > 0
     if valid is not None:
-        pos = pos & torch.as_tensor(valid, device=pos.device).bool()
+        pos = pos & valid
     q_idx, k_idx = torch.nonzero(pos, as_tuple=True)
     return q_idx, k_idx
 
@@ -268,15 +312,49 @@ def row_step_sums(
         raise ValueError("relevance is required for the 'geq' and 'lower' relations")
     valid_t = valid_or_all(scores, valid)
     rel_t = None if relevance is None else torch.as_tensor(relevance, device=scores.device).to(scores.dtype)
-    chunk = chunk_rows(scores.shape[1], max_elements, scores.device)
     q_idx, k_idx = q_idx.to(scores.device).long(), k_idx.to(scores.device).long()
+    top = (rel_t is not None and q_idx.numel() > 0 and bool(((rel_t == 0) | (rel_t == 1)).all())
+           and bool((rel_t[q_idx, k_idx] == 1).all()))
+    return row_step_sums_trusted(scores, q_idx, k_idx, step, rels, valid=valid_t, relevance=rel_t,
+                                 max_elements=max_elements, rows_are_top=top)
+
+
+def row_step_sums_trusted(
+    scores: torch.Tensor,
+    q_idx: torch.Tensor,
+    k_idx: torch.Tensor,
+    step: StepFunction,
+    relations: tuple[Relation, ...],
+    *,
+    valid: torch.Tensor,
+    relevance: torch.Tensor | None,
+    max_elements: int | None = None,
+    rows_are_top: bool = False,
+) -> torch.Tensor:
+    """:func:`row_step_sums` of checked inputs: the kernel of the rank losses (no check, no host sync).
+
+    Args:
+        scores: ``(Q, N)`` finite floating scores.
+        q_idx, k_idx: ``(R,)`` long row indices on the scores' device, in range.
+        step: a :class:`~rank_lab.ranking.steps.StepFunction`.
+        relations: a non-empty tuple of ``"all"``, ``"geq"``, ``"lower"``.
+        valid: ``(Q, N)`` bool retrieval-set mask.
+        relevance: ``(Q, N)`` relevance in the scores' dtype (needed for ``"geq"`` / ``"lower"``).
+        max_elements: size of one ``(chunk, N)`` block (default :func:`default_max_elements`).
+        rows_are_top: the caller knows that the relevance is binary and every row k a positive
+            (then ``"geq"`` = positives, ``"lower"`` = negatives, masks built once).
+
+    Returns:
+        ``(R, len(relations))`` tensor.
+    """
     if q_idx.numel() == 0:
-        return scores.new_zeros(0, len(rels)) + 0 * scores.sum()
-    top = rel_t is not None and bool(((rel_t == 0) | (rel_t == 1)).all()) and bool((rel_t[q_idx, k_idx] == 1).all())
+        return scores.new_zeros(0, len(relations)) + 0 * scores.sum()
+    chunk = chunk_rows(scores.shape[1], max_elements, scores.device)
     if not step.differentiable or not (scores.requires_grad and torch.is_grad_enabled()):
         with torch.no_grad():
-            return _RowStepSum.forward(_Ctx(), scores.detach(), valid_t, rel_t, q_idx, k_idx, step, rels, chunk, top)
-    return _RowStepSum.apply(scores, valid_t, rel_t, q_idx, k_idx, step, rels, chunk, top)
+            return _RowStepSum.forward(_Ctx(), scores.detach(), valid, relevance, q_idx, k_idx, step, relations, chunk,
+                                       rows_are_top)
+    return _RowStepSum.apply(scores, valid, relevance, q_idx, k_idx, step, relations, chunk, rows_are_top)
 
 
 class _Ctx:

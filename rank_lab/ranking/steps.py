@@ -129,7 +129,10 @@ class Heaviside(StepFunction):
         self.zero_value = float(zero_value)
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
-        t = _check_t(t).detach()
+        return self.value_(_check_t(t).detach())
+
+    def value_(self, t: torch.Tensor) -> torch.Tensor:
+        """The value of checked differences (the rank kernel's call: no NaN check, no host sync)."""
         out = (t >= 0) if self.zero_value == 1.0 else (t > 0)
         return out.to(t.dtype if t.is_floating_point() else torch.float32)
 

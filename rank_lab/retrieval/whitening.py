@@ -141,7 +141,7 @@ def learn_pca_whitening(
     xc = x - mean
     cov = xc.T @ xc / (n - 1)
     if shrinkage > 0:
-        cov = (1 - shrinkage) * cov + shrinkage * torch.trace(cov) / d * torch.eye(d, dtype=cov.dtype)
+        cov = (1 - shrinkage) * cov + shrinkage * torch.trace(cov) / d * torch.eye(d, dtype=cov.dtype, device=cov.device)
     evals, evecs = torch.linalg.eigh(cov)
     order = torch.argsort(evals, descending=True)
     evals, evecs = evals[order].clamp_min(0), evecs[:, order]
@@ -192,14 +192,14 @@ def learn_lw_whitening(
             raise ValueError(f"{name} must have shape (M, 2) with M >= 1, got {tuple(p.shape)}")
         if bool((p < 0).any()) or bool((p >= n).any()):
             raise ValueError(f"{name} holds indices outside [0, {n})")
-        return p
+        return p.to(x.device)
 
     pairs = _pairs(pairs, "pairs")
     if factor not in ("sym", "cholesky"):
         raise ValueError(f"factor must be 'sym' or 'cholesky', got {factor!r}")
     mean = x[pairs[:, 0]].mean(0)
     diff = x[pairs[:, 0]] - x[pairs[:, 1]]
-    c_s = diff.T @ diff / diff.shape[0] + ridge * torch.eye(d, dtype=x.dtype)
+    c_s = diff.T @ diff / diff.shape[0] + ridge * torch.eye(d, dtype=x.dtype, device=x.device)
     if factor == "sym":
         w = _inv_sqrt(c_s, eps)
     else:

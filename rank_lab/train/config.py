@@ -42,12 +42,15 @@ class TrainConfig:
 
     Fields, by group:
 
-    * Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``.
+    * Run: ``seed``, ``device`` (``None``/"auto" = CUDA when present), ``deterministic``
+      (deterministic algorithms, :func:`rank_lab.utils.seed_everything`: the condition of a
+      bit-exact resume on CUDA; on the CPU runs are bit-exact either way).
     * Data: ``epochs``, ``batch_size``, ``m_per_class`` (images per class in a batch, the
       m-per-class sampler of the papers), ``sampler`` ("m_per_class", or "hierarchical": the
       HAPPIER papers' sampler drawing ``super_classes_per_batch`` super-classes (label column
       1) per batch, m per class, needs ``(N, L)`` labels), ``batches_per_epoch`` (``None``: the sampler's
-      default length), ``num_workers``, ``image_size`` (for dataset transforms),
+      default length), ``num_workers`` (clamped to the machine's CPUs, with a warning),
+      ``image_size`` (for dataset transforms),
       ``dataset`` / ``data_dir`` (for :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
     * Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
       head; ``None`` = ``lr``), ``loss_lr`` (learnable loss parameters such as proxies;

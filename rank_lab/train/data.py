@@ -13,11 +13,15 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from rank_lab._validation import check_finite, check_labels, check_positive_int, defer_finite_checks
-from rank_lab.utils import get_device
+from rank_lab._validation import (
+    check_finite,
+    check_labels,
+    check_positive_int,
+    trusted_inputs,
+)
+from rank_lab.utils import check_amp_dtype, get_device, loader_workers, seed_worker
 
 __all__ = ["as_dataset", "relabel", "embed_dataset", "SamplerStream"]
-
 
 def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
     """Accept ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``; return
@@ -98,6 +102,8 @@ def embed_dataset(
     batch_size = check_positive_int(batch_size, "batch_size")
     ds, labels = as_dataset(data)
     dev = get_device(device)
+    if amp:
+        check_amp_dtype(amp_dtype, dev)
     was_training = model.training
     model.eval()
     out = []
@@ -105,13 +111,14 @@ def embed_dataset(
         x_all = ds.tensors[0]
         batches = (x_all[i : i + batch_size] for i in range(0, len(ds), batch_size))
     else:
-        loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                            generator=torch.Generator(), pin_memory=dev.type == "cuda")
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=loader_workers(num_workers),
+                            generator=torch.Generator(), worker_init_fn=seed_worker, pin_memory=dev.type == "cuda")
         batches = (b[0] for b in loader)
     start = 0
     try:
         for x in batches:
-            with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda"), defer_finite_checks():
+            amp_ctx = torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda")
+            with amp_ctx, trusted_inputs([model]):  # the embeddings are checked below, naming the items
                 emb = model(x.to(dev, non_blocking=True)).float().cpu()
             if not bool(torch.isfinite(emb).all()):
                 raise ValueError(f"the model's embeddings of data items [{start}, {start + emb.shape[0]}) hold NaN or inf: "

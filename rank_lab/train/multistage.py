@@ -71,7 +71,7 @@ def _chunks(n: int, chunk_size: int) -> Iterator[slice]:
         yield slice(a, min(a + chunk_size, n))
 
 
-def _check_inputs(inputs: torch.Tensor, labels: object = None) -> torch.Tensor | None:
+def _check_inputs(inputs: torch.Tensor, labels: object = None, trusted: bool = False) -> torch.Tensor | None:
     """A non-empty batch on dim 0, finite when floating (integer inputs such as token ids go to the
     model as they are: whether it takes them is the model's business); ``labels`` (returned as a
     tensor) must have one row per input."""
@@ -80,7 +80,7 @@ def _check_inputs(inputs: torch.Tensor, labels: object = None) -> torch.Tensor |
     if inputs.ndim == 0 or inputs.shape[0] == 0:
         raise ValueError(f"inputs must hold a non-empty batch on dim 0, got shape {tuple(inputs.shape)}")
     if inputs.is_floating_point():
-        check_finite_input(inputs, "inputs")
+        check_finite_input(inputs, "inputs", trusted=trusted)
     if labels is None:
         return None
     labels = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(labels)
@@ -184,6 +184,7 @@ def multistage_backward(
     check_consistency: bool = False,
     atol: float = 1e-5,
     progress: bool = False,
+    trusted: bool = False,
 ) -> MultistageOutput:
     """Back-propagate ``loss_fn(model(inputs), labels)`` through ``model`` one chunk at a time.
 
@@ -205,6 +206,8 @@ def multistage_backward(
         check_consistency: compare the re-computed embeddings with pass 1 and raise on mismatch.
         atol: tolerance of that comparison.
         progress: show tqdm bars.
+        trusted: skip the finite check of ``inputs`` (a caller whose numerical guard checks the
+            loss, such as a step of the training engine: see :func:`~rank_lab._validation.trusted_inputs`).
 
     Returns:
         :class:`MultistageOutput` (loss, embeddings, their gradient).
@@ -217,7 +220,7 @@ def multistage_backward(
         RuntimeError: with ``check_consistency``, when pass 3 does not reproduce pass 1.
     """
     check_module(model, "model")
-    labels = _check_inputs(inputs, labels)
+    labels = _check_inputs(inputs, labels, trusted)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     atol = check_float(atol, "atol", low=0.0)
     dev = _model_device(model) if device is None else get_device(device)
@@ -381,7 +384,8 @@ def fit_multistage(
             return engine.scaler.scale(seen[-1])
 
         with engine.autocast():
-            multistage_backward(model, inputs[idx], labels[idx], guarded, chunk_size=chunk_size, device=device)
+            # inputs were checked once above; the engine's guard checks each step's loss
+            multistage_backward(model, inputs[idx], labels[idx], guarded, chunk_size=chunk_size, device=device, trusted=True)
         engine.mark_backward_done()
         return seen[-1].detach()
 

@@ -3,7 +3,10 @@
 m-per-class batches, a rank loss (with an optional cross-batch memory), Adam/AdamW/SGD with a
 separate head learning rate, a per-step cosine schedule with warm-up, evaluation with
 :func:`rank_lab.metrics.retrieval_metrics` and a JSON log of every epoch; mixed precision, gradient
-clipping, the NaN guard, checkpoint/resume and progress are the engine's.
+clipping, the NaN guard, checkpoint/resume and progress are the engine's. A resumed run equals the
+straight run bit for bit on the CPU, and on CUDA with ``deterministic=True`` only (the engine's
+determinism promise, :mod:`rank_lab.engine.loop`); the rank loss is computed on float32 scores
+whatever ``amp`` says (the losses leave autocast).
 
 The training step is the one of the Ramzi thesis §3.5: ``v = normalize(f_theta(x))``;
 ``loss = L(v, y)`` or, with a cross-batch memory (XBM, §2.10; :class:`rank_lab.memory.MemoryLoss`),
@@ -35,10 +38,15 @@ from rank_lab.losses.registry import build_loss, loss_info
 from rank_lab.memory import CrossBatchMemory, MemoryLoss
 from rank_lab.models import build_model
 from rank_lab.train.config import TrainConfig
-from rank_lab.train.data import IndexedDataset, as_dataset, embed_dataset, relabel
+from rank_lab.train.data import (
+    IndexedDataset,
+    as_dataset,
+    embed_dataset,
+    relabel,
+)
 from rank_lab.train.evaluation import RetrievalEvaluation
 from rank_lab.train.multistage import multistage_backward
-from rank_lab.utils import get_device, seed_everything
+from rank_lab.utils import get_device, loader_workers, seed_everything, seed_worker
 
 __all__ = ["Trainer"]
 
@@ -253,7 +261,8 @@ class Trainer(RetrievalEvaluation):
             return self.scaler.scale(seen[-1])
 
         with self.engine.autocast():
-            multistage_backward(self._train_module, x, y, loss_fn, chunk_size=chunk, device=self.device)
+            # a NaN read lazily reaches _batch_loss's check of the embeddings (the guard), as without chunks
+            multistage_backward(self._train_module, x, y, loss_fn, chunk_size=chunk, device=self.device, trusted=True)
         self.engine.mark_backward_done()
         return seen[-1].detach()
 
@@ -269,7 +278,8 @@ class Trainer(RetrievalEvaluation):
         gen = torch.Generator()
         gen.manual_seed(cfg.seed * 100_003 + e)
         loader = DataLoader(IndexedDataset(self.train_set, self.train_labels), batch_sampler=self.sampler,
-                            num_workers=cfg.num_workers, generator=gen, pin_memory=self.device.type == "cuda")
+                            num_workers=loader_workers(cfg.num_workers), generator=gen, worker_init_fn=seed_worker,
+                            pin_memory=self.device.type == "cuda")
         for x, y, idx in loader:
             yield Batch((x, y, idx), indices=idx)
 

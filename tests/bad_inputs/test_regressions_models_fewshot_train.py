@@ -16,7 +16,6 @@ from torch import nn
 from torch.utils.data import Dataset
 
 import rank_lab.fewshot as F
-from rank_lab._validation import check_finite_input, check_input, defer_finite_checks
 from rank_lab.book.publish import colab_links
 from rank_lab.book.publish import main as publish_main
 from rank_lab.cost import format_duration
@@ -70,20 +69,6 @@ def test_pooling_and_model_config_hyper_parameters():
         ModelConfig(backbone="tiny_cnn", pooling="median")
     with pytest.raises(TypeError, match="^width must be a positive int"):
         TinyCNN(1, 1.5)
-
-
-def test_deferred_finite_checks_skip_only_the_nan_check_and_nest():
-    nan = torch.tensor([1.0, float("nan")])
-    with defer_finite_checks():
-        check_finite_input(nan, "x")  # skipped
-        with defer_finite_checks():
-            pass
-        check_finite_input(nan, "x")  # still skipped after the inner block
-        with pytest.raises(TypeError, match="floating"):
-            check_input(torch.tensor([1, 2]), "x", 1)  # dtype and shape checks still run
-    with pytest.raises(ValueError, match="x contains 1 NaN"):
-        check_finite_input(nan, "x")
-    check_finite_input(torch.empty(2, device="meta"), "x")  # shape-only runs (FLOP counting)
 
 
 # ------------------------------------------------------------------------------ trainer

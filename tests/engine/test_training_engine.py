@@ -427,3 +427,56 @@ def test_amp_on_cuda_through_the_engine(amp_dtype):
     assert eng.amp and eng.scaler.is_enabled() == (amp_dtype == "float16")
     assert set(dtypes) == {torch.float16 if amp_dtype == "float16" else torch.bfloat16}
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------------- validate once: trusted inputs
+def test_trusted_modules_skip_only_their_finite_check_and_nest():
+    from rank_lab._validation import check_finite_input, check_input, trusted_inputs, trusts_inputs
+    from rank_lab.models import EmbeddingHead
+
+    nan = torch.tensor([[1.0, float("nan")]])
+    head, other = EmbeddingHead(2, 2), EmbeddingHead(2, 2)
+    model = nn.Sequential(nn.Linear(2, 2), head)
+    with trusted_inputs([model]):
+        assert trusts_inputs(head) and not trusts_inputs(other)
+        head(nan)  # a sub-module of a trusted module: the NaN flows on, to the caller's guard
+        with pytest.raises(ValueError, match="x contains 1 NaN"):
+            other(nan)  # another module still checks
+        with trusted_inputs([head]):
+            pass
+        assert trusts_inputs(head)  # restored after the inner block
+        with pytest.raises(ValueError, match="x must have shape"):
+            head(nan[0, :, None, None])  # shapes are still checked
+        check_finite_input(nan, "x", trusted=True)
+    assert not trusts_inputs(head)
+    with pytest.raises(ValueError, match="x contains 1 NaN"):
+        head(nan)
+    with pytest.raises(ValueError, match="x contains 1 NaN"):
+        check_input(nan, "x", 2, owner=head)
+    check_finite_input(torch.empty(2, device="meta"), "x")  # shape-only runs (FLOP counting)
+
+
+def test_a_nan_produced_inside_a_model_reaches_the_engine_guard():
+    """No thread-local switch: the engine's step trusts its modules' inputs, so a NaN that appears inside the
+    model (here: between two layers, on the third step) reaches the guard, which names the step and its batch."""
+    from rank_lab.models import EmbeddingHead
+
+    class Overflow(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            return x * float("nan") if self.calls == 3 else x
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), Overflow(), EmbeddingHead(4, 2))
+    x = torch.randn(8, 4)
+    with pytest.raises(NonFiniteTrainingError, match=r"the loss is nan at epoch 3, step 3") as info:
+        fit(model, lambda i: model(x[i]).pow(2).mean(), lambda e: [Batch(torch.arange(8), indices=list(range(8)))],
+            EngineConfig(epochs=4), device="cpu")
+    assert info.value.batch_indices == list(range(8))
+    model[1].calls = 2
+    with pytest.raises(ValueError, match="x contains 32 NaN"):
+        model(x)  # outside the engine, the head checks its input again

@@ -198,19 +198,20 @@ def _gather_rows(x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     return res.bool() if as_bool else res
 
 
-def all_gather_tensor(x: torch.Tensor, *, same_size: bool = False) -> torch.Tensor:
+def all_gather_tensor(x: torch.Tensor, *, same_size: bool = False, trusted: bool = False) -> torch.Tensor:
     """Concatenate every rank's ``x (n_r, ...)`` along dim 0 in rank order (no gradient).
 
     The ranks may hold different numbers of rows (exchanged first, padded internally);
     ``same_size=True`` promises equal ``n_r`` and skips that exchange. Identity in a single process.
-    Any dtype (labels, indices, booleans); a floating ``x`` must be finite.
+    Any dtype (labels, indices, booleans); a floating ``x`` must be finite (``trusted=True`` skips
+    that check: a caller whose numerical guard checks the gathered result on every rank).
 
     Raises:
         TypeError: ``x`` not a tensor. ValueError: a 0-d tensor, NaN or inf.
     """
     _check_rows(x)
     if x.is_floating_point():
-        check_finite_input(x, "x")
+        check_finite_input(x, "x", trusted=trusted)
     if not _active():
         return x
     return _gather_rows(x.detach(), _gather_sizes(x.shape[0], x.device, same_size))
@@ -231,7 +232,7 @@ class _AllGatherWithGrad(torch.autograd.Function):
         return grad[ctx.start : ctx.stop], None
 
 
-def all_gather_with_grad(x: torch.Tensor, *, same_size: bool = False) -> torch.Tensor:
+def all_gather_with_grad(x: torch.Tensor, *, same_size: bool = False, trusted: bool = False) -> torch.Tensor:
     """Differentiable all-gather: ``(sum_r n_r, ...)`` rows of every rank, in rank order.
 
     Backward: the gradient of the gathered tensor is summed over the ranks (all-reduce) and the
@@ -244,6 +245,8 @@ def all_gather_with_grad(x: torch.Tensor, *, same_size: bool = False) -> torch.T
     Args:
         x: ``(n_r, ...)`` local rows (floating point); ranks may hold different ``n_r``.
         same_size: promise equal ``n_r`` on every rank (skips the size exchange).
+        trusted: skip the finite check of ``x`` (the distributed trainer's step: its guard checks
+            the gathered batch on every rank together).
 
     Returns:
         ``(N, ...)`` with ``N = sum_r n_r``; rows ``[sum_{s<r} n_s, sum_{s<=r} n_s)`` are ``x``.
@@ -251,13 +254,12 @@ def all_gather_with_grad(x: torch.Tensor, *, same_size: bool = False) -> torch.T
     Raises:
         TypeError: ``x`` not a floating tensor (also in a single process, so that a script behaves
             the same on one rank and on many; gather labels with :func:`all_gather_tensor`).
-        ValueError: a 0-d tensor, NaN or inf (skipped inside the trainer's training step, whose
-            numerical guard checks the loss on every rank together).
+        ValueError: a 0-d tensor, NaN or inf (unless ``trusted``).
     """
     _check_rows(x)
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating tensor for all_gather_with_grad, got {x.dtype}; use all_gather_tensor")
-    check_finite_input(x, "x")
+    check_finite_input(x, "x", trusted=trusted)
     if not _active():
         return x
     return _AllGatherWithGrad.apply(x, bool(same_size))
@@ -270,16 +272,17 @@ def _check_rows(x: object) -> None:
         raise ValueError("x must be a tensor with the rows on dim 0, got a 0-d tensor")
 
 
-def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
+def all_reduce_mean(x: torch.Tensor, *, trusted: bool = False) -> torch.Tensor:
     """Mean of ``x`` over the ranks (a new tensor; identity in a single process).
 
     Raises:
-        TypeError: ``x`` is not a tensor. ValueError: NaN or inf in ``x``.
+        TypeError: ``x`` is not a tensor. ValueError: NaN or inf in ``x`` (unless ``trusted``: a
+            caller that checked it on every rank).
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a tensor, got {type(x).__name__}")
     if x.is_floating_point():
-        check_finite_input(x, "x")
+        check_finite_input(x, "x", trusted=trusted)
     if not _active():
         return x
     out = x.detach().clone().float() if not x.is_floating_point() else x.detach().clone()

@@ -158,7 +158,7 @@ class DistributedTrainer(Trainer):
         if not self.env.is_distributed:
             return super()._batch_loss(emb, y, idx)
         n = emb.shape[0]  # the same on every rank (the sampler's local batch)
-        emb_all = all_gather_with_grad(emb, same_size=True)
+        emb_all = all_gather_with_grad(emb, same_size=True, trusted=True)  # checked gathered, on every rank alike
         meta = torch.cat([y.reshape(n, -1), torch.as_tensor(idx).to(y.device).reshape(n, 1)], 1)
         meta_all = all_gather_tensor(meta, same_size=True)  # labels and dataset indices in one message
         y_all = meta_all[:, 0] if y.ndim == 1 else meta_all[:, :-1]
@@ -179,7 +179,7 @@ class DistributedTrainer(Trainer):
         if self.env.is_distributed:
             self._average_loss_grads()
             if self.config.dist_loss == "local":
-                loss = all_reduce_mean(loss)
+                loss = all_reduce_mean(loss, trusted=True)  # _batch_loss checked it on every rank
         return loss
 
     @torch.no_grad()

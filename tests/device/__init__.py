@@ -1,0 +1,1 @@
+"""Device checks without a GPU: the fake-CUDA harness, autocast, determinism, host syncs (issue 27)."""
