@@ -9,10 +9,10 @@ STAMP   = $(VENV)/.rank_lab-installed
 EXTRAS ?= book,test,plots,faiss,timm,data
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup test test-unit test-notebooks test-realdata test-colab notebook-reference book notebooks publish lint bench gpu-check clean
+.PHONY: help setup test test-unit test-notebooks test-realdata test-colab notebook-reference book site-check notebooks publish lint bench gpu-check clean
 
 help:
-	@echo "make setup | test | test-unit | test-notebooks | test-realdata | test-colab | notebook-reference | book | notebooks | publish | lint | bench | gpu-check | clean"
+	@echo "make setup | test | test-unit | test-notebooks | test-realdata | test-colab | notebook-reference | book | site-check | notebooks | publish | lint | bench | gpu-check | clean"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,8 @@ test-unit: $(STAMP)
 
 # The notebook tests execute every notebook in smoke mode with papermill, compare its key figures with
 # tests/notebook_reference/<name>.json, and re-execute the executed copy with nbval (--nbval-lax):
-# the cells marked `# NBVAL_CHECK_OUTPUT` must print the same text (docs/book_contract.md).
+# the cell tagged `nbval-check-output` must print the same text (docs/book_contract.md). The
+# exercises' code solutions are cells of the notebooks: they run and assert here too.
 test-notebooks: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m notebook tests
 
@@ -58,6 +59,13 @@ notebook-reference: $(STAMP)
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --path-output . --builder html
 	$(MAKE) notebooks
+
+# Every built page in headless Chromium (Debian's chromium) at 1280 and 390 px: horizontal overflow,
+# raw TeX, broken images, open solutions, internal language (rank_lab.book.sitecheck); screenshots
+# in _build/site-check/. `make test` runs the same check on a small site it builds
+# (tests/book/test_site.py); run this after `make book` for the whole book.
+site-check: $(STAMP)
+	$(PY) -m rank_lab.book.sitecheck _build/html --out _build/site-check
 
 # The Colab twins (rank_lab.book.twins): install cell pinned to this checkout's commit, on the
 # repository.url of _config.yml (fails with one message when it is unset or a placeholder; forks

@@ -42,6 +42,7 @@ __all__ = [
     "FullRunOnCPUError",
     "forward_flops",
     "training_cost",
+    "memory_estimate",
     "declared_cost",
     "format_duration",
     "guard_full_run",
@@ -177,6 +178,68 @@ def training_cost(
         f"of {train_images:,} training images + {evaluations} pass(es) over {test_images:,} test images"
     )
     return CostEstimate(total / CPU_FLOPS, total / GPU_FLOPS, what)
+
+
+def memory_estimate(
+    backbone: str | nn.Module,
+    image_size: int | tuple[int, int],
+    batch_size: int,
+    *,
+    training: bool = True,
+    in_channels: int = 3,
+) -> float:
+    """Peak device memory (bytes) of one float32 step of ``backbone`` on a batch: a rough estimate.
+
+    Measured on ``meta`` tensors (nothing is allocated): the parameter count ``P`` and the output
+    sizes of the leaf modules for one image (``A`` values). Training keeps the weights, their
+    gradients and two Adam moments (``16 P`` bytes) and every leaf output of the batch for the
+    backward pass (``4 A B`` bytes); inference keeps the weights and, at most, two consecutive
+    outputs of a batch (``4 P + 8 a B``, ``a`` the largest leaf output). Framework overhead (CUDA
+    context, allocator caching, workspace) comes on top; in-place activations and mixed precision
+    come below: an order of magnitude, not a measurement.
+
+    Args:
+        backbone, image_size, in_channels: see :func:`forward_flops`.
+        batch_size: images per step (``>= 1``).
+        training: a training step (forward and backward, Adam) or inference only.
+
+    Raises:
+        TypeError, ValueError: as :func:`forward_flops`; ``batch_size`` not a positive int.
+    """
+    batch = check_positive_int(batch_size, "batch_size")
+    sizes = (image_size, image_size) if not isinstance(image_size, (tuple, list)) else tuple(image_size)
+    if len(sizes) != 2:
+        raise ValueError(f"image_size must be an int or (height, width), got {image_size!r}")
+    h, w = (check_positive_int(v, "image_size") for v in sizes)
+    in_channels = check_positive_int(in_channels, "in_channels")
+    if not isinstance(training, bool):
+        raise TypeError(f"training must be a bool, got {training!r}")
+    if isinstance(backbone, str):
+        check_backbone_name(backbone, "backbone")
+        kwargs: dict[str, Any] = {"input_dim": in_channels * h * w} if backbone.lower() == "mlp" else {}
+        with torch.device("meta"):
+            module = build_backbone(backbone, in_channels=in_channels, **kwargs)
+    elif isinstance(backbone, nn.Module):
+        module = copy.deepcopy(backbone).to("meta")
+    else:
+        raise TypeError(f"backbone must be a name or an nn.Module, got {type(backbone).__name__}")
+    outputs: list[int] = []
+
+    def keep(_mod: nn.Module, _inp: Any, out: Any) -> None:
+        if isinstance(out, torch.Tensor):
+            outputs.append(out.numel())
+
+    hooks = [m.register_forward_hook(keep) for m in module.modules() if not list(m.children())]
+    try:
+        with torch.no_grad():
+            module(torch.empty(1, in_channels, h, w, device="meta"))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    params = sum(p.numel() for p in module.parameters())
+    if training:
+        return float(16 * params + 4 * batch * (sum(outputs) + in_channels * h * w))
+    return float(4 * params + 8 * batch * max([*outputs, in_channels * h * w]))
 
 
 def declared_cost(cpu_seconds: float, description: str, gpu_seconds: float | None = None) -> CostEstimate:

@@ -85,3 +85,24 @@ def test_on_a_gpu_the_run_goes_ahead(monkeypatch: pytest.MonkeyPatch, capsys: py
     rec = guard_full_run(False, None, c)
     assert rec["device"] == "cuda" and "allowed_on_cpu" not in rec
     assert "roughly 2.0 h on a GPU" in capsys.readouterr().out
+
+
+def test_memory_estimate_counts_weights_optimiser_state_and_saved_outputs() -> None:
+    """A hand-worked module: 25 parameters, leaf outputs 4 + 5 + 5 per image of 1 x 2 x 2 = 4 values."""
+    from torch import nn
+
+    from rank_lab.cost import memory_estimate
+
+    net = nn.Sequential(nn.Flatten(), nn.Linear(4, 5), nn.ReLU())
+    # training: 16 bytes per parameter (weight, gradient, two Adam moments) + 4 bytes per saved value
+    assert memory_estimate(net, 2, 3, in_channels=1) == 16 * 25 + 4 * 3 * (4 + 5 + 5 + 4)
+    # inference: the weights and two consecutive outputs of the largest layer
+    assert memory_estimate(net, 2, 3, in_channels=1, training=False) == 4 * 25 + 8 * 3 * 5
+    assert next(net.parameters()).device.type == "cpu"  # measured on a meta copy
+    big = memory_estimate("resnet50", 224, 64)
+    assert 2 * 2**30 < big < 40 * 2**30  # an order of magnitude: GBs for ResNet-50, batch 64
+    assert memory_estimate("resnet50", 224, 128) > big
+    with pytest.raises(ValueError, match="batch_size"):
+        memory_estimate(net, 2, 0, in_channels=1)
+    with pytest.raises(TypeError, match="training"):
+        memory_estimate(net, 2, 1, in_channels=1, training="yes")

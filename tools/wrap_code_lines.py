@@ -1,6 +1,6 @@
 """Bring the code lines of the book's notebooks to at most 90 characters, changing nothing else.
 
-    python tools/wrap_code_lines.py book/rank_losses/smooth_rank_surrogates.md [more.md ...]
+    python tools/wrap_code_lines.py book/<part>/<name>.md [more.md ...]
 
 The notebook tests refuse code lines longer than 90 characters (the book cuts them). For each
 code cell of a jupytext MyST notebook that has such lines, this script:

@@ -13,7 +13,12 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["parse_parameters_cell", "parameters_cell_source", "injected_cell_source"]
+__all__ = ["CHECK_TAG", "parse_parameters_cell", "parameters_cell_source", "injected_cell_source", "is_checked_cell"]
+
+#: The cell tag nbval reads as "compare this cell's output" (nbval's ``NBVAL_CHECK_OUTPUT`` marker as a
+#: tag: no marker text in the cell, so none on the site).
+CHECK_TAG = "nbval-check-output"
+_CHECK_COMMENT = "# NBVAL_CHECK_OUTPUT"
 
 
 def _comments(source: str) -> dict[int, str]:
@@ -103,3 +108,19 @@ def injected_cell_source(values: Mapping[str, Any]) -> str:
             raise TypeError(f"values: {name}={value!r} is not a Python literal")
         lines.append(f"{name} = {text}")
     return "\n".join(lines) + "\n"
+
+
+def is_checked_cell(cell: Any) -> bool:
+    """Whether a notebook cell is the one whose output nbval compares (the key-figures cell).
+
+    The cell carries the tag :data:`CHECK_TAG`. Chapters not yet converted to the tag still start
+    the cell with the comment ``# NBVAL_CHECK_OUTPUT``, which nbval reads too; the chapter
+    apparatus test refuses the comment in converted chapters.
+
+    Args:
+        cell: an ``nbformat`` cell (``cell_type``, ``source``, ``metadata``).
+    """
+    if getattr(cell, "cell_type", None) != "code":
+        return False
+    tags = (cell.metadata or {}).get("tags", []) if hasattr(cell, "metadata") else []
+    return CHECK_TAG in tags or cell.source.lstrip().startswith(_CHECK_COMMENT)

@@ -16,6 +16,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from .cells import is_checked_cell
 from .api import api_page
 from .notebooks import NotebookNotFoundError, book_dir, find_notebook, list_notebooks
 from .parameters import ParameterError, notebook_schema
@@ -136,13 +137,13 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _key_figures_text(executed: object) -> str:
-    """The printed output of the notebook's checked cell (``# NBVAL_CHECK_OUTPUT``), or ``""``."""
+    """The printed output of the notebook's checked cell (:func:`~rank_lab.book.cells.is_checked_cell`), or ``""``."""
     # optional dependency (extra "book"), imported where it is used
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
     for cell in nb.cells:
-        if cell.cell_type == "code" and cell.source.lstrip().startswith("# NBVAL_CHECK_OUTPUT"):
+        if is_checked_cell(cell):
             return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
     return ""
 

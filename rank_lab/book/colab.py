@@ -15,7 +15,13 @@ rewrites the Markdown cells of one notebook the way the site shows them:
   repository is on GitHub;
 * admonitions (``{note}`` fences of backticks or of colons, ``:::{note}``) -> a block quote with a
   bold title;
-  ``(label)=`` targets are dropped.
+  ``(label)=`` targets are dropped;
+* ``{ref}`label``` -> the labelled page's or section's title (linked to its twin when it is a
+  notebook), ``{repo}`path``` -> a link to the repository file;
+* ``{exercise}`` / ``{solution}`` / ``{solution-start}`` ... ``{solution-end}`` (sphinx-exercise)
+  -> "Exercise n" block quotes, numbered in page order, and "Solution to Exercise n" (the gated
+  solution's code cells stay code cells); ``{prf:...}`` (sphinx-proof) -> numbered block quotes;
+* ``{rerun-box}`` -> the box's Markdown (:func:`rank_lab.book.rerun.rerun_markdown`), converted.
 
 Anything else in MyST syntax raises :class:`MystConversionError` naming the notebook, so a new
 construct cannot leak into a twin unnoticed.
@@ -29,7 +35,8 @@ from pathlib import Path
 
 from .bibtex import BibEntry, BibError
 
-__all__ = ["ColabMarkdown", "MystConversionError", "MYST_LEFTOVER", "equation_labels", "doc_resolver"]
+__all__ = ["ColabMarkdown", "MystConversionError", "MYST_LEFTOVER", "equation_labels", "doc_resolver",
+           "ref_resolver"]
 
 
 class MystConversionError(ValueError):
@@ -104,10 +111,15 @@ class ColabMarkdown:
     """
 
     def __init__(self, name: str, equations: Mapping[str, int], bibliography: Mapping[str, BibEntry],
-                 doc_link: Callable[[str], tuple[str, str | None]] | None = None) -> None:
+                 doc_link: Callable[[str], tuple[str, str | None]] | None = None, *,
+                 ref_link: Callable[[str], tuple[str, str | None]] | None = None,
+                 repo_link: Callable[[str], str | None] | None = None,
+                 rerun: Callable[[], str] | None = None) -> None:
         self.name, self.equations, self.bibliography = name, dict(equations), bibliography
-        self.doc_link = doc_link
+        self.doc_link, self.ref_link, self.repo_link, self.rerun = doc_link, ref_link, repo_link, rerun
         self.cited: list[str] = []
+        self.exercises: dict[str, int] = {}  # exercise label -> its number on the page
+        self.proofs: dict[str, tuple[str, int]] = {}  # sphinx-proof label -> (kind, number)
 
     # ---------------------------------------------------------------- public
     def convert(self, text: str) -> str:
@@ -173,6 +185,33 @@ class ColabMarkdown:
             label = options.get("label")
             tag = f" \\tag{{{self._eq_number(label)}}}" if label else ""
             return "$$\n" + "\n".join(body).strip("\n") + tag + "\n$$"
+        if name == "exercise":
+            number = len(self.exercises) + 1
+            if options.get("label"):
+                self.exercises[options["label"]] = number
+            title = f"Exercise {number}" + (f" ({self._inline(arg.strip())})" if arg.strip() else "")
+            return self._quote(title, body)
+        if name in ("solution", "solution-start"):
+            target = arg.strip()
+            if target not in self.exercises:
+                raise self._fail(f"{{{name}}} of an unknown exercise {target!r} (exercises: {sorted(self.exercises)})")
+            title = f"Solution to Exercise {self.exercises[target]}"
+            return self._quote(title, body) if name == "solution" else f"> **{title}** (the code cell below)"
+        if name == "solution-end":
+            return ""
+        if name.startswith("prf:") and name != "prf:proof":
+            kind = name.removeprefix("prf:").capitalize()
+            number = sum(1 for k, _ in self.proofs.values() if k == kind) + 1
+            if options.get("label"):
+                self.proofs[options["label"]] = (kind, number)
+            title = f"{kind} {number}" + (f" ({self._inline(arg.strip())})" if arg.strip() else "")
+            return self._quote(title, body)
+        if name == "prf:proof":
+            return self._quote("Proof", body)
+        if name == "rerun-box":
+            if self.rerun is None:
+                raise self._fail("{rerun-box} needs a rerun resolver")
+            return self._blocks(self.rerun().splitlines())
         if name in _ADMONITIONS:
             title = arg.strip() if name in ("admonition", "dropdown") and arg.strip() else name.capitalize()
             if name == "seealso":
@@ -182,6 +221,11 @@ class ColabMarkdown:
             quoted = "\n".join(f"> {ln}" if ln.strip() else ">" for ln in text.splitlines())
             return f"> **{self._inline(title)}**\n>\n{quoted}"
         raise self._fail(f"MyST directive {{{name}}} has no Colab rendering (rank_lab.book.colab)")
+
+    def _quote(self, title: str, body: list[str]) -> str:
+        text = self._blocks(body).strip("\n")
+        quoted = "\n".join(f"> {ln}" if ln.strip() else ">" for ln in text.splitlines())
+        return f"> **{title}**\n>\n{quoted}" if quoted else f"> **{title}**"
 
     # ---------------------------------------------------------------- inline
     def _eq_number(self, label: str) -> int:
@@ -224,6 +268,21 @@ class ColabMarkdown:
             return f"`{shown}`"
         if role == "math":
             return f"${body}$"
+        if role == "ref":
+            if self.ref_link is None:
+                raise self._fail(f"{{ref}}`{body}` needs a ref_link resolver")
+            page, url = self.ref_link(target)
+            shown = title or page
+            return f"[{shown}]({url})" if url else f"*{shown}*"
+        if role == "repo":
+            url = self.repo_link(target) if self.repo_link is not None else None
+            shown = title or target
+            return f"[`{shown}`]({url})" if url else f"`{shown}`"
+        if role == "prf:ref":
+            if target not in self.proofs:
+                raise self._fail(f"{{prf:ref}}`{target}` names no proposition of this page")
+            kind, number = self.proofs[target]
+            return title or f"{kind} {number}"
         if role == "doc":
             if self.doc_link is None:
                 raise self._fail(f"{{doc}}`{body}` needs a doc_link resolver")
@@ -271,5 +330,37 @@ def doc_resolver(md_path: Path, root: Path, colab_base: str | None) -> Callable[
         except ValueError:
             twin = None
         return heading, (f"{colab_base}/{twin}" if colab_base and twin else None)
+
+    return resolve
+
+
+_LABEL = re.compile(r"^\((?P<label>[\w:.-]+)\)=\s*$")
+
+
+def ref_resolver(root: Path, colab_base: str | None) -> Callable[[str], tuple[str, str | None]]:
+    """A ``{ref}`` resolver for the book ``root``: a label's title (the heading after ``(label)=`` in
+    any page of the book) and the URL of the page's twin under ``colab_base`` when the page is a
+    notebook (``None``: no link)."""
+    labels: dict[str, tuple[Path, str]] = {}
+    for page in sorted(Path(root).rglob("*.md")):
+        if "_build" in page.parts:
+            continue
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            m = _LABEL.match(line)
+            if m:
+                heading = next((ln.lstrip("#").strip() for ln in lines[i + 1:] if ln.strip()), m.group("label"))
+                labels[m.group("label")] = (page, heading)
+
+    def resolve(label: str) -> tuple[str, str | None]:
+        if label not in labels:
+            raise MystConversionError(f"{{ref}}`{label}` names no label of the book ({len(labels)} labels)")
+        page, heading = labels[label]
+        head = page.read_text(encoding="utf-8")[:2000]
+        is_notebook = head.startswith("---") and "jupytext:" in head and "kernelspec:" in head
+        if not (is_notebook and colab_base):
+            return heading, None
+        twin = page.relative_to(Path(root)).with_suffix(".ipynb").as_posix()
+        return heading, f"{colab_base}/{twin}"
 
     return resolve

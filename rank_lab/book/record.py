@@ -19,7 +19,11 @@ key             content
 ``parameters``  the effective parameters of the run (``smoke`` is ``False``)
 ``provenance``  the run's ``results.json`` provenance (status ``"ok"``, UTC times, versions,
                 ``git_commit`` / ``git_dirty``, ``device``, ``threads``) plus ``seeds`` (the list at
-                the declared path), ``wall_s`` (the runner's wall time) and ``variant``
+                the declared path), ``wall_s`` (the runner's wall time), ``variant``, and the
+                machine while it ran: ``cpu_s`` (CPU time of the run's processes: the kernel and
+                what it started), ``cpu_count`` (logical CPUs) and ``load_avg_start`` /
+                ``load_avg_end`` (the 1, 5 and 15 minute load averages at the start and the end:
+                how busy the machine was, which the wall time depends on)
 ``results``     the declared keys of the run's ``results`` (figures only: small, no per-item arrays)
 ==============  ======================================================================================
 
@@ -36,6 +40,7 @@ import json
 import math
 import os
 import re
+import resource
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +55,7 @@ from .runner import run_notebook
 
 __all__ = [
     "RECORD_SCHEMA",
+    "MACHINE_KEYS",
     "MAX_RECORD_BYTES",
     "MAX_LIST_ITEMS",
     "RecordError",
@@ -62,6 +68,8 @@ __all__ = [
     "write_record",
     "record_notebook",
     "pin_start_commit",
+    "machine_snapshot",
+    "machine_usage",
 ]
 
 RECORD_SCHEMA = "rank_lab.book.recorded/1"
@@ -71,6 +79,8 @@ MAX_RECORD_BYTES = 64 * 1024
 MAX_LIST_ITEMS = 100
 VARIANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _SECTIONS = ("schema", "notebook", "parameters", "provenance", "results")
+#: What the record tool measures about the machine during a run (optional in older records).
+MACHINE_KEYS = ("cpu_s", "cpu_count", "load_avg_start", "load_avg_end")
 
 
 class RecordError(ValueError):
@@ -142,13 +152,16 @@ def _at(results: Mapping[str, Any], path: str) -> Any:
     return node
 
 
-def make_record(document: Mapping[str, Any], spec: RecordSpec, variant: str | None = None) -> dict[str, Any]:
+def make_record(document: Mapping[str, Any], spec: RecordSpec, variant: str | None = None,
+                machine: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The record of a successful full run, from its ``results.json`` document.
 
     Args:
         document: a ``results.json`` document (:func:`rank_lab.book.load_results`) of status ``ok``.
         spec: the notebook's declaration (:func:`record_spec`).
         variant: ``None`` for the chapter's reference record, else e.g. ``"gpu"``.
+        machine: what :func:`machine_usage` measured around the run (the keys of
+            :data:`MACHINE_KEYS`), or ``None``.
 
     Returns:
         The record (see the module), checked by :func:`check_record`.
@@ -173,6 +186,10 @@ def make_record(document: Mapping[str, Any], spec: RecordSpec, variant: str | No
     seeds = _at(results, spec.seeds)
     prov.update(seeds=seeds, wall_s=(document.get("cost") or {}).get("run_s"), variant=variant,
                 recorded_utc=utc_now())
+    if machine is not None:
+        if not isinstance(machine, Mapping) or set(machine) != set(MACHINE_KEYS):
+            raise TypeError(f"machine must be a mapping with the keys {list(MACHINE_KEYS)}, got {machine!r}")
+        prov.update(machine)
     record = {"schema": RECORD_SCHEMA, "notebook": spec.notebook, "parameters": params, "provenance": prov,
               "results": {k: results[k] for k in spec.keys}}
     return check_record(record)
@@ -227,6 +244,7 @@ def check_record(record: Any) -> dict[str, Any]:
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
                                                            for s in seeds):
         raise RecordError(f"record: provenance.seeds must be a non-empty list of ints, got {seeds!r}")
+    _check_machine(prov)
     long = _long_lists(results)
     if long:
         raise RecordError(f"record: lists longer than {MAX_LIST_ITEMS} items (per-item arrays do not belong "
@@ -237,6 +255,58 @@ def check_record(record: Any) -> dict[str, Any]:
     if size > MAX_RECORD_BYTES:
         raise RecordError(f"record: {size} bytes of JSON, more than {MAX_RECORD_BYTES}: keep figures only")
     return dict(record)
+
+
+def _check_machine(prov: Mapping[str, Any]) -> None:
+    """The machine fields of a provenance, when present: CPU seconds, CPU count, two load triples."""
+    present = [k for k in MACHINE_KEYS if k in prov]
+    if not present:
+        return  # a record made before the record tool measured the machine
+    if len(present) != len(MACHINE_KEYS):
+        raise RecordError(f"record: provenance has {present} but not all of {list(MACHINE_KEYS)}")
+    cpu, count = prov["cpu_s"], prov["cpu_count"]
+    if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu >= 0:
+        raise RecordError(f"record: provenance.cpu_s must be a number of seconds >= 0, got {cpu!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise RecordError(f"record: provenance.cpu_count must be an int >= 1, got {count!r}")
+    for key in ("load_avg_start", "load_avg_end"):
+        load = prov[key]
+        if (not isinstance(load, list) or len(load) != 3
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in load)):
+            raise RecordError(f"record: provenance.{key} must be the 3 load averages (1, 5, 15 min), got {load!r}")
+
+
+def machine_snapshot() -> dict[str, Any]:
+    """The machine now: CPU seconds used so far by this process and its reaped children, load averages.
+
+    Returns:
+        ``{"cpu_s", "cpu_count", "load_avg"}``: ``cpu_s`` sums user and system time of this process
+        and of every child process that has exited (a notebook's kernel, and what the kernel
+        started and waited for); ``load_avg`` is ``os.getloadavg()`` (``[0, 0, 0]`` where the
+        system has none).
+    """
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        load = [round(v, 2) for v in os.getloadavg()]
+    except OSError:  # no load average on this system
+        load = [0.0, 0.0, 0.0]
+    return {"cpu_s": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+            "cpu_count": os.cpu_count() or 1, "load_avg": load}
+
+
+def machine_usage(start: Mapping[str, Any], end: Mapping[str, Any]) -> dict[str, Any]:
+    """The machine fields of a record (:data:`MACHINE_KEYS`) from two :func:`machine_snapshot` calls.
+
+    Raises:
+        TypeError: a snapshot that is not a mapping from :func:`machine_snapshot`.
+    """
+    for name, snap in (("start", start), ("end", end)):
+        if not isinstance(snap, Mapping) or not {"cpu_s", "cpu_count", "load_avg"} <= set(snap):
+            raise TypeError(f"{name} must be a machine_snapshot() mapping, got {snap!r}")
+    return {"cpu_s": round(max(0.0, float(end["cpu_s"]) - float(start["cpu_s"])), 2),
+            "cpu_count": int(end["cpu_count"]), "load_avg_start": list(start["load_avg"]),
+            "load_avg_end": list(end["load_avg"])}
 
 
 def write_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -312,9 +382,11 @@ def record_notebook(
         raise RecordError("the git checkout has uncommitted changes: commit them first, so that the record "
                           "names the code that produced it (or pass allow_dirty / --allow-dirty)")
     start_commit = git_output("rev-parse", "HEAD")  # the code the run starts from (HEAD may move meanwhile)
+    before = machine_snapshot()
     out = run_notebook(md, values, output_dir, kernel_name=kernel_name, timeout=timeout, progress=progress)
+    machine = machine_usage(before, machine_snapshot())
     try:
-        record = make_record(load_results(out), spec, variant)
+        record = make_record(load_results(out), spec, variant, machine)
     except RecordError as exc:
         raise RecordBuildError(f"{md.stem} ran, but {out / 'results.json'} cannot be recorded: {exc}") from exc
     return write_record(pin_start_commit(record, start_commit, start_dirty), target)

@@ -6,12 +6,14 @@ live experiment, shows both::
     from rank_lab.book.recorded import ci_errorbar, format_ci, load_record, show_header, show_table
 
     rec = load_record("smooth_rank_surrogates")
-    show_header(rec)            # "recorded full run: 2026-11-26, cpu: ..., 5 seeds, commit 1a2b3c4"
+    show_header(rec)            # "Recorded run (CPU, toy scale): 8 seeds on 2026-11-26, ..."
     if rec:                     # False when the record is missing: the page still builds
         show_table([...rows built from rec.results...])
 
-A missing record never raises here: the header says plainly that there is none and how to make
-one (the notebook tests fail instead, for a chapter that declares a record). Tables are HTML
+A missing record never raises here: the header says plainly that there is none (the notebook
+tests fail instead, for a chapter that declares a record). The header says what kind of run it was
+(CPU or GPU, toy scale or real data), how long it took (wall and CPU time) and how busy the machine
+was, all read from the record: a chapter states no time of its own (:meth:`RecordedRun.time_sentence`). Tables are HTML
 inside a ``div.rank-lab-table`` that scrolls sideways in the book (``book/_static/rank_lab.css``)
 with a plain-text twin for consoles; every display function returns ``None`` so that a cell ending
 with one prints no stray value.
@@ -31,6 +33,7 @@ from typing import Any
 
 from rank_lab._validation import check_float, check_nonneg_int
 
+from .links import browse_url
 from .notebooks import book_dir, find_notebook
 from .record import VARIANT_PATTERN, check_record, record_path
 from .record import RecordError
@@ -39,6 +42,7 @@ __all__ = [
     "RecordedRun",
     "load_record",
     "record_header",
+    "run_kind",
     "show_header",
     "format_ci",
     "table_text",
@@ -86,6 +90,39 @@ class RecordedRun:
         """The seeds of the recorded run; ``[]`` when missing."""
         return list(self.provenance.get("seeds", []))
 
+    @property
+    def wall_s(self) -> float | None:
+        """Wall time of the recorded run in seconds (``None`` when missing)."""
+        v = self.provenance.get("wall_s")
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    @property
+    def cpu_s(self) -> float | None:
+        """CPU time of the recorded run in seconds (``None`` when missing or not measured)."""
+        v = self.provenance.get("cpu_s")
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def time_sentence(self) -> str:
+        """How long the recorded run took and on what, from the record (never a hand-written time).
+
+        ``"20.4 min of wall time and 38.1 min of CPU time on a CPU with 2 logical cores (load
+        average 1.9 at the start, 2.4 at the end)"``; older records without machine fields say that
+        CPU time and load were not recorded.
+
+        Raises:
+            ValueError: the record is missing (``bool(run)`` is False).
+        """
+        if not self:
+            raise ValueError(f"no recorded run of {self.notebook}: there is no time to state")
+        p = self.provenance
+        wall = f"{_duration(self.wall_s)} of wall time"
+        if self.cpu_s is None:
+            return f"{wall} on {p['device']} (CPU time and machine load were not recorded)"
+        start, end = p["load_avg_start"], p["load_avg_end"]
+        return (f"{wall} and {_duration(self.cpu_s)} of CPU time on {p['device']} with "
+                f"{p['cpu_count']} logical cores (load average {start[0]:.1f} at the start, "
+                f"{end[0]:.1f} at the end)")
+
 
 def load_record(name: str | os.PathLike[str], variant: str | None = None) -> RecordedRun:
     """Load a chapter's recorded full run; a missing file gives a :class:`RecordedRun` that is False.
@@ -130,15 +167,42 @@ def _date(iso: Any) -> str:
 
 def _duration(seconds: Any) -> str:
     if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-        return "unknown time"
+        return "an unknown time"
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def record_header(run: RecordedRun) -> str:
-    """One line naming the recorded run, or saying plainly that there is none.
+#: Values of the ``dataset`` parameter that are toy data (generated, or sklearn's 8x8 digits).
+TOY_DATASETS = (None, "synthetic", "digits")
 
-    ``"recorded full run: <date>, <device>, <n> seeds, commit <sha>"``, followed by the wall time
-    and ``(uncommitted changes)`` when it was recorded from a dirty checkout.
+
+def run_kind(run: RecordedRun) -> str:
+    """``"CPU, toy scale"``, ``"GPU, toy scale"`` or ``"CPU, real data: sop"``: what kind of run a record is.
+
+    The device comes from the provenance; the scale from the ``dataset`` parameter (generated data
+    and sklearn's digits are toy scale, whatever ``smoke`` says).
+
+    Raises:
+        TypeError: ``run`` is not a :class:`RecordedRun`.
+        ValueError: the record is missing.
+    """
+    if not isinstance(run, RecordedRun):
+        raise TypeError(f"run must be a RecordedRun (load_record), got {type(run).__name__}")
+    if not run:
+        raise ValueError(f"no recorded run of {run.notebook}")
+    device = "GPU" if str(run.provenance.get("device", "")).startswith("cuda") else "CPU"
+    dataset = run.parameters.get("dataset")
+    scale = "toy scale" if dataset in TOY_DATASETS else f"real data: {dataset}"
+    return f"{device}, {scale}"
+
+
+def record_header(run: RecordedRun) -> str:
+    """One Markdown line naming the recorded run, or saying plainly that there is none.
+
+    ``"Recorded run (CPU, toy scale): 8 seeds on 2026-11-26; 20.4 min of wall time and ... CPU
+    time on cpu: AMD EPYC with 2 logical cores (load average ...); rank_lab 0.1.0, torch 2.14.1;
+    [the code of this run](<repository>/tree/<commit>)."`` The link is given only when the
+    repository URL is browsable; a run recorded from a working copy with uncommitted changes, or
+    during which the repository moved on, says so.
 
     Raises:
         TypeError: ``run`` is not a :class:`RecordedRun`.
@@ -146,16 +210,22 @@ def record_header(run: RecordedRun) -> str:
     if not isinstance(run, RecordedRun):
         raise TypeError(f"run must be a RecordedRun (load_record), got {type(run).__name__}")
     if not run:
-        return (f"No recorded full run of {run.notebook} yet: only the live smoke run is shown. "
-                f"`python -m rank_lab.book record {run.notebook}` writes "
-                f"{run.path.parent.name}/{run.path.name} next to the chapter.")
+        return f"No recorded run of {run.notebook} yet: the tables show the live smoke run only."
     p = run.provenance
-    commit = (p.get("git_commit") or "unknown")[:7] + (" (uncommitted changes)" if p.get("git_dirty") else "")
-    if p.get("git_commit_end"):
-        commit += f" (HEAD moved to {p['git_commit_end'][:7]} during the run)"
     n = len(p["seeds"])
-    return (f"recorded full run: {_date(p['ended_utc'])}, {p['device']}, {n} seed{'s' if n != 1 else ''}, "
-            f"commit {commit}; {_duration(p.get('wall_s'))}, rank_lab {p['rank_lab']}, torch {p['torch']}")
+    text = (f"Recorded run ({run_kind(run)}): {n} seed{'s' if n != 1 else ''} on {_date(p['ended_utc'])}; "
+            f"{run.time_sentence()}; rank_lab {p['rank_lab']}, torch {p['torch']}")
+    commit = p.get("git_commit")
+    url = browse_url("", commit, folder=True) if commit else None
+    if url:
+        text += f"; [the code of this run]({url})"
+    if p.get("git_dirty"):
+        text += ", with uncommitted local changes"
+    if p.get("git_commit_end"):
+        end = browse_url("", p["git_commit_end"], folder=True)
+        text += (f" (the repository moved on during the run: [its state at the end]({end}))" if end
+                 else " (the repository moved on during the run)")
+    return text + "."
 
 
 def _display(data: Mapping[str, str]) -> None:
@@ -188,9 +258,9 @@ def show_markdown(text: str, plain: str | None = None) -> None:
 
 
 def show_header(run: RecordedRun) -> None:
-    """Display :func:`record_header` (bold in the book); returns ``None``."""
+    """Display :func:`record_header` (a note in the book); returns ``None``."""
     line = record_header(run)
-    show_markdown(f"**{line}**" if run else f"*{line}*", plain=line)
+    show_markdown(f"```{{note}}\n{line}\n```" if run else f"*{line}*", plain=line)
 
 
 def format_ci(summary: Mapping[str, Any] | None, digits: int = 2, scale: float = 1.0) -> str:

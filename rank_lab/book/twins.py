@@ -36,7 +36,9 @@ from urllib.parse import urlparse
 from .notebooks import book_dir, front_matter, list_notebooks
 from .notebooks import to_notebook as _to_notebook
 from .bibtex import read_bib
-from .colab import ColabMarkdown, doc_resolver, equation_labels
+from .colab import ColabMarkdown, doc_resolver, equation_labels, ref_resolver
+from .links import browse_url
+from .rerun import rerun_markdown
 from rank_lab.book.publish import github_repo
 import yaml
 
@@ -263,8 +265,14 @@ def make_twin(md_path: str | os.PathLike[str], out_path: str | os.PathLike[str],
     bib_path = root / "references.bib"
     bib = read_bib(bib_path) if bib_path.is_file() else {}
     cfg = _config(root.parent) if (root.parent / "_config.yml").is_file() else {}
+    base = _colab_base(cfg, repo)
+    branch = str((cfg.get("repository") or {}).get("branch") or "main")
+    root_dir = root.parent
     conv = ColabMarkdown(md_path.stem, equation_labels([c.source for c in markdown]), bib,
-                         doc_resolver(md_path, root, _colab_base(cfg, repo)))
+                         doc_resolver(md_path, root, base), ref_link=ref_resolver(root, base),
+                         repo_link=lambda path: browse_url(path, url=repo, branch=branch,
+                                                           folder=(root_dir / path).is_dir()),
+                         rerun=lambda: rerun_markdown(md_path))
     for c in markdown:
         c.source = conv.convert(c.source)
     refs = conv.references_cell()

@@ -129,7 +129,7 @@ def test_record_runs_full_scale_and_writes_a_small_record(rec_book: Path, tmp_pa
     assert book.main(["record", "recmini", "-p", "seed", "2", "--quiet", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     path = rec_book / "part" / "recorded" / "recmini.json"
-    assert f"record: {path}" in out and "recorded full run: " in out and ", 3 seeds, commit " in out
+    assert f"record: {path}" in out and "Recorded run (CPU, toy scale): 3 seeds on " in out
     rec = json.loads(path.read_text())
     assert record.check_record(rec) == rec
     assert rec["schema"] == RECORD_SCHEMA and rec["notebook"] == "recmini"
@@ -138,6 +138,10 @@ def test_record_runs_full_scale_and_writes_a_small_record(rec_book: Path, tmp_pa
     prov = rec["provenance"]
     assert prov["seeds"] == [2, 3, 4] and prov["status"] == "ok" and prov["wall_s"] > 0
     assert prov["variant"] is None and prov["runner"] == "rank_lab.book"
+    # the machine while it ran: CPU time of the kernel, logical CPUs, load averages at start and end
+    assert prov["cpu_s"] > 0 and prov["cpu_count"] >= 1
+    assert len(prov["load_avg_start"]) == len(prov["load_avg_end"]) == 3
+    assert "of CPU time on " in recorded.record_header(recorded.load_record("recmini"))
     assert rec["results"]["training"]["effect"]["n"] == 3
     # the executed notebook and its full results.json stay in the output folder
     full = book.load_results(tmp_path / "out" / "recmini")
@@ -207,6 +211,25 @@ def test_check_record_rules() -> None:
             record.check_record(bad)
     with pytest.raises(TypeError, match="record"):
         record.check_record([good])
+    machine = {"cpu_s": 3.5, "cpu_count": 2, "load_avg_start": [0.5, 0.4, 0.3], "load_avg_end": [1.0, 0.5, 0.3]}
+    assert record.check_record(_record_doc(**machine))["provenance"]["cpu_count"] == 2
+    for bad, message in [({"cpu_s": 3.5}, "not all of"), ({**machine, "cpu_s": -1.0}, "cpu_s"),
+                         ({**machine, "cpu_count": 0}, "cpu_count"), ({**machine, "load_avg_end": [1.0]}, "load")]:
+        with pytest.raises(RecordError, match=message):
+            record.check_record(_record_doc(**bad))
+
+
+def test_machine_usage_measures_cpu_time_of_children_and_the_load() -> None:
+    import subprocess
+    import sys
+
+    before = record.machine_snapshot()
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    usage = record.machine_usage(before, record.machine_snapshot())
+    assert usage["cpu_s"] > 0.05 and usage["cpu_count"] >= 1
+    assert set(usage) == set(record.MACHINE_KEYS) and len(usage["load_avg_start"]) == 3
+    with pytest.raises(TypeError, match="start"):
+        record.machine_usage({}, before)
 
 
 # --------------------------------------------------------------------------------- recorded
@@ -214,8 +237,7 @@ def test_missing_record_says_so_plainly(rec_book: Path, capsys: pytest.CaptureFi
     run = recorded.load_record("recmini")
     assert not run and run.results == {} and run.seeds == []
     header = recorded.record_header(run)
-    assert header.startswith("No recorded full run of recmini yet: only the live smoke run is shown.")
-    assert "python -m rank_lab.book record recmini" in header and "recorded/recmini.json" in header
+    assert header == "No recorded run of recmini yet: the tables show the live smoke run only."
     recorded.show_header(run)  # outside a kernel: the plain text
     assert capsys.readouterr().out.strip() == header
 
@@ -226,11 +248,29 @@ def test_loaded_record_header_and_errors(rec_book: Path) -> None:
     record.write_record(_record_doc(), path)
     run = recorded.load_record("recmini")
     assert run and run.seeds == [0, 1, 2] and run.results["training"]["x"] == 1.5
-    assert recorded.record_header(run) == ("recorded full run: 2026-11-26, cpu: Test CPU, 3 seeds, commit 0123456; "
-                                           "12.0 min, rank_lab 0.1.0, torch 2.14.1")
+    assert recorded.record_header(run) == (
+        "Recorded run (CPU, toy scale): 3 seeds on 2026-11-26; 12.0 min of wall time on cpu: Test CPU (CPU "
+        "time and machine load were not recorded); rank_lab 0.1.0, torch 2.14.1.")
     record.write_record(_record_doc(git_dirty=True, wall_s=42.0, seeds=[7]), path)
-    assert recorded.record_header(recorded.load_record("recmini")).startswith(
-        "recorded full run: 2026-11-26, cpu: Test CPU, 1 seed, commit 0123456 (uncommitted changes); 42 s")
+    assert recorded.record_header(recorded.load_record("recmini")) == (
+        "Recorded run (CPU, toy scale): 1 seed on 2026-11-26; 42 s of wall time on cpu: Test CPU (CPU time and "
+        "machine load were not recorded); rank_lab 0.1.0, torch 2.14.1, with uncommitted local changes.")
+    machine = {"cpu_s": 1500.0, "cpu_count": 2, "load_avg_start": [1.93, 1.5, 1.2], "load_avg_end": [2.41, 2.0, 1.5]}
+    record.write_record(_record_doc(**machine), path)
+    run = recorded.load_record("recmini")
+    assert run.cpu_s == 1500.0 and run.wall_s == 720.0
+    assert run.time_sentence() == ("12.0 min of wall time and 25.0 min of CPU time on cpu: Test CPU with 2 logical "
+                                   "cores (load average 1.9 at the start, 2.4 at the end)")
+    gpu = _record_doc(device="cuda:0: NVIDIA H100 80GB HBM3")
+    gpu["parameters"]["dataset"] = "sop"
+    record.write_record(gpu, path)
+    assert recorded.run_kind(recorded.load_record("recmini")) == "GPU, real data: sop"
+    # a browsable repository: the header links the code of the run (never a hash in the text)
+    (rec_book.parent / "_config.yml").write_text("repository:\n  url: https://github.com/org/repo\n")
+    record.write_record(_record_doc(), path)
+    header = recorded.record_header(recorded.load_record("recmini"))
+    assert header.endswith("; [the code of this run](https://github.com/org/repo/tree/0123456789abcdef).")
+    (rec_book.parent / "_config.yml").unlink()
     moved = record.pin_start_commit(_record_doc(git_commit="fedcba9876543210"), "0123456789abcdef")
     assert moved["provenance"]["git_commit"] == "0123456789abcdef"
     assert moved["provenance"]["git_commit_end"] == "fedcba9876543210"
@@ -241,8 +281,8 @@ def test_loaded_record_header_and_errors(rec_book: Path) -> None:
     with pytest.raises(TypeError, match="start_dirty"):
         record.pin_start_commit(_record_doc(), None, "no")
     record.write_record(moved, path)
-    assert "commit 0123456 (HEAD moved to fedcba9 during the run);" in recorded.record_header(
-        recorded.load_record("recmini"))
+    assert recorded.record_header(recorded.load_record("recmini")).endswith(
+        "torch 2.14.1 (the repository moved on during the run).")
     path.write_text(json.dumps({**_record_doc(), "notebook": "other"}))
     with pytest.raises(RecordError, match="not of 'recmini'"):
         recorded.load_record("recmini")
@@ -366,11 +406,11 @@ def test_reading_box_is_a_myst_admonition(rec_book: Path) -> None:
     assert text == ("````{admonition} What this run shows\n:class: tip\n\n- one.\n- two.\n\n"
                     "*Read from the live smoke run above.*\n````")
     missing = readings.reading_markdown(["one."], recorded.load_record("recmini"))
-    assert "*No recorded full run of recmini yet" in missing
+    assert "*No recorded run of recmini yet" in missing
     path = rec_book / "part" / "recorded" / "recmini.json"
     path.parent.mkdir()
     record.write_record(_record_doc(), path)
-    assert "*Read from recorded full run: 2026-11-26, cpu: Test CPU, 3 seeds" in readings.reading_markdown(
+    assert "*Recorded run (CPU, toy scale): 3 seeds on 2026-11-26" in readings.reading_markdown(
         ["one."], recorded.load_record("recmini"))
     with pytest.raises(TypeError, match="sentences"):
         readings.reading_markdown("one.")
@@ -381,7 +421,7 @@ def test_without_the_book_folder_every_record_is_missing(tmp_path: Path, monkeyp
     monkeypatch.setenv("RANK_LAB_BOOK", str(tmp_path / "nowhere"))
     run = recorded.load_record("smooth_rank_surrogates")
     assert not run and run.path == Path("recorded/smooth_rank_surrogates.json")
-    assert recorded.record_header(run).startswith("No recorded full run of smooth_rank_surrogates yet")
+    assert recorded.record_header(run).startswith("No recorded run of smooth_rank_surrogates yet")
     assert recorded.load_record("heat", "gpu").path.name == "heat.gpu.json"
     with pytest.raises(ValueError, match="variant"):
         recorded.load_record("heat", "GPU run")

@@ -2,8 +2,8 @@
 
 Static, for every notebook (fast): the parameters cell parses into a schema with its front-matter
 constraints; papermill reads the same names without a warning; every declared parameter is read by
-the notebook's code; the run is started with ``start_run`` and saved with ``save_results``; one
-cell marked ``# NBVAL_CHECK_OUTPUT`` prints the key figures.
+the notebook's code; the run is started with ``start_run`` (or the chapter kit's ``setup``) and saved
+with ``save_results``; one cell tagged ``nbval-check-output`` prints the key figures.
 
 Executed (marker ``notebook``), for every notebook in smoke mode: papermill through
 :func:`rank_lab.book.run_notebook`; ``results.json`` follows the schema, holds the effective
@@ -46,6 +46,8 @@ from rank_lab.book import (
     notebook_schema,
     run_notebook,
 )
+from rank_lab.book.audit import internal_language
+from rank_lab.book.cells import is_checked_cell
 from rank_lab.book.notebooks import to_notebook
 from rank_lab.book.record import record_spec
 from rank_lab.book.recorded import load_record
@@ -59,12 +61,23 @@ SMOKE = {"seed": 0, "device": "cpu"}  # with the defaults of each parameters cel
 #: few percent on another CPU (float summation order); exact computations get tighter ones by hand.
 DEFAULT_TOLERANCE = {"rel": 0.05, "abs": 0.01}
 TIMING_KEY = re.compile(r"(^|_)(s|sec|secs|seconds|time|elapsed|runtime|per_s)$|^(seconds|elapsed|runtime|time)")
-CHECK = "# NBVAL_CHECK_OUTPUT"
 MAX_CODE_LINE = 90
 #: Warning text that must not appear in an executed notebook's outputs.
 WARNING_TEXT = re.compile(r"Warning\b|DeprecationWarning|TqdmWarning|IProgress not found|without encryption")
 #: Words naming project-internal material that readers never see (the book cites the sources).
 INTERNAL = re.compile(r"digest|shared/seeds|seeds folder", re.IGNORECASE)
+
+
+def _outside_solutions(md: Path) -> list:
+    """The code cells that are not inside a gated exercise solution (solution-start ... solution-end)."""
+    out, inside = [], False
+    for cell in to_notebook(md).cells:
+        if cell.cell_type == "markdown":
+            start, end = cell.source.rfind("{solution-start}"), cell.source.rfind("{solution-end}")
+            inside = start > end if max(start, end) >= 0 else inside
+        elif not inside:
+            out.append(cell)
+    return out
 
 
 def _code_cells(md: Path) -> list:
@@ -78,6 +91,8 @@ def _loaded_names(md: Path) -> set[str]:
             continue
         src = "\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!")))
         names |= {n.id for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if "setup(globals()," in src:  # rank_lab.book.chapter.setup reads the seed and the device
+            names |= {"seed", "device"}
     return names
 
 
@@ -105,13 +120,16 @@ def test_notebook_contract(md: Path, tmp_path: Path, caplog: pytest.LogCaptureFi
 
     cells = _code_cells(md)
     assert "parameters" in cells[0].metadata.get("tags", []), f"{md.name}: the parameters cell comes first"
-    assert "start_run(globals())" in cells[1].source, f"{md.name}: the cell after the parameters calls start_run"
+    assert "start_run(globals())" in cells[1].source or "setup(globals()," in cells[1].source, \
+        f"{md.name}: the cell after the parameters calls start_run (or rank_lab.book.chapter.setup)"
     for line in cells[0].source.splitlines():
         assert "=" not in line.partition("#")[2], f"{md.name}: '=' in a parameters comment breaks papermill: {line!r}"
-    checked = [c for c in cells if c.source.lstrip().startswith(CHECK)]
+    checked = [c for c in cells if is_checked_cell(c)]
     assert len(checked) == 1 and "print_key_figures(" in checked[0].source, \
-        f"{md.name}: one cell starting with {CHECK} prints the key figures"
-    assert "save_results(" in cells[-1].source, f"{md.name}: the last cell writes results.json"
+        f"{md.name}: one cell tagged nbval-check-output prints the key figures"
+    main = _outside_solutions(md)
+    assert "save_results(" in main[-1].source, \
+        f"{md.name}: the last cell (outside the exercises' solutions) writes results.json"
     assert front_matter(md).get("rank_lab", {}).get("results_keys"), f"{md.name}: no rank_lab.results_keys"
 
     # papermill's own reader agrees with the schema, without a warning (for `papermill --help-notebook`)
@@ -191,6 +209,11 @@ def _output_problems(nb: nbformat.NotebookNode) -> list[str]:
                 text = out.get("data", {}).get("text/plain", "")
                 if WARNING_TEXT.search(text if isinstance(text, str) else "".join(text)):
                     problems.append(f"cell {i}: warning text in a display: {text[:200]!r}")
+            if kind in ("stream", "display_data", "execute_result") and not is_checked_cell(cell):
+                data = out.get("data", {})
+                shown = out.get("text", "") if kind == "stream" else data.get("text/markdown", data.get("text/plain", ""))
+                shown = shown if isinstance(shown, str) else "".join(shown)
+                problems += [f"cell {i}: internal language in an output: {hit}" for hit in internal_language(shown)]
     return problems
 
 
@@ -217,7 +240,7 @@ def _finite(obj: object) -> bool:
 
 def _printed_figures(nb_path: Path) -> dict[str, float]:
     nb = nbformat.read(nb_path, as_version=4)
-    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith(CHECK))
+    cell = next(c for c in nb.cells if is_checked_cell(c))
     text = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
     figures = {}
     for line in text.splitlines():

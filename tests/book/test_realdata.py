@@ -32,6 +32,7 @@ from rank_lab.book import (
     notebook_schema,
     run_notebook,
 )
+from rank_lab.book.cells import is_checked_cell
 from rank_lab.fixtures import write_fixture
 
 REFERENCE = Path(__file__).resolve().parents[1] / "notebook_reference"
@@ -112,7 +113,7 @@ def _printed_figures(executed: Path) -> dict[str, float]:
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
-    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith("# NBVAL_CHECK_OUTPUT"))
+    cell = next(c for c in nb.cells if is_checked_cell(c))
     text = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
     return {label: float(value) for label, sep, value in (ln.rpartition(" = ") for ln in text.splitlines()) if sep}
 
