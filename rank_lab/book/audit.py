@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 #: Words a page never shows: the project's history, internal markers, commands and machine details.
+#:
+#: :meta hide-value:
 INTERNAL_WORDS: dict[str, re.Pattern[str]] = {
     "a test marker (NBVAL)": re.compile(r"nbval", re.I),
     "the record command": re.compile(r"rank_lab\.book\s+record"),
@@ -67,15 +69,21 @@ MAX_PAGE_LINES = 600
 #: Cell tags that keep a cell's code off the page (removed) or folded behind a toggle.
 HIDING_TAGS = frozenset({"remove-cell", "remove-input", "hide-cell", "hide-input"})
 #: Names of bounded metrics (accuracy, AP, recall, precision, FPR, AUROC, ...) in a results path.
+#:
+#: :meta hide-value:
 BOUNDED_METRIC = re.compile(r"(acc|accuracy|\bmAP|\bAP\b|\bH-AP|AP@|R@\d|Recall|recall|precision|P@\d|FPR|TPR|"
                             r"AUROC|AUPR|NDCG|ASI|F1|\bOA\b|error rate)", re.I)
 #: Code that is the book's plumbing: a cell holding it is hidden or folded on the site.
+#:
+#: :meta hide-value:
 PLUMBING = re.compile(r"save_results\(|print_key_figures\(|load_record\(|start_run\(|setup\(globals\(\)|"
                       r"show_header\(|Reading\(|\bresults\[[^\]]+\]\s*=|\bcost\[[^\]]+\]\s*=|"
                       r"\bresults\[[^\]]+\]\.update\(|\bcost\[[^\]]+\]\.update\(")
 
 _UNIT = r"(?:ms|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?)"
 #: A time stated in prose: "2 minutes", "1,226 s", "15-30 min", "a few minutes", "under a minute", "hours".
+#:
+#: :meta hide-value:
 TIME_TEXT = re.compile(
     rf"\b\d[\d,]*(?:\.\d+)?\s*(?:-|–|to)?\s*(?:\d[\d,]*(?:\.\d+)?\s*)?{_UNIT}\b(?!\s*[=(])(?![-/]\w)"
     r"|\b(?:seconds|minutes?|hours?|days?|weeks?)\b", re.I)

@@ -40,7 +40,7 @@ def _page(root: Path, file: str) -> Path:
 
 
 def chapter_titles(root: str | os.PathLike[str] | None = None) -> dict[str, str]:
-    """Each numbered chapter's title (its first ``# `` heading), by name, in book order."""
+    """Each numbered chapter's title (its first level-1 heading), by name, in book order."""
     root = Path(root) if root is not None else book_dir()
     out = {}
     for part in read_toc(root):

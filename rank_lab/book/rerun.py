@@ -12,7 +12,7 @@ A chapter declares in its front matter what its full run reads, costs and should
             value: "81.2 and 54.8"
             where: "Ramzi thesis, Tab. 3.3"
 
-and the page places the box with the directive ```` ```{rerun-box} ```` (``book/_ext/rerun_box.py``;
+and the page places the box with the ``rerun-box`` directive (``book/_ext/rerun_box.py``;
 the Colab twins render the same Markdown). :func:`rerun_markdown` writes it:
 
 * how to run it: the command line and the parameters to set in the notebook (Colab);

@@ -7,14 +7,15 @@ desktop width (1280 px) and a phone width (390 px), waits for MathJax, and repor
 * **overflow**: the page scrolls sideways, or an element of the article (text, a table, an output)
   runs past the right edge of the column without a scrolling container between them
   (``overflow-x: auto`` containers, such as the book's tables and code blocks, are fine); at the
-  desktop width a code block or output that needs to scroll sideways is reported too (a code line
-  or output wider than the column);
+  desktop width a notebook's code cell or output that needs to scroll sideways is reported too (a
+  code line or output wider than the column);
 * **raw TeX**: ``$...$``, ``\\(``, ``\\[`` or ``\\begin{`` left in the text after MathJax, or a MathJax
   error;
 * **broken images**: an ``<img>`` that did not load;
 * **open solutions**: an exercise's solution that is not folded when the page opens;
 * **internal language**: :data:`rank_lab.book.audit.INTERNAL_WORDS` in the visible text, and
-  repository files named in text without a link.
+  repository files named in text without a link (not on the API reference, :data:`REFERENCE_PAGES`,
+  whose docstrings document the package's own tooling).
 
 A full-page screenshot of each page at each width lands in ``_build/site-check/<width>/``. Without a
 browser the check stops at once and says how to get one (exit 2); problems exit 1.
@@ -39,6 +40,9 @@ __all__ = ["WIDTHS", "BrowserMissingError", "SiteProblem", "find_browser", "site
 WIDTHS = (1280, 390)
 #: Pages of the build that are not reading pages (search, indexes, highlighted module sources).
 SKIPPED = ("search.html", "genindex.html", "py-modindex.html")
+#: The package reference (autodoc): checked for overflow, TeX and images, not for the word list or
+#: unlinked paths, since the docstrings document the package's own tooling (git HEAD, nbval, files).
+REFERENCE_PAGES = ("book/api.html",)
 SKIPPED_DIRS = ("_static", "_sources", "_notebooks", "_modules", "_images", "site-check")
 
 _REPO_PATH = re.compile(r"(?<![\w/.-])((?:benchmarks|tests|tools|docs|rank_lab)/[\w./-]+\.(?:py|md|json|yml)"
@@ -76,9 +80,9 @@ _PROBE = r"""
       if (!seen.has(top)) { seen.add(top); out.overflow.push(`${describe(top)} ends at ${Math.round(r.right)} px, the column at ${Math.round(right)} px`); }
     }
   }
-  if (desktop) {
-    for (const pre of article.querySelectorAll("pre")) {
-      if (pre.offsetParent !== null && pre.scrollWidth > pre.clientWidth + 1) {
+  if (desktop) {  // a notebook's code line or output wider than the column (docstring examples may scroll)
+    for (const pre of article.querySelectorAll("div.cell pre")) {
+      if (pre.checkVisibility() && pre.scrollWidth > pre.clientWidth + 1) {
         out.overflow.push(`${describe(pre)} needs ${pre.scrollWidth} px, the column gives ${pre.clientWidth} px`);
       }
     }
@@ -92,7 +96,7 @@ _PROBE = r"""
     if (!visible) continue;
     texts.push(node.textContent);
     if (!el.closest("a, pre, .cell_input")) unlinked.push(node.textContent);
-    if (el.closest("pre, code, .cell_input, .cell_output")) continue;
+    if (el.closest("pre, code, .cell_input, .cell_output, dt.sig, .sig")) continue;
     const t = node.textContent;
     const m = t.match(/\$[^$\s][^$]*\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$\$/);
     if (m) out.tex.push(`"${t.trim().slice(0, 80)}"`);
@@ -202,7 +206,7 @@ def check_site(html_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                     problems += [SiteProblem(name, width, "raw TeX", d) for d in found["tex"]]
                     problems += [SiteProblem(name, width, "broken image", d) for d in found["images"]]
                     problems += [SiteProblem(name, width, "open solution", d) for d in found["open"]]
-                    if width == widths[0]:
+                    if width == widths[0] and name not in REFERENCE_PAGES:
                         problems += [SiteProblem(name, width, "internal language", h)
                                      for h in internal_language(found["text"])]
                         problems += [SiteProblem(name, width, "repository file not linked", m.group(1))
@@ -210,11 +214,19 @@ def check_site(html_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                     if out_dir is not None:
                         shot = Path(out_dir) / str(width) / (name.replace("/", "__").removesuffix(".html") + ".jpg")
                         shot.parent.mkdir(parents=True, exist_ok=True)
-                        page.screenshot(path=str(shot), full_page=True, type="jpeg", quality=55)
+                        _screenshot(page, shot)
                 context.close()
         finally:
             chrome.close()
     return problems
+
+
+def _screenshot(page: object, path: Path, max_height: int = 16_000) -> None:
+    """A full-page screenshot, cut at ``max_height`` pixels (Chromium cannot capture the longest pages)."""
+    height = int(page.evaluate("document.documentElement.scrollHeight"))
+    width = int(page.viewport_size["width"])
+    page.screenshot(path=str(path), full_page=True, type="jpeg", quality=55, timeout=120_000,
+                    clip={"x": 0, "y": 0, "width": width, "height": min(height, max_height)})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
