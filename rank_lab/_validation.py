@@ -1,12 +1,16 @@
 """Input checks shared by every public function.
 
 Bad input gets a clear ``ValueError`` / ``TypeError`` that names the argument: mismatched shapes,
-NaN/inf values, empty batches. These helpers are the one place where such messages are written.
+NaN/inf values, empty batches, complex values and ``meta`` tensors (:func:`check_real`, run by
+:func:`as_tensor`, :func:`check_finite` and :func:`check_input`, so once at every public entry).
+These helpers are the one place where such messages are written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import threading
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -14,6 +18,12 @@ import torch
 
 __all__ = [
     "as_tensor",
+    "check_real",
+    "shape_only",
+    "check_magnitude",
+    "check_overflow",
+    "check_inner_products",
+    "unit_rows",
     "check_embeddings",
     "check_labels",
     "check_finite",
@@ -37,21 +47,156 @@ __all__ = [
 ]
 
 
+_SHAPE_ONLY = threading.local()
+
+
+@contextlib.contextmanager
+def shape_only() -> Iterator[None]:
+    """Accept ``meta`` tensors inside the block (shape-only runs such as FLOP counting).
+
+    Outside it, :func:`check_real` refuses a ``meta`` tensor: it has a shape but no values, so no
+    public function can compute its result (issue 26). Value checks (finite, ranges) are skipped
+    for the ``meta`` tensors the block lets through.
+    """
+    previous = getattr(_SHAPE_ONLY, "on", False)
+    _SHAPE_ONLY.on = True
+    try:
+        yield
+    finally:
+        _SHAPE_ONLY.on = previous
+
+
+def check_real(x: torch.Tensor, name: str) -> torch.Tensor:
+    """Refuse a complex tensor or a ``meta`` tensor (outside :func:`shape_only`), naming ``name``.
+
+    No public function computes with complex values (casting would drop the imaginary part
+    silently), and a ``meta`` tensor has no values to compute with. Returns ``x``.
+
+    Raises:
+        TypeError: a complex dtype. ValueError: a tensor on the ``meta`` device.
+    """
+    if x.is_complex():
+        raise TypeError(f"{name} must hold real numbers, got complex dtype {x.dtype} (the imaginary part would be dropped)")
+    if x.device.type == "meta" and not getattr(_SHAPE_ONLY, "on", False):
+        raise ValueError(f"{name} is a meta tensor (a shape without values): move it to a real device first")
+    return x
+
+
 def as_tensor(x: object, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Convert ``x`` (tensor, ndarray, list) to a tensor, naming ``name`` in the error."""
+    """Convert ``x`` (tensor, ndarray, list) to a tensor, naming ``name`` in the error.
+
+    Complex values and ``meta`` tensors are refused (:func:`check_real`).
+    """
     if isinstance(x, torch.Tensor):
+        check_real(x, name)
         return x if dtype is None else x.to(dtype)
     try:
-        return torch.as_tensor(x, dtype=dtype)
+        t = torch.as_tensor(x, dtype=dtype)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise TypeError(f"{name} must be a tensor or array-like, got {type(x).__name__}") from exc
+    return check_real(t, name)
 
 
 def check_finite(x: torch.Tensor, name: str) -> None:
-    """Raise ``ValueError`` if a floating tensor holds NaN or inf."""
+    """Raise ``ValueError`` if a floating tensor holds NaN or inf (complex and ``meta``: :func:`check_real`)."""
+    check_real(x, name)
+    if x.device.type == "meta":
+        return  # a shape-only run (shape_only): no values to check
     if x.is_floating_point() and x.numel() and not bool(torch.isfinite(x).all()):
         n_bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"{name} contains {n_bad} NaN or inf value(s)")
+
+
+def check_magnitude(x: torch.Tensor, name: str, *, underflow: bool = False, trusted: bool = False) -> None:
+    """Refuse finite float32/float64 values whose squares overflow the dtype.
+
+    ``|x| > sqrt(finfo.max)`` (``1.8e19`` in float32, ``1.3e154`` in float64): batch statistics,
+    norms and squared distances of such values are infinite, and a network fed them returns
+    zeros or NaN or stores an infinite running variance without a word. With ``underflow``, a
+    tensor whose largest magnitude is positive but below ``sqrt(finfo.tiny)`` (``1.1e-19`` in
+    float32) is refused too: all its squares are subnormal or zero (a covariance of such data is
+    zero, its precision infinite). Half precisions are not checked (their range is the caller's
+    choice); ``meta`` tensors (:func:`shape_only`) neither, and nothing is checked when the caller
+    says the values are ``trusted`` (it checked its data: :func:`check_input` inside a training
+    step, like the finite check).
+
+    Raises:
+        ValueError: naming ``name``, the largest magnitude and the limit.
+    """
+    if trusted or x.dtype not in (torch.float32, torch.float64) or not x.numel() or x.device.type == "meta":
+        return
+    big = float(x.detach().abs().amax())
+    limit = math.sqrt(torch.finfo(x.dtype).max)
+    if big > limit:
+        raise ValueError(f"{name} holds values up to {big:.3g} in magnitude: their squares overflow {x.dtype} "
+                         f"(|{name}| must stay below {limit:.3g}); rescale {name}")
+    low = math.sqrt(torch.finfo(x.dtype).tiny)
+    if underflow and 0 < big < low:
+        raise ValueError(f"{name} holds values of magnitude {big:.3g} at most: their squares underflow {x.dtype} "
+                         f"(the largest |{name}| must reach {low:.3g}); rescale {name}")
+
+
+def _max_row_norm(x: torch.Tensor) -> float:
+    """The largest row norm of a 2-D tensor, computed without overflow or underflow (float64, rows
+    scaled by a power of two)."""
+    x = x.detach().double()
+    _, e = torch.frexp(x.abs().amax(1, keepdim=True))
+    return float((torch.ldexp(x, -e).norm(dim=1) * torch.ldexp(torch.ones(()), e.squeeze(1).double())).max())
+
+
+def check_inner_products(a: torch.Tensor, name_a: str, b: torch.Tensor | None = None, name_b: str | None = None) -> None:
+    """Refuse finite rows whose inner products (or squared norms) can overflow their dtype.
+
+    By Cauchy-Schwarz ``|<a_i, b_j>| <= ||a_i|| ||b_j||``: when the largest row norms multiply to
+    more than half of ``finfo(dtype).max``, a score or a squared distance may be infinite (a tie at
+    ``inf`` that no ranking can break, or ``inf - inf = NaN``); below, none can be. ``b`` defaults to
+    ``a`` (a self-search). float32/float64 2-D tensors only; nothing is checked on ``meta`` tensors.
+
+    Raises:
+        ValueError: naming ``name_a`` (and ``name_b``), the largest row norm(s) and the limit.
+    """
+    if a.dtype not in (torch.float32, torch.float64) or a.ndim != 2 or not a.numel() or a.device.type == "meta":
+        return
+    na = _max_row_norm(a)
+    nb = na if b is None or not b.numel() else _max_row_norm(b)
+    limit = torch.finfo(a.dtype).max / 2
+    if na * nb > limit:
+        names = name_a if b is None or name_b is None else f"{name_a}/{name_b}"
+        raise ValueError(f"{names}: rows of norm up to {max(na, nb):.3g} have inner products that overflow {a.dtype} "
+                         f"(the product of the largest norms must stay below {limit:.3g}); rescale {names} "
+                         "(e.g. L2-normalise the rows)")
+
+
+def unit_rows(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
+    """``F.normalize(x, dim=dim, eps=eps)`` of ``x`` first scaled by a power of two per slice.
+
+    ``F.normalize`` squares the entries: rows of magnitude ``1e20`` (float32) have an infinite norm
+    and come out as zeros, subnormal rows (``1e-40``) fall under ``eps`` and come out tiny instead of
+    unit. Dividing each slice by ``2^e`` near its largest entry is exact in floating point, so the
+    result is bit-identical to ``F.normalize`` wherever that one neither overflows nor underflows,
+    and unit everywhere else (an all-zero slice stays zero). Differentiable (the scale is a constant).
+    """
+    _, e = torch.frexp(x.detach().abs().amax(dim, keepdim=True))
+    return torch.nn.functional.normalize(torch.ldexp(x, -e), dim=dim, eps=eps)
+
+
+def check_overflow(result: torch.Tensor, name: str, what: str) -> torch.Tensor:
+    """Raise ``ValueError`` naming ``name`` if ``result``, computed from finite ``name``, is not finite.
+
+    The output guard of a public function whose result can overflow its dtype although its inputs
+    are finite (squared distances, energies, exponentials of large values): one clear error
+    instead of a silent ``inf`` or ``NaN``. Returns ``result``.
+
+    Args:
+        result: the computed tensor.
+        name: the argument(s) to rescale, as the caller wrote them (e.g. ``"queries/support"``).
+        what: the quantity in words, e.g. ``"the squared distances"``.
+    """
+    if (result.is_floating_point() and result.numel() and result.device.type != "meta"
+            and not bool(torch.isfinite(result.detach()).all())):
+        raise ValueError(f"{name}: {what} overflow {result.dtype} (non-finite values from finite input); "
+                         f"rescale {name} (or compute in float64)")
+    return result
 
 
 def check_embeddings(x: object, name: str = "embeddings", *, finite: bool = True) -> torch.Tensor:
@@ -321,8 +466,10 @@ def trusts_inputs(module: object) -> bool:
 
 def check_finite_input(x: torch.Tensor, name: str, *, trusted: bool = False) -> None:
     """:func:`check_finite` of a module's or a collective's input, skipped when the caller says the
-    values are ``trusted`` (see :func:`trusted_inputs`) and on ``meta`` tensors (shape-only runs such
-    as FLOP counting)."""
+    values are ``trusted`` (see :func:`trusted_inputs`) and on ``meta`` tensors inside
+    :func:`shape_only` (FLOP counting); complex and ``meta`` tensors are refused even when trusted
+    (:func:`check_real`)."""
+    check_real(x, name)
     if trusted or x.device.type == "meta":
         return
     check_finite(x, name)
@@ -357,7 +504,8 @@ def check_input(
     non-empty batch. float32 and float64 are both accepted: with ``like`` (a module or a tensor)
     the input is cast to its floating dtype, as the package does for every function. With ``like``
     a module (a ``forward`` passes ``like=self``), the finite check is skipped while that module
-    trusts its inputs (:func:`trusted_inputs`: inside a training step).
+    trusts its inputs (:func:`trusted_inputs`: inside a training step). Values whose squares
+    overflow the cast dtype are refused (:func:`check_magnitude`, skipped with the finite check).
 
     Args:
         x: the input.
@@ -371,11 +519,13 @@ def check_input(
             finite check, see :func:`trusted_inputs`).
 
     Raises:
-        TypeError: not a tensor, or not floating.
-        ValueError: wrong number of dimensions, empty batch (``allow_empty=False``), NaN or inf.
+        TypeError: not a tensor, or not floating (complex too).
+        ValueError: a ``meta`` tensor (outside :func:`shape_only`), wrong number of dimensions,
+            empty batch (``allow_empty=False``), NaN or inf, values whose squares overflow.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    check_real(x, name)
     ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
     if x.ndim not in ndims:
         want = shape or " or ".join(f"{d}-D" for d in ndims)
@@ -384,10 +534,12 @@ def check_input(
         raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype} (convert it, e.g. x.float() / 255 for pixels)")
     if not allow_empty and x.shape[0] == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}: an empty batch)")
-    check_finite_input(x, name, trusted=trusts_inputs(owner if owner is not None else like))
+    trusted = trusts_inputs(owner if owner is not None else like)
+    check_finite_input(x, name, trusted=trusted)
     dtype = _float_dtype(like)
     if dtype is not None and x.dtype != dtype:
         x = x.to(dtype)
+    check_magnitude(x, name, trusted=trusted)  # skipped where the finite check is
     return x
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from rank_lab._validation import check_float, check_nonneg_int, check_positive_int
+from rank_lab._validation import check_float, check_nonneg_int, check_positive_int, shape_only
 from rank_lab.models import build_backbone
 from rank_lab.models.heads import check_backbone_name
 from rank_lab.utils import DeviceLike, get_device
@@ -125,7 +125,7 @@ def forward_flops(backbone: str | nn.Module, image_size: int | tuple[int, int], 
     else:
         raise TypeError(f"backbone must be a name or an nn.Module, got {type(backbone).__name__}")
     x = torch.empty(1, in_channels, h, w, device="meta")
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), shape_only():
         module(x)
     return float(counter.get_total_flops())
 

@@ -33,6 +33,8 @@ ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
 LAYERS: dict[str, int] = {
     "rank_lab._validation": 0,
     "rank_lab._progress": 0,
+    "rank_lab.vocabulary": 0,
+    "rank_lab.registry": 0,
     "rank_lab.utils": 1,
     "rank_lab.stats": 1,
     "rank_lab.memory": 1,
@@ -322,3 +324,76 @@ def test_the_documented_new_loss_registers_and_takes_both_calls():
         torch.testing.assert_close(loss(emb, labels, emb, labels, ref_self_index=torch.arange(12)), expect)
     finally:
         unregister_loss("my_smooth_ap")
+
+
+def test_the_documented_new_training_loop_runs_and_resumes_bit_for_bit(tmp_path, monkeypatch):
+    """The ``python`` block under "A new training loop" in docs/architecture.md runs as it is shown:
+    a straight run equals a run interrupted after its first epoch and resumed from the checkpoint."""
+    from rank_lab.engine import EngineConfig
+    from rank_lab.engine.loop import Engine
+
+    text = ARCHITECTURE_DOC.read_text(encoding="utf-8")
+    block = re.search(r"## A new training loop\n.*?```python\n(.*?)```", text, re.S)
+    assert block is not None, "docs/architecture.md lost its example of a new training loop"
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), "docs/architecture.md", "exec"), namespace)
+    fit_regressor = namespace["fit_regressor"]
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(20, 3, generator=g)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]])
+
+    def model() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Linear(3, 1)
+
+    straight_model = model()
+    straight = fit_regressor(straight_model, x, y, epochs=3)
+    assert len(straight) == 3 and straight[-1] < straight[0]
+    ckpt = tmp_path / "run.pt"
+    original = Engine.train_step
+    calls = {"n": 0}
+
+    def interrupted(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls["n"] += 1
+        if calls["n"] > 3:  # the second epoch's first step (3 batches per epoch)
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "train_step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fit_regressor(model(), x, y, epochs=3, engine=EngineConfig(checkpoint=ckpt))
+    monkeypatch.setattr(Engine, "train_step", original)
+    resumed_model = model()
+    resumed = fit_regressor(resumed_model, x, y, epochs=3, engine=EngineConfig(checkpoint=ckpt))
+    assert resumed == straight
+    assert torch.equal(resumed_model.weight, straight_model.weight)
+
+
+def test_the_documented_new_backbone_and_pooling_register_and_build():
+    """The ``python`` block under "A new model" in docs/architecture.md runs as it is shown."""
+    from rank_lab.models import build_model
+    from rank_lab.models.backbones import BACKBONES, list_backbones
+    from rank_lab.models.heads import ModelConfig
+    from rank_lab.models.pooling import POOLINGS, list_poolings
+
+    text = ARCHITECTURE_DOC.read_text(encoding="utf-8")
+    block = re.search(r"## A new model \(backbone, pooling\)\n.*?```python\n(.*?)```", text, re.S)
+    assert block is not None, "docs/architecture.md lost its example of a new model"
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), "docs/architecture.md", "exec"), namespace)
+    try:
+        assert "one_conv" in list_backbones() and "my_lse" in list_poolings()
+        model = build_model({"backbone": "one_conv", "in_channels": 1, "width": 8, "pooling": "my_lse",
+                             "embed_dim": 4})
+        x = torch.randn(3, 1, 6, 6)
+        emb = model(x)
+        assert emb.shape == (3, 4)
+        torch.testing.assert_close(emb.norm(dim=1), torch.ones(3))
+        assert ModelConfig(backbone="One-Conv", pooling="My-LSE").pooling == "My-LSE"
+        pool = POOLINGS.build("my_lse")
+        fmap = torch.randn(2, 3, 4, 5)
+        torch.testing.assert_close(pool(fmap), torch.logsumexp(fmap.reshape(2, 3, 20), dim=2))
+    finally:
+        BACKBONES.unregister("one_conv")
+        POOLINGS.unregister("my_lse")
+    assert "one_conv" not in BACKBONES and "my_lse" not in POOLINGS

@@ -1,20 +1,28 @@
 """The command line of the book: ``python -m rank_lab.book {list,params,run,record,twins,api}``.
 
+Subcommands: ``list``, ``params``, ``run``, ``record``, ``twins``, ``api`` and ``wall-times`` (the
+recorded full runs' wall times, the generated table of ``docs/book_contract.md``).
+
 Exit codes: 0 success; 1 the notebook failed while running (its ``results.json`` records
-``status: "failed"``); 2 a usage error refused before anything ran (unknown notebook, unknown
-parameter, wrong type, value outside the choices or range; for ``record``: a notebook that declares
-no record, ``-p smoke true``, a checkout with uncommitted changes). User errors (those above, and a
-missing dataset folder, weight file or network for the weights, or a full run refused on a CPU)
-print one message without a traceback; ``--traceback`` shows it.
+``status: "failed"``: a cell raised or ran past ``--timeout``); 130 interrupted by Ctrl-C (recorded
+the same way, error ``KeyboardInterrupt``); 2 a usage error refused before anything ran (unknown
+notebook, unknown parameter or one given twice, wrong type, value outside the choices or range, a
+device this machine lacks, an ``--out`` that cannot hold the run, a bad option value; for
+``record``: a notebook that declares no record, ``-p smoke true``, a checkout with uncommitted
+changes). User errors (those above, and a missing or unreadable dataset folder, data or weight file,
+a checkpoint of another run or a corrupt one, no network for the weights, a full run refused on a
+CPU) print one line without a traceback; ``--traceback`` shows it.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .cells import is_checked_cell
 from .api import api_page
@@ -22,14 +30,21 @@ from .notebooks import NotebookNotFoundError, book_dir, find_notebook, list_note
 from .parameters import ParameterError, notebook_schema
 from .record import RecordBuildError, RecordError, record_notebook, record_path
 from .recorded import load_record, record_header
-from .runner import NotebookRunError, run_notebook
+from .results import load_results
+from .runner import NotebookInterrupted, NotebookRunError, OutputFolderError, run_notebook
 from .twins import make_twins
+from .wall_times import contract_path, update_contract, wall_times_block
 
 __all__ = ["USER_ERRORS", "main"]
 
 #: Exception names raised inside a notebook that are the user's to fix: one message, no traceback.
-USER_ERRORS = ("DatasetFolderError", "WeightsUnavailableError", "FullRunOnCPUError", "FileNotFoundError",
-               "ParameterError", "ParameterTypeError", "TwinError", "MystConversionError", "BibError")
+USER_ERRORS = ("DatasetFolderError", "WeightsUnavailableError", "WeightsFileError", "EmbeddingFileError",
+               "FullRunOnCPUError", "FileNotFoundError", "ParameterError", "ParameterTypeError", "TwinError",
+               "MystConversionError", "BibError", "CheckpointMismatchError", "CheckpointCorruptError",
+               "CellTimeoutError", "KeyboardInterrupt", "OutputFolderError")
+#: Errors of a checkpoint: the line adds how to start fresh from the command line.
+CHECKPOINT_ERRORS = ("CheckpointMismatchError", "CheckpointCorruptError")
+FRESH_HINT = "to start fresh from the command line: --fresh (or a new --out, for checkpoints kept in the output folder)"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 EXAMPLES = """examples:
@@ -38,14 +53,32 @@ EXAMPLES = """examples:
   python -m rank_lab.book run evaluating_retrieval -p dataset digits -p seed 1 --out outputs/
   python -m rank_lab.book record smooth_rank_surrogates
   python -m rank_lab.book twins --out _build/html/_notebooks [--ref v0.1.0]
-values of -p are YAML literals: false, 3, 0.5, [1, 2], null; anything else is a string."""
+values of -p are YAML 1.2 literals: false, 3, 0.5, 1e-3, [1, 2], null; anything else is a string
+(yes and no too: a bool is true or false); give each name once."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (``error: ...``, exit 2)."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout takes whole seconds (a positive integer), got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--timeout takes whole seconds (a positive integer), got {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rank_lab.book", epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     description="Run the book's notebooks as parameterised experiments.")
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    parser = _Parser(prog="python -m rank_lab.book", epilog=EXAMPLES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="Run the book's notebooks as parameterised experiments.")
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     sub.add_parser("list", help="list the book's notebooks")
     pa = sub.add_parser("params", help="show a notebook's parameters, defaults and constraints")
     pa.add_argument("notebook", help="notebook stem or path to its .md source")
@@ -54,7 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                      help="a parameter (repeatable); VALUE is a YAML literal")
     run.add_argument("--out", default="outputs", help="output folder (default: outputs/)")
-    run.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds")
+    run.add_argument("--fresh", action="store_true",
+                     help="train from the start: ignore the checkpoints of an earlier run (and replace them)")
+    run.add_argument("--timeout", type=_seconds, default=None, help="per-cell timeout in seconds")
     run.add_argument("--kernel", default=None, help="Jupyter kernel name")
     run.add_argument("--traceback", action="store_true", help="show the traceback of an error")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -66,7 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--out", default="outputs", help="folder of the executed notebook (default: outputs/)")
     rec.add_argument("--variant", default=None, help="write <name>.<variant>.json (e.g. gpu) instead of <name>.json")
     rec.add_argument("--allow-dirty", action="store_true", help="record from a checkout with uncommitted changes")
-    rec.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds")
+    rec.add_argument("--fresh", action="store_true",
+                     help="train from the start: ignore the checkpoints of an earlier run (and replace them)")
+    rec.add_argument("--timeout", type=_seconds, default=None, help="per-cell timeout in seconds")
     rec.add_argument("--kernel", default=None, help="Jupyter kernel name")
     rec.add_argument("--traceback", action="store_true", help="show the traceback of an error")
     rec.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -76,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     tw.add_argument("--ref", default=None, help="commit or tag the install cell pins (default: the checkout's HEAD)")
     api = sub.add_parser("api", help="print (or --write) the API reference page book/api.md")
     api.add_argument("--write", action="store_true")
+    wt = sub.add_parser("wall-times", help="print (or --write into docs/book_contract.md) the recorded full runs' "
+                        "wall times")
+    wt.add_argument("--write", action="store_true")
     return parser
 
 
@@ -91,21 +131,34 @@ def _params(name: str) -> int:
     return 0
 
 
+def _report_failure(exc: NotebookRunError, args: argparse.Namespace, after: str = "") -> int:
+    """One line for a failed run (the traceback first, for an unexpected error or ``--traceback``)."""
+    if (args.traceback or exc.ename not in USER_ERRORS) and exc.traceback:
+        print(_ANSI.sub("", "\n".join(exc.traceback)), file=sys.stderr)
+    hint = f"; {FRESH_HINT}" if exc.ename in CHECKPOINT_ERRORS else ""
+    _error(" ".join(f"{exc}{hint}".split()))  # one line, whatever the message's own line breaks
+    print(f"results: {exc.results_path} (status: failed){after}", file=sys.stderr)
+    if isinstance(exc, NotebookInterrupted):
+        # the interrupted kernel client leaves a pending task, which asyncio reports at exit
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        return 130
+    return 1
+
+
 def _run(args: argparse.Namespace) -> int:
     md = find_notebook(args.notebook)
     overrides = notebook_schema(md).parse_cli([tuple(p) for p in args.parameter])
     try:
         out = run_notebook(md, overrides, args.out, kernel_name=args.kernel, timeout=args.timeout,
-                           progress=not args.quiet)
+                           progress=not args.quiet, fresh=args.fresh)
     except NotebookRunError as exc:
-        if args.traceback or exc.ename not in USER_ERRORS:
-            print(_ANSI.sub("", "\n".join(exc.traceback)), file=sys.stderr)
-        _error(str(exc))
-        print(f"results: {exc.results_path} (status: failed)", file=sys.stderr)
-        return 1
+        return _report_failure(exc, args)
     executed = out / f"{out.name}.ipynb"
     print(f"executed notebook: {executed}")
     print(f"results: {out / 'results.json'}")
+    resumed = _resume_line(out / "results.json")
+    if resumed:
+        print(resumed)
     figures = _key_figures_text(executed)
     if figures:
         print("key figures:\n" + figures.rstrip("\n"))
@@ -119,14 +172,9 @@ def _record(args: argparse.Namespace) -> int:
     try:
         path = record_notebook(md, overrides, output_dir=args.out, variant=args.variant,
                                allow_dirty=args.allow_dirty, timeout=args.timeout, kernel_name=args.kernel,
-                               progress=not args.quiet)
+                               progress=not args.quiet, fresh=args.fresh)
     except NotebookRunError as exc:
-        if args.traceback or exc.ename not in USER_ERRORS:
-            print(_ANSI.sub("", "\n".join(exc.traceback)), file=sys.stderr)
-        _error(str(exc))
-        print(f"results: {exc.results_path} (status: failed); the record {target} was left as it was",
-              file=sys.stderr)
-        return 1
+        return _report_failure(exc, args, f"; the record {target} was left as it was")
     except RecordBuildError as exc:
         _error(str(exc))
         print(f"the record {target} was left as it was", file=sys.stderr)
@@ -134,6 +182,16 @@ def _record(args: argparse.Namespace) -> int:
     print(f"record: {path}")
     print(record_header(load_record(md, args.variant)))
     return 0
+
+
+def _resume_line(results: object) -> str:
+    """``"training: ..."`` when the run's loops resumed from checkpoints (else ``""``)."""
+    training = load_results(results)["provenance"].get("training") or {}
+    if not training.get("resumed"):
+        return ""
+    done, back = training.get("trained", {}), training.get("restored", {})
+    return (f"training: resumed from checkpoints ({back.get('steps', 0)} steps restored, {done.get('steps', 0)} "
+            "trained in this run; provenance.training in results.json; --fresh trains from the start)")
 
 
 def _key_figures_text(executed: object) -> str:
@@ -159,6 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print(text)
             return 0
+        if args.cmd == "wall-times":
+            if args.write:
+                update_contract(write=True)
+                print(contract_path())
+            else:
+                print(wall_times_block())
+            return 0
         if args.cmd == "list":
             root = book_dir()
             for p in list_notebooks(root):
@@ -173,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "record":
             return _record(args)
         return _run(args)
-    except (NotebookNotFoundError, ParameterError, RecordError) as exc:
+    except (NotebookNotFoundError, ParameterError, RecordError, OutputFolderError) as exc:
         if getattr(args, "traceback", False):
             traceback.print_exc()
         _error(str(exc))
@@ -181,5 +246,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one message for the user; --traceback shows the rest
         if getattr(args, "traceback", False) or type(exc).__name__ not in USER_ERRORS:
             traceback.print_exc()
-        _error(f"{type(exc).__name__}: {exc}")
+        _error(" ".join(f"{type(exc).__name__}: {exc}".split()))
         return 1

@@ -4,8 +4,9 @@ The site is built by Sphinx, which resolves MyST's roles and directives; Colab r
 cell as CommonMark with ``$...$`` math and shows MyST syntax as raw text. :class:`ColabMarkdown`
 rewrites the Markdown cells of one notebook the way the site shows them:
 
-* ``{cite}`key``` / ``{cite:p}`` -> "(Author, year)", ``{cite:t}`` -> "Author (year)" (the
-  author-year style of ``_config.yml``); :meth:`ColabMarkdown.references_cell` lists the cited
+* ``{cite}`key``` / ``{cite:p}`` -> "(Author, year)", or "Author, year" inside parentheses of the
+  text ("({cite}`key`, §2)" -> "(Author, year, §2)", never doubled brackets), ``{cite:t}`` ->
+  "Author (year)" (the author-year style of ``_config.yml``); :meth:`ColabMarkdown.references_cell` lists the cited
   entries of ``book/references.bib`` at the end of the twin;
 * display math labelled ``$$ ... $$ (label)`` -> ``$$ ... \\tag{n} $$``, numbered in page order as
   Sphinx numbers them, and ``{eq}`label``` -> ``(n)``;
@@ -247,12 +248,21 @@ class ColabMarkdown:
         return "".join(parts)
 
     def _roles(self, text: str) -> str:
-        return _ROLE.sub(self._role, text)
+        out, pos, depth = [], 0, 0
+        for m in _ROLE.finditer(text):
+            depth = _paren_depth(text[pos:m.start()], depth)
+            out.append(text[pos:m.start()])
+            out.append(self._role(m, in_parens=depth > 0))
+            pos = m.end()
+        out.append(text[pos:])
+        return "".join(out)
 
-    def _role(self, m: re.Match[str]) -> str:
+    def _role(self, m: re.Match[str], in_parens: bool = False) -> str:
         role, body = m.group("role"), m.group("body").strip()
         titled = _TITLED.match(body)
         title, target = (titled.group("title").strip(), titled.group("target").strip()) if titled else (None, body)
+        if role in ("cite", "cite:p", "cite:ps") and in_parens:
+            role = "cite:alp"  # "(see {cite}`x`, §2)" reads "(see Author, 2021, §2)", not "(see (Author, 2021), §2)"
         if role in ("cite", "cite:p", "cite:ps", "cite:t", "cite:ts", "cite:alp", "cite:author", "cite:year"):
             return self._cite(role, target)
         if role == "eq":
@@ -310,6 +320,20 @@ class ColabMarkdown:
             return "; ".join(e.year for e in entries)
         inner = "; ".join(f"{e.authors_short()}, {e.year}" for e in entries)
         return inner if role == "cite:alp" else f"({inner})"
+
+
+def _paren_depth(text: str, depth: int) -> int:
+    """The parenthesis depth after ``text`` (Markdown prose), starting at ``depth``; a blank line
+    (a new paragraph) resets it, and inline code and ``$...$`` math do not count."""
+    if "\n\n" in text or re.search(r"\n[ \t]*\n", text):
+        depth, text = 0, re.split(r"\n[ \t]*\n", text)[-1]
+    text = re.sub(r"`+[^`]*`+|\$[^$]*\$", "", text)
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+    return depth
 
 
 def doc_resolver(md_path: Path, root: Path, colab_base: str | None) -> Callable[[str], tuple[str, str | None]]:

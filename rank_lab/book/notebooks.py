@@ -12,9 +12,12 @@ import difflib
 import os
 from pathlib import Path
 from typing import Any
-import yaml
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 __all__ = [
+    "read_yaml",
     "NotebookNotFoundError",
     "book_dir",
     "list_notebooks",
@@ -26,6 +29,22 @@ __all__ = [
 
 class NotebookNotFoundError(ValueError):
     """No book notebook has the name asked for (a user error: the CLI prints it and exits 2)."""
+
+
+def read_yaml(text: str) -> Any:
+    """Read YAML 1.2 text (safe types only): ``1e-3`` is a float, ``yes`` / ``no`` are strings.
+
+    Raises:
+        TypeError: ``text`` is not a string.
+        ValueError: the text is not valid YAML (the parser's first line).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    try:
+        return YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"text is not valid YAML: {first}") from exc
 
 
 def book_dir() -> Path:
@@ -117,7 +136,7 @@ def front_matter(md: str | os.PathLike[str]) -> dict[str, Any]:
     parts = text.split("\n---", 1)
     if len(parts) < 2:
         raise ValueError(f"{md}: front matter opened with '---' is never closed")
-    meta = yaml.safe_load(parts[0][3:]) or {}
+    meta = read_yaml(parts[0][3:]) or {}
     if not isinstance(meta, dict):
         raise ValueError(f"{md}: front matter must be a YAML mapping, got {type(meta).__name__}")
     return meta

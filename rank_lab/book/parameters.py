@@ -1,32 +1,29 @@
 """The parameter contract of a notebook: its parameters cell is the schema, its front matter the constraints.
 
 The cell tagged ``parameters`` holds one plain assignment per statement, ``name = literal``
-(``ast.literal_eval`` reads the literal; comments are allowed)::
-
-    smoke = True            # fast CPU run
-    seed = 0
-    dataset = "synthetic"   # the embedding set evaluated
-    data_dir = None         # folder of the real dataset
-
+(``ast.literal_eval`` reads the literal; comments are allowed): ``seed = 0  # the first seed``.
 Each name is a parameter, and the type of its default is the parameter's type (``bool``,
 ``int``, ``float``, ``str``, ``list``, ``dict``). Choices, ranges and the types of ``None``
 defaults are declared in the notebook's front matter, never in comments::
 
     rank_lab:
       parameters:
-        seed: {min: 0}
         dataset: {choices: [synthetic, digits, sop, cub]}
-        data_dir: {type: str}            # a None default accepts None or a value of this type
-        epochs: {type: int, min: 1}
-        alphas: {type: list, items: float, min: 0}
+        data_dir: {type: str, path: true}   # a None default accepts None or a value of this type
+        alphas: {type: list, items: float, gt: 0, min_length: 1}
 
 Constraint keys: ``type`` (a type name or a list of them), ``choices`` (the value, or each item of
-a list, is one of them), ``min`` / ``max`` (bounds of a number, or of each item of a list) and
+a list, is one of them), ``min`` / ``max`` (inclusive bounds of a number, or of each item of a
+list), ``gt`` / ``lt`` (exclusive bounds), ``multiple_of``, ``min_length`` (the fewest items of a list),
 ``items`` (the type of a list's items; derived from a non-empty default when all its items share
-one type). A value is checked by :meth:`ParameterSchema.check`, which raises
+one type) and ``path`` (``true``: a string value is a file or folder path, which the runner resolves
+against the caller's working directory; ``{keywords: [imagenet, none]}``: the same, except for
+those words, in any case). A value is checked by :meth:`ParameterSchema.check`, which raises
 :class:`ParameterError` (a ``ValueError``: unknown name, value outside the choices or range) or
 :class:`ParameterTypeError` (also a ``TypeError``: wrong type), each naming the parameter, the value
-and what is expected. Command-line values are YAML literals (:func:`parse_cli_value`).
+and what is expected. Command-line values are YAML 1.2 literals (:func:`parse_cli_value`): ``1e-3``
+is a float, ``yes`` / ``no`` are strings (a bool is ``true`` or ``false``), and a name given twice
+is refused.
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .cells import parameters_cell_source, parse_parameters_cell
-from .notebooks import find_notebook, front_matter, suggest, to_notebook
-import yaml
+from .notebooks import find_notebook, front_matter, read_yaml, suggest, to_notebook
 
 __all__ = [
     "TYPE_NAMES",
@@ -63,7 +59,7 @@ TYPE_NAMES: dict[str, tuple[type, ...]] = {
     "list": (list, tuple),
     "dict": (dict,),
 }
-_CONSTRAINT_KEYS = ("type", "choices", "min", "max", "items")
+_CONSTRAINT_KEYS = ("type", "choices", "min", "max", "gt", "lt", "multiple_of", "min_length", "items", "path")
 
 
 class ParameterError(ValueError):
@@ -95,10 +91,6 @@ def _names(value: Any, key: str) -> tuple[str, ...]:
     return names
 
 
-def _article(type_name: str) -> str:
-    return f"an {type_name}" if type_name == "int" else f"a {type_name}"
-
-
 @dataclass(frozen=True)
 class Parameter:
     """One parameter of a notebook: its default, its types and the constraints of its front matter."""
@@ -111,6 +103,12 @@ class Parameter:
     max: float | None = None
     items: tuple[str, ...] | None = None
     comment: str = ""
+    path: bool = False
+    path_keywords: tuple[str, ...] = ()
+    gt: float | None = None
+    lt: float | None = None
+    min_length: int | None = None
+    multiple_of: int | None = None
 
     @property
     def nullable(self) -> bool:
@@ -125,20 +123,43 @@ class Parameter:
         else:
             parts = []
             for t in self.types:
-                word = "a bool (true or false)" if t == "bool" else _article(t)
+                word = "a bool (true or false)" if t == "bool" else (f"an {t}" if t == "int" else f"a {t}")
                 if t == "list" and self.items:
                     word += " of " + " or ".join(self.items)
                 parts.append(word)
             text = " or ".join(parts)
-            bounds = [f">= {self.min:g}" if self.min is not None else "", f"<= {self.max:g}" if self.max is not None else ""]
+            bounds = [f">= {self.min:g}" if self.min is not None else "", f"> {self.gt:g}" if self.gt is not None else "",
+                      f"<= {self.max:g}" if self.max is not None else "", f"< {self.lt:g}" if self.lt is not None else "",
+                      f"a multiple of {self.multiple_of}" if self.multiple_of else ""]
             bounds = [b for b in bounds if b]
             if bounds:
                 text += (" with items " if self.types == ("list",) else " ") + " and ".join(bounds)
+        if self.min_length:
+            text += f", at least {self.min_length} item{'s' if self.min_length > 1 else ''}"
         return text + (" or null" if self.nullable else "")
 
     def _fail(self, value: Any, notebook: str, cls: type[ParameterError] = ParameterError, hint: str = "") -> None:
+        if not hint and cls is ParameterTypeError:
+            hint = self._type_hint(value)
         raise cls(f"parameter {self.name!r} of {notebook}: got {value!r} ({type(value).__name__}), "
                   f"expected {self.expected()}{hint}")
+
+    def _type_hint(self, value: Any) -> str:  # why a YAML literal is not of the type, for common surprises
+        if "bool" in self.types and isinstance(value, str) and value.lower() in ("yes", "no", "on", "off", "y", "n"):
+            return " (YAML 1.2: yes, no, on and off are strings; write true or false)"
+        floats = [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, float)]
+        if ("int" in self.types or "int" in (self.items or ())) and floats and all(
+                math.isfinite(v) and v.is_integer() for v in floats):
+            return f" ({floats[0]!r} is a float in YAML; write it as an integer, e.g. {int(floats[0])})"
+        return ""
+
+    def resolve(self, value: Any, base: Path) -> Any:
+        """A path parameter's relative value made absolute against ``base`` (``~`` expanded);
+        other values, keywords and ``None`` are returned as they are."""
+        if not self.path or not isinstance(value, str) or value.strip().lower() in ("", *map(str.lower, self.path_keywords)):
+            return value
+        p = Path(value).expanduser()
+        return str(p if p.is_absolute() else (base / p).absolute())
 
     def _check_item(self, item: Any, value: Any, notebook: str) -> Any:
         if self.items is not None and not any(_matches(item, t) for t in self.items):
@@ -149,7 +170,9 @@ class Parameter:
             hint = suggest(item, [str(c) for c in self.choices]).strip(" .;") if isinstance(item, str) else ""
             self._fail(value, notebook, hint=f"; {hint}" if hint else "")
         if isinstance(item, (int, float)) and not isinstance(item, bool):
-            if (self.min is not None and item < self.min) or (self.max is not None and item > self.max):
+            if (self.min is not None and item < self.min) or (self.max is not None and item > self.max) or \
+                    (self.gt is not None and item <= self.gt) or (self.lt is not None and item >= self.lt) or \
+                    (self.multiple_of and item % self.multiple_of):
                 self._fail(value, notebook)
         if self.items == ("float",) and isinstance(item, int) and not isinstance(item, bool):
             return float(item)
@@ -170,6 +193,8 @@ class Parameter:
         if kind is None:
             self._fail(value, notebook, ParameterTypeError)
         if kind == "list":
+            if self.min_length is not None and len(value) < self.min_length:
+                self._fail(value, notebook)
             return [self._check_item(v, value, notebook) for v in value]
         if kind == "dict":
             try:
@@ -228,11 +253,27 @@ class ParameterSchema:
         return {**self.defaults(), **self.check(values)}
 
     def parse_cli(self, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
-        """Parse and check ``-p NAME VALUE`` pairs (values as YAML literals, see :func:`parse_cli_value`)."""
+        """Parse and check ``-p NAME VALUE`` pairs (values as YAML literals, see :func:`parse_cli_value`).
+
+        Raises:
+            ParameterError: a name given twice, unknown, or a value it refuses.
+        """
         out: dict[str, Any] = {}
+        raw_of: dict[str, str] = {}
         for name, raw in pairs:
+            if name in raw_of:
+                raise ParameterError(f"parameter {name!r} of {self.notebook} is given twice "
+                                     f"(-p {name} {raw_of[name]}, -p {name} {raw}): give it once")
+            raw_of[name] = raw
             out[name] = parse_cli_value(raw, self._get(name))
         return self.check(out)
+
+    def resolve_paths(self, values: Mapping[str, Any], base: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """``values`` with the relative values of path parameters (front matter ``path``) made
+        absolute against ``base`` (default: the current working directory), so that a notebook
+        running in its output folder reads the file the caller named."""
+        root = Path(base) if base is not None else Path.cwd()
+        return {n: (self.parameters[n].resolve(v, root) if n in self.parameters else v) for n, v in values.items()}
 
 
 def _parameter(name: str, default: Any, comment: str, spec: Any, where: str) -> Parameter:
@@ -262,16 +303,35 @@ def _parameter(name: str, default: Any, comment: str, spec: Any, where: str) -> 
     choices = spec.get("choices")
     if choices is not None and not isinstance(choices, (list, tuple)):
         raise ValueError(f"{where}: parameter {name!r}: choices must be a list, got {choices!r}")
-    for key in ("min", "max"):
+    for key in ("min", "max", "gt", "lt"):
         if spec.get(key) is not None and (isinstance(spec[key], bool) or not isinstance(spec[key], (int, float))):
             raise ValueError(f"{where}: parameter {name!r}: {key} must be a number, got {spec[key]!r}")
+    path, keywords = _path_spec(spec.get("path", False), types, f"{where}: parameter {name!r}")
+    for key in ("min_length", "multiple_of"):
+        v = spec.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (key == "multiple_of")):
+            raise ValueError(f"{where}: parameter {name!r}: {key} must be an int >= {int(key == 'multiple_of')}, got {v!r}")
     p = Parameter(name, default, types, tuple(choices) if choices is not None else None,
-                  spec.get("min"), spec.get("max"), items, comment)
+                  spec.get("min"), spec.get("max"), items, comment, path, keywords, spec.get("gt"), spec.get("lt"),
+                  spec.get("min_length"), spec.get("multiple_of"))
     try:
         p.check(default, where)
     except ParameterError as exc:
         raise ValueError(f"{where}: the default of {name!r} breaks its own constraints: {exc}") from exc
     return p
+
+
+def _path_spec(spec: Any, types: tuple[str, ...], where: str) -> tuple[bool, tuple[str, ...]]:
+    if spec is False or spec is None:
+        return False, ()
+    if "str" not in types:
+        raise ValueError(f"{where}: path applies to a str parameter, its types are {list(types)}")
+    if spec is True:
+        return True, ()
+    if isinstance(spec, Mapping) and set(spec) == {"keywords"} and isinstance(spec["keywords"], list) \
+            and all(isinstance(k, str) for k in spec["keywords"]):
+        return True, tuple(spec["keywords"])
+    raise ValueError(f"{where}: path must be true or {{keywords: [words that are not paths]}}, got {spec!r}")
 
 
 def notebook_schema(name: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> ParameterSchema:
@@ -301,8 +361,9 @@ def notebook_schema(name: str | os.PathLike[str], root: str | os.PathLike[str] |
 
 
 def parse_parameter(value: str) -> Any:
-    """Parse a ``-p NAME VALUE`` value as a YAML literal (``1`` -> 1, ``false`` -> False, ``[1, 2]``,
-    ``null`` -> None); text that is not valid YAML stays a string.
+    """Parse a ``-p NAME VALUE`` value as a YAML 1.2 literal (``1`` -> 1, ``1e-3`` -> 0.001,
+    ``false`` -> False, ``[1, 2]``, ``null`` -> None; ``yes`` stays the string ``"yes"``); text that
+    is not valid YAML stays a string.
 
     Raises:
         TypeError: if ``value`` is not a string.
@@ -310,8 +371,8 @@ def parse_parameter(value: str) -> Any:
     if not isinstance(value, str):
         raise TypeError(f"value must be the text given on the command line, got {type(value).__name__}")
     try:
-        return yaml.safe_load(value)
-    except yaml.YAMLError:
+        return read_yaml(value)
+    except ValueError:
         return value
 
 

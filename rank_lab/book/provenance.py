@@ -1,21 +1,26 @@
 """The ``provenance`` section of ``results.json``: versions, git commit, device, UTC times, status.
 
 See :mod:`rank_lab.book.results` for the whole document (schema ``rank_lab.book.results/1``).
+The commit is that of the git checkout rank_lab is imported from or, for rank_lab installed by pip
+from a git URL (a Colab twin's install cell), the commit pip recorded (PEP 610 ``direct_url.json``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
+import json
 import platform
 import subprocess
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 from typing import Any
-from rank_lab.utils import get_device
-import rank_lab
-from importlib import metadata
-import importlib.util
+
 import torch
+
+import rank_lab
+from rank_lab.utils import get_device
 
 __all__ = ["SCHEMA", "provenance"]
 
@@ -35,6 +40,21 @@ def git_output(*args: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+def installed_commit() -> str | None:
+    """The commit of a rank_lab installed by pip from a git URL (``direct_url.json``), or ``None``."""
+    try:
+        text = metadata.distribution("rank_lab").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        info = json.loads(text) if text else {}
+    except ValueError:
+        return None
+    vcs = info.get("vcs_info") if isinstance(info, dict) else None
+    commit = vcs.get("commit_id") if isinstance(vcs, dict) and vcs.get("vcs") == "git" else None
+    return commit if isinstance(commit, str) and commit else None
 
 
 def _version(module: str) -> str | None:
@@ -85,6 +105,7 @@ def provenance(
     status: str = "ok",
     error: Mapping[str, str] | None = None,
     runner: str = "none",
+    training: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``provenance`` section: versions, git commit, device, UTC times and status of a run.
 
@@ -95,6 +116,8 @@ def provenance(
         status: ``"ok"`` or ``"failed"``.
         error: for a failed run, ``{"type": ..., "message": ...}``.
         runner: ``"rank_lab.book"`` when the runner executed the notebook, else ``"none"``.
+        training: what the run's training loops restored and trained
+            (:func:`rank_lab.engine.run_report.training_report`), ``None`` when unknown.
 
     Raises:
         ValueError: if ``status`` is neither ``"ok"`` nor ``"failed"``, or a failed run has no error.
@@ -105,6 +128,9 @@ def provenance(
         raise ValueError("error must be given exactly when status is 'failed'")
     commit = git_output("rev-parse", "HEAD")
     dirty = git_output("status", "--porcelain", "--untracked-files=no")
+    if commit is None:
+        commit = installed_commit()
+        dirty = None if commit is None else ""  # pip installed the files of that commit
     return {
         "schema": SCHEMA,
         "notebook": notebook,
@@ -122,4 +148,5 @@ def provenance(
         "device": _device_name(device),
         "threads": torch.get_num_threads(),
         "runner": runner,
+        "training": None if training is None else dict(training),
     }

@@ -340,6 +340,7 @@ def record_notebook(
     timeout: int | None = None,
     kernel_name: str | None = None,
     progress: bool = False,
+    fresh: bool = False,
 ) -> Path:
     """Run a notebook at full scale (``smoke = False``) and write its record; return the record's path.
 
@@ -358,6 +359,8 @@ def record_notebook(
         timeout: per-cell timeout in seconds (``None``: none).
         kernel_name: Jupyter kernel (default the notebook's).
         progress: show papermill's progress bar.
+        fresh: the training loops ignore checkpoints of earlier runs (:func:`run_notebook`); the
+            record's ``provenance.training`` says what was restored and trained either way.
 
     Raises:
         RecordError: no declaration, ``smoke=True`` asked for, a dirty checkout (before the run).
@@ -383,7 +386,8 @@ def record_notebook(
                           "names the code that produced it (or pass allow_dirty / --allow-dirty)")
     start_commit = git_output("rev-parse", "HEAD")  # the code the run starts from (HEAD may move meanwhile)
     before = machine_snapshot()
-    out = run_notebook(md, values, output_dir, kernel_name=kernel_name, timeout=timeout, progress=progress)
+    out = run_notebook(md, values, output_dir, kernel_name=kernel_name, timeout=timeout, progress=progress,
+                       fresh=fresh)
     machine = machine_usage(before, machine_snapshot())
     try:
         record = make_record(load_results(out), spec, variant, machine)

@@ -8,8 +8,11 @@ key             content
                 runs: ``{"type", "message"}``), ``started_utc`` / ``ended_utc`` (ISO 8601),
                 ``rank_lab`` (version), ``git_commit`` / ``git_dirty`` (``None`` outside a checkout),
                 ``python``, ``torch``, ``faiss``, ``timm`` (versions, ``None`` when absent),
-                ``device`` (e.g. ``"cpu: AMD EPYC 7B13"``, ``"cuda:0: NVIDIA H100"``), ``threads``
-                and ``runner`` (``"rank_lab.book"`` or ``"none"``: run by hand or by jupyter-book)
+                ``device`` (e.g. ``"cpu: AMD EPYC 7B13"``, ``"cuda:0: NVIDIA H100"``), ``threads``,
+                ``runner`` (``"rank_lab.book"`` or ``"none"``: run by hand or by jupyter-book) and
+                ``training``: what the run's training loops restored from checkpoints and trained
+                (:func:`rank_lab.engine.run_report.training_report`; ``None`` in a document the
+                runner writes for a failed run)
 ``results``     the figures of the notebook only: two runs with the same parameters on one machine
                 give equal ``results``
 ``cost``        timings and throughputs (seconds, items per second), which vary between runs
@@ -18,7 +21,8 @@ key             content
 Under :func:`rank_lab.book.run_notebook` the runner hands the checked parameters to the kernel
 (``$RANK_LAB_RUN``, a JSON file) and completes the document after the last cell; run by hand,
 :func:`start_run` reads the parameters from the notebook's namespace. Every write is atomic
-(a temporary file renamed over the target), so a reader never sees half a document.
+(a temporary file renamed over the target), so a reader never sees half a document; the file is
+readable like any file the user creates (the process umask decides, as for the executed notebook).
 """
 
 from __future__ import annotations
@@ -31,9 +35,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .provenance import SCHEMA, provenance, utc_now
 import numpy as np
 import torch
+
+from rank_lab.engine import run_report
+from rank_lab.engine.fingerprint import set_code_context
+
+from .provenance import SCHEMA, provenance, utc_now
 
 __all__ = [
     "SECTIONS",
@@ -92,7 +100,9 @@ def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Start the run of a notebook: call it with ``globals()`` in the cell after the parameters cell.
 
     Under :func:`rank_lab.book.run_notebook` the parameters are the runner's checked values, and
-    the kernel's values must agree with them. Run by hand (or by jupyter-book), the parameters are
+    the kernel's values must agree with them; the notebook's code is added to the fingerprint of the
+    checkpoints its training loops write, and with the runner's ``--fresh`` those loops ignore
+    checkpoints written before (:mod:`rank_lab.engine.run_report`). Run by hand (or by jupyter-book), the parameters are
     the public literal values at the start of ``namespace`` (a dict keeps the order in which the
     names were first bound: the parameters cell's names come first, IPython's own names are left
     out, and the first module, function or class imported after them ends the list). So the cell
@@ -116,6 +126,9 @@ def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
                                    f"injected {value!r}")
         _RUN.clear()
         _RUN.update(notebook=ctx["notebook"], parameters=params, started_utc=ctx["started_utc"], runner="rank_lab.book")
+        run_report.reset_training_report()
+        run_report.start_fresh(bool(ctx.get("fresh", False)))
+        set_code_context(ctx["notebook"], ctx.get("code"))
         return dict(params)
     hidden: set[str] = set()
     try:
@@ -136,6 +149,9 @@ def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
         params[k] = v
     _RUN.clear()
     _RUN.update(notebook=None, parameters=_jsonable(params), started_utc=utc_now(), runner="none")
+    run_report.reset_training_report()
+    run_report.start_fresh(False)
+    set_code_context(None)
     return dict(params)
 
 
@@ -154,11 +170,18 @@ def write_document(document: Mapping[str, Any], path: str | os.PathLike[str]) ->
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600: give the mode of any new file
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def save_results(
@@ -195,7 +218,8 @@ def save_results(
     doc = {
         "parameters": params,
         "provenance": provenance(notebook=run["notebook"], device=params.get("device"),
-                                 started_utc=run["started_utc"], runner=run["runner"]),
+                                 started_utc=run["started_utc"], runner=run["runner"],
+                                 training=run_report.training_report()),
         "results": results,
         "cost": dict(cost or {}),
     }

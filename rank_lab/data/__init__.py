@@ -9,6 +9,7 @@
 * :mod:`rank_lab.data.perturbations` -- :func:`imbalanced_indices`, :func:`noisy_labels` (the
   imbalance and label-noise protocols of Patel thesis §6.5.5-6.5.6) and :func:`two_views`.
 * :mod:`rank_lab.data.datasets` -- loaders of the real datasets' on-disk formats.
+* :mod:`rank_lab.data.embedding_files` -- :func:`load_embedding_file` (saved embeddings and labels).
 
 Class ids are never re-indexed: the train and test splits of an open-set task hold disjoint,
 original ids. Hierarchical labels are ``(N, L)`` with the fine level in column 0.
@@ -23,6 +24,7 @@ from rank_lab.data.bundled import (
     stratified_split,
 )
 from rank_lab.data.datasets import DatasetFolderError, ImageListDataset, require_path
+from rank_lab.data.embedding_files import EmbeddingFileError, load_embedding_file
 from rank_lab.data.hierarchical_sampler import HierarchicalSampler
 from rank_lab.data.perturbations import imbalanced_indices, noisy_labels, two_views
 from rank_lab.data.samplers import MPerClassSampler
@@ -30,6 +32,8 @@ from rank_lab.data.splits import OpenSetSplit
 from rank_lab.data.synthetic import RandomNonlinearMap, make_hierarchical_open_set, make_open_set
 
 __all__ = [
+    "EmbeddingFileError",
+    "load_embedding_file",
     "OpenSetSplit",
     "RandomNonlinearMap",
     "make_open_set",

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rank_lab._validation import check_positive_int
+from rank_lab._validation import as_tensor, check_positive_int
 
 __all__ = [
     "IRRELEVANT_CATEGORIES",
@@ -172,7 +172,7 @@ def cluster_categories(embeddings: np.ndarray, k: int = 12, seed: int = 0) -> np
     from sklearn.cluster import KMeans
 
     k = check_positive_int(k, "k")
-    x = np.asarray(embeddings.detach().cpu().numpy() if isinstance(embeddings, torch.Tensor) else embeddings, dtype=np.float64)
+    x = as_tensor(embeddings, "embeddings").detach().cpu().double().numpy()  # complex and meta refused
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"embeddings must be a non-empty (n, d) array, got shape {x.shape}")
     if not np.isfinite(x).all():

@@ -12,6 +12,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from rank_lab.engine.checkpoint import CheckpointMismatchError
+
 __all__ = ["NonFiniteTrainingError", "check_resume", "describe_batch"]
 
 
@@ -60,14 +62,15 @@ def check_resume(
     on its config's ``epochs``.
 
     Raises:
-        ValueError: naming the changed keys and saying how to start a new run (``hint``).
+        CheckpointMismatchError: (a ``ValueError``) naming the changed keys and saying how to start a
+            new run (``hint``).
     """
     if "config" in state:
         old, new = dict(state["config"]), dict(run_key)
         diff = sorted(k for k in set(old) | set(new) if k not in free_keys and old.get(k) != new.get(k))
         if diff:
             changes = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff[:6])
-            raise ValueError(f"{source} was written with a different config ({changes}); to start a new run {hint}")
+            raise CheckpointMismatchError(f"{source} was written with a different config ({changes}); to start a new run {hint}")
     new_rec = dict(record)
     old_rec = state.get("schedule")
     if old_rec is None:
@@ -89,7 +92,7 @@ def check_resume(
         why = f"the {old_rec.get('scheduler')} learning rate of every completed step depends on the schedule"
     else:
         why = "the batches and learning rates would change mid-run"
-    raise ValueError(
+    raise CheckpointMismatchError(
         f"{source} was started with another schedule ({what}); resuming would not equal a straight run "
         f"of this config because {why}. To train with this schedule, start a new run: {hint} "
         "(to warm-start from those weights, load load_checkpoint(path)['model'] into the new run's model)."

@@ -14,8 +14,9 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
   epoch, the step, the batch's dataset indices and the last good checkpoint) before the step is
   applied; a model holding NaN/inf is never saved;
 * **checkpoint/resume**: modules, optimisers, grad scaler, named generators, the Python / NumPy /
-  torch (CUDA) RNG states, epoch, step and history, written atomically every ``checkpoint_every``
-  epochs and resumed from when the file exists (``resume``). **Determinism** (``docs/decisions.md``):
+  torch (CUDA) RNG states, epoch, step and history, written every ``checkpoint_every`` epochs as a
+  sealed file (atomic, verified on load, the previous one kept: :mod:`rank_lab.engine.checkpoint`)
+  and resumed from when the file exists (``resume``). **Determinism** (``docs/decisions.md``):
   a resumed run equals the straight run bit for bit on the CPU (tested for every loop,
   ``tests/engine/test_training_engine.py``); on CUDA only under deterministic algorithms
   (``rank_lab.utils.seed_everything(seed, deterministic=True)``, the Trainer's
@@ -23,10 +24,13 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
   ``CUBLAS_WORKSPACE_CONFIG`` set before CUDA starts, and the rank losses' backward accumulating
   without atomic adds), on the same GPU model, driver and library versions; otherwise CUDA's atomic
   adds and cuBLAS' workspace may change the last bits. The exactness of the metrics is a separate
-  promise (``docs/decisions.md``). **Resume rule**
-  (``docs/decisions.md``): a checkpoint records the run's configuration and schedule; resuming is
-  refused (``ValueError``, saying how to start a new run) unless it continues the same run, or makes
-  a run whose schedule does not depend on its length (:data:`~rank_lab.engine.schedule.LENGTH_FREE`) longer;
+  promise (``docs/decisions.md``). **Resume rule** (``docs/decisions.md``): a checkpoint records the
+  fingerprint of the run's data and code (:mod:`rank_lab.engine.fingerprint`), its configuration
+  and its schedule; resuming is refused (:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError`,
+  a ``ValueError`` saying why and how to start a new run) unless it continues the same run on the
+  same data with the same code, or makes a run whose schedule does not depend on its length
+  (:data:`~rank_lab.engine.schedule.LENGTH_FREE`) longer. What a loop restored and trained is
+  reported to :mod:`rank_lab.engine.run_report`;
 * **progress**: one tqdm bar (``progress``).
 
 Step-based loops (a number of steps rather than epochs) run one step per "epoch" (``unit="step"``),
@@ -45,20 +49,22 @@ from torch import nn
 
 from rank_lab._progress import tqdm
 from rank_lab._validation import trusted_inputs
-from rank_lab.engine.checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
-from rank_lab.engine.guard import NonFiniteTrainingError, check_resume, describe_batch
+from rank_lab.engine import run_report
+from rank_lab.engine.guard import NonFiniteTrainingError, describe_batch
 from rank_lab.engine.optim import build_optimizer
 from rank_lab.engine.options import Batch, EngineConfig, StepResult
 from rank_lab.engine.schedule import Schedule
+from rank_lab.engine.state import EngineState
 from rank_lab.utils import DeviceLike, check_amp_dtype, get_device
 
 __all__ = ["Engine", "fit"]
 
-_RESERVED = {"epoch", "step", "scaler", "history", "config", "rng", "schedule", "generators", "extra"}
+_RESERVED = {"epoch", "step", "scaler", "history", "config", "rng", "schedule", "generators", "extra", "fingerprint"}
 
 
-class Engine:
-    """State and mechanics of one training run (see the module docstring).
+class Engine(EngineState):
+    """State and mechanics of one training run (see the module docstring); the checkpoint methods
+    (state, save, resume, the resume rule and fingerprints) are :class:`~rank_lab.engine.state.EngineState`'s.
 
     Args:
         modules: the trained modules by name (the first is the model; a module named ``"model"``
@@ -76,6 +82,10 @@ class Engine:
         new_run_hint: how to start a new run, quoted by the resume rule's errors.
         autocast: wrap the step function in autocast (``False``: the step function autocasts itself
             with :meth:`autocast`).
+        trained_on: what the run trains on (tensors, arrays, datasets, paths, functions and their
+            captured values; see :func:`~rank_lab.engine.fingerprint.data_fingerprint`). Its
+            fingerprint is stored in the checkpoint, and a checkpoint of other data is refused.
+            ``None``: the data is not checked (only the configuration and the code are).
     """
 
     def __init__(
@@ -92,6 +102,7 @@ class Engine:
         record: Callable[[], dict[str, Any]] | None = None,
         new_run_hint: str = "set resume=False or use another checkpoint file",
         autocast: bool = True,
+        trained_on: Any = None,
     ) -> None:
         self.config = cfg = config if config is not None else EngineConfig()
         if not isinstance(cfg, EngineConfig):
@@ -126,6 +137,9 @@ class Engine:
         self.step = 0  # completed optimiser steps
         self.history: Any = []
         self.last_good_checkpoint: tuple[Path, int] | None = None  # (path, epoch) of the last state saved or resumed
+        self._trained_on = trained_on
+        self._fingerprint: dict[str, Any] | None = None
+        self.report = run_report.LoopReport(cfg.desc, cfg.unit, None if self.checkpoint is None else str(self.checkpoint.absolute()))
         self._backward_done = False
         self._batch: Batch | None = None
 
@@ -178,6 +192,8 @@ class Engine:
         self.scaler.step(opt)
         self.scaler.update()
         self.step += 1
+        self.report.steps_trained += 1
+        self.report.register()
         self._batch = None
         return StepResult(float(loss.detach()), dict(stats), norm)
 
@@ -208,6 +224,8 @@ class Engine:
         cfg = self.config
         if resume:
             self.maybe_resume()
+        if self.checkpoint is not None:
+            self.fingerprint()  # of the data as it is before training (a dataset may fill caches)
         per = steps_per_epoch if steps_per_epoch is not None else 1
         bar = tqdm(total=cfg.epochs * per, initial=min(self.epoch * per, cfg.epochs * per), desc=cfg.desc,
                    disable=not cfg.progress, leave=False)
@@ -221,6 +239,7 @@ class Engine:
                     bar.update(1)
                 self.check_weights()  # before the epoch counts, is evaluated or saved
                 self.epoch += 1
+                self.report.trained += 1
                 if on_epoch_end is not None:
                     on_epoch_end(e, results)
                 every = cfg.checkpoint_every
@@ -272,77 +291,6 @@ class Engine:
             for name, t in [*module.named_parameters(), *module.named_buffers()]:
                 if t.is_floating_point() and not bool(torch.isfinite(t).all()):
                     self.non_finite(f"the weight {name!r} holds NaN or inf", None)
-
-    # ------------------------------------------------------------------ checkpoints
-    def run_key(self) -> dict[str, Any]:
-        """What the run is (compared on resume)."""
-        key = self._run_key() if callable(self._run_key) else self._run_key
-        return dict(key or {})
-
-    def record(self) -> dict[str, Any]:
-        """The schedule record of the run (compared on resume by the resume rule)."""
-        if self._record is not None:
-            return self._record()
-        s = self.schedule.to_dict() if self.schedule is not None else {"kind": "constant"}
-        return {"epochs": self.config.epochs, "total_steps": s.pop("total_steps", None), "scheduler": s.pop("kind"),
-                **s, "base_lrs": {f"{n}.{i}": g["base_lr"] for n, o in self.optimizers.items()
-                                  for i, g in enumerate(o.param_groups)}}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: modules and optimisers (under their names), grad scaler,
-        generators, RNG states, epoch, step, history, the run key and the schedule record."""
-        state: dict[str, Any] = {"epoch": self.epoch, "step": self.step}
-        state.update({n: m.state_dict() for n, m in self.modules.items()})
-        state.update({n: o.state_dict() for n, o in self.optimizers.items()})
-        state.update({"scaler": self.scaler.state_dict(), "history": self.history, "config": self.run_key(),
-                      "rng": get_rng_state(), "schedule": self.record(),
-                      "generators": {n: g.get_state() for n, g in self.generators.items()}})
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any], check: bool = True, *, source: str = "the checkpoint") -> None:
-        """Restore a :meth:`state_dict` after checking the resume rule (``check``)."""
-        if check:
-            check_resume(state, self.run_key(), self.record(), source=source, free_keys=self.free_keys,
-                         hint=self.new_run_hint, unit=self.config.unit,
-                         length_free=self.schedule is None or self.schedule.length_free)
-        for n, m in self.modules.items():
-            m.load_state_dict(state[n])
-        for n, o in self.optimizers.items():
-            o.load_state_dict(state[n])
-        if "scaler" in state:
-            self.scaler.load_state_dict(state["scaler"])
-        for n, g in self.generators.items():
-            g.set_state(state["generators"][n].cpu())
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
-        self.history = state["history"]
-        set_rng_state(state["rng"])
-
-    def save(self, path: str | Path | None = None, state: Mapping[str, Any] | None = None) -> Path:
-        """Write the state (default :meth:`state_dict`) atomically to ``path`` (default the checkpoint).
-
-        Raises:
-            NonFiniteTrainingError: a module holds NaN/inf (nothing is written: the checkpoint on
-                disk stays the last good one).
-        """
-        path = Path(path) if path is not None else self.checkpoint
-        if path is None:
-            raise ValueError("no checkpoint path: set the checkpoint file or pass path")
-        self.check_weights()
-        atomic_save(dict(state) if state is not None else self.state_dict(), path)
-        self.last_good_checkpoint = (path, self.step if self.config.unit == "step" else self.epoch)
-        return path
-
-    def resume_from(self, path: str | Path) -> None:
-        """Load a checkpoint file (see :meth:`load_state_dict`)."""
-        self.load_state_dict(load_checkpoint(path, map_location=self.device), source=f"checkpoint {str(path)!r}")
-        self.last_good_checkpoint = (Path(path), self.step if self.config.unit == "step" else self.epoch)
-
-    def maybe_resume(self) -> bool:
-        """Resume from the checkpoint when ``config.resume`` and the file exists; return whether it did."""
-        if self.config.resume and self.checkpoint is not None and self.checkpoint.is_file():
-            self.resume_from(self.checkpoint)
-            return True
-        return False
 
 
 def fit(

@@ -2,18 +2,21 @@
 
 The options every training loop of rank_lab shares (:class:`rank_lab.engine.loop.Engine`): the run's
 length, the checkpoint file and its period, resume, progress, mixed precision and gradient clipping.
+Every training entry point (the ``fit_*`` functions, the trainers) takes one :class:`EngineConfig`
+as its ``engine`` argument, with these defaults; a loop that has its own length (``steps``,
+``epochs``, ``episodes``) sets ``epochs``, ``desc`` and ``unit`` itself (:func:`loop_options`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rank_lab._validation import check_choice, check_float, check_positive_int
 
-__all__ = ["Batch", "StepResult", "EngineConfig"]
+__all__ = ["Batch", "StepResult", "EngineConfig", "loop_options"]
 
 
 @dataclass
@@ -88,3 +91,43 @@ class EngineConfig:
         for c in clips:
             if c is not None:
                 check_float(c, "grad_clip", low=0.0, low_open=True)
+
+
+def loop_options(
+    engine: EngineConfig | None,
+    *,
+    epochs: int,
+    desc: str,
+    unit: str = "epoch",
+    length: str = "epochs",
+) -> EngineConfig:
+    """The options of one loop's run: the caller's ``engine`` with the loop's length and labels.
+
+    A training entry point takes the one options object (``engine``, default ``EngineConfig()``)
+    and its own length argument (``steps=``, ``epochs=``, ``episodes=``, named ``length``): the
+    run's ``epochs``, the progress label ``desc`` and the ``unit`` come from the loop.
+
+    Args:
+        engine: the caller's options (``None``: the defaults of :class:`EngineConfig`).
+        epochs: the run's length in ``unit`` (the loop's own argument).
+        desc: the progress bar's label.
+        unit: ``"epoch"`` or ``"step"``.
+        length: the name of the loop's length argument, for the error message.
+
+    Returns:
+        A new :class:`EngineConfig` (``engine`` is not modified).
+
+    Raises:
+        TypeError: ``engine`` is neither an :class:`EngineConfig` nor ``None``.
+        ValueError: ``engine.epochs`` was set to another length than the loop's (the loop's
+            ``length`` argument sets it).
+    """
+    if engine is None:
+        engine = EngineConfig()
+    if not isinstance(engine, EngineConfig):
+        raise TypeError(f"engine must be an EngineConfig or None, got {type(engine).__name__}")
+    epochs = check_positive_int(epochs, length)
+    if engine.epochs not in (1, epochs):
+        raise ValueError(f"engine.epochs ({engine.epochs}) differs from {length}={epochs}: the "
+                         f"loop's {length} sets the run's length (leave engine.epochs at its default)")
+    return replace(engine, epochs=epochs, desc=desc, unit=unit)

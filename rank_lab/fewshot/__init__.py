@@ -18,10 +18,12 @@
 
 from rank_lab.fewshot.classify import (
     METHODS,
+    RuleOptions,
     allways_evaluate,
     allways_split,
     classify_by_retrieval,
     episodic_evaluate,
+    nearest_class,
 )
 from rank_lab.fewshot.episodes import (
     SETUPS,
@@ -79,6 +81,7 @@ __all__ = [
     "FiLMResNet",
     "MahalanobisClassifier",
     "MultiDatasetSampler",
+    "RuleOptions",
     "SetEncoder",
     "TinyResNetBody",
     "adaptation_parameter_count",
@@ -101,6 +104,7 @@ __all__ = [
     "identity_film_params",
     "lambda_k",
     "mahalanobis_logits",
+    "nearest_class",
     "nearest_mean_logits",
     "rcnaps_describe",
     "rcnaps_describe_tasks",

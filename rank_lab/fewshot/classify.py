@@ -28,12 +28,18 @@ Methods of :func:`classify_by_retrieval` (``method=``):
   ``c`` diffuses from its supports, ``F_c = (1 - a)(I - a S)^{-1} y_c``, and a query takes the
   class of largest ``F_c``.
 
-``shortlist=n`` (not in the thesis) restricts the Mahalanobis / nearest-mean decision to the
-classes among the query's ``n`` nearest support images (classification of a query over its
-retrieved neighbours). :func:`episodic_evaluate` is the usual 5-way protocol, for comparison.
+Each method is a rule registered in :data:`METHODS` (a function of the queries, the support set and
+:class:`RuleOptions`): a new rule is one registration. ``shortlist=n`` (not in the thesis)
+restricts the decision of a class-scoring rule (:func:`nearest_class`: Mahalanobis, nearest mean,
+diffusion) to the classes among the query's ``n`` nearest support images (classification of a
+query over its retrieved neighbours). :func:`episodic_evaluate` is the usual 5-way protocol, for
+comparison.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -43,6 +49,7 @@ from rank_lab._validation import check_choice, check_embeddings, check_labels, c
 from rank_lab.fewshot.mahalanobis import mahalanobis_logits, nearest_mean_logits
 from rank_lab.metrics import knn_search
 from rank_lab.metrics.classification import knn_classify
+from rank_lab.registry import Registry
 from rank_lab.retrieval import alpha_qe, build_graph
 from rank_lab.retrieval.diffusion_graph import diffuse
 
@@ -52,9 +59,94 @@ __all__ = [
     "allways_evaluate",
     "episodic_evaluate",
     "METHODS",
+    "RuleOptions",
+    "nearest_class",
 ]
 
-METHODS = ("mahalanobis", "euclidean", "cosine", "knn", "diffusion")
+@dataclass(frozen=True)
+class RuleOptions:
+    """The options of :func:`classify_by_retrieval` that its rules read (checked there).
+
+    Attributes:
+        knn_k, vote: kNN classification (``"knn"``).
+        shortlist: restrict a class-scoring rule to the classes among each query's ``shortlist``
+            nearest support images (``None``: every class); :func:`nearest_class` applies it.
+        graph_k, diffusion_alpha: the kNN graph and ``alpha`` of ``"diffusion"``.
+        mahalanobis: options of :class:`~rank_lab.fewshot.mahalanobis.MahalanobisClassifier`.
+    """
+
+    knn_k: int = 1
+    vote: str = "majority"
+    shortlist: int | None = None
+    graph_k: int = 10
+    diffusion_alpha: float = 0.9
+    mahalanobis: Mapping[str, object] = field(default_factory=dict)
+
+
+#: A rule: ``rule(queries (Q, d), support (S, d), support_labels (S,), options) -> classes (Q,)``.
+Rule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, RuleOptions], torch.Tensor]
+
+#: The classification rules of :func:`classify_by_retrieval` by name (``METHODS.list()``): a new
+#: rule is one function registered here (``@METHODS.register("name", summary=...)``); a rule that
+#: scores the classes ends with :func:`nearest_class`.
+METHODS: Registry[Rule] = Registry("few-shot method")
+
+
+def nearest_class(
+    classes: torch.Tensor, logits: torch.Tensor, queries: torch.Tensor, support: torch.Tensor,
+    support_labels: torch.Tensor, options: RuleOptions,
+) -> torch.Tensor:
+    """The class of largest score for every query, among the shortlist when ``options.shortlist`` is set.
+
+    Args:
+        classes: ``(C,)`` the classes scored; logits: ``(Q, C)`` their scores.
+        queries, support, support_labels: the rule's inputs (the shortlist ranks the support by cosine).
+        options: the rule's options.
+
+    Returns:
+        ``(Q,)`` predicted classes (CPU).
+    """
+    if options.shortlist is not None:
+        kk = min(check_positive_int(options.shortlist, "shortlist"), support.shape[0])
+        _, nn_idx = knn_search(F.normalize(queries.float(), dim=1), F.normalize(support.float(), dim=1), kk)
+        allowed = (support_labels[nn_idx.cpu()][:, :, None] == classes[None, None, :].cpu()).any(1)
+        logits = torch.where(allowed.to(logits.device), logits, torch.full_like(logits, -torch.inf))
+    return classes.to(logits.device)[logits.argmax(1)].cpu()
+
+
+@METHODS.register("mahalanobis", summary="nearest class by Simple CNAPS' Mahalanobis rule (eqs. 5.1-5.2)")
+def _mahalanobis_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+    classes, logits = mahalanobis_logits(q, s, ys, **options.mahalanobis)
+    return nearest_class(classes, logits, q, s, ys, options)
+
+
+@METHODS.register("euclidean", summary="nearest class mean, Euclidean distance")
+def _euclidean_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+    classes, logits = nearest_mean_logits(q, s, ys, metric="euclidean")
+    return nearest_class(classes, logits, q, s, ys, options)
+
+
+@METHODS.register("cosine", summary="nearest class mean, cosine similarity")
+def _cosine_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+    classes, logits = nearest_mean_logits(q, s, ys, metric="cosine")
+    return nearest_class(classes, logits, q, s, ys, options)
+
+
+@METHODS.register("knn", summary="k nearest support images and a vote (knn_k, vote)")
+def _knn_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+    return knn_classify(q, s, ys, k=options.knn_k, vote=options.vote).labels  # type: ignore[arg-type]
+
+
+@METHODS.register("diffusion", summary="class of the largest diffusion mass from the support images (graph_k, diffusion_alpha)")
+def _diffusion_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+    allv = F.normalize(torch.cat([s, q]).float(), dim=1)
+    graph = build_graph(allv, min(options.graph_k, allv.shape[0] - 1), mutual=False)
+    classes, inv = torch.unique(ys, return_inverse=True)
+    y = torch.zeros(classes.shape[0], allv.shape[0])
+    y[inv, torch.arange(s.shape[0])] = 1.0
+    y = y / y.sum(1, keepdim=True)
+    f = diffuse(graph, y, alpha=options.diffusion_alpha, progress=False)  # (C, n)
+    return nearest_class(classes, f[:, s.shape[0]:].T, q, s, ys, options)
 
 
 def allways_split(labels: torch.Tensor, k: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,17 +170,6 @@ def allways_split(labels: torch.Tensor, k: int, *, seed: int = 0) -> tuple[torch
     s = np.concatenate(sup)
     q = np.setdiff1d(np.arange(len(y)), s)
     return torch.from_numpy(s).long(), torch.from_numpy(q).long()
-
-
-def _diffusion_logits(support: torch.Tensor, support_labels: torch.Tensor, queries: torch.Tensor, graph_k: int, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
-    allv = F.normalize(torch.cat([support, queries]).float(), dim=1)
-    graph = build_graph(allv, min(graph_k, allv.shape[0] - 1), mutual=False)
-    classes, inv = torch.unique(support_labels, return_inverse=True)
-    y = torch.zeros(classes.shape[0], allv.shape[0])
-    y[inv, torch.arange(support.shape[0])] = 1.0
-    y = y / y.sum(1, keepdim=True)
-    f = diffuse(graph, y, alpha=alpha, progress=False)  # (C, n)
-    return classes, f[:, support.shape[0]:].T
 
 
 def classify_by_retrieval(
@@ -123,19 +204,20 @@ def classify_by_retrieval(
         **mahalanobis_kwargs: options of :class:`~rank_lab.fewshot.mahalanobis.MahalanobisClassifier`.
 
     Returns:
-        ``(Q,)`` predicted classes.
+        ``(Q,)`` predicted classes (an evaluation: descriptors that require grad are detached).
 
     Raises:
         TypeError, ValueError: bad descriptors or labels, an unknown ``method`` or ``vote``, a
             ``knn_k`` that is not an int in ``[1, S]``.
     """
-    q = check_embeddings(queries, "queries")
-    s = check_embeddings(support, "support")
+    q = check_embeddings(queries, "queries").detach()
+    s = check_embeddings(support, "support").detach()
     ys = check_labels(support_labels, s.shape[0], "support_labels")
     if s.shape[1] != q.shape[1]:
         raise ValueError(f"queries have d={q.shape[1]} but support has d={s.shape[1]}")
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise ValueError(f"method must be one of {tuple(METHODS)}, got {method!r}")
+    method = METHODS.key(method)
     check_choice(vote, "vote", ("majority", "similarity", "softmax"))
     knn_k = check_positive_int(knn_k, "knn_k")
     if knn_k > s.shape[0]:
@@ -145,20 +227,9 @@ def classify_by_retrieval(
         allv = F.normalize(torch.cat([s, q]).float(), dim=1)  # descriptors are unit-norm in the thesis
         s = allv[: s.shape[0]]
         q = alpha_qe(allv, n=min(int(n), allv.shape[0] - 1), alpha=float(alpha), include_self=False)[s.shape[0]:]
-    if method == "knn":
-        return knn_classify(q, s, ys, k=knn_k, vote=vote).labels  # type: ignore[arg-type]
-    if method == "diffusion":
-        classes, logits = _diffusion_logits(s, ys, q, graph_k, diffusion_alpha)
-    elif method == "mahalanobis":
-        classes, logits = mahalanobis_logits(q, s, ys, **mahalanobis_kwargs)
-    else:
-        classes, logits = nearest_mean_logits(q, s, ys, metric=method)
-    if shortlist is not None:
-        kk = min(check_positive_int(shortlist, "shortlist"), s.shape[0])
-        _, nn_idx = knn_search(F.normalize(q.float(), dim=1), F.normalize(s.float(), dim=1), kk)
-        allowed = (ys[nn_idx.cpu()][:, :, None] == classes[None, None, :].cpu()).any(1)
-        logits = torch.where(allowed.to(logits.device), logits, torch.full_like(logits, -torch.inf))
-    return classes.to(logits.device)[logits.argmax(1)].cpu()
+    options = RuleOptions(knn_k=knn_k, vote=vote, shortlist=shortlist, graph_k=graph_k,
+                          diffusion_alpha=diffusion_alpha, mahalanobis=mahalanobis_kwargs)
+    return METHODS[method](q, s, ys, options)
 
 
 def allways_evaluate(
@@ -176,7 +247,7 @@ def allways_evaluate(
     Returns:
         One OA (in ``[0, 1]``) per run; summarise with :func:`rank_lab.stats.mean_ci`.
     """
-    x = check_embeddings(embeddings, "embeddings")
+    x = check_embeddings(embeddings, "embeddings").detach()  # an evaluation
     y = check_labels(labels, x.shape[0], "labels")
     out = []
     for r in range(check_positive_int(runs, "runs")):
@@ -200,7 +271,7 @@ def episodic_evaluate(
         TypeError, ValueError: ``k``, ``n_way``, ``n_query`` or ``episodes`` not a positive int, fewer
             than ``n_way`` classes with more than ``k`` items.
     """
-    x = check_embeddings(embeddings, "embeddings")
+    x = check_embeddings(embeddings, "embeddings").detach()  # an evaluation
     y = check_labels(labels, x.shape[0], "labels")
     k, n_way = check_positive_int(k, "k"), check_positive_int(n_way, "n_way")
     n_query = check_positive_int(n_query, "n_query")

@@ -38,7 +38,7 @@ from torchvision.models.resnet import BasicBlock
 
 from rank_lab._validation import check_finite_input, check_input, check_positive_int, trusts_inputs
 from rank_lab.models import load_backbone_weights
-from rank_lab.models.weights import create_timm_model, file_record, merge_legacy_weights
+from rank_lab.models.weights import create_timm_model, file_record, parse_weights
 
 __all__ = [
     "FILM_KEYS",
@@ -282,7 +282,6 @@ class TinyResNetBody(nn.Module):
 def film_resnet18(
     source: str = "torchvision",
     *,
-    weights_path: str | Path | None = None,
     in_channels: int = 3,
     weights: str | Path | None = None,
 ) -> FiLMResNet:
@@ -291,16 +290,16 @@ def film_resnet18(
     Args:
         source: ``"torchvision"`` (``torchvision.models.resnet18``) or ``"timm"``
             (``timm.create_model("resnet18")``); both have the same layout and key names.
-        weights_path: older spelling of a local ImageNet checkpoint (loaded leniently).
         in_channels: input channels (only 3 with ``source="torchvision"``).
         weights: ``"imagenet"`` (timm's ``resnet18.tv_in1k``, the torchvision ImageNet weights,
-            fetched by timm), ``"none"`` or a weight file (:mod:`rank_lab.models.weights`);
-            default random. The record is ``model.weights_record``.
+            fetched by timm), ``"none"`` or a weight file, loaded strictly into the ResNet-18 body
+            (:mod:`rank_lab.models.weights`; its key report in ``model.load_report``); default
+            random. The record is ``model.weights_record``.
     """
     if source not in ("torchvision", "timm"):
         raise ValueError(f"source must be 'torchvision' or 'timm', got {source!r}")
     in_channels = check_positive_int(in_channels, "in_channels")
-    spec, strict = merge_legacy_weights(weights, False, weights_path)
+    spec = parse_weights(weights)
     if source == "torchvision":
         # heavy import, paid only on this path
         from torchvision.models import resnet18
@@ -318,7 +317,7 @@ def film_resnet18(
     body.fc = nn.Identity()
     model = FiLMResNet(body)
     if isinstance(spec, Path):
-        model.load_report = load_backbone_weights(body, spec, strict=strict)
+        model.load_report = load_backbone_weights(body, spec, strict=True)
         record = file_record(spec)
     elif spec == "none":
         record = {"weights": "none"}

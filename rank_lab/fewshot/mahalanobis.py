@@ -32,7 +32,13 @@ from __future__ import annotations
 
 import torch
 
-from rank_lab._validation import check_embeddings, check_float, check_labels, check_positive_int
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_labels,
+    check_overflow,
+    check_positive_int,
+)
 
 __all__ = [
     "covariance",
@@ -50,13 +56,13 @@ def covariance(x: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: for ``n < 2`` (the unbiased estimate divides by ``n - 1``: a single vector has
             none; :class:`MahalanobisClassifier` states its one-shot rule with ``one_shot``), for
-            NaN/inf or a wrong shape.
+            NaN/inf or a wrong shape, for a covariance that overflows ``x``'s dtype.
     """
     x = check_embeddings(x, "x")
     if x.shape[0] < 2:
         raise ValueError(f"x has n={x.shape[0]} row(s): the unbiased covariance needs n >= 2 (it divides by n - 1)")
     xc = x - x.mean(0, keepdim=True)
-    return xc.T @ xc / (x.shape[0] - 1)
+    return check_overflow(xc.T @ xc / (x.shape[0] - 1), "x", "the covariance entries")
 
 
 def simplecnaps_estimate_cov(x: torch.Tensor) -> torch.Tensor:
@@ -71,7 +77,7 @@ def simplecnaps_estimate_cov(x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] < 2:
             raise ValueError("x is a single vector of D=1: its variance over D - 1 = 0 entries is undefined")
         v = x[0] - x[0].mean()
-        return (v @ v) / (x.shape[1] - 1)
+        return check_overflow((v @ v) / (x.shape[1] - 1), "x", "the variance")
     return covariance(x)
 
 
@@ -197,6 +203,10 @@ def nearest_mean_logits(
 
     ``metric="euclidean"``: logits ``-1/2 ||x - mu_c||^2`` (the Mahalanobis rule with ``Q_c = I``);
     ``"cosine"``: cosine similarity to the L2-normalised class means.
+
+    Raises:
+        ValueError: bad shapes or labels, an unknown ``metric``, squared distances that overflow
+            the dtype (``queries/support`` too large to compare).
     """
     x = check_embeddings(queries, "queries")
     s = check_embeddings(support, "support").to(x.dtype).to(x.device)
@@ -207,7 +217,7 @@ def nearest_mean_logits(
     means = torch.zeros(classes.shape[0], s.shape[1], dtype=s.dtype, device=s.device).index_add_(0, inv, s)
     means = means / torch.bincount(inv, minlength=classes.shape[0]).to(s.dtype)[:, None]
     if metric == "euclidean":
-        return classes, -0.5 * torch.cdist(x, means).pow(2)
+        return classes, check_overflow(-0.5 * torch.cdist(x, means).pow(2), "queries/support", "the squared distances")
     if metric == "cosine":
         return classes, torch.nn.functional.normalize(x, dim=1) @ torch.nn.functional.normalize(means, dim=1).T
     raise ValueError(f"metric must be 'euclidean' or 'cosine', got {metric!r}")

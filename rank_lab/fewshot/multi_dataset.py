@@ -11,7 +11,6 @@ then linear decay over 5 (the author's code). Evaluation is in :mod:`rank_lab.fe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ from rank_lab._validation import (
 )
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.options import Batch, EngineConfig, StepResult, loop_options
 from rank_lab.engine.schedule import Schedule
 from rank_lab.fewshot.episodes import gather_images
 from rank_lab.losses import SmoothAP
@@ -131,13 +130,9 @@ def fit_multi_dataset(
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     seed: int = 0,
     device: object = None,
-    checkpoint_path: str | Path | None = None,
-    progress: bool = True,
-    resume: bool = True,
-    amp: bool = False,
-    grad_clip: float | None = None,
+    engine: EngineConfig | None = None,
 ) -> list[float]:
-    """Multi-dataset Smooth-AP training of §5.4 on the training engine (resumable per epoch from ``checkpoint_path``).
+    """Multi-dataset Smooth-AP training of §5.4 on the training engine (resumable per epoch).
 
     The learning rate follows the author's code: constant for ``niter`` epochs, then a linear decay
     by ``1 / (niter_decay + 1)`` per epoch (``schedule="linear"`` of :func:`rank_lab.engine.lr_at`).
@@ -151,9 +146,10 @@ def fit_multi_dataset(
         epochs, lr, betas, niter, niter_decay: schedule (author's code: 15 = 10 + 5, 1e-4, 0.5).
         tau: Smooth-AP temperature.
         transform: batch augmentation.
-        seed, device, progress: as usual.
-        checkpoint_path, resume, amp, grad_clip: the engine's options (a checkpoint file written
-            after every epoch and resumed from; a run may be resumed with more epochs).
+        seed, device: as usual.
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`: a
+            ``checkpoint`` file written every ``checkpoint_every`` epochs and resumed from, a run
+            may be resumed with more epochs; ``progress``, ``amp``, ``grad_clip``).
 
     Returns:
         Mean loss of every epoch.
@@ -164,7 +160,8 @@ def fit_multi_dataset(
             of one image per label, and the errors of :class:`MultiDatasetSampler`.
         NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
-    epochs = check_positive_int(epochs, "epochs")
+    options = loop_options(engine, epochs=epochs, desc="multi-dataset")
+    epochs = options.epochs
     lr = check_float(lr, "lr", low=0.0, low_open=True)
     niter, niter_decay = check_nonneg_int(niter, "niter"), check_nonneg_int(niter_decay, "niter_decay")
     dev = get_device(device)
@@ -179,12 +176,10 @@ def fit_multi_dataset(
     opt = build_optimizer([p for p in model.parameters() if p.requires_grad], lr=lr, betas=betas)
     loss_fn = SmoothAP(tau=tau)
     steps = len(sampler)
-    engine = Engine(model, opt, EngineConfig(
-        epochs=epochs, checkpoint=checkpoint_path, resume=resume, progress=progress, amp=amp, grad_clip=grad_clip,
-        desc="multi-dataset"), device=dev,
+    run = Engine(model, opt, options, device=dev,
         schedule=Schedule("linear", epochs * steps, hold_steps=niter, decay_steps=niter_decay, step_unit=steps),
         run_key={"n_classes": n_classes, "k": k, "batches_per_epoch": steps, "lr": lr, "betas": list(betas), "tau": tau,
-                 "seed": seed, "n_items": int(y.shape[0])})
+                 "seed": seed, "n_items": int(y.shape[0])}, trained_on=(images, dataset_ids, labels, transform))
 
     def start(epoch: int) -> None:
         sampler.set_epoch(epoch)
@@ -200,9 +195,9 @@ def fit_multi_dataset(
         total = 0.0
         for r in results:
             total += r.loss
-        engine.history.append(total / steps)
+        run.history.append(total / steps)
 
-    engine.run(step, lambda epoch: (Batch(idx, indices=idx) for idx in sampler), steps_per_epoch=steps,
-               on_epoch_start=start, on_epoch_end=end)
+    run.run(step, lambda epoch: (Batch(idx, indices=idx) for idx in sampler), steps_per_epoch=steps,
+            on_epoch_start=start, on_epoch_end=end)
     model.eval()
-    return engine.history
+    return run.history

@@ -305,7 +305,6 @@ def build_rcnaps(
     backbone: str = "resnet18",
     *,
     source: str = "torchvision",
-    weights_path: str | Path | None = None,
     weights: str | Path | None = None,
     in_channels: int = 3,
     widths: Sequence[int] = (16, 32, 64),
@@ -320,11 +319,11 @@ def build_rcnaps(
     """Build rCNAPS with ``backbone="resnet18"`` (the thesis; ``source`` torchvision or timm) or ``"tiny"``.
 
     ``weights`` initialises ResNet-18: ``"imagenet"`` (timm), ``"none"`` or a local file
-    (:mod:`rank_lab.models.weights`; ``weights_path`` is the older spelling of a file);
+    (:mod:`rank_lab.models.weights`, a file loaded strictly);
     ``widths`` / ``blocks`` / ``stem_stride`` shape the tiny residual CNN of the smoke runs.
     """
     if backbone == "resnet18":
-        ext = film_resnet18(source, weights_path=weights_path, in_channels=in_channels, weights=weights)
+        ext = film_resnet18(source, in_channels=in_channels, weights=weights)
     elif backbone == "tiny":
         if weights not in (None, "none"):
             raise ValueError(f"weights={weights!r} needs backbone='resnet18' (the tiny CNN has no pretrained weights)")

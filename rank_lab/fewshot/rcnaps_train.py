@@ -17,14 +17,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import torch
 
 from rank_lab._validation import check_float, check_input, check_labels, check_positive_int
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig
+from rank_lab.engine.options import Batch, EngineConfig, loop_options
 from rank_lab.fewshot.episodes import Episode, EpisodeSampler, gather_images
 from rank_lab.fewshot.film import select_film_params
 from rank_lab.fewshot.rcnaps import RCNAPS, class_specific_smooth_ap
@@ -65,14 +64,9 @@ def fit_rcnaps(
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     seed: int = 0,
     device: object = None,
-    checkpoint_path: str | Path | None = None,
-    checkpoint_every: int = 100,
-    progress: bool = True,
-    resume: bool = True,
-    amp: bool = False,
-    grad_clip: float | None = None,
+    engine: EngineConfig | None = None,
 ) -> list[float]:
-    """Episodic training of rCNAPS (Fig. 4.8) on the training engine, resumable from ``checkpoint_path``.
+    """Episodic training of rCNAPS (Fig. 4.8) on the training engine, resumable from a checkpoint.
 
     Args:
         model: an :class:`RCNAPS`.
@@ -88,10 +82,10 @@ def fit_rcnaps(
         transform: batch augmentation applied to support and batch images.
         seed: seed of the episodes.
         device: training device (CUDA when present by default).
-        checkpoint_path: a file; saved every ``checkpoint_every`` episodes and at the end, and
-            resumed from when it exists (``resume``; a run may be resumed with more episodes).
-        progress: tqdm bar.
-        amp, grad_clip: the engine's mixed precision (CUDA) and gradient clipping.
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`): the
+            ``checkpoint`` file, saved every ``checkpoint_every`` episodes and at the end, and
+            resumed from when it exists (``resume``; a run may be resumed with more episodes),
+            ``progress``, ``amp``, ``grad_clip``.
 
     Returns:
         The loss of every episode (including those of a resumed run).
@@ -107,7 +101,8 @@ def fit_rcnaps(
         raise ValueError(f"mode must be 'adapted' or 'plain', got {mode!r}")
     lr, tau = check_float(lr, "lr", low=0.0, low_open=True), check_float(tau, "tau", low=0.0, low_open=True)
     film_l2 = check_float(film_l2, "film_l2", low=0.0)
-    checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
+    options = loop_options(engine, epochs=episodes, desc=f"rCNAPS ({mode})", unit="step",
+                           length="episodes")
     labels = check_labels(labels, name="labels")
     _check_images(images, "images", labels.shape[0], "labels")
     dev = get_device(device)
@@ -119,11 +114,9 @@ def fit_rcnaps(
     else:
         params = [p for p in model.parameters() if p.requires_grad]
     sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed)
-    engine = Engine(model, build_optimizer(params, lr=lr), EngineConfig(
-        epochs=episodes, checkpoint=checkpoint_path, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
-        amp=amp, grad_clip=grad_clip, desc=f"rCNAPS ({mode})", unit="step"), device=dev,
+    run = Engine(model, build_optimizer(params, lr=lr), options, device=dev,
         run_key={"mode": mode, "k": k, "m": m, "n_classes": n_classes, "lr": lr, "tau": tau, "film_l2": film_l2, "seed": seed,
-                 "n_items": int(labels.shape[0])})
+                 "n_items": int(labels.shape[0])}, trained_on=(images, labels, transform))
     plain_loss = SmoothAP(tau=tau)
 
     def step(ep: Episode) -> torch.Tensor:
@@ -146,11 +139,12 @@ def fit_rcnaps(
         yield Batch(ep, indices=ep.batch)
 
     model.train()
-    engine.run(step, episode, steps_per_epoch=1, on_epoch_end=lambda i, res: engine.history.append(res[0].loss))
+    run.run(step, episode, steps_per_epoch=1,
+            on_epoch_end=lambda i, res: run.history.append(res[0].loss))
     if mode == "plain":
         model.set_train_backbone(prev)
     model.eval()
-    return engine.history
+    return run.history
 
 
 @torch.no_grad()

@@ -19,13 +19,13 @@ learned surrogate of ``1 - IoU``; this module is an offline, CPU-sized stand-in 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._validation import check_float, check_input_batch, check_positive_int
+from rank_lab.engine.options import EngineConfig
 from rank_lab.learned._checks import (
     check_boxes,
     check_generator,
@@ -102,13 +102,8 @@ def fit_box_regressor(
     lr: float = 2e-3,
     seed: int = 0,
     device: torch.device | str | None = None,
-    progress: bool = False,
     schedule: str = "tail_cosine",
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 500,
-    resume: bool = True,
-    amp: bool = False,
-    grad_clip: float | None = None,
+    engine: EngineConfig | None = None,
 ) -> list[float]:
     """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss), on the training engine.
 
@@ -119,11 +114,10 @@ def fit_box_regressor(
         lr: initial learning rate.
         seed: seeds the batch order.
         device: device (default: CUDA when present).
-        progress: show a tqdm bar.
         schedule: ``"tail_cosine"`` (constant, then a cosine decay over the last 30%: a converged
             proxy model), ``"cosine"`` or ``"constant"`` (see
             :func:`rank_lab.learned.proxy_training.lr_schedule`).
-        checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options (see
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`; see
             :func:`rank_lab.learned.proxy_training.fit_proxy`).
 
     Returns:
@@ -135,14 +129,14 @@ def fit_box_regressor(
             argument (see :func:`rank_lab.learned.proxy_training.fit_proxy`).
     """
     images, boxes = _check_images_boxes(images, boxes, check_module(model))
+    images, boxes = images.detach(), boxes.detach()  # training data: never differentiated
     target = encode_box6(boxes).float()
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
         return F.smooth_l1_loss(model(images[idx].to(dev)), target[idx].to(dev), beta=0.1)
 
-    return fit_proxy(model, images.shape[0], batch_loss, steps, batch_size, lr, seed, device, progress, schedule,
-                     grad_clip=grad_clip, checkpoint=checkpoint, checkpoint_every=checkpoint_every, desc="smooth-L1",
-                     resume=resume, amp=amp)
+    return fit_proxy(model, images.shape[0], batch_loss, steps, batch_size, lr, seed, device,
+                     schedule, desc="smooth-L1", engine=engine)
 
 
 def _check_images_boxes(images: object, boxes: object, model: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,6 @@ engine step, the batch generator checkpointed, the learning rate from the one sc
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -18,7 +17,7 @@ from torch import nn
 from rank_lab._validation import check_choice, check_float, check_positive_int
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig
+from rank_lab.engine.options import Batch, EngineConfig, loop_options
 from rank_lab.engine.schedule import Schedule, lr_at
 from rank_lab.learned._checks import check_module
 from rank_lab.utils import get_device
@@ -59,30 +58,27 @@ def fit_proxy(
     lr: float,
     seed: int = 0,
     device: torch.device | str | None = None,
-    progress: bool = False,
     schedule: str = "tail_cosine",
-    grad_clip: float | None = None,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 500,
     desc: str = "proxy",
-    resume: bool = True,
-    amp: bool = False,
+    engine: EngineConfig | None = None,
 ) -> list[float]:
     """The proxy pre-training loop shared by :func:`fit_ctc` and ``fit_box_regressor``, on the engine.
 
     Adam with the schedule ``schedule`` (:func:`lr_schedule`); each step draws ``batch_size`` item
     indices with replacement from a generator seeded with ``seed`` and minimises
-    ``batch_loss(indices, device)``. With ``checkpoint`` the state (model, optimiser, step, losses,
-    generator, RNG) is saved every ``checkpoint_every`` steps and at the end, and an existing file
-    is resumed from (``resume``), so an interrupted run continues exactly where it stopped; under
-    ``schedule="constant"`` a run may be resumed with more steps.
+    ``batch_loss(indices, device)``. The run's options are ``engine`` (:class:`EngineConfig`: with
+    ``checkpoint`` the state (model, optimiser, step, losses, generator, RNG) is saved every
+    ``checkpoint_every`` steps and at the end, and an existing file is resumed from (``resume``),
+    so an interrupted run continues exactly where it stopped; under ``schedule="constant"`` a run
+    may be resumed with more steps; ``progress``, ``amp``, ``grad_clip``); ``steps`` sets its
+    length.
 
     Returns:
         The loss of every step (including those of a resumed run).
 
     Raises:
-        ValueError, TypeError: a bad argument (``steps``, ``batch_size``, ``n_items``,
-            ``checkpoint_every`` positive ints; ``lr`` and ``grad_clip`` finite and ``> 0``).
+        ValueError, TypeError: a bad argument (``steps``, ``batch_size``, ``n_items`` positive
+            ints; ``lr`` finite and ``> 0``; ``engine`` an :class:`EngineConfig`).
         NonFiniteTrainingError: a NaN / inf loss or gradient (a ``FloatingPointError``); raised
             before the step is applied, naming the step, its item indices and the last good
             checkpoint, which stays on disk.
@@ -95,19 +91,19 @@ def fit_proxy(
     batch_size = check_positive_int(batch_size, "batch_size")
     lr = check_float(lr, "lr", low=0, low_open=True)
     check_choice(schedule, "schedule", SCHEDULES)
-    checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
+    options = loop_options(engine, epochs=steps, desc=desc, unit="step", length="steps")
     dev = get_device(device)
     model.to(dev).train()
     gen = torch.Generator().manual_seed(seed)
-    engine = Engine(model, build_optimizer(model.parameters(), lr=lr), EngineConfig(
-        epochs=steps, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
-        amp=amp, grad_clip=grad_clip, desc=desc, unit="step"), device=dev, generators={"batches": gen},
-        schedule=Schedule(schedule, steps), run_key={"n_items": n_items, "batch_size": batch_size, "lr": lr, "seed": seed})
+    run = Engine(model, build_optimizer(model.parameters(), lr=lr), options, device=dev,
+                 generators={"batches": gen}, schedule=Schedule(schedule, steps),
+                 run_key={"n_items": n_items, "batch_size": batch_size, "lr": lr, "seed": seed},
+                 trained_on=batch_loss)
 
     def batch(step: int) -> Iterator[Batch]:
         idx = torch.randint(n_items, (min(batch_size, n_items),), generator=gen)
         yield Batch(idx, indices=idx)
 
-    engine.run(lambda idx: batch_loss(idx, dev), batch, steps_per_epoch=1,
-               on_epoch_end=lambda step, res: engine.history.append(res[0].loss))
-    return engine.history
+    run.run(lambda idx: batch_loss(idx, dev), batch, steps_per_epoch=1,
+            on_epoch_end=lambda step, res: run.history.append(res[0].loss))
+    return run.history

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +28,7 @@ from rank_lab._validation import (
     check_input_batch,
     check_positive_int,
 )
+from rank_lab.engine.options import EngineConfig
 from rank_lab.learned._checks import (
     check_images,
     check_int_matrix,
@@ -297,15 +297,10 @@ def fit_ctc(
     lr: float = 3e-3,
     seed: int = 0,
     device: torch.device | str | None = None,
-    progress: bool = False,
     schedule: str = "tail_cosine",
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 500,
-    resume: bool = True,
-    amp: bool = False,
-    grad_clip: float | None = 5.0,
+    engine: EngineConfig | None = None,
 ) -> list[float]:
-    """Train ``model`` with the CTC proxy loss (Adam, gradient norm clipped at 5) on the training engine.
+    """Train ``model`` with the CTC proxy loss (Adam) on the training engine.
 
     Args:
         model: a :class:`CRNN` (or any ``(B, 1, H, W) -> (B, T, C)`` model).
@@ -317,13 +312,14 @@ def fit_ctc(
         lr: Adam learning rate.
         seed: seeds the batch order.
         device: device to train on (default: CUDA when present).
-        progress: show a tqdm bar.
         schedule: ``"tail_cosine"`` (constant, then a cosine decay to 0 over the last 30% of the
             steps: the proxy model ends converged for its budget, as in the thesis' post-tuning
             setup, without decaying before CTC leaves its initial all-blank plateau),
             ``"cosine"`` (over all steps) or ``"constant"``. See :func:`lr_schedule`.
-        checkpoint, checkpoint_every, resume: the file saving / resuming the run (see :func:`fit_proxy`).
-        amp, grad_clip: the engine's mixed precision (CUDA) and gradient clipping (5, the thesis code's).
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`: checkpoint
+            file and period, resume, progress, mixed precision, gradient clipping; see
+            :func:`~rank_lab.learned.proxy_training.fit_proxy`). The thesis code clips the gradient
+            norm at 5: ``EngineConfig(grad_clip=5.0)``, as the book does.
 
     Returns:
         The loss of every step.
@@ -339,9 +335,8 @@ def fit_ctc(
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
         return ctc_loss(model(images[idx].to(dev)), targets[idx].to(dev), lengths[idx].to(dev))
 
-    return fit_proxy(model, len(words), batch_loss, steps, batch_size, lr, seed, device, progress, schedule,
-                     grad_clip=grad_clip, checkpoint=checkpoint, checkpoint_every=checkpoint_every, desc="CTC",
-                     resume=resume, amp=amp)
+    return fit_proxy(model, len(words), batch_loss, steps, batch_size, lr, seed, device, schedule,
+                     desc="CTC", engine=engine)
 
 
 def _check_images_words(images: object, words: object, alphabet: object, model: nn.Module) -> tuple[torch.Tensor, list[str]]:

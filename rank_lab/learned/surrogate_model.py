@@ -37,6 +37,7 @@ from rank_lab._validation import (
     check_finite,
     check_float,
     check_input_batch,
+    check_magnitude,
     check_nonneg_int,
     check_positive_int,
 )
@@ -134,6 +135,7 @@ def surrogate_loss(
     if e_true.shape != (z.shape[0],):
         raise ValueError(f"e_true must have shape ({z.shape[0]},) like z's batch, got {tuple(e_true.shape)}")
     check_finite(e_true, "e_true")
+    check_magnitude(e_true, "e_true")  # the squared fit error of larger values overflows
     z = z.detach().requires_grad_(True)
     e_hat = surrogate(z, y.detach())
     (g,) = torch.autograd.grad(e_hat.sum(), z, create_graph=grad_penalty > 0, retain_graph=True)
@@ -203,6 +205,7 @@ def ls_model_loss(e_hat: torch.Tensor, e_true: torch.Tensor) -> torch.Tensor:
     if e_true.shape != e_hat.shape:
         raise ValueError(f"e_hat has shape {tuple(e_hat.shape)} but e_true has shape {tuple(e_true.shape)}")
     check_finite(e_true, "e_true")
+    check_magnitude(e_true, "e_true")  # the squared fit error of larger values overflows
     return e_hat.mean()
 
 

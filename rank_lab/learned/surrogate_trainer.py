@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
-from pathlib import Path
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
@@ -19,7 +18,7 @@ from torch import nn
 from rank_lab._validation import check_choice, check_positive_int
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.options import Batch, EngineConfig, StepResult, loop_options
 from rank_lab.learned._checks import check_module
 from rank_lab.learned.surrogate_model import (
     EmbeddingSurrogate,
@@ -55,9 +54,10 @@ class SurrogateTrainer:
         device: device (default: CUDA when present).
         eval_fn: called as ``eval_fn(model)`` after each epoch (and once before training); its
             dict is stored in ``history["eval"]``.
-        checkpoint: file to save after every epoch; an existing file is resumed from (``resume``).
-        progress: show a tqdm bar over epochs.
-        resume, amp: the engine's options (mixed precision on CUDA).
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`: a
+            ``checkpoint`` file saved every ``checkpoint_every`` epochs, an existing file is resumed
+            from (``resume``); progress; mixed precision on CUDA). The run's length is
+            ``config.epochs`` and the model phase's gradient clipping ``config.grad_clip``.
 
     The run's :attr:`history` lists ``surrogate`` (per surrogate step: ``l1_local``, ``l1_global``,
     ``gp``, ``grad_norm``), ``model`` (per model step: ``loss``, ``e_hat``, ``e`` + the model loss'
@@ -75,10 +75,7 @@ class SurrogateTrainer:
         seed: int = 0,
         device: torch.device | str | None = None,
         eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
-        checkpoint: str | Path | None = None,
-        progress: bool = False,
-        resume: bool = True,
-        amp: bool = False,
+        engine: EngineConfig | None = None,
     ) -> None:
         check_module(model), check_module(surrogate, "surrogate")
         if config is not None and not isinstance(config, LSConfig):
@@ -86,6 +83,10 @@ class SurrogateTrainer:
         if not callable(model_loss):
             raise TypeError(f"model_loss must be callable, got {type(model_loss).__name__}")
         self.config = config or LSConfig()
+        options = loop_options(engine, epochs=self.config.epochs, desc="LS epochs")
+        if options.grad_clip is not None:
+            raise ValueError("engine.grad_clip must be None: the model phase is clipped with "
+                             "config.grad_clip (LSConfig), the surrogate phase is not clipped")
         self.device = get_device(device)
         self.model = model.to(self.device)
         self.surrogate = surrogate.to(self.device)
@@ -93,17 +94,14 @@ class SurrogateTrainer:
         task.device = self.device
         self.model_loss = model_loss
         self.eval_fn = eval_fn
-        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
-        self.progress = progress
         self.seed = seed
         self.gen = torch.Generator().manual_seed(seed)
         self.opt_s = build_optimizer(self.surrogate.parameters(), lr=self.config.surrogate_lr)
         self.opt_m = build_optimizer(self.model.parameters(), lr=self.config.model_lr)
         self.engine = Engine(
             {"model": self.model, "surrogate": self.surrogate}, {"opt_s": self.opt_s, "opt_m": self.opt_m},
-            EngineConfig(epochs=self.config.epochs, checkpoint=self.checkpoint, resume=resume, progress=progress, amp=amp,
-                         grad_clip={"opt_m": self.config.grad_clip}, desc="LS epochs"),
-            device=self.device, generators={"gen": self.gen}, run_key=self._run_key)
+            replace(options, grad_clip={"opt_m": self.config.grad_clip}),
+            device=self.device, generators={"gen": self.gen}, run_key=self._run_key, trained_on=self.task)
         self.engine.history = {"surrogate": [], "model": [], "eval": []}
 
     epoch = property(lambda self: self.engine.epoch, lambda self, v: setattr(self.engine, "epoch", v),
@@ -203,7 +201,8 @@ class SurrogateTrainer:
             self.history["eval"].append({"epoch": self.epoch, **self.eval_fn(self.model)})
 
     def fit(self) -> dict[str, list[dict[str, float]]]:
-        """Run the remaining epochs (resuming from ``checkpoint`` if it exists); returns history."""
+        """Run the remaining epochs (resuming from the engine's checkpoint if it exists); returns
+        the history."""
         self.engine.config.epochs = self.config.epochs  # may have been raised since the last call
         self.engine.maybe_resume()
         if self.eval_fn is not None and not self.history["eval"]:

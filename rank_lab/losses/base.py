@@ -51,6 +51,7 @@ from rank_lab.losses.prepared_batch import (
     full_precision,
     prepare_batch,
 )
+from rank_lab.vocabulary import NoPositive
 
 __all__ = [
     "Reduction",
@@ -62,7 +63,6 @@ __all__ = [
 ]
 
 Reduction = Literal["mean", "sum", "none"]
-NoPositive = Literal["skip", "raise"]
 
 
 def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduction) -> torch.Tensor:
@@ -193,8 +193,9 @@ class ListwiseLoss(MetricLoss):
     examples of the papers are given as scores).
 
     Args:
-        no_positive: queries without a positive are ``"skip"``-ped (default; a ``ValueError`` if
-            no query has one) or ``"raise"`` a ``ValueError``.
+        no_positive: queries without a positive (:data:`~rank_lab.vocabulary.NoPositive`) are
+            ``"skip"``-ped (default; a ``ValueError`` if no query has one) or ``"raise"`` a
+            ``ValueError``.
         **kwargs: see :class:`MetricLoss`.
     """
 

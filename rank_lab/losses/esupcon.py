@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from rank_lab._validation import as_tensor, check_class_indices, check_finite, check_nonneg_int
-from rank_lab.losses.prepared_batch import full_precision, prepare_batch
+from rank_lab.losses.base import MetricLoss
+from rank_lab.losses.prepared_batch import PreparedBatch, full_precision
 from rank_lab.losses.registry import register_loss
 from rank_lab.losses.supcon import (
     check_prototypes,
@@ -145,7 +145,7 @@ def esupcon_loss(
 
 
 @register_loss("esupcon", needs=("n_classes", "dim"))
-class ESupConLoss(nn.Module):
+class ESupConLoss(MetricLoss):
     """ESupCon (Eq. 6.15 of the Patel thesis) with its own learnable prototypes and the common call.
 
     ``loss(embeddings (M, d), labels (M,))`` is :func:`esupcon_loss` on the batch;
@@ -164,32 +164,16 @@ class ESupConLoss(nn.Module):
             as every binary loss.
     """
 
-    #: the sample-sample terms use the reference set (a memory wrapper passes it).
-    uses_references = True
-    #: embeddings are L2-normalised inside the loss (a memory stores them normalised).
-    normalize = True
-
     def __init__(self, n_classes: int, dim: int, temperature: float = 0.1, *, prototypes_in_all_denominators: bool = False,
                  hierarchy_level: int = 0) -> None:
-        super().__init__()
+        super().__init__(hierarchy_level=check_nonneg_int(hierarchy_level, "hierarchy_level"))
         self.classifier = PrototypeClassifier(n_classes, dim, temperature)
         self.temperature = self.classifier.temperature
         self.prototypes_in_all_denominators = prototypes_in_all_denominators
-        self.hierarchy_level = check_nonneg_int(hierarchy_level, "hierarchy_level")
 
-    @full_precision
-    def forward(
-        self,
-        embeddings: torch.Tensor,
-        labels: torch.Tensor,
-        ref_embeddings: torch.Tensor | None = None,
-        ref_labels: torch.Tensor | None = None,
-        *,
-        ref_self_index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Scalar ESupCon loss of ``embeddings (M, d)``, class ``labels (M,)|(M, L)`` in ``[0, K)`` (+ optional refs)."""
-        batch = prepare_batch(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index,
-                              hierarchy_level=self.hierarchy_level)
+    def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
+        """Scalar ESupCon loss of the prepared common call: ``embeddings (M, d)``, class labels
+        ``(M,)|(M, L)`` in ``[0, K)`` (+ optional references, the sample-sample terms' pool)."""
         classes = batch.labels if batch.labels.ndim == 1 else batch.labels[:, self.hierarchy_level]
         z = batch.embeddings.to(batch.scores.dtype)
         if z.shape[1] != self.classifier.prototypes.shape[1]:

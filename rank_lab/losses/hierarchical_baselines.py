@@ -35,6 +35,7 @@ from rank_lab._validation import (
     check_positive_int,
     trusted_inputs,
 )
+from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.prepared_batch import check_references, full_precision
 from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
 from rank_lab.metrics.hierarchical_relevance import as_hierarchical_labels, hierarchy_table
@@ -42,7 +43,7 @@ from rank_lab.metrics.hierarchical_relevance import as_hierarchical_labels, hier
 __all__ = ["SigmaLoss", "sigma_loss", "CSLLoss"]
 
 
-class SigmaLoss(nn.Module):
+class SigmaLoss(MetricLoss):
     """Σ-loss: ``sum_l w_l loss_l(embeddings, labels)``, ``loss_l`` reading label column l.
 
     Args:
@@ -50,7 +51,9 @@ class SigmaLoss(nn.Module):
             (column l of the ``(B, L)`` labels; :func:`sigma_loss` builds them).
         weights: per-level weights (default 1 each: the plain sum of the tables).
 
-    The call is the common one; references go to the losses that use them (``uses_references``).
+    The call is the common one of :class:`~rank_lab.losses.base.MetricLoss`; a combination of
+    losses, it hands the call to its parts: references go to the losses that use them
+    (``uses_references``), and it normalises when they all do (``normalize``).
     """
 
     def __init__(self, losses: Sequence[nn.Module], weights: Sequence[float] | None = None) -> None:
@@ -138,7 +141,7 @@ def sigma_loss(
 
 
 @register_loss("csl", needs=("n_classes", "dim"), hierarchical=True)
-class CSLLoss(nn.Module):
+class CSLLoss(MetricLoss):
     """Cross-Scale Learning loss of the DyML paper (Sun et al., CVPR 2021), see the module docstring.
 
     Args:
@@ -153,8 +156,9 @@ class CSLLoss(nn.Module):
             known yet are left out of the negatives.
         level_reduction: ``"sum"`` (official) or ``"mean"`` over levels.
 
-    ``uses_references = False`` (a proxy loss): with a memory it sees the batch only. Proxies are
-    initialised ``U(-1/sqrt(d), 1/sqrt(d))`` (official); give them their own learning rate.
+    The common call of :class:`~rank_lab.losses.base.MetricLoss`; ``uses_references = False``
+    (a proxy loss, like :class:`~rank_lab.losses.proxies.NormSoftmaxLoss`): the references are
+    checked, not used, so with a memory it sees the batch only. Proxies are initialised ``U(-1/sqrt(d), 1/sqrt(d))`` (official); give them their own learning rate.
     """
 
     uses_references = False
@@ -170,7 +174,7 @@ class CSLLoss(nn.Module):
         level_reduction: str = "sum",
         normalize: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(normalize=normalize)
         if n_levels is None:
             if hierarchy is None:
                 raise ValueError("CSLLoss needs n_levels (number of label columns) or a hierarchy table")
@@ -183,7 +187,7 @@ class CSLLoss(nn.Module):
         scale = check_float(scale, "scale", low=0.0, low_open=True)
         if level_reduction not in ("sum", "mean"):
             raise ValueError(f"level_reduction must be 'sum' or 'mean', got {level_reduction!r}")
-        self.scale, self.level_reduction, self.normalize = float(scale), level_reduction, bool(normalize)
+        self.scale, self.level_reduction = float(scale), level_reduction
         self.proxies = nn.Parameter(torch.empty(self.n_classes, self.dim))
         bound = 1.0 / math.sqrt(self.dim)
         nn.init.uniform_(self.proxies, -bound, bound)
@@ -226,7 +230,8 @@ class CSLLoss(nn.Module):
         if emb.shape[1] != self.dim:
             raise ValueError(f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}")
         self._record(lab)
-        v = F.normalize(emb.float(), dim=1) if self.normalize else emb.float()
+        v = emb.to(self.proxies.dtype)  # float32, or float64 after .double()
+        v = F.normalize(v, dim=1) if self.normalize else v
         sim = self.scale * v @ F.normalize(self.proxies, dim=1).T  # (B, C)
         pl = self.proxy_labels.to(emb.device)
         known = pl[:, 0] >= 0

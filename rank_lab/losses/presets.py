@@ -39,6 +39,7 @@ from torch import nn
 
 from rank_lab._validation import check_positive_int, trusted_inputs
 from rank_lab.losses.ap import SupAP
+from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.decomposability import PairDGLoss, ProxyDGLoss
 from rank_lab.losses.hierarchical import SupHAP, SupNDCG
 from rank_lab.losses.prepared_batch import full_precision
@@ -48,7 +49,7 @@ from rank_lab.losses.registry import register_loss
 __all__ = ["ROD", "roadmap_neurips", "roadmap_tpami", "rod_recall", "happier", "happier_f", "rod_ndcg", "HAPPIER_F_ALPHA"]
 
 
-class ROD(nn.Module):
+class ROD(MetricLoss):
     """``(1 - lambda) * rank_loss + lambda * dg_loss`` (Eq. 3.2 of the Ramzi thesis).
 
     Args:
@@ -59,8 +60,9 @@ class ROD(nn.Module):
         weights: explicit ``(w_rank, w_dg)`` instead of ``(1 - lam, lam)`` (e.g. the NeurIPS code's
             ``(1, 1)``).
 
-    The call is the common one; ``ref_embeddings`` go to the losses that use them (a proxy loss
-    sees only the batch, as in the official code), so wrapping a ROD in a
+    The call is the common one of :class:`~rank_lab.losses.base.MetricLoss`; a combination of
+    losses, it hands the call to its parts: ``ref_embeddings`` go to the losses that use them (a
+    proxy loss sees only the batch, as in the official code), so wrapping a ROD in a
     :class:`rank_lab.memory.MemoryLoss` gives the official ``(batch + memory) / 2`` per criterion.
     Parameters of the proxy loss (if any) are parameters of this module.
     """
@@ -72,6 +74,7 @@ class ROD(nn.Module):
         if not 0.0 <= lam <= 1.0:
             raise ValueError(f"lam must be in [0, 1], got {lam}")
         self.rank_loss, self.dg_loss, self.lam = rank_loss, dg_loss, float(lam)
+        self.normalize = all(getattr(m, "normalize", True) for m in (rank_loss, dg_loss))
         self.weights = (1.0 - self.lam, self.lam) if weights is None else (float(weights[0]), float(weights[1]))
 
     @full_precision
@@ -129,7 +132,7 @@ def rod_recall(n_classes: int | None = None, dim: int | None = None, lam: float 
 
 
 #: alpha of HAPPIER_F per dataset (thesis §4.4.1 / SupRank §VII-C: 5 on SOP, 3 on iNat-base/full).
-HAPPIER_F_ALPHA = {"sop": 5.0, "inat": 3.0, "inaturalist": 3.0, "inat_base": 3.0, "inat_full": 3.0}
+HAPPIER_F_ALPHA = {"sop": 5.0, "inaturalist": 3.0, "inat_base": 3.0, "inat_full": 3.0}
 
 
 # ------------------------------------------------------------------ hierarchical presets (Ramzi thesis ch. 4)

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
 
@@ -18,6 +17,7 @@ from rank_lab._validation import as_tensor, check_choice, check_float, check_sco
 from rank_lab.losses.recall import DEFAULT_KS, Normalization, SmoothRecallAtK
 from rank_lab.ranking.row_kernel import row_step_sums
 from rank_lab.ranking.steps import SigmoidStep
+from rank_lab.vocabulary import NoPositive
 
 __all__ = ["smooth_positive_ranks", "recall_at_k_surrogate"]
 
@@ -82,7 +82,7 @@ def recall_at_k_surrogate(
     tau: float = 0.01,
     clip: bool | None = None,
     normalization: Normalization = "min",
-    no_positive: Literal["raise", "zero"] = "raise",
+    no_positive: NoPositive = "raise",
 ) -> torch.Tensor:
     """Per-query RS@k loss ``L^K(q)`` from a similarity matrix (Eqs. 5.4-5.7 of the Patel thesis).
 
@@ -95,8 +95,9 @@ def recall_at_k_surrogate(
             thesis: pass ``~eye``); default all ``N`` items. A ``True`` entry outside ``positives``
             is a negative (or the query itself, ranked as a competitor).
         ks, tau_star, tau, clip, normalization: see :class:`SmoothRecallAtK`.
-        no_positive: a query without positives has no recall: ``"raise"`` a ``ValueError`` or
-            ``"zero"`` (its loss is 0; exclude it from any mean yourself).
+        no_positive: a query without positives has no recall
+            (:data:`~rank_lab.vocabulary.NoPositive`): ``"raise"`` a ``ValueError`` or ``"zero"``
+            (its loss is 0; exclude it from any mean yourself).
 
     Returns:
         ``(Q,)`` loss per query, in ``[0, 1]``.

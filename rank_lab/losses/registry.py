@@ -16,19 +16,21 @@ whether the loss ranks against a reference set (so a cross-batch memory changes 
 uses every level of hierarchical ``(B, L)`` labels, and whether it is a preset (a named combination
 of losses).
 
-Names are case-insensitive, ``-`` and ``_`` are the same.
+Names are case-insensitive, ``-`` and ``_`` are the same. :data:`LOSSES` is a
+:class:`rank_lab.registry.Registry`, the one registry type of the package.
 Adding a loss is one class with one decorator in its module (imported by
 :mod:`rank_lab.losses`); :func:`unregister_loss` removes one (tests).
 """
 
 from __future__ import annotations
 
-import fnmatch
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from torch import nn
+
+from rank_lab.registry import Registry
 
 __all__ = ["LossInfo", "LOSSES", "register_loss", "unregister_loss", "build_loss", "list_losses", "loss_info"]
 
@@ -65,36 +67,8 @@ class LossInfo:
     summary: str = ""
 
 
-_INFOS: dict[str, LossInfo] = {}
-
-
-def _key(name: object, what: str = "name") -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"{what} must be a str, got {type(name).__name__}")
-    key = name.strip().lower().replace("-", "_")
-    if not key:
-        raise ValueError(f"{what} must be a non-empty str, got {name!r}")
-    return key
-
-
-class _LossTable(Mapping[str, Callable[..., nn.Module]]):
-    """Read-only view ``name -> class or factory``."""
-
-    def __getitem__(self, name: str) -> Callable[..., nn.Module]:
-        return _INFOS[name].build
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(_INFOS))
-
-    def __len__(self) -> int:
-        return len(_INFOS)
-
-    def __repr__(self) -> str:
-        return f"LOSSES({sorted(_INFOS)})"
-
-
-#: Every registered name -> its class or factory (read-only; see :func:`list_losses`).
-LOSSES: Mapping[str, Callable[..., nn.Module]] = _LossTable()
+#: Every registered loss: name -> its class or factory (read-only; see :func:`list_losses`).
+LOSSES: Registry[Callable[..., nn.Module]] = Registry("loss")
 
 
 def register_loss(
@@ -105,7 +79,7 @@ def register_loss(
     hierarchical: bool = False,
     preset: bool = False,
 ) -> Callable[[F], F]:
-    """Class / function decorator: register a loss under ``name``.
+    """Class / function decorator: register a loss under ``name`` (in :data:`LOSSES`).
 
     Args:
         name: canonical name (lower case, ``_``-separated).
@@ -121,8 +95,8 @@ def register_loss(
     Raises:
         ValueError: a name already registered, or an unknown entry of ``needs``.
     """
-    canonical = _key(name)
-    if canonical in _INFOS:
+    canonical = LOSSES.key(name)
+    if canonical in LOSSES:
         raise ValueError(f"loss name {canonical!r} already registered")
     needs_t = tuple(needs)
     bad = [n for n in needs_t if n not in NEEDS]
@@ -133,10 +107,8 @@ def register_loss(
         if not callable(obj):
             raise TypeError(f"register_loss decorates a class or a factory function, got {type(obj).__name__}")
         refs = getattr(obj, "uses_references", True) if uses_references is None else bool(uses_references)
-        doc = (obj.__doc__ or "").strip().splitlines()
-        _INFOS[canonical] = LossInfo(canonical, obj, needs_t, bool(refs), bool(hierarchical), bool(preset),
-                                     doc[0] if doc else "")
-        return obj
+        return LOSSES.register(canonical, obj, needs=needs_t, uses_references=bool(refs),
+                               hierarchical=bool(hierarchical), preset=bool(preset))
 
     return decorator
 
@@ -148,7 +120,7 @@ def unregister_loss(name: str) -> LossInfo:
         ValueError: unknown name.
     """
     info = loss_info(name)
-    del _INFOS[info.name]
+    LOSSES.unregister(info.name)
     return info
 
 
@@ -159,28 +131,19 @@ def loss_info(name: str) -> LossInfo:
         TypeError: ``name`` is not a str.
         ValueError: unknown name (the message lists the known ones).
     """
-    key = _key(name)
-    if key not in _INFOS:
-        raise ValueError(f"unknown loss name {name!r}; known: {sorted(_INFOS)}")
-    return _INFOS[key]
+    e = LOSSES.entry(name)
+    return LossInfo(e.name, e.obj, e.info["needs"], e.info["uses_references"], e.info["hierarchical"],
+                    e.info["preset"], e.summary)
 
 
 def list_losses(filter: str = "", *, presets: bool | None = None) -> list[str]:
-    """Sorted registered names (timm's ``list_models`` pattern).
+    """Sorted registered names (timm's ``list_models`` pattern; :meth:`rank_lab.registry.Registry.list`).
 
     Args:
         filter: an ``fnmatch`` pattern (``"*ap*"``); ``""`` = all.
         presets: ``True`` only presets, ``False`` only single losses, ``None`` both.
     """
-    if not isinstance(filter, str):
-        raise TypeError(f"filter must be a str pattern, got {type(filter).__name__}")
-    names = []
-    for info in _INFOS.values():
-        if presets is not None and info.preset != bool(presets):
-            continue
-        names.append(info.name)
-    pattern = filter.strip().lower().replace("-", "_")
-    return sorted(n for n in names if not pattern or fnmatch.fnmatchcase(n, pattern))
+    return LOSSES.list(filter, preset=None if presets is None else bool(presets))
 
 
 def build_loss(name: str, **kwargs: Any) -> nn.Module:

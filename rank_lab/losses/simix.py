@@ -28,6 +28,7 @@ from rank_lab._validation import (
     as_tensor,
     check_embeddings,
     check_finite,
+    check_inner_products,
     check_labels,
     check_nonneg_int,
     check_positive_int,
@@ -153,7 +154,7 @@ def simix_parents(
         gdev = generator.device if generator is not None else dev
         alphas = torch.rand(v, generator=generator, device=gdev, dtype=torch.float64).to(dev)
     else:
-        alphas = torch.as_tensor(alphas, device=dev)
+        alphas = as_tensor(alphas, "alphas").to(dev)
         if alphas.shape != (v,):
             raise ValueError(f"alphas must have shape ({v},) (one per same-class pair), got {tuple(alphas.shape)}")
         if bool(((alphas < 0) | (alphas > 1)).any()) or not bool(torch.isfinite(alphas).all()):
@@ -247,6 +248,8 @@ def simix(
         A :class:`SiMixBatch` with the ``(M + V, M + V)`` similarity matrix ``A S A^T``.
     """
     emb = check_embeddings(embeddings, "embeddings")
+    if scores is None:
+        check_inner_products(emb, "embeddings")  # the scores E E^T
     lab = check_labels(labels, emb.shape[0], "labels")
     if lab.ndim != 1:
         raise ValueError(f"labels must have shape (M,), got {tuple(lab.shape)}")

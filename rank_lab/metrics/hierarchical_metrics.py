@@ -32,13 +32,13 @@ item at position j, ``Omega^+`` the items with ``r > 0``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
 
 from rank_lab._validation import check_positive_int, check_scores_targets
 from rank_lab.metrics.hierarchical_relevance import check_levels, level_weights
 from rank_lab.metrics.retrieval import average_precision, ndcg, worst_case_order
+from rank_lab.vocabulary import NoPositive
 
 __all__ = [
     "h_rank",
@@ -54,8 +54,6 @@ __all__ = [
     "mistake_levels",
     "mistake_severity",
 ]
-
-NoPositive = Literal["raise", "zero"]
 
 
 def _no_positive(values: torch.Tensor, n_pos: torch.Tensor, no_positive: NoPositive, metric: str, name: str) -> torch.Tensor:

@@ -32,11 +32,10 @@ Definitions (ranks are 1-based positions in the worst-case order):
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
 from rank_lab._validation import check_positive_int, check_scores_targets
+from rank_lab.vocabulary import NoPositive
 
 __all__ = [
     "worst_case_order",
@@ -52,8 +51,6 @@ __all__ = [
     "dcg",
     "precision_recall_curve",
 ]
-
-NoPositive = Literal["raise", "zero"]
 
 
 def worst_case_order(scores: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:

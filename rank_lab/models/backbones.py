@@ -18,7 +18,7 @@ BatchNorm layers of the backbone in eval mode (``freeze_batch_norm: True``); see
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +30,25 @@ from rank_lab.models.weights import (
     create_timm_model,
     file_record,
     load_backbone_weights,
-    load_weights_file,
-    merge_legacy_weights,
+    parse_weights,
 )
+from rank_lab.registry import Registry
 
 __all__ = [
     "TinyCNN",
     "MLPBackbone",
     "TimmBackbone",
+    "BACKBONES",
     "build_backbone",
+    "list_backbones",
     "freeze_batchnorm",
     "lock_batchnorm",
 ]
+
+#: The package's own backbones by name (``"mlp"``, ``"tiny_cnn"``): each entry is a builder
+#: ``builder(in_channels, input_dim, hidden_dims, width) -> nn.Module``. Any other name is a timm
+#: model (:class:`TimmBackbone`). A new backbone registers its builder where it is defined.
+BACKBONES: Registry[Callable[..., nn.Module]] = Registry("backbone")
 
 def _force_eval_hook(module: nn.Module, args: object) -> None:
     module.training = False
@@ -215,22 +222,20 @@ class TimmBackbone(nn.Module):
 
     Args:
         name: a timm model name (``"resnet50"``, ``"resnet18"``, ``"deit_small_patch16_224"`` ...).
-        pretrained: older spelling of ``weights="imagenet"``.
-        weights_path: older spelling of a weight file, loaded leniently (a parameter missing from
-            the file keeps its random value; see ``load_report``). ``weights=<path>`` is strict.
         in_chans: input channels.
         features_only: use ``timm.create_model(..., features_only=True)``.
-        weights: ``"imagenet"``, ``"none"`` or a file path (:mod:`rank_lab.models.weights`);
-            ``None`` = ``pretrained`` / ``weights_path`` (default: random weights). What was used
-            is kept in ``weights_record``.
+        weights: ``"imagenet"``, ``"none"`` (or ``None``: random weights, the default) or a weight
+            file, loaded strictly (:mod:`rank_lab.models.weights`: every parameter of the network
+            in the file with its shape; its classifier keys are dropped). What was used is kept in
+            ``weights_record``; a file's key report (loaded, missing, unexpected, mismatched) in
+            ``load_report``. For a partial load, build with ``"none"`` and call
+            :func:`~rank_lab.models.weights.load_backbone_weights` with ``strict=False``.
         **timm_kwargs: passed to ``timm.create_model`` (e.g. ``img_size`` for ViTs).
     """
 
     def __init__(
         self,
         name: str,
-        pretrained: bool = False,
-        weights_path: str | Path | None = None,
         in_chans: int = 3,
         features_only: bool = False,
         weights: str | Path | None = None,
@@ -245,19 +250,19 @@ class TimmBackbone(nn.Module):
         if not isinstance(name, str) or not timm.is_model(name.split(".", 1)[0]):
             raise ValueError(f"unknown timm model name {name!r} (see timm.list_models())")
         in_chans = check_positive_int(in_chans, "in_chans")
-        spec, strict = merge_legacy_weights(weights, pretrained, weights_path)
+        spec = parse_weights(weights)
         self.name = name
         self.in_chans = in_chans
         self.features_only = bool(features_only)
         kwargs: dict[str, Any] = {"in_chans": in_chans, **timm_kwargs}
         kwargs.update({"features_only": True, "out_indices": (-1,)} if self.features_only else {"num_classes": 0})
         self.load_report: dict[str, list[str]] | None = None
-        if strict:
-            self.model, self.weights_record = create_timm_model(name, spec, **kwargs)
-        else:  # the older, lenient weights_path
+        if isinstance(spec, Path):
             self.model, _ = create_timm_model(name, "none", **kwargs)
-            self.load_report = load_backbone_weights(self.model, spec)
-            self.weights_record = file_record(Path(spec))
+            self.load_report = load_backbone_weights(self.model, spec, strict=True)
+            self.weights_record = file_record(spec)
+        else:
+            self.model, self.weights_record = create_timm_model(name, spec, **kwargs)
         if self.features_only:
             self.num_features = int(self.model.feature_info.channels()[-1])
         else:
@@ -294,8 +299,6 @@ def build_backbone(
     input_dim: int | None = None,
     hidden_dims: Sequence[int] = (256, 256),
     width: int = 16,
-    pretrained: bool = False,
-    weights_path: str | Path | None = None,
     features_only: bool = False,
     weights: str | Path | None = None,
     **timm_kwargs: Any,
@@ -308,8 +311,8 @@ def build_backbone(
         input_dim: flattened input size (``mlp``; required there).
         hidden_dims: hidden widths (``mlp``).
         width: first-block width (``tiny_cnn``).
-        pretrained, weights_path, features_only, weights, timm_kwargs: see :class:`TimmBackbone`.
-            A weight file also works for ``mlp`` / ``tiny_cnn``; ``"imagenet"`` does not.
+        features_only, weights, timm_kwargs: see :class:`TimmBackbone`. A weight file (loaded
+            strictly) also works for ``mlp`` / ``tiny_cnn``; ``"imagenet"`` does not.
 
     Returns:
         The backbone, with ``weights_record`` (:mod:`rank_lab.models.weights`).
@@ -321,27 +324,44 @@ def build_backbone(
     if not isinstance(name, str) or not name:
         raise TypeError(f"backbone name must be a non-empty str, got {name!r}")
     key = name.lower()
-    if key == "mlp":
-        if input_dim is None:
-            raise ValueError("backbone='mlp' needs input_dim (the flattened input size)")
-        net: nn.Module = MLPBackbone(input_dim, hidden_dims)
-    elif key in ("tiny_cnn", "tinycnn"):
-        net = TinyCNN(in_channels, width)
+    if name in BACKBONES:
+        net: nn.Module = BACKBONES.build(name, in_channels=in_channels, input_dim=input_dim,
+                                         hidden_dims=hidden_dims, width=width)
     else:
         timm_name = name[5:] if key.startswith("timm:") else name
         return TimmBackbone(
-            timm_name, pretrained=pretrained, weights_path=weights_path, in_chans=in_channels,
-            features_only=features_only, weights=weights, **timm_kwargs,
+            timm_name, in_chans=in_channels, features_only=features_only, weights=weights, **timm_kwargs,
         )
-    spec, strict = merge_legacy_weights(weights, pretrained, weights_path)
+    spec = parse_weights(weights)
     if spec == "imagenet":
         raise ValueError(f"backbone {name!r} has no pretrained weights; use weights='none' or a weight file")
     record: dict[str, Any] = {"weights": "none"}
     if isinstance(spec, Path):
-        if strict:
-            record = load_weights_file(net, spec)
-        else:
-            net.load_report = load_backbone_weights(net, spec)  # type: ignore[attr-defined]
-            record = file_record(spec)
+        net.load_report = load_backbone_weights(net, spec, strict=True)  # type: ignore[attr-defined]
+        record = file_record(spec)
     net.weights_record = record  # type: ignore[attr-defined]
     return net
+
+
+def list_backbones(filter: str = "") -> list[str]:
+    """Sorted names of the package's own backbones matching ``filter`` (``fnmatch``; ``""``: all);
+    any timm model name (``timm.list_models()``) is a backbone too."""
+    return BACKBONES.list(filter)
+
+
+@BACKBONES.register("mlp")
+def _mlp_backbone(
+    *, in_channels: int, input_dim: int | None, hidden_dims: Sequence[int], width: int
+) -> nn.Module:
+    """An MLP over flattened inputs (:class:`MLPBackbone`; needs ``input_dim``)."""
+    if input_dim is None:
+        raise ValueError("backbone='mlp' needs input_dim (the flattened input size)")
+    return MLPBackbone(input_dim, hidden_dims)
+
+
+@BACKBONES.register("tiny_cnn")
+def _tiny_cnn_backbone(
+    *, in_channels: int, input_dim: int | None, hidden_dims: Sequence[int], width: int
+) -> nn.Module:
+    """A small CNN (:class:`TinyCNN`) with ``in_channels`` inputs and first-block ``width``."""
+    return TinyCNN(in_channels, width)

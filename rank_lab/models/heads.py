@@ -28,7 +28,7 @@ from rank_lab._validation import (
     check_labels,
     check_positive_int,
 )
-from rank_lab.models.backbones import MLPBackbone, build_backbone, freeze_batchnorm
+from rank_lab.models.backbones import BACKBONES, MLPBackbone, build_backbone, freeze_batchnorm
 from rank_lab.models.pooling import POOLINGS, build_pooling
 
 __all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model", "PrototypeClassifier", "prototype_logits",
@@ -153,10 +153,8 @@ class ModelConfig:
     Attributes:
         backbone: ``"mlp"``, ``"tiny_cnn"`` or a timm name (``"resnet50"`` ...).
         weights: the backbone's initial weights: ``"imagenet"`` (timm's pretrained weights, fetched
-            by timm), ``"none"`` or a local weight file (:mod:`rank_lab.models.weights`). ``None``
-            (default) defers to the older ``pretrained`` / ``weights_path`` (random when unset).
-        pretrained: older spelling of ``weights="imagenet"``.
-        weights_path: older spelling of a local weight file (loaded leniently).
+            by timm), ``"none"`` (or ``None``, the default: random weights) or a local weight file,
+            loaded strictly (:mod:`rank_lab.models.weights`).
         in_channels: input channels (``tiny_cnn`` / timm).
         input_dim: flattened input size (``mlp``); the trainer fills it from the data when ``None``.
         hidden_dims: hidden widths of the ``mlp``.
@@ -173,8 +171,6 @@ class ModelConfig:
 
     backbone: str = "mlp"
     weights: str | None = None
-    pretrained: bool = False
-    weights_path: str | None = None
     in_channels: int = 3
     input_dim: int | None = None
     hidden_dims: tuple[int, ...] = (256, 256)
@@ -195,7 +191,7 @@ class ModelConfig:
         check_backbone_name(self.backbone)
         if not isinstance(self.pooling, str):
             raise ValueError(f"model.pooling must be a str, got {self.pooling!r}")
-        if self.pooling.lower() not in POOLINGS:
+        if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r} (model.pooling); known: {sorted(POOLINGS)}")
         for name in ("in_channels", "width"):
             v = getattr(self, name)
@@ -210,11 +206,6 @@ class ModelConfig:
             self.weights = os.fspath(self.weights)
         if self.weights is not None and not isinstance(self.weights, str):
             raise TypeError(f"model.weights must be 'imagenet', 'none' or a file path, got {self.weights!r}")
-        if self.weights is not None and (self.pretrained or self.weights_path is not None):
-            raise ValueError(
-                f"model.weights={self.weights!r} and the older model.pretrained / model.weights_path are "
-                "exclusive: set only weights"
-            )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
@@ -232,16 +223,13 @@ class ModelConfig:
         return out
 
 
-_OWN_BACKBONES = ("mlp", "tiny_cnn", "tinycnn")
-
-
 def check_backbone_name(name: str, argument: str = "model.backbone") -> None:
     """Refuse a backbone name that is neither ``mlp`` / ``tiny_cnn`` nor a timm model (when timm is
     installed; without it the build says so); the message names ``argument``."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"{argument} must be a backbone name (a non-empty str), got {name!r}")
     key = name.lower()
-    if key in _OWN_BACKBONES:
+    if name in BACKBONES:
         return
     try:
         # optional dependency (extra "timm"), imported where it is used
@@ -272,8 +260,6 @@ def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel
         input_dim=config.input_dim,
         hidden_dims=config.hidden_dims,
         width=config.width,
-        pretrained=config.pretrained,
-        weights_path=config.weights_path,
         features_only=config.features_only,
         weights=config.weights,
         **config.timm_kwargs,

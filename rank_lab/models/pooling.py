@@ -15,8 +15,13 @@ import torch
 from torch import nn
 
 from rank_lab._validation import check_float, check_input
+from rank_lab.registry import Registry
 
-__all__ = ["MAC", "SPoC", "GeM", "RMAC", "rmac_regions", "build_pooling", "POOLINGS"]
+__all__ = ["MAC", "SPoC", "GeM", "RMAC", "rmac_regions", "build_pooling", "list_poolings", "POOLINGS"]
+
+#: Every pooling by name (``"mac"`` / ``"max"``, ``"spoc"`` / ``"avg"``, ``"gem"``, ``"rmac"``);
+#: a new pooling registers where it is defined (``@POOLINGS.register("name")``).
+POOLINGS: Registry[type[nn.Module]] = Registry("pooling")
 
 
 def _check_map(x: torch.Tensor, module: nn.Module | None = None) -> None:
@@ -25,6 +30,8 @@ def _check_map(x: torch.Tensor, module: nn.Module | None = None) -> None:
     check_input(x, "x", 4, shape="(B, D, H, W) (a feature map)", owner=module)
 
 
+@POOLINGS.register("max")
+@POOLINGS.register("mac")
 class MAC(nn.Module):
     """Maximum activation of convolutions: ``f_k = max_{x in X_k} x`` (Gominski thesis §3.4.1)."""
 
@@ -34,6 +41,8 @@ class MAC(nn.Module):
         return x.amax(dim=(-2, -1))
 
 
+@POOLINGS.register("avg")
+@POOLINGS.register("spoc")
 class SPoC(nn.Module):
     """Sum-pooling of convolutions, as the mean: ``f_k = mean_{x in X_k} x`` (Gominski thesis §3.4.1)."""
 
@@ -43,6 +52,7 @@ class SPoC(nn.Module):
         return x.mean(dim=(-2, -1))
 
 
+@POOLINGS.register("gem")
 class GeM(nn.Module):
     """Generalized-mean pooling ``f_k = (mean_{x in X_k} x^p)^(1/p)`` (Gominski thesis §3.4.1, [74]).
 
@@ -129,6 +139,7 @@ def rmac_regions(height: int, width: int, levels: int = 3, overlap: float = 0.4)
     return regions
 
 
+@POOLINGS.register("rmac")
 class RMAC(nn.Module):
     """Regional MAC (Tolias et al. [96] of the Gominski thesis, §3.4.1; cirtorch convention).
 
@@ -177,17 +188,17 @@ class RMAC(nn.Module):
         return f"levels={self.levels}, overlap={self.overlap}, include_global={self.include_global}"
 
 
-POOLINGS: dict[str, type[nn.Module]] = {"mac": MAC, "max": MAC, "spoc": SPoC, "avg": SPoC, "gem": GeM, "rmac": RMAC}
-
-
 def build_pooling(name: str, **kwargs: object) -> nn.Module:
     """Build a pooling layer by name: ``"avg"``/``"spoc"``, ``"max"``/``"mac"``, ``"gem"``, ``"rmac"``
     (and any other entry registered in :data:`POOLINGS`).
 
     Raises:
+        TypeError: ``name`` is not a str.
         ValueError: for an unknown name (the message lists the known ones).
     """
-    key = name.lower()
-    if key not in POOLINGS:
-        raise ValueError(f"unknown pooling name {name!r}; known: {sorted(POOLINGS)}")
-    return POOLINGS[key](**kwargs)
+    return POOLINGS.build(name, **kwargs)
+
+
+def list_poolings(filter: str = "") -> list[str]:
+    """Sorted pooling names matching the ``fnmatch`` pattern ``filter`` (``""``: all)."""
+    return POOLINGS.list(filter)

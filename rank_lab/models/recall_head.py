@@ -113,8 +113,9 @@ class RecallEmbedder(nn.Module):
     """A backbone followed by :class:`RecallHead`; BatchNorm frozen by default, as in the thesis.
 
     Args:
-        backbone: module mapping images to a ``(B, D, H, W)`` map or a ``(B, D)`` vector (e.g. a
-            ``timm`` model created with ``num_classes=0, global_pool=""`` and ``pretrained=False``).
+        backbone: module mapping images to a ``(B, D, H, W)`` map or a ``(B, D)`` vector (e.g.
+            ``build_backbone("resnet50", weights=...)`` of :mod:`rank_lab.models.backbones`, or a
+            ``timm`` model created with ``num_classes=0, global_pool=""``).
         in_dim: ``D``.
         embed_dim: ``d``.
         freeze_bn: lock every BatchNorm of the backbone in eval mode

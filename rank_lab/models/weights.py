@@ -37,8 +37,8 @@ __all__ = [
     "WEIGHTS_NAMES",
     "PAPER_TAGS",
     "WeightsUnavailableError",
+    "WeightsFileError",
     "parse_weights",
-    "merge_legacy_weights",
     "timm_pretrained_name",
     "file_sha256",
     "file_record",
@@ -70,6 +70,10 @@ class WeightsUnavailableError(RuntimeError):
     """timm could not fetch the pretrained weights asked for with ``weights="imagenet"``."""
 
 
+class WeightsFileError(ValueError):
+    """A local weight file (``weights=<path>``) cannot be read, or its parameters do not fit the model."""
+
+
 WeightsSpec = str | Path
 
 
@@ -96,34 +100,6 @@ def parse_weights(weights: str | os.PathLike[str] | None, *, argument: str = "we
             f"{argument}={str(weights)!r} is neither 'imagenet', 'none' nor an existing weight file"
         )
     return path
-
-
-def merge_legacy_weights(
-    weights: str | os.PathLike[str] | None, pretrained: bool = False, weights_path: str | os.PathLike[str] | None = None
-) -> tuple[WeightsSpec, bool]:
-    """Fold the older ``pretrained`` / ``weights_path`` arguments into one ``weights`` value.
-
-    Returns:
-        ``(spec, strict)``: the parsed ``weights`` and whether a file is loaded strictly (``True``
-        for ``weights=<path>``; ``False`` for the older, lenient ``weights_path``).
-
-    Raises:
-        ValueError: if ``weights`` is given together with ``pretrained=True`` or ``weights_path``.
-    """
-    if weights is not None:
-        if pretrained or weights_path is not None:
-            raise ValueError(
-                f"pass either weights={str(weights)!r} or the older pretrained={pretrained!r} / "
-                f"weights_path={weights_path!r}, not both"
-            )
-        return parse_weights(weights), True
-    if pretrained and weights_path is not None:
-        raise ValueError("pretrained=True and weights_path are exclusive: use weights='imagenet' or a path")
-    if pretrained:
-        return "imagenet", True
-    if weights_path is not None:
-        return parse_weights(weights_path, argument="weights_path"), False
-    return "none", True
 
 
 def timm_pretrained_name(name: str) -> str:
@@ -228,18 +204,25 @@ def load_backbone_weights(
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        ValueError: if no parameter of the file matches ``module`` (wrong architecture), or, with
-            ``strict``, if some keys do not match.
+        WeightsFileError: (a ``ValueError``) the file is not a readable ``torch.save`` file (truncated,
+            another format) or holds no state dict, no parameter of the file matches ``module``
+            (wrong architecture), or, with ``strict``, some keys do not match; the message names the
+            file, in one line.
     """
     check_module(module, "module")
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"weights_path {str(path)!r} does not exist or is not a file")
+        raise FileNotFoundError(f"weight file {str(path)!r} does not exist or is not a file")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the file name
-        raise ValueError(f"could not read weights_path {str(path)!r}: {exc}") from exc
-    src = _unwrap_state_dict(obj)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the file name, in one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise WeightsFileError(f"weight file {str(path)!r} ({path.stat().st_size} bytes) is not a readable "
+                               f"torch.save file (truncated or another format?): {type(exc).__name__}: {first}") from exc
+    try:
+        src = _unwrap_state_dict(obj)
+    except ValueError as exc:
+        raise WeightsFileError(f"weight file {str(path)!r}: {exc}") from exc
     target = module.state_dict()
     loaded: dict[str, torch.Tensor] = {}
     unexpected: list[str] = []
@@ -262,14 +245,14 @@ def load_backbone_weights(
         else:
             loaded[k] = value
     if not loaded:
-        raise ValueError(
-            f"no parameter of {str(path)!r} matches the model ({len(src)} keys in the file, e.g. "
+        raise WeightsFileError(
+            f"no parameter of the weight file {str(path)!r} matches the model ({len(src)} keys in the file, e.g. "
             f"{list(src)[:3]}; model keys e.g. {list(target)[:3]}): wrong architecture?"
         )
     missing = [k for k in target if k not in loaded]
     if strict and (missing or unexpected or mismatched):
-        raise ValueError(
-            f"strict loading of {str(path)!r} failed: missing={missing[:5]}, "
+        raise WeightsFileError(
+            f"strict loading of the weight file {str(path)!r} failed: missing={missing[:5]}, "
             f"unexpected={unexpected[:5]}, mismatched={mismatched[:5]}"
         )
     module.load_state_dict(loaded, strict=False)
@@ -358,7 +341,7 @@ def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetc
     if isinstance(spec, Path):
         return file_record(spec)
     name = backbone[5:] if backbone.lower().startswith("timm:") else backbone
-    if name.lower() in ("mlp", "tiny_cnn", "tinycnn", "tiny"):
+    if name.lower() in ("mlp", "tiny_cnn", "tiny"):
         raise ValueError(f"backbone {backbone!r} has no ImageNet weights; use weights='none' or a weight file")
     if not fetch:
         return {"weights": "imagenet", "source": f"timm:{timm_pretrained_name(name)}"}

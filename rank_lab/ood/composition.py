@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from rank_lab._validation import as_tensor, check_finite
+from rank_lab.engine.options import EngineConfig
 from rank_lab.ood.energies import ClassGaussianEnergy, LogitEnergy
 from rank_lab.ood.heat import HEATConfig, HybridEnergy
 from rank_lab.utils import DeviceLike
@@ -161,12 +162,32 @@ class HEAT(nn.Module):
         return torch.as_tensor(data[key])
 
     def fit(self, data: Mapping[str, torch.Tensor], *, seed: int = 0, device: DeviceLike = None,
-            checkpoint_dir: str | Path | None = None, progress: bool = True) -> HEAT:
-        """Fit every component on the ID training data, then the standardisation statistics."""
+            checkpoint_dir: str | Path | None = None, engine: EngineConfig | None = None) -> HEAT:
+        """Fit every component on the ID training data, then the standardisation statistics.
+
+        Args:
+            data: the ID training data (``data[inputs[name]]`` per component, ``data["labels"]``).
+            seed: component ``i`` is fitted with ``seed + i``.
+            device: where to train (``None``: CUDA when present).
+            checkpoint_dir: one checkpoint file per component (``<name>.pt``) in this folder.
+            engine: the training runs' options (:class:`~rank_lab.engine.options.EngineConfig`;
+                its ``checkpoint`` must be ``None``: the files are ``checkpoint_dir``'s).
+
+        Raises:
+            TypeError, ValueError: ``engine`` not an :class:`~rank_lab.engine.options.EngineConfig`,
+                or with a ``checkpoint`` file.
+        """
+        engine = EngineConfig() if engine is None else engine
+        if not isinstance(engine, EngineConfig):
+            raise TypeError(f"engine must be an EngineConfig or None, got {type(engine).__name__}")
+        if engine.checkpoint is not None:
+            raise ValueError("engine.checkpoint must be None: HEAT writes one file per component "
+                             "into checkpoint_dir")
         labels = data.get("labels")
         for i, (name, comp) in enumerate(self.components.items()):
             ckpt = Path(checkpoint_dir) / f"{name}.pt" if checkpoint_dir is not None else None
-            comp.fit(self._get(data, name), labels, seed=seed + i, device=device, checkpoint=ckpt, progress=progress)
+            comp.fit(self._get(data, name), labels, seed=seed + i, device=device,
+                     engine=replace(engine, checkpoint=ckpt))
         e = self.component_energies(data)
         self.mean, self.std = e.mean(0), e.std(0).clamp_min(1e-12)
         return self

@@ -29,6 +29,7 @@ from rank_lab._validation import (
     check_finite,
     check_float,
     check_labels,
+    check_magnitude,
     check_positive_int,
 )
 
@@ -39,7 +40,9 @@ def check_features(z: torch.Tensor, dim: int | None, name: str = "z") -> torch.T
     """Shape/finiteness check of a feature batch that keeps autograd (no copy, no dtype change).
 
     The one input check of every energy (priors, residual, hybrid): ``(N, d)``, ``N >= 1``, ``d`` as
-    built, floating and finite (NaN / inf raise a ``ValueError`` naming ``name``).
+    built, floating and finite (NaN / inf raise a ``ValueError`` naming ``name``), with squares that
+    neither overflow nor all underflow (the energies are squared distances:
+    :func:`~rank_lab._validation.check_magnitude`).
     """
     if not isinstance(z, torch.Tensor):
         z = check_embeddings(z, name)
@@ -50,6 +53,7 @@ def check_features(z: torch.Tensor, dim: int | None, name: str = "z") -> torch.T
     if not z.is_floating_point():
         raise TypeError(f"{name} must be a floating tensor, got dtype {z.dtype}")
     check_finite(z.detach(), name)
+    check_magnitude(z.detach(), name, underflow=True)
     return z
 
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
 from rank_lab._validation import (
     check_choice,
     check_embeddings,
     check_float,
     check_labels,
+    check_magnitude,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.metrics import knn_search
 from rank_lab.ood.energies import ClassGaussianEnergy
@@ -25,8 +26,13 @@ from rank_lab.ood.scorers import Data, OODScorer
 __all__ = ["Mahalanobis", "SSD", "GMM", "KNN", "ViM", "Residual", "kth_neighbour_distance"]
 
 
-def _maybe_normalize(z: torch.Tensor, normalize: bool) -> torch.Tensor:
-    return nn.functional.normalize(z, dim=1) if normalize else z
+def _maybe_normalize(z: torch.Tensor, normalize: bool, name: str) -> torch.Tensor:
+    """Unit rows at any magnitude (:func:`~rank_lab._validation.unit_rows`) when ``normalize``; else
+    the raw features of a Gaussian energy, whose squares must neither overflow nor all underflow."""
+    if normalize:
+        return unit_rows(z, dim=1)
+    check_magnitude(z, name, underflow=True)
+    return z
 
 
 class Mahalanobis(OODScorer):
@@ -52,7 +58,7 @@ class Mahalanobis(OODScorer):
         self.normalize, self.covariance, self.reg, self.key = normalize, covariance, reg, key
 
     def fit(self, data: Data) -> Mahalanobis:
-        z = _maybe_normalize(self._get(data), self.normalize)
+        z = _maybe_normalize(self._get(data), self.normalize, f"data[{self.key!r}]")
         y = check_labels(self._get(data, "labels"), z.shape[0], "data['labels']")
         if self.covariance == "tied":
             self.gaussians = [ClassGaussianEnergy(temperature=1.0, reg=self.reg).fit(z, y)]
@@ -68,7 +74,7 @@ class Mahalanobis(OODScorer):
     def _score(self, data: Data) -> torch.Tensor:
         if not hasattr(self, "gaussians"):
             raise RuntimeError(f"{self.name} is not fitted: call fit(train_data) first")
-        z = _maybe_normalize(self._get(data), self.normalize)
+        z = _maybe_normalize(self._get(data), self.normalize, f"data[{self.key!r}]")
         d2 = torch.cat([g.mahalanobis(z) for g in self.gaussians], dim=1)
         return d2.min(1).values
 
@@ -110,7 +116,7 @@ class GMM(OODScorer):
         self.energy = ClassGaussianEnergy(temperature=1.0, weights=weights, normalizer=normalizer, reg=reg)
 
     def fit(self, data: Data) -> GMM:
-        z = _maybe_normalize(self._get(data), self.normalize)
+        z = _maybe_normalize(self._get(data), self.normalize, f"data[{self.key!r}]")
         self.energy.fit(z, self._get(data, "labels"))
         return self
 
@@ -118,7 +124,7 @@ class GMM(OODScorer):
         if not self.energy.is_fitted:
             raise RuntimeError(f"{self.name} is not fitted: call fit(train_data) first")
         with torch.no_grad():
-            return self.energy.energy(_maybe_normalize(self._get(data), self.normalize))
+            return self.energy.energy(_maybe_normalize(self._get(data), self.normalize, f"data[{self.key!r}]"))
 
 
 def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, chunk_size: int | None = None) -> torch.Tensor:
@@ -134,10 +140,10 @@ def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, ch
         chunk_size: queries per chunk; default ``2**25 // N`` (128 MiB of similarities), at most 4096.
 
     Returns:
-        ``(M,)`` distances.
+        ``(M,)`` distances (an evaluation: inputs that require grad are detached).
     """
-    queries = check_embeddings(queries, "queries")
-    bank = check_embeddings(bank, "bank")
+    queries = check_embeddings(queries, "queries").detach()
+    bank = check_embeddings(bank, "bank").detach()
     if queries.shape[1] != bank.shape[1]:
         raise ValueError(f"queries have d={queries.shape[1]} but bank has d={bank.shape[1]}")
     k = check_positive_int(k, "k")
@@ -170,7 +176,7 @@ class KNN(OODScorer):
         self.device, self.backend = device, backend
 
     def fit(self, data: Data) -> KNN:
-        bank = nn.functional.normalize(self._get(data).float(), dim=1)
+        bank = unit_rows(self._get(data).float(), dim=1)
         if self.k > bank.shape[0]:
             raise ValueError(f"k = {self.k} exceeds the number of training features ({bank.shape[0]})")
         if self.backend == "faiss":
@@ -185,7 +191,7 @@ class KNN(OODScorer):
     def _score(self, data: Data) -> torch.Tensor:
         if not hasattr(self, "bank"):
             raise RuntimeError("KNN is not fitted: call fit(train_data) first")
-        q = nn.functional.normalize(self._get(data).float(), dim=1)
+        q = unit_rows(self._get(data).float(), dim=1)
         if self.backend == "faiss":
             d2, _ = self.index.search(q.cpu().numpy(), self.k)
             return torch.from_numpy(d2[:, -1]).clamp_min(0).sqrt()

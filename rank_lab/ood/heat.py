@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -35,12 +34,14 @@ from rank_lab._validation import (
     check_embeddings,
     check_float,
     check_input_batch,
+    check_magnitude,
     check_nonneg_int,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.options import Batch, EngineConfig, StepResult, loop_options
 from rank_lab.ood.energies import ClassGaussianEnergy, ZeroEnergy, check_features
 from rank_lab.ood.sgld import SCHEDULES, schedule_endpoints, sgld
 from rank_lab.utils import DeviceLike, get_device
@@ -230,13 +231,13 @@ class HybridEnergy(nn.Module):
         e.g. with ``.double()``), so float64 features are accepted.
         """
         z = check_features(z, self.dim).to(next(self.residual.parameters()).dtype)
-        return nn.functional.normalize(z, dim=1) if self.config.normalize else z
+        return unit_rows(z, dim=1) if self.config.normalize else z  # unit rows at any magnitude (subnormal too)
 
     def _project(self, z: torch.Tensor) -> torch.Tensor:
         if self.config.relu_projection:
             z = torch.relu(z)
         if self.config.normalize:
-            z = nn.functional.normalize(z, dim=1)
+            z = unit_rows(z, dim=1)
         return z
 
     def _energy_pre(self, z: torch.Tensor) -> torch.Tensor:
@@ -307,12 +308,8 @@ class HybridEnergy(nn.Module):
         *,
         seed: int = 0,
         device: DeviceLike = None,
-        checkpoint: str | Path | None = None,
-        progress: bool = True,
         fit_prior: bool = True,
-        resume: bool = True,
-        amp: bool = False,
-        grad_clip: float | None = None,
+        engine: EngineConfig | None = None,
     ) -> HybridEnergy:
         """Fit the prior (if it has ``fit``) and train the residual with Algorithm 2 on the training engine.
 
@@ -321,11 +318,12 @@ class HybridEnergy(nn.Module):
             labels: ``(N,)`` class labels (needed by a :class:`ClassGaussianEnergy` prior).
             seed: seeds the residual's initialisation, the batch order, the proposals and the noise.
             device: where to train (``None``: CUDA when present).
-            checkpoint: a file saved after every epoch; an existing one is resumed (``resume``; its
-                config and seed must match, except ``epochs``, which may be raised to train longer).
-            progress: show a tqdm bar over epochs.
             fit_prior: fit the prior on ``z`` first (set ``False`` for an already fitted prior).
-            resume, amp, grad_clip: the engine's options (mixed precision on CUDA, gradient clipping).
+            engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`: a
+                ``checkpoint`` file saved every ``checkpoint_every`` epochs, an existing one is
+                resumed (``resume``; its config and seed must match, except ``epochs``, which may be
+                raised to train longer); progress, mixed precision on CUDA, gradient clipping); its
+                length is ``config.epochs``.
 
         Returns:
             ``self`` (in eval mode); ``self.history`` holds per-epoch mean losses.
@@ -334,7 +332,10 @@ class HybridEnergy(nn.Module):
             NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied; a diverging SGLD
                 chain raises its own ``ValueError``).
         """
+        c = self.config
+        options = loop_options(engine, epochs=c.epochs, desc="HEAT")
         z = check_embeddings(z, "z")
+        check_magnitude(z, "z", underflow=True)
         if z.shape[1] != self.dim:
             raise ValueError(f"z has {z.shape[1]} dimensions but the model was built for {self.dim}")
         dev = get_device(device)
@@ -348,11 +349,9 @@ class HybridEnergy(nn.Module):
         gen = torch.Generator(device=dev)
         gen.manual_seed(int(seed))
         self.residual.reset_parameters(gen)
-        c = self.config
-        engine = Engine({"model": self.residual}, build_optimizer(self.residual.parameters(), lr=c.lr, betas=c.betas),
-                        EngineConfig(epochs=c.epochs, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp,
-                                     grad_clip=grad_clip, desc="HEAT"),
-                        device=dev, generators={"generator": gen}, run_key={**_resume_key(c), "seed": seed})
+        opt = build_optimizer(self.residual.parameters(), lr=c.lr, betas=c.betas)
+        run = Engine({"model": self.residual}, opt, options, device=dev, generators={"generator": gen},
+                     run_key={**_resume_key(c), "seed": seed}, trained_on=(zp, labels))
         n = zp.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:
@@ -365,11 +364,11 @@ class HybridEnergy(nn.Module):
             for r in results:
                 for k, v in r.stats.items():
                     sums[k] = sums.get(k, 0.0) + v
-            engine.history.append({"epoch": epoch, **{k: v / len(results) for k, v in sums.items()}})
+            run.history.append({"epoch": epoch, **{k: v / len(results) for k, v in sums.items()}})
 
         self.residual.train()
-        engine.run(lambda zb: self.loss(zb, gen), batches, on_epoch_end=end)
-        self.history = engine.history
+        run.run(lambda zb: self.loss(zb, gen), batches, on_epoch_end=end)
+        self.history = run.history
         self.eval()
         self.is_fitted = True
         return self

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -45,10 +44,11 @@ from rank_lab._validation import (
     check_input_batch,
     check_labels,
     check_positive_int,
+    unit_rows,
 )
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.options import Batch, EngineConfig, StepResult, loop_options
 from rank_lab.ood.scorers import Data, OODScorer
 from rank_lab.utils import get_device
 
@@ -236,10 +236,10 @@ class ResFlow(OODScorer):
         normalize: L2-normalise the features first.
         seed: seeds the initialisation, the batch order and the probes.
         device: ``None`` = CUDA when present.
-        progress: tqdm bar over epochs.
-        checkpoint: optional path; training resumes from it (``resume``; its config, seed and data
-            must match, except ``epochs``) and writes it after each epoch.
-        resume, amp, grad_clip: the training engine's options (:mod:`rank_lab.engine.loop`).
+        engine: the training run's options (:class:`~rank_lab.engine.options.EngineConfig`: a
+            ``checkpoint`` file written every ``checkpoint_every`` epochs and resumed from
+            (``resume``; its config, seed and data must match, except ``epochs``); progress,
+            mixed precision, gradient clipping).
     """
 
     name, key = "ResFlow", "features"
@@ -248,16 +248,16 @@ class ResFlow(OODScorer):
                  class_conditional: bool = True, reduction: str = "max", epochs: int = 20, batch_size: int = 128,
                  lr: float = 1e-3, weight_decay: float = 0.0, logdet: str = "series", n_terms: int = 8,
                  n_samples: int = 1, score_samples: int = 4, normalize: bool = False, seed: int = 0,
-                 device: str | torch.device | None = None, progress: bool = False,
-                 checkpoint: str | Path | None = None, resume: bool = True, amp: bool = False,
-                 grad_clip: float | None = None) -> None:
+                 device: str | torch.device | None = None,
+                 engine: EngineConfig | None = None) -> None:
         super().__init__()
         check_choice(reduction, "reduction", ("max", "logsumexp"))
         check_choice(logdet, "logdet", ("series", "exact"))
         coeff = check_float(coeff, "coeff", low=0, high=1, low_open=True, high_open=True)
         lr = check_float(lr, "lr", low=0, low_open=True)
         weight_decay = check_float(weight_decay, "weight_decay", low=0)
-        for v, n in ((n_blocks, "n_blocks"), (hidden_dim, "hidden_dim"), (n_layers, "n_layers"), (epochs, "epochs"),
+        self.engine_options = loop_options(engine, epochs=epochs, desc="ResFlow")
+        for v, n in ((n_blocks, "n_blocks"), (hidden_dim, "hidden_dim"), (n_layers, "n_layers"),
                      (batch_size, "batch_size"), (n_terms, "n_terms"), (n_samples, "n_samples"),
                      (score_samples, "score_samples")):
             check_positive_int(v, n)
@@ -265,12 +265,11 @@ class ResFlow(OODScorer):
         self.class_conditional, self.reduction, self.normalize = class_conditional, reduction, normalize
         self.epochs, self.batch_size, self.lr, self.weight_decay = epochs, batch_size, float(lr), float(weight_decay)
         self.logdet, self.n_terms, self.n_samples, self.score_samples = logdet, n_terms, n_samples, score_samples
-        self.seed, self.device, self.progress, self.checkpoint = int(seed), device, progress, checkpoint
-        self.resume, self.amp, self.grad_clip = resume, amp, grad_clip
+        self.seed, self.device = int(seed), device
 
     def _features(self, data: Data) -> torch.Tensor:
         z = self._get(data)
-        return nn.functional.normalize(z, dim=1) if self.normalize else z
+        return unit_rows(z, dim=1) if self.normalize else z  # unit rows at any magnitude
 
     def fit(self, data: Data) -> ResFlow:
         """Train the flow on ID features by maximum likelihood. Returns ``self`` (``history``: per-epoch NLL)."""
@@ -301,9 +300,9 @@ class ResFlow(OODScorer):
                "weight_decay": self.weight_decay, "batch_size": self.batch_size, "class_conditional": self.class_conditional,
                "logdet": self.logdet, "n_terms": self.n_terms, "n_samples": self.n_samples, "normalize": self.normalize}
         engine = Engine({"model": self.flow}, build_optimizer(self.flow.parameters(), lr=self.lr, weight_decay=self.weight_decay),
-                        EngineConfig(epochs=self.epochs, checkpoint=self.checkpoint, resume=self.resume, progress=self.progress,
-                                     amp=self.amp, grad_clip=self.grad_clip, desc="ResFlow"),
-                        device=dev, generators={"generator": gen}, run_key=key)
+                        self.engine_options,
+                        device=dev, generators={"generator": gen}, run_key=key,
+                        trained_on=(z, y_idx if self.class_conditional else None))
         n = z.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:

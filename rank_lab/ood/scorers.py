@@ -25,7 +25,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from rank_lab._validation import check_embeddings, check_finite, check_float
+from rank_lab._validation import (
+    check_embeddings,
+    check_finite,
+    check_float,
+    check_magnitude,
+    check_overflow,
+)
 
 __all__ = [
     "OODScorer",
@@ -111,6 +117,7 @@ class OODScorer:
         if key == "inputs":
             return torch.as_tensor(x)
         x = check_embeddings(torch.as_tensor(x).detach(), f"data[{key!r}]")
+        check_magnitude(x, f"data[{key!r}]")  # norms, distances and energies of larger values overflow
         widths = getattr(self, "_fit_widths", None)
         if widths is not None:
             if getattr(self, "_fit_depth", 0) > 0:
@@ -128,8 +135,12 @@ class OODScorer:
         return self
 
     def score(self, data: Data) -> torch.Tensor:
-        """``(N,)`` OOD energies, higher = more OOD."""
-        return self._score(data)
+        """``(N,)`` OOD energies, higher = more OOD.
+
+        Raises:
+            ValueError: missing or bad data; energies that overflow their dtype (naming ``data``).
+        """
+        return check_overflow(self._score(data), "data", "the OOD scores")
 
     def _score(self, data: Data) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError

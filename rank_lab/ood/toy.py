@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -32,7 +31,7 @@ from rank_lab._validation import (
 )
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig
+from rank_lab.engine.options import Batch, EngineConfig, loop_options
 from rank_lab.utils import DeviceLike, get_device
 
 __all__ = ["make_ring_segments", "make_ring_ood", "make_split_classes", "energy_grid", "SmallConvNet", "train_classifier"]
@@ -252,8 +251,8 @@ class SmallConvNet(nn.Module):
 
 def train_classifier(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int = 30, batch_size: int = 64,
-    lr: float = 3e-3, weight_decay: float = 1e-4, seed: int = 0, device: DeviceLike = None, progress: bool = False,
-    checkpoint: str | Path | None = None, resume: bool = True, amp: bool = False, grad_clip: float | None = None,
+    lr: float = 3e-3, weight_decay: float = 1e-4, seed: int = 0, device: DeviceLike = None,
+    engine: EngineConfig | None = None,
 ) -> nn.Module:
     """Train a classifier with cross-entropy and Adam on the training engine; returns it frozen (eval mode, no grad).
 
@@ -263,9 +262,9 @@ def train_classifier(
         epochs, batch_size, lr, weight_decay: optimisation.
         seed: seeds the initialisation (re-seeded here) and the batch order.
         device: training device.
-        progress: show a tqdm bar.
-        checkpoint, resume, amp, grad_clip: the engine's options (a checkpoint file written after
-            every epoch and resumed from; mixed precision on CUDA; gradient clipping).
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`: a checkpoint
+            file written every ``checkpoint_every`` epochs and resumed from; progress; mixed
+            precision on CUDA; gradient clipping).
 
     Raises:
         ValueError, TypeError: ``x`` not a finite floating ``(N, ...)`` tensor with ``N >= 1``, ``y``
@@ -283,7 +282,8 @@ def train_classifier(
         raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}")
     if y.ndim != 1 or bool((y < 0).any()):
         raise ValueError(f"y must be (N,) class indices >= 0, got shape {tuple(y.shape)}")
-    epochs, batch_size = check_positive_int(epochs, "epochs"), check_positive_int(batch_size, "batch_size")
+    options = loop_options(engine, epochs=epochs, desc="classifier")
+    batch_size = check_positive_int(batch_size, "batch_size")
     lr = check_float(lr, "lr", low=0, low_open=True)
     weight_decay = check_float(weight_decay, "weight_decay", low=0)
     dev = get_device(device)
@@ -295,10 +295,9 @@ def train_classifier(
     g = torch.Generator().manual_seed(seed)
     opt = build_optimizer(model.parameters(), lr=lr, weight_decay=weight_decay)
     x, y = x.to(dev), y.to(dev)
-    engine = Engine(model, opt, EngineConfig(epochs=epochs, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp,
-                                             grad_clip=grad_clip, desc="classifier"),
-                    device=dev, generators={"batches": g},
-                    run_key={"batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "seed": seed, "n_items": int(x.shape[0])})
+    run = Engine(model, opt, options, device=dev, generators={"batches": g},
+                 run_key={"batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
+                          "seed": seed, "n_items": int(x.shape[0])}, trained_on=(x, y))
 
     def batches(epoch: int) -> Iterator[Batch]:
         perm = torch.randperm(x.shape[0], generator=g).to(dev)
@@ -306,6 +305,6 @@ def train_classifier(
             idx = perm[i:i + batch_size]
             yield Batch(idx, indices=idx)
 
-    engine.run(lambda idx: nn.functional.cross_entropy(model(x[idx]), y[idx]), batches)
+    run.run(lambda idx: nn.functional.cross_entropy(model(x[idx]), y[idx]), batches)
     model.eval().requires_grad_(False)
     return model

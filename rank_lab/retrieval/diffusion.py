@@ -37,7 +37,13 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from rank_lab._validation import check_embeddings, check_float, check_positive_int
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_inner_products,
+    check_overflow,
+    check_positive_int,
+)
 from rank_lab.retrieval._diffusion_blocks import (
     candidate_sets,
     truncated_rank,
@@ -97,6 +103,7 @@ def diffusion_search(
     queries = check_embeddings(queries, "queries")
     if queries.shape[1] != graph.gallery.shape[1]:
         raise ValueError(f"queries have d={queries.shape[1]} but the gallery has d={graph.gallery.shape[1]}")
+    check_inner_products(queries.to(graph.gallery.dtype), "queries", graph.gallery, "the graph's gallery")
     alpha = check_float(alpha, "alpha", low=0.0, high=1.0, high_open=True)
     if topk is not None:
         topk = check_positive_int(topk, "topk")
@@ -111,6 +118,7 @@ def diffusion_search(
     if gamma is not None:
         gamma = check_float(gamma, "gamma", low=0.0, low_open=True)
     y, _ = query_vectors(graph, queries, kq, gamma=gamma, exclude_self=exclude_self, device=device)
+    check_overflow(torch.from_numpy(y.data).to(graph.gallery.dtype), "queries", "the query affinities [s]_+^gamma")
     if truncate is not None and check_positive_int(truncate, "truncate") >= graph.n:
         truncate = None  # the sub-graph would be the whole graph
     if truncate is None:

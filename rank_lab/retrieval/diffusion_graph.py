@@ -25,6 +25,7 @@ from rank_lab._validation import (
     check_embeddings,
     check_finite,
     check_float,
+    check_inner_products,
     check_positive_int,
     check_sparse,
 )
@@ -101,8 +102,13 @@ def build_graph(
         mutual: keep only mutual neighbours (Iscen et al.); ``False`` keeps the union.
         backend, device, chunk_size: for the kNN search (faiss or chunked torch).
         progress: tqdm bar of the kNN search (default: long searches only).
+
+    Raises:
+        ValueError: bad ``k`` or ``gamma``; rows whose inner products overflow
+            (:func:`rank_lab._validation.check_inner_products`).
     """
     gallery = check_embeddings(gallery, "gallery").detach().cpu()
+    check_inner_products(gallery, "gallery")
     k = check_positive_int(k, "k")
     gamma = _check_gamma(gamma)
     scores, idx = knn_self(gallery, k, backend=backend, device=device, chunk_size=chunk_size, progress=progress)
@@ -123,7 +129,11 @@ def conjugate_gradient(
     """Conjugate gradient for ``A X = B`` with ``A`` symmetric positive definite, column-wise batched.
 
     Every column is an independent CG run (its own step sizes); a column stops moving once its
-    residual is below ``tol * ||b||``.
+    residual is below ``tol * ||b||``. The solve is linear in ``b``: each column is divided by a
+    power of two near its largest entry before the run and the solution multiplied back (exact
+    in floating point), so right-hand sides of any finite magnitude (``1e20``, subnormal) give
+    the same iterations as unit ones, without overflow or underflow. The solve is an evaluation:
+    ``b`` and ``x0`` are detached and the iterations run without autograd.
 
     Args:
         matvec: ``X (n, m) -> A X (n, m)``.
@@ -135,7 +145,7 @@ def conjugate_gradient(
     Returns:
         ``(X (n, m), {"iterations": int, "residual": (m,) relative residual norms})``.
     """
-    b = as_tensor(b, "b")
+    b = as_tensor(b, "b").detach()
     if b.ndim != 2:
         raise ValueError(f"b must have shape (n, m), got {tuple(b.shape)}")
     if b.shape[0] == 0 or b.shape[1] == 0:
@@ -145,6 +155,15 @@ def conjugate_gradient(
     check_finite(b, "b")
     iters = check_positive_int(iters, "iters")
     tol = _check_tol(tol)
+    _, e = torch.frexp(b.abs().amax(0))  # column scales 2^e: exact, and the system is linear in b
+    with torch.no_grad():
+        x, info = _cg(matvec, torch.ldexp(b, -e), iters, tol, None if x0 is None else torch.ldexp(x0.detach(), -e))
+    return torch.ldexp(x, e), info
+
+
+def _cg(matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, iters: int, tol: float,
+        x0: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor | int]]:
+    """The batched CG iterations of :func:`conjugate_gradient` on checked, scaled right-hand sides."""
     x = torch.zeros_like(b) if x0 is None else x0.clone()
     r = b - matvec(x) if x0 is not None else b.clone()
     p = r.clone()

@@ -34,7 +34,13 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from rank_lab._validation import check_embeddings, check_float, check_positive_int
+from rank_lab._validation import (
+    check_embeddings,
+    check_float,
+    check_inner_products,
+    check_overflow,
+    check_positive_int,
+)
 from rank_lab.metrics import knn_search
 from rank_lab.retrieval.graph import (
     check_dense_ok,
@@ -73,18 +79,25 @@ def alpha_qe(
         backend, device, chunk_size: kNN search.
 
     Returns:
-        ``(Q, d)`` expanded, L2-normalised descriptors.
+        ``(Q, d)`` expanded, L2-normalised descriptors (inputs that require grad are detached: an
+        evaluation, not differentiable).
+
+    Raises:
+        ValueError: bad ``n`` or ``alpha``, mismatched widths, rows whose inner products overflow
+            (:func:`rank_lab._validation.check_inner_products`).
     """
-    queries = check_embeddings(queries, "queries")
+    queries = check_embeddings(queries, "queries").detach()
     n = check_positive_int(n, "n")
     alpha = check_float(alpha, "alpha", low=0.0)
     if gallery is None:
+        check_inner_products(queries, "queries")
         s, i = knn_self(queries, n, backend=backend, device=device, chunk_size=chunk_size, name="n")
         g = queries.cpu()
     else:
-        g = check_embeddings(gallery, "gallery").cpu()
+        g = check_embeddings(gallery, "gallery").detach().cpu()
         if g.shape[1] != queries.shape[1]:
             raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={g.shape[1]}")
+        check_inner_products(queries, "queries", g, "gallery")
         if n > g.shape[0]:
             raise ValueError(f"n={n} is larger than the gallery ({g.shape[0]} items)")
         s, i = knn_search(queries, g, n, backend=backend, device=device, chunk_size=chunk_size)
@@ -94,7 +107,7 @@ def alpha_qe(
     out = torch.einsum("qn,qnd->qd", w, g[i].to(q.dtype))
     if include_self:
         out = out + (q * q).sum(1, keepdim=True).clamp_min(0).pow(alpha) * q
-    return l2n(out)
+    return l2n(check_overflow(out, "queries" if gallery is None else "queries/gallery", "the weighted sums of descriptors"))
 
 
 def average_qe(
@@ -286,6 +299,7 @@ def gqe(
     """
     gallery = check_embeddings(gallery, "gallery").detach().cpu()
     x = gallery if queries is None else torch.cat([check_embeddings(queries, "queries").detach().cpu().to(gallery.dtype), gallery])
+    check_inner_products(x, "gallery" if queries is None else "queries/gallery")
     n, n_q = x.shape[0], (gallery.shape[0] if queries is None else queries.shape[0])
     off = n - gallery.shape[0]
     k1, k2 = check_positive_int(k1, "k1"), check_positive_int(k2, "k2")

@@ -30,11 +30,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from rank_lab._progress import tqdm
-from rank_lab._validation import check_finite, check_input_batch, check_positive_int
+from rank_lab._validation import (
+    check_finite,
+    check_input_batch,
+    check_magnitude,
+    check_positive_int,
+)
 from rank_lab.data.datasets.base import DatasetFolderError, pil_loader
 from rank_lab.models.backbones import build_backbone
 from rank_lab.models.pooling import build_pooling
-from rank_lab.models.weights import load_backbone_weights, load_weights_file, parse_weights
+from rank_lab.models.weights import load_weights_file, parse_weights
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
 
@@ -89,7 +94,6 @@ def build_descriptor_net(
     backbone: str | nn.Module = "resnet18",
     pooling: str = "gem",
     *,
-    weights_path: str | Path | None = None,
     pooling_kwargs: dict[str, Any] | None = None,
     whitening: nn.Module | None = None,
     weights: str | Path | None = None,
@@ -99,22 +103,19 @@ def build_descriptor_net(
     Args:
         backbone: name for :func:`rank_lab.models.backbones.build_backbone` or a module.
         pooling: ``"gem"``, ``"mac"``, ``"spoc"``, ``"rmac"``.
-        weights_path: older spelling of a local weight file (loaded leniently).
         pooling_kwargs: e.g. ``{"p": 3.0}`` for GeM.
         whitening: optional final linear layer.
-        weights: ``"imagenet"`` (timm downloads), ``"none"`` or a weight file
-            (:mod:`rank_lab.models.weights`); default: random weights (nothing is downloaded).
-            The record is ``net.backbone.weights_record``.
+        weights: ``"imagenet"`` (timm downloads; a backbone name only), ``"none"`` or a weight
+            file loaded strictly (:mod:`rank_lab.models.weights`); default: random weights (nothing
+            is downloaded). The record is ``net.backbone.weights_record``.
     """
     if isinstance(backbone, str):
-        backbone = build_backbone(backbone, in_channels=3, weights_path=weights_path, weights=weights)
+        backbone = build_backbone(backbone, in_channels=3, weights=weights)
     elif weights is not None and weights != "none":
         spec = parse_weights(weights)
         if not isinstance(spec, Path):
             raise ValueError("weights='imagenet' needs a backbone name (timm builds it), not a module")
         backbone.weights_record = load_weights_file(backbone, spec)
-    elif weights_path is not None:
-        load_backbone_weights(backbone, weights_path)
     return DescriptorNet(backbone, build_pooling(pooling, **(pooling_kwargs or {})), whitening)
 
 
@@ -247,7 +248,6 @@ def extract_descriptors(
     net: nn.Module | str = "resnet18",
     *,
     pooling: str = "gem",
-    weights_path: str | Path | None = None,
     weights: str | Path | None = None,
     image_size: int | None = 224,
     keep_aspect: bool = False,
@@ -273,7 +273,6 @@ def extract_descriptors(
         net: a :class:`DescriptorNet` / any module mapping images to descriptors or feature maps,
             or a backbone name for :func:`build_descriptor_net`.
         pooling: pooling for a named backbone or a module returning feature maps.
-        weights_path: older spelling of local backbone weights (named backbone only).
         weights: ``"imagenet"``, ``"none"`` or a weight file for a named backbone
             (:mod:`rank_lab.models.weights`; default random).
         image_size, keep_aspect, grayscale, center_crop: test-time preprocessing
@@ -300,6 +299,7 @@ def extract_descriptors(
         if not images.is_floating_point():
             raise TypeError(f"images tensor must be floating in [0, 1], got dtype {images.dtype}")
         check_finite(images, "images")
+        check_magnitude(images, "images")  # the network's batch statistics and norms overflow beyond
         items: list[Any] = list(images)
         ident = [hashlib.sha1(images.detach().cpu().contiguous().numpy().tobytes()).hexdigest()]
     else:
@@ -323,7 +323,7 @@ def extract_descriptors(
     dev = get_device(device)
     if isinstance(net, str):
         name = net
-        net = build_descriptor_net(net, pooling, weights_path=weights_path, weights=weights)
+        net = build_descriptor_net(net, pooling, weights=weights)
     else:
         name = type(net).__name__
         if not isinstance(net, DescriptorNet):

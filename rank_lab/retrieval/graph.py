@@ -28,6 +28,7 @@ from rank_lab._validation import (
     check_embeddings,
     check_finite,
     check_float,
+    check_inner_products,
     check_int_tensor,
     check_nonneg_int,
     check_positive_int,
@@ -101,11 +102,15 @@ def knn_self(
     Returns:
         ``(scores (n, k), indices (n, k))`` on the CPU, sorted by decreasing score.
 
+    ``x`` is searched as data: an input that requires grad is detached (the scores are not
+    differentiable).
+
     Raises:
         ValueError: ``k`` not a positive int or larger than the ``n - 1`` other items (``n`` with
-            ``include_self``).
+            ``include_self``); rows whose inner products overflow (:func:`check_inner_products`).
     """
-    x = check_embeddings(x, "x")
+    x = check_embeddings(x, "x").detach()
+    check_inner_products(x, "x")
     k = check_positive_int(k, name)
     n = x.shape[0]
     n_other = k - 1 if include_self else k

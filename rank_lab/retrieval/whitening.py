@@ -28,7 +28,7 @@ from typing import Literal
 
 import torch
 
-from rank_lab._validation import as_tensor, check_embeddings, check_finite, check_float
+from rank_lab._validation import as_tensor, check_embeddings, check_finite, check_float, unit_rows
 
 __all__ = ["l2n", "Whitening", "learn_pca_whitening", "learn_lw_whitening", "apply_whitening"]
 
@@ -36,10 +36,16 @@ __all__ = ["l2n", "Whitening", "learn_pca_whitening", "learn_lw_whitening", "app
 def l2n(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
     """L2-normalise ``x`` along ``dim`` (rows of a ``(N, d)`` matrix by default); zero rows stay 0.
 
+    Rows of any finite magnitude come out unit (``1e20`` or subnormal rows too): each row is first
+    divided by a power of two near its largest entry, which is exact
+    (:func:`rank_lab._validation.unit_rows`), so the result equals ``x / ||x||`` bit for bit
+    wherever the norm neither overflows nor underflows.
+
     Args:
         x: a floating tensor of any shape.
         dim: the dimension normalised.
-        eps: floor of the norm, a finite number > 0 (rows with a smaller norm are divided by it).
+        eps: floor of the norm of the scaled row (whose largest entry is in ``[0.5, 1)``), a finite
+            number > 0: only rows of zeros (or ``eps`` above 0.5) reach it.
 
     Raises:
         ValueError: if ``x`` holds NaN or inf (it would be returned as NaN) or is empty, or ``eps``
@@ -52,7 +58,7 @@ def l2n(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating tensor, got dtype {x.dtype}")
     check_finite(x, "x")
-    return x / x.norm(dim=dim, keepdim=True).clamp_min(eps)
+    return unit_rows(x, dim, eps)
 
 
 @dataclass

@@ -5,10 +5,10 @@ its options :class:`~rank_lab.engine.options.EngineConfig`, schedule, checkpoint
 
 * :class:`TrainConfig` -- a flat dataclass that a papermill parameters cell can fill
   (:meth:`TrainConfig.from_dict`), started from one of the papers' training recipes
-  (:meth:`TrainConfig.recipe`; :mod:`rank_lab.train.recipes`: :data:`RECIPES`, and the RS@k
-  :class:`RecallRecipe` of :data:`RECALL_RECIPES`).
+  (:meth:`TrainConfig.recipe`; :mod:`rank_lab.train.recipes`: :data:`RECIPES`, one schema for the
+  ROADMAP / HAPPIER and the RS@k recipes).
 * :class:`Trainer` -- m-per-class batches, rank loss (+ cross-batch memory), Adam/AdamW/SGD with a
-  separate head learning rate, cosine schedule with warm-up, evaluation with
+  separate head learning rate, cosine (or step) schedule with warm-up, evaluation with
   :func:`rank_lab.metrics.retrieval_metrics`, JSON log.
 * :mod:`rank_lab.train.multistage` -- the multistage step of large batches (gradient caching);
   :mod:`rank_lab.train.classification` -- the chapter-6 classifier loop.
@@ -18,24 +18,13 @@ its options :class:`~rank_lab.engine.options.EngineConfig`, schedule, checkpoint
 
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import as_dataset, embed_dataset, relabel
-from rank_lab.train.recipes import (
-    RECALL_RECIPES,
-    RECIPES,
-    RecallRecipe,
-    get_recall_recipe,
-    list_recall_recipes,
-    list_recipes,
-)
+from rank_lab.train.recipes import RECIPES, list_recipes
 from rank_lab.train.trainer import Trainer
 
 __all__ = [
     "TrainConfig",
     "RECIPES",
     "list_recipes",
-    "RecallRecipe",
-    "RECALL_RECIPES",
-    "get_recall_recipe",
-    "list_recall_recipes",
     "Trainer",
     "as_dataset",
     "embed_dataset",

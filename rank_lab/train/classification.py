@@ -16,20 +16,23 @@ and :meth:`~ContrastiveClassifier.logits` its classification logits (posterior =
 ``"esupcon"``       ESupCon (Eq. 6.15): encoder and prototypes jointly, no projection head.
 =================== ===========================================================================
 
+Each method is a :class:`ClassificationMethod` registered in :data:`CLS_METHODS` (its classifier,
+projection head, stages and objective): a new method is one registration.
 :func:`fit_classifier` trains one on the training engine (two views per image from
 :func:`rank_lab.data.perturbations.two_views`) and :func:`predict_logits` evaluates it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from rank_lab._validation import (
+    check_choice,
     check_float,
     check_input,
     check_labels,
@@ -40,17 +43,108 @@ from rank_lab._validation import (
 from rank_lab.data.perturbations import two_views
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig, StepResult
+from rank_lab.engine.options import Batch, EngineConfig, StepResult, loop_options
 from rank_lab.losses.contrastive import cross_entropy_loss, spce_loss, tightness_loss
 from rank_lab.losses.esupcon import esupcon_loss
 from rank_lab.losses.supcon import supcon_loss
 from rank_lab.models.heads import PrototypeClassifier, class_means
+from rank_lab.registry import Registry
 from rank_lab.utils import DeviceLike, get_device, seed_everything
 
-__all__ = ["CLS_METHODS", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
+__all__ = ["CLS_METHODS", "ClassificationMethod", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
 
-CLS_METHODS = ("ce", "supcon+ce", "supcon+ce(n)", "supcon+tt", "spce", "spce(m)", "esupcon")
-_PROJECTED = ("supcon+ce", "supcon+ce(n)", "supcon+tt")
+@dataclass(frozen=True)
+class ClassificationMethod:
+    """One chapter-6 method of :class:`ContrastiveClassifier`: its layers, its stages, its objective.
+
+    Attributes:
+        description: one line (the registry's summary).
+        classifier: ``"linear"`` (a bias-free linear layer, Eq. 6.6) or ``"prototypes"`` (a
+            :class:`~rank_lab.models.heads.PrototypeClassifier`, cosine logits).
+        loss: the (first-stage) objective ``loss(model, features (B, D), labels (B,)) -> scalar``.
+        projection: a projection head (FC-ReLU-FC) that the objective reads (SupCon variants).
+        stage2_loss: the classifier stage's objective on detached features (two-stage methods),
+            or ``None`` (one stage).
+        class_means: after training, set the prototypes to the class means (SPCE(M)).
+    """
+
+    description: str
+    classifier: Literal["linear", "prototypes"]
+    loss: Callable[[ContrastiveClassifier, torch.Tensor, torch.Tensor], torch.Tensor]
+    projection: bool = False
+    stage2_loss: Callable[[ContrastiveClassifier, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    class_means: bool = False
+
+    def __post_init__(self) -> None:
+        """Check the fields (a bad one raises naming it)."""
+        if not isinstance(self.description, str):
+            raise TypeError(f"description must be a str, got {type(self.description).__name__}")
+        check_choice(self.classifier, "classifier", ("linear", "prototypes"))
+        if not callable(self.loss):
+            raise TypeError(f"loss must be a callable loss(model, features, labels), got {type(self.loss).__name__}")
+        if self.stage2_loss is not None and not callable(self.stage2_loss):
+            raise TypeError(f"stage2_loss must be a callable or None, got {type(self.stage2_loss).__name__}")
+        for name in ("projection", "class_means"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.class_means and self.classifier != "prototypes":
+            raise ValueError("class_means=True needs classifier='prototypes' (the class means become the prototypes)")
+
+
+#: The chapter-6 methods of :class:`ContrastiveClassifier` by name (``CLS_METHODS.list()``): a new
+#: method is one :class:`ClassificationMethod` registered here.
+CLS_METHODS: Registry[ClassificationMethod] = Registry("classification method")
+
+
+def _register(name: str, method: ClassificationMethod) -> None:
+    CLS_METHODS.register(name, method, summary=method.description)
+
+
+def _linear_ce(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    assert model.linear is not None
+    return cross_entropy_loss(f, labels, model.linear.weight)
+
+
+def _normalised_ce(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    assert model.prototypes is not None
+    return cross_entropy_loss(f, labels, model.prototypes.prototypes, normalize=True, temperature=model.temperature)
+
+
+def _supcon(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    assert model.projection is not None
+    return supcon_loss(model.projection(f), labels, model.temperature)
+
+
+def _tightness(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    assert model.prototypes is not None
+    return tightness_loss(f, labels, model.prototypes.prototypes, detach_features=True)
+
+
+def _spce(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return spce_loss(f, labels, model.n_classes, temperature=model.spce_temperature)
+
+
+def _esupcon(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    assert model.prototypes is not None
+    return esupcon_loss(f, labels, model.prototypes.prototypes, model.temperature)
+
+
+_register("ce", ClassificationMethod("cross-entropy on a bias-free linear layer (Eq. 6.6)", "linear", _linear_ce))
+_register("supcon+ce", ClassificationMethod(
+    "SupCon (Eq. 6.5) on a projection head, then CE on a linear classifier", "linear", _supcon,
+    projection=True, stage2_loss=_linear_ce))
+_register("supcon+ce(n)", ClassificationMethod(
+    "SupCon (Eq. 6.5), then CE(n): normalised features and weights", "prototypes", _supcon,
+    projection=True, stage2_loss=_normalised_ce))
+_register("supcon+tt", ClassificationMethod(
+    "SupCon + tightness (Eq. 6.9) for the prototypes, nearest prototype", "prototypes",
+    lambda model, f, labels: _supcon(model, f, labels) + _tightness(model, f, labels), projection=True))
+_register("spce", ClassificationMethod(
+    "SPCE (Eq. 6.7) on the encoder + tightness for the prototypes", "prototypes",
+    lambda model, f, labels: _spce(model, f, labels) + _tightness(model, f, labels)))
+_register("spce(m)", ClassificationMethod(
+    "SPCE, prototypes set to the class means afterwards", "prototypes", _spce, class_means=True))
+_register("esupcon", ClassificationMethod("ESupCon (Eq. 6.15): encoder and prototypes jointly", "prototypes", _esupcon))
 
 
 class ContrastiveClassifier(nn.Module):
@@ -87,7 +181,9 @@ class ContrastiveClassifier(nn.Module):
         if n_classes is None or dim is None:
             raise TypeError("ContrastiveClassifier needs n_classes= and dim= (keywords)")
         if method not in CLS_METHODS:
-            raise ValueError(f"method must be one of {CLS_METHODS}, got {method!r}")
+            raise ValueError(f"method must be one of {tuple(CLS_METHODS)}, got {method!r}")
+        method = CLS_METHODS.key(method)
+        spec = CLS_METHODS[method]
         feat_dim = check_positive_int(dim, "dim")
         self.n_classes = check_positive_int(n_classes, "n_classes")
         proj_dim = check_positive_int(proj_dim, "proj_dim")
@@ -95,9 +191,9 @@ class ContrastiveClassifier(nn.Module):
         self.spce_temperature = check_float(spce_temperature, "spce_temperature", low=0.0, low_open=True)
         self.encoder = check_module(encoder, "encoder")
         self.projection: nn.Module | None = (
-            nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, proj_dim)) if method in _PROJECTED else None
+            nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, proj_dim)) if spec.projection else None
         )
-        self.linear: nn.Linear | None = nn.Linear(feat_dim, n_classes, bias=False) if method in ("ce", "supcon+ce") else None
+        self.linear: nn.Linear | None = nn.Linear(feat_dim, n_classes, bias=False) if spec.classifier == "linear" else None
         self.prototypes: PrototypeClassifier | None = (
             None if self.linear is not None else PrototypeClassifier(n_classes=n_classes, dim=feat_dim, temperature=temperature)
         )
@@ -106,7 +202,7 @@ class ContrastiveClassifier(nn.Module):
     @property
     def two_stage(self) -> bool:
         """Whether the method trains its classifier in a second stage (SupCon+CE, SupCon+CE(n))."""
-        return self.method in ("supcon+ce", "supcon+ce(n)")
+        return CLS_METHODS[self.method].stage2_loss is not None
 
     def start_stage2(self) -> None:
         """Freeze the encoder (and head): the second stage trains only the classifier."""
@@ -139,32 +235,13 @@ class ContrastiveClassifier(nn.Module):
         return self.prototypes(f)
 
     def training_loss(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The method's objective on a batch (views stacked along dim 0, labels repeated)."""
+        """The method's objective on a batch (views stacked along dim 0, labels repeated): its
+        :attr:`ClassificationMethod.loss`, or in the second stage its ``stage2_loss`` on detached features."""
         f = self.features(x)
-        m, t = self.method, self.temperature
-        if m == "ce":
-            assert self.linear is not None
-            return cross_entropy_loss(f, labels, self.linear.weight)
-        if m in ("supcon+ce", "supcon+ce(n)") and self.stage == 2:
-            if m == "supcon+ce":
-                assert self.linear is not None
-                return cross_entropy_loss(f.detach(), labels, self.linear.weight)
-            assert self.prototypes is not None
-            return cross_entropy_loss(f.detach(), labels, self.prototypes.prototypes, normalize=True, temperature=t)
-        if m in _PROJECTED:
-            assert self.projection is not None
-            loss = supcon_loss(self.projection(f), labels, t)
-            if m == "supcon+tt":
-                assert self.prototypes is not None
-                loss = loss + tightness_loss(f, labels, self.prototypes.prototypes, detach_features=True)
-            return loss
-        assert self.prototypes is not None
-        if m in ("spce", "spce(m)"):
-            loss = spce_loss(f, labels, self.n_classes, temperature=self.spce_temperature)
-            if m == "spce":
-                loss = loss + tightness_loss(f, labels, self.prototypes.prototypes, detach_features=True)
-            return loss
-        return esupcon_loss(f, labels, self.prototypes.prototypes, t)
+        spec = CLS_METHODS[self.method]
+        if self.stage == 2 and spec.stage2_loss is not None:
+            return spec.stage2_loss(self, f.detach(), labels)
+        return spec.loss(self, f, labels)
 
     @torch.no_grad()
     def set_class_means(self, x: torch.Tensor, labels: torch.Tensor) -> None:
@@ -208,11 +285,7 @@ def fit_classifier(
     max_shift: int = 1,
     seed: int = 0,
     device: DeviceLike = None,
-    progress: bool = False,
-    checkpoint: str | Path | None = None,
-    resume: bool = True,
-    amp: bool = False,
-    grad_clip: float | None = None,
+    engine: EngineConfig | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``model`` with its method's objective on two augmented views of every image (on the
     training engine, :mod:`rank_lab.engine.loop`).
@@ -227,9 +300,9 @@ def fit_classifier(
         noise_std, max_shift: the view augmentation (:func:`two_views`).
         seed: shuffling and augmentation seed.
         device: compute device.
-        progress: tqdm bar over epochs.
-        checkpoint, resume, amp, grad_clip: the engine's options (a checkpoint file written after
-            every epoch and resumed from; mixed precision on CUDA; gradient clipping).
+        engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`: a checkpoint
+            file written every ``checkpoint_every`` epochs and resumed from; progress; mixed
+            precision on CUDA; gradient clipping); its length is ``epochs + stage2_epochs``.
 
     Returns:
         One record per epoch: ``{"epoch", "stage", "loss"}``.
@@ -254,6 +327,7 @@ def fit_classifier(
     noise_std, max_shift = check_float(noise_std, "noise_std", low=0.0), check_nonneg_int(max_shift, "max_shift")
     n1 = check_positive_int(epochs, "epochs")
     n2 = check_positive_int(stage2_epochs, "stage2_epochs") if model.two_stage else 0
+    options = loop_options(engine, epochs=n1 + n2, desc=model.method)
     dev = get_device(device)
     model.to(dev)
     seed_everything(seed)
@@ -263,11 +337,9 @@ def fit_classifier(
         frozen = {id(p) for mod in (model.encoder, model.projection) if mod is not None for p in mod.parameters()}
         optimizers["stage2"] = build_optimizer([p for p in model.parameters() if p.requires_grad and id(p) not in frozen],
                                                lr=lr, weight_decay=weight_decay)
-    engine = Engine({"model": model}, optimizers, EngineConfig(
-        epochs=n1 + n2, checkpoint=checkpoint, resume=resume, progress=progress, amp=amp, grad_clip=grad_clip,
-        desc=model.method), device=dev, generators={"batches": g},
+    run = Engine({"model": model}, optimizers, options, device=dev, generators={"batches": g},
         run_key={"method": model.method, "stage1_epochs": n1, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
-                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])})
+                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])}, trained_on=(x, y))
 
     def start(e: int) -> None:
         if e >= n1 and model.stage != 2:
@@ -287,11 +359,11 @@ def fit_classifier(
 
     def end(e: int, results: list[StepResult]) -> None:
         losses = [r.loss for r in results]
-        engine.history.append({"epoch": len(engine.history) + 1, "stage": 2 if e >= n1 else 1,
-                               "loss": sum(losses) / max(len(losses), 1)})
+        run.history.append({"epoch": len(run.history) + 1, "stage": 2 if e >= n1 else 1,
+                            "loss": sum(losses) / max(len(losses), 1)})
 
-    engine.run(step, batches, on_epoch_start=start, on_epoch_end=end)
-    if model.method == "spce(m)":
+    run.run(step, batches, on_epoch_start=start, on_epoch_end=end)
+    if CLS_METHODS[model.method].class_means:
         model.eval()
         model.set_class_means(x.to(dev), y.to(dev))
-    return engine.history
+    return run.history

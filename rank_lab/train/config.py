@@ -24,13 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rank_lab._validation import check_positive_int
+from rank_lab.engine.options import EngineConfig
+from rank_lab.engine.schedule import Schedule
 from rank_lab.models.heads import ModelConfig
 from rank_lab.train.recipes import RECIPES
 
 __all__ = ["TrainConfig"]
 
 _OPTIMIZERS = ("adam", "adamw", "sgd")
-_SCHEDULERS = ("cosine", "constant")
+_SCHEDULERS = ("cosine", "constant", "step")
 _AMP_DTYPES = ("float16", "bfloat16")
 _DIST_LOSS = ("full", "local")
 _SAMPLERS = ("m_per_class", "hierarchical")
@@ -55,8 +58,10 @@ class TrainConfig:
     * Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
       head; ``None`` = ``lr``), ``loss_lr`` (learnable loss parameters such as proxies;
       ``None`` = head lr), ``weight_decay``, ``momentum``/``nesterov`` (sgd).
-    * Schedule: ``scheduler`` (cosine / constant, per step), ``warmup_epochs`` (linear LR warm-up),
-      ``min_lr`` (cosine floor of the backbone group; other groups scale with their base lr),
+    * Schedule: ``scheduler`` (cosine / constant, per step; or step: the rate times ``gamma`` at
+      each of the ``milestones`` epochs, torch's ``MultiStepLR``, the RS@k recipes), ``warmup_epochs``
+      (linear LR warm-up), ``min_lr`` (cosine floor of the backbone group; other groups scale with
+      their base lr),
       ``freeze_backbone_epochs`` (thesis §4.4.1: "warm up for 5 epochs, the pre-trained
       weights are not optimized"), ``grad_clip`` (max global norm), ``amp`` (mixed
       precision, CUDA only), ``amp_dtype``.
@@ -106,6 +111,8 @@ class TrainConfig:
     momentum: float = 0.9
     nesterov: bool = False
     scheduler: str = "cosine"
+    milestones: tuple[int, ...] = ()
+    gamma: float = 0.1
     warmup_epochs: int = 0
     min_lr: float = 0.0
     freeze_backbone_epochs: int = 0
@@ -171,6 +178,14 @@ class TrainConfig:
         _float(self, "min_lr")
         _float(self, "grad_clip", positive=True, optional=True)
         _float(self, "memory_weight")
+        _float(self, "gamma", positive=True)
+        if isinstance(self.milestones, int):
+            self.milestones = (self.milestones,)
+        if not isinstance(self.milestones, (tuple, list)):
+            raise TypeError(f"milestones must be a sequence of epochs, got {self.milestones!r}")
+        self.milestones = tuple(self.milestones)
+        if any(isinstance(m, bool) or not isinstance(m, int) or m < 0 for m in self.milestones):
+            raise ValueError(f"milestones must be ints >= 0 (epochs), got {self.milestones!r}")
         _choice(self, "optimizer", _OPTIMIZERS)
         _choice(self, "scheduler", _SCHEDULERS)
         _choice(self, "amp_dtype", _AMP_DTYPES)
@@ -266,6 +281,7 @@ class TrainConfig:
         out["model"] = self.model.to_dict()
         out["eval_ks"] = list(self.eval_ks)
         out["eval_metrics"] = list(self.eval_metrics)
+        out["milestones"] = list(self.milestones)
         return out
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -279,6 +295,38 @@ class TrainConfig:
         """A validated copy with some keys changed (flat model keys allowed)."""
         return _replace(self, changes)
 
+    def engine_options(self, checkpoint: str | Path | None = None) -> EngineConfig:
+        """The training engine's options of this run, the one place they are read from the config.
+
+        ``epochs``, ``resume``, ``progress``, ``amp``, ``amp_dtype`` and ``grad_clip`` are the
+        fields of :class:`~rank_lab.engine.options.EngineConfig`, kept flat here so that a
+        notebook's parameters cell fills them; the :class:`~rank_lab.train.trainer.Trainer` writes its
+        checkpoints itself (every ``checkpoint_every`` epochs, with its log), so the engine gets
+        ``checkpoint_every=None``.
+
+        Args:
+            checkpoint: the checkpoint file (the trainer's ``checkpoint_dir/last.pt``) or ``None``.
+        """
+        return EngineConfig(epochs=self.epochs, checkpoint=checkpoint, checkpoint_every=None,
+                            resume=self.resume, progress=self.progress, amp=self.amp,
+                            amp_dtype=self.amp_dtype, grad_clip=self.grad_clip)
+
+    def schedule(self, steps_per_epoch: int) -> Schedule:
+        """The learning-rate schedule of this run, the one place it is read from the config.
+
+        ``scheduler`` over ``epochs * steps_per_epoch`` optimiser steps after ``warmup_epochs`` of
+        warm-up; ``min_lr`` is the floor of the backbone group (``ref_lr = lr``, other groups keep
+        their ratio); ``"step"`` multiplies the rate by ``gamma`` at each of the ``milestones``
+        epochs (an epoch is ``steps_per_epoch`` steps).
+
+        Args:
+            steps_per_epoch: optimiser steps per epoch (a positive int).
+        """
+        steps_per_epoch = check_positive_int(steps_per_epoch, "steps_per_epoch")
+        return Schedule(self.scheduler, self.epochs * steps_per_epoch, self.warmup_epochs * steps_per_epoch,
+                        self.min_lr, ref_lr=self.lr, step_unit=steps_per_epoch, milestones=self.milestones,
+                        gamma=self.gamma)
+
     # ------------------------------------------------------------------ recipes
     @classmethod
     def recipe(cls, name: str, **overrides: Any) -> TrainConfig:
@@ -290,8 +338,10 @@ class TrainConfig:
         loss combination (:mod:`rank_lab.losses.presets`). ``recipe_name`` records the recipe.
 
         Raises:
+            TypeError: ``name`` is not a str.
             ValueError: an unknown recipe name (with close matches) or a bad override.
         """
+        RECIPES.key(name, "name")
         if name not in RECIPES:
             raise ValueError(_unknown(name, set(RECIPES), what="recipe"))
         d = {k: v for k, v in copy.deepcopy(RECIPES[name]).items() if not k.startswith("_")}

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from rank_lab._validation import (
     check_finite,
     check_labels,
+    check_magnitude,
     check_positive_int,
     trusted_inputs,
 )
@@ -29,12 +30,16 @@ def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
 
     Tensor inputs are checked here, once (a dataset's items are read lazily: the trainer's
     numerical guard names the batch of a bad one): ``x`` and ``y`` with the same number of rows,
-    floating ``x`` finite, ``y`` (or ``.labels``) integer ``(N,)`` or ``(N, L)`` and non-empty.
+    ``x`` floating (every model of the package takes floating inputs: integer pixels or complex
+    values would fail at the first step), finite, with values whose squares stay finite
+    (:func:`~rank_lab._validation.check_magnitude`: batch statistics overflow beyond), ``y`` (or
+    ``.labels``) integer ``(N,)`` or ``(N, L)`` and non-empty.
 
     Raises:
-        TypeError: another type of input, float labels (``1.5`` is no class), a Dataset without ``.labels``.
-        ValueError: mismatched rows, NaN or inf in ``x``, empty or wrongly shaped labels (every
-            message names ``name``).
+        TypeError: another type of input, non-floating ``x`` (integers, complex), float labels
+            (``1.5`` is no class), a Dataset without ``.labels``.
+        ValueError: mismatched rows, a ``meta`` ``x``, NaN or inf in ``x`` or values whose squares
+            overflow, empty or wrongly shaped labels (every message names ``name``).
     """
     if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
         x, y = data
@@ -59,8 +64,10 @@ def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
 
 def _check_xy(x: torch.Tensor, y: torch.Tensor, name: str) -> None:
     check_labels(y, x.shape[0], f"{name} labels")
-    if x.is_floating_point():
-        check_finite(x, f"{name} (x)")
+    check_finite(x, f"{name} (x)")  # complex and meta refused there too
+    if not x.is_floating_point():
+        raise TypeError(f"{name} (x) must be a floating tensor, got dtype {x.dtype} (convert it, e.g. x.float() / 255 for pixels)")
+    check_magnitude(x, f"{name} (x)")
 
 
 def relabel(labels: torch.Tensor) -> torch.Tensor:

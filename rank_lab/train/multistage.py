@@ -44,7 +44,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -54,7 +54,7 @@ from rank_lab._validation import check_finite_input, check_float, check_module, 
 from rank_lab.data.samplers import MPerClassSampler
 from rank_lab.engine.loop import Engine, one_batch
 from rank_lab.engine.optim import build_optimizer
-from rank_lab.engine.options import Batch, EngineConfig
+from rank_lab.engine.options import Batch, EngineConfig, loop_options
 from rank_lab.train.data import SamplerStream
 from rank_lab.utils import DeviceLike, get_device
 
@@ -286,7 +286,11 @@ def multistage_step(
     restore_rng: bool = True,
     progress: bool = False,
 ) -> float:
-    """One optimisation step with multistage back-propagation: zero_grad, backward, step.
+    """One optimisation step with multistage back-propagation, on the training engine.
+
+    The step of :func:`fit_multistage` for a caller that drives its own loop: one
+    :meth:`~rank_lab.engine.loop.Engine.train_step` (zero_grad, the chunked backward, the NaN guard
+    on the loss and the gradients, the optimiser step) with the engine's default options.
 
     Args:
         model, inputs, labels, loss_fn, chunk_size, device, restore_rng, progress: as in
@@ -295,13 +299,49 @@ def multistage_step(
 
     Returns:
         The loss value (float).
+
+    Raises:
+        NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
-    optimizer.zero_grad(set_to_none=True)
-    out = multistage_backward(
-        model, inputs, labels, loss_fn, chunk_size=chunk_size, device=device, restore_rng=restore_rng, progress=progress
-    )
-    optimizer.step()
-    return float(out.loss)
+    check_module(model, "model")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    labels = _check_inputs(inputs, labels)  # checked once here; the engine's guard checks the loss
+    run = Engine(model, optimizer, EngineConfig(desc="multistage"),
+                 device=_model_device(model) if device is None else device, autocast=False)
+    step = _engine_step(run, model, loss_fn, chunk_size=chunk_size, device=device,
+                        restore_rng=restore_rng, progress=progress, trusted=True)
+    return run.train_step(step, Batch((inputs, labels))).loss
+
+
+def _engine_step(
+    run: Engine,
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    **kwargs: Any,
+) -> Callable[[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """The engine's step function of multistage back-propagation, ``step((inputs, labels)) -> loss``.
+
+    The loss is checked by the engine's guard before its scaled gradient is pushed back through
+    the chunks (:func:`multistage_backward` with ``kwargs``), which then tell the engine that the
+    step back-propagated itself.
+    """
+
+    def step(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch
+        seen: list[torch.Tensor] = []
+
+        def guarded(emb: torch.Tensor, y_: torch.Tensor) -> torch.Tensor:
+            seen.append(loss_fn(emb, y_))
+            run.check_loss(seen[-1])
+            return run.scaler.scale(seen[-1])
+
+        with run.autocast():
+            multistage_backward(model, x, y, guarded, **kwargs)
+        run.mark_backward_done()
+        return seen[-1].detach()
+
+    return step
 
 
 def fit_multistage(
@@ -318,12 +358,7 @@ def fit_multistage(
     lr: float = 1e-3,
     device: DeviceLike = None,
     seed: int = 0,
-    progress: bool = True,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 100,
-    resume: bool = True,
-    amp: bool = False,
-    grad_clip: float | None = None,
+    engine: EngineConfig | None = None,
 ) -> list[float]:
     """Train with very large m-per-class batches by multistage back-propagation (Algorithm 3 with
     the large-batch implementation of Section 5.3.2 of the Patel thesis), on the training engine.
@@ -341,9 +376,8 @@ def fit_multistage(
         optimizer: default Adam over the model's and the loss' parameters with ``lr``.
         device: compute device (default: the model's).
         seed: sampler seed.
-        progress: tqdm bar.
-        checkpoint, checkpoint_every, resume, amp, grad_clip: the engine's options
-            (:class:`rank_lab.engine.options.EngineConfig`; ``checkpoint_every`` in steps).
+        engine: the run's options (:class:`rank_lab.engine.options.EngineConfig`: checkpoint file,
+            ``checkpoint_every`` in steps, resume, progress, mixed precision, gradient clipping).
 
     Returns:
         The loss of every step (including those of a resumed run).
@@ -354,10 +388,13 @@ def fit_multistage(
             :class:`~rank_lab.data.MPerClassSampler` and :func:`multistage_backward`.
         NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
-    steps = check_positive_int(steps, "steps")
+    options = loop_options(engine, epochs=steps, desc=f"multistage B={batch_size}", unit="step",
+                           length="steps")
+    steps = options.epochs
     batch_size, m_per_class = check_positive_int(batch_size, "batch_size"), check_positive_int(m_per_class, "m_per_class")
     check_module(model, "model")
     labels = _check_inputs(inputs, labels)
+    inputs = inputs.detach()  # training data: a requires-grad tensor would chain every step's graph
     lr = check_float(lr, "lr", low=0.0, low_open=True)
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     if optimizer is None:
@@ -368,28 +405,16 @@ def fit_multistage(
     sampler = MPerClassSampler(labels, m=m_per_class, batch_size=batch_size, length=steps * batch_size, seed=seed)
     stream = SamplerStream(sampler)
     modules = {"model": model, **({"loss": loss_fn} if isinstance(loss_fn, nn.Module) else {})}
-    engine = Engine(modules, optimizer, EngineConfig(
-        epochs=steps, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, progress=progress,
-        amp=amp, grad_clip=grad_clip, desc=f"multistage B={batch_size}", unit="step"),
+    run = Engine(modules, optimizer, options,
         device=_model_device(model) if device is None else device, autocast=False,
         run_key={"batch_size": batch_size, "m_per_class": m_per_class, "chunk_size": chunk_size, "seed": seed,
-                 "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr})
-
-    def step(idx: torch.Tensor) -> torch.Tensor:
-        seen: list[torch.Tensor] = []
-
-        def guarded(emb: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            seen.append(loss_fn(emb, y))
-            engine.check_loss(seen[-1])
-            return engine.scaler.scale(seen[-1])
-
-        with engine.autocast():
-            # inputs were checked once above; the engine's guard checks each step's loss
-            multistage_backward(model, inputs[idx], labels[idx], guarded, chunk_size=chunk_size, device=device, trusted=True)
-        engine.mark_backward_done()
-        return seen[-1].detach()
+                 "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr},
+                 trained_on=(inputs, labels))
+    # inputs were checked once above; the engine's guard checks each step's loss
+    step = _engine_step(run, model, loss_fn, chunk_size=chunk_size, device=device, trusted=True)
 
     model.train()
-    engine.run(step, lambda s: one_batch(Batch(torch.as_tensor(stream(s)), indices=stream.last)),
-               steps_per_epoch=1, on_epoch_end=lambda s, res: engine.history.append(res[0].loss))
-    return engine.history
+    run.run(lambda idx: step((inputs[idx], labels[idx])),
+            lambda s: one_batch(Batch(torch.as_tensor(stream(s)), indices=stream.last)),
+            steps_per_epoch=1, on_epoch_end=lambda s, res: run.history.append(res[0].loss))
+    return run.history

@@ -1,7 +1,8 @@
 """The retrieval trainer: the engine (:mod:`rank_lab.engine.loop`) configured for metric learning.
 
 m-per-class batches, a rank loss (with an optional cross-batch memory), Adam/AdamW/SGD with a
-separate head learning rate, a per-step cosine schedule with warm-up, evaluation with
+separate head learning rate, a per-step cosine, constant or step schedule with warm-up
+(:meth:`~rank_lab.train.config.TrainConfig.schedule`), evaluation with
 :func:`rank_lab.metrics.retrieval_metrics` and a JSON log of every epoch; mixed precision, gradient
 clipping, the NaN guard, checkpoint/resume and progress are the engine's. A resumed run equals the
 straight run bit for bit on the CPU, and on CUDA with ``deterministic=True`` only (the engine's
@@ -32,8 +33,7 @@ from rank_lab.data import HierarchicalSampler, MPerClassSampler
 from rank_lab.engine.checkpoint import atomic_write_json
 from rank_lab.engine.loop import Engine
 from rank_lab.engine.optim import build_optimizer, param_groups
-from rank_lab.engine.options import Batch, EngineConfig, StepResult
-from rank_lab.engine.schedule import Schedule
+from rank_lab.engine.options import Batch, StepResult
 from rank_lab.losses.registry import build_loss, loss_info
 from rank_lab.memory import CrossBatchMemory, MemoryLoss
 from rank_lab.models import build_model
@@ -55,6 +55,7 @@ _RESUME_FREE = {
     "epochs", "progress", "resume", "checkpoint_dir", "log_path", "eval_every", "device",
     "num_workers", "eval_batch_size", "checkpoint_every", "eval_at_start", "data_dir",
     "multistage_chunk_size", "dist_loss",
+    "milestones", "gamma",  # they shape only the "step" schedule, whose record (schedule()) holds them
 }
 
 
@@ -126,15 +127,13 @@ class Trainer(RetrievalEvaluation):
         ckdir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
         self.checkpoint_path = ckdir / "last.pt" if ckdir else None
         self.log_path = Path(cfg.log_path) if cfg.log_path else (ckdir / "log.json" if ckdir else None)
-        total = cfg.epochs * self.steps_per_epoch
         self.engine = Engine(
             {"model": self.model, **({"loss": self.loss_fn} if isinstance(self.loss_fn, nn.Module) else {})},
             {"optimizer": self.optimizer},
-            EngineConfig(epochs=cfg.epochs, checkpoint=self.checkpoint_path, checkpoint_every=None, resume=cfg.resume,
-                         progress=cfg.progress, amp=cfg.amp, amp_dtype=cfg.amp_dtype, grad_clip=cfg.grad_clip),
+            cfg.engine_options(self.checkpoint_path),
             device=self.device, autocast=False, run_key=self.config.to_dict, free_keys=_RESUME_FREE, record=self.schedule,
-            schedule=Schedule(cfg.scheduler, total, cfg.warmup_epochs * self.steps_per_epoch, cfg.min_lr, ref_lr=cfg.lr),
-            new_run_hint="set resume=False or use another checkpoint_dir")
+            schedule=cfg.schedule(self.steps_per_epoch),
+            new_run_hint="set resume=False or use another checkpoint_dir", trained_on=(self.train_set, self.train_labels, test_data))
         self.amp, self.amp_dtype, self.scaler = self.engine.amp, self.engine.amp_dtype, self.engine.scaler
 
     # ------------------------------------------------------------------ construction
@@ -338,7 +337,7 @@ class Trainer(RetrievalEvaluation):
         Recorded in every checkpoint and compared on resume (:meth:`load_state_dict`).
         """
         cfg = self.config
-        return {
+        record = {
             "epochs": cfg.epochs, "steps_per_epoch": self.steps_per_epoch,
             "total_steps": cfg.epochs * self.steps_per_epoch,
             "warmup_steps": cfg.warmup_epochs * self.steps_per_epoch, "scheduler": cfg.scheduler,
@@ -346,6 +345,9 @@ class Trainer(RetrievalEvaluation):
             "batch_size": cfg.batch_size, "freeze_backbone_epochs": cfg.freeze_backbone_epochs,
             "memory_activate_epoch": cfg.memory_activate_epoch,
         }
+        if cfg.scheduler == "step":
+            record.update(milestones=list(cfg.milestones), gamma=cfg.gamma)
+        return record
 
     def state_dict(self) -> dict[str, Any]:
         """The engine's state (model, optimiser, scaler, loss with proxies and memory, RNG, history, config, :meth:`schedule`)."""
@@ -357,7 +359,7 @@ class Trainer(RetrievalEvaluation):
         **Resume rule** (``check_config=True``, ``docs/decisions.md``, :func:`~rank_lab.engine.guard.check_resume`):
         resuming continues the checkpoint's run only when the result equals a straight run of this
         config: the same config (except keys such as ``epochs``, ``device``, ``progress``) and the same
-        :meth:`schedule`, or more ``epochs`` under the ``"constant"`` scheduler. Otherwise a
+        :meth:`schedule`, or more ``epochs`` under the ``"constant"`` or ``"step"`` scheduler. Otherwise a
         ``ValueError`` says how to start a new run.
         """
         self.engine.load_state_dict(state, check_config, source=source)

@@ -31,6 +31,7 @@ from rank_lab.book import (
     results,
     runner,
     twins,
+    wall_times,
 )
 from rank_lab.stats import paired_difference
 
@@ -163,6 +164,8 @@ ENTRIES = [
     fn(notebooks.front_matter, lambda: dict(md=_tiny()), {"md": "path"},
        extra={"list": ("md", lambda: _write("---\n- a\n---\n"), ("front matter",)),
               "open": ("md", lambda: _write("---\na: 1\n"), ("front matter",))}),
+    fn(notebooks.read_yaml, dict(text="a: [1, 1e-3, yes]"),
+       extra={"int": ("text", lambda: 3, ("text",)), "bad": ("text", lambda: "a: [", ("text", "YAML"))}),
     fn(notebooks.suggest, dict(name="datset", known=["dataset", "seed"]),
        extra={"int": ("name", lambda: 3, ("name",)), "str": ("known", lambda: "dataset", ("known",))}),
     cls(notebooks.NotebookNotFoundError),
@@ -174,8 +177,11 @@ ENTRIES = [
         extra={"str": ("check.value", lambda: "3", ("seed",)), "below": ("check.value", lambda: -1, ("seed",)),
                "nan": ("check.value", lambda: math.nan, ("seed",))}),
     cls(parameters.ParameterSchema, lambda: dict(notebook="nb", parameters=_schema().parameters),
-        calls=[("check", dict(values={"seed": 1, "dataset": "b"}), None)],
-        extra={"unknown": ("check.values", lambda: {"sede": 1}, ("sede",)),
+        calls=[("check", dict(values={"seed": 1, "dataset": "b"}), None),
+               ("parse_cli", dict(pairs=[("seed", "1"), ("dataset", "b")]), None),
+               ("resolve_paths", dict(values={"seed": 1}, base="/tmp"), None)],
+        extra={"twice": ("parse_cli.pairs", lambda: [("seed", "1"), ("seed", "2")], ("seed", "twice")),
+               "unknown": ("check.values", lambda: {"sede": 1}, ("sede",)),
                "choice": ("check.values", lambda: {"dataset": "c"}, ("dataset",)),
                "list": ("check.values", lambda: [("seed", 1)], ("parameters",))}),
     fn(cells.parse_parameters_cell, dict(source="a = 1  # one\nb = [1, 2]\n"),
@@ -220,13 +226,28 @@ ENTRIES = [
     # runner
     cls(runner.NotebookRunError, lambda: dict(notebook="nb", ename="ValueError", evalue="x", cell=1, traceback=[],
                                               results_path=Path("results.json"))),
-    fn(runner.run_notebook, lambda: dict(name=_tiny(), parameters={"seed": 1}, output_dir=_out(), timeout=120),
+    fn(runner.run_notebook, lambda: dict(name=_tiny(), parameters={"seed": 1}, output_dir=_out(), timeout=120, fresh=False),
        {"timeout": "posint"},
        extra={"unknown": ("parameters", lambda: {"sede": 1}, ("sede",)),
               "type": ("parameters", lambda: {"seed": "1"}, ("seed",)),
               "choice": ("parameters", lambda: {"dataset": "c"}, ("dataset",)),
               "name": ("name", lambda: "no_such_notebook_anywhere", ("notebook",)),
-              "out": ("output_dir", lambda: 3, ("output_dir",))}),
+              "out": ("output_dir", lambda: 3, ("output_dir",)),
+              "out_file": ("output_dir", lambda: _write("a file"), ("out",)),
+              "device": ("parameters", lambda: {"device": "cuda:99"}, ("device",)),
+              "fresh": ("fresh", lambda: "yes", ("fresh",))}),
+    cls(runner.NotebookInterrupted, lambda: dict(notebook="nb", ename="KeyboardInterrupt", evalue="interrupted",
+                                                 cell=None, traceback=[], results_path=Path("results.json"))),
+    cls(runner.OutputFolderError),
+    fn(runner.check_device, dict(device="cpu", notebook="nb"),
+       extra={"index": ("device", lambda: "cuda:99", ("device",)), "name": ("device", lambda: "gpu", ("device",)),
+              "int": ("device", lambda: 3.5, ("device",))}),
+    # the contract's wall times
+    fn(wall_times.recorded_wall_times, lambda: dict(root=str(_book())), {"root": "path"}),
+    fn(wall_times.wall_times_block, lambda: dict(root=str(_book())), {"root": "path"}),
+    fn(wall_times.contract_path, lambda: dict(root=str(_book()))),
+    fn(wall_times.update_contract, lambda: dict(root=_contract_book(), write=True), {"root": "path"},
+       extra={"markers": ("root", lambda: _contract_book(""), ("markers",))}),
     # twins, api page, command line
     fn(twins.make_twin, lambda: dict(md_path=Path(_tiny()), out_path=Path(_out()) / "t.ipynb", repo="https://x/r.git",
                                      ref="0123abc"), {"md_path": "path"},
@@ -332,6 +353,15 @@ ENTRIES = [
     fn(cli.main, dict(argv=["list"]), extra={"unknown": ("argv", lambda: ["params", "no_such_notebook"], ())},
        legal={"argv:unknown": "a usage error prints one message and returns exit code 2 (docs/book_contract.md)"}),
 ]
+
+
+def _contract_book(block: str | None = None) -> str:
+    """A checkout holding the tiny book and a docs/book_contract.md with the wall-time markers (or ``block``)."""
+    book = _book()
+    (book.parent / "docs").mkdir()
+    text = f"{wall_times.BEGIN}\nold\n{wall_times.END}\n" if block is None else block
+    (book.parent / "docs" / "book_contract.md").write_text(text)
+    return str(book)
 
 
 def _project(url: str = "https://github.com/o/r", *, git: bool = False) -> str:

@@ -11,6 +11,21 @@ from . import entries_datasets, entries_fixtures
 from .factories import emb, hier_labels, images, labels
 from .framework import cls, fn
 
+
+def _embedding_file(raw: bytes | None = None) -> str:
+    """A saved ``.npy`` embedding file with its ``_labels.npy`` (or ``raw`` bytes in its place)."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+
+    folder = Path(tempfile.mkdtemp(prefix="rank_lab_matrix_emb_"))
+    np.save(folder / "e.npy", np.ones((4, 3), np.float32))
+    np.save(folder / "e_labels.npy", np.arange(4) % 2)
+    if raw is not None:
+        (folder / "e.npy").write_bytes(raw)
+    return str(folder / "e.npy")
+
 NET = {"n_classes": "posint", "per_class": "posint", "dim": "posint", "input_dim": "posint", "noise": "nonneg",
        "train_fraction": "prob", "activation": "choice"}
 
@@ -41,6 +56,10 @@ ENTRIES = [
         {"labels": "labels", "batch_size": "posint", "samples_per_class": "posint", "super_classes_per_batch": "posint"},
         calls=[("__iter__", None, None)]),
     fn(D.DatasetFolderError, {"args": None} and (lambda: {})),
+    cls(D.EmbeddingFileError),
+    fn(D.load_embedding_file, lambda: {"path": _embedding_file()}, {"path": "path"},
+       extra={"garbage": ("path", lambda: _embedding_file(b"garbage" * 20), ("npy",)),
+              "int": ("path", lambda: 3, ("path",))}),
     cls(D.ImageListDataset, lambda: dict(paths=["a.png", "b.png"], labels=[0, 1]), {"labels": "labels"}, rows=(("paths", "labels"),)),
     fn(D.require_path, lambda: dict(root="/", relative="tmp", dataset="x"), {"root": "path"}),
 ]

@@ -13,6 +13,7 @@ import rank_lab.learned.proxy_training as LP
 import rank_lab.learned.recognizer as LR
 import rank_lab.learned.render as LW
 import rank_lab.learned.surrogate_model as LS_
+from rank_lab.engine import EngineConfig
 
 from .factories import emb, gen
 from .framework import cls, fn
@@ -60,7 +61,7 @@ def proxy():
     model = torch.nn.Linear(3, 1)
     x = emb(6, 3)
     return {"model": model, "n_items": 6, "batch_loss": lambda idx, dev: model(x[idx]).pow(2).mean(), "steps": 2,
-            "batch_size": 3, "lr": 1e-2, "device": "cpu", "grad_clip": 1.0, "checkpoint_every": 1}
+            "batch_size": 3, "lr": 1e-2, "device": "cpu", "engine": EngineConfig(grad_clip=1.0)}
 
 
 def ctc_args():
@@ -123,9 +124,10 @@ ENTRIES = [
     fn(LP.lr_schedule, lambda: {"opt": torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1), "steps": 4,
                                 "schedule": "cosine"}, {"steps": "posint", "schedule": "choice"},
        extra={"not_optimizer": ("opt", lambda: 3, ("opt",))}),
-    fn(LP.fit_proxy, proxy, {"n_items": "posint", "steps": "posint", "batch_size": "posint", "lr": "pos", "schedule": "choice",
-                             "grad_clip": "pos", "checkpoint_every": "posint"},
-       extra={"not_callable": ("batch_loss", lambda: 3, ("batch_loss",))}),
+    fn(LP.fit_proxy, proxy, {"n_items": "posint", "steps": "posint", "batch_size": "posint", "lr": "pos", "schedule": "choice"},
+       extra={"not_callable": ("batch_loss", lambda: 3, ("batch_loss",)),
+              "not_engine": ("engine", lambda: {"grad_clip": 1.0}, ("engine",)),
+              "engine_epochs": ("engine", lambda: EngineConfig(epochs=7), ("engine",))}),
     fn(LR.recognize, lambda: {k: v for k, v in word_data().items() if k != "words"} | {"batch_size": 4},
        {"images": "x", "batch_size": "posint"}),
     fn(LR.evaluate_recognizer, word_data, {"images": "x"}, rows=(("images", "words"),),

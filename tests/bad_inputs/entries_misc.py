@@ -13,6 +13,7 @@ import rank_lab.book.publish as P
 import rank_lab.cost as C
 import rank_lab.losses as L
 import rank_lab.memory as MEM
+import rank_lab.registry as RG
 import rank_lab.stats as S
 import rank_lab.utils as U
 
@@ -100,6 +101,18 @@ ENTRIES += [
                                     "repo_not_str": ("repo", lambda: 3, ("repo",))}),
     fn(P.publish, lambda: {"root": _repo(), "html_dir": _html(), "remote": _remote()}, {"root": "path", "html_dir": "path"}),
     fn(P.main, lambda: {"argv": ["check", "--root", str(_repo())]}),
+]
+
+# ----------------------------------------------------------------------------- rank_lab.registry
+ENTRIES += [
+    cls(RG.Registry, {"kind": "thing"}, extra={"kind_number": ("kind", lambda: 5, ("kind",)),
+                                               "kind_empty": ("kind", lambda: "", ("kind",))},
+        calls=[("register", {"name": "a", "obj": 1, "note": "one"}, {"name": "choice"}),
+               ("entry", {"name": "a"}, {"name": "choice"}),
+               ("list", {"filter": "*"}, None),
+               ("unregister", {"name": "a"}, {"name": "choice"})]),
+    fn(RG.Entry, {"name": "a", "obj": 1}),
+    fn(RG.UnknownNameError, {"args": None} and (lambda: {})),
 ]
 
 # ----------------------------------------------------------------------------- rank_lab.stats

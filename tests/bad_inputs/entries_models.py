@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 import rank_lab.models as MO
+import rank_lab.models.backbones as BB
 import rank_lab.models.heads as HD
+import rank_lab.models.pooling as PL
 import rank_lab.models.recall_head as RH
 import rank_lab.models.weights as W
 
@@ -45,6 +47,8 @@ ENTRIES = [
     pool(MO.RMAC, {"levels": 2}, {"levels": "posint", "overlap": "prob", "eps": "pos"}),
     fn(MO.rmac_regions, {"height": 8, "width": 8}, {"height": "posint", "width": "posint", "levels": "posint", "overlap": "prob"}),
     fn(MO.build_pooling, {"name": "gem"}, {"name": "choice"}),
+    fn(PL.list_poolings, {"filter": "*a*"}, extra={"number": ("filter", lambda: 5, ("filter",))}),
+    fn(BB.list_backbones, {"filter": "*"}, extra={"number": ("filter", lambda: 5, ("filter",))}),
     cls(MO.MLPBackbone, {"input_dim": 6, "hidden_dims": (8,)}, {"input_dim": "posint"},
         calls=[("__call__", lambda: {"x": emb(3, 6)}, {"x": "x"})], legal=NET_LEGAL),
     cls(MO.TinyCNN, {"in_channels": 1, "width": 4}, {"in_channels": "posint", "width": "posint"},
@@ -69,9 +73,8 @@ ENTRIES = [
         legal=NET_LEGAL, extra={"not_module": ("backbone", _not_module, ("backbone",))}),
     # rank_lab.models.weights
     fn(W.WeightsUnavailableError),
+    cls(W.WeightsFileError),
     fn(W.parse_weights, {"weights": "none"}, {"weights": "path"}, extra={"not_str": ("weights", lambda: 3, ("weights",))}),
-    fn(W.merge_legacy_weights, {"weights": "none", "weights_path": None}, {"weights": "path", "weights_path": "path"},
-       extra={"both": ("weights_path", _weights_file, ("weights_path",))}),
     fn(W.timm_pretrained_name, {"name": "resnet18"}, {"name": "choice"}),
     fn(W.file_sha256, lambda: {"path": _weights_file()}, {"path": "path"}),
     fn(W.file_record, lambda: {"path": _weights_file()}, {"path": "path"}),

@@ -96,7 +96,7 @@ ENTRIES = [
     cls(O.ResidualMLP, {"in_dim": 4, "hidden_dim": 8, "n_layers": 2}, {"in_dim": "posint", "hidden_dim": "posint", "n_layers": "posint"},
         calls=[("__call__", lambda: {"z": emb(5)}, {"z": "x"})]),
     cls(O.HybridEnergy, lambda: {"prior": O.ClassGaussianEnergy(), "dim": 4, **HEAT_SMALL}, {"dim": "posint"},
-        calls=[("fit", lambda: {"z": emb(16), "labels": labels(16, 2), "progress": False, "device": "cpu"}, {"z": "x", "labels": "labels"}),
+        calls=[("fit", lambda: {"z": emb(16), "labels": labels(16, 2), "device": "cpu"}, {"z": "x", "labels": "labels"}),
                ("energy", lambda: {"z": emb(5, seed=3)}, {"z": "x"})],
         rows=(("fit.z", "fit.labels"),), legal={"*z:int": CAST}),
     fn(O.compose_energies, lambda: {"energies": emb(5, 2)}, {"energies": "x", "beta": "real"},

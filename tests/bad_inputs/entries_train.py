@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 import rank_lab.engine as EG
 import rank_lab.engine.checkpoint as CK
+import rank_lab.engine.fingerprint as FP
 import rank_lab.engine.guard as GU
 import rank_lab.engine.loop as EN
 import rank_lab.engine.optim as OP
-import rank_lab.engine.options as O_
+import rank_lab.engine.options as EOPT
+import rank_lab.engine.run_report as RR
 import rank_lab.engine.schedule as SC
-import rank_lab.models.backbones as B_
+import rank_lab.engine.state as ST
+import rank_lab.models.backbones as MBB
 import rank_lab.train as T
 import rank_lab.train.classification as CL
 import rank_lab.train.data as DA
 import rank_lab.train.distributed as TD
 import rank_lab.train.distributed.collectives as DI
-import rank_lab.train.distributed.env as DE_
+import rank_lab.train.distributed.env as DENV
 import rank_lab.train.distributed.launch as LA
 import rank_lab.train.multistage as MS
 import rank_lab.train.recipes as TR
@@ -47,7 +52,13 @@ def _checkpoint_file() -> str:
     import tempfile
 
     path = tempfile.mkdtemp(prefix="rank_lab_matrix_") + "/last.pt"
-    torch.save({"model": {}, "epoch": 0}, path)
+    CK.save_checkpoint({"model": {}, "epoch": 0}, path)
+    return path
+
+
+def _garbage_file() -> str:
+    path = _tmp("bad.pt")
+    Path(path).write_bytes(b"not a checkpoint" * 8)
     return path
 
 
@@ -62,7 +73,6 @@ def _classifier(method: str = "esupcon"):
 
 
 #: a valid RS@k recipe (Patel thesis §5.3.2)
-RECIPE = dict(dataset="sop", arch="resnet50", optimizer="adam", lr=1e-4, epochs=10, milestones=(5,), ks=(1, 2, 4))
 SYNTH = {"n_classes": 4, "per_class": 4, "dim": 4, "input_dim": 6, "hidden_dim": 8}
 RUN_CFG = {**CFG, "dataset": "synthetic", "device": "cpu", "eval_ks": (1,)}
 WHOLE_ROWS = "rows of any trailing shape (or none) are gathered unchanged, an empty set of rows too"
@@ -98,21 +108,24 @@ MS_ROLES = {"inputs": "x", "labels": "labels", "chunk_size": "posint"}
 
 def _engine():
     model = torch.nn.Linear(3, 1)
-    return {"modules": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1), "config": O_.EngineConfig(),
+    return {"modules": model, "optimizers": torch.optim.SGD(model.parameters(), lr=0.1), "config": EOPT.EngineConfig(),
             "device": "cpu"}
 
 
 def _engine_step():
-    return {"step_fn": lambda x: x.sum() * 0.0, "batch": O_.Batch(torch.ones(2, 3, requires_grad=True), indices=[0, 1])}
+    return {"step_fn": lambda x: x.sum() * 0.0, "batch": EOPT.Batch(torch.ones(2, 3, requires_grad=True), indices=[0, 1])}
 
 
 def _fit():
     model = torch.nn.Linear(3, 1)
     x = emb(6, 3)
     return {"model": model, "step_fn": lambda i: model(x[i]).pow(2).mean(), "data": lambda e: [torch.arange(3), torch.arange(3, 6)],
-            "config": O_.EngineConfig(epochs=2), "device": "cpu"}
+            "config": EOPT.EngineConfig(epochs=2), "device": "cpu"}
 
 
+#: the (x, y) tensors of the trainers: their x gets the data variants (issue 26: integer and complex data refused
+#: when the trainer is built, naming the argument)
+DATA_ROLES = {"train_data": "x", "test_data": "x"}
 TRAIN_EXTRA = {
     "nan": ("train_data", _nan_x, ("train_data", "embeddings")),
     "float_labels": ("train_data", lambda: (emb(16, 6), labels(16, 4).double()), ("train_data", "labels")),
@@ -123,18 +136,11 @@ TRAIN_EXTRA = {
 }
 
 ENTRIES = [
-    fn(T.TrainConfig, {}, {"epochs": "posint", "batch_size": "posint", "lr": "pos", "optimizer": "choice", "scheduler": "choice",
-                           "warmup_epochs": "nonnegint", "eval_every": "nonnegint", "grad_clip": "pos"}),
+    fn(T.TrainConfig, {"milestones": (1,)}, {"epochs": "posint", "batch_size": "posint", "lr": "pos", "optimizer": "choice", "scheduler": "choice",
+                           "warmup_epochs": "nonnegint", "eval_every": "nonnegint", "grad_clip": "pos", "gamma": "pos"},
+       extra={"milestone": ("milestones", lambda: (-1,), ("milestones",))}),
     fn(TR.list_recipes),
-    # the RS@k recipes (Patel thesis §5.3.2)
-    fn(TR.RecallRecipe, RECIPE, {"lr": "pos", "epochs": "posint", "gamma": "pos", "weight_decay": "nonneg", "batch_size": "posint",
-                                 "samples_per_class": "posint", "chunk_size": "posint", "embed_dim": "posint", "tau_star": "pos",
-                                 "tau": "pos", "optimizer": "choice", "source": "choice"},
-       extra={"ks_zero": ("ks", lambda: (0, 2), ("ks",)), "milestone": ("milestones", lambda: (-1,), ("milestones",))}),
-    fn(TR.get_recall_recipe, {"name": "sop_resnet50", "lr": 1e-4}, {"name": "choice", "lr": "pos"},
-       extra={"number": ("name", lambda: 5, ("name",))}),
-    fn(TR.list_recall_recipes),
-    cls(T.Trainer, _train, calls=[("fit", None, None)], extra=TRAIN_EXTRA),
+    cls(T.Trainer, _train, DATA_ROLES, calls=[("fit", None, None)], extra=TRAIN_EXTRA),
     cls(TD.LocalBatchLoss, lambda: {"loss": SmoothAP(), "n_slices": 2},
         {"n_slices": "posint"},
         calls=[("forward", lambda: {"embeddings": torch.randn(8, 4), "labels": torch.arange(8) // 2},
@@ -142,7 +148,7 @@ ENTRIES = [
         rows=(("embeddings", "labels"),), legal={"forward.embeddings:int": "integer embeddings are cast to float"},
         extra={"not_module": ("loss", lambda: 3, ("loss",)),
                "indivisible": ("embeddings", lambda: torch.randn(7, 4), ("embeddings",))}),
-    cls(TD.DistributedTrainer, lambda: {**_train(), "config": {**CFG, "device": "cpu"}}, {"eval_index": "choice"},
+    cls(TD.DistributedTrainer, lambda: {**_train(), "config": {**CFG, "device": "cpu"}}, {"eval_index": "choice", **DATA_ROLES},
         calls=[("fit", None, None)], extra={k: v for k, v in TRAIN_EXTRA.items() if k not in ("bad_config", "unknown_key")}),
     cls(TD.DistributedMPerClassSampler, lambda: dict(labels=labels(24, 6), m=2, batch_size=4, num_replicas=1, rank=0),
         {"labels": "labels", "m": "posint", "batch_size": "posint"}, calls=[("__iter__", None, None)]),
@@ -161,13 +167,41 @@ ENTRIES = [
        {"step": "nonnegint", "base_lr": "pos", "total_steps": "posint", "warmup_steps": "nonnegint", "schedule": "choice", "min_lr": "nonneg"}),
     fn(NonFiniteTrainingError, {"message": "the loss is nan", "epoch": 1, "step": 0, "batch_indices": None, "checkpoint": None}),
     # rank_lab.engine.checkpoint
-    fn(CK.atomic_save, lambda: {"obj": {"a": 1}, "path": _tmp("x.pt")}),
+    fn(CK.save_checkpoint, lambda: {"obj": {"a": 1}, "path": _tmp("x.pt")},
+       extra={"folder": ("path", lambda: _tmp(""), ("path",)), "int": ("path", lambda: 3, ("path",)),
+              "unpicklable": ("obj", lambda: {"f": lambda: 1}, ("obj",))}),
+    fn(CK.verify_checkpoint, lambda: {"path": _checkpoint_file()}, {"path": "path"},
+       extra={"garbage": ("path", _garbage_file, ("checkpoint",)), "int": ("path", lambda: 3, ("path",))}),
+    fn(CK.read_checkpoint, lambda: {"path": _checkpoint_file()}, {"path": "path"},
+       extra={"garbage": ("path", _garbage_file, ("checkpoint", "fresh")), "int": ("path", lambda: 3, ("path",))}),
+    fn(CK.previous_path, {"path": "last.pt"}, extra={"int": ("path", lambda: 3, ("path",))}),
+    cls(CK.CheckpointError),
+    cls(CK.CheckpointCorruptError),
+    cls(CK.CheckpointMismatchError),
+    cls(CK.CheckpointWarning),
+    cls(CK.CheckpointRead, lambda: {"state": {"model": {}, "epoch": 0}, "path": Path("last.pt"), "fallback_reason": None}),
+    # rank_lab.engine.fingerprint, run_report, state
+    fn(FP.data_fingerprint, lambda: {"data": (emb(4), labels(4), [Path("x.pt"), "a"])}),
+    fn(FP.code_fingerprint),
+    fn(FP.set_code_context, {"name": None, "source": None},
+       extra={"name": ("name", lambda: 3, ("name",)), "source": ("source", lambda: b"x", ("source",))}),
+    fn(FP.short, {"fingerprint": "0123456789abcdef"}),
+    cls(RR.LoopReport, {"desc": "train", "unit": "epoch"}, calls=[("register", None, None)]),
+    fn(RR.training_report),
+    fn(RR.reset_training_report),
+    fn(RR.start_fresh, {"fresh": False}, extra={"str": ("fresh", lambda: "yes", ("fresh",))}),
+    fn(RR.is_fresh),
+    fn(RR.note_written, lambda: {"path": _tmp("n.pt")}, extra={"int": ("path", lambda: 3, ("path",))}),
+    fn(RR.written_here, lambda: {"path": _tmp("n.pt")}, extra={"int": ("path", lambda: 3, ("path",))}),
+    cls(ST.EngineState),
     fn(CK.atomic_write_json, lambda: {"obj": {"a": (1, 2)}, "path": _tmp("x.json")},
        extra={"not_json": ("obj", lambda: {"a": object()}, ("obj",))}),
     fn(CK.get_rng_state),
     fn(CK.set_rng_state, lambda: {"state": CK.get_rng_state()},
        extra={"missing_keys": ("state", dict, ("state",)), "not_dict": ("state", lambda: [1, 2], ("state",))}),
     # rank_lab.train.classification
+    fn(CL.ClassificationMethod, lambda: {"description": "CE", "classifier": "linear", "loss": lambda model, f, y: f.sum()},
+       {"classifier": "choice"}, extra={"not_callable": ("loss", lambda: 3, ("loss",))}),
     cls(CL.ContrastiveClassifier, lambda: {"encoder": MLPBackbone(6, (8,)), "dim": 8, "n_classes": 3},
         {"dim": "posint", "n_classes": "posint", "method": "choice", "temperature": "pos", "proj_dim": "posint",
          "spce_temperature": "pos"},
@@ -180,9 +214,9 @@ ENTRIES = [
     fn(CL.predict_logits, lambda: {"model": _classifier(), "x": emb(5, 6), "batch_size": 2}, {"x": "x", "batch_size": "posint"},
        extra={"not_classifier": ("model", lambda: MLPBackbone(6, (8,)), ("model",))}),
     # rank_lab.train.distributed.collectives
-    fn(DE_.DistEnv, {"rank": 0, "world_size": 1, "local_rank": 0}, {"rank": "nonnegint", "world_size": "posint", "local_rank": "nonnegint"},
+    fn(DENV.DistEnv, {"rank": 0, "world_size": 1, "local_rank": 0}, {"rank": "nonnegint", "world_size": "posint", "local_rank": "nonnegint"},
        extra={"rank_too_big": ("rank", lambda: 1, ("rank",))}),
-    fn(DE_.current_env),
+    fn(DENV.current_env),
     fn(DI.cleanup_distributed, {"env": None}, extra={"not_env": ("env", lambda: 3, ("env",))}),
     fn(DI.barrier),
     fn(DI.broadcast_object, {"obj": {"a": 1}, "src": 0}, {"src": "nonnegint"}, extra={"not_a_rank": ("src", lambda: 1, ("src",))}),
@@ -208,20 +242,23 @@ ENTRIES = [
        extra={"not_config": ("config", lambda: 3, ("config",))}),
     # rank_lab.train.multistage
     fn(MS.MultistageOutput, lambda: {"loss": torch.tensor(0.5), "embeddings": emb(3), "embedding_grad": emb(3)}),
-    fn(B_.lock_batchnorm, lambda: {"model": MLPBackbone(4, (4,))},
+    fn(MBB.lock_batchnorm, lambda: {"model": MLPBackbone(4, (4,))},
        extra={"not_module": ("model", lambda: 3, ("model",))}),
     fn(MS.embed_in_chunks, lambda: {"model": _Linear(), "inputs": emb(8, 6), "chunk_size": 3},
        {"inputs": "x", "chunk_size": "posint"}, extra={"not_module": ("model", lambda: 3, ("model",))}),
     fn(MS.multistage_backward, _ms, {**MS_ROLES, "atol": "nonneg"}, rows=(("inputs", "labels"),)),
     fn(MS.multistage_step, _ms_step, MS_ROLES, rows=(("inputs", "labels"),)),
-    fn(MS.fit_multistage, lambda: {**_ms(), "batch_size": 4, "m_per_class": 2, "steps": 2, "progress": False},
+    fn(MS.fit_multistage, lambda: {**_ms(), "batch_size": 4, "m_per_class": 2, "steps": 2},
        {**MS_ROLES, "batch_size": "posint", "m_per_class": "posint", "steps": "posint", "lr": "pos"}, rows=(("inputs", "labels"),)),
     # rank_lab.engine.loop, .options, .guard, .schedule, .optim, .data (the one training engine)
-    fn(O_.EngineConfig, {"epochs": 2, "checkpoint_every": 1, "checkpoint": None, "resume": True},
+    fn(EOPT.EngineConfig, {"epochs": 2, "checkpoint_every": 1, "checkpoint": None, "resume": True},
        {"epochs": "posint", "checkpoint_every": "posint", "amp_dtype": "choice", "unit": "choice", "grad_clip": "pos"},
        extra={"not_path": ("checkpoint", lambda: 3, ("checkpoint",)), "not_bool": ("resume", lambda: "yes", ("resume",))}),
-    fn(O_.Batch, lambda: {"data": emb(3), "indices": [0, 1, 2]}),
-    fn(O_.StepResult, {"loss": 0.5}),
+    fn(EOPT.loop_options, {"engine": None, "epochs": 3, "desc": "loop"}, {"epochs": "posint", "unit": "choice"},
+       extra={"not_engine": ("engine", lambda: 3, ("engine",)),
+              "engine_epochs": ("engine", lambda: EOPT.EngineConfig(epochs=2), ("engine",))}),
+    fn(EOPT.Batch, lambda: {"data": emb(3), "indices": [0, 1, 2]}),
+    fn(EOPT.StepResult, {"loss": 0.5}),
     cls(EN.Engine, _engine, calls=[("train_step", _engine_step, None)],
         extra={"not_module": ("modules", lambda: {"model": 3}, ("model",)),
                "reserved": ("modules", lambda: {"history": torch.nn.Linear(2, 1)}, ("history",)),

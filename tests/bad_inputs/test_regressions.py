@@ -172,7 +172,7 @@ def test_hybrid_energy_fits_float64_features():
     torch.manual_seed(0)
     h = HybridEnergy(ClassGaussianEnergy(), 4, epochs=1, hidden_dim=8, n_layers=2, batch_size=8, sgld_steps=2)
     z = torch.randn(16, 4, dtype=torch.float64)
-    h.fit(z, torch.arange(16) % 2, progress=False, device="cpu")
+    h.fit(z, torch.arange(16) % 2, device="cpu")
     e = h.energy(z)
     assert e.shape == (16,) and bool(torch.isfinite(e).all())
     assert torch.equal(e, h.energy(z.float()))  # float64 features are cast to the network's float32

@@ -150,6 +150,8 @@ def test_twins_install_and_run_on_a_simulated_colab(tmp_path: Path, monkeypatch:
         assert f"at {sha[:12]}" in install and "device: cpu" in install, install
         doc = check_document(json.loads((run_dir / "results.json").read_text()))
         assert doc["provenance"]["status"] == "ok" and doc["provenance"]["runner"] == "none"
+        assert (doc["provenance"]["git_commit"], doc["provenance"]["git_dirty"]) == (sha, False), \
+            f"{name}: results.json must name the commit the install cell pinned"
         assert doc["parameters"] == json.loads(json.dumps(notebook_schema(md).defaults())), \
             f"{name}: start_run read other names than the parameters cell's (the install cell must bind none)"
         assert set(front_matter(md)["rank_lab"]["results_keys"]) <= set(doc["results"])

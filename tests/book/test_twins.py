@@ -100,6 +100,9 @@ def test_twin_as_json_pins_the_install_and_holds_no_myst(md: Path, twins: dict[s
         assert markdown[-1].count("\n- ") == n_keys
     n_labelled = len(re.findall(r"\$\$[ \t]*\([\w:.-]+\)", source_md))
     assert sum(t.count("\\tag{") for t in markdown) == n_labelled
+    for text in markdown:  # a citation inside the text's parentheses keeps no brackets of its own
+        doubled = re.search(r"\(\s*\([^()]*\b(?:1[89]|20)\d\d[a-z]?\)", text)
+        assert doubled is None, f"{md.stem}: doubled brackets {text[max(0, doubled.start() - 40):doubled.end() + 40]!r}"
 
 
 def test_make_notebooks_runs_the_twins_command() -> None:
@@ -224,7 +227,7 @@ def _conv(doc_link=None) -> ColabMarkdown:  # noqa: ANN001
 def test_citations_become_author_year_and_are_listed() -> None:
     c = _conv()
     text = c.convert("As {cite}`solo2020x` and {cite:t}`duo2021y` show ({cite:p}`many2022z,solo2020x`).")
-    assert text == "As (Solo, 2020) and Duo and Twó (2021) show ((Many et al., 2022; Solo, 2020))."
+    assert text == "As (Solo, 2020) and Duo and Twó (2021) show (Many et al., 2022; Solo, 2020)."
     assert c.cited == ["solo2020x", "duo2021y", "many2022z"]
     assert c.references_cell() == (
         "## References\n\n"
@@ -234,6 +237,16 @@ def test_citations_become_author_year_and_are_listed() -> None:
     with pytest.raises(BibError, match="page: citation key 'nope' is not in book/references.bib"):
         c.convert("{cite}`nope`")
     assert _conv().references_cell() is None
+
+
+def test_citations_inside_parentheses_keep_no_brackets_of_their_own() -> None:
+    c = _conv()
+    assert c.convert("Thesis ({cite}`solo2020x`) and ({cite}`solo2020x`, §4.2.1; {cite:p}`duo2021y` Eq. 6).") == (
+        "Thesis (Solo, 2020) and (Solo, 2020, §4.2.1; Duo and Twó, 2021 Eq. 6).")
+    assert c.convert("A ({cite:t}`duo2021y`) and a new\nline ({cite}`solo2020x`) then `f(x` {cite}`solo2020x`.") == (
+        "A (Duo and Twó (2021)) and a new\nline (Solo, 2020) then `f(x` (Solo, 2020).")
+    assert c.convert("(open\n\nnew paragraph {cite}`solo2020x`) $g(a$ {cite}`solo2020x`") == (
+        "(open\n\nnew paragraph (Solo, 2020)) $g(a$ (Solo, 2020)")
 
 
 def test_equations_roles_admonitions_and_targets() -> None:

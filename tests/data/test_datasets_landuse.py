@@ -24,7 +24,7 @@ def _rsicb(root: Path) -> Path:
 def test_ucm_layout_from_parent_and_dataset_folders(tmp_path):
     _ucm(tmp_path)
     with pytest.warns(UserWarning, match="21"):  # 3 of the 21 published classes
-        d = load_landuse(tmp_path, "UC_Merced")
+        d = load_landuse(tmp_path, "UC Merced")
     assert d.name == "ucm" and d.class_names == ["agricultural", "airplane", "beach"]
     assert len(d) == 3 + 4 + 5 and d.labels.tolist() == [0] * 3 + [1] * 4 + [2] * 5
     assert all(p.parent.name == d.class_names[int(lab)] for p, lab in zip(d.paths, d.labels, strict=True))
@@ -38,7 +38,7 @@ def test_ucm_layout_from_parent_and_dataset_folders(tmp_path):
 def test_nested_rsicb_categories_and_min_per_class(tmp_path):
     _rsicb(tmp_path)
     with pytest.warns(UserWarning):
-        d = load_landuse(tmp_path, "rsi-cb", min_per_class=3)
+        d = load_landuse(tmp_path, "RSI-CB256", min_per_class=3)
     assert d.class_names == ["airport_runway", "farmland"]  # green_farmland (2 images) dropped
     assert torch.bincount(d.labels).tolist() == [5, 4]
 

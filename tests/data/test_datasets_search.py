@@ -292,7 +292,7 @@ def test_extract_timm_backbone_and_weights(image_folder: Path, tmp_path: Path) -
     paths = list_images(image_folder)[:3]
     a = extract_descriptors(paths, build_descriptor_net(bb, "gem"), image_size=32, progress=False)
     torch.manual_seed(123)  # a different random init, then the saved weights
-    b = extract_descriptors(paths, "resnet10t", pooling="gem", weights_path=wfile, image_size=32, progress=False)
+    b = extract_descriptors(paths, "resnet10t", pooling="gem", weights=wfile, image_size=32, progress=False)
     torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     assert a.shape == (3, bb.num_features)
 

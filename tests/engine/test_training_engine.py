@@ -69,7 +69,7 @@ def _multistage(ckpt):
     x = torch.randn(6, 10)[y] + 0.3 * torch.randn(36, 10)
     model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 8))
     losses = fit_multistage(model, SmoothAP(), x, y, batch_size=12, m_per_class=3, steps=6, chunk_size=5, lr=1e-2,
-                            progress=False, checkpoint=ckpt, checkpoint_every=2)
+                            engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2))
     return model, losses
 
 
@@ -80,7 +80,8 @@ def _classifier(ckpt):
     x, y = torch.randn(24, 1, 5, 5), torch.arange(4).repeat_interleave(6)
     model = ContrastiveClassifier(nn.Sequential(nn.Flatten(), nn.Linear(25, 12)), n_classes=4, dim=12,
                                   method="supcon+ce")
-    hist = fit_classifier(model, x, y, epochs=2, stage2_epochs=2, batch_size=8, lr=3e-3, seed=1, device="cpu", checkpoint=ckpt)
+    hist = fit_classifier(model, x, y, epochs=2, stage2_epochs=2, batch_size=8, lr=3e-3, seed=1, device="cpu",
+                          engine=EngineConfig(checkpoint=ckpt))
     return model, [h["loss"] for h in hist]
 
 
@@ -94,8 +95,8 @@ def _multi_dataset(ckpt):
     model = build_model({"backbone": "mlp", "input_dim": data.x.shape[1], "hidden_dims": (16,), "embed_dim": 8, "layer_norm": False})
     noisy = lambda x: x + 0.01 * torch.randn_like(x)  # noqa: E731 - a random augmentation: the global RNG is checkpointed
     hist = fit_multi_dataset(model, data.x, data.dataset_ids, data.labels, n_classes=4, k=3, epochs=3, batches_per_epoch=2,
-                             niter=1, niter_decay=2, lr=3e-3, seed=0, progress=False, transform=noisy, device="cpu",
-                             checkpoint_path=ckpt)
+                             niter=1, niter_decay=2, lr=3e-3, seed=0,
+                                 engine=EngineConfig(checkpoint=ckpt), transform=noisy, device="cpu")
     return model, hist
 
 
@@ -106,8 +107,9 @@ def _rcnaps(ckpt):
     data = make_multi_source_images(n_classes=6, per_source=3, sources=("colour",), image_size=16, seed=0)
     torch.manual_seed(0)
     model = build_rcnaps("tiny", widths=(8,), encoder_width=8, encoder_depth=2)
-    losses = fit_rcnaps(model, data.images, data.labels, episodes=5, k=1, m=2, n_classes=3, lr=1e-3, seed=1, progress=False,
-                        device="cpu", checkpoint_path=ckpt, checkpoint_every=2)
+    losses = fit_rcnaps(model, data.images, data.labels, episodes=5, k=1, m=2, n_classes=3, lr=1e-3, seed=1,
+                        engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2),
+                        device="cpu")
     return model, losses
 
 
@@ -130,9 +132,11 @@ def _surrogate(ckpt, feds: bool = False):
     task = BoxIoUTask(images, boxes, batch_size=8, device="cpu")
     kw = dict(epochs=3, surrogate_steps=2, model_steps=2, first_surrogate_steps=3)
     if feds:
-        tr = FEDSTrainer(model, sur, task, FEDSConfig(lam=0.2, **kw), device="cpu", seed=5, checkpoint=ckpt)
+        tr = FEDSTrainer(model, sur, task, FEDSConfig(lam=0.2, **kw), device="cpu", seed=5,
+                         engine=EngineConfig(checkpoint=ckpt))
     else:
-        tr = SurrogateTrainer(model, sur, task, LSConfig(source="local", grad_clip=1.0, **kw), device="cpu", seed=5, checkpoint=ckpt)
+        tr = SurrogateTrainer(model, sur, task, LSConfig(source="local", grad_clip=1.0, **kw), device="cpu", seed=5,
+                              engine=EngineConfig(checkpoint=ckpt))
     hist = tr.fit()
     return nn.ModuleDict({"model": model, "surrogate": sur}), [h["loss"] for h in hist["surrogate"] + hist["model"]]
 
@@ -145,7 +149,8 @@ def _ctc(ckpt):
     x, w = make_word_dataset(16, "abc", 2, 3, 16, 32, seed=0)
     torch.manual_seed(0)
     model = CRNN(alphabet.n_classes, channels=(4, 4, 4), hidden=4)
-    return model, fit_ctc(model, x, w, alphabet, steps=6, batch_size=4, lr=1e-2, device="cpu", checkpoint=ckpt, checkpoint_every=2)
+    return model, fit_ctc(model, x, w, alphabet, steps=6, batch_size=4, lr=1e-2, device="cpu",
+                          engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2, grad_clip=5.0))
 
 
 def _box_regressor(ckpt):
@@ -156,7 +161,7 @@ def _box_regressor(ckpt):
     torch.manual_seed(0)
     model = BoxRegressor(16, channels=(4, 4, 4), hidden=8)
     return model, fit_box_regressor(model, images, boxes, steps=6, batch_size=8, lr=3e-3, device="cpu", seed=2,
-                                    checkpoint=ckpt, checkpoint_every=2)
+                                    engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2))
 
 
 def _toy(ckpt):
@@ -164,7 +169,8 @@ def _toy(ckpt):
 
     g = torch.Generator().manual_seed(3)
     x, y = torch.rand(18, 1, 6, 6, generator=g), torch.arange(3).repeat_interleave(6)
-    model = train_classifier(SmallConvNet(3, width=4), x, y, epochs=3, batch_size=8, seed=1, device="cpu", checkpoint=ckpt)
+    model = train_classifier(SmallConvNet(3, width=4), x, y, epochs=3, batch_size=8, seed=1, device="cpu",
+                             engine=EngineConfig(checkpoint=ckpt))
     return model, []
 
 
@@ -175,7 +181,8 @@ def _heat(ckpt):
     y = torch.arange(3).repeat_interleave(10)
     z = torch.randn(30, 4, generator=g) + y[:, None].float()
     cfg = HEATConfig(hidden_dim=8, n_layers=3, epochs=3, batch_size=12, lr=1e-3, sgld_steps=2)
-    h = HybridEnergy(ClassGaussianEnergy(1.0), 4, cfg).fit(z, y, seed=0, progress=False, device="cpu", checkpoint=ckpt)
+    h = HybridEnergy(ClassGaussianEnergy(1.0), 4, cfg).fit(z, y, seed=0,
+        engine=EngineConfig(checkpoint=ckpt), device="cpu")
     return h.residual, [r["loss"] for r in h.history]
 
 
@@ -185,7 +192,8 @@ def _resflow(ckpt):
     g = torch.Generator().manual_seed(0)
     y = torch.arange(2).repeat_interleave(20)
     z = torch.randn(40, 3, generator=g) + 2 * y[:, None].float()
-    r = ResFlow(n_blocks=1, hidden_dim=8, epochs=3, batch_size=16, seed=3, device="cpu", checkpoint=ckpt)
+    r = ResFlow(n_blocks=1, hidden_dim=8, epochs=3, batch_size=16, seed=3, device="cpu",
+                engine=EngineConfig(checkpoint=ckpt))
     r.fit({"features": z, "labels": y})
     return r.flow, r.history
 
@@ -401,11 +409,12 @@ def test_a_longer_tail_cosine_proxy_run_is_refused(tmp_path):
     from rank_lab.learned.proxy_training import fit_proxy
 
     model, x = nn.Linear(2, 1), torch.randn(6, 2)
-    kw = dict(batch_size=3, lr=1e-2, device="cpu", checkpoint=tmp_path / "p.pt")
+    kw = dict(batch_size=3, lr=1e-2, device="cpu", engine=EngineConfig(checkpoint=tmp_path / "p.pt"))
     fit_proxy(model, 6, lambda i, d: model(x[i]).pow(2).mean(), steps=3, **kw)
     with pytest.raises(ValueError, match=r"epochs: 3 -> 5.*tail_cosine learning rate.*set resume=False or use another checkpoint file"):
         fit_proxy(model, 6, lambda i, d: model(x[i]).pow(2).mean(), steps=5, **kw)
-    assert len(fit_proxy(model, 6, lambda i, d: model(x[i]).pow(2).mean(), steps=5, resume=False, **kw)) == 5
+    kw["engine"] = EngineConfig(checkpoint=tmp_path / "p.pt", resume=False)
+    assert len(fit_proxy(model, 6, lambda i, d: model(x[i]).pow(2).mean(), steps=5, **kw)) == 5
 
 
 @pytest.mark.cuda
@@ -431,7 +440,13 @@ def test_amp_on_cuda_through_the_engine(amp_dtype):
 
 # ---------------------------------------------------------------------------------- validate once: trusted inputs
 def test_trusted_modules_skip_only_their_finite_check_and_nest():
-    from rank_lab._validation import check_finite_input, check_input, trusted_inputs, trusts_inputs
+    from rank_lab._validation import (
+        check_finite_input,
+        check_input,
+        shape_only,
+        trusted_inputs,
+        trusts_inputs,
+    )
     from rank_lab.models import EmbeddingHead
 
     nan = torch.tensor([[1.0, float("nan")]])
@@ -453,7 +468,10 @@ def test_trusted_modules_skip_only_their_finite_check_and_nest():
         head(nan)
     with pytest.raises(ValueError, match="x contains 1 NaN"):
         check_input(nan, "x", 2, owner=head)
-    check_finite_input(torch.empty(2, device="meta"), "x")  # shape-only runs (FLOP counting)
+    with shape_only():
+        check_finite_input(torch.empty(2, device="meta"), "x")  # shape-only runs (FLOP counting)
+    with pytest.raises(ValueError, match="x is a meta tensor"):
+        check_finite_input(torch.empty(2, device="meta"), "x", trusted=True)  # elsewhere refused (issue 26)
 
 
 def test_a_nan_produced_inside_a_model_reaches_the_engine_guard():

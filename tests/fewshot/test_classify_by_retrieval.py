@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rank_lab.engine import lr_at
+from rank_lab.engine import EngineConfig, lr_at
 from rank_lab.fewshot import (
     MultiDatasetSampler,
     allways_evaluate,
@@ -100,12 +100,14 @@ def _mlp(seed=0):
 
 def test_multi_dataset_training_lowers_the_loss_and_resumes(tmp_path):
     data = make_multi_dataset(n_datasets=3, classes_per_dataset=6, per_class=12, seed=0)
-    kw = dict(n_classes=6, k=4, epochs=4, batches_per_epoch=10, niter=2, niter_decay=2, lr=3e-3, seed=0, progress=False)
+    kw = dict(n_classes=6, k=4, epochs=4, batches_per_epoch=10, niter=2, niter_decay=2, lr=3e-3, seed=0)
     hist = fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels, **kw)
     assert hist[-1] < hist[0] - 0.05
     ckpt = tmp_path / "ckpt.pt"
-    fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels, checkpoint_path=ckpt, **{**kw, "epochs": 2})
-    resumed = fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels, checkpoint_path=ckpt, **kw)
+    fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels,
+                      engine=EngineConfig(checkpoint=ckpt), **{**kw, "epochs": 2})
+    resumed = fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels,
+                                engine=EngineConfig(checkpoint=ckpt), **kw)
     np.testing.assert_allclose(resumed, hist, rtol=1e-5)
 
 
@@ -192,3 +194,31 @@ def test_input_errors():
         classify_by_retrieval(torch.full((2, 8), float("nan")), x, y)
     with pytest.raises(ValueError, match="n_way"):
         episodic_evaluate(x, y, 1, n_way=7)
+
+
+def test_a_new_rule_is_one_registration():
+    """A rule registered in METHODS is called with the checked, alpha-QE'd descriptors and the options;
+    nearest_class gives it the shortlist."""
+    from rank_lab.fewshot import METHODS, RuleOptions, classify_by_retrieval, nearest_class
+
+    seen = {}
+
+    @METHODS.register("farthest_mean", summary="the class whose mean is farthest (a test rule)")
+    def farthest(q, s, ys, options):
+        seen["options"] = options
+        classes = torch.unique(ys)
+        means = torch.stack([s[ys == c].mean(0) for c in classes])
+        return nearest_class(classes, torch.cdist(q, means), q, s, ys, options)
+
+    try:
+        q, s, ys = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -0.5]]), torch.tensor([0, 1, 2])
+        # distances to the class means: query 0 (0, 1.41, 2.06), query 1 (1.41, 0, 1.80)
+        assert classify_by_retrieval(q, s, ys, method="farthest_mean", aqe=None).tolist() == [2, 2]
+        assert seen["options"] == RuleOptions()
+        # each query's 2 nearest supports (cosine) are those of classes 0 and 1: class 2 is not a candidate
+        assert classify_by_retrieval(q, s, ys, method="Farthest-Mean", aqe=None, shortlist=2).tolist() == [1, 0]
+        assert seen["options"].shortlist == 2
+    finally:
+        METHODS.unregister("farthest_mean")
+    with pytest.raises(ValueError, match="method must be one of"):
+        classify_by_retrieval(q, s, ys, method="farthest_mean")

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rank_lab.engine import EngineConfig
 from rank_lab.fewshot import (
     EpisodeSampler,
     FiLM,
@@ -361,7 +362,7 @@ def test_short_episodic_training_lowers_the_loss():
         return float(torch.stack(vals).mean())
 
     before = held_out_loss()
-    losses = fit_rcnaps(model, images, labels, episodes=80, k=2, m=4, n_classes=4, lr=3e-3, seed=0, progress=False)
+    losses = fit_rcnaps(model, images, labels, episodes=80, k=2, m=4, n_classes=4, lr=3e-3, seed=0)
     after = held_out_loss()
     assert len(losses) == 80 and all(np.isfinite(losses))
     assert after < before - 0.08, (before, after)  # about 0.72 -> 0.55
@@ -369,7 +370,7 @@ def test_short_episodic_training_lowers_the_loss():
 
 def test_training_resumes_exactly_from_a_checkpoint(tmp_path):
     images, labels = _episode_data()
-    kw = dict(episodes=4, k=2, m=3, n_classes=3, lr=1e-3, seed=1, progress=False)
+    kw = dict(episodes=4, k=2, m=3, n_classes=3, lr=1e-3, seed=1)
 
     def fresh():
         torch.manual_seed(0)
@@ -378,8 +379,9 @@ def test_training_resumes_exactly_from_a_checkpoint(tmp_path):
     full = fit_rcnaps(fresh(), images, labels, **kw)
     ckpt = tmp_path / "run.pt"
     model = fresh()
-    fit_rcnaps(model, images, labels, checkpoint_path=ckpt, checkpoint_every=2, **{**kw, "episodes": 2})
-    resumed = fit_rcnaps(fresh(), images, labels, checkpoint_path=ckpt, **kw)
+    fit_rcnaps(model, images, labels,
+               engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2), **{**kw, "episodes": 2})
+    resumed = fit_rcnaps(fresh(), images, labels, engine=EngineConfig(checkpoint=ckpt), **kw)
     np.testing.assert_allclose(resumed, full, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="mode"):
         fit_rcnaps(model, images, labels, mode="meta", **kw)
@@ -391,7 +393,7 @@ def test_plain_mode_trains_the_backbone_and_restores_the_freeze():
     model = build_rcnaps("tiny", widths=(8,), encoder_width=8, encoder_depth=2)
     w0 = model.extractor.body.conv1.weight.detach().clone()
     a0 = [p.detach().clone() for p in model.adaptation.parameters()]
-    fit_rcnaps(model, images, labels, episodes=2, k=2, m=3, n_classes=3, mode="plain", lr=1e-2, progress=False)
+    fit_rcnaps(model, images, labels, episodes=2, k=2, m=3, n_classes=3, mode="plain", lr=1e-2)
     assert not torch.equal(model.extractor.body.conv1.weight, w0)
     assert all(torch.equal(a, b) for a, b in zip(a0, model.adaptation.parameters(), strict=True))
     assert not model.train_backbone

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from rank_lab.engine import EngineConfig
 from rank_lab.learned.box_images import make_box_dataset
 from rank_lab.learned.boxes import (
     BoxIoUTask,
@@ -204,7 +205,8 @@ def test_crnn_shapes_and_ctc_training_reduces_the_loss() -> None:
     images, words = make_word_dataset(48, alphabet="ab", min_len=1, max_len=3, height=16, width=32, seed=0)
     model = CRNN(a.n_classes, channels=(4, 8, 8), hidden=8)
     assert model(images[:2]).shape == (2, 8, 3)
-    losses = fit_ctc(model, images, words, a, steps=40, batch_size=16, lr=1e-2, seed=0, device="cpu")
+    losses = fit_ctc(model, images, words, a, steps=40, batch_size=16, lr=1e-2, seed=0, device="cpu",
+                     engine=EngineConfig(grad_clip=5.0))
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
 
 
@@ -352,7 +354,8 @@ def test_feds_trainer_checkpoint_resume_is_exact(box_setup: tuple, tmp_path) -> 
         model = BoxRegressor(16, channels=(4, 8, 8), hidden=16)
         sur = EmbeddingSurrogate(BoxMLP())
         cfg = FEDSConfig(epochs=epochs, surrogate_steps=3, model_steps=2, lam=0.1)
-        tr = FEDSTrainer(model, sur, task, cfg, device="cpu", seed=5, checkpoint=ckpt)
+        tr = FEDSTrainer(model, sur, task, cfg, device="cpu", seed=5,
+                         engine=EngineConfig(checkpoint=ckpt))
         tr.fit()
         return tr
 
@@ -452,7 +455,7 @@ def test_proxy_training_resumes_exactly_from_a_checkpoint(box_setup: tuple, tmp_
             return nn.functional.smooth_l1_loss(model(images[idx]), target[idx])
 
         losses = fit_proxy(model, len(images), batch_loss, steps=20, batch_size=16, lr=1e-3, seed=3,
-                           device="cpu", checkpoint=ckpt, checkpoint_every=10)
+                           device="cpu", engine=EngineConfig(checkpoint=ckpt, checkpoint_every=10))
         return model, losses
 
     full_model, full_losses = run(None)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from rank_lab._validation import check_input_batch
+from rank_lab.engine import EngineConfig
 from rank_lab.learned import (
     CRNN,
     Alphabet,
@@ -168,7 +169,7 @@ def test_fit_proxy_stops_on_a_non_finite_loss_and_keeps_the_checkpoint(tmp_path)
         return out * NAN if state["poison"] else out
 
     ckpt = tmp_path / "p.pt"
-    kw = dict(batch_size=3, lr=1e-2, device="cpu", schedule="constant", checkpoint=ckpt)
+    kw = dict(batch_size=3, lr=1e-2, device="cpu", schedule="constant", engine=EngineConfig(checkpoint=ckpt))
     fit_proxy(model, 6, batch_loss, steps=2, **kw)
     good = ckpt.read_bytes()
     weights = [p.detach().clone() for p in model.parameters()]

@@ -137,7 +137,7 @@ def test_reference_call_equals_explicit_levels_and_memory_wrapper():
 def test_presets_and_build_loss():
     h = happier(n_classes=8, dim=5)
     assert isinstance(h, ROD) and h.weights == pytest.approx((0.9, 0.1)) and h.rank_loss.alpha == 1.0
-    assert happier_f(8, 5, dataset="sop").rank_loss.alpha == 5.0 and happier_f(8, 5, dataset="inat").rank_loss.alpha == 3.0
+    assert happier_f(8, 5, dataset="sop").rank_loss.alpha == 5.0 and happier_f(8, 5, dataset="inat_base").rank_loss.alpha == 3.0
     assert isinstance(rod_ndcg(8, 5).rank_loss, SupNDCG)
     emb, lab = _batch(5)
     for name in ("happier", "happier_f", "rod_ndcg"):

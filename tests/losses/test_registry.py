@@ -18,7 +18,7 @@ from rank_lab.losses import (
     register_loss,
     unregister_loss,
 )
-from rank_lab.losses.base import RankLoss
+from rank_lab.losses.base import MetricLoss, RankLoss
 from rank_lab.ranking import SigmoidStep
 
 N_CLASSES, DIM = 8, 16
@@ -82,6 +82,17 @@ def test_metadata_matches_the_constructor_and_the_built_loss(name: str) -> None:
         except ValueError:
             return  # needs (B, L) labels
         assert not torch.allclose(with_levels, fine_only), name
+
+
+@pytest.mark.parametrize("name", list_losses())
+def test_every_registered_loss_is_on_the_loss_base_class(name: str) -> None:
+    """One way per family: every registered loss (and every preset it builds) is a
+    :class:`~rank_lab.losses.base.MetricLoss` with its common call and attributes."""
+    loss = _build(name)
+    assert isinstance(loss, MetricLoss), type(loss).__name__
+    params = list(inspect.signature(loss.forward).parameters)
+    assert params[:4] == ["embeddings", "labels", "ref_embeddings", "ref_labels"], params
+    assert isinstance(loss.uses_references, bool) and isinstance(loss.normalize, bool)
 
 
 def test_names_and_listing() -> None:

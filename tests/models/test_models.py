@@ -140,7 +140,7 @@ def test_unknown_backbone_and_pooling():
     with pytest.raises(ValueError, match="unknown model config key"):
         ModelConfig.from_dict({"backbon": "mlp"})
     with pytest.raises(ValueError, match="no pretrained weights"):
-        build_backbone("tiny_cnn", pretrained=True)
+        build_backbone("tiny_cnn", weights="imagenet")
 
 
 # ---------------------------------------------------------------------------- local weights
@@ -150,7 +150,7 @@ def test_load_weights_from_local_file_roundtrip(tmp_path):
     path = tmp_path / "r18.pth"
     torch.save(src.state_dict(), path)
     torch.manual_seed(2)
-    model = build_model({"backbone": "resnet18", "weights_path": str(path), "embed_dim": 8})
+    model = build_model({"backbone": "resnet18", "weights": str(path), "embed_dim": 8})
     rep = model.backbone.load_report
     assert rep["missing"] == [] and rep["mismatched"] == []
     assert not any(k.startswith("fc.") for k in rep["loaded"])
@@ -170,7 +170,7 @@ def test_torchvision_resnet_state_dict_loads_into_timm(tmp_path):
     torch.manual_seed(3)
     ref = tv.models.resnet18(weights=None).eval()
     torch.save(ref.state_dict(), tmp_path / "tv_r18.pth")
-    bb = TimmBackbone("resnet18", weights_path=tmp_path / "tv_r18.pth").eval()
+    bb = TimmBackbone("resnet18", weights=tmp_path / "tv_r18.pth").eval()
     assert bb.load_report["missing"] == []
     x = torch.randn(2, 3, 48, 48)
     with torch.no_grad():
@@ -195,12 +195,12 @@ def test_load_weights_errors(tmp_path):
     assert rep["missing"] == ["features.0.weight"]
 
 
-def test_weights_path_for_tiny_cnn(tmp_path):
+def test_weight_file_for_tiny_cnn(tmp_path):
     torch.manual_seed(0)
     a = build_model({"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "embed_dim": 4})
     torch.save(a.backbone.state_dict(), tmp_path / "tiny.pth")
     torch.manual_seed(1)
-    b = build_model({"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "embed_dim": 4, "weights_path": str(tmp_path / "tiny.pth")})
+    b = build_model({"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "embed_dim": 4, "weights": str(tmp_path / "tiny.pth")})
     for (ka, va), (kb, vb) in zip(a.backbone.state_dict().items(), b.backbone.state_dict().items(), strict=True):
         assert ka == kb and torch.equal(va, vb)
 

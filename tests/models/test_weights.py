@@ -20,7 +20,6 @@ from rank_lab.models.weights import (
     create_timm_model,
     file_sha256,
     find_weights_record,
-    merge_legacy_weights,
     parse_weights,
     timm_pretrained_name,
 )
@@ -84,10 +83,6 @@ def test_parse_weights_names_paths_and_errors(tmp_path: Path) -> None:
         parse_weights("imagnet")
     with pytest.raises(TypeError, match="weights must be"):
         parse_weights(3)  # type: ignore[arg-type]
-    assert merge_legacy_weights(None, True, None) == ("imagenet", True)
-    assert merge_legacy_weights(None, False, f) == (f, False)
-    with pytest.raises(ValueError, match="not both"):
-        merge_legacy_weights("none", False, f)
 
 
 def test_pretrained_names_follow_the_papers() -> None:
@@ -110,9 +105,6 @@ def test_imagenet_goes_through_timm_and_is_recorded(hub: FakeHub) -> None:
     model = build_model(cfg)
     assert find_weights_record(model) == {"weights": "imagenet", "source": "timm:resnet18.tv_in1k"}
     _assert_same(model.backbone.model, hub.weights_of("resnet18"))
-    # the older spelling gives the same weights and record
-    old = build_backbone("resnet18", pretrained=True)
-    assert old.weights_record == bb.weights_record
 
 
 def test_imagenet_for_fewshot_and_descriptor_backbones(hub: FakeHub) -> None:
@@ -183,8 +175,6 @@ def test_weight_file_is_strict_and_recorded(tmp_path: Path) -> None:
 def test_defaults_and_conflicts(tmp_path: Path) -> None:
     assert build_backbone("resnet10t").weights_record == {"weights": "none"}
     assert find_weights_record(build_model({"backbone": "mlp", "input_dim": 4, "embed_dim": 2})) == {"weights": "none"}
-    with pytest.raises(ValueError, match="exclusive"):
-        ModelConfig(backbone="resnet18", weights="none", weights_path="/x.pth")
     with pytest.raises(TypeError, match="model.weights"):
         ModelConfig(backbone="resnet18", weights=3)  # type: ignore[arg-type]
     assert ModelConfig(weights=tmp_path).weights == str(tmp_path)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from rank_lab.engine import EngineConfig
 from rank_lab.metrics.ood import auroc
 from rank_lab.ood import (
     DICE,
@@ -222,7 +223,7 @@ def test_heat_on_the_2d_toy_beats_its_gmm_prior():
     x, y = make_ring_segments(200, 2, seed=0)
     xt, _ = make_ring_segments(200, 2, seed=1)
     near, far = make_ring_ood(300, "near"), make_ring_ood(300, "far")
-    h = HybridEnergy(ClassGaussianEnergy(temperature=1.0), 2, TOY_CFG).fit(x, y, seed=0, progress=False, device="cpu")
+    h = HybridEnergy(ClassGaussianEnergy(temperature=1.0), 2, TOY_CFG).fit(x, y, seed=0, device="cpu")
     with torch.no_grad():
         a_prior = auroc(h.prior_energy(xt), h.prior_energy(near))
         a_heat = auroc(h.energy(xt), h.energy(near))
@@ -296,7 +297,7 @@ def test_heat_fit_is_deterministic_and_resumes_from_a_checkpoint(tmp_path, monke
     cfg = HEATConfig(hidden_dim=16, n_layers=3, epochs=4, batch_size=32, lr=1e-3, sgld_steps=3)
 
     def fit(seed=0, **kw):
-        return HybridEnergy(ClassGaussianEnergy(1.0), 4, cfg).fit(z, y, seed=seed, progress=False, device="cpu", **kw)
+        return HybridEnergy(ClassGaussianEnergy(1.0), 4, cfg).fit(z, y, seed=seed, device="cpu", **kw)
 
     a, b, c = fit(), fit(), fit(seed=1)
     pa = torch.cat([p.flatten() for p in a.residual.parameters()])
@@ -315,21 +316,21 @@ def test_heat_fit_is_deterministic_and_resumes_from_a_checkpoint(tmp_path, monke
 
     monkeypatch.setattr(HybridEnergy, "loss", flaky)
     with pytest.raises(KeyboardInterrupt):
-        fit(checkpoint=ckpt)
+        fit(engine=EngineConfig(checkpoint=ckpt))
     monkeypatch.setattr(HybridEnergy, "loss", orig)
     assert torch.load(ckpt, weights_only=False)["epoch"] == 2
-    r = fit(checkpoint=ckpt)
+    r = fit(engine=EngineConfig(checkpoint=ckpt))
     assert torch.equal(pa, torch.cat([p.flatten() for p in r.residual.parameters()]))
     assert len(r.history) == 4
     with pytest.raises(ValueError, match="checkpoint"):
-        fit(seed=3, checkpoint=ckpt)
+        fit(seed=3, engine=EngineConfig(checkpoint=ckpt))
 
 
 def test_official_code_preset_trains(clusters):
     train, test, out, _ = clusters
     z = torch.relu(train["features"])  # post-ReLU features, as the code's ReLU projection assumes
     cfg = HEATConfig.official("gmm", epochs=2, hidden_dim=16, n_layers=4, batch_size=64, sgld_steps=4)
-    h = HybridEnergy(ClassGaussianEnergy(1e3), z.shape[1], cfg).fit(z, train["labels"], progress=False, device="cpu")
+    h = HybridEnergy(ClassGaussianEnergy(1e3), z.shape[1], cfg).fit(z, train["labels"], device="cpu")
     assert h.residual.hidden[0] is h.residual.hidden[1]  # shared hidden Linear
     assert all(math.isfinite(v) for v in h.history[-1].values())
     with torch.no_grad():
@@ -352,9 +353,9 @@ def test_heat_config_and_fit_errors():
         HEATConfig.official("knn")
     h = HybridEnergy(ClassGaussianEnergy(), 3, HEATConfig(hidden_dim=8, n_layers=2, epochs=1))
     with pytest.raises(ValueError, match="labels"):
-        h.fit(torch.randn(10, 3), progress=False)
+        h.fit(torch.randn(10, 3))
     with pytest.raises(ValueError, match="dimensions"):
-        h.fit(torch.randn(10, 4), torch.zeros(10, dtype=torch.long), progress=False)
+        h.fit(torch.randn(10, 4), torch.zeros(10, dtype=torch.long))
 
 
 # ------------------------------------------------------------------ composition (Eq. 5.7)
@@ -382,7 +383,7 @@ def test_heat_detector_composes_its_components(clusters):
     d = train["features"].shape[1]
     cfg = HEATConfig(hidden_dim=16, n_layers=3, epochs=2, batch_size=64, lr=1e-3, sgld_steps=3)
     data = {**train, "std": train["features"].abs()}
-    heat = HEAT.from_classifier(head, d, d, config=cfg, gmm_temperature=1.0).fit(data, progress=False, device="cpu")
+    heat = HEAT.from_classifier(head, d, d, config=cfg, gmm_temperature=1.0).fit(data, device="cpu")
     t = {**test, "std": test["features"].abs()}
     e = heat.component_energies(t)
     assert e.shape == (t["features"].shape[0], 3)

@@ -49,7 +49,7 @@ def _poke(x: torch.Tensor, v: float) -> torch.Tensor:
 def _energies() -> dict[str, nn.Module]:
     torch.manual_seed(0)
     z, y = torch.randn(24, 4), torch.arange(24) % 3
-    hybrid = HybridEnergy(ClassGaussianEnergy(), 4, **SMALL).fit(z, y, progress=False, device="cpu")
+    hybrid = HybridEnergy(ClassGaussianEnergy(), 4, **SMALL).fit(z, y, device="cpu")
     return {"LogitEnergy": LogitEnergy(torch.randn(3, 4)), "ClassGaussianEnergy": ClassGaussianEnergy().fit(z, y),
             "ZeroEnergy": ZeroEnergy().fit(z), "HybridEnergy": hybrid}
 

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from rank_lab.engine import EngineConfig
 from rank_lab.metrics.ood import auroc
 from rank_lab.ood.resflow import InvertibleResidualBlock, ResFlow, ResidualFlow
 
@@ -112,8 +113,10 @@ def test_determinism_with_seed(tmp_path) -> None:
     assert not torch.allclose(a, c)
     # interrupted + resumed training equals one uninterrupted run
     ck = tmp_path / "rf.pt"
-    ResFlow(n_blocks=1, hidden_dim=16, epochs=1, seed=3, device="cpu", checkpoint=ck).fit(train)
-    r = ResFlow(n_blocks=1, hidden_dim=16, epochs=2, seed=3, device="cpu", checkpoint=ck).fit(train)
+    ResFlow(n_blocks=1, hidden_dim=16, epochs=1, seed=3, device="cpu",
+            engine=EngineConfig(checkpoint=ck)).fit(train)
+    r = ResFlow(n_blocks=1, hidden_dim=16, epochs=2, seed=3, device="cpu",
+                engine=EngineConfig(checkpoint=ck)).fit(train)
     torch.testing.assert_close(r.score(test), a)
 
 

@@ -228,5 +228,5 @@ def test_fit_multistage_trains():
     x = torch.randn(20, 16)[y] + 0.3 * torch.randn(120, 16)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
     hist = fit_multistage(model, SmoothRecallAtK(ks=(1, 2, 4)), x, y, batch_size=40, steps=30,
-                          chunk_size=16, lr=1e-2, progress=False)
+                          chunk_size=16, lr=1e-2)
     assert len(hist) == 30 and sum(hist[-5:]) / 5 < sum(hist[:5]) / 5

@@ -84,7 +84,7 @@ def test_config_roundtrip_and_key_forms():
         ({"batch_size": 30}, ValueError, "multiple of m_per_class"),
         ({"batch_size": 4, "m_per_class": 4}, ValueError, "at least 2 classes"),
         ({"optimizer": "rmsprop"}, ValueError, "optimizer must be one of"),
-        ({"scheduler": "step"}, ValueError, "scheduler must be one of"),
+        ({"scheduler": "exponential"}, ValueError, "scheduler must be one of"),
         ({"warmup_epochs": 10, "epochs": 10}, ValueError, "warmup_epochs"),
         ({"min_lr": 1.0, "lr": 0.1}, ValueError, "min_lr"),
         ({"amp": "yes"}, TypeError, "amp must be a bool"),
@@ -104,7 +104,7 @@ def test_recipes_transcribe_the_papers():
     sop = TrainConfig.recipe("roadmap_sop")
     assert (sop.lr, sop.batch_size, sop.m_per_class, sop.epochs, sop.scheduler) == (5e-5, 256, 4, 100, "cosine")
     assert (sop.model.backbone, sop.model.pooling, sop.model.embed_dim, sop.model.layer_norm) == ("resnet50", "avg", 512, True)
-    assert sop.model.pretrained is False and sop.recipe_name == "roadmap_sop"
+    assert sop.model.weights is None and sop.recipe_name == "roadmap_sop"
     inat = TrainConfig.recipe("roadmap_inat")
     assert (inat.lr, inat.weight_decay, inat.min_lr, inat.eval_ks) == (1e-5, 4e-4, 1e-6, (1, 4, 16, 32))
     cub = TrainConfig.recipe("roadmap_cub")
@@ -112,10 +112,10 @@ def test_recipes_transcribe_the_papers():
     assert TrainConfig.recipe("roadmap_sop_sota").model.pooling == "gem"
     assert TrainConfig.recipe("roadmap_sop_sota").memory_size == 59551
     assert TrainConfig.recipe("happier_sop").freeze_backbone_epochs == 5
-    over = TrainConfig.recipe("roadmap_sop", epochs=2, weights_path="/x/r50.pth")
-    assert over.epochs == 2 and over.model.weights_path == "/x/r50.pth" and over.lr == 5e-5
+    over = TrainConfig.recipe("roadmap_sop", epochs=2, weights="/x/r50.pth")
+    assert over.epochs == 2 and over.model.weights == "/x/r50.pth" and over.lr == 5e-5
     assert TrainConfig.from_dict({"recipe": "roadmap_inat", "epochs": 3}).lr == 1e-5
-    assert set(list_recipes()) == set(RECIPES) and all(list_recipes().values())
+    assert list_recipes() == sorted(RECIPES) and all(RECIPES.entry(n).summary for n in list_recipes())
     with pytest.raises(ValueError, match="unknown recipe"):
         TrainConfig.recipe("roadmap_xyz")
 
@@ -196,6 +196,25 @@ def test_interrupt_and_resume_equals_uninterrupted(split, tmp_path):
     assert len(Trainer(None, PairLoss(), *data, cfg_b).fit()) == 3
     with pytest.raises(ValueError, match="different config"):
         Trainer(None, PairLoss(), *data, cfg_b.replace(lr=1e-2)).fit()
+
+
+def test_step_scheduler_follows_multisteplr_and_resumes_longer(split, tmp_path):
+    """scheduler="step": every step's rate is the MultiStepLR rate of its epoch (per group); a run
+    resumed with more epochs equals the straight longer run (the step schedule is length-free), and
+    other milestones are refused on resume."""
+    data = ((split.x_train, split.y_train), None)
+    kw = dict(scheduler="step", milestones=(1, 2), gamma=0.5, head_lr=6e-3, eval_every=0)
+    tr = Trainer(None, PairLoss(), *data, _cfg(epochs=3, **kw))
+    tr.fit()
+    assert [r["lrs"] for r in tr.history] == [{"backbone": 3e-3 * f, "head": 6e-3 * f} for f in (1.0, 0.5, 0.25)]
+    short = _cfg(epochs=2, checkpoint_dir=str(tmp_path), **kw)
+    Trainer(None, PairLoss(), *data, short).fit()
+    longer = Trainer(None, PairLoss(), *data, short.replace(epochs=3))
+    longer.fit()
+    for k, v in _params(tr.model).items():
+        assert torch.equal(v, longer.model.state_dict()[k]), k
+    with pytest.raises(ValueError, match="another schedule.*milestones"):
+        Trainer(None, PairLoss(), *data, short.replace(epochs=3, milestones=(2,))).fit()
 
 
 def test_same_seed_same_model_different_seed_differs(split):

@@ -48,3 +48,34 @@ def test_classifier_sizes_by_keyword_in_the_package_order():
     assert model.linear.weight.shape == (2, 5)  # (n_classes, dim)
     with pytest.raises(TypeError, match="n_classes= and dim="):
         ContrastiveClassifier(torch.nn.Linear(3, 5), n_classes=2)
+
+
+def test_a_new_method_is_one_registration():
+    """A method registered in CLS_METHODS is built, trained in its two stages and refused when malformed."""
+    from rank_lab.losses.contrastive import cross_entropy_loss
+    from rank_lab.train.classification import (
+        CLS_METHODS,
+        ClassificationMethod,
+        ContrastiveClassifier,
+        fit_classifier,
+    )
+
+    calls = []
+
+    def ce_on_prototypes(model, f, labels):
+        calls.append(model.stage)
+        return cross_entropy_loss(f, labels, model.prototypes.prototypes, normalize=True, temperature=model.temperature)
+
+    CLS_METHODS.register("test_ce(n)", ClassificationMethod("CE(n) twice", "prototypes", ce_on_prototypes,
+                                                             stage2_loss=ce_on_prototypes))
+    try:
+        model = ContrastiveClassifier(torch.nn.Linear(4, 6), n_classes=3, dim=6, method="test_ce(n)")
+        assert model.two_stage and model.linear is None and model.projection is None and model.prototypes is not None
+        hist = fit_classifier(model, torch.randn(12, 4), torch.arange(12) % 3, epochs=1, stage2_epochs=1, batch_size=6)
+        assert [r["stage"] for r in hist] == [1, 2] and calls == [1, 1, 2, 2]
+    finally:
+        CLS_METHODS.unregister("test_ce(n)")
+    with pytest.raises(ValueError, match="classifier"):
+        ClassificationMethod("x", "svm", ce_on_prototypes)
+    with pytest.raises(ValueError, match="class_means"):
+        ClassificationMethod("x", "linear", ce_on_prototypes, class_means=True)

@@ -28,7 +28,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from rank_lab._validation import as_tensor
+from rank_lab._validation import as_tensor, check_real
 from rank_lab.data.datasets.base import DatasetFolderError, check_transform
 from rank_lab.data.datasets.sources import published, torchvision_download
 from rank_lab.data.datasets.transforms import check_split, find_root
@@ -137,6 +137,7 @@ class ArrayImageDataset(Dataset):
             raise ValueError(f"images is empty (shape {tuple(images.shape)})")
         if images.shape[1] not in (1, 3):
             raise ValueError(f"images must have 1 or 3 channels, got {images.shape[1]}")
+        check_real(images, "images")  # a meta tensor has no pixels
         labels = as_tensor(labels, "labels")
         if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
             raise TypeError(f"labels must hold integers, got dtype {labels.dtype}")

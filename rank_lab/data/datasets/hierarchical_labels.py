@@ -46,11 +46,12 @@ from rank_lab.data.datasets.inaturalist import load_inaturalist
 from rank_lab.data.datasets.sop import load_sop
 from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import check_files_exist, resolve_transform
+from rank_lab.registry import Registry
 
 __all__ = ["load_hierarchical_dataset", "load_gldv2_hierarchical", "read_gldv2_hierarchy", "HIERARCHICAL_DATASETS", "GLDV2_LAYOUT"]
 
 #: name -> (number of levels, level names fine -> coarse).
-HIERARCHICAL_DATASETS: dict[str, tuple[int, tuple[str, ...]]] = {
+HIERARCHICAL_DATASETS: Registry[tuple[int, tuple[str, ...]]] = Registry("hierarchical dataset", {
     "sop": (2, ("product", "category")),
     "inat_base": (2, ("species", "supercategory")),
     "inat_full": (7, ("species", "genus", "family", "order", "class", "phylum", "kingdom")),
@@ -58,7 +59,7 @@ HIERARCHICAL_DATASETS: dict[str, tuple[int, tuple[str, ...]]] = {
     "dyml_animal": (3, ("fine", "middle", "coarse")),
     "dyml_product": (3, ("fine", "middle", "coarse")),
     "gldv2": (3, ("landmark", "hierarchical_label", "natural_or_human_made")),
-}
+})
 GLDV2_LAYOUT = (
     "Expected the GLDv2 metadata (in root or root/metadata): train.csv (id,url,landmark_id) or train_clean.csv "
     "(landmark_id,images), index_image_to_landmark.csv (id,landmark_id), and <split>_label_to_hierarchical.csv "

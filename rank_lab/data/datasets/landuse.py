@@ -36,13 +36,16 @@ import torch
 from rank_lab._validation import check_positive_int
 from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
 from rank_lab.data.datasets.sources import published
+from rank_lab.registry import Registry
 
-__all__ = ["LANDUSE_DATASETS", "LandUseDataset", "LandUsePool", "load_landuse", "load_landuse_pool"]
+__all__ = [
+    "LANDUSE_DATASETS", "LANDUSE_PUBLISHED_NAMES", "LandUseDataset", "LandUsePool", "load_landuse", "load_landuse_pool",
+]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")
 
 #: name -> (top folders tried below the given root, number of classes of the published dataset).
-LANDUSE_DATASETS: dict[str, tuple[tuple[str, ...], int]] = {
+LANDUSE_DATASETS: Registry[tuple[tuple[str, ...], int]] = Registry("land-use dataset", {
     "ucm": (("UCMerced_LandUse/Images", "Images", "UCMerced_LandUse"), 21),
     "aid": (("AID",), 30),
     "resisc45": (("NWPU-RESISC45", "RESISC45"), 45),
@@ -51,14 +54,16 @@ LANDUSE_DATASETS: dict[str, tuple[tuple[str, ...], int]] = {
     "rsscn7": (("RSSCN7",), 7),
     "siriwhu": (("12class_tif", "Google dataset of SIRI-WHU_earth_im_tiff/12class_tif", "SIRI-WHU"), 12),
     "whurs19": (("WHU-RS19", "RSDataset"), 19),
-}
-_ALIASES = {"uc_merced": "ucm", "ucmerced": "ucm", "nwpu-resisc45": "resisc45", "rsi-cb": "rsicb", "rsi-cb256": "rsicb",
-            "siri-whu": "siriwhu", "whu-rs19": "whurs19"}
+})
+#: The datasets' published names (spaces removed, lower case) -> their names here: ``"UC Merced"``
+#: (the UC Merced Land Use dataset), ``"NWPU-RESISC45"``, ``"RSI-CB256"``, ``"SIRI-WHU"``, ``"WHU-RS19"``.
+LANDUSE_PUBLISHED_NAMES: dict[str, str] = {"ucmerced": "ucm", "nwpu-resisc45": "resisc45", "rsi-cb256": "rsicb",
+                                           "siri-whu": "siriwhu", "whu-rs19": "whurs19"}
 
 
 def _canonical(name: str, arg: str = "name") -> str:
     key = str(name).lower().replace(" ", "")
-    key = _ALIASES.get(key, key)
+    key = LANDUSE_PUBLISHED_NAMES.get(key, key)
     if key not in LANDUSE_DATASETS:
         raise ValueError(f"unknown land-use dataset {name!r} ({arg}); known: {sorted(LANDUSE_DATASETS)}")
     return key
@@ -116,7 +121,8 @@ def load_landuse(
     Args:
         root: the dataset folder, or its parent (the archive's top folder names are tried).
         name: ``"ucm"``, ``"aid"``, ``"resisc45"``, ``"patternnet"``, ``"rsicb"``, ``"rsscn7"``,
-            ``"siriwhu"``, ``"whurs19"`` (a few aliases such as ``"UC_Merced"`` are accepted).
+            ``"siriwhu"``, ``"whurs19"``, or the dataset's published name (:data:`LANDUSE_PUBLISHED_NAMES`,
+            e.g. ``"UC Merced"``, ``"NWPU-RESISC45"``; case and spaces do not matter).
         min_per_class: drop classes with fewer images (the author's code: 5); a positive int.
         strict: raise (instead of warning) when the number of classes differs from the published one.
 

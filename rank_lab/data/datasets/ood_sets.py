@@ -35,6 +35,7 @@ from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset, ch
 from rank_lab.data.datasets.cifar import ArrayImageDataset, load_cifar
 from rank_lab.data.datasets.sources import published, torchvision_download
 from rank_lab.data.datasets.transforms import check_split, find_root
+from rank_lab.registry import Registry
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -54,7 +55,7 @@ Transform = Callable[[Any], Any] | None
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff")
 
 #: Named folder-of-images OOD sets: candidate sub-folders of ``root`` holding the images, in order.
-OOD_FOLDERS: dict[str, tuple[str, ...]] = {
+OOD_FOLDERS: Registry[tuple[str, ...]] = Registry("OOD folder set", {
     "lsun": ("LSUN/test", "test", "LSUN"),
     "lsun_resize": ("LSUN_resize/LSUN_resize", "LSUN_resize"),
     "isun": ("iSUN/iSUN_patches", "iSUN_patches", "iSUN"),
@@ -63,7 +64,7 @@ OOD_FOLDERS: dict[str, tuple[str, ...]] = {
     "places": ("Places/images", "Places", "images"),
     "openimage_o": ("openimage_o/images", "openimage_o", "OpenImage-O", "images"),
     "imagenet_o": ("imagenet-o", "ImageNet-O", "imagenet_o"),
-}
+})
 #: Folder set -> its key in :data:`rank_lab.data.datasets.sources.DATASET_SOURCES`.
 _OOD_SOURCES = {"lsun": "odin_crops", "lsun_resize": "odin_crops", "isun": "odin_crops", "inaturalist": "imagenet_ood",
                 "sun": "imagenet_ood", "places": "imagenet_ood", "openimage_o": "openimage_o", "imagenet_o": "imagenet_o"}
@@ -235,7 +236,7 @@ def load_tiny_imagenet(root: str | Path, split: str = "val", transform: Transfor
     layout = "Expected root/tiny-imagenet-200/{wnids.txt, val/val_annotations.txt, val/images/, test/images/}. " + published("tiny_imagenet")
     base = find_root(root, "wnids.txt", ("tiny-imagenet-200",), "TinyImageNet", layout)
     if split == "test":
-        return load_image_folder(base / "test" / "images", transform, name="tinyimagenet")
+        return load_image_folder(base / "test" / "images", transform, name="tiny_imagenet")
     wnids = [w.strip() for w in (base / "wnids.txt").read_text().splitlines() if w.strip()]
     idx = {w: i for i, w in enumerate(wnids)}
     ann = base / "val" / "val_annotations.txt"
@@ -261,7 +262,7 @@ def load_tiny_imagenet(root: str | Path, split: str = "val", transform: Transfor
         raise DatasetFolderError(f"TinyImageNet: {len(missing)} of the {len(paths)} val images listed in "
                                  f"{str(ann)!r} are missing, e.g. {str(missing[0])!r}. {layout}")
     ds = ImageListDataset(paths, labels, transform)
-    ds.class_names, ds.name = wnids, "tinyimagenet"  # type: ignore[attr-defined]
+    ds.class_names, ds.name = wnids, "tiny_imagenet"  # type: ignore[attr-defined]
     return ds
 
 
@@ -338,8 +339,9 @@ def load_lsun_lmdb(root: str | Path, split: str = "val", transform: Transform = 
 def load_ood_dataset(name: str, root: str | Path, transform: Transform = None, **kwargs: Any) -> Dataset:
     """Load an OOD (or ID) set by name from its on-disk format.
 
-    Names: ``cifar10``, ``cifar100`` (test split unless ``split=``), ``svhn``, ``textures``,
-    ``places365``, ``tinyimagenet``, ``lsun_lmdb``, and the folder sets of :data:`OOD_FOLDERS`
+    Names: ``cifar10``, ``cifar100`` (test split unless ``split=``), ``svhn``, ``textures`` (the
+    OOD benchmarks' name of DTD; ``dtd``, the dataset's own published name, is the same loader),
+    ``places365``, ``tiny_imagenet`` (Tiny ImageNet), ``lsun_lmdb``, and the folder sets of :data:`OOD_FOLDERS`
     (``lsun``, ``lsun_resize``, ``isun``, ``inaturalist``, ``sun``, ``places``, ``openimage_o``,
     ``imagenet_o``). ``kwargs`` go to the loader.
     """
@@ -347,7 +349,7 @@ def load_ood_dataset(name: str, root: str | Path, transform: Transform = None, *
     if key in ("cifar10", "cifar100"):
         return load_cifar(root, key, kwargs.pop("split", "test"), transform, **kwargs)
     loaders = {"svhn": load_svhn, "textures": load_textures, "dtd": load_textures, "places365": load_places365,
-               "tinyimagenet": load_tiny_imagenet, "tiny_imagenet": load_tiny_imagenet, "lsun_lmdb": load_lsun_lmdb}
+               "tiny_imagenet": load_tiny_imagenet, "lsun_lmdb": load_lsun_lmdb}
     if key in loaders:
         return loaders[key](root, transform=transform, **kwargs)
     if key in OOD_FOLDERS:

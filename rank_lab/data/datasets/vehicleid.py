@@ -38,7 +38,8 @@ VEHICLEID_LAYOUT = (
     " " + published("vehicleid")
 )
 
-#: split name -> list file (``small``/``medium``/``large`` are aliases of the three test lists).
+#: split name -> list file; ``small`` / ``medium`` / ``large`` are the published names of the three test
+#: sets (Liu et al., CVPR 2016: 800, 1,600 and 2,400 vehicles).
 VEHICLEID_SPLITS = {
     "train": "train_list.txt",
     "test_800": "test_list_800.txt",

@@ -41,6 +41,7 @@ from rank_lab._validation import (
     check_float,
     check_module,
     check_nonneg_int,
+    check_real,
 )
 from rank_lab.train.distributed.env import DistEnv, current_env, env_int
 from rank_lab.utils import DeviceLike, get_device
@@ -203,11 +204,11 @@ def all_gather_tensor(x: torch.Tensor, *, same_size: bool = False, trusted: bool
 
     The ranks may hold different numbers of rows (exchanged first, padded internally);
     ``same_size=True`` promises equal ``n_r`` and skips that exchange. Identity in a single process.
-    Any dtype (labels, indices, booleans); a floating ``x`` must be finite (``trusted=True`` skips
+    Any real dtype (labels, indices, booleans); a floating ``x`` must be finite (``trusted=True`` skips
     that check: a caller whose numerical guard checks the gathered result on every rank).
 
     Raises:
-        TypeError: ``x`` not a tensor. ValueError: a 0-d tensor, NaN or inf.
+        TypeError: ``x`` not a tensor, complex. ValueError: a 0-d or ``meta`` tensor, NaN or inf.
     """
     _check_rows(x)
     if x.is_floating_point():
@@ -270,17 +271,19 @@ def _check_rows(x: object) -> None:
         raise TypeError(f"x must be a tensor with the rows on dim 0, got {type(x).__name__}")
     if x.ndim == 0:
         raise ValueError("x must be a tensor with the rows on dim 0, got a 0-d tensor")
+    check_real(x, "x")
 
 
 def all_reduce_mean(x: torch.Tensor, *, trusted: bool = False) -> torch.Tensor:
     """Mean of ``x`` over the ranks (a new tensor; identity in a single process).
 
     Raises:
-        TypeError: ``x`` is not a tensor. ValueError: NaN or inf in ``x`` (unless ``trusted``: a
-            caller that checked it on every rank).
+        TypeError: ``x`` is not a tensor, or complex. ValueError: a ``meta`` tensor, NaN or inf in
+            ``x`` (unless ``trusted``: a caller that checked it on every rank).
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+    check_real(x, "x")
     if x.is_floating_point():
         check_finite_input(x, "x", trusted=trusted)
     if not _active():
