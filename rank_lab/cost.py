@@ -231,7 +231,7 @@ def memory_estimate(
 
     hooks = [m.register_forward_hook(keep) for m in module.modules() if not list(m.children())]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), shape_only():  # meta tensors: shapes without values
             module(torch.empty(1, in_channels, h, w, device="meta"))
     finally:
         for hook in hooks:
