@@ -57,9 +57,6 @@ NOT_CONVERTED: dict[str, set[str]] = {
     "diffusion": {"apparatus", "effects", "times", "intervals"},
     "fewshot_retrieval": {"apparatus", "effects", "times", "intervals"},
     "classification_by_retrieval": {"apparatus", "effects", "times"},
-    "heat": {"apparatus", "effects", "times", "intervals"},
-    "learned_surrogates": {"apparatus", "effects", "times", "intervals"},
-    "feds": {"apparatus", "effects", "intervals"},
     "esupcon": {"apparatus", "effects", "times", "intervals"},
 }
 
