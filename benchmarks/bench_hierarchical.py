@@ -10,10 +10,10 @@ Usage::
    task: L = 2, about 5 images per fine class, 12 super-classes, d = 512. Methods:
 
    * ``rank_lab``: :func:`rank_lab.metrics.retrieval_metrics` (chunked; counts the negatives ranked
-     before every positive instead of sorting rows; :mod:`rank_lab.metrics.hierarchical_route`);
+     before every positive instead of sorting rows; :mod:`rank_lab.metrics.engine.routes.counting`);
    * ``sorted-rows``: the direct evaluation of the official code, done in chunks of rows so that it
      fits in memory: every row of scores is sorted (worst-case ties) and the metrics are read from
-     the sorted relevance (:mod:`rank_lab.metrics.hierarchical_metrics` per-query functions);
+     the sorted relevance (:mod:`rank_lab.metrics.hierarchy.metrics` per-query functions);
    * ``naive``: the full ``N x N`` score and level matrices at once (skipped when too large).
 
 2. **Loss** (Sup-H-AP forward + backward, B embeddings of d = 512 against the batch plus a cross-batch
@@ -44,13 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rank_lab.losses import SupHAP  # noqa: E402
 from rank_lab.metrics import retrieval_metrics  # noqa: E402
-from rank_lab.metrics.hierarchical_metrics import (  # noqa: E402
+from rank_lab.metrics.hierarchy.metrics import (  # noqa: E402
     ap_per_level,
     average_set_intersection,
     h_average_precision,
     hierarchical_ndcg,
 )
-from rank_lab.metrics.hierarchical_relevance import hap_relevance, shared_level  # noqa: E402
+from rank_lab.metrics.hierarchy.relevance import hap_relevance, shared_level  # noqa: E402
 
 EVAL_METRICS = ("H-AP", "ASI", "NDCG-h", "AP@level")
 _FIXED_MMAP = False  # set by main(); read in the forked children

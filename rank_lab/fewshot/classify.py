@@ -109,7 +109,8 @@ def nearest_class(
     if options.shortlist is not None:
         kk = min(check_positive_int(options.shortlist, "shortlist"), support.shape[0])
         _, nn_idx = knn_search(F.normalize(queries.float(), dim=1), F.normalize(support.float(), dim=1), kk)
-        allowed = (support_labels[nn_idx.cpu()][:, :, None] == classes[None, None, :].cpu()).any(1)
+        dev = nn_idx.device  # the search's device: the labels and classes meet the indices there
+        allowed = (support_labels.to(dev)[nn_idx][:, :, None] == classes.to(dev)[None, None, :]).any(1)
         logits = torch.where(allowed.to(logits.device), logits, torch.full_like(logits, -torch.inf))
     return classes.to(logits.device)[logits.argmax(1)].cpu()
 

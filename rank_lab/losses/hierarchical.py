@@ -2,7 +2,7 @@
 
 Same call as every loss (:mod:`rank_lab.losses.base`): ``loss(embeddings (B, d), labels (B, L))``
 or ``loss(embeddings, labels, ref_embeddings (N, d), ref_labels (N, L))``, labels fine first. The
-shared level of every (query, item) pair (:func:`rank_lab.metrics.hierarchical_relevance.shared_level`) gives a
+shared level of every (query, item) pair (:func:`rank_lab.metrics.hierarchy.relevance.shared_level`) gives a
 graded relevance per query, computed over the query's retrieval set (the batch, or the memory):
 
 * :class:`SupHAP` -- ``L_Sup-H-AP`` (Eq. 4.10; SupRank Eq. 21)::
@@ -55,7 +55,7 @@ from rank_lab.losses._direct import direct_rank_terms
 from rank_lab.losses.base import RankLoss, reduce_kept
 from rank_lab.losses.prepared_batch import PreparedBatch, full_precision
 from rank_lab.losses.registry import register_loss
-from rank_lab.metrics.hierarchical_relevance import (
+from rank_lab.metrics.hierarchy.relevance import (
     as_hierarchical_labels,
     level_counts,
     relevance_table,
@@ -164,7 +164,7 @@ class HierarchicalRankLoss(RankLoss):
             ``"ndcg"`` (``2^l - 1``).
         alpha: alpha of Eq. 4.7 (1: HAPPIER; 5 / 3: HAPPIER_F on SOP / iNat).
         weights: ``w_1..w_L`` of Property 1.
-        level_mode: ``"lca"`` or ``"count"`` (see :func:`rank_lab.metrics.hierarchical_relevance.shared_level`).
+        level_mode: ``"lca"`` or ``"count"`` (see :func:`rank_lab.metrics.hierarchy.relevance.shared_level`).
         **kwargs: ``impl``, ``max_elements`` (:class:`~rank_lab.losses.base.RankLoss`),
             ``no_positive``, ``normalize``, ``reduction``, ``query_role``.
 

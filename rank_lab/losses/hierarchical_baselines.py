@@ -38,7 +38,7 @@ from rank_lab._validation import (
 from rank_lab.losses.base import MetricLoss
 from rank_lab.losses.prepared_batch import check_references, full_precision
 from rank_lab.losses.registry import build_loss, list_losses, loss_info, register_loss
-from rank_lab.metrics.hierarchical_relevance import as_hierarchical_labels, hierarchy_table
+from rank_lab.metrics.hierarchy.relevance import as_hierarchical_labels, hierarchy_table
 
 __all__ = ["SigmaLoss", "sigma_loss", "CSLLoss"]
 

@@ -41,7 +41,7 @@ __all__ = [
 
 
 def _probs_targets(probs: object, targets: object) -> tuple[torch.Tensor, torch.Tensor]:
-    p = torch.as_tensor(probs)
+    p = torch.as_tensor(probs).detach()
     if not p.is_floating_point():
         raise TypeError(f"probs must be a floating tensor, got dtype {p.dtype}")
     p = p.to(torch.float64)
@@ -90,11 +90,12 @@ def reliability_diagram(probs: torch.Tensor, targets: torch.Tensor, n_bins: int 
     n_bins = check_positive_int(n_bins, "n_bins")
     conf, pred = p.max(1)
     correct = (pred == t).double()
-    edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
+    dev = p.device  # every tensor on the inputs' device (a CPU target with CUDA indices fails on CUDA)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64, device=dev)
     idx = (torch.ceil(conf * n_bins).long() - 1).clamp(0, n_bins - 1)  # bin m holds ((m-1)/M, m/M]
     counts = torch.bincount(idx, minlength=n_bins).double()
-    s_conf = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, idx, conf)
-    s_acc = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, idx, correct)
+    s_conf = torch.zeros(n_bins, dtype=torch.float64, device=dev).index_add_(0, idx, conf.double())
+    s_acc = torch.zeros(n_bins, dtype=torch.float64, device=dev).index_add_(0, idx, correct)
     nonempty = counts > 0
     mean_conf = torch.where(nonempty, s_conf / counts.clamp_min(1), torch.full_like(counts, float("nan")))
     mean_acc = torch.where(nonempty, s_acc / counts.clamp_min(1), torch.full_like(counts, float("nan")))

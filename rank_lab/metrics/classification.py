@@ -25,13 +25,14 @@ import torch
 import torch.nn.functional as F
 
 from rank_lab._validation import (
+    as_tensor,
     check_embeddings,
     check_finite,
     check_float,
     check_labels,
     check_positive_int,
 )
-from rank_lab.metrics.knn import knn_search
+from rank_lab.metrics.engine.search.knn import knn_search
 from rank_lab.utils import DeviceLike
 
 __all__ = [
@@ -179,7 +180,7 @@ def aggregate_observations(
         prediction broadcast to its images, the sorted unique ids and their predictions.
     """
     pred = check_labels(predictions, name="predictions")
-    conf = torch.as_tensor(confidence, dtype=torch.float64, device=pred.device)
+    conf = as_tensor(confidence, "confidence").to(dtype=torch.float64, device=pred.device)
     obs = check_labels(observation_ids, pred.shape[0], "observation_ids").to(pred.device)
     if conf.shape != pred.shape:
         raise ValueError(f"confidence has shape {tuple(conf.shape)} but predictions has {tuple(pred.shape)}")
@@ -196,7 +197,7 @@ def aggregate_observations(
     elif rule == "mean_scores":
         if class_scores is None:
             raise ValueError("rule='mean_scores' needs class_scores")
-        cs = torch.as_tensor(class_scores, dtype=torch.float64, device=pred.device)
+        cs = as_tensor(class_scores, "class_scores").to(dtype=torch.float64, device=pred.device)
         if cs.ndim != 2 or cs.shape[0] != pred.shape[0]:
             raise ValueError(f"class_scores must have shape (N, C) with N={pred.shape[0]}, got {tuple(cs.shape)}")
         check_finite(cs, "class_scores")

@@ -9,7 +9,7 @@ Scene Text" protocol (Table 3.3: recall, precision, F1). This module provides:
 * :func:`icdar15_evaluate`: the protocol, per image and pooled.
 
 The IoU itself (rotated boxes and convex polygons, by exact clipping) is in
-:mod:`rank_lab.metrics.rotated_iou`; its names are still importable from here.
+:mod:`rank_lab.metrics.rotated_iou`.
 """
 
 from __future__ import annotations
@@ -26,15 +26,10 @@ from rank_lab._validation import (
     check_finite,
     check_float,
 )
-from rank_lab.metrics.rotated_iou import (  # noqa: F401 - the IoU names were defined here: still importable
+from rank_lab.metrics.rotated_iou import (
     boxes_to_polygons,
     ccw_intersection_area,
-    convex_intersection_area,
-    polygon_area,
-    polygon_iou,
     polygon_iou_matrix,
-    rotated_iou,
-    rotated_iou_matrix,
     shoelace_area,
 )
 

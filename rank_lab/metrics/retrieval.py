@@ -28,13 +28,17 @@ Definitions (ranks are 1-based positions in the worst-case order):
 * MRR: the reciprocal rank of the first relevant item.
 * NDCG: Eq. 2.11 / 4.12 of the Ramzi thesis, ``DCG/IDCG`` with ``DCG = sum_j g_j / log2(1 + j)``
   over graded gains ``g`` (the thesis uses ``g = 2^l - 1`` for hierarchy level l).
+
+**Positions by counting.** :func:`positive_positions` gives the worst-case position of every
+relevant item of a row without sorting it: ``i + #{irrelevant items with score >= its score}``
+for the i-th best relevant item (the tie rule above).
 """
 
 from __future__ import annotations
 
 import torch
 
-from rank_lab._validation import check_positive_int, check_scores_targets
+from rank_lab._validation import as_tensor, check_finite, check_positive_int, check_scores_targets
 from rank_lab.vocabulary import NoPositive
 
 __all__ = [
@@ -50,6 +54,7 @@ __all__ = [
     "ndcg",
     "dcg",
     "precision_recall_curve",
+    "positive_positions",
 ]
 
 
@@ -256,3 +261,49 @@ def precision_recall_curve(scores: torch.Tensor, targets: torch.Tensor) -> tuple
     hits = rel.cumsum(1)
     positions = torch.arange(1, rel.shape[1] + 1, device=rel.device, dtype=rel.dtype)
     return hits / positions, hits / n_pos[:, None]
+
+
+def positive_positions(
+    scores: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, max_pos: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Worst-case 1-based positions of the relevant items of each row, by counting.
+
+    Args:
+        scores: ``(c, N)``.
+        positives: ``(c, N)`` bool, relevant items.
+        negatives: ``(c, N)`` bool, irrelevant items (items in neither mask, e.g. the query
+            itself, are ignored).
+        max_pos: width of the output (default: the largest number of positives in a row).
+
+    Returns:
+        ``positions (c, P)`` long, the position of the i-th best relevant item (``i + 1 +
+        #{negatives with score >= its score}``), and ``valid (c, P)`` bool (``i < R``).
+
+    Raises:
+        ValueError / TypeError: naming the argument (shapes, dtypes, NaN/inf scores).
+    """
+    scores = as_tensor(scores, "scores").detach()
+    if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] == 0:
+        raise ValueError(f"scores must have shape (c, N) with c, N >= 1, got {tuple(scores.shape)}")
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be floating, got dtype {scores.dtype}")
+    check_finite(scores, "scores")
+    for name, m in (("positives", positives), ("negatives", negatives)):
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            raise TypeError(f"{name} must be a bool tensor, got {getattr(m, 'dtype', type(m).__name__)}")
+        if m.shape != scores.shape:
+            raise ValueError(f"{name} has shape {tuple(m.shape)} but scores has shape {tuple(scores.shape)}")
+    n_pos = positives.sum(1)
+    p = int(n_pos.max()) if max_pos is None else max_pos
+    p = max(p, 1)
+    neg_inf = torch.tensor(-torch.inf, dtype=scores.dtype, device=scores.device)
+    pos_sorted = torch.topk(torch.where(positives, scores, neg_inf), p, dim=1).values  # (c, p) desc
+    u = (-pos_sorted).contiguous()  # ascending; padding (-inf scores) becomes +inf at the end
+    v = torch.where(negatives, -scores, -neg_inf).contiguous()  # non-negatives -> +inf
+    a = torch.searchsorted(u, v, right=False)  # #thresholds t with -t < -v, i.e. t > v
+    hist = torch.zeros(scores.shape[0], p + 1, dtype=torch.long, device=scores.device)
+    hist.scatter_add_(1, a, negatives.long())
+    n_neg_ge = hist.cumsum(1)[:, :p]  # negatives with score >= t_i
+    ranks = torch.arange(1, p + 1, device=scores.device)
+    valid = ranks[None, :] <= n_pos[:, None]
+    return ranks[None, :] + n_neg_ge, valid

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from rank_lab.metrics.certified import certified_neighbours
+from rank_lab.metrics.engine.search.certified import certified_lists
 from rank_lab.retrieval._diffusion_kernels import block_cg
 from rank_lab.utils import DeviceLike, get_device
 
@@ -65,7 +65,7 @@ def candidate_sets(gallery: torch.Tensor, queries: torch.Tensor, r: int, extra: 
     """Per query, the ``r`` nearest gallery items by cosine (ties at the r-th included), united with ``extra``.
 
     The sets are the certified exact top-``r`` sets of
-    :func:`rank_lab.metrics.certified.certified_neighbours` (unordered mode), united with the
+    :func:`rank_lab.metrics.engine.search.certified.certified_neighbours` (unordered mode, its kernel), united with the
     ``extra (Q, e)`` gallery indices (a query vector's support, almost always inside already).
 
     Args:
@@ -76,8 +76,11 @@ def candidate_sets(gallery: torch.Tensor, queries: torch.Tensor, r: int, extra: 
     Returns:
         ``(offsets (Q + 1,), nodes)``: set ``q`` is ``nodes[offsets[q]:offsets[q + 1]]``, sorted.
     """
-    lists = certified_neighbours(queries, gallery, r, precision="exact", ordered=False, device=get_device(device),
-                                 progress=False, check=False)
+    dev = get_device(device)
+    work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
+    kq = torch.full((queries.shape[0],), r, dtype=torch.long)
+    lists = certified_lists(queries.to(dev, work), gallery.to(dev, work), kq, exclude_self=False, precision="exact",
+                            device=dev, tile=4096, ordered=False, progress=False)
     n = gallery.shape[0]
     offsets, cols = lists.offsets.numpy(), lists.indices.numpy()
     if extra is None:

@@ -29,7 +29,7 @@ from rank_lab._validation import (
     check_positive_int,
     check_sparse,
 )
-from rank_lab.metrics.knn import knn_search
+from rank_lab.metrics.engine.search.knn import knn_search
 from rank_lab.retrieval._diffusion_blocks import NeighbourTable
 from rank_lab.retrieval.graph import knn_self, mutual_affinity, normalize_graph, sparse_operator
 from rank_lab.utils import DeviceLike, get_device

@@ -102,7 +102,7 @@ def trapezoid_ap_from_positions(positions: torch.Tensor, valid: torch.Tensor) ->
     """
     positions, valid = check_positions(positions, valid, "positions", "valid")
     r = positions.to(torch.float64) - 1.0
-    j = torch.arange(positions.shape[1], dtype=torch.float64)[None, :]
+    j = torch.arange(positions.shape[1], dtype=torch.float64, device=positions.device)[None, :]
     p0 = torch.where(r > 0, j / r.clamp_min(1.0), torch.ones_like(r))
     p1 = (j + 1) / (r + 1)
     n_pos = valid.sum(1).to(torch.float64).clamp_min(1.0)

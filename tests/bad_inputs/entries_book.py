@@ -274,7 +274,8 @@ ENTRIES = [
     # MyST -> Colab Markdown, BibTeX
     cls(colab.ColabMarkdown, dict(name="p", equations={"e": 1}, bibliography={}, doc_link=None),
         calls=[("convert", dict(text="See {eq}`e` and {func}`~a.b`."), None), ("references_cell", None, None)],
-        extra={"int": ("convert.text", lambda: 3, ("text",)), "role": ("convert.text", lambda: "{ref}`x`", ("role",)),
+        extra={"int": ("convert.text", lambda: 3, ("text",)), "role": ("convert.text", lambda: "{kbd}`x`", ("role",)),
+               "resolver": ("convert.text", lambda: "{ref}`x`", ("ref_link",)),
                "label": ("convert.text", lambda: "{eq}`z`", ("label",)),
                "cite": ("convert.text", lambda: "{cite}`nobody2020`", ("key",))}),
     cls(colab.MystConversionError),

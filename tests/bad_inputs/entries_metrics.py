@@ -6,17 +6,20 @@ import torch
 
 import rank_lab.metrics as M
 import rank_lab.metrics.calibration as CAL
-import rank_lab.metrics.certified as CE
-import rank_lab.metrics.chunking as CH
 import rank_lab.metrics.classification as CLS
-import rank_lab.metrics.counting as CO
 import rank_lab.metrics.detection as DET
-import rank_lab.metrics.distributed_knn as DKNN
-import rank_lab.metrics.hierarchical_metrics as HM
-import rank_lab.metrics.hierarchical_relevance as HY
-import rank_lab.metrics.hierarchical_route as HE
+import rank_lab.metrics.engine.distributed as DKNN
+import rank_lab.metrics.engine.formulas.positions as PO
+import rank_lab.metrics.engine.formulas.registry as REG
+import rank_lab.metrics.engine.scores.bound as SB
+import rank_lab.metrics.engine.scores.exact as EX
+import rank_lab.metrics.engine.search.certified as CE
+import rank_lab.metrics.engine.search.index as IDX
+import rank_lab.metrics.hierarchy.codes as HC
+import rank_lab.metrics.hierarchy.metrics as HM
+import rank_lab.metrics.hierarchy.relevance as HY
 import rank_lab.metrics.ood as OOD
-import rank_lab.metrics.score_bounds as SB
+import rank_lab.metrics.rotated_iou as RI
 import rank_lab.metrics.text as TXT
 
 from .factories import emb, hier_labels, labels, levels, no_positive_targets, scores, targets
@@ -92,7 +95,7 @@ ENTRIES = [
        legal={"*:int": "integer vectors are cast to float (check_embeddings)"}),
     fn(CE.NeighbourLists, lambda: dict(offsets=torch.tensor([0, 1, 2]), indices=torch.tensor([1, 0]), scores=torch.ones(2),
                                        k=torch.ones(2, dtype=torch.long), precision="fp32", n_rescanned=0, n_candidates=2)),
-    fn(SB.canonical_scores, lambda: dict(queries=emb(5), gallery=emb(12, seed=2), rows=torch.tensor([0, 4]),
+    fn(EX.canonical_scores, lambda: dict(queries=emb(5), gallery=emb(12, seed=2), rows=torch.tensor([0, 4]),
                                          cols=torch.tensor([1, 11])),
        {"queries": "x", "gallery": "x", "block_elements": "posint"},
        legal={"*:int": "integer vectors are cast to float (check_embeddings)"}),
@@ -101,17 +104,28 @@ ENTRIES = [
                                     out_fmt=torch.bfloat16),
        {"q_norm": "x", "q_res_norm": "x", "g_max_norm": "nonneg", "d": "posint"},
        legal={"*:int": "integer norms are cast to float64"}),
-    fn(SB.exact_matmul),
+    fn(EX.exact_matmul),
     fn(SB.resolve_precision, lambda: dict(precision="exact", dtype=torch.float32, device=torch.device("cpu")),
        {"precision": "choice"}),
     fn(SB.check_accumulation, lambda: dict(fmt=torch.bfloat16, device=torch.device("cpu"))),
-    fn(CH.progress, lambda: dict(iterable=[1, 2], total=2, show=False, desc="chunks")),
-    fn(CH.torch_threads, lambda: dict(n=1), {"n": "posint"}),
-    fn(CH.chunk_rows, lambda: dict(n_cols=100, max_memory_mb=1.0),
-       {"n_cols": "posint", "max_memory_mb": "pos", "chunk_size": "posint"}),
-    fn(CO.metrics_from_positions, lambda: dict(pos=torch.tensor([[1, 3]]), valid=torch.tensor([[True, True]]),
-                                               n_pos=torch.tensor([2]), ks=(1, 2), wanted={"R@k", "mAP@R"})),
-    fn(CO.row_sums, lambda: dict(x=torch.rand(3, 4))),
+    fn(SB.check_products_fit, lambda: dict(q_max_norm=1.0, g_max_norm=1.0, work=torch.float32, names=("a", "b")),
+       extra={"overflow": ("q_max_norm", lambda: 1e39, ("a", "b"))}),
+    fn(IDX.IndexStage1, lambda: dict(search=lambda q, g, k, es: (None, None))),
+    fn(PO.BinaryPositions, lambda: dict(pos=torch.tensor([[1, 3]]), valid=torch.tensor([[True, True]]), n_pos=torch.tensor([2]))),
+    fn(PO.LevelPositions, lambda: dict(lv=torch.tensor([[2, 1]]), valid=torch.tensor([[True, True]]), ge=torch.tensor([[0, 1]]),
+                                       keys=torch.tensor([[0.9, 0.5]], dtype=torch.float64), counts=torch.tensor([[1, 1, 1]]),
+                                       n_levels=2, alpha=1.0)),
+    fn(PO.row_sums, lambda: dict(x=torch.rand(3, 4))),
+    fn(REG.RetrievalMetric, lambda: dict(name="RP", family="binary", depth="R", compute=lambda p, ks: {}),
+       extra={"family": ("family", lambda: "graded", ("family",)), "depth": ("depth", lambda: 3, ("depth",)),
+              "compute": ("compute", lambda: 3, ("compute",))}),
+    fn(REG.register_metric, lambda: dict(metric=REG.get_metric("R@k"), replace=True),
+       extra={"taken": ("replace", lambda: False, ("R@k",)), "not_a_metric": ("metric", lambda: "R@k", ("metric",))}),
+    fn(REG.get_metric, {"name": "R@k"}, extra={"unknown": ("name", lambda: "R@0", ("R@0",))}),
+    fn(REG.list_metrics, {"family": "binary"}),
+    fn(REG.unregister_metric, lambda: dict(name=REG.register_metric(REG.RetrievalMetric("_entry", "binary", "k", lambda p, ks: {}),
+                                                                    replace=True).name),
+       extra={"unknown": ("name", lambda: "R@0", ("R@0",))}),
     fn(HY.check_levels, lambda: dict(levels=levels(), n_levels=2), {"levels": "x", "n_levels": "posint"},
        legal={"levels:ndim-": "a (N,) vector is one query (documented)", "levels:int": "levels are integers"},
        extra={"above_L": ("levels", lambda: levels() + 1, ("levels",))}),
@@ -160,7 +174,7 @@ def _boxes(n=3, seed=0):
 
 
 def _quads(n=3, seed=0):
-    return DET.boxes_to_polygons(_boxes(n, seed))
+    return RI.boxes_to_polygons(_boxes(n, seed))
 
 
 ELEMENTWISE_BOXES = {"boxes:ndim+": "(..., 5): any leading shape", "boxes:ndim-": "a (5,) row is one box",
@@ -182,22 +196,6 @@ LEVELS_LEGAL = {"levels:ndim-": "a (N,) vector is one query", "levels:int": "lev
 
 def _lv():
     return levels(3, 8, 2)
-
-
-# ----------------------------------------------------------------------------- engine
-HIER_WANTED = {"H-AP", "ASI", "NDCG-h", "AP@level", "H-R@k", "MS@k"}
-
-
-def _chunk():
-    lv = levels(3, 8, 2)
-    lv[0, 1] = -1  # the query's own column
-    return dict(scores=scores(3, 8), levels=lv, n_levels=2, ks=(1, 3), wanted=set(HIER_WANTED))
-
-
-def _route():
-    e = emb(8)
-    return dict(emb=e, lab=hier_labels(8), ref=e, ref_lab=hier_labels(8), ks=(1, 3), wanted=set(HIER_WANTED), exclude_self=True,
-                dev=torch.device("cpu"), chunk_size=4, max_memory_mb=64.0, progress=False)
 
 
 ENTRIES += [
@@ -246,19 +244,19 @@ ENTRIES += [
                                                 observation_ids=OBS()),
        {**PT_ROLES, "observation_ids": "labels"}, rows=(*PT_ROWS, ("predictions", "observation_ids"))),
     # detection
-    fn(DET.boxes_to_polygons, lambda: dict(boxes=_boxes()), {"boxes": "x"}, legal=ELEMENTWISE_BOXES),
-    fn(DET.polygon_area, lambda: dict(poly=_quads()), {"poly": "x"},
+    fn(RI.boxes_to_polygons, lambda: dict(boxes=_boxes()), {"boxes": "x"}, legal=ELEMENTWISE_BOXES),
+    fn(RI.polygon_area, lambda: dict(poly=_quads()), {"poly": "x"},
        legal={"poly:ndim+": "(..., K, 2): any leading shape", "poly:ndim-": "a (K, 2) polygon is one polygon",
               "poly:empty": "no polygon: an empty result", "poly:int": "integer vertices are cast to float"}),
-    fn(DET.convex_intersection_area, lambda: dict(p=_quads(), q=_quads(seed=1)), PQ, rows=(("p", "q"),), legal=PQ_LEGAL),
-    fn(DET.polygon_iou, lambda: dict(p=_quads(), q=_quads(seed=1)), PQ, rows=(("p", "q"),), legal=PQ_LEGAL,
+    fn(RI.convex_intersection_area, lambda: dict(p=_quads(), q=_quads(seed=1)), PQ, rows=(("p", "q"),), legal=PQ_LEGAL),
+    fn(RI.polygon_iou, lambda: dict(p=_quads(), q=_quads(seed=1)), PQ, rows=(("p", "q"),), legal=PQ_LEGAL,
        extra={"nonconvex": ("p", lambda: torch.tensor([[[0.0, 0], [2, 0], [0.5, 0.5], [0, 2]]]).repeat(3, 1, 1), ("p",))}),
-    fn(DET.polygon_iou_matrix, lambda: dict(p=_quads(), q=_quads(2, 1)), {**PQ, "chunk_size": "posint"},
+    fn(RI.polygon_iou_matrix, lambda: dict(p=_quads(), q=_quads(2, 1)), {**PQ, "chunk_size": "posint"},
        legal={**PQ_LEGAL, "*:empty": EMPTY_MATRIX}),
-    fn(DET.rotated_iou, lambda: dict(boxes1=_boxes(), boxes2=_boxes(seed=1)), B12, rows=(("boxes1", "boxes2"),),
+    fn(RI.rotated_iou, lambda: dict(boxes1=_boxes(), boxes2=_boxes(seed=1)), B12, rows=(("boxes1", "boxes2"),),
        legal={"*:int": "integer boxes are cast to float"},
        extra={"negative_size": ("boxes1", lambda: _boxes() * torch.tensor([1, 1, -1, 1, 1.0], dtype=torch.float64), ("boxes1",))}),
-    fn(DET.rotated_iou_matrix, lambda: dict(boxes1=_boxes(), boxes2=_boxes(2, 1)), {**B12, "chunk_size": "posint"},
+    fn(RI.rotated_iou_matrix, lambda: dict(boxes1=_boxes(), boxes2=_boxes(2, 1)), {**B12, "chunk_size": "posint"},
        legal={"*:int": "integer boxes are cast to float", "*:empty": EMPTY_MATRIX}),
     fn(DET.encode_box6, lambda: dict(boxes=_boxes(), image_size=(4.0, 3.0)), {"boxes": "x"}, legal=ELEMENTWISE_BOXES,
        extra={"zero_size": ("image_size", lambda: (0.0, 3.0), ("image_size",)), "nan_size": ("image_size", lambda: (float("nan"), 3.0), ("image_size",))}),
@@ -295,24 +293,17 @@ ENTRIES += [
        legal=LEVELS_LEGAL),
     fn(HY.ndcg_gains, lambda: dict(levels=_lv()), {"levels": "x"}, legal=LEVELS_LEGAL),
     fn(HY.binary_level_relevance, lambda: dict(levels=_lv(), n_levels=2), {"levels": "x", "n_levels": "posint"}, legal=LEVELS_LEGAL),
-    fn(HY.parse_code, {"code": "01.03.05"}, extra={"number": ("code", lambda: 5, ("code",)), "hole": ("code", lambda: "01..05", ("code",))}),
-    fn(HY.lca_distance, {"a": "01.03.05", "b": "01.04.05", "n_levels": 3}, {"n_levels": "posint"},
+    fn(HC.parse_code, {"code": "01.03.05"}, extra={"number": ("code", lambda: 5, ("code",)), "hole": ("code", lambda: "01..05", ("code",))}),
+    fn(HC.lca_distance, {"a": "01.03.05", "b": "01.04.05", "n_levels": 3}, {"n_levels": "posint"},
        extra={"depths": ("b", lambda: "01.04", ("b",))}),
-    fn(HY.multilabel_relevance, {"query_codes": ["01.03", "02.01"], "item_codes": ["01.03"], "n_levels": 2}, {"n_levels": "posint"},
+    fn(HC.multilabel_relevance, {"query_codes": ["01.03", "02.01"], "item_codes": ["01.03"], "n_levels": 2}, {"n_levels": "posint"},
        extra={"no_codes": ("item_codes", lambda: [], ("item_codes",))}),
-    fn(HY.multilabel_relevance_matrix, {"query_sets": [["01.03"], ["02.01"]], "item_sets": [["01.03"], ["01.02", "02.01"]], "n_levels": 2},
+    fn(HC.multilabel_relevance_matrix, {"query_sets": [["01.03"], ["02.01"]], "item_sets": [["01.03"], ["01.02", "02.01"]], "n_levels": 2},
        {"n_levels": "posint"}, extra={"no_query": ("query_sets", lambda: [], ("query_sets",)),
                                       "no_item": ("item_sets", lambda: [], ("item_sets",))}),
     # hierarchical
     fn(HM.h_ap_from_pr_curve, _sr(), SR, legal=LEGAL_SR, nopos={"relevance": no_positive_targets}),
     fn(HM.mistake_levels, _sl(n_levels=2, k=3), {**SL, "n_levels": "posint", "k": "k"}, legal=LEGAL_SL),
-    # hierarchical engine (internal routes of retrieval_metrics, exported)
-    fn(HE.hierarchical_chunk_metrics, _chunk, {"scores": "x", "levels": "x", "n_levels": "posint", "alpha": "pos"},
-       rows=(("scores", "levels"),), legal={"levels:int": "levels are integers", "scores:int": "integer scores are cast to float"},
-       extra={"ks_zero": ("ks", lambda: (0,), ("ks",)), "ks_big": ("ks", lambda: (100,), ("ks",))}),
-    fn(HE.hierarchical_route, _route, {"emb": "x", "lab": "labels", "ref": "x", "ref_lab": "labels", "chunk_size": "posint",
-                                       "max_memory_mb": "pos", "alpha": "pos"},
-       rows=(("emb", "lab"), ("ref", "ref_lab")), legal={"emb:int": CAST, "ref:int": CAST}),
     # ood metrics
     *[fn(f, lambda: dict(scores_in=torch.tensor([0.1, 0.4, 0.2, 0.3]), scores_out=torch.tensor([0.5, 0.35, 0.9])),
          {"scores_in": "x", "scores_out": "x", **extra_roles}, legal={"*:int": "integer scores are cast to float"})

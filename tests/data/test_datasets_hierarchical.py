@@ -18,7 +18,7 @@ from rank_lab.data.datasets.hierarchical_labels import (
 )
 from rank_lab.data.hierarchical_sampler import HierarchicalSampler
 from rank_lab.fixtures.retrieval import write_dyml, write_gldv2, write_inaturalist, write_sop
-from rank_lab.metrics.hierarchical_relevance import shared_level
+from rank_lab.metrics.hierarchy.relevance import shared_level
 
 
 # ---------------------------------------------------------------------------- SOP and iNat

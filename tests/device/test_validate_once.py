@@ -27,7 +27,7 @@ from .fake_cuda import fake_cuda
 from .registered_losses import NAMES, batch, build
 
 CEILING = 3
-_METRICS = ("rank_lab.metrics.hierarchical_relevance checks its inputs inside the loss (level_counts -> "
+_METRICS = ("rank_lab.metrics.hierarchy.relevance checks its inputs inside the loss (level_counts -> "
             "check_levels: 2 syncs; relevance_table: 2): trusted kernels there are the metrics engineer's")
 #: losses above the ceiling: (host syncs per call, reason)
 OVER_CEILING = {

@@ -437,6 +437,12 @@ def test_metric_tracking_against_a_brute_force_correlation(box_setup: tuple) -> 
         metric_tracking(model, _ExactIoUSurrogate(), images[:1], boxes[:1])
 
 
+#: where the proxy-training test interrupts its run: a module global, not a value the loss function
+#: captures, since a checkpoint resumes only the run whose data (the loss function's captured values
+#: included) wrote it
+_PROXY_INTERRUPT: dict[str, int | None] = {"at": None, "n": 0}
+
+
 def test_proxy_training_resumes_exactly_from_a_checkpoint(box_setup: tuple, tmp_path) -> None:
     from rank_lab.learned.proxy_training import fit_proxy
 
@@ -446,11 +452,11 @@ def test_proxy_training_resumes_exactly_from_a_checkpoint(box_setup: tuple, tmp_
     def run(ckpt, fail_at: int | None = None) -> tuple[nn.Module, list[float]]:
         torch.manual_seed(0)
         model = BoxRegressor(16, channels=(4, 8, 8), hidden=16)
-        calls = {"n": 0}
+        _PROXY_INTERRUPT.update(at=fail_at, n=0)
 
         def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
-            calls["n"] += 1
-            if fail_at is not None and calls["n"] == fail_at:
+            _PROXY_INTERRUPT["n"] += 1
+            if _PROXY_INTERRUPT["at"] is not None and _PROXY_INTERRUPT["n"] == _PROXY_INTERRUPT["at"]:
                 raise KeyboardInterrupt  # an interrupted run
             return nn.functional.smooth_l1_loss(model(images[idx]), target[idx])
 

@@ -23,8 +23,8 @@ from rank_lab.losses import (
 from rank_lab.losses.hierarchical import weighted_lower_sums
 from rank_lab.losses.presets import ROD, happier, happier_f, rod_ndcg
 from rank_lab.memory import CrossBatchMemory, MemoryLoss
-from rank_lab.metrics.hierarchical_metrics import h_average_precision, hierarchical_ndcg
-from rank_lab.metrics.hierarchical_relevance import hap_relevance, shared_level
+from rank_lab.metrics.hierarchy.metrics import h_average_precision, hierarchical_ndcg
+from rank_lab.metrics.hierarchy.relevance import hap_relevance, shared_level
 from rank_lab.ranking import Heaviside
 
 LOSSES = (SupHAP, SmoothHAP, SupNDCG)

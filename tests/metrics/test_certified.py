@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rank_lab.metrics.score_bounds as sb
+import rank_lab.metrics.engine.scores.bound as sb
 from rank_lab.metrics import (
     faiss_available,
     knn_search,
@@ -21,14 +21,9 @@ from rank_lab.metrics import (
     reciprocal_rank,
     retrieval_metrics,
 )
-from rank_lab.metrics.certified import certified_neighbours
-from rank_lab.metrics.score_bounds import (
-    canonical_scores,
-    exact_matmul,
-    reduced_copy,
-    reduced_matmul,
-    score_bound,
-)
+from rank_lab.metrics.engine.scores.bound import reduced_copy, reduced_matmul, score_bound
+from rank_lab.metrics.engine.scores.exact import canonical_scores, exact_matmul
+from rank_lab.metrics.engine.search.certified import certified_neighbours
 
 PRECISIONS = ["exact", "bf16", "fp16"]
 KNN = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R", "MRR")

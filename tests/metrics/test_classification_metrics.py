@@ -106,6 +106,12 @@ def test_observation_aggregation_rules():
     assert mean.tolist() == [0, 1]  # obs 7: class 1 has 1.3 > 0.9
     with pytest.raises(ValueError, match="class_scores"):
         aggregate_observations(preds, conf, obs, rule="mean_scores")
+    for bad in (torch.complex(conf, conf), conf.to("meta")):  # refused naming the argument (issue 26)
+        with pytest.raises((TypeError, ValueError), match="confidence"):
+            aggregate_observations(preds, bad, obs)
+    for bad in (torch.complex(scores, scores), scores.to("meta")):
+        with pytest.raises((TypeError, ValueError), match="class_scores"):
+            aggregate_observations(preds, conf, obs, class_scores=bad, rule="mean_scores")
     # observation-level metrics after aggregation
     targets = torch.tensor([3, 3, 3, 2, 2])
     m = classification_metrics(per_img, targets, observation_ids=obs)

@@ -1,5 +1,5 @@
-"""rank_lab.metrics.exact_scores: the canonical score's fixed pairwise tree on hand-worked float32
-sums, the tree depth, and the former import path (rank_lab.metrics.score_bounds).
+"""rank_lab.metrics.engine.scores.exact: the canonical score's fixed pairwise tree on hand-worked float32
+sums and the tree depth.
 
 The canonical score against an independent pairwise tree, its batching invariance and the
 ``exact_matmul`` guard are tested with the certified search in test_certified.py.
@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from rank_lab.metrics.exact_scores import canonical_scores, tree_depth
+from rank_lab.metrics.engine.scores.exact import canonical_scores, tree_depth
 
 
 @pytest.mark.parametrize(("d", "h"), [(1, 0), (2, 1), (3, 2), (4, 2), (5, 3), (512, 9), (513, 10)])
@@ -37,13 +37,3 @@ def test_canonical_score_follows_the_fixed_tree_on_hand_worked_sums() -> None:
     gamma = 3 * u / (1 - 3 * u)  # gamma_{h+1}, h = 2
     bound = gamma * math.sqrt(3) * float(g[0].double().norm())
     assert abs(float(s[0]) - (1.0 + 2.0**-23)) <= bound
-
-
-def test_the_former_home_still_imports_the_same_objects() -> None:
-    """Split from rank_lab.metrics.score_bounds: the same objects, listed in one ``__all__`` only."""
-    import rank_lab.metrics.exact_scores as module
-    import rank_lab.metrics.score_bounds as former
-
-    for name in module.__all__:
-        assert getattr(former, name) is getattr(module, name)
-        assert name not in former.__all__

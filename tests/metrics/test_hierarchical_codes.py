@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rank_lab.metrics.hierarchical_codes import (
+from rank_lab.metrics.hierarchy.codes import (
     lca_distance,
     multilabel_relevance,
     multilabel_relevance_matrix,
     parse_code,
 )
-from rank_lab.metrics.hierarchical_metrics import h_average_precision
+from rank_lab.metrics.hierarchy.metrics import h_average_precision
 
 
 def test_multilabel_relevance_algorithm_1():
@@ -38,14 +38,3 @@ def test_codes_are_checked_naming_the_argument():
         multilabel_relevance(["01.03"], [], 2)
     with pytest.raises(ValueError, match="query_sets must be a non-empty"):
         multilabel_relevance_matrix([], [["01.03"]], 2)  # was a silent (0, 1) matrix
-
-
-def test_the_former_homes_still_import_the_same_objects():
-    """Split from hierarchical_relevance (formerly hierarchy): both still import them, listed in no ``__all__``."""
-    import rank_lab.metrics.hierarchical_codes as codes
-    import rank_lab.metrics.hierarchical_relevance as relevance
-    import rank_lab.metrics.hierarchy as former
-
-    for name in codes.__all__:
-        assert getattr(relevance, name) is getattr(codes, name) is getattr(former, name)
-        assert name not in relevance.__all__ and name not in former.__all__

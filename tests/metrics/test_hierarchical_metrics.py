@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rank_lab.metrics import average_precision, ndcg
-from rank_lab.metrics.hierarchical_metrics import (
+from rank_lab.metrics.hierarchy.metrics import (
     ap_per_level,
     average_set_intersection,
     h_ap_from_pr_curve,
@@ -27,7 +27,7 @@ from rank_lab.metrics.hierarchical_metrics import (
     mistake_severity,
     weighted_sum_ap,
 )
-from rank_lab.metrics.hierarchical_relevance import (
+from rank_lab.metrics.hierarchy.relevance import (
     binary_level_relevance,
     hap_relevance,
     hierarchy_table,
@@ -244,6 +244,27 @@ def test_ndcg_h_is_ndcg_with_exponential_gains():
     assert torch.allclose(hierarchical_ndcg(s, lv), ndcg(s.double(), 2.0 ** lv.double() - 1).double())
 
 
+def test_ndcg_h_names_its_levels():
+    """Float levels (x1e20 overflowed the gains to NaN), levels beyond float32's gains, negative
+    levels and queries without a positive are refused naming ``levels`` (issue 26, bad-input matrix)."""
+    s = torch.randn(2, 5, dtype=torch.float64)
+    lv = torch.tensor([[2, 0, 1, 0, 0], [1, 1, 0, 0, 0]])
+    with pytest.raises(TypeError, match="levels"):
+        hierarchical_ndcg(s, lv.double() * 1e20)
+    with pytest.raises(ValueError, match="levels"):
+        hierarchical_ndcg(s, lv * 1000)
+    with pytest.raises(ValueError, match="levels"):
+        hierarchical_ndcg(s, -lv)
+    empty = lv.clone()
+    empty[1] = 0
+    with pytest.raises(ValueError, match="no relevant item in levels"):
+        hierarchical_ndcg(s, empty)
+    got = hierarchical_ndcg(s, empty, no_positive="zero")
+    assert float(got[1]) == 0.0 and float(got[0]) == float(hierarchical_ndcg(s[:1], lv[:1])[0])
+    high = torch.tensor([[119, 0, 0, 0, 0]])  # 2^119 - 1: the largest level five items allow
+    assert float(hierarchical_ndcg(torch.tensor([[0.9, 0.1, 0.2, 0.3, 0.4]]), high)[0]) == 1.0
+
+
 def test_bad_inputs():
     s = torch.randn(1, 4)
     with pytest.raises(ValueError, match="n_levels"):
@@ -267,7 +288,7 @@ def test_bad_inputs():
 
 # ------------------------------------------------------------------ bad inputs (issue 16)
 def test_levels_are_checked_naming_the_argument():
-    from rank_lab.metrics.hierarchical_relevance import level_set
+    from rank_lab.metrics.hierarchy.relevance import level_set
 
     with pytest.raises(ValueError, match="levels is empty"):
         level_counts(torch.zeros(0, 4, dtype=torch.long), 2)  # was an empty (0, 3) table

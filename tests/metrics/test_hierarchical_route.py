@@ -1,7 +1,7 @@
-"""The engine's hierarchical route (rank_lab.metrics.hierarchical_route and the counting route of
-rank_lab.metrics.hierarchical_counting) against the explicit per-query functions of
-rank_lab.metrics.hierarchical_metrics, against each other, and against a brute force per query
-(split from test_hierarchical_metrics.py)."""
+"""The engine's hierarchical metrics (the certified counting route, rank_lab.metrics.engine.routes.counting)
+against the explicit per-query functions of rank_lab.metrics.hierarchy.metrics and against a brute force per
+query (split from test_hierarchical_metrics.py); every precision and the adversarial sets of the certified
+search are in test_counting_route.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rank_lab.metrics import retrieval_metrics
-from rank_lab.metrics.hierarchical_metrics import (
+from rank_lab.metrics.hierarchy.metrics import (
     ap_per_level,
     average_set_intersection,
     h_average_precision,
@@ -19,7 +19,7 @@ from rank_lab.metrics.hierarchical_metrics import (
     hierarchical_ndcg,
     mistake_severity,
 )
-from rank_lab.metrics.hierarchical_relevance import (
+from rank_lab.metrics.hierarchy.relevance import (
     hap_relevance,
     shared_level,
 )
@@ -114,44 +114,6 @@ def test_cuda_matches_cpu():  # pragma: no cover - run on the GPU machine
 
 
 HIER = ("H-AP", "ASI", "NDCG-h", "AP@level", "H-R@k", "MS@k")
-
-
-def _counting_route(monkeypatch, *args, **kwargs):
-    """The engine with the previous route (explicit (c, N) level blocks, hierarchical_chunk_metrics)."""
-    import rank_lab.metrics.engine as E
-    import rank_lab.metrics.hierarchical_counting as H
-
-    monkeypatch.setattr(E, "hierarchical_route", H.hierarchical_counting_route)
-    try:
-        return retrieval_metrics(*args, **kwargs)
-    finally:
-        monkeypatch.undo()
-
-
-@pytest.mark.parametrize("n_levels", [1, 2, 3])
-@pytest.mark.parametrize("kind", ["tied", "random"])
-def test_sorted_route_equals_the_counting_route(monkeypatch, n_levels, kind):
-    """Issue 19: the route at scale (permuted gallery, one sort per row, packed higher levels) gives
-    the values of the counting route, per query, to float64 rounding; exactly on tied integer data."""
-    g = torch.Generator().manual_seed(30 + n_levels)
-    n = 400
-    fine = torch.randint(0, 40, (n,), generator=g)
-    lab = torch.stack([fine // (3**j) for j in range(n_levels)], 1)
-    if kind == "tied":
-        x = torch.randint(-2, 3, (n, 5), generator=g).double()
-    else:
-        x = torch.randn(n, 12, generator=g)
-    for alpha in (1.0, 4.0, 0.2):  # 0.2: Eq. 4.7 non-monotone for some queries
-        kw = dict(ks=(1, 5, 60), metrics=HIER, per_query=True, normalize=kind == "random", hap_alpha=alpha, device="cpu")
-        got = retrieval_metrics(x, lab, **kw)["per_query"]
-        ref = _counting_route(monkeypatch, x, lab, **kw)["per_query"]
-        for name, v in ref.items():
-            assert torch.allclose(got[name], v, atol=1e-12, rtol=0), (name, alpha, float((got[name] - v).abs().max()))
-        # query / gallery form
-        got_q = retrieval_metrics(x[:50], lab[:50], x[50:], lab[50:], **kw)["per_query"]
-        ref_q = _counting_route(monkeypatch, x[:50], lab[:50], x[50:], lab[50:], **kw)["per_query"]
-        for name, v in ref_q.items():
-            assert torch.allclose(got_q[name], v, atol=1e-12, rtol=0), name
 
 
 def test_sorted_route_values_do_not_depend_on_the_chunking():

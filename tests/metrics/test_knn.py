@@ -1,5 +1,5 @@
-"""rank_lab.metrics.knn: knn_search against a brute force on tied integer data (both backends), its
-helpers on hand-worked values, and the former import path (rank_lab.metrics.engine).
+"""rank_lab.metrics.engine.search.knn: knn_search against a brute force on tied integer data (both backends) and
+its helpers on hand-worked values.
 
 The invariance across precisions, shapes and devices is tested with the certified search in
 test_certified.py; the engine's use of the search in test_engine.py.
@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rank_lab.metrics.knn import (
-    check_precision,
+from rank_lab.metrics.engine.search.index import faiss_knn
+from rank_lab.metrics.engine.search.knn import (
+    check_search_options,
     faiss_available,
-    faiss_knn,
     knn_search,
     search_tile,
 )
@@ -54,15 +54,15 @@ def test_query_gallery_form_and_float64() -> None:
 
 
 def test_search_tile_and_check_precision_hand_values() -> None:
-    assert search_tile(10, 256, None) == 5760  # sqrt(256 MiB / 8 B) = 5792 -> a multiple of 64
-    assert search_tile(10, 1, None) == 320  # sqrt(2^20 / 8) = 362 -> 320
-    assert search_tile(10, 1e6, None) == 8192  # capped
-    assert search_tile(10, 256, 10) == 64 and search_tile(10, 256, 1000) == 1000
-    assert check_precision("bf16", "torch") == "bf16"
+    assert search_tile(256, None) == 5760  # sqrt(256 MiB / 8 B) = 5792 -> a multiple of 64
+    assert search_tile(1, None) == 320  # sqrt(2^20 / 8) = 362 -> 320
+    assert search_tile(1e6, None) == 8192  # capped
+    assert search_tile(256, 10) == 64 and search_tile(256, 1000) == 1000
+    assert check_search_options("torch", "bf16", None, 256, None) == ("torch", "bf16", None, 256.0)
     with pytest.raises(ValueError, match="precision must be one of"):
-        check_precision("fp8", "torch")
+        check_search_options("torch", "fp8", None, 256, None)
     with pytest.raises(ValueError, match="needs backend='torch'"):
-        check_precision("fp16", "faiss")
+        check_search_options("faiss", "fp16", None, 256, None)
 
 
 def test_faiss_stage_one_returns_the_float32_top_k() -> None:
@@ -70,18 +70,8 @@ def test_faiss_stage_one_returns_the_float32_top_k() -> None:
         pytest.skip("faiss not installed")  # pragma: no cover
     g = torch.Generator().manual_seed(9)
     x = torch.randn(50, 8, generator=g)
-    knn = faiss_knn(torch.device("cpu"), None, 256, False)
-    s, i = knn(x, x, 3, True)
+    knn = faiss_knn(None, 256, False)
+    s, i = knn.search(x, x, 3, True)
     full = (x.double() @ x.double().T).fill_diagonal_(-torch.inf)
     assert not bool((i == torch.arange(50)[:, None]).any())  # the query itself is excluded
     torch.testing.assert_close(s.double(), full.topk(3, dim=1).values, atol=1e-5, rtol=0)
-
-
-def test_the_former_home_still_imports_the_same_objects() -> None:
-    """Split from rank_lab.metrics.engine: the same objects, listed in one ``__all__`` only."""
-    import rank_lab.metrics.engine as former
-    import rank_lab.metrics.knn as module
-
-    for name in module.__all__:
-        assert getattr(former, name) is getattr(module, name)
-        assert name not in former.__all__

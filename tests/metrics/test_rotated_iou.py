@@ -194,13 +194,3 @@ def test_non_finite_geometry_is_refused():
         polygon_area(torch.tensor([[[0.0, 0.0], [1.0, 0.0], [float("inf"), 1.0]]]))
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
         rotated_iou_matrix(torch.tensor([[0.0, 0, 1, 1, 0]]), torch.tensor([[0.0, 0, 1, 1, 0]]), chunk_size=0)
-
-
-def test_the_iou_names_still_import_from_detection():
-    """Split from rank_lab.metrics.detection: the same objects, listed in one ``__all__`` only."""
-    import rank_lab.metrics.detection as detection
-    import rank_lab.metrics.rotated_iou as module
-
-    for name in module.__all__:
-        assert getattr(detection, name) is getattr(module, name)
-        assert name not in detection.__all__

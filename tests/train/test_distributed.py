@@ -463,7 +463,7 @@ def _tied_set(n=240, d=8, n_protos=40, n_classes=10, seed=0):
 def test_sharded_metrics_equal_the_engine(cpu_shards, mode):
     pytest.importorskip("faiss")
     from rank_lab.metrics import retrieval_metrics
-    from rank_lab.metrics.distributed_knn import build_index, sharded_retrieval_metrics
+    from rank_lab.metrics.engine.distributed import build_index, sharded_retrieval_metrics
 
     x, y = _tied_set()
     names = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R", "MRR")
@@ -482,7 +482,7 @@ def test_sharded_metrics_equal_the_engine(cpu_shards, mode):
 
 def test_sharded_knn_against_brute_force():
     pytest.importorskip("faiss")
-    from rank_lab.metrics.distributed_knn import sharded_knn_search
+    from rank_lab.metrics.engine.distributed import sharded_knn_search
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(97, 12, generator=g)
@@ -499,7 +499,7 @@ def test_sharded_knn_against_brute_force():
 
 def test_sharded_index_errors_and_fallbacks():
     pytest.importorskip("faiss")
-    from rank_lab.metrics.distributed_knn import build_index, faiss_gpu_count, sharded_knn_search
+    from rank_lab.metrics.engine.distributed import build_index, faiss_gpu_count, sharded_knn_search
 
     x = torch.randn(10, 4)
     with pytest.raises(ValueError, match="mode must be"):
@@ -522,7 +522,7 @@ def test_sharded_index_errors_and_fallbacks():
 @pytest.mark.cuda
 def test_sharded_index_on_gpus():
     pytest.importorskip("faiss")
-    from rank_lab.metrics.distributed_knn import build_index, faiss_gpu_count, sharded_knn_search
+    from rank_lab.metrics.engine.distributed import build_index, faiss_gpu_count, sharded_knn_search
 
     n = faiss_gpu_count()
     if n == 0:

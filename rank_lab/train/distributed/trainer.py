@@ -24,7 +24,7 @@ reproduces the single-process run with the same **global** batch (``config.batch
    (:func:`rank_lab.train.multistage.multistage_backward`).
 6. Evaluation: each rank embeds a contiguous shard of the test set, the shards are all-gathered,
    and rank 0 computes the metrics with a faiss index sharded over the visible GPUs
-   (:func:`rank_lab.metrics.distributed_knn.sharded_retrieval_metrics`; one GPU or the CPU when
+   (:func:`rank_lab.metrics.engine.distributed.sharded_retrieval_metrics`; one GPU or the CPU when
    that is all there is), then broadcasts them.
 7. Rank 0 alone writes the JSON log and the checkpoints. A checkpoint holds the unwrapped model,
    optimiser, scaler, loss/memory state, step and epoch (which fix the learning rate and the
@@ -50,7 +50,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, TensorDataset
 
-from rank_lab.metrics.distributed_knn import sharded_retrieval_metrics
+from rank_lab.metrics.engine.distributed import sharded_retrieval_metrics
 from rank_lab.train.config import TrainConfig
 from rank_lab.train.data import as_dataset, embed_dataset
 from rank_lab.train.distributed.collectives import (

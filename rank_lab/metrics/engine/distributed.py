@@ -16,9 +16,14 @@ Placement falls back cleanly: several GPUs visible to faiss -> shards / replicas
 not installed -> the chunked torch route of :func:`rank_lab.metrics.retrieval_metrics`.
 
 :func:`sharded_retrieval_metrics` uses the index as stage 1 of the engine's certified neighbour
-lists (:mod:`rank_lab.metrics.certified`: lists lengthened until certified, candidates re-scored with
-the canonical score, worst-case ties; ``docs/decisions.md``), so its numbers equal
-:func:`rank_lab.metrics.retrieval_metrics`.
+lists (:mod:`rank_lab.metrics.engine.search.certified`: lists lengthened until certified, candidates
+re-scored with the canonical score, worst-case ties; ``docs/decisions.md``), so its numbers equal
+:func:`rank_lab.metrics.retrieval_metrics`. A GPU index computes its products with cuBLAS in a
+math mode that is not ours to pin (TF32 rounds the inputs to 10 bits, tensor cores truncate): it
+is certified under that model (:class:`~rank_lab.metrics.engine.search.index.IndexStage1`,
+``input_unit = 2^-11``, tensor-core accumulation), so its candidate lists are longer, never wrong.
+The index is built once per call, and the faiss resources of a GPU once per process
+(:func:`~rank_lab.metrics.engine.search.index.gpu_resources`).
 """
 
 from __future__ import annotations
@@ -32,12 +37,12 @@ import numpy as np
 import torch
 
 from rank_lab._validation import check_embeddings, check_positive_int
-from rank_lab.metrics.engine import (
-    KNN_METRICS,
-    faiss_available,
-    retrieval_metrics,
-)
+from rank_lab.metrics.engine.evaluate import retrieval_metrics
+from rank_lab.metrics.engine.formulas.registry import get_metric
+from rank_lab.metrics.engine.search.index import IndexStage1, gpu_resources
+from rank_lab.metrics.engine.search.knn import faiss_available
 from rank_lab.utils import DeviceLike
+from rank_lab.vocabulary import NoPositive
 
 __all__ = ["faiss_gpu_count", "ShardedIndex", "build_index", "sharded_knn_search", "sharded_retrieval_metrics"]
 
@@ -115,7 +120,7 @@ def build_index(
         index.add(x)
         return ShardedIndex(index, "gpu-shards" if co.shard else "gpu-replicas", n_gpus)
     if n_gpus == 1:
-        res = faiss.StandardGpuResources()
+        res = gpu_resources(0)
         index = faiss.index_cpu_to_gpu(res, 0, faiss.IndexFlatIP(d))
         index.add(x)
         return ShardedIndex(index, "gpu", 1, [res])
@@ -161,8 +166,8 @@ def sharded_knn_search(
     Returns:
         ``(scores (Q, k) float32, indices (Q, k) long)`` on the CPU, by decreasing score.
     """
-    q = check_embeddings(queries, "queries")
-    g = check_embeddings(gallery, "gallery")
+    q = check_embeddings(queries, "queries").detach()
+    g = check_embeddings(gallery, "gallery").detach()
     if q.shape[1] != g.shape[1]:
         raise ValueError(f"queries have d={q.shape[1]} but gallery has d={g.shape[1]}")
     if exclude_self and q.shape[0] != g.shape[0]:
@@ -200,7 +205,7 @@ def sharded_retrieval_metrics(
     mode: Mode = "shard",
     cpu_shards: int = 1,
     device: DeviceLike = None,
-    no_positive: Literal["raise", "skip"] = "skip",
+    no_positive: NoPositive = "skip",
 ) -> dict[str, float]:
     """:func:`rank_lab.metrics.retrieval_metrics` with the neighbour lists from a sharded faiss index.
 
@@ -217,13 +222,21 @@ def sharded_retrieval_metrics(
     Returns:
         ``{"R@1": ..., "mAP@R": ..., "n_queries": Q, "n_skipped": 0}``.
     """
-    wanted = set(metrics)
-    if not (wanted <= set(KNN_METRICS)) or not faiss_available():
+    if isinstance(metrics, str) or not hasattr(metrics, "__iter__"):
+        raise TypeError(f"metrics must be a sequence of metric names, got {type(metrics).__name__}")
+    lists_serve = all(get_metric(m).family == "binary" and get_metric(m).depth != "all" for m in metrics)
+    if not lists_serve or not faiss_available():
         return retrieval_metrics(embeddings, labels, ref_embeddings, ref_labels, ks=ks, metrics=metrics,
                                  normalize=normalize, backend="torch", device=device, no_positive=no_positive)
+    built: dict[int, ShardedIndex] = {}  # the gallery's index, built at the first call and reused
 
     def knn(q: torch.Tensor, g: torch.Tensor, k: int, exclude_self: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        return sharded_knn_search(q, g, k, exclude_self=exclude_self, n_gpus=n_gpus, mode=mode, cpu_shards=cpu_shards)
+        if id(g) not in built:
+            built.clear()
+            built[id(g)] = build_index(g, n_gpus=n_gpus, mode=mode, cpu_shards=cpu_shards)
+        return sharded_knn_search(q, g, k, exclude_self=exclude_self, index=built[id(g)])
 
+    on_gpu = faiss_gpu_count() > 0 and n_gpus != 0
+    stage1 = IndexStage1(knn, input_unit=2.0**-11 if on_gpu else 0.0, tensor_cores=on_gpu)
     return retrieval_metrics(embeddings, labels, ref_embeddings, ref_labels, ks=ks, metrics=metrics,
-                             normalize=normalize, knn=knn, device=device, no_positive=no_positive)
+                             normalize=normalize, knn=stage1, device=device, no_positive=no_positive)

@@ -24,8 +24,7 @@ robust to ids reused under different parents; the official HAPPIER code counts m
 * :func:`binary_level_relevance` -- ``1[l = L]`` (H-AP then equals AP).
 
 **Multi-label relevance** (Algorithm 1 of the thesis, trademark logos, a second representation):
-each image carries a *set* of hierarchical codes; see :mod:`rank_lab.metrics.hierarchical_codes`
-(its names are still importable from here).
+each image carries a *set* of hierarchical codes; see :mod:`rank_lab.metrics.hierarchy.codes`.
 """
 
 from __future__ import annotations
@@ -42,12 +41,6 @@ from rank_lab._validation import (
     check_labels,
     check_nonneg_int,
     check_positive_int,
-)
-from rank_lab.metrics.hierarchical_codes import (  # noqa: F401 - re-exported: they were defined here
-    lca_distance,
-    multilabel_relevance,
-    multilabel_relevance_matrix,
-    parse_code,
 )
 
 __all__ = [
@@ -315,8 +308,8 @@ def weighted_ap_relevance(
 ) -> torch.Tensor:
     """Relevance of Property 1, ``sum_{p<=l} w_p / |Omega^{+,p}|`` (Eq. 4.9 / SupRank Eq. 58), ``(Q, N)``.
 
-    With it, :func:`rank_lab.metrics.hierarchical_metrics.h_average_precision` equals
-    ``sum_l w_l AP^(l)`` (:func:`rank_lab.metrics.hierarchical_metrics.weighted_sum_ap`).
+    With it, :func:`rank_lab.metrics.hierarchy.metrics.h_average_precision` equals
+    ``sum_l w_l AP^(l)`` (:func:`rank_lab.metrics.hierarchy.metrics.weighted_sum_ap`).
     """
     return level_relevance(levels, n_levels, "weighted_ap", weights=weights, valid=valid)
 

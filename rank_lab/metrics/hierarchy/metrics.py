@@ -2,7 +2,7 @@
 
 Per-query functions on explicit ``(Q, N)`` score matrices, like :mod:`rank_lab.metrics.retrieval`,
 returning ``(Q,)`` tensors. Relevance is either a graded ``(Q, N)`` relevance (H-AP, H-R@k, H-P@k:
-build it with :mod:`rank_lab.metrics.hierarchical_relevance`) or the ``(Q, N)`` shared levels in ``[0, L]``
+build it with :mod:`rank_lab.metrics.hierarchy.relevance`) or the ``(Q, N)`` shared levels in ``[0, L]``
 (per-level AP, NDCG, ASI, mistake severity).
 
 **Ties.** The worst-case rule of every metric of the package (``docs/decisions.md``): among tied
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import torch
 
 from rank_lab._validation import check_positive_int, check_scores_targets
-from rank_lab.metrics.hierarchical_relevance import check_levels, level_weights
+from rank_lab.metrics.hierarchy.relevance import check_levels, level_weights
 from rank_lab.metrics.retrieval import average_precision, ndcg, worst_case_order
 from rank_lab.vocabulary import NoPositive
 
@@ -108,7 +108,7 @@ def h_rank(scores: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor,
 
     Args:
         scores: ``(Q, N)``.
-        relevance: ``(Q, N)`` non-negative graded relevance (e.g. :func:`~rank_lab.metrics.hierarchical_relevance.hap_relevance`).
+        relevance: ``(Q, N)`` non-negative graded relevance (e.g. :func:`~rank_lab.metrics.hierarchy.relevance.hap_relevance`).
 
     Returns:
         ``(h_rank, rank)``, each ``(Q, N)`` float64 in the original column order: the H-rank
@@ -217,9 +217,31 @@ def weighted_sum_ap(
 
 
 def hierarchical_ndcg(scores: torch.Tensor, levels: torch.Tensor, k: int | None = None, *, no_positive: NoPositive = "raise") -> torch.Tensor:
-    """NDCG with hierarchical gains ``2^l - 1`` (Eq. 4.12 of the Ramzi thesis), ``(Q,)``."""
+    """NDCG with hierarchical gains ``2^l - 1`` (Eq. 4.12 of the Ramzi thesis), ``(Q,)`` float64.
+
+    Args:
+        scores: ``(Q, N)`` (a ``(N,)`` vector is one query).
+        levels: ``(Q, N)`` integer shared levels ``>= 0`` (bool: binary relevance).
+        k: cut-off (``None``: the full list).
+        no_positive: for queries with no item of level ``>= 1``.
+
+    Raises:
+        TypeError: non-integer ``levels``. ValueError: negative ``levels``, or levels so high that
+            the gains ``2^l - 1`` summed over the row overflow float32 (both naming ``levels``).
+    """
     scores, lv = check_scores_targets(scores, levels, "scores", "levels")
-    return ndcg(scores, (2.0 ** lv.to(torch.float64) - 1.0), k, no_positive=no_positive).to(torch.float64)
+    if lv.is_floating_point():
+        raise TypeError(f"levels must hold integers (shared levels), got dtype {lv.dtype}")
+    lv = lv.long()
+    low, high = int(lv.min()), int(lv.max())
+    if low < 0:
+        raise ValueError(f"levels must be >= 0, got {low}")
+    limit = 126 - lv.shape[1].bit_length()  # N gains of 2^l summed stay below float32's 2^128
+    if high > limit:
+        raise ValueError(f"levels reach {high}: the gains 2^l - 1 of {lv.shape[1]} items overflow float32 "
+                         f"(levels must stay <= {limit})")
+    val = ndcg(scores, (2.0 ** lv.to(torch.float64) - 1.0), k, no_positive="zero").to(torch.float64)
+    return _no_positive(val, (lv >= 1).sum(1), no_positive, "hierarchical_ndcg", "levels")
 
 
 def _level_sorted(scores: torch.Tensor, lv: torch.Tensor) -> torch.Tensor:

@@ -1,18 +1,19 @@
-"""rank_lab.metrics.binary_routes: both routes of the engine on a hand-worked tied example.
+"""rank_lab.metrics.engine.routes: both routes of the engine on a hand-worked tied example.
 
 The routes against the per-query metrics on explicit score matrices, and their agreement at
-scale, are tested through the engine (test_engine.py, test_certified.py).
+scale, are tested through the engine (test_engine.py, test_certified.py, test_counting_route.py).
 """
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
-from rank_lab.metrics.binary_routes import counting_route, neighbour_list_route
+import rank_lab.metrics.engine.evaluate as E
+from rank_lab.metrics import retrieval_metrics
 
-CPU = torch.device("cpu")
 # items 0 and 1 are identical but of different classes; item 2 ties 0.8 with both of them
 X = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
 Y = torch.tensor([0, 1, 0, 1])
@@ -24,8 +25,17 @@ Y = torch.tensor([0, 1, 0, 1])
 POSITIONS = [2, 3, 2, 3]
 
 
-def test_counting_route_hand_worked() -> None:
-    out = counting_route(X, Y, X, Y, [1, 2], {"R@k", "mAP@R", "MRR", "mAP", "NDCG"}, True, CPU, None, 256, False)
+def route(monkeypatch: pytest.MonkeyPatch, name: str, *args, **kwargs) -> dict:
+    """``retrieval_metrics`` on one route: ``"counting"`` or ``"lists"`` (for the metrics lists can serve)."""
+    monkeypatch.setattr(E, "NEIGHBOUR_LIST_MAX_K", 0 if name == "counting" else 10**9)
+    try:
+        return retrieval_metrics(*args, per_query=True, device="cpu", **kwargs)["per_query"]
+    finally:
+        monkeypatch.undo()
+
+
+def test_counting_route_hand_worked(monkeypatch) -> None:
+    out = route(monkeypatch, "counting", X, Y, ks=(1, 2), metrics=("R@k", "mAP@R", "MRR", "mAP", "NDCG"))
     assert out["R@1"].tolist() == [0.0] * 4
     assert out["R@2"].tolist() == [float(p <= 2) for p in POSITIONS]
     assert out["mAP@R"].tolist() == [0.0] * 4  # R = 1 and no query has its positive first
@@ -34,13 +44,12 @@ def test_counting_route_hand_worked() -> None:
     assert out["NDCG"].tolist() == [1 / math.log2(1 + p) for p in POSITIONS]
 
 
-def test_neighbour_list_route_hand_worked_and_equal_to_counting() -> None:
+def test_neighbour_list_route_hand_worked_and_equal_to_counting(monkeypatch) -> None:
     """Lists of length K = max(k, R) = 2: queries 1 and 3 get their MRR from the exact count beyond the list."""
-    wanted = {"R@k", "mAP@R", "MRR"}
-    lists = neighbour_list_route(X, Y, X, Y, torch.ones(4, dtype=torch.long), [1, 2], wanted, True, CPU, "exact", None,
-                                 64, None, 256, False)
+    kw = dict(ks=(1, 2), metrics=("R@k", "mAP@R", "MRR"), precision="exact")
+    lists = route(monkeypatch, "lists", X, Y, **kw)
     assert lists["MRR"].tolist() == [1 / p for p in POSITIONS]
-    counted = counting_route(X, Y, X, Y, [1, 2], wanted, True, CPU, None, 256, False)
+    counted = route(monkeypatch, "counting", X, Y, **kw)
     assert lists.keys() == counted.keys()
     for name, v in counted.items():
         assert torch.equal(lists[name], v), name

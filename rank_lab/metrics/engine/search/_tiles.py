@@ -1,23 +1,30 @@
-"""Tiled stage 1 of the certified neighbour search, and stage 1 from a flat float32 index.
+"""Tiled stage 1 of the certified neighbour search (short lists, ``k <= TILE_KMAX``).
 
-Internal module of :mod:`rank_lab.metrics.certified`.
+Internal module of :mod:`rank_lab.metrics.engine.search.certified` (inputs trusted).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 import torch
 
-from rank_lab.metrics._certified_rows import scan_rows
-from rank_lab.metrics._certified_stage1 import BufferPool, Stage1, block_size, run_parallel
-from rank_lab.metrics.score_bounds import reduced_matmul, threshold
+from rank_lab.metrics.engine._blocks import BufferPool, run_parallel
+from rank_lab.metrics.engine.scores._stage1 import Stage1
+from rank_lab.metrics.engine.scores.exact import exact_matmul
+from rank_lab.metrics.engine.search._rows import scan_rows
 
-__all__ = ["KnnFn", "TILE_KMAX", "scan_tiles", "kth_of_candidates", "scan_knn"]
+__all__ = ["TILE_KMAX", "scan_tiles", "kth_of_candidates", "block_size"]
 
-KnnFn = Callable[[torch.Tensor, torch.Tensor, int, bool], tuple[torch.Tensor, torch.Tensor]]
 TILE_KMAX = 128  # longer lists are searched by whole rows (block maxima need 4k blocks per tile)
+
+
+def block_size(width: int, kmax: int) -> int:
+    """Items per block of the tiled scan's block maxima: a power of two <= 64 leaving >= 4 kmax blocks per tile."""
+    b = 1
+    while b < 64 and (2 * b) * 4 * kmax <= width:
+        b *= 2
+    return b
 
 
 def scan_tiles(st: Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Tensor | None, symmetric: bool,
@@ -77,10 +84,7 @@ def scan_tiles(st: Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torc
     def scan_tile(ij: tuple[int, int], flat: torch.Tensor | None) -> None:
         i0, j0 = ij
         i1, j1 = min(i0 + tile, n_rows if symmetric else nq), min(j0 + tile, gr.shape[0])
-        if flat is not None:  # CPU: into a reused buffer (fresh pages cost as much as the product)
-            s = torch.mm(qr[i0:i1], gr[j0:j1].T, out=flat[: (i1 - i0) * (j1 - j0)].view(i1 - i0, j1 - j0))
-        else:
-            s, _ = reduced_matmul(qr[i0:i1], gr[j0:j1])  # pragma: no cover - GPU only
+        s = st.product(qr[i0:i1], gr[j0:j1], flat)
         if own is not None:
             r = torch.arange(i1 - i0, device=dev)
             c = own[i0:i1] - j0
@@ -93,6 +97,9 @@ def scan_tiles(st: Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torc
         bm = s.view(i1 - i0, -1, b).amax(-1).to(st.cmp)  # exact: reduced values are float32 numbers
         both = symmetric and j0 > i0
         bmt = s.view(-1, b, j1 - j0).amax(1).T.to(st.cmp) if both else None
+        if bool(torch.isnan(bm).any()):  # amax propagates NaN: one look at the block maxima sees them all
+            raise RuntimeError("the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
+                               "overflow: the matmul is broken on this device; rerun with precision='exact' and report it")
         with lock:  # the running bounds and the candidate lists are shared by the tiles
             thr = update(slice(i0, i1), bm)
             extract(s, bm, thr, i0, j0, False)
@@ -100,7 +107,8 @@ def scan_tiles(st: Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torc
                 thr_t = update(slice(j0, j1), bmt)
                 extract(s, bmt, thr_t, j0, i0, True)
 
-    run_parallel(tile_work, work, show, dev)
+    with exact_matmul():
+        run_parallel(tile_work, work, show, dev)
     r = torch.cat(out_r) if out_r else torch.zeros(0, dtype=torch.long, device=dev)
     c = torch.cat(out_c) if out_c else torch.zeros(0, dtype=torch.long, device=dev)
     v = torch.cat(out_v) if out_v else torch.zeros(0, dtype=st.cmp, device=dev)
@@ -118,45 +126,8 @@ def kth_of_candidates(r: torch.Tensor, v: torch.Tensor, kq: torch.Tensor, nq: in
     counts = torch.bincount(r, minlength=nq)
     if bool((counts < kq).any()):
         bad = int(torch.nonzero(counts < kq)[0])
-        raise RuntimeError(f"certified search kept {int(counts[bad])} < k={int(kq[bad])} candidates for query {bad}: "
-                           "the stage-1 error bound was violated (please report)")
+        raise RuntimeError(f"the certified search kept {int(counts[bad])} candidates for query {bad}, fewer than its "
+                           f"k={int(kq[bad])}: the stage-1 scores broke their error bound (a matmul that does not "
+                           "accumulate as the bound assumes); rerun with precision='exact' and report it")
     start = torch.cumsum(counts, 0) - counts
     return v[order][start + kq - 1]
-
-
-
-def scan_knn(knn: KnnFn, st: Stage1, q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor,
-              exclude_self: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Candidates from a flat float32 index: lists lengthened until their last score is below the threshold."""
-    nq, n_g = q.shape[0], g.shape[0]
-    n_avail = n_g - int(exclude_self)
-    kmax = int(kq.max())
-    todo = torch.arange(nq)
-    width = min(n_avail, kmax + max(8, kmax // 4))
-    first = True
-    out_r, out_c, out_v = [], [], []
-    kth = torch.empty(nq, dtype=torch.float64)
-    while todo.numel():
-        if first:
-            s, i = knn(q, g, width, exclude_self)
-        else:  # a subset of queries: search one more item and drop the query itself by index
-            s, i = knn(q[todo], g, min(n_g, width + int(exclude_self)), False)
-        s, i = s.cpu().to(torch.float64), i.cpu().long()
-        last = s[:, -1]
-        if exclude_self and not first:
-            own = i == todo[:, None]
-            s = torch.where(own, torch.full_like(s, -torch.inf), s)
-        lam = torch.sort(s, dim=1, descending=True).values.gather(1, (kq[todo] - 1)[:, None])[:, 0]
-        thr = threshold(lam, st.a[todo].cpu(), st.c, st.eta[todo].cpu(), torch.float64)
-        done = (last < thr) | (torch.isfinite(s).sum(1) >= n_avail)
-        kth[todo[done]] = lam[done]
-        keep = (s >= thr[:, None]) & torch.isfinite(s) & done[:, None]
-        rr, cc = torch.nonzero(keep, as_tuple=True)
-        out_r.append(todo[rr])
-        out_c.append(i[rr, cc])
-        out_v.append(s[rr, cc])
-        todo = todo[~done]
-        width = min(n_avail, 2 * width)
-        first = False
-    return torch.cat(out_r), torch.cat(out_c), torch.cat(out_v), kth
-

@@ -1,6 +1,6 @@
 """Whole-row stage 1 of the certified neighbour search, for long lists (``k > TILE_KMAX``).
 
-Internal module of :mod:`rank_lab.metrics.certified`.
+Internal module of :mod:`rank_lab.metrics.engine.search.certified` (inputs trusted).
 """
 
 from __future__ import annotations
@@ -10,10 +10,24 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from rank_lab.metrics._certified_stage1 import BufferPool, Stage1, kth_largest, run_parallel
-from rank_lab.metrics.score_bounds import reduced_matmul
+from rank_lab.metrics.engine._blocks import BufferPool, run_parallel
+from rank_lab.metrics.engine.scores._stage1 import Stage1
+from rank_lab.metrics.engine.scores.exact import exact_matmul
 
-__all__ = ["scan_rows", "rows_above_kth", "select_above", "sample_stride"]
+__all__ = ["scan_rows", "rows_above_kth", "select_above", "sample_stride", "kth_largest"]
+
+
+def kth_largest(s: torch.Tensor, kq: torch.Tensor) -> torch.Tensor:
+    """The ``kq[r]``-th largest entry of every row of ``s`` (a selection, not a sort)."""
+    if s.device.type == "cpu":
+        a = s.to(torch.float64 if s.dtype == torch.float64 else torch.float32).numpy()
+        n = a.shape[1]
+        kth = sorted({n - int(k) for k in kq.tolist()})
+        part = np.partition(a, kth, axis=1)
+        return torch.from_numpy(part[np.arange(a.shape[0]), n - kq.numpy()])
+    kmax = int(kq.max())  # pragma: no cover - GPU only
+    top = torch.topk(s.float() if s.dtype != torch.float64 else s, kmax, dim=1).values
+    return top.gather(1, (kq - 1).to(s.device)[:, None])[:, 0]
 
 
 def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torch.Tensor, own: torch.Tensor | None,
@@ -32,10 +46,7 @@ def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torc
     def band_work(i0: int) -> None:
         i1 = min(i0 + band, nq)
         with pool.take() as flat:
-            if flat is not None:  # CPU: the product into a reused buffer
-                s = torch.mm(qr[i0:i1], gr.T, out=flat[: (i1 - i0) * gr.shape[0]].view(i1 - i0, gr.shape[0]))
-            else:
-                s, _ = reduced_matmul(qr[i0:i1], gr)  # pragma: no cover - GPU only
+            s = st.product(qr[i0:i1], gr, flat)
             if own is not None:
                 r = torch.arange(i1 - i0, device=dev)
                 c = own[i0:i1]
@@ -52,9 +63,17 @@ def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torc
         rr, cc = torch.nonzero((s >= thr[:, None]) & (s > -torch.inf), as_tuple=True)  # pragma: no cover
         parts[i0] = (i0 + rr, cc, s[rr, cc].to(st.cmp), lam.to(st.cmp))  # pragma: no cover
 
-    run_parallel(band_work, list(starts), show, dev)
+    with exact_matmul():
+        run_parallel(band_work, list(starts), show, dev)
     out = [parts[i0] for i0 in starts]
     return tuple(torch.cat([p[j] for p in out]) for j in range(4))  # type: ignore[return-value]
+
+
+def check_no_nan(v: np.ndarray) -> None:
+    """Refuse NaN stage-1 scores in words (finite inputs whose products fit cannot give one)."""
+    if np.isnan(v).any():
+        raise RuntimeError("the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
+                           "overflow: the matmul is broken on this device; rerun with precision='exact' and report it")
 
 
 def sample_stride(k: int, n: int) -> int:
@@ -91,8 +110,9 @@ def rows_above_kth(st: Stage1, s: torch.Tensor, kq: torch.Tensor,
         t = kth_largest(s, kq).to(st.cmp)
     t = torch.where(torch.isfinite(t), t, torch.full_like(t, torch.finfo(st.cmp).min))
     thr = st.thresholds(t, row_ids).numpy()
-    flat = np.flatnonzero(a >= thr[:, None])
+    flat = np.flatnonzero(~(a < thr[:, None]))  # NaN stage-1 scores are kept (and refused below)
     vv = np.take(a.reshape(-1), flat)
+    check_no_nan(vv)
     finite = vv > -np.inf  # the query itself and padding columns hold -inf
     if not finite.all():
         flat, vv = flat[finite], vv[finite]

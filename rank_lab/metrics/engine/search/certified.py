@@ -1,18 +1,18 @@
 """Certified two-stage neighbour search: reduced-precision candidates, exact re-scoring.
 
 :func:`certified_neighbours` returns, for every query, **every** gallery item whose canonical score
-(:func:`rank_lab.metrics.exact_scores.canonical_scores`) is at least the query's k-th canonical
+(:func:`rank_lab.metrics.engine.scores.exact.canonical_scores`) is at least the query's k-th canonical
 score -- the top k, extended by the items tied with the k-th -- sorted by decreasing score, ties by
 increasing index. Two stages:
 
 1. **Stage 1** scores every (query, item) pair in a fast format (bfloat16 on CPUs with native
-   bfloat16 dot products, float16 on CUDA, or the working precision itself: the *exact route*)
+   bfloat16 dot products, or the working precision itself: the *exact route*)
    tile by tile (a tile is a block of queries times a block of items; with queries = gallery and
    self-exclusion only the tiles on and above the diagonal are computed, each serving both
    orientations). A lower bound ``lam`` of each query's k-th stage-1 score is kept up to date from
    block maxima (the k-th largest of k disjoint blocks' maxima is at most the k-th largest score),
    and every item with ``s^ >= hi^-1(lo(lam) - 2A)`` is kept as a candidate, ``A`` being the bound
-   of :func:`rank_lab.metrics.score_bounds.score_bound` ("within twice the bound of the k-th
+   of :func:`rank_lab.metrics.engine.scores.bound.score_bound` ("within twice the bound of the k-th
    score", with the output rounding ``lo``/``hi`` around it). Since ``lam`` only grows, the final
    candidate set contains every item whose canonical score reaches the k-th canonical score.
 2. **Stage 2** computes the canonical score of every candidate and keeps the top k and their ties.
@@ -23,8 +23,8 @@ in the same canonical scores and keep *all* items tied with the k-th, their list
 the precision changes the time, never the result (``docs/decisions.md``, 2026-11-26).
 
 Stage 1 can also be a flat float32 index (faiss, or any ``knn(q, g, k, exclude_self)`` following
-:func:`rank_lab.metrics.knn_search`'s contract): its lists are lengthened until the last returned
-score is below the threshold.
+:func:`rank_lab.metrics.knn_search`'s contract, :mod:`rank_lab.metrics.engine.search.index`): its
+lists are lengthened until the last returned score is below the threshold.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ import numpy as np
 import torch
 
 from rank_lab._validation import check_embeddings, check_positive_int
-from rank_lab.metrics._certified_scan import TILE_KMAX, KnnFn, scan_knn, scan_tiles
-from rank_lab.metrics._certified_stage1 import Stage1
-from rank_lab.metrics.exact_scores import canonical_scores
-from rank_lab.metrics.score_bounds import resolve_precision
+from rank_lab.metrics.engine.scores._stage1 import Stage1
+from rank_lab.metrics.engine.scores.bound import PRECISIONS, check_products_fit, resolve_precision
+from rank_lab.metrics.engine.scores.exact import canonical_pairs, exact_matmul
+from rank_lab.metrics.engine.search._tiles import TILE_KMAX, scan_tiles
+from rank_lab.metrics.engine.search.index import IndexStage1, index_stage1, scan_knn
 
 __all__ = ["NeighbourLists", "certified_neighbours"]
 
-_AUTO_MIN_WORK = 2**33  # precision="auto" takes a reduced format only when Q * N * d is at least this
 _NAMES = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -90,12 +90,10 @@ def certified_neighbours(
     *,
     exclude_self: bool = False,
     precision: str = "auto",
-    knn: KnnFn | None = None,
     device: torch.device | str | None = None,
     tile: int = 4096,
     ordered: bool = True,
     progress: bool | None = None,
-    check: bool = True,
 ) -> NeighbourLists:
     """The certified top-k (with ties) of every query (module docstring).
 
@@ -104,17 +102,16 @@ def certified_neighbours(
         gallery: ``(N, d)``.
         k: list length, an int or ``(Q,)`` long per query (``<= N``, ``<= N - 1`` with ``exclude_self``).
         exclude_self: the queries are the gallery; query i never lists item i.
-        precision: see :func:`rank_lab.metrics.score_bounds.resolve_precision`; ``"auto"`` stays exact
+        precision: one of :data:`~rank_lab.metrics.engine.scores.bound.PRECISIONS`
+            (:func:`~rank_lab.metrics.engine.scores.bound.resolve_precision`); ``"auto"`` stays exact
             for small products (``Q N d < 2^33``), where the reduced copies would not pay off.
-        knn: a flat float32 index used for stage 1 instead of the tiled matmul.
-        device: compute device.
+        device: compute device (default: the CPU).
         tile: queries (and items) per tile.
         ordered: ``True``: lists by decreasing canonical score, ties by increasing index, every
             score canonical. ``False``: the same *sets* by increasing index; only the items the
             bound cannot place are re-scored (the others' ``scores`` hold a certified lower bound of
             their canonical score) -- the cheap form for long lists (e.g. truncated diffusion).
         progress: tqdm bar over the tiles (default: more than 16 tiles).
-        check: validate the embeddings (``False`` for callers that did: finite 2-D floating tensors).
 
     Returns:
         :class:`NeighbourLists`.
@@ -123,43 +120,61 @@ def certified_neighbours(
         ValueError / TypeError: a bad argument, named.
     """
     same = queries is gallery
-    if check:
-        queries = check_embeddings(queries, "queries")
-        gallery = queries if same else check_embeddings(gallery, "gallery")
+    queries = check_embeddings(queries, "queries").detach()
+    gallery = queries if same else check_embeddings(gallery, "gallery").detach()
     if queries.shape[1] != gallery.shape[1]:
         raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}")
-    work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
+    if not isinstance(exclude_self, bool):
+        raise TypeError(f"exclude_self must be a bool, got {type(exclude_self).__name__}")
     if exclude_self and queries.shape[0] != gallery.shape[0]:
         raise ValueError(f"exclude_self needs queries and gallery of the same length, got {queries.shape[0]} and {gallery.shape[0]}")
-    n_avail = gallery.shape[0] - int(bool(exclude_self))
+    n_avail = gallery.shape[0] - int(exclude_self)
     if isinstance(k, torch.Tensor):
-        if k.ndim != 1 or k.shape[0] != queries.shape[0] or k.is_floating_point() or k.dtype == torch.bool:
+        if k.ndim != 1 or k.shape[0] != queries.shape[0] or k.is_floating_point() or k.is_complex() or k.dtype == torch.bool:
             raise ValueError(f"k must be an int or a ({queries.shape[0]},) integer tensor, got {k.dtype} {tuple(k.shape)}")
-        kq = k.cpu().long()
+        kq = k.detach().cpu().long()
     else:
         kq = torch.full((queries.shape[0],), check_positive_int(k, "k"), dtype=torch.long)
-    if int(kq.min()) < 1 or int(kq.max()) > n_avail:
+    if n_avail < 1 or int(kq.min()) < 1 or int(kq.max()) > n_avail:
         raise ValueError(f"k must lie in [1, {n_avail}] (gallery items available), got range [{int(kq.min())}, {int(kq.max())}]")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     tile = check_positive_int(tile, "tile")
+    if not isinstance(ordered, bool):
+        raise TypeError(f"ordered must be a bool, got {type(ordered).__name__}")
     dev = torch.device("cpu") if device is None else torch.device(device)
-    q = queries.to(dev, work)
-    g = q if same else gallery.to(dev, work)
+    work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
+    with exact_matmul():  # no autocast, no TF32 for anything below (restored on exit)
+        q = queries.to(dev, work)
+        g = q if same else gallery.to(dev, work)
+        check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
+                           ("queries", "gallery"))
+        return certified_lists(q, g, kq, exclude_self=exclude_self, precision=precision, device=dev, tile=tile,
+                               ordered=ordered, progress=progress)
+
+
+def certified_lists(q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor, *, exclude_self: bool, precision: str,
+                    device: torch.device, tile: int, ordered: bool = True, progress: bool | None = None,
+                    index: IndexStage1 | None = None) -> NeighbourLists:
+    """:func:`certified_neighbours` on validated inputs (kernel): ``q``, ``g`` finite, of the working
+    dtype, on ``device``, products that fit; ``kq`` ``(Q,)`` long on the CPU in ``[1, n_avail]``;
+    ``index``: a flat index for stage 1 instead of the tiled matmul."""
+    dev = device
     nq, n_g = q.shape[0], g.shape[0]
+    work = q.dtype
     kmax = int(kq.max())
     symmetric = exclude_self and kmax <= TILE_KMAX and q.shape == g.shape and (q is g or bool(torch.equal(q, g)))
     show = math.ceil(nq / tile) * math.ceil(n_g / tile) > 16 if progress is None else bool(progress)
     self_cols = torch.arange(nq) if exclude_self else None
     rescanned = 0
-    if knn is not None:
-        st = Stage1(q, g, torch.float32, False)
-        rows, cols, vals, kth = scan_knn(knn, st, q, g, kq, exclude_self)
+    if index is not None:
+        st = index_stage1(index, q, g)
+        rows, cols, vals, kth = scan_knn(index, st, q, g, kq, exclude_self)
         rows, cols, vals, kth = rows.to(dev), cols.to(dev), vals.to(dev), kth.to(dev)
         sure_thr, h_k = st.sure_thresholds(kth, torch.arange(nq, device=dev))
         name = "knn"
     else:
-        if precision == "auto" and nq * n_g * q.shape[1] < _AUTO_MIN_WORK:
-            precision = "exact"  # small products: the reduced copies and the probe would cost more than they save
-        fmt = resolve_precision(precision, work, dev)
+        fmt = resolve_precision(precision, work, dev, work=nq * n_g * q.shape[1])
         st = Stage1(q, g, fmt, symmetric)
         rows, cols, vals, kth = scan_tiles(st, torch.arange(nq), kq, self_cols, symmetric, tile, show)
         sure_thr, h_k = st.sure_thresholds(kth, torch.arange(nq, device=dev))
@@ -190,7 +205,7 @@ def _finish(q: torch.Tensor, g: torch.Tensor, rows: torch.Tensor, cols: torch.Te
     nq = q.shape[0]
     if ordered:
         rows, cols = rows.cpu(), cols.cpu()
-        scores = canonical_scores(q, g, rows.to(dev), cols.to(dev), check=False).cpu()
+        scores = canonical_pairs(q, g, rows.to(dev), cols.to(dev)).cpu()
         n_canon = int(rows.numel())
         order = torch.argsort(cols, stable=True)
         order = order[torch.argsort(-scores[order], stable=True)]
@@ -228,7 +243,7 @@ def _certified_sets(q, g, rows, cols, sure, h_k, kq, dev):
     nq = kq.shape[0]
     amb = torch.nonzero(~sure).flatten()
     ra = rows[amb]
-    exact = canonical_scores(q, g, ra, cols[amb], check=False).to(torch.float64)
+    exact = canonical_pairs(q, g, ra, cols[amb]).to(torch.float64)
     n_sure = (torch.bincount(rows, minlength=nq) - torch.bincount(ra, minlength=nq)).cpu()
     m = (kq - n_sure).to(dev)
     o = torch.argsort(-exact, stable=True)

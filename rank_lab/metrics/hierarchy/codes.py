@@ -5,8 +5,8 @@ hierarchical codes, root-to-leaf paths such as Vienna codes ``"01.01.05"`` (:fun
 Two codes are as close as their lowest common ancestor is deep (:func:`lca_distance`);
 :func:`multilabel_relevance` (one pair of code sets) and :func:`multilabel_relevance_matrix`
 (every query-item pair) give the relevance of Algorithm 1 of the thesis, a ``(Q, N)`` matrix that
-:func:`rank_lab.metrics.hierarchical_metrics.h_average_precision` accepts. The ``(N, L)`` integer
-label matrices and their relevance functions are in :mod:`rank_lab.metrics.hierarchical_relevance`.
+:func:`rank_lab.metrics.hierarchy.metrics.h_average_precision` accepts. The ``(N, L)`` integer
+label matrices and their relevance functions are in :mod:`rank_lab.metrics.hierarchy.relevance`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,537 @@
+"""Compiled CPU kernels of the certified counting route (numba; GPUs run the torch form of the route).
+
+Internal module of :mod:`rank_lab.metrics.engine.routes.counting` (inputs trusted). Each kernel works
+row by row on a block of queries, releases the GIL (blocks run in Python threads) and computes in one
+fixed order per row, so a row's result does not depend on its block or thread:
+
+* :func:`emit_above` -- one pass over a block of stage-1 scores: every item at or above its row's
+  threshold, outside the row's positive range and not the query itself (blocks of 32 items whose
+  maximum is below the threshold are skipped with one vectorised comparison). bfloat16 scores are
+  compared as order-preserving integer keys of their bits.
+* :func:`canonical_cpu` -- the canonical score of pairs: elementwise float products (no fused
+  multiply-add), the fixed pairwise tree; bit-identical to
+  :func:`~rank_lab.metrics.engine.scores.exact.canonical_pairs`.
+* :func:`flag_rows` -- which kept items must be re-scored: those whose canonical interval overlaps
+  the interval of an item of another kind (two pointers over the row sorted by stage-1 score).
+* :func:`order_rows` -- the positives in canonical order (key desc, kind asc) with the negatives
+  ranked before each. When the row's bulk (the level-1 positives) outnumbers the rest, the bulk is
+  not sorted: its members need no order among themselves, only how many of them precede each other
+  item, which a count gives.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["emit_above", "bf16_keys", "sample_kth", "canonical_cpu", "flag_rows", "order_rows"]
+
+_MARGIN = 2.0**-40
+_BLOCK = 32
+_SCAN = 64  # items per block of the counting route's scan
+
+
+@numba.njit(cache=True, nogil=True)
+def bf16_keys(bits: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Order-preserving int64 keys of 16-bit float bit patterns (int16 views of bfloat16 or float16):
+    ``key(a) < key(b)`` iff ``a < b`` for non-NaN values (``-0`` just below ``+0``); NaN keys lie
+    above ``+inf``. The map is its own inverse on the int16 range."""
+    out = np.empty(bits.shape[0], dtype=np.int64)
+    for i in range(bits.shape[0]):
+        v = np.int64(bits[i])
+        out[i] = v ^ ((v >> 15) & 0x7FFF)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def emit_above(s: np.ndarray, thr: np.ndarray, range_a: np.ndarray, range_b: np.ndarray, self_col: np.ndarray,
+               out_r: np.ndarray, out_c: np.ndarray, is_bits: bool) -> int:  # pragma: no cover - compiled
+    """Items ``(r, j)`` of ``s (c, N)`` with ``key(s[r, j]) >= thr[r]``, ``j`` outside ``[range_a[r],
+    range_b[r])`` and ``j != self_col[r]`` (-1: none), written to ``out_r``/``out_c`` up to their
+    length. ``s`` holds int16 bfloat16 bits (``thr``: int64 keys) or floats (``thr``: same dtype; NaN
+    scores are emitted). Returns the number of items found (more than the capacity: call again).
+    """
+    c, n = s.shape
+    count = 0
+    cap = out_r.shape[0]
+    for r in range(c):
+        t = thr[r]
+        a, b, own = range_a[r], range_b[r], self_col[r]
+        row = s[r]
+        for j0 in range(0, n, _BLOCK):
+            j1 = min(j0 + _BLOCK, n)
+            hits = 0  # a vectorised count over the block (no branch per item)
+            if is_bits:
+                for j in range(j0, j1):
+                    v = np.int64(row[j])
+                    hits += (v ^ ((v >> 15) & 0x7FFF)) >= t
+            else:
+                for j in range(j0, j1):
+                    hits += not (row[j] < t)
+            if hits == 0:
+                continue
+            for j in range(j0, j1):
+                if is_bits:
+                    v = np.int64(row[j])
+                    above = (v ^ ((v >> 15) & 0x7FFF)) >= t
+                else:
+                    above = not (row[j] < t)
+                if above and (j < a or j >= b) and j != own:
+                    if count < cap:
+                        out_r[count] = r
+                        out_c[count] = j
+                    count += 1
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
+def sample_kth(s: np.ndarray, is_bits: bool, stride: int, m: np.ndarray, self_col: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Per row, the ``m[r]``-th largest of every ``stride``-th score (the query itself left out; ``-inf``
+    when the sample is shorter): a guess of a lower bound of the row's k-th largest score, which the
+    caller verifies (at least k items must reach it). For 16-bit scores (``is_bits``: int16 bits of
+    bfloat16 / float16) the result is the order key of that score (the caller maps it back), found by
+    a two-pass radix selection on the keys; floats take ``np.partition``."""
+    c, n = s.shape
+    out = np.full(c, -np.inf)
+    cols = np.arange(0, n, stride)
+    buf = np.empty(cols.shape[0], dtype=np.float64)
+    hi_hist = np.zeros(256, dtype=np.int64)
+    lo_hist = np.zeros(256, dtype=np.int64)
+    for r in range(c):
+        own = self_col[r]
+        if is_bits:
+            hi_hist[:] = 0
+            k = 0
+            for j in cols:
+                if j == own:
+                    continue
+                v = np.int64(s[r, j])
+                key = (v ^ ((v >> 15) & 0x7FFF)) + 32768  # 0 .. 65535
+                hi_hist[key >> 8] += 1
+                k += 1
+            if m[r] < 1 or m[r] > k:
+                continue
+            need, top = m[r], 255
+            while hi_hist[top] < need:
+                need -= hi_hist[top]
+                top -= 1
+            lo_hist[:] = 0
+            for j in cols:
+                if j == own:
+                    continue
+                v = np.int64(s[r, j])
+                key = (v ^ ((v >> 15) & 0x7FFF)) + 32768
+                if key >> 8 == top:
+                    lo_hist[key & 0xFF] += 1
+            low = 255
+            while lo_hist[low] < need:
+                need -= lo_hist[low]
+                low -= 1
+            out[r] = (top << 8) + low - 32768
+            continue
+        k = 0
+        for j in cols:
+            if j == own:
+                continue
+            buf[k] = s[r, j]
+            k += 1
+        if m[r] < 1 or m[r] > k:
+            continue
+        part = np.partition(buf[:k], k - m[r])
+        out[r] = part[k - m[r]]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def canonical_cpu(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray, width: int,
+                  out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[m]`` = the canonical score of ``(q[rows[m]], g[cols[m]])``: products rounded to the inputs'
+    dtype, zero-padded to ``width = 2^h``, summed by the fixed pairwise tree (the first level adds the
+    two halves' products, each rounded first: no fused multiply-add)."""
+    d = q.shape[1]
+    if width == 1:
+        for m in range(rows.shape[0]):
+            out[m] = q[rows[m], 0] * g[cols[m], 0]
+        return
+    h0 = width // 2
+    a = np.empty(h0, dtype=q.dtype)
+    b = np.empty(h0, dtype=q.dtype)
+    for m in range(rows.shape[0]):
+        qi = q[rows[m]]
+        gi = g[cols[m]]
+        for i in range(h0):
+            a[i] = qi[i] * gi[i] if i < d else 0
+        for i in range(h0):
+            b[i] = qi[i + h0] * gi[i + h0] if i + h0 < d else 0
+        for i in range(h0):
+            a[i] = a[i] + b[i]
+        h = h0 // 2
+        while h >= 1:
+            for i in range(h):
+                a[i] = a[i] + a[i + h]
+            h //= 2
+        out[m] = a[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _interval(u: float, a: float, eta: float, c: float) -> tuple[float, float]:  # pragma: no cover - compiled
+    w = c * abs(u) + eta + a
+    m = _MARGIN * (abs(u) + w)
+    return u - w - m, u + w + m
+
+
+@numba.njit(cache=True, nogil=True)
+def _sure_limits(t: float, a: float, eta: float, c: float, scale: float) -> tuple[float, float]:  # pragma: no cover - compiled
+    """Stage-1 limits ``(A, B)`` (scaled units) of a canonical score ``t``: an item with stage-1 score
+    ``v > A`` has ``lo(v) > t`` (surely above), one with ``v < B`` has ``hi(v) < t`` (surely below).
+
+    Inverses of the increasing :func:`_interval` ends ``lo(u) = u (1 -+ c') - E``, ``hi(u) = u (1 +- c')
+    + E`` (``c' = c + m + c m``, ``E = (eta + a)(1 + m)``, ``m = 2^-40``; the sign follows ``u``),
+    widened by ``2^-30`` relative for this float64 arithmetic. ``scale`` takes unscaled to scaled units.
+    """
+    if t == -np.inf:
+        return -np.inf, -np.inf
+    cc = c + _MARGIN + c * _MARGIN
+    e = (eta + a) * (1.0 + _MARGIN)
+    x = t + e
+    up = x / (1.0 - cc) if x >= 0 else x / (1.0 + cc)
+    y = t - e
+    down = y / (1.0 + cc) if y >= 0 else y / (1.0 - cc)
+    w = 2.0**-30
+    return (up + w * abs(up) + w * e) * scale, (down - w * abs(down) - w * e) * scale
+
+
+@numba.njit(cache=True, nogil=True)
+def flag_rows(offsets: np.ndarray, u: np.ndarray, kind: np.ndarray, a: np.ndarray, eta: np.ndarray, c: float,
+              lo: np.ndarray, hi: np.ndarray, flag: np.ndarray) -> None:  # pragma: no cover - compiled
+    """For every row's items ``offsets[r]:offsets[r + 1]`` (unscaled stage-1 scores ``u``, kinds: 0
+    negative, l >= 1 positive of level l): their intervals ``[lo, hi]`` and whether the interval
+    overlaps one of an item of another kind (then ``flag``: re-score it)."""
+    for r in range(offsets.shape[0] - 1):
+        i0, i1 = offsets[r], offsets[r + 1]
+        m = i1 - i0
+        if m == 0:
+            continue
+        for i in range(i0, i1):
+            lo[i], hi[i] = _interval(u[i], a[r], eta[r], c)
+        order = np.argsort(u[i0:i1]) + i0  # lo and hi increase with u
+        k_s = kind[order]
+        # next_diff[j]: first sorted position after j whose kind differs from kind[j]
+        next_diff = np.empty(m, dtype=np.int64)
+        next_diff[m - 1] = m
+        for j in range(m - 2, -1, -1):
+            next_diff[j] = j + 1 if k_s[j + 1] != k_s[j] else next_diff[j + 1]
+        prev_diff = np.empty(m, dtype=np.int64)  # last position before j with another kind (-1: none)
+        prev_diff[0] = -1
+        for j in range(1, m):
+            prev_diff[j] = j - 1 if k_s[j - 1] != k_s[j] else prev_diff[j - 1]
+        left = 0  # first sorted item with hi >= lo_i
+        right = 0  # first sorted item with lo > hi_i
+        for j in range(m):
+            i = order[j]
+            while left < m and hi[order[left]] < lo[i]:
+                left += 1
+            while right < m and lo[order[right]] <= hi[i]:
+                right += 1
+            # window [left, right) holds j; another kind inside it?
+            flag[i] = next_diff[j] < right or prev_diff[j] >= left
+
+
+@numba.njit(cache=True, nogil=True)
+def order_rows(offsets: np.ndarray, key: np.ndarray, kind: np.ndarray, lv_out: np.ndarray, ge_out: np.ndarray,
+               key_out: np.ndarray, tied_levels: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Each row's positives in canonical order (key desc; ties: negatives first, then by level), with
+    the negatives ranked before each (``ge_out``) and their keys.
+
+    ``key`` holds each item's canonical score where it was computed and its stage-1 score elsewhere:
+    any two items of different kinds are then in canonical order. With a large level-1 bulk and few
+    other items, the bulk is counted instead of sorted; its slots then get keys ``-slot`` (their own
+    order is free) unless two positives of different levels tie exactly (``tied_levels[r]``: keys in
+    that case come from a full sort).
+    """
+    for r in range(offsets.shape[0] - 1):
+        i0, i1 = offsets[r], offsets[r + 1]
+        m = i1 - i0
+        if m == 0:
+            continue
+        n_bulk = 0
+        for i in range(i0, i1):
+            if kind[i] == 1:
+                n_bulk += 1
+        n_other = m - n_bulk
+        full = n_bulk < 256 or n_other * n_bulk > 16 * m * (1 + int(np.log2(m)))
+        if not full:  # minority sorted, bulk counted
+            others = np.empty(n_other, dtype=np.int64)
+            bulk = np.empty(n_bulk, dtype=key.dtype)
+            o = 0
+            b = 0
+            for i in range(i0, i1):
+                if kind[i] == 1:
+                    bulk[b] = key[i]
+                    b += 1
+                else:
+                    others[o] = i
+                    o += 1
+            ok = np.argsort(kind[others], kind="mergesort")
+            others = others[ok]
+            od = np.argsort(-key[others], kind="mergesort")
+            others = others[od]
+            for t in range(1, n_other):  # positives of two levels >= 2 tied exactly
+                x0, x1 = others[t - 1], others[t]
+                if key[x0] == key[x1] and kind[x0] >= 1 and kind[x1] >= 1 and kind[x0] != kind[x1]:
+                    tied_levels[r] = True
+            above = np.empty(n_other, dtype=np.int64)  # bulk items ranked before each other item
+            for t in range(n_other):
+                x = key[others[t]]
+                cnt = 0
+                if kind[others[t]] == 0:  # a negative comes before tied positives
+                    for v in bulk:
+                        cnt += v > x
+                else:  # a level >= 2 positive comes after tied level-1 ones
+                    for v in bulk:
+                        cnt += v >= x
+                        if v == x:
+                            tied_levels[r] = True
+                above[t] = cnt
+            if not tied_levels[r]:
+                slot, negs, placed = 0, 0, 0
+                for t in range(n_other + 1):
+                    upto = n_bulk if t == n_other else above[t]
+                    while placed < upto:
+                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = 1, negs, -slot
+                        slot += 1
+                        placed += 1
+                    if t == n_other:
+                        break
+                    it = others[t]
+                    if kind[it] == 0:
+                        negs += 1
+                    else:
+                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[it], negs, -slot
+                        slot += 1
+                continue
+        idx = np.arange(i0, i1)
+        ok = np.argsort(kind[idx], kind="mergesort")
+        idx = idx[ok]
+        od = np.argsort(-key[idx], kind="mergesort")
+        idx = idx[od]
+        slot, negs = 0, 0
+        for it in idx:
+            if kind[it] == 0:
+                negs += 1
+            else:
+                lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[it], negs, key[it]
+                slot += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _canonical_one(qi: np.ndarray, gi: np.ndarray, a: np.ndarray, b: np.ndarray, width: int) -> float:  # pragma: no cover - compiled
+    """The canonical score of one pair (the tree of :func:`canonical_cpu`; ``a``, ``b``: work buffers)."""
+    d = qi.shape[0]
+    if width == 1:
+        return qi[0] * gi[0]
+    h0 = width // 2
+    for i in range(h0):
+        a[i] = qi[i] * gi[i] if i < d else 0
+    for i in range(h0):
+        b[i] = qi[i + h0] * gi[i + h0] if i + h0 < d else 0
+    for i in range(h0):
+        a[i] = a[i] + b[i]
+    h = h0 // 2
+    while h >= 1:
+        for i in range(h):
+            a[i] = a[i] + a[i + h]
+        h //= 2
+    return a[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def small_scan(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray, range_a: np.ndarray,
+               range_b: np.ndarray, self_col: np.ndarray, pos_col: np.ndarray, pos_level: np.ndarray,
+               cut: np.ndarray, guess: np.ndarray, exact_depth: np.ndarray, cutoffs: np.ndarray, exp: np.ndarray,
+               bound_a: np.ndarray, bound_eta: np.ndarray, c_out: float, q: np.ndarray, q_rows: np.ndarray,
+               g: np.ndarray, width: int, keys: np.ndarray, lvs: np.ndarray, n_pos: np.ndarray, hist: np.ndarray,
+               amb_row: np.ndarray, amb_col: np.ndarray, amb_lo: np.ndarray, amb_hi: np.ndarray, amb_a: np.ndarray,
+               amb_b: np.ndarray, amb_need: np.ndarray, reach: np.ndarray, bad: np.ndarray) -> int:  # pragma: no cover - compiled
+    """First half of the rows with few positives: the positives in canonical order, each negative placed
+    or recorded as doubtful, and which doubtful negatives the metrics need resolved (no sort of a row).
+
+    Every positive of row ``r`` (columns ``pos_col[r]``, levels ``pos_level[r]`` > 0) gets its canonical
+    score -- or ``-inf`` when its stage-1 score is below ``cut[r]`` (it lies beyond the K-th score and
+    only has to come after the items above it) -- and the positives are ordered by (score desc, level
+    asc) into ``keys[r]``, ``lvs[r]`` (``n_pos[r]`` of them). Each negative at or above ``thr[r]`` (a scan
+    of the row, outside ``[range_a, range_b)`` and ``self_col``) is compared with per-positive stage-1
+    limits: the positives surely above it and surely below it are known (``hist[r, i]`` counts the
+    negatives placed just before slot ``i``); the positives in between are in doubt, and the negative
+    is recorded (``amb_*``: row, column, interval, first and end slot of the doubt). After the scan,
+    each positive's position lies in ``[min, max]``; a doubtful negative must be re-scored
+    (``amb_need``) when one of its doubtful positives needs an exact position -- ``min <=
+    exact_depth[r]`` -- or a comparison with a cut-off ``k`` of ``cutoffs`` (``min <= k < max``).
+    ``reach[r]`` counts the negatives with stage-1 score ``>= guess[r]`` (the caller's check of the cut).
+
+    ``s``: the block's stage-1 scores, int16 bits of bfloat16 / float16 (``is_bits``; ``table`` maps
+    the bits, as uint16, to float32 values; ``thr`` int64 order keys) or floats (``thr`` in their
+    dtype); ``exp``: scores are ``2^exp`` times the unscaled ones; ``bound_a``, ``bound_eta``,
+    ``c_out``: the bound. Returns the number of doubtful negatives (their arrays must hold them: a
+    larger count asks the caller for room), or -1 for a NaN stage-1 score, or -2 for a canonical
+    score outside its interval (``bad = [score, lo, hi]``).
+    """
+    c, n = s.shape
+    wa = np.empty(max(width // 2, 1), dtype=q.dtype)
+    wb = np.empty(max(width // 2, 1), dtype=q.dtype)
+    n_max = pos_col.shape[1]
+    maybe = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives: +1 at their first doubtful slot, -1 after
+    pre = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives surely before slot i: +1 at their end slot
+    lim_a = np.empty(n_max)  # per positive: stage-1 scores above lim_a are surely above it
+    lim_b = np.empty(n_max)  # ... below lim_b surely below it
+    need = np.zeros(n_max, dtype=np.bool_)
+    cap = amb_col.shape[0]
+    n_amb = 0
+    for r in range(c):
+        qi = q[q_rows[r]]
+        scale = 2.0 ** (-exp[r])
+        a_r, eta_r = bound_a[r], bound_eta[r]
+        p = 0
+        for k in range(n_max):
+            lev = pos_level[r, k]
+            if lev <= 0:
+                continue
+            j = pos_col[r, k]
+            v = table[np.uint16(s[r, j])] if is_bits else s[r, j]
+            if v != v:
+                return -1
+            if v < cut[r]:
+                x = -np.inf
+            else:
+                x = _canonical_one(qi, g[j], wa, wb, width)
+                lo, hi = _interval(v * scale, a_r, eta_r, c_out)
+                if x < lo or x > hi:
+                    bad[0], bad[1], bad[2] = x, lo, hi
+                    return -2
+            t = p  # insertion by (score desc, level asc)
+            while t > 0 and (keys[r, t - 1] < x or (keys[r, t - 1] == x and lvs[r, t - 1] > lev)):
+                keys[r, t] = keys[r, t - 1]
+                lvs[r, t] = lvs[r, t - 1]
+                t -= 1
+            keys[r, t] = x
+            lvs[r, t] = lev
+            p += 1
+        n_pos[r] = p
+        for t in range(p + 1):
+            hist[r, t] = 0
+            maybe[t] = 0
+            pre[t] = 0
+        inv = 1.0 / scale
+        for t in range(p):
+            lim_a[t], lim_b[t] = _sure_limits(keys[r, t], a_r, eta_r, c_out, inv)
+        first_amb = n_amb
+        th, aa, bb, own, gs = thr[r], range_a[r], range_b[r], self_col[r], guess[r]
+        row = s[r]
+        fast = is_bits and 0 <= th <= 32767  # non-negative keys are the int16 bits themselves
+        th16 = np.int16(th if fast else 0)
+        for j0 in range(0, n, _SCAN):
+            j1 = min(j0 + _SCAN, n)
+            if fast:  # one vectorised int16 comparison per item, or-ed over the block
+                hit16 = np.int16(0)
+                if j1 - j0 == _SCAN:  # a full block: a constant trip count the compiler vectorises
+                    for j in range(j0, j0 + _SCAN):
+                        hit16 |= np.int16(row[j] >= th16)
+                else:
+                    for j in range(j0, j1):
+                        hit16 |= np.int16(row[j] >= th16)
+                if hit16 == 0:
+                    continue
+            else:
+                hits = 0
+                if is_bits:
+                    for j in range(j0, j1):
+                        w = np.int64(row[j])
+                        hits += (w ^ ((w >> 15) & 0x7FFF)) >= th
+                else:
+                    for j in range(j0, j1):
+                        hits += not (row[j] < th)
+                if hits == 0:
+                    continue
+            for j in range(j0, j1):
+                if is_bits:
+                    w = np.int64(row[j])
+                    if (w ^ ((w >> 15) & 0x7FFF)) < th:
+                        continue
+                    v = table[np.uint16(row[j])]
+                else:
+                    v = row[j]
+                    if v < th:
+                        continue
+                if (j >= aa and j < bb) or j == own:
+                    continue
+                if v != v:
+                    return -1
+                if v >= gs:
+                    reach[r] += 1
+                ia = 0  # positives surely above the item (their score exceeds its hi)
+                while ia < p and v < lim_b[ia]:
+                    ia += 1
+                ib = ia  # positives not surely below it (their score reaches its lo)
+                while ib < p and not (v > lim_a[ib]):
+                    ib += 1
+                if ia == ib:
+                    hist[r, ia] += 1
+                    continue
+                if n_amb < cap:
+                    lo, hi = _interval(v * scale, a_r, eta_r, c_out)
+                    amb_row[n_amb], amb_col[n_amb], amb_lo[n_amb], amb_hi[n_amb] = r, j, lo, hi
+                    amb_a[n_amb], amb_b[n_amb], amb_need[n_amb] = ia, ib, False
+                n_amb += 1
+                maybe[ia] += 1
+                maybe[ib] -= 1
+                pre[ib] += 1
+        if n_amb > cap:
+            continue  # no room: the caller calls again with more (the counts of this call are discarded)
+        # the bounds [lo_pos, hi_pos] of each position: decided negatives, the doubtful ones surely
+        # before (end slot <= i), and the doubtful ones
+        sure, doubt, surely_doubtful = 0, 0, 0
+        for i in range(p):
+            sure += hist[r, i]
+            surely_doubtful += pre[i]
+            doubt += maybe[i]
+            lo_pos = i + 1 + sure + surely_doubtful
+            hi_pos = lo_pos + doubt
+            nd = lo_pos <= exact_depth[r]
+            if not nd and doubt > 0:
+                for k in cutoffs:
+                    if lo_pos <= k and k < hi_pos:
+                        nd = True
+                        break
+            need[i] = nd and doubt > 0
+        for m in range(first_amb, n_amb):
+            for i in range(amb_a[m], amb_b[m]):
+                if need[i]:
+                    amb_need[m] = True
+                    break
+    return n_amb
+
+
+@numba.njit(cache=True, nogil=True)
+def small_finish(keys: np.ndarray, lvs: np.ndarray, n_pos: np.ndarray, hist: np.ndarray, amb_row: np.ndarray,
+                 amb_a: np.ndarray, amb_b: np.ndarray, amb_need: np.ndarray, amb_exact: np.ndarray,
+                 lv_out: np.ndarray, ge_out: np.ndarray, key_out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Second half: each doubtful negative placed -- by its canonical score ``amb_exact`` where it was
+    needed (before the positives whose score is at most its own), else after its doubtful positives --
+    and the positives' slots written (level, negatives before, key)."""
+    for m in range(amb_row.shape[0]):
+        r, ia, ib = amb_row[m], amb_a[m], amb_b[m]
+        if amb_need[m]:
+            x = amb_exact[m]
+            i = ia
+            while i < ib and keys[r, i] > x:
+                i += 1
+            hist[r, i] += 1
+        else:
+            hist[r, ib] += 1
+    for r in range(keys.shape[0]):
+        negs = 0
+        for t in range(n_pos[r]):
+            negs += hist[r, t]
+            lv_out[r, t] = lvs[r, t]
+            ge_out[r, t] = negs
+            key_out[r, t] = keys[r, t]
