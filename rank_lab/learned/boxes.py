@@ -43,6 +43,7 @@ __all__ = [
     "fit_box_regressor",
     "predict_boxes",
     "evaluate_box_regressor",
+    "metric_tracking",
     "perturb_boxes",
     "RotatedBoxPairBank",
     "BoxIoUTask",
@@ -185,6 +186,50 @@ def evaluate_box_regressor(model: nn.Module, images: torch.Tensor, boxes: torch.
         out[f"f1@{thr}"] = float((iou > thr).double().mean())
     out["precision@0.5"] = out["recall@0.5"] = out["f1@0.5"]
     return out
+
+
+@torch.no_grad()
+def metric_tracking(
+    model: nn.Module, surrogate: nn.Module, images: torch.Tensor, boxes: torch.Tensor
+) -> dict[str, float]:
+    """How well the learned surrogate and the smooth-L1 proxy track the metric ``1 - IoU``.
+
+    On the model's predictions ``z`` for ``images`` (eval mode) and the codes ``y`` of the true
+    ``boxes``, the Pearson correlation with ``e = 1 - IoU`` of the surrogate ``e_hat(z, y)``
+    (eq. 3.3) and of the per-box smooth-L1 proxy (the pre-training loss of
+    :func:`fit_box_regressor`, ``beta = 0.1``, averaged over the six code entries). A surrogate
+    that has learned the metric tracks it better than the proxy the model was trained on.
+
+    Args:
+        model: the regressor, ``(N, 1, S, S) -> (N, 6)``.
+        surrogate: ``(z, y) -> (N,)``, e.g. an :class:`~rank_lab.learned.surrogate_model.EmbeddingSurrogate`.
+        images: ``(N, 1, S, S)`` images, ``N >= 2``.
+        boxes: ``(N, 5)`` their true boxes.
+
+    Returns:
+        ``{"surrogate": r, "proxy": r, "l1": mean |e_hat - e|, "n": N}`` (a correlation is NaN
+        when one of its two series is constant).
+    """
+    images, boxes = _check_images_boxes(images, boxes, check_module(model))
+    if images.shape[0] < 2:
+        raise ValueError(f"a correlation needs at least 2 images, got {images.shape[0]}")
+    check_module(surrogate, "surrogate")
+    model.eval()
+    surrogate.eval()
+    dev = next(model.parameters()).device
+    z = torch.cat([model(images[i : i + 512].to(dev)) for i in range(0, images.shape[0], 512)]).float()
+    y = encode_box6(boxes.to(dev)).to(z.dtype)
+    e = (1 - rotated_iou(decode_box6(z.double()), boxes.to(dev).double())).to(z.dtype)
+    e_hat = surrogate(z, y).to(z.dtype)
+    proxy = F.smooth_l1_loss(z, y, beta=0.1, reduction="none").mean(1)
+
+    def pearson(a: torch.Tensor) -> float:
+        if bool(a.std() == 0) or bool(e.std() == 0):
+            return math.nan
+        return float(torch.corrcoef(torch.stack([a.double(), e.double()]))[0, 1])
+
+    return {"surrogate": pearson(e_hat), "proxy": pearson(proxy), "l1": float((e_hat - e).abs().mean()),
+            "n": int(images.shape[0])}
 
 
 def perturb_boxes(

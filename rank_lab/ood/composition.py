@@ -1,8 +1,9 @@
 """Composition of hybrid energies (Eq. 5.7 of the Ramzi thesis) and the full HEAT detector.
 
 ``E_HEAT = (1/beta) log sum_k exp(beta E^h_k)`` composes the K corrected priors (HEAT-GMM,
-HEAT-GMM_std, HEAT-EL). ``beta = 0`` is the sum of the energies (a product of densities), ``-1`` a sum of
-densities, ``+inf``/``-inf`` the max/min. The official code standardises each energy with its mean and
+HEAT-GMM_std, HEAT-EL). ``beta = 0`` returns the sum of the energies (a product of densities): the
+``beta -> 0`` limit is their mean plus ``log K / beta`` (the thesis' Sec. 5.3.3: "equivalent to the mean"),
+which ranks every sample as the sum does. ``-1`` gives a sum of densities, ``+inf``/``-inf`` the max/min. The official code standardises each energy with its mean and
 standard deviation on training data before composing (``standardize=True`` here, the default, since the
 thesis' numbers were produced that way; ``standardize=False`` is the literal Eq. 5.7).
 """

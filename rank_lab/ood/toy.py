@@ -3,6 +3,9 @@
 * :func:`make_ring_segments`: a 2-D in-distribution set (arcs of a ring, one class per arc) on which
   a tied-covariance Gaussian mixture is too rigid: it puts its highest density in the empty centre.
 * :func:`make_ring_ood`: OOD points in that centre ("near", inside the GMM's mass) or far away.
+* :func:`make_split_classes`: ``d``-dimensional classes of two Gaussian modes with near-OOD points
+  in the gap between them, where a class-Gaussian prior is densest (and the swapped control, one
+  Gaussian per class, where the prior is right).
 * :func:`energy_grid`: an energy evaluated on a 2-D grid and normalised numerically into a
   log-density (the partition function of a 2-D EBM is a sum over the grid).
 * :class:`SmallConvNet` and :func:`train_classifier`: a tiny CNN for 8x8 digits whose last feature
@@ -31,7 +34,7 @@ from rank_lab.engine.optim import build_optimizer
 from rank_lab.engine.options import Batch, EngineConfig, loop_options
 from rank_lab.utils import DeviceLike, get_device
 
-__all__ = ["make_ring_segments", "make_ring_ood", "energy_grid", "SmallConvNet", "train_classifier"]
+__all__ = ["make_ring_segments", "make_ring_ood", "make_split_classes", "energy_grid", "SmallConvNet", "train_classifier"]
 
 
 def make_ring_segments(
@@ -96,6 +99,78 @@ def make_ring_ood(n: int = 200, kind: str = "near", radius: float = 1.0, seed: i
     else:
         raise ValueError(f"kind must be 'near' or 'far', got {kind!r}")
     return torch.stack([r * torch.cos(t), r * torch.sin(t)], 1).float()
+
+
+def make_split_classes(
+    n_per_class: int = 200, n_ood: int = 600, *, n_classes: int = 3, dim: int = 8, radius: float = 4.0,
+    offset: float = 2.0, noise: float = 0.5, split: bool = True, seed: int = 0,
+) -> dict[str, torch.Tensor]:
+    """Features on which a class-Gaussian prior is misspecified (``split=True``) or right (``split=False``).
+
+    Class ``c`` has a centre ``mu_c`` (norm ``radius``) and a unit direction ``u_c``, both drawn at
+    random. With ``split=True`` each class is two isotropic Gaussian modes, ``mu_c +- offset u_c``
+    (std ``noise``), and the near-OOD points lie in the empty gap between them, ``mu_c + noise w``:
+    a Gaussian fitted to the class puts its *highest* density there (the multi-modal failure of a
+    Gaussian prior that HEAT's residual energy must correct, Ramzi thesis Sec. 5.2.1). With
+    ``split=False`` the roles swap, the control: each class is one Gaussian at ``mu_c``, which the
+    prior models exactly, and the near-OOD points sit at ``mu_c +- offset u_c``. Far-OOD points are
+    fresh ID draws scaled by 2.5 away from the origin. Train and test ID sets are independent draws
+    of the same classes (``n_per_class`` points each, half per mode when split).
+
+    Args:
+        n_per_class: ID points per class in each of the train and test sets (even when ``split``).
+        n_ood: points in each of the near and far OOD sets.
+        n_classes: number of classes ``C``.
+        dim: feature dimension ``d >= 2``.
+        radius: norm of the class centres.
+        offset: distance between a class centre and each of its two modes (or the near-OOD points).
+        noise: standard deviation of every Gaussian.
+        split: two modes per class (the prior is misspecified) or one (the control).
+        seed: random seed (everything is drawn from it).
+
+    Returns:
+        ``{"x_train" (C n, d), "y_train" (C n,), "x_test", "y_test", "near" (n_ood, d),
+        "far" (n_ood, d)}``, float32 features and long labels.
+
+    Raises:
+        ValueError, TypeError: a count not a positive int (``n_per_class`` odd when ``split``),
+            ``dim < 2``, ``radius``, ``offset`` or ``noise`` not finite and ``> 0``.
+    """
+    n_per_class, n_ood = check_positive_int(n_per_class, "n_per_class"), check_positive_int(n_ood, "n_ood")
+    n_classes, dim = check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")
+    if dim < 2:
+        raise ValueError(f"dim must be >= 2, got {dim}")
+    if not isinstance(split, bool):
+        raise TypeError(f"split must be a bool, got {type(split).__name__}")
+    if split and n_per_class % 2:
+        raise ValueError(f"n_per_class must be even when split (half per mode), got {n_per_class}")
+    radius = check_float(radius, "radius", low=0, low_open=True)
+    offset = check_float(offset, "offset", low=0, low_open=True)
+    noise = check_float(noise, "noise", low=0, low_open=True)
+    g = torch.Generator().manual_seed(seed)
+    mu = torch.randn(n_classes, dim, generator=g, dtype=torch.float64)
+    mu = radius * mu / mu.norm(dim=1, keepdim=True)
+    u = torch.randn(n_classes, dim, generator=g, dtype=torch.float64)
+    u = u / u.norm(dim=1, keepdim=True)
+
+    def around(centres: torch.Tensor) -> torch.Tensor:
+        return centres + noise * torch.randn(centres.shape, generator=g, dtype=torch.float64)
+
+    def split_points(c: torch.Tensor) -> torch.Tensor:
+        """``mu_c +- offset u_c``, alternating signs."""
+        sign = 1.0 - 2.0 * (torch.arange(c.shape[0]) % 2).to(torch.float64)
+        return mu[c] + offset * sign[:, None] * u[c]
+
+    def draw_id() -> tuple[torch.Tensor, torch.Tensor]:
+        c = torch.arange(n_classes).repeat_interleave(n_per_class)
+        return around(split_points(c) if split else mu[c]).float(), c
+
+    x_train, y_train = draw_id()
+    x_test, y_test = draw_id()
+    c = torch.randint(n_classes, (n_ood,), generator=g)
+    near = around(mu[c] if split else split_points(c)).float()
+    far = 2.5 * draw_id()[0][torch.randint(n_classes * n_per_class, (n_ood,), generator=g)]
+    return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test, "near": near, "far": far}
 
 
 @torch.no_grad()

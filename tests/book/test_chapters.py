@@ -52,9 +52,6 @@ NOT_CONVERTED: dict[str, set[str]] = {
     "optimising_recall_at_k": {"apparatus"},  # main page 629 lines once its code fits 90 columns
     "fewshot_retrieval": {"apparatus", "effects", "times"},
     "classification_by_retrieval": {"apparatus", "effects", "times"},
-    "heat": {"apparatus", "effects", "times", "intervals"},
-    "learned_surrogates": {"apparatus", "effects", "times", "intervals"},
-    "feds": {"apparatus", "effects", "intervals"},
     "esupcon": {"apparatus"},  # main page 664 lines once its code fits 90 columns
 }
 

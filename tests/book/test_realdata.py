@@ -47,26 +47,26 @@ REAL_DATA: dict[str, dict[str, tuple[str, dict[str, int]]]] = {
                                 "inaturalist": ("inaturalist", {})},
     "hierarchical_retrieval": {"sop": ("sop", {}), "inat_base": ("inaturalist", {}), "inat_full": ("inaturalist", {}),
                                "dyml_vehicle": ("dyml", {}), "dyml_animal": ("dyml", {}), "dyml_product": ("dyml", {})},
-    "heat": {"features": ("features", {})},
+    "heat_benchmark": {"features": ("features", {})},
     "esupcon": {"cifar10": ("cifar10", {}), "cifar100": ("cifar100", {})},
     "feds": {"lmdb": ("lmdb", {})},
-    "learned_surrogates": {"lmdb": ("lmdb", {})},
+    "learned_surrogates_ls_ed": {"lmdb": ("lmdb", {})},
     "classification_by_retrieval": {"landuse": ("landuse", {"per_class": 6})},  # 5-shot needs a 6th image
     "fewshot_retrieval": {"alegoria": ("alegoria_fewshot", {})},
     "descriptors_cross_source": {"alegoria": ("alegoria", {})},
 }
 #: notebook -> parameters that keep its real-data run tiny: a tiny random-init backbone, one short epoch.
 #: (hierarchical_retrieval, decomposability_roadmap and optimising_recall_at_k train one epoch of two
-#: batches of 8 images on real data in smoke mode; feds and learned_surrogates train their smoke steps.)
+#: batches of 8 images on real data in smoke mode; feds and learned_surrogates_ls_ed train their smoke steps.)
 TINY: dict[str, dict[str, Any]] = {
     "evaluating_retrieval": {"backbone": "tiny_cnn"},
     "optimising_recall_at_k": {"backbone": "tiny_cnn"},
     "decomposability_roadmap": {"backbone": "tiny_cnn"},
     "hierarchical_retrieval": {"backbone": "tiny_cnn"},
-    "heat": {"heat_epochs": 1},
+    "heat_benchmark": {"heat_epochs": 1},
     "esupcon": {"epochs": 1},
     "feds": {},
-    "learned_surrogates": {},
+    "learned_surrogates_ls_ed": {},
     "classification_by_retrieval": {"landuse_backbone": "tiny_cnn", "landuse_image_size": 32, "landuse_epochs": 1,
                                     "landuse_batches": 2},
     "fewshot_retrieval": {"k": 1, "m": 2, "pretrain_episodes": 5, "episodes": 5, "runs": 1},

@@ -19,6 +19,7 @@ from rank_lab.learned.boxes import (
     RotatedBoxPairBank,
     evaluate_box_regressor,
     fit_box_regressor,
+    metric_tracking,
     perturb_boxes,
     predict_boxes,
 )
@@ -409,6 +410,31 @@ def test_box_regressor_and_evaluation(box_setup: tuple) -> None:
     zz = task.predict(model, batch)
     assert torch.allclose(task.metric(zz, batch).double(), 1 - rotated_iou(decode_box6(zz.detach().double()), batch["boxes"].double()), atol=1e-6)
     assert torch.allclose(task.metric(task.encode_target(zz, batch), batch), torch.zeros(8), atol=1e-5)
+
+
+class _ExactIoUSurrogate(nn.Module):
+    """A 'surrogate' that is the metric itself: ``1 - IoU`` of the decoded codes."""
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (1 - rotated_iou(decode_box6(z.double()), decode_box6(y.double()))).to(z.dtype)
+
+
+def test_metric_tracking_against_a_brute_force_correlation(box_setup: tuple) -> None:
+    images, boxes, _ = box_setup
+    torch.manual_seed(3)
+    model = BoxRegressor(16, channels=(4, 8, 8), hidden=16)
+    fit_box_regressor(model, images, boxes, steps=20, batch_size=32, lr=3e-3, device="cpu")
+    out = metric_tracking(model, _ExactIoUSurrogate(), images[:80], boxes[:80])
+    assert out["n"] == 80 and out["surrogate"] == pytest.approx(1.0, abs=1e-6) and out["l1"] < 1e-5
+    with torch.no_grad():  # brute force: numpy's correlation of the per-box smooth-L1 with 1 - IoU
+        z = model.eval()(images[:80]).double()
+        y = encode_box6(boxes[:80].double())
+        d = (z - y).abs()
+        sl1 = torch.where(d < 0.1, 0.5 * d**2 / 0.1, d - 0.05).mean(1)
+        e = 1 - rotated_iou(decode_box6(z), boxes[:80].double())
+    assert out["proxy"] == pytest.approx(float(np.corrcoef(sl1.numpy(), e.numpy())[0, 1]), abs=1e-5)
+    with pytest.raises(ValueError, match="at least 2"):
+        metric_tracking(model, _ExactIoUSurrogate(), images[:1], boxes[:1])
 
 
 #: where the proxy-training test interrupts its run: a module global, not a value the loss function

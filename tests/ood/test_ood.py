@@ -40,7 +40,13 @@ from rank_lab.ood import (
     sgld,
     std_pool,
 )
-from rank_lab.ood.toy import SmallConvNet, energy_grid, make_ring_ood, make_ring_segments
+from rank_lab.ood.toy import (
+    SmallConvNet,
+    energy_grid,
+    make_ring_ood,
+    make_ring_segments,
+    make_split_classes,
+)
 
 # ------------------------------------------------------------------ shared synthetic features
 
@@ -228,6 +234,42 @@ def test_heat_on_the_2d_toy_beats_its_gmm_prior():
     ll_heat = _grid_ll(energy_grid(h.energy, bounds, n)[3], xt, bounds, n)
     assert ll_heat > ll_prior + 0.1  # a better density of held-out ID data (exactly normalised on the grid)
     assert h.history[-1]["e_gen"] > h.history[-1]["e_real"]  # residual raised on negatives, lowered on data
+
+
+def test_split_classes_geometry_and_the_gaussian_prior_failure():
+    d = make_split_classes(40, 30, n_classes=2, dim=4, radius=3.0, offset=2.0, noise=0.01, split=True, seed=5)
+    assert d["x_train"].shape == (80, 4) and d["near"].shape == (30, 4) and d["far"].shape == (30, 4)
+    assert torch.equal(d["y_train"].bincount(), torch.tensor([40, 40])) and torch.equal(d["y_test"], d["y_train"])
+    assert all(v.dtype == torch.float32 for k, v in d.items() if not k.startswith("y_"))
+    again = make_split_classes(40, 30, n_classes=2, dim=4, radius=3.0, offset=2.0, noise=0.01, split=True, seed=5)
+    assert all(torch.equal(d[k], again[k]) for k in d)
+    assert not torch.equal(d["x_train"], d["x_test"])  # independent draws of the same classes
+    for c in range(2):  # two modes 2 * offset apart, their midpoint at norm radius, 2 points per mode at noise 0.01
+        x = d["x_train"][d["y_train"] == c]
+        a, b = x[0::2], x[1::2]
+        assert float((a.mean(0) - b.mean(0)).norm()) == pytest.approx(4.0, abs=0.02)
+        assert float(x.mean(0).norm()) == pytest.approx(3.0, abs=0.02)
+        assert float(a.std(0).max()) < 0.03
+    # the near set is the class centres (noise 0.01): at distance offset from every ID point of its class
+    dist = torch.cdist(d["near"], d["x_train"]).min(1).values
+    assert float(dist.min()) == pytest.approx(2.0, abs=0.05)
+    assert float((d["far"].norm(dim=1) / 2.5).min()) > 3.0 - 2.1  # scaled ID draws
+    ctrl = make_split_classes(40, 30, n_classes=2, dim=4, radius=3.0, offset=2.0, noise=0.01, split=False, seed=5)
+    assert float(ctrl["x_train"].norm(dim=1).sub(3.0).abs().max()) < 0.05  # one mode, at the centre
+    assert float(torch.cdist(ctrl["near"], ctrl["x_train"]).min(1).values.min()) == pytest.approx(2.0, abs=0.05)
+    # a class Gaussian (tied covariance) calls the gap the most ID place when split, and is right in the control
+    for data, worse in ((make_split_classes(100, 200, seed=0), True), (make_split_classes(100, 200, split=False, seed=0), False)):
+        g = GMM(normalize=False).fit({"features": data["x_train"], "labels": data["y_train"]})
+        a = auroc(g.score({"features": data["x_test"]}), g.score({"features": data["near"]}))
+        assert (a < 0.4) if worse else (a > 0.9)
+    with pytest.raises(ValueError, match="even"):
+        make_split_classes(41, 5)
+    with pytest.raises(ValueError, match="dim"):
+        make_split_classes(40, 5, dim=1)
+    with pytest.raises(ValueError, match="noise"):
+        make_split_classes(40, 5, noise=0.0)
+    with pytest.raises(TypeError, match="split"):
+        make_split_classes(40, 5, split=1)
 
 
 def test_hybrid_energy_decomposition_and_loss_formula():
