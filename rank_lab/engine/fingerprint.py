@@ -41,19 +41,46 @@ def short(fingerprint: str | None) -> str:
     return "none" if fingerprint is None else str(fingerprint)[:12]
 
 
-def data_fingerprint(data: Any) -> str:
+class _Seen(set):
+    """The objects being fed (cycle detection), and the ids of the run's own state (``state``)."""
+
+    def __init__(self, state: frozenset[int] = frozenset()) -> None:
+        super().__init__()
+        self.state = state
+
+
+def _state_ids(state: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    for obj in state:
+        if obj is None or isinstance(obj, (bool, int, float, str)):  # shared singletons: never state
+            continue
+        ids.add(id(obj))
+        if isinstance(obj, nn.Module):
+            ids.update(id(m) for m in obj.modules())
+            ids.update(id(t) for t in obj.parameters())
+            ids.update(id(t) for t in obj.buffers())
+        elif isinstance(obj, torch.optim.Optimizer):
+            ids.update(id(t) for g in obj.param_groups for t in g["params"])
+    return frozenset(ids)
+
+
+def data_fingerprint(data: Any, *, state: Any = ()) -> str:
     """A SHA-256 (hex) of ``data``: equal for equal data, different when a value, a shape, a dtype,
     a file's size or modification time changes.
 
     Args:
         data: tensors, arrays, numbers, strings, paths, lists, tuples, dicts, datasets (their
             attributes), functions (their code and captured values), or any nesting of them.
+        state: the run's own state (the modules it trains, their optimisers): where ``data`` holds
+            them (a loss function that closes over the model), only their type is fed, since their
+            values change as the run trains and the checkpoint restores them. Submodules,
+            parameters and buffers of a module count as its state.
 
     Returns:
         64 hex digits.
     """
     h = hashlib.sha256()
-    _feed(h, data, set(), 0)
+    _feed(h, data, _Seen(_state_ids(state)), 0)
     return h.hexdigest()
 
 
@@ -86,9 +113,12 @@ def _feed_path(h: Any, p: Path) -> None:
     _tag(h, "path", f"{p.resolve()} {kind} {size} {st.st_mtime_ns}")
 
 
-def _feed(h: Any, obj: Any, seen: set[int], depth: int) -> None:  # noqa: C901 - one branch per kind
+def _feed(h: Any, obj: Any, seen: _Seen, depth: int) -> None:  # noqa: C901 - one branch per kind
     if depth > _MAX_DEPTH:
         _tag(h, "deep", type(obj).__qualname__)
+        return
+    if id(obj) in seen.state:  # the run's own state: restored by the checkpoint, not its data
+        _tag(h, "state", type(obj).__qualname__)
         return
     if obj is None or isinstance(obj, (bool, int, float, complex)):
         _tag(h, type(obj).__name__, repr(obj))
@@ -128,7 +158,13 @@ def _feed(h: Any, obj: Any, seen: set[int], depth: int) -> None:  # noqa: C901 -
             seen.discard(id(obj))
 
 
-def _feed_container(h: Any, obj: Any, seen: set[int], depth: int) -> None:
+def _set_item(v: Any, seen: _Seen) -> str:
+    h = hashlib.sha256()
+    _feed(h, v, _Seen(seen.state), 0)
+    return h.hexdigest()
+
+
+def _feed_container(h: Any, obj: Any, seen: _Seen, depth: int) -> None:
     if isinstance(obj, Mapping):
         _tag(h, "map", str(len(obj)))
         for k in sorted(obj, key=repr):
@@ -140,7 +176,7 @@ def _feed_container(h: Any, obj: Any, seen: set[int], depth: int) -> None:
             _feed(h, v, seen, depth + 1)
     elif isinstance(obj, (set, frozenset)):
         _tag(h, "set", str(len(obj)))
-        for d in sorted(data_fingerprint(v) for v in obj):
+        for d in sorted(_set_item(v, seen) for v in obj):
             _tag(h, "item", d)
     elif callable(getattr(obj, "fingerprint", None)) and not isinstance(obj, type):
         _tag(h, "own", type(obj).__qualname__)
@@ -162,7 +198,7 @@ def _feed_container(h: Any, obj: Any, seen: set[int], depth: int) -> None:
         _feed(h, attrs, seen, depth + 1)
 
 
-def _feed_function(h: Any, fn: Any, seen: set[int], depth: int) -> None:
+def _feed_function(h: Any, fn: Any, seen: _Seen, depth: int) -> None:
     if isinstance(fn, types.MethodType):
         _tag(h, "method", fn.__func__.__qualname__)
         _feed(h, fn.__self__, seen, depth + 1)

@@ -56,7 +56,8 @@ class EngineState:
         """
         if self._fingerprint is None:
             self._fingerprint = {
-                "data": None if self._trained_on is None else data_fingerprint(self._trained_on),
+                "data": None if self._trained_on is None
+                else data_fingerprint(self._trained_on, state=[*self.modules.values(), *self.optimizers.values()]),
                 "code": code_fingerprint(),
                 "parameters": data_fingerprint(self.run_key()),
             }

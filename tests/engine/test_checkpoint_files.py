@@ -354,3 +354,29 @@ def test_the_same_number_of_cuda_devices_restores_silently_and_a_cpu_ignores_the
         assert sorted(restored) == [0, 1]
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
         CK.set_rng_state(state)  # no CUDA here: nothing draws from those states
+
+
+def test_data_fingerprint_feeds_the_runs_own_state_by_type_only() -> None:
+    """A loss function that closes over the model it trains: the model's values are the run's state
+    (restored by the checkpoint), not its data, so training does not change the data fingerprint;
+    a captured tensor of data still does."""
+    from torch import nn
+
+    from rank_lab.engine.fingerprint import data_fingerprint
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.arange(6.0).reshape(3, 2)
+
+    def batch_loss(idx: torch.Tensor) -> torch.Tensor:
+        return model(x[idx]).square().mean() + 0 * model[2].weight.sum()
+
+    before = data_fingerprint(batch_loss, state=[model, opt])
+    plain_before = data_fingerprint(batch_loss)
+    batch_loss(torch.arange(3)).backward()
+    opt.step()
+    assert data_fingerprint(batch_loss, state=[model, opt]) == before
+    assert data_fingerprint(batch_loss) != plain_before  # without state the weights count as data
+    x.add_(1.0)  # the data changes: the fingerprint does
+    assert data_fingerprint(batch_loss, state=[model, opt]) != before
+    assert data_fingerprint([None, 1, "a"], state=[None]) == data_fingerprint([None, 1, "a"])

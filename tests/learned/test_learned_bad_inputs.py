@@ -159,21 +159,27 @@ def test_ctc_best_path_refuses_non_finite_log_probs() -> None:
         ctc_best_path(logp, torch.tensor([[3]]), torch.tensor([1]))
 
 
+#: whether the proxy-training test's loss turns NaN: a module global, not a value the loss function
+#: captures (a captured value that changes makes the checkpoint another run's: the data fingerprint)
+_POISON = {"on": False}
+
+
 def test_fit_proxy_stops_on_a_non_finite_loss_and_keeps_the_checkpoint(tmp_path) -> None:
     model = nn.Linear(2, 1)
     x = torch.randn(6, 2)
-    state = {"poison": False}
+    state = _POISON
+    state["on"] = False
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
         out = model(x[idx]).pow(2).mean()
-        return out * NAN if state["poison"] else out
+        return out * NAN if _POISON["on"] else out
 
     ckpt = tmp_path / "p.pt"
     kw = dict(batch_size=3, lr=1e-2, device="cpu", schedule="constant", engine=EngineConfig(checkpoint=ckpt))
     fit_proxy(model, 6, batch_loss, steps=2, **kw)
     good = ckpt.read_bytes()
     weights = [p.detach().clone() for p in model.parameters()]
-    state["poison"] = True  # resume for two more steps: the third one is NaN
+    state["on"] = True  # resume for two more steps: the third one is NaN
     with pytest.raises(FloatingPointError, match=r"the loss is nan at proxy step 3, batch indices \[.*\] \(3 items\); training "
                        r"stopped before applying it and nothing was saved; the last good checkpoint is '.*p.pt' \(step 2\)") as info:
         fit_proxy(model, 6, batch_loss, steps=4, **kw)  # the engine's NonFiniteTrainingError, a FloatingPointError
