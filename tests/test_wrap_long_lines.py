@@ -160,10 +160,17 @@ def test_single_quoted_pieces_take_ruffs_quotes() -> None:
     assert wrap(src, 36) == 'x = (\n    \'he said "no" and then it was \'\n    "over, at last"\n)\n'
 
 
-def test_part_of_an_implicit_concatenation_is_split_in_place() -> None:
+def test_part_of_an_implicit_concatenation_flows_into_the_next_part() -> None:
     src = 'd = {\n    "key": "one two three four five six seven "\n    "eight",\n}\n'
+    assert wrap(src) == 'd = {\n    "key": "one two three four five "\n    "six seven eight",\n}\n'
+    src = 'raise ValueError(\n    f"{a} and {b} and some words after them "\n    "to end",\n)\n'
     assert wrap(src) == (
-        'd = {\n    "key": "one two three four five "\n    "six seven "\n    "eight",\n}\n'
+        'raise ValueError(\n    f"{a} and {b} and some words after "\n    "them to end",\n)\n'
+    )
+    # a plain part with braces cannot join an f-string piece with fields
+    src = 'x = (\n    f"some words: {a} {b} and then {c} {d}"\n    "{to} end"\n)\n'
+    assert wrap(src) == (
+        'x = (\n    f"some words: {a} {b} and then {c} "\n    f"{d}"\n    "{to} end"\n)\n'
     )
 
 

@@ -416,7 +416,43 @@ def _fix_line(lines, n, limit, docs, by_line, inside) -> tuple[int, list[str]] |
     )
     adjacent = any(t is not None and t.type == tokenize.STRING for t in (prev_tok, next_tok))
     new = _split_code_string(lines, n, tok, depth, adjacent, next_tok, limit)
-    return (1, new) if new else None
+    if not new:
+        return None
+    nxt = lines[n] if n < len(lines) else ""
+    if (
+        next_tok is not None
+        and next_tok.type == tokenize.STRING
+        and next_tok.start[0] == next_tok.end[0] == n + 1
+        and not nxt[: next_tok.start[1]].strip()
+        and not line[tok.end[1] :].strip()
+    ):
+        # the last piece flows into the next part of the concatenation (split again if too long)
+        merged = merge_strings(new[-1].strip(), next_tok.string)
+        if merged is not None:
+            head = nxt[: next_tok.start[1]] + merged + nxt[next_tok.end[1] :]
+            return 2, new[:-1] + [head]
+    return 1, new
+
+
+def merge_strings(a: str, b: str) -> str | None:
+    """One literal with the value of the adjacent literals ``a b``, or None when their prefixes
+    or quotes differ (an f-string takes a plain piece without braces)."""
+    pa, pb = string_parts(a), string_parts(b)
+    if pa is None or pb is None or pa[1] != pb[1] or len(pa[1]) == 3:
+        return None
+    (prefa, quote, body_a), (prefb, _, body_b) = pa, pb
+    la, lb = prefa.lower(), prefb.lower()
+    if ("r" in la) != ("r" in lb) or ("b" in la) != ("b" in lb):
+        return None
+    if ("f" in la) != ("f" in lb):
+        plain = body_b if "f" in la else body_a
+        if "{" in plain or "}" in plain:
+            return None
+    prefix = prefb if "f" in lb else prefa
+    merged = _requote(prefix, quote, body_a + body_b)
+    if _expr_dump(a + "\n" + b) != _expr_dump(merged) or _expr_dump(merged) is None:
+        return None
+    return merged
 
 
 def _previous_token(by_line, n: int) -> Tok | None:
