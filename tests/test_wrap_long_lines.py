@@ -90,6 +90,13 @@ def test_docstring_overflow_reflows_into_the_next_line() -> None:
     )
 
 
+def test_a_prose_line_starting_with_an_ellipsis_is_prose() -> None:
+    src = 'def f():\n    """Head.\n\n    ...) and more words that go past it.\n    """\n'
+    assert wrap(src, 36) == (
+        'def f():\n    """Head.\n\n    ...) and more words that go past\n    it.\n    """\n'
+    )
+
+
 def test_one_line_docstring_is_broken() -> None:
     src = 'def f():\n    """Return the thing that was asked for."""\n'
     assert wrap(src, 36) == 'def f():\n    """Return the thing that was\n    asked for."""\n'

@@ -43,7 +43,7 @@ NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*
 SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
 ITEM = re.compile(r"^\s*\**[\w.\[\], |*]+?( \([^)]*\))?:(\s|$)")
 BULLET = re.compile(r"^(\s*)([-*+]|\d+[.)]|\(\d+\)|[a-z][.)]) +")
-LITERAL_START = ("|", "+-", "+=", "==", ">>>", "...", "```", "~~~", ".. ", "$$")
+LITERAL_START = ("|", "+-", "+=", "==", ">>>", "```", "~~~", ".. ", "$$")
 BAD_CONTINUATION = re.compile(r"^([-*+|#]|>>>|\.\.|\d+[.)] |::)")
 _SKIP = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
 
@@ -353,6 +353,8 @@ def _code_line_info(toks: list[Tok]):
 def one_pass(src: str, limit: int) -> str:
     """Fix at most one thing per long line; the caller repeats until nothing changes."""
     lines = src.split("\n")
+    if not any(too_long(line, limit) for line in lines):
+        return src
     toks = tokens(src)
     docs = _docstring_starts(ast.parse(src))
     by_line, inside = _code_line_info(toks)
