@@ -79,11 +79,13 @@ publish: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check rank_lab tests benchmarks tools
 
-# ruff format, then tools/wrap_long_lines.py for what it leaves over 100 characters (comments,
-# docstrings, string literals; AST checked per file), twice so that ruff's re-layout of split
-# strings settles; then both must be at a fixed point.
+# Long trailing comments moved onto their own line first (so that ruff does not split a statement
+# to make room for its comment), ruff format, then tools/wrap_long_lines.py for what ruff leaves
+# over 100 characters (comments, docstrings, string literals; AST checked per file), twice so that
+# ruff's re-layout of split strings settles; then both must be at a fixed point.
 FORMAT_PATHS ?= rank_lab tests benchmarks tools
 format: $(STAMP)
+	$(PY) tools/wrap_long_lines.py --before-format $(FORMAT_PATHS)
 	$(PY) -m ruff format $(FORMAT_PATHS)
 	$(PY) tools/wrap_long_lines.py $(FORMAT_PATHS)
 	$(PY) -m ruff format $(FORMAT_PATHS)

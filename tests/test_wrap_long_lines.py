@@ -55,6 +55,18 @@ def test_trailing_comment_moves_above_and_pragmas_stay() -> None:
     assert wrap(pragma) == pragma  # the code fits without the pragma: ruff does not flag it
 
 
+def test_before_format_only_moves_trailing_comments() -> None:
+    src = (
+        "assert f(x) == 1  # a comment that is far too long here\n"
+        "# a comment line that is long enough to need wrapping at forty\n"
+        'Y = "a string that is long enough to need a split at forty"\n'
+    )
+    out, _ = wll.wrap_source(src, W, pre=True)
+    assert out == "# a comment that is far too long here\n" + src.replace(
+        "  # a comment that is far too long here", ""
+    )
+
+
 def test_docstring_prose_continuation_and_hanging_indent() -> None:
     src = (
         "def f(a):\n"
@@ -222,7 +234,7 @@ def test_idempotent_and_ast_equal_on_a_mixed_file() -> None:
 def test_a_change_to_the_ast_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     src = 'MSG = "alpha beta gamma delta epsilon zeta eta theta iota"\n'
 
-    def bad_pass(text: str, limit: int) -> str:
+    def bad_pass(text: str, limit: int, pre: bool = False) -> str:
         return text.replace("theta", "THETA", 1)
 
     monkeypatch.setattr(wll, "one_pass", bad_pass)

@@ -1,8 +1,10 @@
 """Rewrap the lines that ``ruff format`` leaves longer than the line length, changing no code.
 
-    python tools/wrap_long_lines.py [--line-length 100] [--check] PATH [PATH ...]
+    python tools/wrap_long_lines.py [--line-length 100] [--check] [--before-format] PATH [PATH ...]
 
-Run after ``ruff format`` (``make format`` runs both). PATHs are ``.py`` files or folders
+Run after ``ruff format`` (``make format`` runs both). With ``--before-format`` it only moves long
+trailing comments onto their own line, so that ruff does not split a statement to make room for
+its comment. PATHs are ``.py`` files or folders
 (searched for ``*.py``). For each line longer than the limit it:
 
 1. rewraps a comment-only line at word boundaries, keeping its indentation and its ``#``/``#:``
@@ -350,7 +352,7 @@ def _code_line_info(toks: list[Tok]):
     return by_line, inside
 
 
-def one_pass(src: str, limit: int) -> str:
+def one_pass(src: str, limit: int, pre: bool = False) -> str:
     """Fix at most one thing per long line; the caller repeats until nothing changes."""
     lines = src.split("\n")
     if not any(too_long(line, limit) for line in lines):
@@ -363,7 +365,7 @@ def one_pass(src: str, limit: int) -> str:
     for n, line in enumerate(lines, 1):
         if n <= skip_until or not too_long(line, limit):
             continue
-        new = _fix_line(lines, n, limit, docs, by_line, inside)
+        new = _fix_line(lines, n, limit, docs, by_line, inside, pre)
         if new:
             edits[n] = new
             skip_until = n + new[0] - 1
@@ -378,9 +380,16 @@ def one_pass(src: str, limit: int) -> str:
     return "\n".join(out)
 
 
-def _fix_line(lines, n, limit, docs, by_line, inside) -> tuple[int, list[str]] | None:
+def _fix_line(lines, n, limit, docs, by_line, inside, pre=False) -> tuple[int, list[str]] | None:
     line = lines[n - 1]
     mls = inside.get(n)
+    if pre:
+        # before ruff format: only move long trailing comments up, so that ruff does not split
+        # a statement just to make room for its comment
+        toks = by_line.get(n, [])
+        last = toks[-1][0] if toks else None
+        if len(toks) < 2 or last.type != tokenize.COMMENT or PRAGMA.match(last.string):
+            return None
     if mls is not None and (mls.start[0] < n or mls.end[0] > n):
         if mls.start in docs:
             return _wrap_docstring_line(lines, n, mls, limit)
@@ -686,16 +695,19 @@ def normalized_dump(src: str) -> str:
     return ast.dump(tree)
 
 
-def wrap_source(src: str, limit: int = 100) -> tuple[str, Notes]:
-    """The rewrapped source and its notes; raises ValueError when the AST would change."""
+def wrap_source(src: str, limit: int = 100, pre: bool = False) -> tuple[str, Notes]:
+    """The rewrapped source and its notes; raises ValueError when the AST would change.
+
+    ``pre``: the pass before ``ruff format``, which only moves long trailing comments up."""
     notes = Notes()
     new = src
     for _ in range(200):
-        nxt = one_pass(new, limit)
+        nxt = one_pass(new, limit, pre)
         if nxt == new:
             break
         new = nxt
-    new = add_noqa(new, limit, notes)
+    if not pre:
+        new = add_noqa(new, limit, notes)
     if new != src and normalized_dump(new) != normalized_dump(src):
         raise ValueError("the AST would change")
     return new, notes
@@ -713,12 +725,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="+")
     ap.add_argument("--line-length", type=int, default=100)
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if any would")
+    ap.add_argument(
+        "--before-format",
+        action="store_true",
+        help="only move long trailing comments onto their own line (run before ruff format)",
+    )
     args = ap.parse_args(argv)
     refused, changed, noqa, left = [], [], 0, []
     for path in iter_files(args.paths):
         src = path.read_text(encoding="utf-8")
         try:
-            new, notes = wrap_source(src, args.line_length)
+            new, notes = wrap_source(src, args.line_length, args.before_format)
         except (ValueError, SyntaxError, tokenize.TokenError) as exc:
             refused.append(f"{path}: left unchanged ({exc})")
             continue
