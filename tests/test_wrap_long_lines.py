@@ -109,6 +109,11 @@ def test_a_prose_line_starting_with_an_ellipsis_is_prose() -> None:
     )
 
 
+def test_docstring_break_prefers_a_space_outside_inline_literals() -> None:
+    src = 'def f():\n    """The code: ``{"a": 1, "b": 2}`` here."""\n'
+    assert wrap(src, 36) == 'def f():\n    """The code:\n    ``{"a": 1, "b": 2}`` here."""\n'
+
+
 def test_one_line_docstring_is_broken() -> None:
     src = 'def f():\n    """Return the thing that was asked for."""\n'
     assert wrap(src, 36) == 'def f():\n    """Return the thing that was\n    asked for."""\n'

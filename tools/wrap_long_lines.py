@@ -288,8 +288,8 @@ def break_prose(line: str, lo: int, hi: int, hang: int, limit: int) -> tuple[str
     candidates: list[tuple[int, int]] = []  # (badness, position)
     for i in range(lo, min(hi, len(line))):
         ch = line[i]
-        if ch == "`":
-            ticks += 1
+        if ch == "`" and line[i - 1] != "`":
+            ticks += 1  # a run of backticks opens or closes an inline literal or role
         if ch != " " or i <= max(lo, hang) or line[i - 1] == " ":
             continue
         head = line[:i].rstrip()
