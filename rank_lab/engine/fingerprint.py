@@ -1,8 +1,9 @@
 """Fingerprints that tie a checkpoint to what produced it: the training data and the code.
 
 The engine stores ``{"data", "code", "parameters"}`` in every checkpoint and refuses to resume
-from a checkpoint whose data or code differ (:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError`);
-the parameters (the run's configuration and schedule) are compared key by key by the resume rule
+from a checkpoint whose data or code differ
+(:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError`); the parameters (the run's
+configuration and schedule) are compared key by key by the resume rule
 (:func:`rank_lab.engine.guard.check_resume`).
 
 * :func:`data_fingerprint` hashes what a loop trains on: the bytes of tensors and arrays (with
@@ -52,7 +53,8 @@ class _Seen(set):
 def _state_ids(state: Any) -> frozenset[int]:
     ids: set[int] = set()
     for obj in state:
-        if obj is None or isinstance(obj, (bool, int, float, str)):  # shared singletons: never state
+        # shared singletons: never state
+        if obj is None or isinstance(obj, (bool, int, float, str)):
             continue
         ids.add(id(obj))
         if isinstance(obj, nn.Module):
@@ -98,8 +100,11 @@ def _feed_tensor(h: Any, t: torch.Tensor) -> None:
     if flat.is_complex():
         flat = torch.view_as_real(flat).reshape(-1)
     if flat.numel():
-        h.update(flat.view(torch.uint8).numpy().tobytes() if flat.dtype != torch.bool
-                 else flat.to(torch.uint8).numpy().tobytes())
+        h.update(
+            flat.view(torch.uint8).numpy().tobytes()
+            if flat.dtype != torch.bool
+            else flat.to(torch.uint8).numpy().tobytes()
+        )
 
 
 def _feed_path(h: Any, p: Path) -> None:
@@ -147,8 +152,10 @@ def _feed(h: Any, obj: Any, seen: _Seen, depth: int) -> None:  # noqa: C901 - on
     elif isinstance(obj, (torch.dtype, torch.device)):
         _tag(h, "torch", str(obj))
     elif isinstance(obj, torch.Generator):
-        _tag(h, "generator", str(obj.device))  # its state is the engine's to checkpoint, not the data
-    elif id(obj) in seen:  # an object that holds itself (``seen``: the objects being fed, outermost first)
+        # its state is the engine's to checkpoint, not the data
+        _tag(h, "generator", str(obj.device))
+    # an object that holds itself (``seen``: the objects being fed, outermost first)
+    elif id(obj) in seen:
         _tag(h, "cycle", type(obj).__qualname__)
     else:
         seen.add(id(obj))
@@ -187,7 +194,11 @@ def _feed_container(h: Any, obj: Any, seen: _Seen, depth: int) -> None:
     elif isinstance(obj, (types.FunctionType, types.MethodType)):
         _feed_function(h, obj, seen, depth)
     elif isinstance(obj, (type, types.ModuleType, types.BuiltinFunctionType)):
-        _tag(h, "named", f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', getattr(obj, '__name__', ''))}")
+        _tag(
+            h,
+            "named",
+            f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', getattr(obj, '__name__', ''))}",  # noqa: E501
+        )
     else:
         _tag(h, "object", f"{type(obj).__module__}.{type(obj).__qualname__}")
         attrs = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
@@ -206,7 +217,12 @@ def _feed_function(h: Any, fn: Any, seen: _Seen, depth: int) -> None:
     code = fn.__code__
     _tag(h, "function", f"{fn.__module__}.{fn.__qualname__}")
     h.update(code.co_code)
-    _feed(h, [c for c in code.co_consts if isinstance(c, (int, float, str, bytes, tuple))], seen, depth + 1)
+    _feed(
+        h,
+        [c for c in code.co_consts if isinstance(c, (int, float, str, bytes, tuple))],
+        seen,
+        depth + 1,
+    )
     _feed(h, fn.__defaults__, seen, depth + 1)
     cells = []
     for c in fn.__closure__ or ():
@@ -222,8 +238,11 @@ _ROOT = Path(__file__).resolve().parents[1]  # the rank_lab package folder
 
 @lru_cache(maxsize=1)
 def _version() -> str:
-    """``rank_lab.__version__``, read from the package's ``__init__.py`` (not imported: same floor)."""
-    m = re.search(r'^__version__ = "([^"]+)"', (_ROOT / "__init__.py").read_text(encoding="utf-8"), re.M)
+    """``rank_lab.__version__``, read from the package's ``__init__.py`` (not imported: same
+    floor)."""
+    m = re.search(
+        r'^__version__ = "([^"]+)"', (_ROOT / "__init__.py").read_text(encoding="utf-8"), re.M
+    )
     return m.group(1) if m else "unknown"
 
 
@@ -241,7 +260,8 @@ def _package_sources() -> str:
 
 
 def set_code_context(name: str | None = None, source: str | None = None) -> None:
-    """Add the code being run outside the package (a notebook's code cells) to :func:`code_fingerprint`.
+    """Add the code being run outside the package (a notebook's code cells) to
+    :func:`code_fingerprint`.
 
     Args:
         name: e.g. the notebook's name; ``None`` clears the context.
@@ -258,5 +278,6 @@ def set_code_context(name: str | None = None, source: str | None = None) -> None
 
 
 def code_fingerprint() -> dict[str, str]:
-    """The code of this run: ``{"rank_lab": version, "sources_sha256": ..., ["notebook", "notebook_sha256"]}``."""
+    """The code of this run:
+    ``{"rank_lab": version, "sources_sha256": ..., ["notebook", "notebook_sha256"]}``."""
     return {"rank_lab": _version(), "sources_sha256": _package_sources(), **_CONTEXT}
