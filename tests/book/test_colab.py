@@ -37,7 +37,7 @@ from rank_lab.book import check_document, find_notebook, front_matter, notebook_
 from rank_lab.book.twins import make_twin
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = ("heat", "optimising_recall_at_k")
+NOTEBOOKS = ("heat_benchmark", "optimising_recall_at_k")  # animal_mnist; timm and faiss
 #: Distributions a Colab runtime provides (with their dependencies), exposed to the fresh
 #: environment.
 COLAB_PROVIDES = ("torch", "torchvision")
@@ -208,6 +208,10 @@ def test_twins_install_and_run_on_a_simulated_colab(
     assert info["commit"] == sha and info["file"].startswith(str(tmp_path / "venv")), info
     assert not any(info[n] for n in ("papermill", "jupyter_book", "sphinx", "nbval", "jupytext")), (
         f"the book/test extras reached the Colab environment: {info}"
+    )
+    declared = [front_matter(find_notebook(n))["rank_lab"]["install"] for n in NOTEBOOKS]
+    assert any(d.get("animal_mnist") for d in declared), (
+        "NOTEBOOKS must include one that installs animal_mnist"
     )
     assert info["animal_mnist"] and info["timm"] and info["faiss"] and info["matplotlib"], info
     assert not info["lmdb"], "the data extra was installed though neither notebook declares it"
