@@ -230,9 +230,15 @@ def memory_estimate(
             outputs.append(out.numel())
 
     hooks = [m.register_forward_hook(keep) for m in module.modules() if not list(m.children())]
+    # eval mode for the shape pass: the output sizes are the same, and a training-mode BatchNorm
+    # refuses the one-image batch once the feature map is 1 x 1 (a small image_size)
+    module.eval()
     try:
         with torch.no_grad(), shape_only():  # a meta input: shapes only, no values to check
             module(torch.empty(1, in_channels, h, w, device="meta"))
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"image_size {(h, w)} (in_channels {in_channels}) does not go through the backbone: "
+                         f"{exc}") from exc
     finally:
         for hook in hooks:
             hook.remove()

@@ -42,6 +42,10 @@ def bound_summaries(record: Mapping[str, Any], pattern: str, bounds: tuple[float
             pattern that matches no summary.
         TypeError: ``record`` not a mapping.
     """
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be an fnmatch pattern (a string), got {pattern!r}")
+    if isinstance(bounds, str) or not isinstance(bounds, Sequence) or len(bounds) != 2:
+        raise TypeError(f"bounds must be a pair (low, high), got {bounds!r}")
     rec = json.loads(json.dumps(check_record(record)))  # a fresh tree: no object shared by two paths
     low = check_float(bounds[0], "bounds[0]")
     high = check_float(bounds[1], "bounds[1]")

@@ -14,6 +14,7 @@ import pkgutil
 from typing import Any
 
 from . import (
+    entries_apparatus,
     entries_book,
     entries_data,
     entries_fewshot,
@@ -40,6 +41,7 @@ ENTRIES: list[Entry] = [
     *entries_metrics.ENTRIES, *entries_data.ENTRIES, *entries_ranking.ENTRIES, *entries_losses.ENTRIES,
     *entries_train.ENTRIES, *entries_models.ENTRIES, *entries_retrieval.ENTRIES, *entries_fewshot.ENTRIES,
     *entries_ood.ENTRIES, *entries_learned.ENTRIES, *entries_misc.ENTRIES, *entries_book.ENTRIES,
+    *entries_apparatus.ENTRIES,
 ]
 
 
