@@ -89,23 +89,39 @@ def _faiss_top(gallery, queries, r):
     return index.search(np.ascontiguousarray(queries.numpy()), r)[1]
 
 
-def _old_offline(graph, items: int, kq: int, r: int, alpha: float, iters: int, tol: float, topk: int):
-    """The previous ``offline_diffusion(truncate=r, topk=topk)`` restricted to the first ``items`` items."""
+def _old_offline(
+    graph, items: int, kq: int, r: int, alpha: float, iters: int, tol: float, topk: int
+):
+    """The previous ``offline_diffusion(truncate=r, topk=topk)`` restricted to the first ``items``
+    items."""
     import numpy as np
     import scipy.sparse as sp
     import torch
 
     n = graph.n
-    sv = torch.cat([(graph.gallery * graph.gallery).sum(1, keepdim=True).double(), graph.knn_scores[:, : kq - 1].double()], 1)
+    sv = torch.cat(
+        [
+            (graph.gallery * graph.gallery).sum(1, keepdim=True).double(),
+            graph.knn_scores[:, : kq - 1].double(),
+        ],
+        1,
+    )
     iv = torch.cat([torch.arange(n)[:, None], graph.knn_indices[:, : kq - 1]], 1)
-    y = sp.csr_matrix((sv.clamp_min(0).pow(graph.gamma).numpy().ravel(), (np.repeat(np.arange(n), kq), iv.numpy().ravel())),
-                      shape=(n, n))
+    y = sp.csr_matrix(
+        (
+            sv.clamp_min(0).pow(graph.gamma).numpy().ravel(),
+            (np.repeat(np.arange(n), kq), iv.numpy().ravel()),
+        ),
+        shape=(n, n),
+    )
     cand = _faiss_top(graph.gallery, graph.gallery[:items], r)
     vals, idx = [], []
     for i in range(items):
         cos = (graph.gallery @ graph.gallery[i]).double().numpy()
         c = np.unique(np.concatenate([cand[i], iv[i].numpy()]))
-        f = torch.from_numpy(_old_truncated_one(graph, y[i].toarray().ravel(), c, cos, alpha, iters, tol))
+        f = torch.from_numpy(
+            _old_truncated_one(graph, y[i].toarray().ravel(), c, cos, alpha, iters, tol)
+        )
         v, ix = torch.topk(f, topk)
         vals.append(v.float())
         idx.append(ix)
@@ -124,7 +140,9 @@ def _old_query(graph, queries, kq: int, r: int, alpha: float, iters: int, tol: f
     out = []
     for qi in range(queries.shape[0]):
         cos = (graph.gallery @ queries[qi]).double().numpy()
-        out.append(_old_truncated_one(graph, y[qi].toarray().ravel(), cand[qi], cos, alpha, iters, tol))
+        out.append(
+            _old_truncated_one(graph, y[qi].toarray().ravel(), cand[qi], cos, alpha, iters, tol)
+        )
     return torch.topk(torch.from_numpy(np.stack(out)).float(), topk, dim=1)
 
 
@@ -162,7 +180,9 @@ def _task(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
         torch.save((v[: cfg["old_items"]], i[: cfg["old_items"]]), cfg["cache"] + ".new.pt")
     elif name == "offline-old":
         t = time.perf_counter()
-        v, i = _old_offline(g, cfg["old_items"], cfg["kq"], cfg["r"], cfg["alpha"], cfg["iters"], 1e-6, 100)
+        v, i = _old_offline(
+            g, cfg["old_items"], cfg["kq"], cfg["r"], cfg["alpha"], cfg["iters"], 1e-6, 100
+        )
         out["time"] = time.perf_counter() - t
         torch.save((v, i), cfg["cache"] + ".old.pt")
     elif name == "query":
@@ -195,11 +215,15 @@ def _compare(cfg: dict[str, Any]) -> str:
     same = 0
     for a in range(vn.shape[0]):
         gaps = (vo[a, :-1] - vo[a, 1:]).abs()
-        ok = torch.ones(100, dtype=torch.bool)  # positions whose neighbours are more than 1e-5 apart
+        # positions whose neighbours are more than 1e-5 apart
+        ok = torch.ones(100, dtype=torch.bool)
         ok[:-1] &= gaps > 1e-5
         ok[1:] &= gaps > 1e-5
         same += int(torch.equal(i_n[a][ok], io[a][ok]))
-    return f"max |score diff| {dv:.1e}; top-100 identical (ties within 1e-5 aside) for {same}/{vn.shape[0]} items"
+    return (
+        f"max |score diff| {dv:.1e}; top-100 identical (ties within 1e-5 aside) for "
+        f"{same}/{vn.shape[0]} items"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -212,40 +236,74 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--alpha", type=float, default=0.99)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--truncate", type=int, default=1000)
-    p.add_argument("--old-items", type=int, default=500, help="items diffused by the previous implementation")
-    p.add_argument("--queries", type=int, default=1000, help="new queries for the query-time form (1,000: a tenth of a second is too short to time)")
+    p.add_argument(
+        "--old-items", type=int, default=500, help="items diffused by the previous implementation"
+    )
+    p.add_argument(
+        "--queries",
+        type=int,
+        default=1000,
+        help=(
+            "new queries for the query-time form (1,000: a tenth of a second is too short to time)"
+        ),
+    )
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     sizes = [2000] if a.quick else a.sizes
     if a.quick:
         a.old_items, a.queries = 200, 100
-    print(f"bench_diffusion: d={a.dim} k={a.k} kq={a.kq} alpha={a.alpha} iters={a.iters} R={a.truncate} "
-          f"threads={a.threads} load average={os.getloadavg()[0]:.2f}")
+    print(
+        f"bench_diffusion: d={a.dim} k={a.k} kq={a.kq} alpha={a.alpha} iters={a.iters} "
+        f"R={a.truncate} threads={a.threads} load average={os.getloadavg()[0]:.2f}"
+    )
     head = f"{'n':>7} | {'step':<44} | {'time s':>8} | {'ms / item':>9} | {'peak MiB':>8} | notes"
     print(head + "\n" + "-" * 120)
     tmp = tempfile.mkdtemp(prefix="bench_diffusion_")
     for n in sizes:
-        cfg = {"n": n, "d": a.dim, "k": a.k, "kq": a.kq, "alpha": a.alpha, "iters": a.iters, "r": min(a.truncate, n),
-               "old_items": min(a.old_items, n), "q": a.queries, "seed": a.seed, "threads": a.threads,
-               "cache": os.path.join(tmp, f"graph_{n}.pkl")}
+        cfg = {
+            "n": n,
+            "d": a.dim,
+            "k": a.k,
+            "kq": a.kq,
+            "alpha": a.alpha,
+            "iters": a.iters,
+            "r": min(a.truncate, n),
+            "old_items": min(a.old_items, n),
+            "q": a.queries,
+            "seed": a.seed,
+            "threads": a.threads,
+            "cache": os.path.join(tmp, f"graph_{n}.pkl"),
+        }
         gr = _run("graph", cfg)
-        print(f"{n:>7} | {'graph (kNN + mutual affinity + norm.)':<44} | {gr['time']:8.2f} | {'-':>9} | {gr['peak_mb']:8.0f} | "
-              f"nnz={gr['nnz']:,}")
+        print(
+            f"{n:>7} | {'graph (kNN + mutual affinity + norm.)':<44} | {gr['time']:8.2f} | "
+            f"{'-':>9} | {gr['peak_mb']:8.0f} | nnz={gr['nnz']:,}"
+        )
         new = _run("offline", cfg)
         per_new = 1000 * new["time"] / n
-        print(f"{n:>7} | {'offline, rank_lab (all n items)':<44} | {new['time']:8.2f} | {per_new:9.3f} | {new['peak_mb']:8.0f} | "
-              f"load {os.getloadavg()[0]:.2f}")
+        print(
+            f"{n:>7} | {'offline, rank_lab (all n items)':<44} | {new['time']:8.2f} | "
+            f"{per_new:9.3f} | {new['peak_mb']:8.0f} | load {os.getloadavg()[0]:.2f}"
+        )
         old = _run("offline-old", cfg)
         per_old = 1000 * old["time"] / cfg["old_items"]
-        print(f"{n:>7} | {'offline, previous (first ' + str(cfg['old_items']) + ' items)':<44} | {old['time']:8.2f} | {per_old:9.3f} | "
-              f"{old['peak_mb']:8.0f} | x{per_old / per_new:.1f} slower per item; all n projected {per_old * n / 1000:.0f} s")
+        print(
+            f"{n:>7} | {'offline, previous (first ' + str(cfg['old_items']) + ' items)':<44} | "
+            f"{old['time']:8.2f} | {per_old:9.3f} | {old['peak_mb']:8.0f} | "
+            f"x{per_old / per_new:.1f} slower per item; all n projected {per_old * n / 1000:.0f} s"
+        )
         print(f"{n:>7} | {'':<44} | {'':>8} | {'':>9} | {'':>8} | {_compare(cfg)}")
         qn, qo = _run("query", cfg), _run("query-old", cfg)
         pq_new, pq_old = 1000 * qn["time"] / a.queries, 1000 * qo["time"] / a.queries
-        print(f"{n:>7} | {f'query time, rank_lab ({a.queries} new queries)':<44} | {qn['time']:8.2f} | {pq_new:9.3f} | {qn['peak_mb']:8.0f} | "
-              f"x{pq_old / pq_new:.1f} faster than previous")
-        print(f"{n:>7} | {'query time, previous':<44} | {qo['time']:8.2f} | {pq_old:9.3f} | {qo['peak_mb']:8.0f} |")
+        print(
+            f"{n:>7} | {f'query time, rank_lab ({a.queries} new queries)':<44} | {qn['time']:8.2f} "
+            f"| {pq_new:9.3f} | {qn['peak_mb']:8.0f} | x{pq_old / pq_new:.1f} faster than previous"
+        )
+        print(
+            f"{n:>7} | {'query time, previous':<44} | {qo['time']:8.2f} | {pq_old:9.3f} | "
+            f"{qo['peak_mb']:8.0f} |"
+        )
         sys.stdout.flush()
         for suffix in ("", ".new.pt", ".old.pt"):
             if os.path.exists(cfg["cache"] + suffix):

@@ -62,7 +62,9 @@ def _boxes(n: int, seed: int):
 
     g = torch.Generator().manual_seed(seed)
     u = torch.rand(n, 10, generator=g, dtype=torch.float64)  # one row of random numbers per pair
-    b1 = torch.stack([u[:, 0], u[:, 1], 0.05 + 0.5 * u[:, 2], 0.05 + 0.5 * u[:, 3], (u[:, 4] - 0.5) * math.pi], 1)
+    b1 = torch.stack(
+        [u[:, 0], u[:, 1], 0.05 + 0.5 * u[:, 2], 0.05 + 0.5 * u[:, 3], (u[:, 4] - 0.5) * math.pi], 1
+    )
     b2 = b1.clone()
     b2[:, :2] += 0.1 * (u[:, 5:7] - 0.5)
     b2[:, 2:4] *= torch.exp(0.4 * (u[:, 7:9] - 0.5))
@@ -74,7 +76,10 @@ def _py_clip_iou(p: list[tuple[float, float]], q: list[tuple[float, float]]) -> 
     """Plain-Python Sutherland-Hodgman IoU of two counter-clockwise convex polygons."""
 
     def area(poly: list[tuple[float, float]]) -> float:
-        return 0.5 * sum(poly[i][0] * poly[(i + 1) % len(poly)][1] - poly[(i + 1) % len(poly)][0] * poly[i][1] for i in range(len(poly)))
+        return 0.5 * sum(
+            poly[i][0] * poly[(i + 1) % len(poly)][1] - poly[(i + 1) % len(poly)][0] * poly[i][1]
+            for i in range(len(poly))
+        )
 
     out = p
     for i in range(len(q)):
@@ -144,7 +149,10 @@ def _worker(task: str, method: str, n: int, device: str, threads: int) -> dict:
             p1, p2 = boxes_to_polygons(b1).tolist(), boxes_to_polygons(b2).tolist()
             t0 = time.perf_counter()
             if method == "python-clip":
-                out = [_py_clip_iou([tuple(v) for v in p], [tuple(v) for v in q]) for p, q in zip(p1, p2, strict=True)]
+                out = [
+                    _py_clip_iou([tuple(v) for v in p], [tuple(v) for v in q])
+                    for p, q in zip(p1, p2, strict=True)
+                ]
             elif method == "shapely":
                 from shapely.geometry import Polygon
 
@@ -155,7 +163,11 @@ def _worker(task: str, method: str, n: int, device: str, threads: int) -> dict:
             else:
                 raise ValueError(method)
     seconds = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else _status_mib("VmHWM") - base
+    peak = (
+        torch.cuda.max_memory_allocated() / 2**20
+        if device == "cuda"
+        else _status_mib("VmHWM") - base
+    )
     return {"seconds": seconds, "peak_mib": peak, "checksum": float(sum(out[:1000]))}
 
 
@@ -177,9 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="n = 20,000 pairs")
     parser.add_argument("--n", type=int, default=None, help="pairs for the batched implementations")
-    parser.add_argument("--n-python", type=int, default=None, help="pairs for the plain-Python references")
+    parser.add_argument(
+        "--n-python", type=int, default=None, help="pairs for the plain-Python references"
+    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the machine is shared)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1: the machine is shared)"
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
@@ -195,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     if _available("shapely"):
         plan.append(("iou", "shapely", n_py))
     print(f"device={args.device} threads={args.threads} n={n} (plain Python on {n_py} pairs)")
-    print(f"{'task':>5} {'method':>12} {'pairs':>8} {'seconds':>8} {'pairs/s':>11} {'peak MiB':>9} {'x vs python':>12}")
+    print(
+        f"{'task':>5} {'method':>12} {'pairs':>8} {'seconds':>8} {'pairs/s':>11} {'peak MiB':>9} "
+        f"{'x vs python':>12}"
+    )
     ref: dict[str, float] = {}
     checks: dict[tuple[str, str], float] = {}
     for task, method, m in plan:
@@ -210,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         checks[(task, method)] = r["checksum"]
     for task, method, m, sec, rate, peak in rows:
         ratio = rate / ref[task] if task in ref else float("nan")
-        print(f"{task:>5} {method:>12} {m:>8} {sec:>8.3f} {rate:>11,.0f} {peak:>9.1f} {ratio:>12.1f}")
+        print(
+            f"{task:>5} {method:>12} {m:>8} {sec:>8.3f} {rate:>11,.0f} {peak:>9.1f} {ratio:>12.1f}"
+        )
     for task in ("edit", "iou"):  # all implementations score the same first 1,000 pairs
         vals = [v for (t, _), v in checks.items() if t == task]
         if vals and max(vals) - min(vals) > 1e-6 * max(1.0, abs(vals[0])):

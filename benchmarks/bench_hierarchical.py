@@ -16,16 +16,16 @@ Usage::
      the sorted relevance (:mod:`rank_lab.metrics.hierarchy.metrics` per-query functions);
    * ``naive``: the full ``N x N`` score and level matrices at once (skipped when too large).
 
-2. **Loss** (Sup-H-AP forward + backward, B embeddings of d = 512 against the batch plus a cross-batch
-   memory holding it): ``rank_lab`` (only rows of positives, chunked, ``O(B P N)``) vs ``direct``
-   (the official ``B x N x N`` formulation), skipped above ``--direct-limit-gb``.
+2. **Loss** (Sup-H-AP forward + backward, B embeddings of d = 512 against the batch plus a
+   cross-batch memory holding it): ``rank_lab`` (only rows of positives, chunked, ``O(B P N)``) vs
+   ``direct`` (the official ``B x N x N`` formulation), skipped above ``--direct-limit-gb``.
 
 Each measurement runs in a forked process (CPU: growth of the peak resident set; CUDA:
 ``torch.cuda.max_memory_allocated``). On CPU the resident set also holds what glibc keeps after
 freeing the chunks' temporaries (its dynamic mmap threshold moves large blocks to the heap, which
 fragments): ``--fixed-mmap-threshold`` fixes the threshold in the measuring process (``mallopt``) so
 that the peak reflects the tensors actually alive, at the price of slower allocations.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -113,7 +113,12 @@ def measure_eval(method: str, n: int, d: int, device: str) -> dict:
         peak = torch.cuda.max_memory_allocated() - base
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    return {"seconds": time.perf_counter() - t0, "peak_mb": peak / 2**20, "H-AP": res["H-AP"], "ASI": res["ASI"]}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "peak_mb": peak / 2**20,
+        "H-AP": res["H-AP"],
+        "ASI": res["ASI"],
+    }
 
 
 def loss_inputs(b: int, n_mem: int, d: int, device: str, seed: int = 0):
@@ -129,7 +134,13 @@ def loss_inputs(b: int, n_mem: int, d: int, device: str, seed: int = 0):
     ref_lab = torch.stack([rf, rf % 12], 1)
     ref = torch.randn(n_mem, d, generator=g)
     ref[:b], ref_lab[:b] = emb, lab
-    return emb.to(device), lab.to(device), ref.to(device), ref_lab.to(device), torch.arange(b, device=device)
+    return (
+        emb.to(device),
+        lab.to(device),
+        ref.to(device),
+        ref_lab.to(device),
+        torch.arange(b, device=device),
+    )
 
 
 def measure_loss(impl: str, b: int, n_mem: int, d: int, device: str, repeats: int) -> dict:
@@ -151,7 +162,11 @@ def measure_loss(impl: str, b: int, n_mem: int, d: int, device: str, repeats: in
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         value = float(out.detach())
-    peak = (torch.cuda.max_memory_allocated() if device == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) - base
+    peak = (
+        torch.cuda.max_memory_allocated()
+        if device == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    ) - base
     return {"time_ms": 1e3 * statistics.median(times[1:]), "peak_mb": peak / 2**20, "loss": value}
 
 
@@ -161,7 +176,8 @@ def _child(conn, fn, args, threads) -> None:  # pragma: no cover - runs in a for
         if _FIXED_MMAP:
             import ctypes
 
-            ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: fixed, no dynamic adjustment
+            # M_MMAP_THRESHOLD: fixed, no dynamic adjustment
+            ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)
         conn.send(fn(*args))
     except Exception as exc:
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
@@ -193,20 +209,41 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--naive-limit-gb", type=float, default=4.0)
-    p.add_argument("--sorted-max-n", type=int, default=20000, help="skip sorted-rows above this N (minutes on a CPU)")
+    p.add_argument(
+        "--sorted-max-n",
+        type=int,
+        default=20000,
+        help="skip sorted-rows above this N (minutes on a CPU)",
+    )
     p.add_argument("--direct-limit-gb", type=float, default=4.0)
-    p.add_argument("--fixed-mmap-threshold", action="store_true", help="CPU: glibc mmap threshold fixed at 64 KiB in the children")
+    p.add_argument(
+        "--fixed-mmap-threshold",
+        action="store_true",
+        help="CPU: glibc mmap threshold fixed at 64 KiB in the children",
+    )
     args = p.parse_args(argv)
     global _FIXED_MMAP
     _FIXED_MMAP = bool(args.fixed_mmap_threshold)
     if args.quick:
-        args.sizes, args.batch_size, args.memories, args.dim, args.repeats = [1000, 2000], 64, [0, 256], 64, 1
+        args.sizes, args.batch_size, args.memories, args.dim, args.repeats = (
+            [1000, 2000],
+            64,
+            [0, 256],
+            64,
+            1,
+        )
         args.naive_limit_gb = 0.1
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda but no CUDA device is available")
 
-    print(f"== evaluation (H-AP, ASI, NDCG-h, AP@level)  device={args.device} threads={args.threads} d={args.dim}")
-    head = f"{'N':>7} {'method':>12} {'seconds':>9} {'peak MiB':>9} {'x faster':>9} {'H-AP':>8} {'ASI':>8}"
+    print(
+        f"== evaluation (H-AP, ASI, NDCG-h, AP@level)  device={args.device} threads={args.threads} "
+        f"d={args.dim}"
+    )
+    head = (
+        f"{'N':>7} {'method':>12} {'seconds':>9} {'peak MiB':>9} {'x faster':>9} {'H-AP':>8} "
+        f"{'ASI':>8}"
+    )
     print(head + "\n" + "-" * len(head))
     for n in args.sizes:
         rows = {}
@@ -216,42 +253,69 @@ def main(argv: list[str] | None = None) -> None:
             elif m == "sorted-rows" and n > args.sorted_max_n:
                 rows[m] = {"skipped": f"N > --sorted-max-n={args.sorted_max_n}"}
             else:
-                rows[m] = isolated(measure_eval, (m, n, args.dim, args.device), args.device, args.threads)
+                rows[m] = isolated(
+                    measure_eval, (m, n, args.dim, args.device), args.device, args.threads
+                )
         ref = rows["sorted-rows"].get("seconds")
         for m, r in rows.items():
             if "seconds" not in r:
                 print(f"{n:>7} {m:>12}   {r.get('skipped') or r.get('error')}")
                 continue
             x = f"{ref / r['seconds']:.2f}" if ref else "-"
-            print(f"{n:>7} {m:>12} {r['seconds']:>9.2f} {r['peak_mb']:>9.0f} {x:>9} {r['H-AP']:>8.4f} {r['ASI']:>8.4f}")
+            print(
+                f"{n:>7} {m:>12} {r['seconds']:>9.2f} {r['peak_mb']:>9.0f} {x:>9} "
+                f"{r['H-AP']:>8.4f} {r['ASI']:>8.4f}"
+            )
         sys.stdout.flush()
     print("'x faster' = sorted-rows seconds / this method's seconds.\n")
 
     b = args.batch_size
-    print(f"== Sup-H-AP loss, forward + backward, B={b}, memory holding the batch (N = memory or B)")
-    head = f"{'memory':>7}{'N':>7} | {'rank_lab ms':>11}{'MB':>8} | {'direct ms':>10}{'MB':>8} | {'time x':>7}{'mem x':>7}  note"
+    print(
+        f"== Sup-H-AP loss, forward + backward, B={b}, memory holding the batch (N = memory or B)"
+    )
+    head = (
+        f"{'memory':>7}{'N':>7} | {'rank_lab ms':>11}{'MB':>8} | {'direct ms':>10}{'MB':>8} | "
+        f"{'time x':>7}{'mem x':>7}  note"
+    )
     print(head + "\n" + "-" * len(head))
     for n_mem in args.memories:
         n = n_mem or b
-        eff = isolated(measure_loss, ("efficient", b, n_mem, args.dim, args.device, args.repeats), args.device, args.threads)
+        eff = isolated(
+            measure_loss,
+            ("efficient", b, n_mem, args.dim, args.device, args.repeats),
+            args.device,
+            args.threads,
+        )
         est = 12 * b * n * n * 8 / 2**30
         direct, note = None, ""
         if est > args.direct_limit_gb:
             note = f"direct skipped: ~{est:.0f} GB (B x N x N)"
         else:
-            direct = isolated(measure_loss, ("direct", b, n_mem, args.dim, args.device, args.repeats), args.device, args.threads)
+            direct = isolated(
+                measure_loss,
+                ("direct", b, n_mem, args.dim, args.device, args.repeats),
+                args.device,
+                args.threads,
+            )
             if "error" in direct:
                 note, direct = f"direct failed: {direct['error']}", None
         if "error" in eff:
             print(f"{n_mem:>7}{n:>7} | rank_lab failed: {eff['error']}")
             continue
         if direct is None:
-            print(f"{n_mem:>7}{n:>7} | {eff['time_ms']:>11.1f}{eff['peak_mb']:>8.1f} | {'-':>10}{'-':>8} | {'-':>7}{'-':>7}  {note}")
+            print(
+                f"{n_mem:>7}{n:>7} | {eff['time_ms']:>11.1f}{eff['peak_mb']:>8.1f} | "
+                f"{'-':>10}{'-':>8} | {'-':>7}{'-':>7}  {note}"
+            )
         else:
             agree = abs(eff["loss"] - direct["loss"]) < 1e-4
             mem_x = direct["peak_mb"] / eff["peak_mb"] if eff["peak_mb"] > 1 else float("nan")
-            print(f"{n_mem:>7}{n:>7} | {eff['time_ms']:>11.1f}{eff['peak_mb']:>8.1f} | {direct['time_ms']:>10.1f}{direct['peak_mb']:>8.1f} | "
-                  f"{direct['time_ms'] / eff['time_ms']:>7.1f}{mem_x:>7.1f}  {'values agree' if agree else 'VALUES DIFFER'}")
+            print(
+                f"{n_mem:>7}{n:>7} | {eff['time_ms']:>11.1f}{eff['peak_mb']:>8.1f} | "
+                f"{direct['time_ms']:>10.1f}{direct['peak_mb']:>8.1f} | "
+                f"{direct['time_ms'] / eff['time_ms']:>7.1f}{mem_x:>7.1f}  "
+                f"{'values agree' if agree else 'VALUES DIFFER'}"
+            )
         sys.stdout.flush()
 
 

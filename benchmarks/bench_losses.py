@@ -1,4 +1,5 @@
-"""Forward+backward time and peak memory of the rank losses: rank_lab (row kernel) vs direct (Q x N x N).
+"""Forward+backward time and peak memory of the rank losses: rank_lab (row kernel) vs direct (Q x N
+x N).
 
 Usage::
 
@@ -16,7 +17,7 @@ maximum resident set size during the timed calls (inputs excluded); on CUDA,
 ``torch.cuda.max_memory_allocated`` minus the inputs. The direct implementation builds
 ``Q x N x N`` tensors (several of them, forward and backward); it is skipped where its estimate
 exceeds ``--direct-limit-gb``, with the estimate in the table.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -51,7 +52,13 @@ def make_inputs(b: int, n_mem: int, d: int, device: str, seed: int = 0):
     ref_lab = torch.randint(0, n_cls, (n_mem,), generator=gen)
     ref[:b] = emb  # enqueue-then-read: the batch is in the memory
     ref_lab[:b] = lab
-    return emb.to(device), lab.to(device), ref.to(device), ref_lab.to(device), torch.arange(b, device=device)
+    return (
+        emb.to(device),
+        lab.to(device),
+        ref.to(device),
+        ref_lab.to(device),
+        torch.arange(b, device=device),
+    )
 
 
 def run_once(loss, emb, lab, ref, ref_lab, self_index) -> float:
@@ -99,7 +106,9 @@ def measure_isolated(name, impl, b, n_mem, d, device, repeats, threads) -> dict:
         return measure(name, impl, b, n_mem, d, device, repeats)
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, name, impl, b, n_mem, d, device, repeats, threads))
+    proc = ctx.Process(
+        target=_child, args=(child, name, impl, b, n_mem, d, device, repeats, threads)
+    )
     proc.start()
     res = parent.recv() if parent.poll(3600) else {"error": "timeout"}
     proc.join()
@@ -110,37 +119,56 @@ def measure_isolated(name, impl, b, n_mem, d, device, repeats, threads) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="small grid (B=64, memory 0 and 512), < 30 s")
+    p.add_argument(
+        "--quick", action="store_true", help="small grid (B=64, memory 0 and 512), < 30 s"
+    )
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--memories", type=int, nargs="+", default=[0, 4096, 16384])
-    p.add_argument("--losses", nargs="+", default=["sup_ap", "smooth_ap", "sup_recall"], choices=sorted(LOSSES))
+    p.add_argument(
+        "--losses", nargs="+", default=["sup_ap", "smooth_ap", "sup_recall"], choices=sorted(LOSSES)
+    )
     p.add_argument("--dim", type=int, default=512)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
-    p.add_argument("--direct-limit-gb", type=float, default=4.0, help="skip the direct implementation above this estimate")
+    p.add_argument(
+        "--direct-limit-gb",
+        type=float,
+        default=4.0,
+        help="skip the direct implementation above this estimate",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.batch_sizes, args.memories, args.losses, args.repeats = [64], [0, 512], ["sup_ap"], 1
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda but no CUDA device is available")
 
-    print(f"device={args.device} threads={args.threads} d={args.dim} repeats={args.repeats} (median time of fwd+bwd)")
-    header = f"{'loss':<11}{'B':>5}{'memory':>8}{'N':>7} | {'rank_lab ms':>11}{'MB':>9} | {'direct ms':>10}{'MB':>9} | {'time x':>7}{'mem x':>7}  note"
+    print(
+        f"device={args.device} threads={args.threads} d={args.dim} repeats={args.repeats} (median "
+        "time of fwd+bwd)"
+    )
+    header = (
+        f"{'loss':<11}{'B':>5}{'memory':>8}{'N':>7} | {'rank_lab ms':>11}{'MB':>9} | "
+        f"{'direct ms':>10}{'MB':>9} | {'time x':>7}{'mem x':>7}  note"
+    )
     print(header)
     print("-" * len(header))
     for name in args.losses:
         for b in args.batch_sizes:
             for n_mem in args.memories:
                 n = n_mem if n_mem else b
-                eff = measure_isolated(name, "efficient", b, n_mem, args.dim, args.device, args.repeats, args.threads)
+                eff = measure_isolated(
+                    name, "efficient", b, n_mem, args.dim, args.device, args.repeats, args.threads
+                )
                 est_gb = DIRECT_COPIES * b * n * n * 4 / 2**30
                 note = ""
                 if est_gb > args.direct_limit_gb:
                     direct = None
                     note = f"direct skipped: ~{est_gb:.0f} GB (Q x N x N)"
                 else:
-                    direct = measure_isolated(name, "direct", b, n_mem, args.dim, args.device, args.repeats, args.threads)
+                    direct = measure_isolated(
+                        name, "direct", b, n_mem, args.dim, args.device, args.repeats, args.threads
+                    )
                     if "error" in direct:
                         note, direct = f"direct failed: {direct['error']}", None
                 if "error" in eff:
@@ -148,11 +176,17 @@ def main(argv: list[str] | None = None) -> None:
                     continue
                 e_ms, e_mb = eff["time_ms"], eff["peak_mb"]
                 if direct is None:
-                    print(f"{name:<11}{b:>5}{n_mem:>8}{n:>7} | {e_ms:>11.1f}{e_mb:>9.1f} | {'-':>10}{'-':>9} | {'-':>7}{'-':>7}  {note}")
+                    print(
+                        f"{name:<11}{b:>5}{n_mem:>8}{n:>7} | {e_ms:>11.1f}{e_mb:>9.1f} | "
+                        f"{'-':>10}{'-':>9} | {'-':>7}{'-':>7}  {note}"
+                    )
                 else:
                     d_ms, d_mb = direct["time_ms"], direct["peak_mb"]
                     mem_x = d_mb / e_mb if e_mb > 1 else float("nan")
-                    print(f"{name:<11}{b:>5}{n_mem:>8}{n:>7} | {e_ms:>11.1f}{e_mb:>9.1f} | {d_ms:>10.1f}{d_mb:>9.1f} | {d_ms / e_ms:>7.1f}{mem_x:>7.1f}  {note}")
+                    print(
+                        f"{name:<11}{b:>5}{n_mem:>8}{n:>7} | {e_ms:>11.1f}{e_mb:>9.1f} | "
+                        f"{d_ms:>10.1f}{d_mb:>9.1f} | {d_ms / e_ms:>7.1f}{mem_x:>7.1f}  {note}"
+                    )
                 sys.stdout.flush()
 
 

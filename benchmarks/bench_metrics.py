@@ -10,8 +10,8 @@ items in 12 super-classes) the script times, each in a fresh subprocess (its own
 * ``faiss k=K``: a flat ``IndexFlatIP`` built and searched with the K a neighbour-list protocol
   needs (the largest k plus the query itself plus one, as the issue's k = 1,002 for R@1000);
 * ``rank_lab <protocol>``: :func:`rank_lab.metrics.retrieval_metrics` with ``precision="auto"``
-  (bfloat16 stage 1 on CPUs with native bfloat16 once ``N^2 d >= 2^33``, e.g. N = 10,000 at d = 512),
-  and the same with ``precision="exact"`` (stage 1 in float32): their per-query values must be
+  (bfloat16 stage 1 on CPUs with native bfloat16 once ``N^2 d >= 2^33``, e.g. N = 10,000 at d =
+  512), and the same with ``precision="exact"`` (stage 1 in float32): their per-query values must be
   identical, bit for bit -- any difference makes the script exit with status 1. Each worker
   process first evaluates 512 items untimed, so that loading the compiled kernels from numba's
   cache (once per process) is not counted.
@@ -33,7 +33,7 @@ Run by hand (never in CI), on an idle machine for the recorded figures::
     python benchmarks/bench_metrics.py --sizes 10000 --hap-sizes 10000
     python benchmarks/bench_metrics.py --quick                 # N = 3,000, d = 128: a smoke run
     python benchmarks/bench_metrics.py --device cuda
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -59,8 +59,9 @@ GOALS = {"SOP": 60502, "iNat": 136093}
 def sop_like(n: int, d: int, seed: int = 0, n_super: int = 12, gamma: float = 2.6):
     """Clustered unit vectors: classes of 2-12 items (uniform) in ``n_super`` super-classes.
 
-    ``x = normalize(0.8 c_super + c_class + gamma z)`` with Gaussian centres and noise of norm about 1:
-    same-class cosine about 0.2, hard negatives within the super-class (R@1 about 0.7 and mAP@R about
+    ``x = normalize(0.8 c_super + c_class + gamma z)`` with Gaussian centres and noise of norm about
+    1: same-class cosine about 0.2, hard negatives within the super-class (R@1 about 0.7 and mAP@R
+    about
     0.3 at N = 60,502 for ``gamma = 2.6``, the range of a trained SOP model).
     """
     import torch
@@ -125,7 +126,9 @@ def _worker(task: str, n: int, d: int, device: str, extra: str, out_file: str) -
 
         xn = np.ascontiguousarray(F.normalize(x.float(), dim=1).cpu().numpy())
         index = faiss.IndexFlatIP(xn.shape[1])
-        if device == "cuda" and hasattr(faiss, "StandardGpuResources"):  # pragma: no cover - GPU only
+        if device == "cuda" and hasattr(
+            faiss, "StandardGpuResources"
+        ):  # pragma: no cover - GPU only
             index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
         index.add(xn)
         index.search(xn, int(extra))
@@ -137,15 +140,38 @@ def _worker(task: str, n: int, d: int, device: str, extra: str, out_file: str) -
         # once per process, before the clock: the compiled kernels are loaded from numba's cache
         # (seconds on a loaded machine), which no later call pays again
         warm = sop_like(512, d, seed=1)
-        retrieval_metrics(warm[0].to(x.device), warm[1].to(x.device), ks=(1,), metrics=("R@k", "mAP@R", "mAP"),
-                          precision="exact", device=device, progress=False)
+        retrieval_metrics(
+            warm[0].to(x.device),
+            warm[1].to(x.device),
+            ks=(1,),
+            metrics=("R@k", "mAP@R", "mAP"),
+            precision="exact",
+            device=device,
+            progress=False,
+        )
         t0 = time.perf_counter()
         if task == "hap":
-            res = retrieval_metrics(x, y, ks=(1,), metrics=HIER, precision=precision, device=device, progress=False,
-                                    per_query=True)
+            res = retrieval_metrics(
+                x,
+                y,
+                ks=(1,),
+                metrics=HIER,
+                precision=precision,
+                device=device,
+                progress=False,
+                per_query=True,
+            )
         else:
-            res = retrieval_metrics(x, y, ks=PROTOCOLS[protocol], metrics=("R@k", "mAP@R"), precision=precision,
-                                    device=device, progress=False, per_query=True)
+            res = retrieval_metrics(
+                x,
+                y,
+                ks=PROTOCOLS[protocol],
+                metrics=("R@k", "mAP@R"),
+                precision=precision,
+                device=device,
+                progress=False,
+                per_query=True,
+            )
         torch.save(res.pop("per_query"), out_file)
         out = {k: v for k, v in res.items() if isinstance(v, float)}
     if device == "cuda":
@@ -191,19 +217,30 @@ def main() -> int:
     import torch
 
     sizes = args.sizes or ([3000] if args.quick else [10000, 60502, 136093])
-    hap_sizes = args.hap_sizes if args.hap_sizes is not None else ([3000] if args.quick else [60000])
+    hap_sizes = (
+        args.hap_sizes if args.hap_sizes is not None else ([3000] if args.quick else [60000])
+    )
     dim = args.dim or (128 if args.quick else 512)
     load_before = os.getloadavg()
-    header = (f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-              f"{torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, d = {dim}; "
-              f"load average before {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}")
+    header = (
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, d = {dim}; "
+        f"load average before {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}"
+    )
     print(header, flush=True)
     tmp = tempfile.mkdtemp(prefix="bench_metrics_")
     rows: list[dict] = []
     failures: list[str] = []
 
-    def record(n: int, protocol: str, method: str, res: dict, gemm: float | None, faiss_s: float | None,
-               same: str = "") -> None:
+    def record(
+        n: int,
+        protocol: str,
+        method: str,
+        res: dict,
+        gemm: float | None,
+        faiss_s: float | None,
+        same: str = "",
+    ) -> None:
         row = {"N": n, "protocol": protocol, "method": method, **res, "same": same}
         if "seconds" in res and gemm:
             row["x_gemm"] = res["seconds"] / gemm
@@ -214,9 +251,15 @@ def main() -> int:
             failures.append(f"N={n} {protocol} {method}: {res['error']}")
         secs = f"{res['seconds']:9.2f}" if "seconds" in res else f"  {res.get('error', '')}"
         peak = f"{res['peak_mib']:9.0f} MiB" if "peak_mib" in res else " " * 13
-        x_gemm = f"{row['x_gemm']:6.2f}x GEMM" if "x_gemm" in row and not method.startswith("bare") else " " * 11
+        x_gemm = (
+            f"{row['x_gemm']:6.2f}x GEMM"
+            if "x_gemm" in row and not method.startswith("bare")
+            else " " * 11
+        )
         x_faiss = f"{row['faiss_x']:6.2f}x faiss" if "faiss_x" in row else " " * 12
-        print(f"{n:>7} {protocol:>6} {method:>24} {secs} {peak} {x_gemm} {x_faiss} {same}", flush=True)
+        print(
+            f"{n:>7} {protocol:>6} {method:>24} {secs} {peak} {x_gemm} {x_faiss} {same}", flush=True
+        )
 
     def identical(a_file: str, b_file: str) -> str:
         if not (os.path.exists(a_file) and os.path.exists(b_file)):
@@ -239,60 +282,122 @@ def main() -> int:
             files = {}
             for precision in ("auto", "exact"):
                 files[precision] = os.path.join(tmp, f"{protocol}_{n}_{precision}.pt")
-                res = _run(["--worker", "eval", str(n), str(dim), args.device, f"{precision}:{protocol}", files[precision]])
+                res = _run(
+                    [
+                        "--worker",
+                        "eval",
+                        str(n),
+                        str(dim),
+                        args.device,
+                        f"{precision}:{protocol}",
+                        files[precision],
+                    ]
+                )
                 same = identical(files["auto"], files["exact"]) if precision == "exact" else ""
                 if same == "NO":
-                    failures.append(f"N={n} {protocol}: per-query values of precision='auto' and 'exact' differ")
-                record(n, protocol, f"rank_lab {precision}", res, gemm.get("seconds"), faiss_s, same)
+                    failures.append(
+                        f"N={n} {protocol}: per-query values of precision='auto' and 'exact' differ"
+                    )
+                record(
+                    n, protocol, f"rank_lab {precision}", res, gemm.get("seconds"), faiss_s, same
+                )
     for n in hap_sizes:
         gemm = _run(["--worker", "gemm", str(n), str(dim), args.device, "-", "-"])
         record(n, "H", f"bare GEMM ({gemm.get('format', '?')})", gemm, gemm.get("seconds"), None)
         files = {}
         for precision in ("auto", "exact"):
             files[precision] = os.path.join(tmp, f"hap_{n}_{precision}.pt")
-            res = _run(["--worker", "hap", str(n), str(dim), args.device, f"{precision}:H", files[precision]])
+            res = _run(
+                [
+                    "--worker",
+                    "hap",
+                    str(n),
+                    str(dim),
+                    args.device,
+                    f"{precision}:H",
+                    files[precision],
+                ]
+            )
             same = identical(files["auto"], files["exact"]) if precision == "exact" else ""
             if same == "NO":
-                failures.append(f"N={n} H-AP/ASI/NDCG-h: per-query values of precision='auto' and 'exact' differ")
+                failures.append(
+                    f"N={n} H-AP/ASI/NDCG-h: per-query values of precision='auto' and 'exact' "
+                    "differ"
+                )
             record(n, "H", f"rank_lab {precision}", res, gemm.get("seconds"), None, same)
     load_after = os.getloadavg()
 
-    print("\n" + header.replace("load average before", "load average before") +
-          f"; after {load_after[0]:.2f} / {load_after[1]:.2f} / {load_after[2]:.2f}\n")
-    print("| N | protocol | method | seconds | peak MiB | x bare GEMM | faiss s / this | figures | identical to exact |")
+    print(
+        "\n"
+        + header.replace("load average before", "load average before")
+        + f"; after {load_after[0]:.2f} / {load_after[1]:.2f} / {load_after[2]:.2f}\n"
+    )
+    print(
+        "| N | protocol | method | seconds | peak MiB | x bare GEMM | faiss s / this | figures | "
+        "identical to exact |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        figs = ", ".join(f"{k} {r[k]:.4f}" for k in ("R@1", "R@1000", "R@32", "mAP@R", *HIER) if k in r)
-        cells = [f"{r['N']:,}", r["protocol"], r["method"],
-                 f"{r['seconds']:.2f}" if "seconds" in r else r.get("error", "-"),
-                 f"{r['peak_mib']:.0f}" if "peak_mib" in r else "-",
-                 f"{r['x_gemm']:.2f}" if "x_gemm" in r and not r["method"].startswith("bare") else "-",
-                 f"{r['faiss_x']:.2f}" if "faiss_x" in r else "-", figs or "-", r["same"] or "-"]
+        figs = ", ".join(
+            f"{k} {r[k]:.4f}" for k in ("R@1", "R@1000", "R@32", "mAP@R", *HIER) if k in r
+        )
+        cells = [
+            f"{r['N']:,}",
+            r["protocol"],
+            r["method"],
+            f"{r['seconds']:.2f}" if "seconds" in r else r.get("error", "-"),
+            f"{r['peak_mib']:.0f}" if "peak_mib" in r else "-",
+            f"{r['x_gemm']:.2f}" if "x_gemm" in r and not r["method"].startswith("bare") else "-",
+            f"{r['faiss_x']:.2f}" if "faiss_x" in r else "-",
+            figs or "-",
+            r["same"] or "-",
+        ]
         print("| " + " | ".join(cells) + " |")
     print("\n| goal (issue 28) | measured | verdict |\n|---|---|---|")
     for protocol, n in GOALS.items():
-        r = next((r for r in rows if r["N"] == n and r["protocol"] == protocol and r["method"] == "rank_lab auto"), None)
+        r = next(
+            (
+                r
+                for r in rows
+                if r["N"] == n and r["protocol"] == protocol and r["method"] == "rank_lab auto"
+            ),
+            None,
+        )
         if r is None or "seconds" not in r:
             continue
         ok_g = r.get("x_gemm", 9.9) <= 1.5
         ok_f = r.get("faiss_x", 0.0) >= 2.5
-        print(f"| {protocol} protocol at {n:,}: <= 1.5x bare GEMM | {r.get('x_gemm', float('nan')):.2f}x | "
-              f"{'met' if ok_g else 'not met'} |")
+        print(
+            f"| {protocol} protocol at {n:,}: <= 1.5x bare GEMM | "
+            f"{r.get('x_gemm', float('nan')):.2f}x | {'met' if ok_g else 'not met'} |"
+        )
         if "faiss_x" in r:
-            print(f"| {protocol} protocol at {n:,}: >= 2.5x faster than faiss | {r['faiss_x']:.2f}x | "
-                  f"{'met' if ok_f else 'not met'} |")
+            print(
+                f"| {protocol} protocol at {n:,}: >= 2.5x faster than faiss | {r['faiss_x']:.2f}x "
+                f"| {'met' if ok_f else 'not met'} |"
+            )
     for n, limit in ((60502, 2048), (136093, 4096)):
-        peaks = [r["peak_mib"] for r in rows if r["N"] == n and r["method"].startswith("rank_lab") and "peak_mib" in r]
+        peaks = [
+            r["peak_mib"]
+            for r in rows
+            if r["N"] == n and r["method"].startswith("rank_lab") and "peak_mib" in r
+        ]
         if peaks:
-            print(f"| peak memory at {n:,} < {limit // 1024} GiB | {max(peaks):.0f} MiB | "
-                  f"{'met' if max(peaks) < limit else 'not met'} |")
+            print(
+                f"| peak memory at {n:,} < {limit // 1024} GiB | {max(peaks):.0f} MiB | "
+                f"{'met' if max(peaks) < limit else 'not met'} |"
+            )
     for r in rows:
         if r["protocol"] == "H" and r["method"] == "rank_lab auto" and "x_gemm" in r:
-            print(f"| H-AP / ASI / NDCG-h at {r['N']:,}: <= 2x bare GEMM | {r['x_gemm']:.2f}x | "
-                  f"{'met' if r['x_gemm'] <= 2 else 'not met'} |")
+            print(
+                f"| H-AP / ASI / NDCG-h at {r['N']:,}: <= 2x bare GEMM | {r['x_gemm']:.2f}x | "
+                f"{'met' if r['x_gemm'] <= 2 else 'not met'} |"
+            )
     same = [r["same"] for r in rows if r["same"]]
-    print(f"| identical per-query values, every size and protocol | {same.count('yes')} of {len(same)} | "
-          f"{'met' if same and all(s == 'yes' for s in same) else 'not met'} |")
+    print(
+        f"| identical per-query values, every size and protocol | {same.count('yes')} of "
+        f"{len(same)} | {'met' if same and all(s == 'yes' for s in same) else 'not met'} |"
+    )
     if failures:
         print("\nFAILED:\n  " + "\n  ".join(failures))
         return 1

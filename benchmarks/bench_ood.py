@@ -13,15 +13,16 @@ Rows (``ours`` vs ``naive``, same process, same inputs):
 
 * ``GMM fit``: class means + tied covariance + Cholesky/whitener (:class:`ClassGaussianEnergy`) vs a
   per-class Python loop with ``numpy.cov`` and an explicit inverse.
-* ``GMM / Mahalanobis score``: one matrix product with the whitened means vs ``(z - mu_c)^T P (z - mu_c)``
-  per class (``einsum``).
+* ``GMM / Mahalanobis score``: one matrix product with the whitened means vs
+  ``(z - mu_c)^T P (z - mu_c)`` per class (``einsum``).
 * ``KNN score``: chunked top-k on normalised features vs the full distance matrix sorted per row
   (naive on at most 2,000 queries, reported per 1,000 queries for both).
 * ``ViM fit`` / ``ViM score``: no naive counterpart (eigendecomposition dominated).
-* ``AUROC`` and ``FPR95``: sort + binary search vs the ``n_in x n_out`` pair count / a threshold scan.
-* ``HEAT iteration``: one training step of HEAT-GMM with the thesis' model (6-layer MLP, hidden 1024,
-  batch 256, 20 SGLD steps), and the estimated epoch time for ``N`` features; ``HEAT score``: energy of
-  ``M`` features. No naive counterpart.
+* ``AUROC`` and ``FPR95``: sort + binary search vs the ``n_in x n_out`` pair count / a threshold
+  scan.
+* ``HEAT iteration``: one training step of HEAT-GMM with the thesis' model (6-layer MLP, hidden
+  1024, batch 256, 20 SGLD steps), and the estimated epoch time for ``N`` features; ``HEAT score``:
+  energy of ``M`` features. No naive counterpart.
 * ``ResFlow iteration``: one maximum-likelihood step (4 blocks, hidden 128, batch 256) with the
   power-series / Hutchinson log-det (8 terms) vs the exact log-det from the full Jacobian;
   ``ResFlow score``: ``M`` features, no naive counterpart.
@@ -29,7 +30,7 @@ Rows (``ours`` vs ``naive``, same process, same inputs):
 Peak memory of ``ours`` (measured before the naive run): on CPU each row runs in a forked child and
 reports the growth of its maximum resident set size (inputs included); on CUDA
 ``torch.cuda.max_memory_allocated`` during the row (inputs included).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def make_features(n: int, m: int, d: int, c: int, device: str, seed: int = 0):
     means = torch.randn(c, d, generator=g)
     y = torch.randint(0, c, (n,), generator=g)
     z = torch.relu(means[y] + 0.8 * torch.randn(n, d, generator=g))
-    q = torch.relu(means[torch.randint(0, c, (m,), generator=g)] + 1.2 * torch.randn(m, d, generator=g))
+    q = torch.relu(
+        means[torch.randint(0, c, (m,), generator=g)] + 1.2 * torch.randn(m, d, generator=g)
+    )
     head = torch.nn.Linear(d, c)
     return z.to(device), y.to(device), q.to(device), head
 
@@ -82,7 +85,7 @@ def naive_knn(q: torch.Tensor, bank: torch.Tensor, k: int) -> torch.Tensor:
 def naive_auroc(a: torch.Tensor, b: torch.Tensor, chunk: int = 2000) -> float:
     wins = 0.0
     for i in range(0, a.numel(), chunk):
-        diff = b[None, :] - a[i:i + chunk, None]
+        diff = b[None, :] - a[i : i + chunk, None]
         wins += float((diff > 0).sum()) + 0.5 * float((diff == 0).sum())
     return wins / (a.numel() * b.numel())
 
@@ -139,14 +142,18 @@ def _row(task: str, args: argparse.Namespace, device: str, base: float = 0.0) ->
             mine = e.mahalanobis(q).min(1).values.cpu().double().numpy()
         means, prec = naive_gmm_fit(z, y)
         box: dict = {}
-        out["naive"] = timed(lambda: box.update(ref=naive_maha(q, means, prec)), device, 1, warmup=False)
+        out["naive"] = timed(
+            lambda: box.update(ref=naive_maha(q, means, prec)), device, 1, warmup=False
+        )
         err = float(np.abs(mine - box["ref"]).max() / np.abs(box["ref"]).max())
         out["note"] = f"max rel. diff {err:.1e} (float32 vs float64)"
     elif task == "KNN score (per 1,000 queries)":
         knn = KNN(k=50).fit(z)
         m_naive = min(args.m, 2000)
         out["ours"] = ours(lambda: knn.score(q)) * 1000 / args.m
-        out["naive"] = timed(lambda: naive_knn(q[:m_naive], z, 50), device, 1, warmup=False) * 1000 / m_naive
+        out["naive"] = (
+            timed(lambda: naive_knn(q[:m_naive], z, 50), device, 1, warmup=False) * 1000 / m_naive
+        )
         diff = float((knn.score(q[:200]).to(device) - naive_knn(q[:200], z, 50)).abs().max())
         out["note"] = f"k = 50, max |diff| {diff:.1e}"
     elif task == "ViM fit":
@@ -157,7 +164,9 @@ def _row(task: str, args: argparse.Namespace, device: str, base: float = 0.0) ->
     elif task == "AUROC":
         a, b = torch.randn(args.m).round(decimals=2), torch.randn(args.m).round(decimals=2) + 1
         out["ours"] = ours(lambda: auroc(a, b), "cpu")
-        out["naive"] = timed(lambda: naive_auroc(a.to(device), b.to(device)), device, 1, warmup=False)
+        out["naive"] = timed(
+            lambda: naive_auroc(a.to(device), b.to(device)), device, 1, warmup=False
+        )
         out["note"] = f"n_in = n_out = {args.m}, |diff| {abs(auroc(a, b) - naive_auroc(a, b)):.1e}"
     elif task == "FPR95":
         a, b = torch.randn(args.m).round(decimals=2), torch.randn(args.m).round(decimals=2) + 1
@@ -185,15 +194,24 @@ def _row(task: str, args: argparse.Namespace, device: str, base: float = 0.0) ->
             with torch.no_grad():
                 out["ours"] = ours(lambda: h.energy(q))
     elif task.startswith("ResFlow"):
-        rf = ResFlow(hidden_dim=128, epochs=1, device=device).fit({"features": z[:512], "labels": y[:512]})
+        rf = ResFlow(hidden_dim=128, epochs=1, device=device).fit(
+            {"features": z[:512], "labels": y[:512]}
+        )
         if task == "ResFlow score":
             out["ours"] = ours(lambda: rf.score(q))
         else:
-            opt, yi = torch.optim.Adam(rf.flow.parameters()), torch.searchsorted(rf.classes, y[:256])
+            opt, yi = (
+                torch.optim.Adam(rf.flow.parameters()),
+                torch.searchsorted(rf.classes, y[:256]),
+            )
             rf.flow.train()
 
             def rf_step(logdet: str) -> None:
-                nll = -rf.flow.class_log_likelihood(z[:256], logdet=logdet).gather(1, yi[:, None]).mean()
+                nll = (
+                    -rf.flow.class_log_likelihood(z[:256], logdet=logdet)
+                    .gather(1, yi[:, None])
+                    .mean()
+                )
                 opt.zero_grad()
                 nll.backward()
                 opt.step()
@@ -210,8 +228,19 @@ def _child(task: str, args: argparse.Namespace, device: str, conn) -> None:
     conn.send(_row(task, args, device, base))
 
 
-TASKS = ["GMM fit", "GMM / Mahalanobis score", "KNN score (per 1,000 queries)", "ViM fit", "ViM score", "AUROC",
-         "FPR95", "HEAT iteration", "HEAT score", "ResFlow iteration", "ResFlow score"]
+TASKS = [
+    "GMM fit",
+    "GMM / Mahalanobis score",
+    "KNN score (per 1,000 queries)",
+    "ViM fit",
+    "ViM score",
+    "AUROC",
+    "FPR95",
+    "HEAT iteration",
+    "HEAT score",
+    "ResFlow iteration",
+    "ResFlow score",
+]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -220,17 +249,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n", type=int, default=50_000, help="training features")
     p.add_argument("--m", type=int, default=10_000, help="test features")
     p.add_argument("--d", type=int, default=512, help="feature dimension")
-    p.add_argument("--hidden", type=int, default=1024, help="HEAT MLP width (thesis: 1024 on CIFAR)")
+    p.add_argument(
+        "--hidden", type=int, default=1024, help="HEAT MLP width (thesis: 1024 on CIFAR)"
+    )
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cpu, then cuda if present)")
+    p.add_argument(
+        "--device", default=None, help="cpu or cuda (default: cpu, then cuda if present)"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0: torch default)")
     p.add_argument("--tasks", nargs="*", default=TASKS)
     args = p.parse_args(argv)
     if args.quick:
         args.n, args.m, args.d, args.hidden, args.repeats = 5000, 2000, 128, 256, 2
-    devices = [args.device] if args.device else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = (
+        [args.device] if args.device else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    )
     print(f"N = {args.n} train features, M = {args.m} test features, d = {args.d}, C = 10 classes")
-    print(f"{'task':32s} {'device':6s} {'ours s':>9s} {'naive s':>9s} {'speed-up':>9s} {'peak MiB':>9s}  note")
+    print(
+        f"{'task':32s} {'device':6s} {'ours s':>9s} {'naive s':>9s} {'speed-up':>9s} "
+        f"{'peak MiB':>9s}  note"
+    )
     ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
     for device in devices:
         for task in args.tasks:
@@ -247,7 +285,11 @@ def main(argv: list[str] | None = None) -> None:
             ours, naive = res["ours"], res["naive"]
             ratio = f"{naive / ours:8.1f}x" if naive and ours else "        -"
             naive_s = f"{naive:9.4f}" if naive is not None else "        -"
-            print(f"{task:32s} {device:6s} {ours:9.4f} {naive_s} {ratio} {res['peak_mib']:9.0f}  {res['note']}", flush=True)
+            print(
+                f"{task:32s} {device:6s} {ours:9.4f} {naive_s} {ratio} {res['peak_mib']:9.0f}  "
+                f"{res['note']}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

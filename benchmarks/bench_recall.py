@@ -104,8 +104,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dim", type=int, default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--reps", type=int, default=None)
-    p.add_argument("--max-direct-gb", type=float, default=None,
-                   help="skip direct when B^3 x 16 bytes exceeds this (default 4; 0.5 with --quick)")
+    p.add_argument(
+        "--max-direct-gb",
+        type=float,
+        default=None,
+        help="skip direct when B^3 x 16 bytes exceeds this (default 4; 0.5 with --quick)",
+    )
     p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -115,14 +119,21 @@ def main(argv: list[str] | None = None) -> None:
     sizes = args.sizes or ([128, 256, 512] if args.quick else [512, 1024, 4096])
     d = args.dim or (128 if args.quick else 512)
     reps = args.reps or (1 if args.quick else 3)
-    max_direct = args.max_direct_gb if args.max_direct_gb is not None else (0.5 if args.quick else 4.0)
+    max_direct = (
+        args.max_direct_gb if args.max_direct_gb is not None else (0.5 if args.quick else 4.0)
+    )
     print(f"RS@k forward+backward, m = 4, d = {d}, device = {args.device}, median of {reps}")
-    print(f"{'B':>6} {'method':<15} {'time (s)':>9} {'peak MiB':>9} {'time/direct':>12} {'mem/direct':>11} {'loss':>8}")
+    print(
+        f"{'B':>6} {'method':<15} {'time (s)':>9} {'peak MiB':>9} {'time/direct':>12} "
+        f"{'mem/direct':>11} {'loss':>8}"
+    )
     for b in sizes:
         rows = {}
         for method in METHODS:
             if method == "direct" and b**3 * 16 / 2**30 > max_direct:
-                rows[method] = {"error": f"skipped (needs ~{b**3 * 16 / 2**30:.0f} GiB > --max-direct-gb)"}
+                rows[method] = {
+                    "error": f"skipped (needs ~{b**3 * 16 / 2**30:.0f} GiB > --max-direct-gb)"
+                }
                 continue
             rows[method] = _run(method, b, d, args.device, reps)
         ref = rows.get("direct", {})
@@ -132,7 +143,10 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             rt = f"{r['time_s'] / ref['time_s']:.3f}" if "time_s" in ref else "-"
             rm = f"{r['peak_mib'] / max(ref['peak_mib'], 1e-9):.3f}" if "peak_mib" in ref else "-"
-            print(f"{b:>6} {method:<15} {r['time_s']:>9.3f} {r['peak_mib']:>9.1f} {rt:>12} {rm:>11} {r['loss']:>8.4f}")
+            print(
+                f"{b:>6} {method:<15} {r['time_s']:>9.3f} {r['peak_mib']:>9.1f} {rt:>12} {rm:>11} "
+                f"{r['loss']:>8.4f}"
+            )
 
 
 if __name__ == "__main__":

@@ -76,9 +76,14 @@ def check_real(x: torch.Tensor, name: str) -> torch.Tensor:
         TypeError: a complex dtype. ValueError: a tensor on the ``meta`` device.
     """
     if x.is_complex():
-        raise TypeError(f"{name} must hold real numbers, got complex dtype {x.dtype} (the imaginary part would be dropped)")
+        raise TypeError(
+            f"{name} must hold real numbers, got complex dtype {x.dtype} (the imaginary part would "
+            "be dropped)"
+        )
     if x.device.type == "meta" and not getattr(_SHAPE_ONLY, "on", False):
-        raise ValueError(f"{name} is a meta tensor (a shape without values): move it to a real device first")
+        raise ValueError(
+            f"{name} is a meta tensor (a shape without values): move it to a real device first"
+        )
     return x
 
 
@@ -98,7 +103,8 @@ def as_tensor(x: object, name: str, dtype: torch.dtype | None = None) -> torch.T
 
 
 def check_finite(x: torch.Tensor, name: str) -> None:
-    """Raise ``ValueError`` if a floating tensor holds NaN or inf (complex and ``meta``: :func:`check_real`)."""
+    """Raise ``ValueError`` if a floating tensor holds NaN or inf (complex and ``meta``:
+    :func:`check_real`)."""
     check_real(x, name)
     if x.device.type == "meta":
         return  # a shape-only run (shape_only): no values to check
@@ -107,7 +113,9 @@ def check_finite(x: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} contains {n_bad} NaN or inf value(s)")
 
 
-def check_magnitude(x: torch.Tensor, name: str, *, underflow: bool = False, trusted: bool = False) -> None:
+def check_magnitude(
+    x: torch.Tensor, name: str, *, underflow: bool = False, trusted: bool = False
+) -> None:
     """Refuse finite float32/float64 values whose squares overflow the dtype.
 
     ``|x| > sqrt(finfo.max)`` (``1.8e19`` in float32, ``1.3e154`` in float64): batch statistics,
@@ -123,17 +131,26 @@ def check_magnitude(x: torch.Tensor, name: str, *, underflow: bool = False, trus
     Raises:
         ValueError: naming ``name``, the largest magnitude and the limit.
     """
-    if trusted or x.dtype not in (torch.float32, torch.float64) or not x.numel() or x.device.type == "meta":
+    if (
+        trusted
+        or x.dtype not in (torch.float32, torch.float64)
+        or not x.numel()
+        or x.device.type == "meta"
+    ):
         return
     big = float(x.detach().abs().amax())
     limit = math.sqrt(torch.finfo(x.dtype).max)
     if big > limit:
-        raise ValueError(f"{name} holds values up to {big:.3g} in magnitude: their squares overflow {x.dtype} "
-                         f"(|{name}| must stay below {limit:.3g}); rescale {name}")
+        raise ValueError(
+            f"{name} holds values up to {big:.3g} in magnitude: their squares overflow {x.dtype} "
+            f"(|{name}| must stay below {limit:.3g}); rescale {name}"
+        )
     low = math.sqrt(torch.finfo(x.dtype).tiny)
     if underflow and 0 < big < low:
-        raise ValueError(f"{name} holds values of magnitude {big:.3g} at most: their squares underflow {x.dtype} "
-                         f"(the largest |{name}| must reach {low:.3g}); rescale {name}")
+        raise ValueError(
+            f"{name} holds values of magnitude {big:.3g} at most: their squares underflow "
+            f"{x.dtype} (the largest |{name}| must reach {low:.3g}); rescale {name}"
+        )
 
 
 def _max_row_norm(x: torch.Tensor) -> float:
@@ -141,47 +158,61 @@ def _max_row_norm(x: torch.Tensor) -> float:
     scaled by a power of two)."""
     x = x.detach().double()
     _, e = torch.frexp(x.abs().amax(1, keepdim=True))
-    return float((torch.ldexp(x, -e).norm(dim=1) * torch.ldexp(torch.ones(()), e.squeeze(1).double())).max())
+    return float(
+        (torch.ldexp(x, -e).norm(dim=1) * torch.ldexp(torch.ones(()), e.squeeze(1).double())).max()
+    )
 
 
-def check_inner_products(a: torch.Tensor, name_a: str, b: torch.Tensor | None = None, name_b: str | None = None) -> None:
+def check_inner_products(
+    a: torch.Tensor, name_a: str, b: torch.Tensor | None = None, name_b: str | None = None
+) -> None:
     """Refuse finite rows whose inner products (or squared norms) can overflow their dtype.
 
     By Cauchy-Schwarz ``|<a_i, b_j>| <= ||a_i|| ||b_j||``: when the largest row norms multiply to
     more than half of ``finfo(dtype).max``, a score or a squared distance may be infinite (a tie at
-    ``inf`` that no ranking can break, or ``inf - inf = NaN``); below, none can be. ``b`` defaults to
-    ``a`` (a self-search). float32/float64 2-D tensors only; nothing is checked on ``meta`` tensors.
+    ``inf`` that no ranking can break, or ``inf - inf = NaN``); below, none can be. ``b`` defaults
+    to ``a`` (a self-search). float32/float64 2-D tensors only; nothing is checked on ``meta``
+    tensors.
 
     Raises:
         ValueError: naming ``name_a`` (and ``name_b``), the largest row norm(s) and the limit.
     """
-    if a.dtype not in (torch.float32, torch.float64) or a.ndim != 2 or not a.numel() or a.device.type == "meta":
+    if (
+        a.dtype not in (torch.float32, torch.float64)
+        or a.ndim != 2
+        or not a.numel()
+        or a.device.type == "meta"
+    ):
         return
     na = _max_row_norm(a)
     nb = na if b is None or not b.numel() else _max_row_norm(b)
     limit = torch.finfo(a.dtype).max / 2
     if na * nb > limit:
         names = name_a if b is None or name_b is None else f"{name_a}/{name_b}"
-        raise ValueError(f"{names}: rows of norm up to {max(na, nb):.3g} have inner products that overflow {a.dtype} "
-                         f"(the product of the largest norms must stay below {limit:.3g}); rescale {names} "
-                         "(e.g. L2-normalise the rows)")
+        raise ValueError(
+            f"{names}: rows of norm up to {max(na, nb):.3g} have inner products that overflow "
+            f"{a.dtype} (the product of the largest norms must stay below {limit:.3g}); rescale "
+            f"{names} (e.g. L2-normalise the rows)"
+        )
 
 
 def unit_rows(x: torch.Tensor, dim: int = -1, eps: float = 1e-12) -> torch.Tensor:
     """``F.normalize(x, dim=dim, eps=eps)`` of ``x`` first scaled by a power of two per slice.
 
     ``F.normalize`` squares the entries: rows of magnitude ``1e20`` (float32) have an infinite norm
-    and come out as zeros, subnormal rows (``1e-40``) fall under ``eps`` and come out tiny instead of
-    unit. Dividing each slice by ``2^e`` near its largest entry is exact in floating point, so the
-    result is bit-identical to ``F.normalize`` wherever that one neither overflows nor underflows,
-    and unit everywhere else (an all-zero slice stays zero). Differentiable (the scale is a constant).
+    and come out as zeros, subnormal rows (``1e-40``) fall under ``eps`` and come out tiny instead
+    of unit. Dividing each slice by ``2^e`` near its largest entry is exact in floating point, so
+    the result is bit-identical to ``F.normalize`` wherever that one neither overflows nor
+    underflows, and unit everywhere else (an all-zero slice stays zero). Differentiable (the scale
+    is a constant).
     """
     _, e = torch.frexp(x.detach().abs().amax(dim, keepdim=True))
     return torch.nn.functional.normalize(torch.ldexp(x, -e), dim=dim, eps=eps)
 
 
 def check_overflow(result: torch.Tensor, name: str, what: str) -> torch.Tensor:
-    """Raise ``ValueError`` naming ``name`` if ``result``, computed from finite ``name``, is not finite.
+    """Raise ``ValueError`` naming ``name`` if ``result``, computed from finite ``name``, is not
+    finite.
 
     The output guard of a public function whose result can overflow its dtype although its inputs
     are finite (squared distances, energies, exponentials of large values): one clear error
@@ -192,10 +223,16 @@ def check_overflow(result: torch.Tensor, name: str, what: str) -> torch.Tensor:
         name: the argument(s) to rescale, as the caller wrote them (e.g. ``"queries/support"``).
         what: the quantity in words, e.g. ``"the squared distances"``.
     """
-    if (result.is_floating_point() and result.numel() and result.device.type != "meta"
-            and not bool(torch.isfinite(result.detach()).all())):
-        raise ValueError(f"{name}: {what} overflow {result.dtype} (non-finite values from finite input); "
-                         f"rescale {name} (or compute in float64)")
+    if (
+        result.is_floating_point()
+        and result.numel()
+        and result.device.type != "meta"
+        and not bool(torch.isfinite(result.detach()).all())
+    ):
+        raise ValueError(
+            f"{name}: {what} overflow {result.dtype} (non-finite values from finite input); "
+            f"rescale {name} (or compute in float64)"
+        )
     return result
 
 
@@ -253,7 +290,8 @@ def check_scores_targets(
         raise ValueError(f"{name_s} must have shape (Q, N), got {tuple(scores.shape)}")
     if scores.shape != targets.shape:
         raise ValueError(
-            f"{name_s} has shape {tuple(scores.shape)} but {name_t} has shape {tuple(targets.shape)}"
+            f"{name_s} has shape {tuple(scores.shape)} but {name_t} has shape "
+            f"{tuple(targets.shape)}"
         )
     if scores.numel() == 0:
         raise ValueError(f"{name_s} is empty (shape {tuple(scores.shape)})")
@@ -325,7 +363,8 @@ def check_choice(value: object, name: str, choices: tuple[object, ...]) -> objec
 
 
 def check_nonneg_int(v: object, name: str) -> int:
-    """Check that ``v`` is an integer ``>= 0`` (not a bool; numpy integers accepted) and return it."""
+    """Check that ``v`` is an integer ``>= 0`` (not a bool; numpy integers accepted) and return
+    it."""
     if isinstance(v, bool) or not isinstance(v, int):
         try:
             if not isinstance(v, np.integer):
@@ -345,15 +384,21 @@ def check_index(idx: object, n_rows: int, size: int, name: str, rows_name: str) 
         The index as a long tensor.
 
     Raises:
-        TypeError: not integers. ValueError: wrong shape or out of range; the message names ``name``.
+        TypeError: not integers. ValueError: wrong shape or out of range; the message names
+            ``name``.
     """
     t = as_tensor(idx, name)
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer indices, got dtype {t.dtype}")
     if t.ndim != 1 or t.shape[0] != n_rows:
-        raise ValueError(f"{name} must have shape ({n_rows},): one index per row of {rows_name}, got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must have shape ({n_rows},): one index per row of {rows_name}, got "
+            f"{tuple(t.shape)}"
+        )
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
-        raise ValueError(f"{name} must lie in [0, {size}), got range [{int(t.min())}, {int(t.max())}]")
+        raise ValueError(
+            f"{name} must lie in [0, {size}), got range [{int(t.min())}, {int(t.max())}]"
+        )
     return t.long()
 
 
@@ -380,7 +425,9 @@ def check_input_batch(
     if any(isinstance(s, int) and x.shape[i] != s for i, s in enumerate(shape)):
         raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
     if x.numel() == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}; expected {want} with no size 0)")
+        raise ValueError(
+            f"{name} is empty (shape {tuple(x.shape)}; expected {want} with no size 0)"
+        )
     return x
 
 
@@ -422,7 +469,9 @@ def check_sparse(m: object, name: str, *, allow_neg_inf: bool = False) -> object
     try:
         out = sp.csr_matrix(m)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a 2-D scipy sparse matrix or array, got {type(m).__name__}") from exc
+        raise TypeError(
+            f"{name} must be a 2-D scipy sparse matrix or array, got {type(m).__name__}"
+        ) from exc
     bad = np.isnan(out.data) | (out.data == np.inf) | ((out.data == -np.inf) & (not allow_neg_inf))
     if bad.any():
         raise ValueError(f"{name} holds {int(bad.sum())} NaN or inf value(s)")
@@ -437,12 +486,12 @@ def trusted_inputs(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
     """Inside the block, ``modules`` and their sub-modules trust the *values* of their inputs.
 
     Their ``forward`` skips the finite check of its input (:func:`check_input` with ``like=self``);
-    shapes and dtypes are still checked. For a caller with its own numerical guard, named at its call
-    site: the training engine runs every step so for the modules it trains (its guard stops on a
-    non-finite loss, naming the step, the batch and the last good checkpoint: a NaN read lazily from
-    a dataset or produced inside a model reaches it, on every rank of a distributed run alike, rather
-    than stopping one layer with a ``ValueError``), and :func:`rank_lab.train.embed_dataset` checks
-    the embeddings it returns instead. Outside such a block a module checks its input.
+    shapes and dtypes are still checked. For a caller with its own numerical guard, named at its
+    call site: the training engine runs every step so for the modules it trains (its guard stops on
+    a non-finite loss, naming the step, the batch and the last good checkpoint: a NaN read lazily
+    from a dataset or produced inside a model reaches it, on every rank of a distributed run alike,
+    rather than stopping one layer with a ``ValueError``), and :func:`rank_lab.train.embed_dataset`
+    checks the embeddings it returns instead. Outside such a block a module checks its input.
 
     The trust is a property of the module objects passed, not of the thread: a module called
     outside the block, or another module called inside it, checks its inputs as usual. Nested
@@ -460,7 +509,8 @@ def trusted_inputs(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
 
 
 def trusts_inputs(module: object) -> bool:
-    """Whether ``module`` runs inside :func:`trusted_inputs` (it then skips the finite check of its inputs)."""
+    """Whether ``module`` runs inside :func:`trusted_inputs` (it then skips the finite check of its
+    inputs)."""
     return isinstance(module, torch.nn.Module) and module.__dict__.get(_TRUSTS, False)
 
 
@@ -531,7 +581,10 @@ def check_input(
         want = shape or " or ".join(f"{d}-D" for d in ndims)
         raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
     if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype} (convert it, e.g. x.float() / 255 for pixels)")
+        raise TypeError(
+            f"{name} must be a floating tensor, got dtype {x.dtype} (convert it, e.g. x.float() / "
+            "255 for pixels)"
+        )
     if not allow_empty and x.shape[0] == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}: an empty batch)")
     trusted = trusts_inputs(owner if owner is not None else like)
@@ -551,23 +604,27 @@ def check_module(m: object, name: str) -> torch.nn.Module:
 
 
 def check_class_indices(labels: torch.Tensor, n_classes: int, name: str = "labels") -> torch.Tensor:
-    """Raise ``ValueError`` naming ``name`` unless every label is a class index in ``[0, n_classes)``.
+    """Raise ``ValueError`` naming ``name`` unless every label is a class index in
+    ``[0, n_classes)``.
 
     For labels that index rows of a ``(n_classes, d)`` prototype / class-weight matrix (checked
     integer labels, e.g. from :func:`check_labels`). Returns ``labels``.
     """
     if bool(((labels < 0) | (labels >= n_classes)).any()):  # one host sync
-        raise ValueError(f"{name} must lie in [0, {n_classes}) (n_classes / prototypes), got range "
-                         f"[{int(labels.min())}, {int(labels.max())}]")
+        raise ValueError(
+            f"{name} must lie in [0, {n_classes}) (n_classes / prototypes), got range "
+            f"[{int(labels.min())}, {int(labels.max())}]"
+        )
     return labels
 
 
 def check_one_query(scores: object, targets: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check the ``(N,)`` scores and same-shape relevance of one query (finite, non-empty), the input
-    of the one-query DG tools (Eq. 3.6 of the Ramzi thesis).
+    """Check the ``(N,)`` scores and same-shape relevance of one query (finite, non-empty), the
+    input of the one-query DG tools (Eq. 3.6 of the Ramzi thesis).
 
     Returns:
-        ``(scores (N,), targets (N,))`` as :func:`rank_lab._validation.check_scores_targets` checks them.
+        ``(scores (N,), targets (N,))`` as :func:`rank_lab._validation.check_scores_targets` checks
+        them.
 
     Raises:
         ValueError / TypeError: naming ``scores`` or ``targets`` (a ``(Q, N)`` matrix included).

@@ -50,9 +50,11 @@ __all__ = [
 
 #: Assumed sustained FLOP/s of CNN training on a multi-core CPU (about 6 ResNet-50 images/s).
 CPU_FLOPS = 1e11
-#: Assumed sustained FLOP/s on one GPU with mixed precision (a Colab T4: about 280 ResNet-50 images/s).
+#: Assumed sustained FLOP/s on one GPU with mixed precision (a Colab T4: about 280 ResNet-50
+#: images/s).
 GPU_FLOPS = 7e12
-#: A full run on a CPU starts without ``allow_cpu_full`` when its estimate is at most this (seconds).
+#: A full run on a CPU starts without ``allow_cpu_full`` when its estimate is at most this
+#: (seconds).
 CPU_BUDGET_S = 1800.0
 
 #: (train, test) images of the retrieval splits the book uses (the loaders' docstrings).
@@ -96,12 +98,15 @@ class CostEstimate:
         return asdict(self)
 
 
-def forward_flops(backbone: str | nn.Module, image_size: int | tuple[int, int], in_channels: int = 3) -> float:
-    """FLOPs of one forward pass of one image (a multiply-add counts 2), measured on ``meta`` tensors.
+def forward_flops(
+    backbone: str | nn.Module, image_size: int | tuple[int, int], in_channels: int = 3
+) -> float:
+    """FLOPs of one forward pass of one image (a multiply-add counts 2), measured on ``meta``
+    tensors.
 
     Args:
-        backbone: a name for :func:`rank_lab.models.build_backbone` (built on the ``meta`` device with
-            random weights: nothing is allocated or downloaded) or a module.
+        backbone: a name for :func:`rank_lab.models.build_backbone` (built on the ``meta`` device
+            with random weights: nothing is allocated or downloaded) or a module.
         image_size: side (or ``(height, width)``) of the input image.
         in_channels: input channels.
 
@@ -109,7 +114,9 @@ def forward_flops(backbone: str | nn.Module, image_size: int | tuple[int, int], 
         TypeError, ValueError: an unknown backbone name, ``image_size`` or ``in_channels`` not
             positive ints.
     """
-    sizes = (image_size, image_size) if not isinstance(image_size, (tuple, list)) else tuple(image_size)
+    sizes = (
+        (image_size, image_size) if not isinstance(image_size, (tuple, list)) else tuple(image_size)
+    )
     if len(sizes) != 2:
         raise ValueError(f"image_size must be an int or (height, width), got {image_size!r}")
     h, w = (check_positive_int(v, "image_size") for v in sizes)
@@ -117,13 +124,17 @@ def forward_flops(backbone: str | nn.Module, image_size: int | tuple[int, int], 
     if isinstance(backbone, str):
         check_backbone_name(backbone, "backbone")
 
-        kwargs: dict[str, Any] = {"input_dim": in_channels * h * w} if backbone.lower() == "mlp" else {}
+        kwargs: dict[str, Any] = (
+            {"input_dim": in_channels * h * w} if backbone.lower() == "mlp" else {}
+        )
         with torch.device("meta"):
             module = build_backbone(backbone, in_channels=in_channels, **kwargs)
     elif isinstance(backbone, nn.Module):
         module = copy.deepcopy(backbone).to("meta")  # the caller's weights stay where they are
     else:
         raise TypeError(f"backbone must be a name or an nn.Module, got {type(backbone).__name__}")
+    # batch norm in training mode refuses one image at a 1 x 1 map (ResNet-50 at 32 px)
+    module.eval()
     x = torch.empty(1, in_channels, h, w, device="meta")
     with FlopCounterMode(display=False) as counter, torch.no_grad(), shape_only():
         module(x)
@@ -142,7 +153,8 @@ def training_cost(
     runs: int = 1,
     in_channels: int = 3,
 ) -> CostEstimate:
-    """Estimate ``runs`` trainings of ``epochs`` epochs plus ``evaluations`` passes over the test set.
+    """Estimate ``runs`` trainings of ``epochs`` epochs plus ``evaluations`` passes over the test
+    set.
 
     Args:
         backbone, image_size, in_channels: see :func:`forward_flops`.
@@ -165,7 +177,8 @@ def training_cost(
         key = (dataset or "").lower()
         if key not in PUBLISHED_SIZES:
             raise ValueError(
-                f"pass train_images and test_images, or a dataset among {sorted(PUBLISHED_SIZES)} (got {dataset!r})"
+                f"pass train_images and test_images, or a dataset among {sorted(PUBLISHED_SIZES)} "
+                f"(got {dataset!r})"
             )
         n_train, n_test = PUBLISHED_SIZES[key]
         train_images = n_train if train_images is None else train_images
@@ -174,8 +187,9 @@ def training_cost(
     total = runs * (3.0 * epochs * train_images + evaluations * test_images) * flops
     name = backbone if isinstance(backbone, str) else type(backbone).__name__
     what = (
-        f"{name} at {image_size} px ({flops / 1e9:.2f} GFLOP per image), {runs} run(s) x {epochs} epoch(s) "
-        f"of {train_images:,} training images + {evaluations} pass(es) over {test_images:,} test images"
+        f"{name} at {image_size} px ({flops / 1e9:.2f} GFLOP per image), {runs} run(s) x {epochs} "
+        f"epoch(s) of {train_images:,} training images + {evaluations} pass(es) over "
+        f"{test_images:,} test images"
     )
     return CostEstimate(total / CPU_FLOPS, total / GPU_FLOPS, what)
 
@@ -207,7 +221,9 @@ def memory_estimate(
         TypeError, ValueError: as :func:`forward_flops`; ``batch_size`` not a positive int.
     """
     batch = check_positive_int(batch_size, "batch_size")
-    sizes = (image_size, image_size) if not isinstance(image_size, (tuple, list)) else tuple(image_size)
+    sizes = (
+        (image_size, image_size) if not isinstance(image_size, (tuple, list)) else tuple(image_size)
+    )
     if len(sizes) != 2:
         raise ValueError(f"image_size must be an int or (height, width), got {image_size!r}")
     h, w = (check_positive_int(v, "image_size") for v in sizes)
@@ -216,7 +232,9 @@ def memory_estimate(
         raise TypeError(f"training must be a bool, got {training!r}")
     if isinstance(backbone, str):
         check_backbone_name(backbone, "backbone")
-        kwargs: dict[str, Any] = {"input_dim": in_channels * h * w} if backbone.lower() == "mlp" else {}
+        kwargs: dict[str, Any] = (
+            {"input_dim": in_channels * h * w} if backbone.lower() == "mlp" else {}
+        )
         with torch.device("meta"):
             module = build_backbone(backbone, in_channels=in_channels, **kwargs)
     elif isinstance(backbone, nn.Module):
@@ -230,15 +248,15 @@ def memory_estimate(
             outputs.append(out.numel())
 
     hooks = [m.register_forward_hook(keep) for m in module.modules() if not list(m.children())]
-    # eval mode for the shape pass: the output sizes are the same, and a training-mode BatchNorm
-    # refuses the one-image batch once the feature map is 1 x 1 (a small image_size)
-    module.eval()
+    module.eval()  # the output sizes are the same; batch norm in training mode refuses a 1 x 1 map
     try:
         with torch.no_grad(), shape_only():  # a meta input: shapes only, no values to check
             module(torch.empty(1, in_channels, h, w, device="meta"))
     except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"image_size {(h, w)} (in_channels {in_channels}) does not go through the backbone: "
-                         f"{exc}") from exc
+        raise ValueError(
+            f"image_size {(h, w)} (in_channels {in_channels}) does not go through the backbone: "
+            f"{exc}"
+        ) from exc
     finally:
         for hook in hooks:
             hook.remove()
@@ -248,8 +266,11 @@ def memory_estimate(
     return float(4 * params + 8 * batch * max([*outputs, in_channels * h * w]))
 
 
-def declared_cost(cpu_seconds: float, description: str, gpu_seconds: float | None = None) -> CostEstimate:
-    """A cost the notebook states itself (e.g. measured toy sweeps); GPU time defaults to the CPU time.
+def declared_cost(
+    cpu_seconds: float, description: str, gpu_seconds: float | None = None
+) -> CostEstimate:
+    """A cost the notebook states itself (e.g. measured toy sweeps); GPU time defaults to the CPU
+    time.
 
     Raises:
         TypeError, ValueError: a duration that is not a finite number >= 0.
@@ -298,31 +319,43 @@ def guard_full_run(
         budget_s: the longest CPU run that starts without ``allow_cpu_full`` (a finite number >= 0).
 
     Returns:
-        A record for ``results.json``: mode, device, the estimates and whether the CPU run was allowed.
+        A record for ``results.json``: mode, device, the estimates and whether the CPU run was
+        allowed.
 
     Raises:
-        FullRunOnCPUError: full mode on a CPU past the budget without ``allow_cpu_full``; the message
-            gives the estimate and the ways on.
+        FullRunOnCPUError: full mode on a CPU past the budget without ``allow_cpu_full``; the
+            message gives the estimate and the ways on.
         TypeError, ValueError: ``cost`` not a :class:`CostEstimate`, ``budget_s`` not a finite
             number >= 0, an unknown ``device``.
     """
     budget_s = check_float(budget_s, "budget_s", low=0.0)
     if not isinstance(cost, CostEstimate):
-        raise TypeError(f"cost must be a CostEstimate (training_cost / declared_cost), got {type(cost).__name__}")
+        raise TypeError(
+            "cost must be a CostEstimate (training_cost / declared_cost), got "
+            f"{type(cost).__name__}"
+        )
     dev = get_device(device)
-    record: dict[str, Any] = {"mode": "smoke" if smoke else "full", "device": str(dev), **cost.as_dict()}
+    record: dict[str, Any] = {
+        "mode": "smoke" if smoke else "full",
+        "device": str(dev),
+        **cost.as_dict(),
+    }
     if smoke:
         return record
     if dev.type != "cpu":
-        print(f"full run on {dev}: roughly {format_duration(cost.gpu_seconds)} on a GPU ({cost.description})")
+        print(
+            f"full run on {dev}: roughly {format_duration(cost.gpu_seconds)} on a GPU "
+            f"({cost.description})"
+        )
         return record
     est = format_duration(cost.cpu_seconds)
     if cost.cpu_seconds > budget_s and not allow_cpu_full:
         raise FullRunOnCPUError(
             f"smoke=False on the CPU: this full-scale run would take roughly {est} here "
             f"(about {format_duration(cost.gpu_seconds)} on a GPU): {cost.description}. "
-            "To proceed, run it on a GPU (on Colab: Runtime > Change runtime type > GPU), set smoke=True "
-            "for the quick version, or set allow_cpu_full=True to run it on the CPU anyway."
+            "To proceed, run it on a GPU (on Colab: Runtime > Change runtime type > GPU), set "
+            "smoke=True for the quick version, or set allow_cpu_full=True to run it on the CPU "
+            "anyway."
         )
     print(f"full run on the CPU: roughly {est} ({cost.description})")
     record["allowed_on_cpu"] = True

@@ -8,7 +8,8 @@ The representation drifts slowly, so embeddings of past batches are still useful
 * :class:`CrossBatchMemory` -- a FIFO ring buffer of *detached* embeddings and labels of capacity
   ``size`` (official: the train-set size for SOP/CUB, 60,000 for iNaturalist). With
   ``unique=True`` each dataset item has one slot (its key), so an item is never in the memory twice
-  (official ``unique`` mode). It is an ``nn.Module``: its content is in ``state_dict`` (checkpoints).
+  (official ``unique`` mode). It is an ``nn.Module``: its content is in ``state_dict``
+  (checkpoints).
 * :class:`MemoryLoss` -- wraps any loss with the common call. Each training step **enqueues the
   current batch first, then reads** the memory (the XBM order, which guarantees every query has its
   own positives in the memory), and returns::
@@ -55,7 +56,14 @@ class CrossBatchMemory(nn.Module):
         TypeError, ValueError: ``size`` or ``dim`` not a positive int, ``n_levels`` not an int >= 0.
     """
 
-    def __init__(self, size: int, dim: int, n_levels: int = 0, unique: bool = False, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        size: int,
+        dim: int,
+        n_levels: int = 0,
+        unique: bool = False,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__()
         self.size, self.dim = check_positive_int(size, "size"), check_positive_int(dim, "dim")
         self.n_levels, self.unique = check_nonneg_int(n_levels, "n_levels"), bool(unique)
@@ -79,8 +87,11 @@ class CrossBatchMemory(nn.Module):
         self.ptr.zero_()
 
     @torch.no_grad()
-    def enqueue(self, embeddings: torch.Tensor, labels: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
-        """Store a batch (detached); return the slot of each item, ``(B,)`` long (``-1`` if dropped).
+    def enqueue(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, keys: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Store a batch (detached); return the slot of each item, ``(B,)`` long (``-1`` if
+        dropped).
 
         FIFO mode: the oldest entries are overwritten; if the batch is larger than the memory only
         its last ``size`` items are kept. Unique mode: item i goes to slot ``keys[i]``.
@@ -88,9 +99,16 @@ class CrossBatchMemory(nn.Module):
         emb = check_embeddings(embeddings, "embeddings").detach()
         lab = check_labels(labels, emb.shape[0], "labels")
         if emb.shape[1] != self.dim:
-            raise ValueError(f"embeddings has dimension {emb.shape[1]} but the memory stores {self.dim}")
-        if (lab.ndim == 1) != (self.n_levels == 0) or (lab.ndim == 2 and lab.shape[1] != self.n_levels):
-            raise ValueError(f"labels has shape {tuple(lab.shape)} but the memory stores labels with n_levels={self.n_levels}")
+            raise ValueError(
+                f"embeddings has dimension {emb.shape[1]} but the memory stores {self.dim}"
+            )
+        if (lab.ndim == 1) != (self.n_levels == 0) or (
+            lab.ndim == 2 and lab.shape[1] != self.n_levels
+        ):
+            raise ValueError(
+                f"labels has shape {tuple(lab.shape)} but the memory stores labels with "
+                f"n_levels={self.n_levels}"
+            )
         b = emb.shape[0]
         dev = self.embeddings.device
         if self.unique:
@@ -122,7 +140,10 @@ class CrossBatchMemory(nn.Module):
         return self.embeddings[rows], self.labels[rows], slot_to_row
 
     def extra_repr(self) -> str:
-        return f"size={self.size}, dim={self.dim}, n_levels={self.n_levels}, unique={self.unique}, filled={len(self)}"
+        return (
+            f"size={self.size}, dim={self.dim}, n_levels={self.n_levels}, unique={self.unique}, "
+            f"filled={len(self)}"
+        )
 
 
 class MemoryLoss(nn.Module):
@@ -145,7 +166,14 @@ class MemoryLoss(nn.Module):
             int >= 0, ``memory`` not a :class:`CrossBatchMemory`.
     """
 
-    def __init__(self, loss: nn.Module, memory: CrossBatchMemory, batch_weight: float = 0.5, memory_weight: float = 0.5, activate_after: int = 0) -> None:
+    def __init__(
+        self,
+        loss: nn.Module,
+        memory: CrossBatchMemory,
+        batch_weight: float = 0.5,
+        memory_weight: float = 0.5,
+        activate_after: int = 0,
+    ) -> None:
         super().__init__()
         batch_weight = check_float(batch_weight, "batch_weight", low=0.0)
         memory_weight = check_float(memory_weight, "memory_weight", low=0.0)
@@ -165,28 +193,46 @@ class MemoryLoss(nn.Module):
         """Whether the memory term is used at the current epoch."""
         return self.epoch >= self.activate_after and getattr(self.loss, "uses_references", True)
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, keys: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Enqueue (training mode), then ``w_b * L(batch) + w_m * L(batch vs memory)``."""
         if not self.active:
             return self.loss(embeddings, labels)
         emb = embeddings
         if self.training:
-            store = unit_rows(emb.detach(), dim=1) if getattr(self.loss, "normalize", True) else emb.detach()
+            store = (
+                unit_rows(emb.detach(), dim=1)
+                if getattr(self.loss, "normalize", True)
+                else emb.detach()
+            )
             slots = self.memory.enqueue(store, labels, keys)
         else:
-            slots = torch.full((emb.shape[0],), -1, dtype=torch.long, device=self.memory.filled.device)
+            slots = torch.full(
+                (emb.shape[0],), -1, dtype=torch.long, device=self.memory.filled.device
+            )
         if len(self.memory) == 0:
             return self.loss(embeddings, labels)
         mem_emb, mem_lab, slot_to_row = self.memory.get()
         self_index = torch.where(slots >= 0, slot_to_row[slots.clamp(min=0)], slots).to(emb.device)
         mem_emb = mem_emb.to(emb.device)
         out = 0.0
-        if self.batch_weight > 0:  # a zero weight skips the term (a batch may lack in-batch positives)
+        # a zero weight skips the term (a batch may lack in-batch positives)
+        if self.batch_weight > 0:
             out = self.batch_weight * self.loss(embeddings, labels)
         if self.memory_weight > 0:
-            mem_term = self.loss(embeddings, labels, mem_emb.to(emb.dtype), mem_lab.to(emb.device), ref_self_index=self_index)
+            mem_term = self.loss(
+                embeddings,
+                labels,
+                mem_emb.to(emb.dtype),
+                mem_lab.to(emb.device),
+                ref_self_index=self_index,
+            )
             out = out + self.memory_weight * mem_term
         return out if isinstance(out, torch.Tensor) else embeddings.sum() * 0.0
 
     def extra_repr(self) -> str:
-        return f"batch_weight={self.batch_weight}, memory_weight={self.memory_weight}, activate_after={self.activate_after}"
+        return (
+            f"batch_weight={self.batch_weight}, memory_weight={self.memory_weight}, "
+            f"activate_after={self.activate_after}"
+        )

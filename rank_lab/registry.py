@@ -1,8 +1,9 @@
 """The one registry type of rank_lab: a read-only table ``name -> object`` of one family.
 
 Every family that a config string selects is a :class:`Registry`: the losses
-(:data:`rank_lab.losses.registry.LOSSES`), the backbones (:data:`rank_lab.models.backbones.BACKBONES`),
-the poolings (:data:`rank_lab.models.pooling.POOLINGS`), the training recipes
+(:data:`rank_lab.losses.registry.LOSSES`), the backbones
+(:data:`rank_lab.models.backbones.BACKBONES`), the poolings
+(:data:`rank_lab.models.pooling.POOLINGS`), the training recipes
 (:data:`rank_lab.train.recipes.RECIPES`), the classification methods and rules
 (:data:`rank_lab.train.classification.CLS_METHODS`, :data:`rank_lab.fewshot.classify.METHODS`) and
 the dataset tables. An entry registers where it is defined::
@@ -101,7 +102,8 @@ class Registry(Mapping[str, T]):
 
     # ------------------------------------------------------------------ changes
     def register(self, name: str, obj: T | None = None, **info: Any) -> Any:
-        """Register ``obj`` under ``name``; without ``obj``, a decorator that registers its argument.
+        """Register ``obj`` under ``name``; without ``obj``, a decorator that registers its
+        argument.
 
         Args:
             name: the name (see :meth:`key`).
@@ -147,14 +149,18 @@ class Registry(Mapping[str, T]):
         """
         key = self.key(name)
         if key not in self._entries:
-            raise UnknownNameError(f"unknown {self.kind} name {name!r}; known: {sorted(self._entries)}")
+            raise UnknownNameError(
+                f"unknown {self.kind} name {name!r}; known: {sorted(self._entries)}"
+            )
         return self._entries[key]
 
     def build(self, name: str, /, **kwargs: Any) -> Any:
         """Call the registered class or factory: ``registry[name](**kwargs)``."""
         obj = self.entry(name).obj
         if not callable(obj):
-            raise TypeError(f"{self.kind} {name!r} is a {type(obj).__name__}, not a class or a factory")
+            raise TypeError(
+                f"{self.kind} {name!r} is a {type(obj).__name__}, not a class or a factory"
+            )
         return obj(**kwargs)
 
     def list(self, filter: str = "", **info: Any) -> list[str]:
@@ -171,7 +177,8 @@ class Registry(Mapping[str, T]):
             raise TypeError(f"filter must be a str pattern, got {type(filter).__name__}")
         pattern = filter.strip().lower().replace("-", "_")
         return sorted(
-            e.name for e in self._entries.values()
+            e.name
+            for e in self._entries.values()
             if (not pattern or fnmatch.fnmatchcase(e.name, pattern))
             and all(v is None or e.info.get(k) == v for k, v in info.items())
         )
@@ -194,4 +201,3 @@ class Registry(Mapping[str, T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {sorted(self._entries)})"
-

@@ -1,7 +1,8 @@
 """Statistics over repeated runs: means with Student-t confidence intervals, paired differences.
 
-The one home of the package's confidence intervals. For ``n`` runs (seeds) ``x_1..x_n`` with mean ``m`` and sample standard
-deviation ``s`` (``ddof = 1``) the two-sided interval at level ``1 - alpha`` is
+The one home of the package's confidence intervals. For ``n`` runs (seeds) ``x_1..x_n`` with mean
+``m`` and sample standard deviation ``s`` (``ddof = 1``) the two-sided interval at level
+``1 - alpha`` is
 
     m +- t_{1 - alpha/2, n - 1} * s / sqrt(n)
 
@@ -39,13 +40,21 @@ import torch
 
 from rank_lab._validation import as_tensor, check_float, check_positive_int
 
-__all__ = ["t_quantile", "mean_ci", "ci_summary", "paired_difference", "ci_sign", "minimum_detectable_effect"]
+__all__ = [
+    "t_quantile",
+    "mean_ci",
+    "ci_summary",
+    "paired_difference",
+    "ci_sign",
+    "minimum_detectable_effect",
+]
 
 
 def _runs(values: object, name: str) -> np.ndarray:
     """``values`` as a float64 array of shape ``(n,)``, ``n >= 2``, finite (else a clear error).
 
-    Python and numpy numbers keep their float64 precision (a list is not cast to float32 on its way).
+    Python and numpy numbers keep their float64 precision (a list is not cast to float32 on its
+    way).
     """
     if isinstance(values, torch.Tensor):
         t = as_tensor(values, name)
@@ -56,11 +65,15 @@ def _runs(values: object, name: str) -> np.ndarray:
         try:
             raw = np.asarray(values)
         except (TypeError, ValueError):
-            raise TypeError(f"{name} must be array-like numbers, got {type(values).__name__}") from None
+            raise TypeError(
+                f"{name} must be array-like numbers, got {type(values).__name__}"
+            ) from None
         if raw.dtype == np.bool_:
             raise TypeError(f"{name} must hold numbers, got booleans")
         if raw.dtype.kind not in "iuf":
-            raise TypeError(f"{name} must be array-like numbers, got {type(values).__name__} of {raw.dtype}")
+            raise TypeError(
+                f"{name} must be array-like numbers, got {type(values).__name__} of {raw.dtype}"
+            )
         x = raw.astype(np.float64)
     if x.ndim != 1:
         raise ValueError(f"{name} must have shape (n,), got {tuple(x.shape)}")
@@ -103,19 +116,22 @@ def mean_ci(values: object, level: float = 0.95) -> tuple[float, float]:
     (``ddof = 1``); e.g. ``t = 2.776`` for 5 runs, ``2.064`` for 25.
 
     Args:
-        values: ``(n,)`` results of ``n >= 2`` repeated stochastic runs (integers are cast to float).
+        values: ``(n,)`` results of ``n >= 2`` repeated stochastic runs (integers are cast to
+            float).
         level: confidence level in ``(0, 1)``.
 
     Returns:
         ``(mean, half_width)``.
 
     Raises:
-        ValueError: ``values`` not 1-D, shorter than 2 or holding NaN / inf; ``level`` outside (0, 1).
+        ValueError: ``values`` not 1-D, shorter than 2 or holding NaN / inf; ``level`` outside (0,
+            1).
         TypeError: ``values`` not array-like; ``level`` not a number.
     """
     x = _runs(values, "values")
     t = t_quantile(level, x.size - 1)
-    if (x == x[0]).all():  # all runs agree: exactly that value, a zero-width interval (no rounding residue)
+    # all runs agree: exactly that value, a zero-width interval (no rounding residue)
+    if (x == x[0]).all():
         return float(x[0]), 0.0
     return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(x.size))
 
@@ -123,7 +139,11 @@ def mean_ci(values: object, level: float = 0.95) -> tuple[float, float]:
 def _bounds(bounds: object) -> tuple[float, float] | None:
     if bounds is None:
         return None
-    if isinstance(bounds, (str, bytes)) or not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
+    if (
+        isinstance(bounds, (str, bytes))
+        or not isinstance(bounds, (tuple, list))
+        or len(bounds) != 2
+    ):
         raise TypeError(f"bounds must be None or a pair (low, high), got {bounds!r}")
     low = check_float(bounds[0], "bounds[0]")
     high = check_float(bounds[1], "bounds[1]")
@@ -132,7 +152,9 @@ def _bounds(bounds: object) -> tuple[float, float] | None:
     return low, high
 
 
-def ci_summary(values: object, level: float = 0.95, bounds: tuple[float, float] | None = None) -> dict[str, Any]:
+def ci_summary(
+    values: object, level: float = 0.95, bounds: tuple[float, float] | None = None
+) -> dict[str, Any]:
     """The mean of repeated runs with its Student-t interval, as a JSON-ready mapping.
 
     Args:
@@ -157,11 +179,20 @@ def ci_summary(values: object, level: float = 0.95, bounds: tuple[float, float] 
     mean, half = mean_ci(x, level)
     lo, hi = mean - half, mean + half
     std = 0.0 if half == 0.0 and (x == x[0]).all() else float(x.std(ddof=1))
-    out: dict[str, Any] = {"n": int(x.size), "mean": mean, "std": std, "half_width": half,
-                           "lo": lo, "hi": hi, "level": float(level)}
+    out: dict[str, Any] = {
+        "n": int(x.size),
+        "mean": mean,
+        "std": std,
+        "half_width": half,
+        "lo": lo,
+        "hi": hi,
+        "level": float(level),
+    }
     if rng is not None:
         if x.min() < rng[0] or x.max() > rng[1]:
-            raise ValueError(f"values must lie inside bounds {list(rng)}, got min {x.min()} and max {x.max()}")
+            raise ValueError(
+                f"values must lie inside bounds {list(rng)}, got min {x.min()} and max {x.max()}"
+            )
         out.update(lo=max(lo, rng[0]), hi=min(hi, rng[1]), bounds=[rng[0], rng[1]])
     return out
 
@@ -187,7 +218,9 @@ def paired_difference(a: object, b: object, level: float = 0.95) -> dict[str, fl
     xa = _runs(a, "a")
     xb = _runs(b, "b")
     if xa.size != xb.size:
-        raise ValueError(f"a has {xa.size} runs but b has {xb.size}: a paired difference needs the same seeds")
+        raise ValueError(
+            f"a has {xa.size} runs but b has {xb.size}: a paired difference needs the same seeds"
+        )
     out = ci_summary(xa - xb, level)
     out["mean_a"] = float(xa.mean())
     out["mean_b"] = float(xb.mean())
@@ -195,7 +228,8 @@ def paired_difference(a: object, b: object, level: float = 0.95) -> dict[str, fl
 
 
 def ci_sign(summary: Mapping[str, float]) -> int:
-    """Which side of zero an interval lies on: ``1`` (all above), ``-1`` (all below), ``0`` (holds zero).
+    """Which side of zero an interval lies on: ``1`` (all above), ``-1`` (all below), ``0`` (holds
+    zero).
 
     A difference is *resolved* when its interval excludes zero (``ci_sign != 0``).
 
@@ -215,13 +249,16 @@ def ci_sign(summary: Mapping[str, float]) -> int:
     return 1 if lo > 0 else -1 if hi < 0 else 0
 
 
-def minimum_detectable_effect(std: float, n: int, *, power: float = 0.8, alpha: float = 0.05) -> float:
-    """The smallest true mean difference a paired two-sided t-test detects with probability ``power``.
+def minimum_detectable_effect(
+    std: float, n: int, *, power: float = 0.8, alpha: float = 0.05
+) -> float:
+    """The smallest true mean difference a paired two-sided t-test detects with probability
+    ``power``.
 
     With ``n`` paired runs whose differences have standard deviation ``std`` the test statistic
     ``T = mean / (s / sqrt(n))`` follows a noncentral t distribution with ``n - 1`` degrees of
-    freedom and noncentrality ``delta sqrt(n) / std`` for a true difference ``delta``. The MDE is the
-    ``delta`` at which ``P(|T| > t_{1 - alpha/2, n - 1}) = power`` (solved exactly; close to the
+    freedom and noncentrality ``delta sqrt(n) / std`` for a true difference ``delta``. The MDE is
+    the ``delta`` at which ``P(|T| > t_{1 - alpha/2, n - 1}) = power`` (solved exactly; close to the
     textbook ``(t_{1 - alpha/2} + t_{power}) std / sqrt(n)`` once ``n`` is moderate). ``std`` is
     the recorded seed-to-seed standard deviation of the differences (``paired_difference(a,
     b)["std"]``), used as if it were the true one, as power analyses do.

@@ -45,7 +45,9 @@ def get_device(device: DeviceLike = None) -> torch.device:
     if device is None or (isinstance(device, str) and device.lower() == "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a str, a torch.device or None, got {type(device).__name__}")
+        raise TypeError(
+            f"device must be a str, a torch.device or None, got {type(device).__name__}"
+        )
     try:
         dev = torch.device(device)
     except RuntimeError as exc:
@@ -65,7 +67,8 @@ def seed_everything(seed: int, deterministic: bool = False) -> torch.Generator:
             without a deterministic CUDA kernel raises ``RuntimeError`` (the CTC loss' backward,
             ``AdaptiveAvgPool2d``'s backward ...) instead of running with a warning, and
             ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (cuBLAS' condition, read when CUDA starts: set here
-            when CUDA has not started yet; ``:4096:8`` or ``:16:8`` set by the user is kept). The rank losses' custom backward then accumulates without atomic adds
+            when CUDA has not started yet; ``:4096:8`` or ``:16:8`` set by the user is kept). The
+            rank losses' custom backward then accumulates without atomic adds
             (:func:`rank_lab.ranking.row_kernel.index_add_in_order`).
 
     Returns:
@@ -114,10 +117,12 @@ def _use_deterministic_algorithms() -> None:
     if value not in CUBLAS_WORKSPACE_CONFIGS:
         if torch.cuda.is_initialized():
             raise RuntimeError(
-                f"deterministic CUDA needs CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE_CONFIGS[0]} (or "
-                f"{CUBLAS_WORKSPACE_CONFIGS[1]}) before CUDA starts, but CUDA is already initialised in this process "
-                f"with CUBLAS_WORKSPACE_CONFIG={value!r}: export CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE_CONFIGS[0]} "
-                "before starting Python (or in a notebook's first cell), or ask for determinism before any CUDA work")
+                f"deterministic CUDA needs CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE_CONFIGS[0]} "
+                f"(or {CUBLAS_WORKSPACE_CONFIGS[1]}) before CUDA starts, but CUDA is already "
+                f"initialised in this process with CUBLAS_WORKSPACE_CONFIG={value!r}: export "
+                f"CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE_CONFIGS[0]} before starting Python (or "
+                "in a notebook's first cell), or ask for determinism before any CUDA work"
+            )
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE_CONFIGS[0]
     torch.use_deterministic_algorithms(True, warn_only=False)
 
@@ -142,16 +147,19 @@ def check_amp_dtype(amp_dtype: torch.dtype, device: torch.device) -> None:
     if cap < BF16_CAPABILITY:
         name = torch.cuda.get_device_name(device)
         raise ValueError(
-            f"amp_dtype='bfloat16' needs a GPU of compute capability {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]} or more "
-            f"(A100, L4, RTX 30xx); {device} ({name}) has {cap[0]}.{cap[1]}, where bfloat16 runs emulated and slower "
-            "than float32: use amp_dtype='float16' (mixed precision with a grad scaler)")
+            "amp_dtype='bfloat16' needs a GPU of compute capability "
+            f"{BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]} or more (A100, L4, RTX 30xx); {device} "
+            f"({name}) has {cap[0]}.{cap[1]}, where bfloat16 runs emulated and slower than "
+            "float32: use amp_dtype='float16' (mixed precision with a grad scaler)"
+        )
 
 
 _WARNED_WORKERS: set[tuple[int, int]] = set()
 
 
 def _cpu_count() -> int:
-    """CPUs this process may run on (the affinity mask where the OS has one: a container's share)."""
+    """CPUs this process may run on (the affinity mask where the OS has one: a container's
+    share)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # macOS, Windows
@@ -175,20 +183,26 @@ def loader_workers(num_workers: int, name: str = "num_workers") -> int:
         TypeError, ValueError: ``num_workers`` not an int >= 0.
     """
     n = check_nonneg_int(num_workers, name)
-    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)  # torchrun: the processes of this machine share it
+    # torchrun: the processes of this machine share it
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     cpus = max(1, _cpu_count() // max(1, ranks))
     if n <= cpus:
         return n
     if (n, cpus) not in _WARNED_WORKERS:
         _WARNED_WORKERS.add((n, cpus))
         share = "" if ranks == 1 else f" (its share among {ranks} processes on this machine)"
-        warnings.warn(f"{name}={n} but this machine gives the process {cpus} CPU(s){share}: using {cpus} DataLoader "
-                      f"worker(s)", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"{name}={n} but this machine gives the process {cpus} CPU(s){share}: using {cpus} "
+            f"DataLoader worker(s)",
+            UserWarning,
+            stacklevel=2,
+        )
     return cpus
 
 
 def seed_worker(worker_id: int) -> None:
-    """A ``DataLoader`` ``worker_init_fn``: seed NumPy and Python's ``random`` in each worker process.
+    """A ``DataLoader`` ``worker_init_fn``: seed NumPy and Python's ``random`` in each worker
+    process.
 
     From the worker's torch seed (the loader's generator's draw plus ``worker_id``), so that the
     random augmentations a dataset draws with NumPy or ``random`` repeat with the loader's

@@ -68,7 +68,8 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
-    """The absolute module a ``from`` import names (relative imports resolved against ``module``)."""
+    """The absolute module a ``from`` import names (relative imports resolved against
+    ``module``)."""
     if node.level == 0:
         return node.module or ""
     base = module.split(".") if is_package else module.split(".")[:-1]
@@ -77,11 +78,12 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
 
 
 def import_graph(root: Path = PACKAGE) -> dict[str, dict[str, list[str]]]:
-    """Every module of the package ``root`` and the package modules it imports, anywhere in its code.
+    """Every module of the package ``root`` and the package modules it imports, anywhere in its
+    code.
 
     ``from p import x`` is an edge to ``p.x`` when that is a module, else to ``p``; importing
-    ``p.q.r`` is also an edge to the packages ``p.q`` and ``p`` that Python initialises first (except
-    the importer's own ancestors, which are already being initialised). Imports of other
+    ``p.q.r`` is also an edge to the packages ``p.q`` and ``p`` that Python initialises first
+    (except the importer's own ancestors, which are already being initialised). Imports of other
     distributions are ignored.
     """
     files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
@@ -94,7 +96,9 @@ def import_graph(root: Path = PACKAGE) -> dict[str, dict[str, list[str]]]:
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = _resolve(mod, is_package, node)
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names
+                ]
             else:
                 continue
             where = f"{path.relative_to(root.parent)}:{node.lineno}"
@@ -105,7 +109,11 @@ def import_graph(root: Path = PACKAGE) -> dict[str, dict[str, list[str]]]:
                     continue
                 parents = [target.rsplit(".", k)[0] for k in range(1, target.count(".") + 1)]
                 for t in [target, *parents]:
-                    places = edges.setdefault(t, []) if t != mod and not mod.startswith(t + ".") else None
+                    places = (
+                        edges.setdefault(t, [])
+                        if t != mod and not mod.startswith(t + ".")
+                        else None
+                    )
                     if places is not None and where not in places:
                         places.append(where)
         graph[mod] = edges
@@ -171,7 +179,10 @@ def upward_edges(graph: Graph, layers: Mapping[str, int]) -> list[str]:
             if src is None or dst is None or src == dst:
                 continue
             if layers[dst] >= layers[src]:
-                bad.append(f"{mod} (floor {layers[src]}) imports {target} (floor {layers[dst]}) at {', '.join(where)}")
+                bad.append(
+                    f"{mod} (floor {layers[src]}) imports {target} (floor {layers[dst]}) at "
+                    f"{', '.join(where)}"
+                )
     return bad
 
 
@@ -180,7 +191,12 @@ def cycle_report(graph: Graph, cycles: list[list[str]]) -> list[str]:
     lines = []
     for cycle in cycles:
         members = set(cycle)
-        lines += [f"{a} -> {b} at {', '.join(graph[a][b])}" for a in cycle for b in sorted(graph[a]) if b in members]
+        lines += [
+            f"{a} -> {b} at {', '.join(graph[a][b])}"
+            for a in cycle
+            for b in sorted(graph[a])
+            if b in members
+        ]
     return lines
 
 
@@ -201,13 +217,18 @@ def test_no_import_from_a_lower_floor_to_a_higher_one(graph):
 
 def test_every_module_has_a_floor(graph):
     homeless = sorted(m for m in graph if unit_of(m, LAYERS) is None)
-    assert not homeless, f"modules without a floor (add their unit to LAYERS and docs/architecture.md): {homeless}"
-    stale = sorted(u for u in LAYERS if u not in graph and not any(m.startswith(u + ".") for m in graph))
+    assert not homeless, (
+        f"modules without a floor (add their unit to LAYERS and docs/architecture.md): {homeless}"
+    )
+    stale = sorted(
+        u for u in LAYERS if u not in graph and not any(m.startswith(u + ".") for m in graph)
+    )
     assert not stale, f"LAYERS names units that do not exist: {stale}"
 
 
 def _in_function_imports(root: Path = PACKAGE) -> list[tuple[str, str, bool]]:
-    """``(file:line, imported module, commented)`` of every import inside a function or class body."""
+    """``(file:line, imported module, commented)`` of every import inside a function or class
+    body."""
     out = []
     for path in sorted(root.rglob("*.py")):
         source = path.read_text(encoding="utf-8")
@@ -231,43 +252,74 @@ def _in_function_imports(root: Path = PACKAGE) -> list[tuple[str, str, bool]]:
 
 
 def test_package_imports_sit_at_the_top_of_modules():
-    """No ``rank_lab`` import (absolute or relative) inside a function: a hidden arrow of the graph."""
+    """No ``rank_lab`` import (absolute or relative) inside a function: a hidden arrow of the
+    graph."""
     hidden = [f"{w}: {n}" for w, n, _ in _in_function_imports() if n.startswith(("rank_lab", "."))]
-    assert not hidden, "imports of rank_lab inside functions (move them to the top):\n  " + "\n  ".join(hidden)
+    assert not hidden, (
+        "imports of rank_lab inside functions (move them to the top):\n  " + "\n  ".join(hidden)
+    )
 
 
 def test_deferred_third_party_imports_say_why():
     """An optional or heavy dependency imported where it is used carries a comment saying why."""
-    silent = [f"{w}: {n}" for w, n, c in _in_function_imports() if not n.startswith(("rank_lab", ".")) and not c]
-    assert not silent, "imports inside functions without a comment saying why:\n  " + "\n  ".join(silent)
+    silent = [
+        f"{w}: {n}"
+        for w, n, c in _in_function_imports()
+        if not n.startswith(("rank_lab", ".")) and not c
+    ]
+    assert not silent, "imports inside functions without a comment saying why:\n  " + "\n  ".join(
+        silent
+    )
 
 
 def test_no_private_name_is_imported_across_modules():
-    """``from rank_lab.a import _x`` reaches into another module's privates: make ``x`` public or move it."""
+    """``from rank_lab.a import _x`` reaches into another module's privates: make ``x`` public or
+    move it."""
     bad = []
     for path in sorted(PACKAGE.rglob("*.py")):
         mod, is_package = module_name(path, PACKAGE), path.name == "__init__.py"
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            if isinstance(node, ast.ImportFrom) and _resolve(mod, is_package, node).startswith("rank_lab"):
-                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if isinstance(node, ast.ImportFrom) and _resolve(mod, is_package, node).startswith(
+                "rank_lab"
+            ):
+                private = [
+                    a.name
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
                 if private:
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {private}")
     assert not bad, "private names imported across modules:\n  " + "\n  ".join(bad)
 
 
 def test_docs_show_the_same_floors():
-    """docs/architecture.md lists the floors as ``| floor | units |`` rows: the same map as LAYERS."""
-    rows = re.findall(r"^\|\s*(\d+)\s*\|([^|]*)\|", ARCHITECTURE_DOC.read_text(encoding="utf-8"), re.M)
-    documented = {unit: int(floor) for floor, cell in rows for unit in re.findall(r"`(rank_lab[\w.]*)`", cell)}
+    """docs/architecture.md lists the floors as ``| floor | units |`` rows: the same map as
+    LAYERS."""
+    rows = re.findall(
+        r"^\|\s*(\d+)\s*\|([^|]*)\|", ARCHITECTURE_DOC.read_text(encoding="utf-8"), re.M
+    )
+    documented = {
+        unit: int(floor) for floor, cell in rows for unit in re.findall(r"`(rank_lab[\w.]*)`", cell)
+    }
     assert documented == LAYERS
 
 
 # --- the checkers can fail ---------------------------------------------------------------------
 
+
 def test_a_cycle_is_found():
-    fake = {"p.a": {"p.b": ["a.py:1"]}, "p.b": {"p.c": ["b.py:2"]}, "p.c": {"p.a": ["c.py:3"]}, "p.d": {"p.a": ["d.py:1"]}}
+    fake = {
+        "p.a": {"p.b": ["a.py:1"]},
+        "p.b": {"p.c": ["b.py:2"]},
+        "p.c": {"p.a": ["c.py:3"]},
+        "p.d": {"p.a": ["d.py:1"]},
+    }
     assert find_cycles(fake) == [["p.a", "p.b", "p.c"]]
-    assert cycle_report(fake, find_cycles(fake)) == ["p.a -> p.b at a.py:1", "p.b -> p.c at b.py:2", "p.c -> p.a at c.py:3"]
+    assert cycle_report(fake, find_cycles(fake)) == [
+        "p.a -> p.b at a.py:1",
+        "p.b -> p.c at b.py:2",
+        "p.c -> p.a at c.py:3",
+    ]
     assert find_cycles({"p.a": {"p.b": ["a.py:1"]}, "p.b": {}}) == []
 
 
@@ -293,8 +345,12 @@ def test_the_graph_sees_imports_inside_functions_and_relative_imports(tmp_path):
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("from . import b\n")
-    (pkg / "a.py").write_text("import os\n\ndef f():\n    from fakepkg.sub import b\n    return b\n")
-    (pkg / "sub" / "b.py").write_text("class C:\n    def g(self):\n        from ..a import f\n        return f\n")
+    (pkg / "a.py").write_text(
+        "import os\n\ndef f():\n    from fakepkg.sub import b\n    return b\n"
+    )
+    (pkg / "sub" / "b.py").write_text(
+        "class C:\n    def g(self):\n        from ..a import f\n        return f\n"
+    )
     g = import_graph(pkg)
     assert {m: sorted(e) for m, e in g.items()} == {
         "fakepkg": [],
@@ -318,17 +374,23 @@ def test_the_documented_new_loss_registers_and_takes_both_calls():
         assert "my_smooth_ap" in list_losses()
         loss = build_loss("My-Smooth-AP")
         assert isinstance(loss, namespace["MySmoothAP"])
-        emb, labels = torch.randn(12, 4, generator=torch.Generator().manual_seed(0)), torch.arange(3).repeat(4)
+        emb, labels = (
+            torch.randn(12, 4, generator=torch.Generator().manual_seed(0)),
+            torch.arange(3).repeat(4),
+        )
         expect = SmoothAP(tau=0.01)(emb, labels)
         torch.testing.assert_close(loss(emb, labels), expect)
-        torch.testing.assert_close(loss(emb, labels, emb, labels, ref_self_index=torch.arange(12)), expect)
+        torch.testing.assert_close(
+            loss(emb, labels, emb, labels, ref_self_index=torch.arange(12)), expect
+        )
     finally:
         unregister_loss("my_smooth_ap")
 
 
 def test_the_documented_new_training_loop_runs_and_resumes_bit_for_bit(tmp_path, monkeypatch):
     """The ``python`` block under "A new training loop" in docs/architecture.md runs as it is shown:
-    a straight run equals a run interrupted after its first epoch and resumed from the checkpoint."""
+    a straight run equals a run interrupted after its first epoch and resumed from the
+    checkpoint."""
     from rank_lab.engine import EngineConfig
     from rank_lab.engine.loop import Engine
 
@@ -383,8 +445,15 @@ def test_the_documented_new_backbone_and_pooling_register_and_build():
     exec(compile(block.group(1), "docs/architecture.md", "exec"), namespace)
     try:
         assert "one_conv" in list_backbones() and "my_lse" in list_poolings()
-        model = build_model({"backbone": "one_conv", "in_channels": 1, "width": 8, "pooling": "my_lse",
-                             "embed_dim": 4})
+        model = build_model(
+            {
+                "backbone": "one_conv",
+                "in_channels": 1,
+                "width": 8,
+                "pooling": "my_lse",
+                "embed_dim": 4,
+            }
+        )
         x = torch.randn(3, 1, 6, 6)
         emb = model(x)
         assert emb.shape == (3, 4)

@@ -1,4 +1,5 @@
-"""Tests of rank_lab.memory: the XBM cross-batch memory (FIFO, enqueue-then-read, activation, weights)."""
+"""Tests of rank_lab.memory: the XBM cross-batch memory (FIFO, enqueue-then-read, activation,
+weights)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def test_fifo_order_wraparound_and_slots():
     assert len(mem) == 0 and not mem.is_full
     rows = lambda v: torch.tensor([[float(x), 0.0] for x in v], dtype=torch.float64)  # noqa: E731
     assert mem.enqueue(rows([1, 2, 3]), torch.tensor([1, 2, 3])).tolist() == [0, 1, 2]
-    assert mem.enqueue(rows([4, 5, 6]), torch.tensor([4, 5, 6])).tolist() == [3, 4, 0]  # 6 overwrites 1
+    # 6 overwrites 1
+    assert mem.enqueue(rows([4, 5, 6]), torch.tensor([4, 5, 6])).tolist() == [3, 4, 0]
     emb, lab, slot_to_row = mem.get()
     assert mem.is_full and sorted(lab.tolist()) == [2, 3, 4, 5, 6]
     assert emb[slot_to_row[0], 0].item() == 6.0
@@ -36,7 +38,9 @@ def test_unique_mode_one_slot_per_item_and_state_dict_round_trip():
     mem.enqueue(torch.ones(3, 2), torch.tensor([0, 1, 2]), keys=torch.tensor([4, 0, 2]))
     mem.enqueue(2 * torch.ones(2, 2), torch.tensor([7, 8]), keys=torch.tensor([4, 5]))
     emb, lab, slot_to_row = mem.get()
-    assert len(mem) == 4 and lab[slot_to_row[4]].item() == 7 and emb[slot_to_row[4], 0].item() == 2.0
+    assert (
+        len(mem) == 4 and lab[slot_to_row[4]].item() == 7 and emb[slot_to_row[4], 0].item() == 2.0
+    )
     other = CrossBatchMemory(size=6, dim=2, unique=True)
     other.load_state_dict(mem.state_dict())
     assert torch.equal(other.get()[0], emb) and len(other) == 4
@@ -81,7 +85,9 @@ def test_memory_loss_value_is_weighted_sum_and_gradient_reaches_only_the_batch()
     # manual: enqueue then read; the new batch sits in slots 8..15
     ref = torch.cat([F.normalize(old_e, dim=1), F.normalize(emb.detach(), dim=1)])
     ref_lab = torch.cat([old_l, lab])
-    want = 0.5 * loss(emb, lab) + 0.5 * loss(emb, lab, ref, ref_lab, ref_self_index=torch.arange(8, 16))
+    want = 0.5 * loss(emb, lab) + 0.5 * loss(
+        emb, lab, ref, ref_lab, ref_self_index=torch.arange(8, 16)
+    )
     assert out.item() == pytest.approx(want.item(), abs=1e-12)
     out.backward()
     assert emb.grad is not None and not mem.embeddings.requires_grad
@@ -116,7 +122,9 @@ def test_proxy_loss_never_uses_the_memory_and_rod_matches_official_weighting():
     out = MemoryLoss(rod, mem2)(emb, lab)
     sup = rod.rank_loss
     en = F.normalize(emb, dim=1)
-    want = 0.9 * 0.5 * (sup(emb, lab) + sup(emb, lab, en, lab, ref_self_index=torch.arange(8))) + 0.1 * rod.dg_loss(emb, lab)
+    want = 0.9 * 0.5 * (
+        sup(emb, lab) + sup(emb, lab, en, lab, ref_self_index=torch.arange(8))
+    ) + 0.1 * rod.dg_loss(emb, lab)
     assert out.item() == pytest.approx(want.item(), abs=1e-12)
 
 

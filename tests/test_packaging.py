@@ -32,9 +32,13 @@ def test_environment_yml_lists_the_pyproject_dependencies() -> None:
 
 
 def test_extras_exist() -> None:
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     assert {"faiss", "timm", "book", "test"} <= set(extras)
-    assert any(_name(r) == "jupyter-book" and ">=1.0.4.post1" in r and "<2" in r for r in extras["book"])
+    assert any(
+        _name(r) == "jupyter-book" and ">=1.0.4.post1" in r and "<2" in r for r in extras["book"]
+    )
 
 
 def test_ci_runs_the_readme_test_command() -> None:

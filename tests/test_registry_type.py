@@ -28,7 +28,9 @@ def test_register_lookup_build_list_and_unregister():
     assert reg.list(colour="red") == ["alpha_one"] and reg.list(colour=None) == reg.list()
     assert reg["ALPHA_ONE"] is AlphaOne and reg[" Alpha-One "] is AlphaOne and reg["beta"] == 2
     assert "Alpha-One" in reg and "delta" not in reg and 5 not in reg and len(reg) == 3
-    assert reg.entry("alpha_one") == Entry("alpha_one", AlphaOne, {"colour": "red"}, "The first thing.")
+    assert reg.entry("alpha_one") == Entry(
+        "alpha_one", AlphaOne, {"colour": "red"}, "The first thing."
+    )
     assert reg.entry("gamma").summary == "third" and reg.entry("beta").info == {}
     assert reg.build("alpha-one", x=4).x == 4
     assert reg.unregister("beta").obj == 2 and reg.list() == ["alpha_one", "gamma"]
@@ -36,7 +38,9 @@ def test_register_lookup_build_list_and_unregister():
 
 def test_errors_name_the_family_and_the_known_names():
     reg: Registry[int] = Registry("pooling", {"mac": 1})
-    with pytest.raises(UnknownNameError, match=r"unknown pooling name 'gem'; known: \['mac'\]") as info:
+    with pytest.raises(
+        UnknownNameError, match=r"unknown pooling name 'gem'; known: \['mac'\]"
+    ) as info:
         reg["gem"]
     assert isinstance(info.value, ValueError) and isinstance(info.value, KeyError)
     assert str(info.value) == "unknown pooling name 'gem'; known: ['mac']"  # no KeyError quotes

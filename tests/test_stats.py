@@ -1,4 +1,5 @@
-"""rank_lab.stats: Student-t intervals of repeated runs and paired differences, bounded metrics, power.
+"""rank_lab.stats: Student-t intervals of repeated runs and paired differences, bounded metrics,
+power.
 
 Hand-worked values (the t quantiles from printed tables), an independent brute-force quantile
 (numerical integration of the t density, no scipy), the coverage of the interval on simulated
@@ -59,7 +60,8 @@ def test_mean_ci_hand_worked() -> None:
     assert m == 3.0
     assert h == pytest.approx(2.776445 * math.sqrt(2.5) / math.sqrt(5), rel=1e-6)
     assert h == pytest.approx(1.963243, abs=1e-6)
-    # two runs 0 and 2: s = sqrt(2), t_{0.975, 1} = 12.706205 -> half-width 12.706205 * sqrt(2) / sqrt(2)
+    # two runs 0 and 2: s = sqrt(2), t_{0.975, 1} = 12.706205 -> half-width 12.706205 * sqrt(2) /
+    # sqrt(2)
     m2, h2 = mean_ci([0.0, 2.0])
     assert (m2, h2) == (1.0, pytest.approx(12.706205 * math.sqrt(2) / math.sqrt(2)))
 
@@ -68,19 +70,30 @@ def test_ci_summary_fields() -> None:
     s = ci_summary(torch.tensor([1, 2, 3, 4, 5]))  # integers are cast
     assert s["n"] == 5 and s["mean"] == 3.0 and s["level"] == 0.95
     assert s["std"] == pytest.approx(math.sqrt(2.5))
-    assert s["lo"] == pytest.approx(3.0 - 1.963243, abs=1e-6) and s["hi"] == pytest.approx(3.0 + 1.963243, abs=1e-6)
-    assert ci_summary([2.0, 2.0, 2.0]) == {"n": 3, "mean": 2.0, "std": 0.0, "half_width": 0.0, "lo": 2.0,
-                                           "hi": 2.0, "level": 0.95}
+    assert s["lo"] == pytest.approx(3.0 - 1.963243, abs=1e-6) and s["hi"] == pytest.approx(
+        3.0 + 1.963243, abs=1e-6
+    )
+    assert ci_summary([2.0, 2.0, 2.0]) == {
+        "n": 3,
+        "mean": 2.0,
+        "std": 0.0,
+        "half_width": 0.0,
+        "lo": 2.0,
+        "hi": 2.0,
+        "level": 0.95,
+    }
 
 
 def test_paired_difference_hand_worked() -> None:
-    # d = a - b = [2, 3, 1]: mean 2, s = 1, t_{0.975, 2} = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138
+    # d = a - b = [2, 3, 1]: mean 2, s = 1, t_{0.975, 2} = 4.302653 -> half-width 4.302653 / sqrt(3)
+    # = 2.484138
     d = paired_difference([3.0, 5.0, 4.0], [1.0, 2.0, 3.0])
     assert d["mean"] == 2.0 and d["std"] == 1.0 and d["n"] == 3
     assert d["half_width"] == pytest.approx(2.484138, abs=1e-6)
     assert (d["mean_a"], d["mean_b"]) == (4.0, 2.0)
     assert ci_sign(d) == 0  # [-0.48, 4.48] holds zero
-    # a shift shared by the seeds cancels: the paired interval is far narrower than the separate ones
+    # a shift shared by the seeds cancels: the paired interval is far narrower than the separate
+    # ones
     base = np.array([10.0, 20.0, 30.0, 40.0])
     p = paired_difference(base + 1.0 + np.array([0.1, -0.1, 0.05, -0.05]), base)
     assert ci_sign(p) == 1 and p["half_width"] < 0.2 < mean_ci(base)[1]
@@ -88,14 +101,16 @@ def test_paired_difference_hand_worked() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=12),
-       st.floats(0.5, 0.99))
+@given(
+    st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=2, max_size=12), st.floats(0.5, 0.99)
+)
 def test_mean_ci_against_the_formula(values: list[float], level: float) -> None:
     x = np.asarray(values)
     m, h = mean_ci(x, level)
     assert m == pytest.approx(x.mean(), abs=1e-9)
-    assert h == pytest.approx(_t_quantile_table(level, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size),
-                              rel=1e-6, abs=1e-9)
+    assert h == pytest.approx(
+        _t_quantile_table(level, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size), rel=1e-6, abs=1e-9
+    )
     assert h >= 0
     # a wider level never gives a narrower interval
     assert mean_ci(x, min(0.999, level + 0.005))[1] >= h - 1e-12
@@ -157,15 +172,22 @@ def test_bounded_interval_is_the_t_interval_clipped_to_the_range() -> None:
     assert s3["hi"] == 100.0 and s3["lo"] < s3["mean"]
 
 
-@pytest.mark.parametrize("values, bounds", [
-    ([0.0, 0.0, 0.0], (0, 1)),            # a metric at 0 on every seed
-    ([1.0, 1.0, 1.0, 1.0], (0, 1)),       # at 100 % on every seed
-    ([100.0, 100.0], (0, 100)),           # two seeds, both at the top
-    ([0.7, 0.7, 0.7], (0, 1)),            # all seeds equal inside the range
-])
-def test_bounded_interval_edge_cases_all_seeds_equal(values: list[float], bounds: tuple[float, float]) -> None:
+@pytest.mark.parametrize(
+    "values, bounds",
+    [
+        ([0.0, 0.0, 0.0], (0, 1)),  # a metric at 0 on every seed
+        ([1.0, 1.0, 1.0, 1.0], (0, 1)),  # at 100 % on every seed
+        ([100.0, 100.0], (0, 100)),  # two seeds, both at the top
+        ([0.7, 0.7, 0.7], (0, 1)),  # all seeds equal inside the range
+    ],
+)
+def test_bounded_interval_edge_cases_all_seeds_equal(
+    values: list[float], bounds: tuple[float, float]
+) -> None:
     s = ci_summary(values, bounds=bounds)
-    assert s["lo"] == s["mean"] == s["hi"] == values[0] and s["std"] == 0.0 and s["n"] == len(values)
+    assert (
+        s["lo"] == s["mean"] == s["hi"] == values[0] and s["std"] == 0.0 and s["n"] == len(values)
+    )
 
 
 def test_bounded_interval_two_seeds() -> None:
@@ -184,7 +206,8 @@ def test_bounded_interval_inside_range_and_holds_the_mean(values: list[float]) -
 
 
 def test_bounded_interval_coverage_near_the_bound() -> None:
-    """Clipping never drops the true mean: coverage stays at the t-interval's (accuracies near 1)."""
+    """Clipping never drops the true mean: coverage stays at the t-interval's (accuracies near
+    1)."""
     rng = np.random.default_rng(1)
     trials, hits, true = 3000, 0, 0.97
     for _ in range(trials):
@@ -208,7 +231,9 @@ def test_bounded_interval_bad_inputs() -> None:
 
 
 # ------------------------------------------------------------------------------- power
-def _rejection_rate(delta: float, std: float, n: int, trials: int, rng: np.random.Generator) -> float:
+def _rejection_rate(
+    delta: float, std: float, n: int, trials: int, rng: np.random.Generator
+) -> float:
     """Brute force: how often the paired two-sided t-test at 5 % rejects 'no difference'."""
     crit = t_quantile(0.95, n - 1)
     d = rng.normal(delta, std, size=(trials, n))
@@ -231,7 +256,8 @@ def test_mde_has_80_percent_power_by_simulation(n: int) -> None:
 def test_mde_against_the_textbook_approximation() -> None:
     from scipy import stats
 
-    # large n: the noncentral t tends to the normal, MDE -> (z_{0.975} + z_{0.8}) sigma / sqrt(n) = 2.8016 sigma / sqrt(n)
+    # large n: the noncentral t tends to the normal, MDE -> (z_{0.975} + z_{0.8}) sigma / sqrt(n) =
+    # 2.8016 sigma / sqrt(n)
     assert minimum_detectable_effect(1.0, 400) == pytest.approx(2.8016 / 20, rel=5e-3)
     assert minimum_detectable_effect(1.0, 10_000) == pytest.approx(2.8016 / 100, rel=2e-4)
     # moderate n: within a few percent of (t_{0.975, n-1} + t_{0.8, n-1}) sigma / sqrt(n)
@@ -240,7 +266,11 @@ def test_mde_against_the_textbook_approximation() -> None:
         assert minimum_detectable_effect(1.0, n) == pytest.approx(approx, rel=0.03)
     # scales with the standard deviation; fewer seeds need a larger effect
     assert minimum_detectable_effect(3.0, 5) == pytest.approx(3 * minimum_detectable_effect(1.0, 5))
-    assert minimum_detectable_effect(1.0, 2) > minimum_detectable_effect(1.0, 3) > minimum_detectable_effect(1.0, 8)
+    assert (
+        minimum_detectable_effect(1.0, 2)
+        > minimum_detectable_effect(1.0, 3)
+        > minimum_detectable_effect(1.0, 8)
+    )
     # more power or a smaller alpha needs a larger effect
     assert minimum_detectable_effect(1.0, 5, power=0.9) > minimum_detectable_effect(1.0, 5)
     assert minimum_detectable_effect(1.0, 5, alpha=0.01) > minimum_detectable_effect(1.0, 5)
@@ -251,7 +281,9 @@ def test_mde_edge_cases() -> None:
     two = minimum_detectable_effect(1.0, 2)  # two seeds: one degree of freedom, a very large MDE
     assert 10 < two < 100
     d = paired_difference([3.0, 5.0, 4.0], [1.0, 2.0, 3.0])
-    assert minimum_detectable_effect(d["std"], d["n"]) == pytest.approx(minimum_detectable_effect(1.0, 3))
+    assert minimum_detectable_effect(d["std"], d["n"]) == pytest.approx(
+        minimum_detectable_effect(1.0, 3)
+    )
     with pytest.raises(ValueError, match="at least 2"):
         minimum_detectable_effect(1.0, 1)
     with pytest.raises(ValueError, match="std"):

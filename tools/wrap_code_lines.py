@@ -30,8 +30,18 @@ import textwrap
 import tokenize
 
 MAX = 90
-RUFF = [sys.executable, "-m", "ruff", "format", "--isolated", "--line-length", str(MAX),
-        "--target-version", "py310", "--quiet"]
+RUFF = [
+    sys.executable,
+    "-m",
+    "ruff",
+    "format",
+    "--isolated",
+    "--line-length",
+    str(MAX),
+    "--target-version",
+    "py310",
+    "--quiet",
+]
 _SKIP = (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
 
 
@@ -52,7 +62,7 @@ def _move_comments(lines: list[str]) -> list[str]:
     for i, line in enumerate(lines, 1):
         if len(line) > MAX and i in comment and i in code:
             indent = line[: len(line) - len(line.lstrip())]
-            out += [indent + line[comment[i]:], line[: comment[i]].rstrip()]
+            out += [indent + line[comment[i] :], line[: comment[i]].rstrip()]
         else:
             out.append(line)
     return out
@@ -68,8 +78,11 @@ def _ruff_ranges(lines: list[str]) -> list[str]:
             fd, name = tempfile.mkstemp(suffix=".py")
             with os.fdopen(fd, "w") as f:
                 f.write(src)
-            done = subprocess.run(RUFF + ["--range", f"{n}:1-{n}:{len(cur[n - 1]) + 1}", name],
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                RUFF + ["--range", f"{n}:1-{n}:{len(cur[n - 1]) + 1}", name],
+                capture_output=True,
+                text=True,
+            )
             new = open(name).read()
             os.unlink(name)
             if done.returncode == 0 and new != src:
@@ -85,7 +98,7 @@ def _split_string(literal: str, room: int) -> tuple[str, str] | None:
     if m is None or len(m.group(2)) == 3:
         return None
     prefix, quote = m.group(1), m.group(2)
-    body = literal[len(prefix) + 1: -1]
+    body = literal[len(prefix) + 1 : -1]
     depth, best = 0, None
     for i, ch in enumerate(body):
         if "f" in prefix.lower() and ch in "{}":
@@ -95,7 +108,7 @@ def _split_string(literal: str, room: int) -> tuple[str, str] | None:
                 best = i
     if best is None:
         return None
-    return f"{prefix}{quote}{body[:best + 1]}{quote}", f"{prefix}{quote}{body[best + 1:]}{quote}"
+    return f"{prefix}{quote}{body[: best + 1]}{quote}", f"{prefix}{quote}{body[best + 1 :]}{quote}"
 
 
 def _wrap_rest(lines: list[str], parameters_cell: bool) -> list[str]:
@@ -125,7 +138,7 @@ def _wrap_rest(lines: list[str], parameters_cell: bool) -> list[str]:
             if t is None or line[: t.start[1]].strip():
                 out.append(line)
                 continue
-            after, rest, pieces = line[t.end[1]:], t.string, []
+            after, rest, pieces = line[t.end[1] :], t.string, []
             while len(indent) + len(rest) + len(after) > MAX:
                 split = _split_string(rest, MAX - len(indent))
                 if split is None:
@@ -171,10 +184,14 @@ def wrap_notebook(path: str) -> list[str]:
             if _same_ast(body, new):
                 body = new
             else:
-                left.append(f"{path}: a cell at line {start + 1} would change its AST; left as it was")
+                left.append(
+                    f"{path}: a cell at line {start + 1} would change its AST; left as it was"
+                )
         out += options + body
         first = len(out) - len(body) + 1  # line number of the cell's first code line, as written
-        left += [f"{path}:{first + j}: {len(b)} characters" for j, b in enumerate(body) if len(b) > MAX]
+        left += [
+            f"{path}:{first + j}: {len(b)} characters" for j, b in enumerate(body) if len(b) > MAX
+        ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(out))
     return left

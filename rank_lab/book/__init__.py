@@ -21,7 +21,8 @@ The modules:
   :mod:`~rank_lab.book.recorded` shows them beside the live smoke run (header, tables, CI plots);
   :mod:`~rank_lab.book.readings` words the "What this run shows" box from the confidence intervals;
 * :mod:`~rank_lab.book.kernels`: encrypted kernel transport for the runner and the book build;
-* :mod:`~rank_lab.book.twins`: the Colab ``.ipynb`` twins; :mod:`~rank_lab.book.api`: ``book/api.md``.
+* :mod:`~rank_lab.book.twins`: the Colab ``.ipynb`` twins; :mod:`~rank_lab.book.api`:
+  ``book/api.md``.
 
 The contract is documented in ``docs/book_contract.md``.
 """
@@ -39,16 +40,15 @@ from .parameters import (
     notebook_schema,
     parse_parameter,
 )
-from .results import (
-    check_document,
-    key_figures,
-    load_results,
-    print_key_figures,
-    save_results,
-    start_run,
-)
 from .readings import effect_sentence, reading_markdown, show_reading
-from .record import RecordBuildError, RecordError, check_record, record_notebook, record_path, record_spec
+from .record import (
+    RecordBuildError,
+    RecordError,
+    check_record,
+    record_notebook,
+    record_path,
+    record_spec,
+)
 from .recorded import (
     RecordedRun,
     ci_errorbar,
@@ -58,6 +58,14 @@ from .recorded import (
     show_header,
     show_markdown,
     show_table,
+)
+from .results import (
+    check_document,
+    key_figures,
+    load_results,
+    print_key_figures,
+    save_results,
+    start_run,
 )
 from .runner import NotebookRunError, run_notebook
 from .twins import make_twin, make_twins

@@ -23,11 +23,37 @@ class BibError(ValueError):
 
 
 #: LaTeX accent command -> Unicode combining character.
-_ACCENTS = {"'": "\u0301", "`": "\u0300", "^": "\u0302", '"': "\u0308", "~": "\u0303", "=": "\u0304",
-            ".": "\u0307", "v": "\u030c", "u": "\u0306", "H": "\u030b", "c": "\u0327", "k": "\u0328"}
-_ACCENT = re.compile(r"\\([`'^\"~=.]|[vuHck](?![a-zA-Z]))\s*(?:\{\s*(\\[ij]|[A-Za-z])\s*\}|(\\[ij](?![a-zA-Z])|[A-Za-z]))")
-_LETTERS = {r"\i": "i", r"\j": "j", r"\ss": "ß", r"\o": "ø", r"\O": "Ø", r"\ae": "æ", r"\AE": "Æ", r"\l": "ł",
-            r"\L": "Ł", r"\&": "&", r"\%": "%", r"\_": "_"}
+_ACCENTS = {
+    "'": "\u0301",
+    "`": "\u0300",
+    "^": "\u0302",
+    '"': "\u0308",
+    "~": "\u0303",
+    "=": "\u0304",
+    ".": "\u0307",
+    "v": "\u030c",
+    "u": "\u0306",
+    "H": "\u030b",
+    "c": "\u0327",
+    "k": "\u0328",
+}
+_ACCENT = re.compile(
+    r"\\([`'^\"~=.]|[vuHck](?![a-zA-Z]))\s*(?:\{\s*(\\[ij]|[A-Za-z])\s*\}|(\\[ij](?![a-zA-Z])|[A-Za-z]))"
+)
+_LETTERS = {
+    r"\i": "i",
+    r"\j": "j",
+    r"\ss": "ß",
+    r"\o": "ø",
+    r"\O": "Ø",
+    r"\ae": "æ",
+    r"\AE": "Æ",
+    r"\l": "ł",
+    r"\L": "Ł",
+    r"\&": "&",
+    r"\%": "%",
+    r"\_": "_",
+}
 
 
 def latex_to_text(value: str) -> str:
@@ -56,7 +82,8 @@ def latex_to_text(value: str) -> str:
 
 @dataclass(frozen=True)
 class BibEntry:
-    """One BibTeX entry: ``kind`` (``article``, ``inproceedings`` ...), ``key`` and its fields (plain text)."""
+    """One BibTeX entry: ``kind`` (``article``, ``inproceedings`` ...), ``key`` and its fields
+    (plain text)."""
 
     kind: str
     key: str
@@ -83,7 +110,8 @@ class BibEntry:
         return self.fields.get("year", "n.d.")
 
     def authors_short(self) -> str:
-        """``"Ramzi"``, ``"Musgrave and Lim"`` or ``"Ramzi et al."`` (``"Anonymous"`` without authors)."""
+        """``"Ramzi"``, ``"Musgrave and Lim"`` or ``"Ramzi et al."`` (``"Anonymous"`` without
+        authors)."""
         names = self.last_names
         if not names:
             return "Anonymous"
@@ -104,8 +132,21 @@ class BibEntry:
             else:
                 shown.append(person.strip())
         who = ", ".join(shown[:-1]) + (" and " if len(shown) > 1 else "") + shown[-1]
-        venue = next((self.fields[k] for k in ("journal", "booktitle", "school", "institution", "publisher",
-                                                  "howpublished") if k in self.fields), "")
+        venue = next(
+            (
+                self.fields[k]
+                for k in (
+                    "journal",
+                    "booktitle",
+                    "school",
+                    "institution",
+                    "publisher",
+                    "howpublished",
+                )
+                if k in self.fields
+            ),
+            "",
+        )
         extra = [venue] if venue else []
         if self.kind == "misc" and "eprint" in self.fields:
             extra.append(f"arXiv:{self.fields['eprint']}")
@@ -114,7 +155,9 @@ class BibEntry:
         if "pages" in self.fields:
             extra.append(f"pp. {self.fields['pages']}")
         tail = (". " + ", ".join(extra)) if extra else ""
-        url = self.fields.get("url") or (f"https://doi.org/{self.fields['doi']}" if "doi" in self.fields else "")
+        url = self.fields.get("url") or (
+            f"https://doi.org/{self.fields['doi']}" if "doi" in self.fields else ""
+        )
         link = f" <{url}>" if url else ""
         return f"{who} ({self.year}). *{self.fields.get('title', self.key)}*{tail}.{link}"
 
@@ -123,13 +166,14 @@ _HEAD = re.compile(r"@\s*([A-Za-z]+)\s*[{(]\s*([^,\s]+)\s*,")
 
 
 def _value(text: str, i: int, where: str) -> tuple[str, int]:
-    """Read a braced, quoted or bare value starting at ``text[i]``; return it and the index after it."""
+    """Read a braced, quoted or bare value starting at ``text[i]``; return it and the index after
+    it."""
     if text[i] == "{":
         depth, j = 0, i
         while j < len(text):
             depth += {"{": 1, "}": -1}.get(text[j], 0)
             if depth == 0:
-                return text[i + 1:j], j + 1
+                return text[i + 1 : j], j + 1
             j += 1
         raise BibError(f"{where}: unbalanced braces")
     if text[i] == '"':
@@ -138,10 +182,10 @@ def _value(text: str, i: int, where: str) -> tuple[str, int]:
             j += 1
         if j >= len(text):
             raise BibError(f"{where}: unterminated quoted value")
-        return text[i + 1:j], j + 1
+        return text[i + 1 : j], j + 1
     m = re.compile(r"[A-Za-z0-9_.:-]+").match(text, i)
     if not m:
-        raise BibError(f"{where}: expected a value at {text[i:i + 30]!r}")
+        raise BibError(f"{where}: expected a value at {text[i : i + 30]!r}")
     return m.group(0), m.end()
 
 
@@ -150,7 +194,8 @@ def parse_bib(text: str, source: str = "<bib>") -> dict[str, BibEntry]:
 
     Raises:
         TypeError: ``text`` is not a str.
-        BibError: a malformed entry or a key defined twice (the message names ``source`` and the key).
+        BibError: a malformed entry or a key defined twice (the message names ``source`` and the
+            key).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -174,7 +219,7 @@ def parse_bib(text: str, source: str = "<bib>") -> dict[str, BibEntry]:
                 break
             fm = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)\s*=\s*").match(text, i)
             if not fm:
-                raise BibError(f"{where}: expected 'field = value' at {text[i:i + 30]!r}")
+                raise BibError(f"{where}: expected 'field = value' at {text[i : i + 30]!r}")
             raw, i = _value(text, fm.end(), where)
             fields[fm.group(1).lower()] = latex_to_text(raw)
         if key in entries:

@@ -1,4 +1,5 @@
-"""The notebook cells that carry parameters: reading the ``parameters`` cell, writing the injected one.
+"""The notebook cells that carry parameters: reading the ``parameters`` cell, writing the injected
+one.
 
 :func:`parse_parameters_cell` is the only parser of a parameters cell (``ast``; one plain
 ``name = literal`` per line); :func:`injected_cell_source` writes the cell the runner inserts after
@@ -13,9 +14,16 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CHECK_TAG", "parse_parameters_cell", "parameters_cell_source", "injected_cell_source", "is_checked_cell"]
+__all__ = [
+    "CHECK_TAG",
+    "parse_parameters_cell",
+    "parameters_cell_source",
+    "injected_cell_source",
+    "is_checked_cell",
+]
 
-#: The cell tag nbval reads as "compare this cell's output" (nbval's ``NBVAL_CHECK_OUTPUT`` marker as a
+#: The cell tag nbval reads as "compare this cell's output" (nbval's ``NBVAL_CHECK_OUTPUT`` marker
+#: as a
 #: tag: no marker text in the cell, so none on the site).
 CHECK_TAG = "nbval-check-output"
 _CHECK_COMMENT = "# NBVAL_CHECK_OUTPUT"
@@ -32,7 +40,9 @@ def _comments(source: str) -> dict[int, str]:
     return out
 
 
-def parse_parameters_cell(source: str, where: str = "parameters cell") -> list[tuple[str, Any, str]]:
+def parse_parameters_cell(
+    source: str, where: str = "parameters cell"
+) -> list[tuple[str, Any, str]]:
     """Read a parameters cell: ``[(name, default, comment), ...]`` in order.
 
     Every statement must be ``name = literal`` on its own line(s): one target, a value that
@@ -44,7 +54,9 @@ def parse_parameters_cell(source: str, where: str = "parameters cell") -> list[t
             a name assigned twice.
     """
     if not isinstance(source, str):
-        raise TypeError(f"source must be the text of a parameters cell, got {type(source).__name__}")
+        raise TypeError(
+            f"source must be the text of a parameters cell, got {type(source).__name__}"
+        )
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -56,9 +68,16 @@ def parse_parameters_cell(source: str, where: str = "parameters cell") -> list[t
     last_line = 0
     for node in tree.body:
         text = lines[node.lineno - 1].strip() if node.lineno <= len(lines) else ""
-        ok = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        ok = (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        )
         if not ok:
-            raise ValueError(f"{where}, line {node.lineno}: {text!r} is not one plain 'name = literal' assignment")
+            raise ValueError(
+                f"{where}, line {node.lineno}: {text!r} is not one plain 'name = literal' "
+                "assignment"
+            )
         if node.lineno == last_line:
             raise ValueError(f"{where}, line {node.lineno}: one assignment per line, got {text!r}")
         last_line = node.end_lineno or node.lineno
@@ -66,7 +85,9 @@ def parse_parameters_cell(source: str, where: str = "parameters cell") -> list[t
         try:
             value = ast.literal_eval(node.value)
         except ValueError as exc:
-            raise ValueError(f"{where}, line {node.lineno}: the value of {name!r} is not a literal ({text!r})") from exc
+            raise ValueError(
+                f"{where}, line {node.lineno}: the value of {name!r} is not a literal ({text!r})"
+            ) from exc
         if name in seen:
             raise ValueError(f"{where}, line {node.lineno}: {name!r} is assigned twice")
         seen.add(name)
@@ -81,14 +102,19 @@ def parameters_cell_source(nb: Any, where: str = "notebook") -> str:
     Raises:
         ValueError: if no cell, or more than one, carries the tag.
     """
-    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+    cells = [
+        c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])
+    ]
     if len(cells) != 1:
-        raise ValueError(f"{where}: {len(cells)} code cells are tagged 'parameters', expected exactly one")
+        raise ValueError(
+            f"{where}: {len(cells)} code cells are tagged 'parameters', expected exactly one"
+        )
     return cells[0].source
 
 
 def injected_cell_source(values: Mapping[str, Any]) -> str:
-    """The source of the cell injected after the parameters cell: one ``name = repr(value)`` per line.
+    """The source of the cell injected after the parameters cell: one ``name = repr(value)`` per
+    line.
 
     Raises:
         TypeError: if ``values`` is not a mapping of identifiers to literals.

@@ -1,6 +1,7 @@
 """A chapter's set-up in one line: the run, the seed, the device, the results and the recorded run.
 
-The cell after a chapter's parameters cell is book plumbing, folded on the site (tag ``hide-cell``)::
+The cell after a chapter's parameters cell is book plumbing, folded on the site (tag
+``hide-cell``)::
 
     from rank_lab.book.chapter import setup
 
@@ -37,7 +38,8 @@ class ChapterRun:
     Attributes:
         name: the notebook's name.
         device: the resolved device.
-        results: the figures the chapter saves (``save_results(results, ...)``), filled by its cells.
+        results: the figures the chapter saves (``save_results(results, ...)``), filled by its
+            cells.
         cost: the timings it saves apart from the figures.
         record: the chapter's recorded run (``False`` when there is none).
     """
@@ -61,11 +63,15 @@ def setup(namespace: MutableMapping[str, Any], name: str) -> ChapterRun:
 
     Raises:
         TypeError: ``namespace`` not a mapping, ``name`` not a non-empty string.
-        RuntimeError: see :func:`rank_lab.book.start_run` (the kernel's values differ from the runner's).
-        NotebookNotFoundError: ``name`` names no notebook of the book (with the book's folder present).
+        RuntimeError: see :func:`rank_lab.book.start_run` (the kernel's values differ from the
+            runner's).
+        NotebookNotFoundError: ``name`` names no notebook of the book (with the book's folder
+            present).
     """
     if not isinstance(namespace, MutableMapping):
-        raise TypeError(f"namespace must be the notebook's globals(), got {type(namespace).__name__}")
+        raise TypeError(
+            f"namespace must be the notebook's globals(), got {type(namespace).__name__}"
+        )
     if not isinstance(name, str) or not name.strip():
         raise TypeError(f"name must be the notebook's name, got {name!r}")
     start_run(namespace)

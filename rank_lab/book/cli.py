@@ -24,8 +24,8 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .cells import is_checked_cell
 from .api import api_page
+from .cells import is_checked_cell
 from .notebooks import NotebookNotFoundError, book_dir, find_notebook, list_notebooks
 from .parameters import ParameterError, notebook_schema
 from .record import RecordBuildError, RecordError, record_notebook, record_path
@@ -38,13 +38,30 @@ from .wall_times import contract_path, update_contract, wall_times_block
 __all__ = ["USER_ERRORS", "main"]
 
 #: Exception names raised inside a notebook that are the user's to fix: one message, no traceback.
-USER_ERRORS = ("DatasetFolderError", "WeightsUnavailableError", "WeightsFileError", "EmbeddingFileError",
-               "FullRunOnCPUError", "FileNotFoundError", "ParameterError", "ParameterTypeError", "TwinError",
-               "MystConversionError", "BibError", "CheckpointMismatchError", "CheckpointCorruptError",
-               "CellTimeoutError", "KeyboardInterrupt", "OutputFolderError")
+USER_ERRORS = (
+    "DatasetFolderError",
+    "WeightsUnavailableError",
+    "WeightsFileError",
+    "EmbeddingFileError",
+    "FullRunOnCPUError",
+    "FileNotFoundError",
+    "ParameterError",
+    "ParameterTypeError",
+    "TwinError",
+    "MystConversionError",
+    "BibError",
+    "CheckpointMismatchError",
+    "CheckpointCorruptError",
+    "CellTimeoutError",
+    "KeyboardInterrupt",
+    "OutputFolderError",
+)
 #: Errors of a checkpoint: the line adds how to start fresh from the command line.
 CHECKPOINT_ERRORS = ("CheckpointMismatchError", "CheckpointCorruptError")
-FRESH_HINT = "to start fresh from the command line: --fresh (or a new --out, for checkpoints kept in the output folder)"
+FRESH_HINT = (
+    "to start fresh from the command line: --fresh (or a new --out, for checkpoints kept in the "
+    "output folder)"
+)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 EXAMPLES = """examples:
@@ -68,53 +85,103 @@ def _seconds(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--timeout takes whole seconds (a positive integer), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--timeout takes whole seconds (a positive integer), got {text!r}"
+        ) from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"--timeout takes whole seconds (a positive integer), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--timeout takes whole seconds (a positive integer), got {text!r}"
+        )
     return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m rank_lab.book", epilog=EXAMPLES,
-                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                     description="Run the book's notebooks as parameterised experiments.")
+    parser = _Parser(
+        prog="python -m rank_lab.book",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the book's notebooks as parameterised experiments.",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     sub.add_parser("list", help="list the book's notebooks")
     pa = sub.add_parser("params", help="show a notebook's parameters, defaults and constraints")
     pa.add_argument("notebook", help="notebook stem or path to its .md source")
     run = sub.add_parser("run", help="execute one notebook with checked parameters")
     run.add_argument("notebook", help="notebook stem or path to its .md source")
-    run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                     help="a parameter (repeatable); VALUE is a YAML literal")
+    run.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
+        help="a parameter (repeatable); VALUE is a YAML literal",
+    )
     run.add_argument("--out", default="outputs", help="output folder (default: outputs/)")
-    run.add_argument("--fresh", action="store_true",
-                     help="train from the start: ignore the checkpoints of an earlier run (and replace them)")
+    run.add_argument(
+        "--fresh",
+        action="store_true",
+        help="train from the start: ignore the checkpoints of an earlier run (and replace them)",
+    )
     run.add_argument("--timeout", type=_seconds, default=None, help="per-cell timeout in seconds")
     run.add_argument("--kernel", default=None, help="Jupyter kernel name")
     run.add_argument("--traceback", action="store_true", help="show the traceback of an error")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    rec = sub.add_parser("record", help="run one notebook at full scale (smoke=False) and write its record "
-                         "book/<part>/recorded/<name>.json")
+    rec = sub.add_parser(
+        "record",
+        help="run one notebook at full scale (smoke=False) and write its record "
+        "book/<part>/recorded/<name>.json",
+    )
     rec.add_argument("notebook", help="notebook stem or path to its .md source")
-    rec.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                     help="a parameter (repeatable); VALUE is a YAML literal; smoke is always false")
-    rec.add_argument("--out", default="outputs", help="folder of the executed notebook (default: outputs/)")
-    rec.add_argument("--variant", default=None, help="write <name>.<variant>.json (e.g. gpu) instead of <name>.json")
-    rec.add_argument("--allow-dirty", action="store_true", help="record from a checkout with uncommitted changes")
-    rec.add_argument("--fresh", action="store_true",
-                     help="train from the start: ignore the checkpoints of an earlier run (and replace them)")
+    rec.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
+        help="a parameter (repeatable); VALUE is a YAML literal; smoke is always false",
+    )
+    rec.add_argument(
+        "--out", default="outputs", help="folder of the executed notebook (default: outputs/)"
+    )
+    rec.add_argument(
+        "--variant",
+        default=None,
+        help="write <name>.<variant>.json (e.g. gpu) instead of <name>.json",
+    )
+    rec.add_argument(
+        "--allow-dirty", action="store_true", help="record from a checkout with uncommitted changes"
+    )
+    rec.add_argument(
+        "--fresh",
+        action="store_true",
+        help="train from the start: ignore the checkpoints of an earlier run (and replace them)",
+    )
     rec.add_argument("--timeout", type=_seconds, default=None, help="per-cell timeout in seconds")
     rec.add_argument("--kernel", default=None, help="Jupyter kernel name")
     rec.add_argument("--traceback", action="store_true", help="show the traceback of an error")
     rec.add_argument("--quiet", action="store_true", help="no progress bar")
-    tw = sub.add_parser("twins", help="write the Colab .ipynb twins (pinned install cell, Colab Markdown)")
+    tw = sub.add_parser(
+        "twins", help="write the Colab .ipynb twins (pinned install cell, Colab Markdown)"
+    )
     tw.add_argument("--out", default="_build/html/_notebooks")
-    tw.add_argument("--repo", default=None, help="git URL of the install cell (default: repository.url of _config.yml)")
-    tw.add_argument("--ref", default=None, help="commit or tag the install cell pins (default: the checkout's HEAD)")
+    tw.add_argument(
+        "--repo",
+        default=None,
+        help="git URL of the install cell (default: repository.url of _config.yml)",
+    )
+    tw.add_argument(
+        "--ref",
+        default=None,
+        help="commit or tag the install cell pins (default: the checkout's HEAD)",
+    )
     api = sub.add_parser("api", help="print (or --write) the API reference page book/api.md")
     api.add_argument("--write", action="store_true")
-    wt = sub.add_parser("wall-times", help="print (or --write into docs/book_contract.md) the recorded full runs' "
-                        "wall times")
+    wt = sub.add_parser(
+        "wall-times",
+        help="print (or --write into docs/book_contract.md) the recorded full runs' wall times",
+    )
     wt.add_argument("--write", action="store_true")
     return parser
 
@@ -127,12 +194,16 @@ def _params(name: str) -> int:
     schema = notebook_schema(name)
     width = max(len(n) for n in schema.names) if schema.names else 0
     for n, p in schema.parameters.items():
-        print(f"{n:{width}s} = {p.default!r:24s} # {p.expected()}" + (f"; {p.comment}" if p.comment else ""))
+        print(
+            f"{n:{width}s} = {p.default!r:24s} # {p.expected()}"
+            + (f"; {p.comment}" if p.comment else "")
+        )
     return 0
 
 
 def _report_failure(exc: NotebookRunError, args: argparse.Namespace, after: str = "") -> int:
-    """One line for a failed run (the traceback first, for an unexpected error or ``--traceback``)."""
+    """One line for a failed run (the traceback first, for an unexpected error or
+    ``--traceback``)."""
     if (args.traceback or exc.ename not in USER_ERRORS) and exc.traceback:
         print(_ANSI.sub("", "\n".join(exc.traceback)), file=sys.stderr)
     hint = f"; {FRESH_HINT}" if exc.ename in CHECKPOINT_ERRORS else ""
@@ -149,8 +220,15 @@ def _run(args: argparse.Namespace) -> int:
     md = find_notebook(args.notebook)
     overrides = notebook_schema(md).parse_cli([tuple(p) for p in args.parameter])
     try:
-        out = run_notebook(md, overrides, args.out, kernel_name=args.kernel, timeout=args.timeout,
-                           progress=not args.quiet, fresh=args.fresh)
+        out = run_notebook(
+            md,
+            overrides,
+            args.out,
+            kernel_name=args.kernel,
+            timeout=args.timeout,
+            progress=not args.quiet,
+            fresh=args.fresh,
+        )
     except NotebookRunError as exc:
         return _report_failure(exc, args)
     executed = out / f"{out.name}.ipynb"
@@ -170,9 +248,17 @@ def _record(args: argparse.Namespace) -> int:
     overrides = notebook_schema(md).parse_cli([tuple(p) for p in args.parameter])
     target = record_path(md, args.variant)
     try:
-        path = record_notebook(md, overrides, output_dir=args.out, variant=args.variant,
-                               allow_dirty=args.allow_dirty, timeout=args.timeout, kernel_name=args.kernel,
-                               progress=not args.quiet, fresh=args.fresh)
+        path = record_notebook(
+            md,
+            overrides,
+            output_dir=args.out,
+            variant=args.variant,
+            allow_dirty=args.allow_dirty,
+            timeout=args.timeout,
+            kernel_name=args.kernel,
+            progress=not args.quiet,
+            fresh=args.fresh,
+        )
     except NotebookRunError as exc:
         return _report_failure(exc, args, f"; the record {target} was left as it was")
     except RecordBuildError as exc:
@@ -190,24 +276,31 @@ def _resume_line(results: object) -> str:
     if not training.get("resumed"):
         return ""
     done, back = training.get("trained", {}), training.get("restored", {})
-    return (f"training: resumed from checkpoints ({back.get('steps', 0)} steps restored, {done.get('steps', 0)} "
-            "trained in this run; provenance.training in results.json; --fresh trains from the start)")
+    return (
+        f"training: resumed from checkpoints ({back.get('steps', 0)} steps restored, "
+        f"{done.get('steps', 0)} trained in this run; provenance.training in results.json; --fresh "
+        "trains from the start)"
+    )
 
 
 def _key_figures_text(executed: object) -> str:
-    """The printed output of the notebook's checked cell (:func:`~rank_lab.book.cells.is_checked_cell`), or ``""``."""
+    """The printed output of the notebook's checked cell
+    (:func:`~rank_lab.book.cells.is_checked_cell`), or ``""``."""
     # optional dependency (extra "book"), imported where it is used
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
     for cell in nb.cells:
         if is_checked_cell(cell):
-            return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
+            return "".join(
+                o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout"
+            )
     return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m rank_lab.book``; returns the exit code (0, 1 or 2, see the module)."""
+    """Entry point of ``python -m rank_lab.book``; returns the exit code (0, 1 or 2, see the
+    module)."""
     args = _parser().parse_args(argv)
     try:
         if args.cmd == "api":

@@ -6,8 +6,8 @@ rewrites the Markdown cells of one notebook the way the site shows them:
 
 * ``{cite}`key``` / ``{cite:p}`` -> "(Author, year)", or "Author, year" inside parentheses of the
   text ("({cite}`key`, §2)" -> "(Author, year, §2)", never doubled brackets), ``{cite:t}`` ->
-  "Author (year)" (the author-year style of ``_config.yml``); :meth:`ColabMarkdown.references_cell` lists the cited
-  entries of ``book/references.bib`` at the end of the twin;
+  "Author (year)" (the author-year style of ``_config.yml``); :meth:`ColabMarkdown.references_cell`
+  lists the cited entries of ``book/references.bib`` at the end of the twin;
 * display math labelled ``$$ ... $$ (label)`` -> ``$$ ... \\tag{n} $$``, numbered in page order as
   Sphinx numbers them, and ``{eq}`label``` -> ``(n)``;
 * ``{mod}``, ``{func}``, ``{class}``, ``{meth}``, ``{data}``, ``{attr}``, ``{exc}``, ``{obj}``
@@ -36,12 +36,19 @@ from pathlib import Path
 
 from .bibtex import BibEntry, BibError
 
-__all__ = ["ColabMarkdown", "MystConversionError", "MYST_LEFTOVER", "equation_labels", "doc_resolver",
-           "ref_resolver"]
+__all__ = [
+    "ColabMarkdown",
+    "MystConversionError",
+    "MYST_LEFTOVER",
+    "equation_labels",
+    "doc_resolver",
+    "ref_resolver",
+]
 
 
 class MystConversionError(ValueError):
-    """A Markdown cell holds MyST syntax the converter does not know, or a reference it cannot resolve."""
+    """A Markdown cell holds MyST syntax the converter does not know, or a reference it cannot
+    resolve."""
 
 
 #: Patterns of MyST syntax that must not survive in a twin's Markdown (the twin tests use them).
@@ -56,14 +63,46 @@ _ROLE = re.compile(r"\{(?P<role>[a-zA-Z][\w:.-]*)\}(?P<ticks>`+)(?P<body>.+?)(?P
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+|:::+)[ \t]*(?P<info>.*)$")
 _TARGET = re.compile(r"^\s*\([\w:.-]+\)=\s*$")
 _TITLED = re.compile(r"^(?P<title>.*?)\s*<(?P<target>[^<>]+)>$", re.S)
-_CODE_ROLES = {"mod", "func", "class", "meth", "data", "attr", "exc", "obj", "const", "var", "any",
-               "py:mod", "py:func", "py:class", "py:meth", "py:data", "py:attr", "py:exc", "py:obj"}
-_ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger", "error",
-                "seealso", "admonition", "dropdown"}
+_CODE_ROLES = {
+    "mod",
+    "func",
+    "class",
+    "meth",
+    "data",
+    "attr",
+    "exc",
+    "obj",
+    "const",
+    "var",
+    "any",
+    "py:mod",
+    "py:func",
+    "py:class",
+    "py:meth",
+    "py:data",
+    "py:attr",
+    "py:exc",
+    "py:obj",
+}
+_ADMONITIONS = {
+    "note",
+    "tip",
+    "hint",
+    "important",
+    "warning",
+    "caution",
+    "attention",
+    "danger",
+    "error",
+    "seealso",
+    "admonition",
+    "dropdown",
+}
 
 
 def _math_spans(text: str) -> list[tuple[int, int, str | None]]:
-    """``(start, end, label)`` of each ``$$ ... $$`` block (``end`` after an optional ``(label)``)."""
+    """``(start, end, label)`` of each ``$$ ... $$`` block (``end`` after an optional
+    ``(label)``)."""
     spans, i = [], 0
     while (start := text.find("$$", i)) >= 0:
         stop = text.find("$$", start + 2)
@@ -90,7 +129,10 @@ def equation_labels(markdown_cells: list[str]) -> dict[str, int]:
     labels: dict[str, int] = {}
     for text in markdown_cells:
         found = [(start, lab) for start, _, lab in _math_spans(text) if lab]
-        found += [(m.start(), m.group(1)) for m in re.finditer(r"^\s*:label:\s*([\w:.-]+)\s*$", text, re.M)]
+        found += [
+            (m.start(), m.group(1))
+            for m in re.finditer(r"^\s*:label:\s*([\w:.-]+)\s*$", text, re.M)
+        ]
         for _, lab in sorted(found):
             if lab in labels:
                 raise MystConversionError(f"equation label {lab!r} is defined twice")
@@ -104,20 +146,32 @@ class ColabMarkdown:
     Args:
         name: the notebook's name (for error messages).
         equations: label -> number (:func:`equation_labels` of the notebook's Markdown cells).
-        bibliography: key -> entry (:func:`rank_lab.book.bibtex.read_bib` of ``book/references.bib``).
+        bibliography: key -> entry (:func:`rank_lab.book.bibtex.read_bib` of
+            ``book/references.bib``).
         doc_link: maps a ``{doc}`` target (as written) to ``(title, url or None)``.
 
     Attributes:
         cited: the keys cited so far, in order of first citation.
     """
 
-    def __init__(self, name: str, equations: Mapping[str, int], bibliography: Mapping[str, BibEntry],
-                 doc_link: Callable[[str], tuple[str, str | None]] | None = None, *,
-                 ref_link: Callable[[str], tuple[str, str | None]] | None = None,
-                 repo_link: Callable[[str], str | None] | None = None,
-                 rerun: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        equations: Mapping[str, int],
+        bibliography: Mapping[str, BibEntry],
+        doc_link: Callable[[str], tuple[str, str | None]] | None = None,
+        *,
+        ref_link: Callable[[str], tuple[str, str | None]] | None = None,
+        repo_link: Callable[[str], str | None] | None = None,
+        rerun: Callable[[], str] | None = None,
+    ) -> None:
         self.name, self.equations, self.bibliography = name, dict(equations), bibliography
-        self.doc_link, self.ref_link, self.repo_link, self.rerun = doc_link, ref_link, repo_link, rerun
+        self.doc_link, self.ref_link, self.repo_link, self.rerun = (
+            doc_link,
+            ref_link,
+            repo_link,
+            rerun,
+        )
         self.cited: list[str] = []
         self.exercises: dict[str, int] = {}  # exercise label -> its number on the page
         self.proofs: dict[str, tuple[str, int]] = {}  # sphinx-proof label -> (kind, number)
@@ -127,18 +181,22 @@ class ColabMarkdown:
         """The Colab Markdown of one cell's MyST Markdown.
 
         Raises:
-            MystConversionError: unknown role or directive, unknown equation label, unknown citation key.
+            MystConversionError: unknown role or directive, unknown equation label, unknown citation
+                key.
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self._blocks(text.splitlines())
 
     def references_cell(self) -> str | None:
-        """Markdown of the reference list (the cited entries, sorted by author and year), or ``None``."""
+        """Markdown of the reference list (the cited entries, sorted by author and year), or
+        ``None``."""
         if not self.cited:
             return None
-        entries = sorted((self.bibliography[k] for k in self.cited),
-                         key=lambda e: (e.last_names[:1], e.year, e.fields.get("title", "")))
+        entries = sorted(
+            (self.bibliography[k] for k in self.cited),
+            key=lambda e: (e.last_names[:1], e.year, e.fields.get("title", "")),
+        )
         lines = [f"- {e.reference()}" for e in entries]
         return "## References\n\n" + "\n".join(lines)
 
@@ -163,15 +221,21 @@ class ColabMarkdown:
                 i = j
                 continue
             fence, info = m.group("fence"), m.group("info").strip()
-            close = next((j for j in range(i + 1, len(lines))
-                          if lines[j].strip().startswith(fence[0] * len(fence)) and
-                          lines[j].strip().strip(fence[0]) == ""), None)
+            close = next(
+                (
+                    j
+                    for j in range(i + 1, len(lines))
+                    if lines[j].strip().startswith(fence[0] * len(fence))
+                    and lines[j].strip().strip(fence[0]) == ""
+                ),
+                None,
+            )
             if close is None:
                 raise self._fail(f"unclosed {fence} fence at line {i + 1}: {line.strip()!r}")
-            body = lines[i + 1:close]
+            body = lines[i + 1 : close]
             directive = re.match(r"\{(?P<name>[\w:.-]+)\}\s*(?P<arg>.*)$", info)
             if directive is None:
-                out.append("\n".join(lines[i:close + 1]))  # plain code block: verbatim
+                out.append("\n".join(lines[i : close + 1]))  # plain code block: verbatim
             else:
                 out.append(self._directive(directive.group("name"), directive.group("arg"), body))
             i = close + 1
@@ -190,14 +254,23 @@ class ColabMarkdown:
             number = len(self.exercises) + 1
             if options.get("label"):
                 self.exercises[options["label"]] = number
-            title = f"Exercise {number}" + (f" ({self._inline(arg.strip())})" if arg.strip() else "")
+            title = f"Exercise {number}" + (
+                f" ({self._inline(arg.strip())})" if arg.strip() else ""
+            )
             return self._quote(title, body)
         if name in ("solution", "solution-start"):
             target = arg.strip()
             if target not in self.exercises:
-                raise self._fail(f"{{{name}}} of an unknown exercise {target!r} (exercises: {sorted(self.exercises)})")
+                raise self._fail(
+                    f"{{{name}}} of an unknown exercise {target!r} (exercises: "
+                    f"{sorted(self.exercises)})"
+                )
             title = f"Solution to Exercise {self.exercises[target]}"
-            return self._quote(title, body) if name == "solution" else f"> **{title}** (the code cell below)"
+            return (
+                self._quote(title, body)
+                if name == "solution"
+                else f"> **{title}** (the code cell below)"
+            )
         if name == "solution-end":
             return ""
         if name.startswith("prf:") and name != "prf:proof":
@@ -214,10 +287,18 @@ class ColabMarkdown:
                 raise self._fail("{rerun-box} needs a rerun resolver")
             return self._blocks(self.rerun().splitlines())
         if name in _ADMONITIONS:
-            title = arg.strip() if name in ("admonition", "dropdown") and arg.strip() else name.capitalize()
+            title = (
+                arg.strip()
+                if name in ("admonition", "dropdown") and arg.strip()
+                else name.capitalize()
+            )
             if name == "seealso":
                 title = "See also"
-            inner = body if name in ("admonition", "dropdown") or not arg.strip() else [arg.strip(), "", *body]
+            inner = (
+                body
+                if name in ("admonition", "dropdown") or not arg.strip()
+                else [arg.strip(), "", *body]
+            )
             text = self._blocks(inner).strip("\n")
             quoted = "\n".join(f"> {ln}" if ln.strip() else ">" for ln in text.splitlines())
             return f"> **{self._inline(title)}**\n>\n{quoted}"
@@ -231,7 +312,9 @@ class ColabMarkdown:
     # ---------------------------------------------------------------- inline
     def _eq_number(self, label: str) -> int:
         if label not in self.equations:
-            raise self._fail(f"unknown equation label {label!r} (labelled equations: {sorted(self.equations)})")
+            raise self._fail(
+                f"unknown equation label {label!r} (labelled equations: {sorted(self.equations)})"
+            )
         return self.equations[label]
 
     def _inline(self, text: str) -> str:
@@ -240,8 +323,10 @@ class ColabMarkdown:
             parts.append(self._roles(text[pos:start]))
             block = text[start:end]
             if label is not None:
-                body = block[:block.rfind("$$")]
-                block = f"{body.rstrip()} \\tag{{{self._eq_number(label)}}}" + (" $$" if "\n" not in body else "\n$$")
+                body = block[: block.rfind("$$")]
+                block = f"{body.rstrip()} \\tag{{{self._eq_number(label)}}}" + (
+                    " $$" if "\n" not in body else "\n$$"
+                )
             parts.append(block)
             pos = end
         parts.append(self._roles(text[pos:]))
@@ -250,8 +335,8 @@ class ColabMarkdown:
     def _roles(self, text: str) -> str:
         out, pos, depth = [], 0, 0
         for m in _ROLE.finditer(text):
-            depth = _paren_depth(text[pos:m.start()], depth)
-            out.append(text[pos:m.start()])
+            depth = _paren_depth(text[pos : m.start()], depth)
+            out.append(text[pos : m.start()])
             out.append(self._role(m, in_parens=depth > 0))
             pos = m.end()
         out.append(text[pos:])
@@ -260,10 +345,24 @@ class ColabMarkdown:
     def _role(self, m: re.Match[str], in_parens: bool = False) -> str:
         role, body = m.group("role"), m.group("body").strip()
         titled = _TITLED.match(body)
-        title, target = (titled.group("title").strip(), titled.group("target").strip()) if titled else (None, body)
+        title, target = (
+            (titled.group("title").strip(), titled.group("target").strip())
+            if titled
+            else (None, body)
+        )
         if role in ("cite", "cite:p", "cite:ps") and in_parens:
-            role = "cite:alp"  # "(see {cite}`x`, §2)" reads "(see Author, 2021, §2)", not "(see (Author, 2021), §2)"
-        if role in ("cite", "cite:p", "cite:ps", "cite:t", "cite:ts", "cite:alp", "cite:author", "cite:year"):
+            # "(see {cite}`x`, §2)" reads "(see Author, 2021, §2)", not "(see (Author, 2021), §2)"
+            role = "cite:alp"
+        if role in (
+            "cite",
+            "cite:p",
+            "cite:ps",
+            "cite:t",
+            "cite:ts",
+            "cite:alp",
+            "cite:author",
+            "cite:year",
+        ):
             return self._cite(role, target)
         if role == "eq":
             return f"({self._eq_number(target)})"
@@ -336,19 +435,28 @@ def _paren_depth(text: str, depth: int) -> int:
     return depth
 
 
-def doc_resolver(md_path: Path, root: Path, colab_base: str | None) -> Callable[[str], tuple[str, str | None]]:
+def doc_resolver(
+    md_path: Path, root: Path, colab_base: str | None
+) -> Callable[[str], tuple[str, str | None]]:
     """A ``{doc}`` resolver for the notebook ``md_path`` of the book ``root``: the target page's
     first ``# `` heading, and the URL of its twin under ``colab_base`` (``None``: no link)."""
 
     def resolve(target: str) -> tuple[str, str | None]:
         rel = target.removesuffix(".md").removesuffix(".ipynb")
-        # "/x/y" is relative to the project root (the folder above book/), as in Sphinx; else to the page
+        # "/x/y" is relative to the project root (the folder above book/), as in Sphinx; else to the
+        # page
         page = (root.parent / rel.lstrip("/")) if rel.startswith("/") else (md_path.parent / rel)
         page = page.with_suffix(".md").resolve()
         if not page.is_file():
             raise MystConversionError(f"{md_path.stem}: {{doc}}`{target}` names no page ({page})")
-        heading = next((ln[2:].strip() for ln in page.read_text(encoding="utf-8").splitlines()
-                        if ln.startswith("# ")), page.stem)
+        heading = next(
+            (
+                ln[2:].strip()
+                for ln in page.read_text(encoding="utf-8").splitlines()
+                if ln.startswith("# ")
+            ),
+            page.stem,
+        )
         try:
             twin = page.relative_to(root.resolve()).with_suffix(".ipynb").as_posix()
         except ValueError:
@@ -362,8 +470,8 @@ _LABEL = re.compile(r"^\((?P<label>[\w:.-]+)\)=\s*$")
 
 
 def ref_resolver(root: Path, colab_base: str | None) -> Callable[[str], tuple[str, str | None]]:
-    """A ``{ref}`` resolver for the book ``root``: a label's title (the heading after ``(label)=`` in
-    any page of the book) and the URL of the page's twin under ``colab_base`` when the page is a
+    """A ``{ref}`` resolver for the book ``root``: a label's title (the heading after ``(label)=``
+    in any page of the book) and the URL of the page's twin under ``colab_base`` when the page is a
     notebook (``None``: no link)."""
     labels: dict[str, tuple[Path, str]] = {}
     for page in sorted(Path(root).rglob("*.md")):
@@ -373,12 +481,17 @@ def ref_resolver(root: Path, colab_base: str | None) -> Callable[[str], tuple[st
         for i, line in enumerate(lines):
             m = _LABEL.match(line)
             if m:
-                heading = next((ln.lstrip("#").strip() for ln in lines[i + 1:] if ln.strip()), m.group("label"))
+                heading = next(
+                    (ln.lstrip("#").strip() for ln in lines[i + 1 :] if ln.strip()),
+                    m.group("label"),
+                )
                 labels[m.group("label")] = (page, heading)
 
     def resolve(label: str) -> tuple[str, str | None]:
         if label not in labels:
-            raise MystConversionError(f"{{ref}}`{label}` names no label of the book ({len(labels)} labels)")
+            raise MystConversionError(
+                f"{{ref}}`{label}` names no label of the book ({len(labels)} labels)"
+            )
         page, heading = labels[label]
         head = page.read_text(encoding="utf-8")[:2000]
         is_notebook = head.startswith("---") and "jupytext:" in head and "kernelspec:" in head

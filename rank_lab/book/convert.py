@@ -29,8 +29,11 @@ from .recorded import load_record
 __all__ = ["bound_summaries", "main"]
 
 
-def bound_summaries(record: Mapping[str, Any], pattern: str, bounds: tuple[float, float]) -> tuple[dict[str, Any], int]:
-    """A copy of ``record`` whose summaries matching ``pattern`` carry ``bounds``, clipped; and their count.
+def bound_summaries(
+    record: Mapping[str, Any], pattern: str, bounds: tuple[float, float]
+) -> tuple[dict[str, Any], int]:
+    """A copy of ``record`` whose summaries matching ``pattern`` carry ``bounds``, clipped; and
+    their count.
 
     Args:
         record: a record (:func:`rank_lab.book.record.check_record`).
@@ -38,15 +41,16 @@ def bound_summaries(record: Mapping[str, Any], pattern: str, bounds: tuple[float
         bounds: ``(low, high)`` of the metric.
 
     Raises:
-        ValueError: ``bounds`` with low >= high, a matched summary whose mean lies outside them, or a
-            pattern that matches no summary.
+        ValueError: ``bounds`` with low >= high, a matched summary whose mean lies outside them, or
+            a pattern that matches no summary.
         TypeError: ``record`` not a mapping.
     """
     if not isinstance(pattern, str):
         raise TypeError(f"pattern must be an fnmatch pattern (a string), got {pattern!r}")
     if isinstance(bounds, str) or not isinstance(bounds, Sequence) or len(bounds) != 2:
         raise TypeError(f"bounds must be a pair (low, high), got {bounds!r}")
-    rec = json.loads(json.dumps(check_record(record)))  # a fresh tree: no object shared by two paths
+    # a fresh tree: no object shared by two paths
+    rec = json.loads(json.dumps(check_record(record)))
     low = check_float(bounds[0], "bounds[0]")
     high = check_float(bounds[1], "bounds[1]")
     if not low < high:
@@ -59,8 +63,12 @@ def bound_summaries(record: Mapping[str, Any], pattern: str, bounds: tuple[float
             if {"mean", "lo", "hi", "n"} <= set(node) and not EFFECT_KEYS <= set(node):
                 if fnmatch.fnmatchcase(path, pattern):
                     if not low <= node["mean"] <= high:
-                        raise ValueError(f"{path}: mean {node['mean']} lies outside bounds {[low, high]}")
-                    node.update(lo=max(node["lo"], low), hi=min(node["hi"], high), bounds=[low, high])
+                        raise ValueError(
+                            f"{path}: mean {node['mean']} lies outside bounds {[low, high]}"
+                        )
+                    node.update(
+                        lo=max(node["lo"], low), hi=min(node["hi"], high), bounds=[low, high]
+                    )
                     count += 1
                 return
             for k, v in node.items():
@@ -76,10 +84,13 @@ def bound_summaries(record: Mapping[str, Any], pattern: str, bounds: tuple[float
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rank_lab.book.convert bounds NAME PATTERN LOW HIGH``; exit 0 when written, 2 on an error."""
+    """``python -m rank_lab.book.convert bounds NAME PATTERN LOW HIGH``; exit 0 when written, 2 on
+    an error."""
     args = list(argv if argv is not None else sys.argv[1:])
     if len(args) != 5 or args[0] != "bounds":
-        print("usage: python -m rank_lab.book.convert bounds NAME PATTERN LOW HIGH", file=sys.stderr)
+        print(
+            "usage: python -m rank_lab.book.convert bounds NAME PATTERN LOW HIGH", file=sys.stderr
+        )
         return 2
     _, name, pattern, low, high = args
     try:

@@ -26,7 +26,8 @@ __all__ = ["repository_settings", "browse_url"]
 
 
 def repository_settings(project: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """``{"url", "branch"}`` of ``project/_config.yml`` (default: the folder above :func:`book_dir`).
+    """``{"url", "branch"}`` of ``project/_config.yml`` (default: the folder above
+    :func:`book_dir`).
 
     Missing file or keys give ``url`` ``None`` and ``branch`` ``"main"``.
 
@@ -44,12 +45,20 @@ def repository_settings(project: str | os.PathLike[str] | None = None) -> dict[s
     return {"url": url, "branch": str(repo.get("branch") or "main")}
 
 
-def browse_url(path: str, ref: str | None = None, *, url: str | None = None, branch: str | None = None,
-               folder: bool | None = None, project: str | os.PathLike[str] | None = None) -> str | None:
+def browse_url(
+    path: str,
+    ref: str | None = None,
+    *,
+    url: str | None = None,
+    branch: str | None = None,
+    folder: bool | None = None,
+    project: str | os.PathLike[str] | None = None,
+) -> str | None:
     """The web URL of a repository file or folder, or ``None`` when the repository is not browsable.
 
     Args:
-        path: a path relative to the repository root (``"benchmarks/README.md"``; ``""`` for the root).
+        path: a path relative to the repository root (``"benchmarks/README.md"``; ``""`` for the
+            root).
         ref: a commit or tag (default: the configured branch).
         url: the repository URL (default: ``repository.url`` of ``_config.yml``).
         branch: the branch (default: ``repository.branch``, else ``main``).
@@ -78,7 +87,11 @@ def browse_url(path: str, ref: str | None = None, *, url: str | None = None, bra
     if not url or not url.startswith("https://"):
         return None
     base = url.rstrip("/").removesuffix(".git")
-    is_folder = folder if folder is not None else (clean == "" or clean.endswith("/") or not Path(clean).suffix)
+    is_folder = (
+        folder
+        if folder is not None
+        else (clean == "" or clean.endswith("/") or not Path(clean).suffix)
+    )
     kind = "tree" if is_folder else "blob"
     tail = f"/{clean.rstrip('/')}" if clean.rstrip("/") else ""
     return f"{base}/{kind}/{ref or branch}{tail}"

@@ -98,7 +98,8 @@ def suggest(name: str, known: list[str] | tuple[str, ...]) -> str:
 
 
 def find_notebook(name: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> Path:
-    """Resolve a notebook from a path to its ``.md`` source or a stem such as ``"evaluating_retrieval"``.
+    """Resolve a notebook from a path to its ``.md`` source or a stem such as
+    ``"evaluating_retrieval"``.
 
     Raises:
         TypeError: if ``name`` is not a string or a path.
@@ -116,10 +117,13 @@ def find_notebook(name: str | os.PathLike[str], root: str | os.PathLike[str] | N
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise NotebookNotFoundError(f"notebook name {str(name)!r} is ambiguous: {[str(m) for m in matches]}")
+        raise NotebookNotFoundError(
+            f"notebook name {str(name)!r} is ambiguous: {[str(m) for m in matches]}"
+        )
     stems = [q.stem for q in notebooks]
     raise NotebookNotFoundError(
-        f"unknown notebook {str(name)!r}{suggest(stem, stems)}Known notebooks: {', '.join(stems) or '(none)'}"
+        f"unknown notebook {str(name)!r}{suggest(stem, stems)}Known notebooks: "
+        f"{', '.join(stems) or '(none)'}"
     )
 
 
@@ -143,10 +147,13 @@ def front_matter(md: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def to_notebook(md_path: str | os.PathLike[str]) -> Any:
-    """The jupytext notebook (``nbformat`` node) of a ``.md`` source, with a ``python3`` kernelspec."""
+    """The jupytext notebook (``nbformat`` node) of a ``.md`` source, with a ``python3``
+    kernelspec."""
     # optional dependency (extra "book"), imported where it is used
     import jupytext
 
     nb = jupytext.read(Path(md_path))
-    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
+    nb.metadata.setdefault(
+        "kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"}
+    )
     return nb

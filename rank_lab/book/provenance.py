@@ -36,14 +36,17 @@ def git_output(*args: str) -> str | None:
     if not (root / ".git").exists():
         return None
     try:
-        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 
 
 def installed_commit() -> str | None:
-    """The commit of a rank_lab installed by pip from a git URL (``direct_url.json``), or ``None``."""
+    """The commit of a rank_lab installed by pip from a git URL (``direct_url.json``), or
+    ``None``."""
     try:
         text = metadata.distribution("rank_lab").read_text("direct_url.json")
     except metadata.PackageNotFoundError:
@@ -89,7 +92,9 @@ def _cpu_name() -> str:
 
 def _device_name(device: Any) -> str:
     try:
-        dev = get_device(device if isinstance(device, (str, torch.device)) or device is None else None)
+        dev = get_device(
+            device if isinstance(device, (str, torch.device)) or device is None else None
+        )
     except (ValueError, TypeError):
         return f"{device} (unavailable)"
     if dev.type == "cuda":
@@ -120,7 +125,8 @@ def provenance(
             (:func:`rank_lab.engine.run_report.training_report`), ``None`` when unknown.
 
     Raises:
-        ValueError: if ``status`` is neither ``"ok"`` nor ``"failed"``, or a failed run has no error.
+        ValueError: if ``status`` is neither ``"ok"`` nor ``"failed"``, or a failed run has no
+            error.
     """
     if status not in ("ok", "failed"):
         raise ValueError(f"status must be 'ok' or 'failed', got {status!r}")

@@ -1,11 +1,12 @@
 """Publish the built site (pages + ``.ipynb`` twins) to the repository's ``gh-pages`` branch.
 
-``make publish`` runs ``python -m rank_lab.book.publish check`` (refuse at once when the repository URL
-of ``_config.yml`` is unset or the working tree has uncommitted changes: the twins name the commit
-they were built from), then ``make book``, then ``python -m rank_lab.book.publish push``: ``ghp-import``
-(the tool the Jupyter Book documentation uses) commits ``_build/html`` to ``gh-pages`` with a
-``.nojekyll`` file (GitHub Pages would hide ``_static/`` and ``_notebooks/`` otherwise) and pushes
-it; then every "Open in Colab" link of the pages is checked against the files of that branch.
+``make publish`` runs ``python -m rank_lab.book.publish check`` (refuse at once when the repository
+URL of ``_config.yml`` is unset or the working tree has uncommitted changes: the twins name the
+commit they were built from), then ``make book``, then ``python -m rank_lab.book.publish push``:
+``ghp-import`` (the tool the Jupyter Book documentation uses) commits ``_build/html`` to
+``gh-pages`` with a ``.nojekyll`` file (GitHub Pages would hide ``_static/`` and ``_notebooks/``
+otherwise) and pushes it; then every "Open in Colab" link of the pages is checked against the files
+of that branch.
 
 The Colab links come from ``book/_ext/colab_links.py``:
 ``https://colab.research.google.com/github/<org>/<repo>/blob/<branch>/_notebooks/<path>.ipynb``.
@@ -44,7 +45,8 @@ class PublishError(RuntimeError):
 
 
 def _require_dir(path: str | Path, name: str) -> Path:
-    """``path`` as a ``Path``; ``FileNotFoundError`` naming ``name`` and the path unless it is a folder."""
+    """``path`` as a ``Path``; ``FileNotFoundError`` naming ``name`` and the path unless it is a
+    folder."""
     if not isinstance(path, (str, Path)):
         raise TypeError(f"{name} must be a folder path, got {type(path).__name__}")
     p = Path(path)
@@ -75,8 +77,9 @@ def repository_url(root: str | Path) -> str:
     url = str(((cfg.get("repository") or {}).get("url")) or "").strip()
     if not url:
         raise PublishError(
-            f"repository.url is unset in {str(config)!r}: set it to the repository the site is published from "
-            "(e.g. https://github.com/<org>/<repo>); the Colab links and the twins' install cell use it"
+            f"repository.url is unset in {str(config)!r}: set it to the repository the site is "
+            "published from (e.g. https://github.com/<org>/<repo>); the Colab links and the twins' "
+            "install cell use it"
         )
     return url
 
@@ -123,10 +126,12 @@ def check_publishable(root: str | Path) -> str:
 
 
 def colab_links(html_dir: str | Path) -> dict[str, list[str]]:
-    """Every "Open in Colab" link of the built pages: ``{page path: [links]}`` (pages with links only).
+    """Every "Open in Colab" link of the built pages: ``{page path: [links]}`` (pages with links
+    only).
 
     Raises:
-        FileNotFoundError: ``html_dir`` is not a folder (a site that was not built has no links to check).
+        FileNotFoundError: ``html_dir`` is not a folder (a site that was not built has no links to
+            check).
     """
     html_dir = _require_dir(html_dir, "html_dir")
     out = {}
@@ -144,11 +149,16 @@ def branch_files(git_dir: str | Path, branch: str = "gh-pages") -> set[str]:
         FileNotFoundError: ``git_dir`` is not a folder.
         PublishError: git cannot list the branch (not a repository, no such branch).
     """
-    return set(_git(_require_dir(git_dir, "git_dir"), "ls-tree", "-r", "--name-only", branch).splitlines())
+    return set(
+        _git(_require_dir(git_dir, "git_dir"), "ls-tree", "-r", "--name-only", branch).splitlines()
+    )
 
 
-def missing_twins(html_dir: str | Path, files: set[str], repo: str, branch: str = "gh-pages") -> list[str]:
-    """The Colab links that do not name a file of ``files`` in ``repo`` (``"<org>/<repo>"``) on ``branch``.
+def missing_twins(
+    html_dir: str | Path, files: set[str], repo: str, branch: str = "gh-pages"
+) -> list[str]:
+    """The Colab links that do not name a file of ``files`` in ``repo`` (``"<org>/<repo>"``) on
+    ``branch``.
 
     Raises:
         FileNotFoundError: ``html_dir`` is not a folder.
@@ -162,13 +172,19 @@ def missing_twins(html_dir: str | Path, files: set[str], repo: str, branch: str 
     bad = []
     for page, links in colab_links(html_dir).items():
         for link in links:
-            if not link.startswith(prefix) or link[len(prefix):] not in files:
+            if not link.startswith(prefix) or link[len(prefix) :] not in files:
                 bad.append(f"{page}: {link}")
     return bad
 
 
-def publish(root: str | Path, html_dir: str | Path, *, remote: str = "origin", branch: str = "gh-pages",
-            check_dir: str | Path | None = None) -> list[str]:
+def publish(
+    root: str | Path,
+    html_dir: str | Path,
+    *,
+    remote: str = "origin",
+    branch: str = "gh-pages",
+    check_dir: str | Path | None = None,
+) -> list[str]:
     """Push ``html_dir`` to ``branch`` of ``remote`` with ghp-import, then check the Colab links.
 
     Args:
@@ -184,23 +200,45 @@ def publish(root: str | Path, html_dir: str | Path, *, remote: str = "origin", b
 
     Raises:
         FileNotFoundError: ``root`` or ``html_dir`` is not a folder.
-        PublishError: no Colab link in the pages, a remote whose GitHub repository is not the configured
-            one, a failed push, or links naming files absent from the branch.
+        PublishError: no Colab link in the pages, a remote whose GitHub repository is not the
+            configured one, a failed push, or links naming files absent from the branch.
     """
     root, html_dir = _require_dir(root, "root"), _require_dir(html_dir, "html_dir")
     repo = github_repo(check_publishable(root))
     if repo is None:
-        raise PublishError("repository.url is not a GitHub URL: the pages have no Colab links to publish")
+        raise PublishError(
+            "repository.url is not a GitHub URL: the pages have no Colab links to publish"
+        )
     links = [link for ls in colab_links(html_dir).values() for link in ls]
     if not links:
-        raise PublishError(f"no 'Open in Colab' link in the pages under {str(html_dir)!r}: build the site first (make book)")
-    remote_url = subprocess.run(["git", "remote", "get-url", remote], cwd=root, capture_output=True, text=True)
+        raise PublishError(
+            f"no 'Open in Colab' link in the pages under {str(html_dir)!r}: build the site first "
+            "(make book)"
+        )
+    remote_url = subprocess.run(
+        ["git", "remote", "get-url", remote], cwd=root, capture_output=True, text=True
+    )
     if remote_url.returncode == 0 and github_repo(remote_url.stdout.strip()) not in (None, repo):
-        raise PublishError(f"remote {remote!r} is {remote_url.stdout.strip()}, but the links name {repo} (_config.yml)")
+        raise PublishError(
+            f"remote {remote!r} is {remote_url.stdout.strip()}, but the links name {repo} "
+            "(_config.yml)"
+        )
     commit = _git(root, "rev-parse", "--short", "HEAD").strip()
-    cmd = [sys.executable, "-m", "ghp_import", "-n", "-p", "-f", "-r", remote, "-b", branch,
-           "-m", f"Publish the book built from {commit}",
-           str(html_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ghp_import",
+        "-n",
+        "-p",
+        "-f",
+        "-r",
+        remote,
+        "-b",
+        branch,
+        "-m",
+        f"Publish the book built from {commit}",
+        str(html_dir),
+    ]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
         raise PublishError(f"{' '.join(cmd)} failed: {(proc.stdout + proc.stderr).strip()}")
@@ -212,7 +250,9 @@ def publish(root: str | Path, html_dir: str | Path, *, remote: str = "origin", b
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m rank_lab.book.publish check | push [--remote R] [--branch B] [--site DIR]``."""
-    ap = argparse.ArgumentParser(prog="python -m rank_lab.book.publish", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m rank_lab.book.publish", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("command", choices=("check", "push"))
     ap.add_argument("--root", default=".", help="the repository (default: the current folder)")
     ap.add_argument("--site", default="_build/html", help="the built site (default: _build/html)")
@@ -225,7 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             site = Path(args.root) / args.site
             links = publish(args.root, site, remote=args.remote, branch=args.branch)
-            print(f"published {site} to {args.remote}/{args.branch}; {len(links)} Colab links name existing twins")
+            print(
+                f"published {site} to {args.remote}/{args.branch}; {len(links)} Colab links name "
+                "existing twins"
+            )
     except (PublishError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -16,11 +16,11 @@ collects one sentence per effect it reads:
   **resolved (agrees)** (the interval excludes zero on the source's side and every arm is
   healthy); **cannot resolve** (the interval holds zero: "this run cannot resolve an effect of
   this size (MDE x)", the minimum detectable effect at 80 % power of
-  :func:`rank_lab.stats.minimum_detectable_effect`, next to the source's effect size); **contradicted**
-  (the interval excludes the source's sign and every arm is healthy), followed by why; **not
-  comparable** (an arm is *collapsed*: not better than the declared trivial reference, e.g. plain
-  cross-entropy, raw features, the untrained network, so the comparison never counts as agreeing
-  or contradicting);
+  :func:`rank_lab.stats.minimum_detectable_effect`, next to the source's effect
+  size); **contradicted** (the interval excludes the source's sign and every arm is healthy),
+  followed by why; **not comparable** (an arm is *collapsed*: not better than the declared trivial
+  reference, e.g. plain cross-entropy, raw features, the untrained network, so the comparison never
+  counts as agreeing or contradicting);
 * :meth:`Reading.state` reads an effect without a source claim, from a template whose numbers
   and direction are filled in from the interval;
 * :meth:`Reading.note` adds a plain sentence that reads no effect.
@@ -76,7 +76,8 @@ EFFECT_KEYS = frozenset({"mean", "lo", "hi", "n", "std", "mean_a", "mean_b"})
 
 
 class ReadingError(ValueError):
-    """A reading that does not match its declaration, or a declaration that does not match the record."""
+    """A reading that does not match its declaration, or a declaration that does not match the
+    record."""
 
 
 def _text(value: Any, name: str) -> str:
@@ -93,7 +94,9 @@ def _reasons(reasons: str | Sequence[str]) -> str:
     else:
         raise TypeError(f"reasons must be a string or a list of strings, got {reasons!r}")
     if not items:
-        raise ValueError("reasons must name at least one likely reason (regime, scale, toy backbone ...)")
+        raise ValueError(
+            "reasons must name at least one likely reason (regime, scale, toy backbone ...)"
+        )
     return "; ".join(items)
 
 
@@ -122,8 +125,10 @@ def effects(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                 return
             for k, v in node.items():
                 if "/" in str(k):
-                    raise ReadingError(f"results key {k!r} at {'/'.join(path) or '(top)'} holds '/': "
-                                       "effect ids join keys with '/', rename the key")
+                    raise ReadingError(
+                        f"results key {k!r} at {'/'.join(path) or '(top)'} holds '/': "
+                        "effect ids join keys with '/', rename the key"
+                    )
                 walk(v, [*path, str(k)])
         elif isinstance(node, list):
             for i, v in enumerate(node):
@@ -166,15 +171,24 @@ def reading_spec(name: Any) -> ReadingSpec | None:
         return None
     where = f"{md.name}: rank_lab.reading"
     if not isinstance(block, Mapping) or set(block) - {"reads", "not_read"}:
-        raise ReadingError(f"{where} must be a mapping {{reads: [...], not_read: {{id: reason}}}}, got {block!r}")
+        raise ReadingError(
+            f"{where} must be a mapping {{reads: [...], not_read: {{id: reason}}}}, got {block!r}"
+        )
     reads = block.get("reads") or []
-    if isinstance(reads, str) or not isinstance(reads, list) or not all(isinstance(r, str) and r for r in reads):
+    if (
+        isinstance(reads, str)
+        or not isinstance(reads, list)
+        or not all(isinstance(r, str) and r for r in reads)
+    ):
         raise ReadingError(f"{where}.reads must be a list of effect ids or patterns, got {reads!r}")
     not_read = block.get("not_read") or {}
     if not isinstance(not_read, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in not_read.items()):
-        raise ReadingError(f"{where}.not_read must map effect ids or patterns to a reason (a sentence), "
-                           f"got {not_read!r}")
+        isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in not_read.items()
+    ):
+        raise ReadingError(
+            f"{where}.not_read must map effect ids or patterns to a reason (a sentence), "
+            f"got {not_read!r}"
+        )
     return ReadingSpec(tuple(reads), {k: v.strip() for k, v in not_read.items()})
 
 
@@ -185,7 +199,8 @@ def reading_problems(run: RecordedRun, spec: ReadingSpec | None = None) -> list[
     both; every pattern must match an effect of the record (no stale declaration).
 
     Args:
-        run: the chapter's record (:func:`rank_lab.book.load_record`); a missing record has no problem.
+        run: the chapter's record (:func:`rank_lab.book.load_record`); a missing record has no
+            problem.
         spec: the declaration (default: :func:`reading_spec` of the record's notebook).
 
     Raises:
@@ -194,22 +209,34 @@ def reading_problems(run: RecordedRun, spec: ReadingSpec | None = None) -> list[
     if not isinstance(run, RecordedRun):
         raise TypeError(f"run must be a RecordedRun, got {type(run).__name__}")
     if spec is not None and not isinstance(spec, ReadingSpec):
-        raise TypeError(f"spec must be a ReadingSpec (reading_spec) or None, got {type(spec).__name__}")
+        raise TypeError(
+            f"spec must be a ReadingSpec (reading_spec) or None, got {type(spec).__name__}"
+        )
     if not run:
         return []
     spec = spec if spec is not None else reading_spec(run.notebook)
     found = effects(run.results)
     resolved = sorted(k for k, v in found.items() if ci_sign(v) != 0)
     if spec is None:
-        return [f"{run.notebook}: no rank_lab.reading declaration, and the record has {len(resolved)} resolved "
-                f"effects: {resolved}"]
+        return [
+            f"{run.notebook}: no rank_lab.reading declaration, and the record has {len(resolved)} "
+            f"resolved effects: {resolved}"
+        ]
     read, left = spec.expand(sorted(found))
-    problems = [f"{run.notebook}: resolved effect {k!r} is neither read by the box nor listed in not_read"
-                for k in resolved if k not in read | left]
-    problems += [f"{run.notebook}: effect {k!r} is declared both read and not read" for k in sorted(read & left)]
+    problems = [
+        f"{run.notebook}: resolved effect {k!r} is neither read by the box nor listed in not_read"
+        for k in resolved
+        if k not in read | left
+    ]
+    problems += [
+        f"{run.notebook}: effect {k!r} is declared both read and not read"
+        for k in sorted(read & left)
+    ]
     for pattern in [*spec.reads, *spec.not_read]:
         if not any(fnmatch.fnmatchcase(k, pattern) for k in found):
-            problems.append(f"{run.notebook}: {pattern!r} matches no effect of the record (stale declaration)")
+            problems.append(
+                f"{run.notebook}: {pattern!r} matches no effect of the record (stale declaration)"
+            )
     return problems
 
 
@@ -219,7 +246,8 @@ class Claim:
     """A source's claim about "A minus B".
 
     Attributes:
-        text: the claim in words, e.g. ``"Sup-AP is above Sup-R@k in mAP@R on SOP and iNaturalist"``.
+        text: the claim in words, e.g.
+            ``"Sup-AP is above Sup-R@k in mAP@R on SOP and iNaturalist"``.
         where: the source's place, e.g. ``"Ramzi thesis, Tab. 3.3"``.
         effect: the source's effect size, A minus B in the units the box shows (e.g. ``0.6`` points;
             its sign is the direction claimed; positive means A better when higher is better), or
@@ -286,8 +314,12 @@ class Reading:
         TypeError: ``run`` not a RecordedRun; ``live`` not a mapping.
     """
 
-    def __init__(self, run: RecordedRun, live: Mapping[str, Any] | None = None,
-                 title: str = "What this run shows") -> None:
+    def __init__(
+        self,
+        run: RecordedRun,
+        live: Mapping[str, Any] | None = None,
+        title: str = "What this run shows",
+    ) -> None:
         if not isinstance(run, RecordedRun):
             raise TypeError(f"run must be a RecordedRun (load_record), got {type(run).__name__}")
         if live is not None and not isinstance(live, Mapping):
@@ -306,7 +338,9 @@ class Reading:
         """
         found = effects(self.results)
         if effect_id not in found:
-            raise ReadingError(f"no effect {effect_id!r} in the run read; its effects: {sorted(found)}")
+            raise ReadingError(
+                f"no effect {effect_id!r} in the run read; its effects: {sorted(found)}"
+            )
         return found[effect_id]
 
     def _mark(self, effect_id: str) -> dict[str, Any]:
@@ -316,9 +350,21 @@ class Reading:
         self.read.append(effect_id)
         return d
 
-    def compare(self, effect_id: str, *, a: str, b: str, metric: str, claim: Claim, reference: Reference,
-                reasons: str | Sequence[str], higher_is_better: bool = True, digits: int = 2,
-                scale: float = 1.0, unit: str = "") -> str:
+    def compare(
+        self,
+        effect_id: str,
+        *,
+        a: str,
+        b: str,
+        metric: str,
+        claim: Claim,
+        reference: Reference,
+        reasons: str | Sequence[str],
+        higher_is_better: bool = True,
+        digits: int = 2,
+        scale: float = 1.0,
+        unit: str = "",
+    ) -> str:
         """Weigh the effect "A minus B" against a source's claim; add the sentence and return it.
 
         Args:
@@ -347,9 +393,13 @@ class Reading:
         d = self._mark(effect_id)
         a, b, metric = _text(a, "a"), _text(b, "b"), _text(metric, "metric")
         if not isinstance(claim, Claim):
-            raise TypeError(f"claim must be a Claim (text, where, effect), got {type(claim).__name__}")
+            raise TypeError(
+                f"claim must be a Claim (text, where, effect), got {type(claim).__name__}"
+            )
         if not isinstance(reference, Reference):
-            raise TypeError(f"reference must be a Reference (name, value), got {type(reference).__name__}")
+            raise TypeError(
+                f"reference must be a Reference (name, value), got {type(reference).__name__}"
+            )
         why = _reasons(reasons)
         digits = check_nonneg_int(digits, "digits")
         scale = check_float(scale, "scale")
@@ -362,53 +412,73 @@ class Reading:
         arms = {a: scale * float(d["mean_a"]), b: scale * float(d["mean_b"])}
         status = {name: arm_status(v, reference, higher_is_better) for name, v in arms.items()}
         collapsed = [name for name, st in status.items() if st == "collapsed"]
-        # the sign of A - B the source claims: its effect's sign, else "A better" (A - B < 0 when lower is better)
+        # the sign of A - B the source claims: its effect's sign, else "A better" (A - B < 0 when
+        # lower is better)
         if claim.effect is None:
             claimed = 1 if higher_is_better else -1
         else:
             claimed = 1 if claim.effect >= 0 else -1
         side = ci_sign(d)  # the sign of A - B the interval resolves (0: holds zero)
         n = int(d["n"])
-        f = (lambda v: _fmt(v, digits))  # noqa: E731 - a local formatter
-        effect = (f"{a} − {b} in {metric}: {'+' if mean >= 0 else ''}{f(mean)}{unit} "
-                  f"(95 % CI [{f(lo)}, {f(hi)}], {n} seeds; MDE {f(mde)}{unit} at 80 % power)")
+        f = lambda v: _fmt(v, digits)  # noqa: E731 - a local formatter
+        effect = (
+            f"{a} − {b} in {metric}: {'+' if mean >= 0 else ''}{f(mean)}{unit} "
+            f"(95 % CI [{f(lo)}, {f(hi)}], {n} seeds; MDE {f(mde)}{unit} at 80 % power)"
+        )
         source = f"the source: {claim.text.rstrip('.')}" + (
             f" ({'+' if claim.effect >= 0 else ''}{f(claim.effect)}{unit}; {claim.where})"
-            if claim.effect is not None else f" ({claim.where})")
+            if claim.effect is not None
+            else f" ({claim.where})"
+        )
         lower = "" if higher_is_better else ", lower is better"
-        arms_text = (f"Arms: {a} {f(arms[a])}, {b} {f(arms[b])}{lower}; trivial reference "
-                     f"({reference.name}) {f(reference.value)}")
+        arms_text = (
+            f"Arms: {a} {f(arms[a])}, {b} {f(arms[b])}{lower}; trivial reference "
+            f"({reference.name}) {f(reference.value)}"
+        )
         if collapsed:
             verdict = "Not comparable (collapsed arm)"
-            tail = (f"{' and '.join(collapsed)} {'is' if len(collapsed) == 1 else 'are'} not better than "
-                    f"{reference.name}, so this comparison counts neither for nor against {source}.")
+            tail = (
+                f"{' and '.join(collapsed)} {'is' if len(collapsed) == 1 else 'are'} not better "
+                f"than {reference.name}, so this comparison counts neither for nor against "
+                f"{source}."
+            )
         elif side == 0:
             size = abs(claim.effect) if claim.effect is not None else None
             if size is None or size < mde:
                 verdict = f"Cannot resolve (MDE {f(mde)}{unit})"
-                tail = (f"the interval holds zero, and this run cannot resolve an effect of this size "
-                        f"(MDE {f(mde)}{unit}); {source}. Why this run cannot show it: {why}.")
+                tail = (
+                    f"the interval holds zero, and this run cannot resolve an effect of this size "
+                    f"(MDE {f(mde)}{unit}); {source}. Why this run cannot show it: {why}."
+                )
             else:
                 verdict = "Not resolved"
-                tail = (f"the interval holds zero although the source's effect ({f(size)}{unit}) is above "
-                        f"this run's MDE ({f(mde)}{unit}); {source}. Likely reasons: {why}.")
+                tail = (
+                    f"the interval holds zero although the source's effect ({f(size)}{unit}) is "
+                    f"above this run's MDE ({f(mde)}{unit}); {source}. Likely reasons: {why}."
+                )
         elif side == claimed:
             verdict = "Resolved (agrees)"
             tail = f"the interval excludes zero on the side of {source}."
         else:
             verdict = "Contradicted"
-            tail = f"the interval excludes the sign of {source}, and both arms are healthy. Why: {why}."
+            tail = (
+                f"the interval excludes the sign of {source}, and both arms are healthy. Why: "
+                f"{why}."
+            )
         sentence = f"**{verdict}.** {effect}: {tail} {arms_text}."
         self.sentences.append(sentence)
         return sentence
 
-    def state(self, effect_id: str, template: str, *, digits: int = 2, scale: float = 1.0, unit: str = "") -> str:
-        """Read an effect that bears on no source claim, from a template; add the sentence, return it.
+    def state(
+        self, effect_id: str, template: str, *, digits: int = 2, scale: float = 1.0, unit: str = ""
+    ) -> str:
+        """Read an effect that bears on no source claim, from a template; add the sentence, return
+        it.
 
         The template's fields are filled from the effect: ``{ci}`` (``"+25.39 [23.95, 26.84]"``
-        with ``unit``), ``{mean}``, ``{lo}``, ``{hi}``, ``{n}`` (seeds), ``{direction}`` (``"above"``,
-        ``"below"`` or ``"not resolved from"``: the sign of A minus B as the interval resolves it),
-        ``{mde}``. Write no direction or number by hand.
+        with ``unit``), ``{mean}``, ``{lo}``, ``{hi}``, ``{n}`` (seeds), ``{direction}``
+        (``"above"``, ``"below"`` or ``"not resolved from"``: the sign of A minus B as the interval
+        resolves it), ``{mde}``. Write no direction or number by hand.
 
         Raises:
             ReadingError: unknown effect, an effect read twice, or a template that names a field
@@ -420,21 +490,29 @@ class Reading:
         scale = check_float(scale, "scale")
         mean, lo, hi = (scale * float(d[k]) for k in ("mean", "lo", "hi"))
         mde = scale * minimum_detectable_effect(float(d["std"]), int(d["n"]))
-        fields = {"mean": _fmt(mean, digits), "lo": _fmt(lo, digits), "hi": _fmt(hi, digits), "n": int(d["n"]),
-                  "ci": f"{'+' if mean >= 0 else ''}{_fmt(mean, digits)}{unit} [{_fmt(lo, digits)}, "
-                        f"{_fmt(hi, digits)}]",
-                  "direction": {1: "above", 0: "not resolved from", -1: "below"}[ci_sign(d)],
-                  "mde": f"{_fmt(mde, digits)}{unit}"}
+        fields = {
+            "mean": _fmt(mean, digits),
+            "lo": _fmt(lo, digits),
+            "hi": _fmt(hi, digits),
+            "n": int(d["n"]),
+            "ci": f"{'+' if mean >= 0 else ''}{_fmt(mean, digits)}{unit} [{_fmt(lo, digits)}, "
+            f"{_fmt(hi, digits)}]",
+            "direction": {1: "above", 0: "not resolved from", -1: "below"}[ci_sign(d)],
+            "mde": f"{_fmt(mde, digits)}{unit}",
+        }
         try:
             sentence = template.format(**fields)
         except (KeyError, IndexError, ValueError) as exc:
-            raise ReadingError(f"template {template!r} names a field other than {sorted(fields)} "
-                               f"or is malformed: {exc!r}") from exc
+            raise ReadingError(
+                f"template {template!r} names a field other than {sorted(fields)} "
+                f"or is malformed: {exc!r}"
+            ) from exc
         self.sentences.append(sentence)
         return sentence
 
     def note(self, sentence: str) -> str:
-        """Add a plain sentence that reads no effect (a count, a number with its context); return it."""
+        """Add a plain sentence that reads no effect (a count, a number with its context); return
+        it."""
         sentence = _text(sentence, "sentence")
         self.sentences.append(sentence)
         return sentence
@@ -465,12 +543,20 @@ class Reading:
         problems = reading_problems(self.run, spec)
         if spec is not None:
             declared, _ = spec.expand(sorted(effects(self.run.results)))
-            problems += [f"{self.run.notebook}: declared effect {k!r} has no sentence in the box"
-                         for k in sorted(declared - set(self.read))]
-            problems += [f"{self.run.notebook}: the box reads {k!r}, which rank_lab.reading.reads does not declare"
-                         for k in self.read if k not in declared]
+            problems += [
+                f"{self.run.notebook}: declared effect {k!r} has no sentence in the box"
+                for k in sorted(declared - set(self.read))
+            ]
+            problems += [
+                f"{self.run.notebook}: the box reads {k!r}, which rank_lab.reading.reads does not "
+                "declare"
+                for k in self.read
+                if k not in declared
+            ]
         if problems:
-            raise ReadingError("the reading does not match its declaration:\n  " + "\n  ".join(problems))
+            raise ReadingError(
+                "the reading does not match its declaration:\n  " + "\n  ".join(problems)
+            )
 
     def show(self) -> None:
         """Check the box (:meth:`check`) and display it as Markdown; returns ``None``."""
@@ -478,7 +564,8 @@ class Reading:
         show_markdown(self.markdown())
 
 
-# ------------------------------------------------------------------------------- first-generation wording
+# ------------------------------------------------------------------------------- first-generation
+# wording
 def effect_sentence(
     difference: Mapping[str, Any],
     *,
@@ -492,7 +579,8 @@ def effect_sentence(
     scale: float = 1.0,
     unit: str = "",
 ) -> str:
-    """The sentence that reads one effect "A minus B" from its confidence interval (before :class:`Reading`).
+    """The sentence that reads one effect "A minus B" from its confidence interval (before
+    :class:`Reading`).
 
     Superseded by :meth:`Reading.compare` (MDE, arm health, completeness); chapters not yet
     converted still call it.
@@ -525,7 +613,9 @@ def effect_sentence(
         claim = _text(claim, "claim").rstrip(".")
     why = _reasons(reasons)
     if not isinstance(difference, Mapping) or not {"mean", "lo", "hi", "n"} <= set(difference):
-        raise TypeError(f"difference must be a paired_difference mapping (mean, lo, hi, n), got {difference!r}")
+        raise TypeError(
+            f"difference must be a paired_difference mapping (mean, lo, hi, n), got {difference!r}"
+        )
     digits = check_nonneg_int(digits, "digits")
     if not isinstance(higher_is_better, bool):
         raise TypeError(f"higher_is_better must be a bool, got {higher_is_better!r}")
@@ -541,10 +631,15 @@ def effect_sentence(
 
     seeds = f"{n} seed{'s' if n != 1 else ''}"
     if sign == 0:
-        text = (f"No difference between {a} and {b} in {metric} that we can resolve with {seeds}: "
-                f"{a} − {b} = {f(mean)}{unit} (95 % CI [{f(lo)}, {f(hi)}]), and the CI holds zero.")
+        text = (
+            f"No difference between {a} and {b} in {metric} that we can resolve with {seeds}: "
+            f"{a} − {b} = {f(mean)}{unit} (95 % CI [{f(lo)}, {f(hi)}]), and the CI holds zero."
+        )
         if claim is not None:
-            text += f" The source claims that {claim}; likely reasons why this run cannot show it: {why}."
+            text += (
+                f" The source claims that {claim}; likely reasons why this run cannot show it: "
+                f"{why}."
+            )
         else:
             text += f" Likely reasons: {why}."
         return text
@@ -552,8 +647,10 @@ def effect_sentence(
     # the interval of winner - loser in the metric's own direction: A - B, or B - A = -(A - B)
     w_mean, w_lo, w_hi = (mean, lo, hi) if winner == a else (-mean, -hi, -lo)
     lower = "" if higher_is_better else ", lower is better"
-    text = (f"{winner} beats {loser} by {f(abs(w_mean))}{unit} in {metric}{lower} "
-            f"(95 % CI of {winner} − {loser}: [{f(w_lo)}, {f(w_hi)}], {seeds}): the CI excludes zero")
+    text = (
+        f"{winner} beats {loser} by {f(abs(w_mean))}{unit} in {metric}{lower} "
+        f"(95 % CI of {winner} − {loser}: [{f(w_lo)}, {f(w_hi)}], {seeds}): the CI excludes zero"
+    )
     if sign > 0:
         return text + (f", as the source claims: {claim}." if claim is not None else ".")
     if claim is not None:
@@ -561,8 +658,9 @@ def effect_sentence(
     return text + f", against the expectation that {a} beats {b}; likely reasons: {why}."
 
 
-def reading_markdown(sentences: Sequence[str], run: RecordedRun | None = None,
-                     title: str = "What this run shows") -> str:
+def reading_markdown(
+    sentences: Sequence[str], run: RecordedRun | None = None, title: str = "What this run shows"
+) -> str:
     """The MyST admonition of a chapter's reading: one bullet per sentence, then the run it reads.
 
     Args:
@@ -574,8 +672,12 @@ def reading_markdown(sentences: Sequence[str], run: RecordedRun | None = None,
     Raises:
         TypeError: ``sentences`` not a non-empty list of strings; ``run`` not a RecordedRun.
     """
-    if isinstance(sentences, str) or not isinstance(sentences, Sequence) or not sentences or not all(
-            isinstance(s, str) and s.strip() for s in sentences):
+    if (
+        isinstance(sentences, str)
+        or not isinstance(sentences, Sequence)
+        or not sentences
+        or not all(isinstance(s, str) and s.strip() for s in sentences)
+    ):
         raise TypeError(f"sentences must be a non-empty list of strings, got {sentences!r}")
     title = _text(title, "title")
     if run is not None and not isinstance(run, RecordedRun):
@@ -587,8 +689,9 @@ def reading_markdown(sentences: Sequence[str], run: RecordedRun | None = None,
     return "\n".join(lines)
 
 
-def show_reading(sentences: Sequence[str], run: RecordedRun | None = None,
-                 title: str = "What this run shows") -> None:
+def show_reading(
+    sentences: Sequence[str], run: RecordedRun | None = None, title: str = "What this run shows"
+) -> None:
     """Display :func:`reading_markdown` as Markdown output; returns ``None``.
 
     Raises:

@@ -1,4 +1,5 @@
-"""Recorded full runs: ``python -m rank_lab.book record NAME`` (schema ``rank_lab.book.recorded/1``).
+"""Recorded full runs: ``python -m rank_lab.book record NAME`` (schema
+``rank_lab.book.recorded/1``).
 
 A chapter that shows a full-scale run declares it in its front matter::
 
@@ -32,7 +33,7 @@ Rules (:func:`check_record`): at most :data:`MAX_RECORD_BYTES` of JSON, no list 
 succeeded: a failed or refused run never touches a good record. A record is made from a clean
 git checkout (``allow_dirty=True`` / ``--allow-dirty`` overrides, and the header then says so),
 so its commit names the code that produced it.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -84,11 +85,13 @@ MACHINE_KEYS = ("cpu_s", "cpu_count", "load_avg_start", "load_avg_end")
 
 
 class RecordError(ValueError):
-    """A record that cannot be made or read: no declaration, a smoke run, a dirty checkout, a bad file."""
+    """A record that cannot be made or read: no declaration, a smoke run, a dirty checkout, a bad
+    file."""
 
 
 class RecordBuildError(RecordError):
-    """The full run succeeded, but its results cannot be recorded (missing keys, too large): nothing written."""
+    """The full run succeeded, but its results cannot be recorded (missing keys, too large): nothing
+    written."""
 
 
 @dataclass(frozen=True)
@@ -115,22 +118,32 @@ def record_spec(name: str | os.PathLike[str]) -> RecordSpec | None:
         return None
     where = f"{md.name}: rank_lab.recorded"
     if not isinstance(decl, Mapping) or set(decl) - {"keys", "seeds"} or "seeds" not in decl:
-        raise RecordError(f"{where} must be a mapping {{keys: [...], seeds: <dotted path>}}, got {decl!r}")
+        raise RecordError(
+            f"{where} must be a mapping {{keys: [...], seeds: <dotted path>}}, got {decl!r}"
+        )
     results_keys = list(meta.get("results_keys") or [])
     keys = decl.get("keys", results_keys)
-    if isinstance(keys, str) or not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+    if (
+        isinstance(keys, str)
+        or not isinstance(keys, list)
+        or not keys
+        or not all(isinstance(k, str) for k in keys)
+    ):
         raise RecordError(f"{where}.keys must be a non-empty list of result keys, got {keys!r}")
     unknown = [k for k in keys if k not in results_keys]
     if unknown:
         raise RecordError(f"{where}.keys {unknown} are not in rank_lab.results_keys {results_keys}")
     seeds = decl["seeds"]
     if not isinstance(seeds, str) or seeds.split(".")[0] not in keys:
-        raise RecordError(f"{where}.seeds must be a dotted path inside the kept keys {keys}, got {seeds!r}")
+        raise RecordError(
+            f"{where}.seeds must be a dotted path inside the kept keys {keys}, got {seeds!r}"
+        )
     return RecordSpec(md.stem, tuple(keys), seeds)
 
 
 def record_path(name: str | os.PathLike[str], variant: str | None = None) -> Path:
-    """``book/<part>/recorded/<name>.json`` (``<name>.<variant>.json`` for a variant such as ``gpu``).
+    """``book/<part>/recorded/<name>.json`` (``<name>.<variant>.json`` for a variant such as
+    ``gpu``).
 
     Raises:
         NotebookNotFoundError: no such notebook.
@@ -152,8 +165,12 @@ def _at(results: Mapping[str, Any], path: str) -> Any:
     return node
 
 
-def make_record(document: Mapping[str, Any], spec: RecordSpec, variant: str | None = None,
-                machine: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def make_record(
+    document: Mapping[str, Any],
+    spec: RecordSpec,
+    variant: str | None = None,
+    machine: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The record of a successful full run, from its ``results.json`` document.
 
     Args:
@@ -175,23 +192,38 @@ def make_record(document: Mapping[str, Any], spec: RecordSpec, variant: str | No
         raise TypeError(f"document must be a results.json document, got {type(document).__name__}")
     prov = dict(document["provenance"])
     if prov.get("status") != "ok":
-        raise RecordError(f"document: the run did not succeed (status {prov.get('status')!r}): nothing to record")
+        raise RecordError(
+            f"document: the run did not succeed (status {prov.get('status')!r}): nothing to record"
+        )
     params = dict(document.get("parameters") or {})
     if params.get("smoke") is not False:
-        raise RecordError("document: a record is a full run, the run's smoke parameter must be False")
+        raise RecordError(
+            "document: a record is a full run, the run's smoke parameter must be False"
+        )
     results = document.get("results") or {}
     missing = [k for k in spec.keys if k not in results]
     if missing:
         raise RecordError(f"document: the run's results lack the recorded keys {missing}")
     seeds = _at(results, spec.seeds)
-    prov.update(seeds=seeds, wall_s=(document.get("cost") or {}).get("run_s"), variant=variant,
-                recorded_utc=utc_now())
+    prov.update(
+        seeds=seeds,
+        wall_s=(document.get("cost") or {}).get("run_s"),
+        variant=variant,
+        recorded_utc=utc_now(),
+    )
     if machine is not None:
         if not isinstance(machine, Mapping) or set(machine) != set(MACHINE_KEYS):
-            raise TypeError(f"machine must be a mapping with the keys {list(MACHINE_KEYS)}, got {machine!r}")
+            raise TypeError(
+                f"machine must be a mapping with the keys {list(MACHINE_KEYS)}, got {machine!r}"
+            )
         prov.update(machine)
-    record = {"schema": RECORD_SCHEMA, "notebook": spec.notebook, "parameters": params, "provenance": prov,
-              "results": {k: results[k] for k in spec.keys}}
+    record = {
+        "schema": RECORD_SCHEMA,
+        "notebook": spec.notebook,
+        "parameters": params,
+        "provenance": prov,
+        "results": {k: results[k] for k in spec.keys},
+    }
     return check_record(record)
 
 
@@ -236,29 +268,51 @@ def check_record(record: Any) -> dict[str, Any]:
         raise RecordError("record: parameters, provenance and results must be mappings")
     if prov.get("status") != "ok" or params.get("smoke") is not False:
         raise RecordError("record: only a successful full run (status ok, smoke False) is recorded")
-    missing = [k for k in ("started_utc", "ended_utc", "rank_lab", "torch", "device", "git_commit", "seeds",
-                           "wall_s") if k not in prov]
+    missing = [
+        k
+        for k in (
+            "started_utc",
+            "ended_utc",
+            "rank_lab",
+            "torch",
+            "device",
+            "git_commit",
+            "seeds",
+            "wall_s",
+        )
+        if k not in prov
+    ]
     if missing:
         raise RecordError(f"record: provenance lacks {missing}")
     seeds = prov["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                           for s in seeds):
-        raise RecordError(f"record: provenance.seeds must be a non-empty list of ints, got {seeds!r}")
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
+        raise RecordError(
+            f"record: provenance.seeds must be a non-empty list of ints, got {seeds!r}"
+        )
     _check_machine(prov)
     long = _long_lists(results)
     if long:
-        raise RecordError(f"record: lists longer than {MAX_LIST_ITEMS} items (per-item arrays do not belong "
-                          f"in a record): {long[:3]}")
+        raise RecordError(
+            f"record: lists longer than {MAX_LIST_ITEMS} items (per-item arrays do not belong "
+            f"in a record): {long[:3]}"
+        )
     if _non_finite(record):
         raise RecordError("record: holds NaN or inf")
     size = len(json.dumps(record, indent=1, sort_keys=True))
     if size > MAX_RECORD_BYTES:
-        raise RecordError(f"record: {size} bytes of JSON, more than {MAX_RECORD_BYTES}: keep figures only")
+        raise RecordError(
+            f"record: {size} bytes of JSON, more than {MAX_RECORD_BYTES}: keep figures only"
+        )
     return dict(record)
 
 
 def _check_machine(prov: Mapping[str, Any]) -> None:
-    """The machine fields of a provenance, when present: CPU seconds, CPU count, two load triples."""
+    """The machine fields of a provenance, when present: CPU seconds, CPU count, two load
+    triples."""
     present = [k for k in MACHINE_KEYS if k in prov]
     if not present:
         return  # a record made before the record tool measured the machine
@@ -271,13 +325,21 @@ def _check_machine(prov: Mapping[str, Any]) -> None:
         raise RecordError(f"record: provenance.cpu_count must be an int >= 1, got {count!r}")
     for key in ("load_avg_start", "load_avg_end"):
         load = prov[key]
-        if (not isinstance(load, list) or len(load) != 3
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in load)):
-            raise RecordError(f"record: provenance.{key} must be the 3 load averages (1, 5, 15 min), got {load!r}")
+        if (
+            not isinstance(load, list)
+            or len(load) != 3
+            or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in load
+            )
+        ):
+            raise RecordError(
+                f"record: provenance.{key} must be the 3 load averages (1, 5, 15 min), got {load!r}"
+            )
 
 
 def machine_snapshot() -> dict[str, Any]:
-    """The machine now: CPU seconds used so far by this process and its reaped children, load averages.
+    """The machine now: CPU seconds used so far by this process and its reaped children, load
+    averages.
 
     Returns:
         ``{"cpu_s", "cpu_count", "load_avg"}``: ``cpu_s`` sums user and system time of this process
@@ -291,12 +353,16 @@ def machine_snapshot() -> dict[str, Any]:
         load = [round(v, 2) for v in os.getloadavg()]
     except OSError:  # no load average on this system
         load = [0.0, 0.0, 0.0]
-    return {"cpu_s": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
-            "cpu_count": os.cpu_count() or 1, "load_avg": load}
+    return {
+        "cpu_s": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+        "cpu_count": os.cpu_count() or 1,
+        "load_avg": load,
+    }
 
 
 def machine_usage(start: Mapping[str, Any], end: Mapping[str, Any]) -> dict[str, Any]:
-    """The machine fields of a record (:data:`MACHINE_KEYS`) from two :func:`machine_snapshot` calls.
+    """The machine fields of a record (:data:`MACHINE_KEYS`) from two :func:`machine_snapshot`
+    calls.
 
     Raises:
         TypeError: a snapshot that is not a mapping from :func:`machine_snapshot`.
@@ -307,10 +373,15 @@ def machine_usage(start: Mapping[str, Any], end: Mapping[str, Any]) -> dict[str,
         try:
             float(snap["cpu_s"]), int(snap["cpu_count"]), list(snap["load_avg"])
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be a machine_snapshot() mapping (numbers and a list), got {snap!r}") from exc
-    return {"cpu_s": round(max(0.0, float(end["cpu_s"]) - float(start["cpu_s"])), 2),
-            "cpu_count": int(end["cpu_count"]), "load_avg_start": list(start["load_avg"]),
-            "load_avg_end": list(end["load_avg"])}
+            raise TypeError(
+                f"{name} must be a machine_snapshot() mapping (numbers and a list), got {snap!r}"
+            ) from exc
+    return {
+        "cpu_s": round(max(0.0, float(end["cpu_s"]) - float(start["cpu_s"])), 2),
+        "cpu_count": int(end["cpu_count"]),
+        "load_avg_start": list(start["load_avg"]),
+        "load_avg_end": list(end["load_avg"]),
+    }
 
 
 def write_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -346,7 +417,8 @@ def record_notebook(
     progress: bool = False,
     fresh: bool = False,
 ) -> Path:
-    """Run a notebook at full scale (``smoke = False``) and write its record; return the record's path.
+    """Run a notebook at full scale (``smoke = False``) and write its record; return the record's
+    path.
 
     Everything is checked before the run starts: the notebook declares a record, the parameters
     pass its schema, ``smoke`` is not set to ``True``, the git checkout is clean (unless
@@ -375,33 +447,50 @@ def record_notebook(
     md = find_notebook(name)
     spec = record_spec(md)
     if spec is None:
-        raise RecordError(f"{md.stem} declares no recorded run: add rank_lab.recorded {{keys, seeds}} to its "
-                          "front matter (docs/book_contract.md)")
+        raise RecordError(
+            f"{md.stem} declares no recorded run: add rank_lab.recorded {{keys, seeds}} to its "
+            "front matter (docs/book_contract.md)"
+        )
     if parameters is not None and not isinstance(parameters, Mapping):
         raise TypeError(f"parameters must be a mapping, got {type(parameters).__name__}")
     given = dict(parameters or {})
     if given.get("smoke", False) is not False:
-        raise ParameterError(f"parameter 'smoke' of {md.stem}: a record is a full run, smoke must be false")
+        raise ParameterError(
+            f"parameter 'smoke' of {md.stem}: a record is a full run, smoke must be false"
+        )
     target = record_path(md, variant)
     values = notebook_schema(md).check({**given, "smoke": False})
     start_dirty = bool(git_output("status", "--porcelain", "--untracked-files=no"))
     if not allow_dirty and start_dirty:
-        raise RecordError("the git checkout has uncommitted changes: commit them first, so that the record "
-                          "names the code that produced it (or pass allow_dirty / --allow-dirty)")
-    start_commit = git_output("rev-parse", "HEAD")  # the code the run starts from (HEAD may move meanwhile)
+        raise RecordError(
+            "the git checkout has uncommitted changes: commit them first, so that the record "
+            "names the code that produced it (or pass allow_dirty / --allow-dirty)"
+        )
+    # the code the run starts from (HEAD may move meanwhile)
+    start_commit = git_output("rev-parse", "HEAD")
     before = machine_snapshot()
-    out = run_notebook(md, values, output_dir, kernel_name=kernel_name, timeout=timeout, progress=progress,
-                       fresh=fresh)
+    out = run_notebook(
+        md,
+        values,
+        output_dir,
+        kernel_name=kernel_name,
+        timeout=timeout,
+        progress=progress,
+        fresh=fresh,
+    )
     machine = machine_usage(before, machine_snapshot())
     try:
         record = make_record(load_results(out), spec, variant, machine)
     except RecordError as exc:
-        raise RecordBuildError(f"{md.stem} ran, but {out / 'results.json'} cannot be recorded: {exc}") from exc
+        raise RecordBuildError(
+            f"{md.stem} ran, but {out / 'results.json'} cannot be recorded: {exc}"
+        ) from exc
     return write_record(pin_start_commit(record, start_commit, start_dirty), target)
 
 
-def pin_start_commit(record: Mapping[str, Any], start_commit: str | None,
-                     start_dirty: bool | None = None) -> dict[str, Any]:
+def pin_start_commit(
+    record: Mapping[str, Any], start_commit: str | None, start_dirty: bool | None = None
+) -> dict[str, Any]:
     """The record with ``git_commit`` (and ``git_dirty``) as they were when the run started.
 
     The notebook's ``results.json`` reads ``git rev-parse HEAD`` when it saves its results, which
@@ -425,7 +514,9 @@ def pin_start_commit(record: Mapping[str, Any], start_commit: str | None,
         RecordError: ``record`` breaks the rules of :func:`check_record`.
     """
     if start_commit is not None and not isinstance(start_commit, str):
-        raise TypeError(f"start_commit must be a commit string or None, got {type(start_commit).__name__}")
+        raise TypeError(
+            f"start_commit must be a commit string or None, got {type(start_commit).__name__}"
+        )
     if start_dirty is not None and not isinstance(start_dirty, bool):
         raise TypeError(f"start_dirty must be a bool or None, got {type(start_dirty).__name__}")
     record = dict(check_record(record))

@@ -13,10 +13,10 @@ live experiment, shows both::
 A missing record never raises here: the header says plainly that there is none (the notebook
 tests fail instead, for a chapter that declares a record). The header says what kind of run it was
 (CPU or GPU, toy scale or real data), how long it took (wall and CPU time) and how busy the machine
-was, all read from the record: a chapter states no time of its own (:meth:`RecordedRun.time_sentence`). Tables are HTML
-inside a ``div.rank-lab-table`` that scrolls sideways in the book (``book/_static/rank_lab.css``)
-with a plain-text twin for consoles; every display function returns ``None`` so that a cell ending
-with one prints no stray value.
+was, all read from the record: a chapter states no time of its own
+(:meth:`RecordedRun.time_sentence`). Tables are HTML inside a ``div.rank-lab-table`` that scrolls
+sideways in the book (``book/_static/rank_lab.css``) with a plain-text twin for consoles; every
+display function returns ``None`` so that a cell ending with one prints no stray value.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from rank_lab._validation import check_float, check_nonneg_int
 
 from .links import browse_url
 from .notebooks import book_dir, find_notebook
-from .record import VARIANT_PATTERN, check_record, record_path
-from .record import RecordError
+from .record import VARIANT_PATTERN, RecordError, check_record, record_path
 
 __all__ = [
     "RecordedRun",
@@ -72,7 +71,8 @@ class RecordedRun:
 
     @property
     def results(self) -> dict[str, Any]:
-        """The recorded figures (the declared keys of the full run's ``results``); ``{}`` when missing."""
+        """The recorded figures (the declared keys of the full run's ``results``); ``{}`` when
+        missing."""
         return dict(self.document["results"]) if self.document else {}
 
     @property
@@ -82,7 +82,8 @@ class RecordedRun:
 
     @property
     def provenance(self) -> dict[str, Any]:
-        """The provenance of the recorded run (date, commit, device, seeds, versions); ``{}`` when missing."""
+        """The provenance of the recorded run (date, commit, device, seeds, versions); ``{}`` when
+        missing."""
         return dict(self.document["provenance"]) if self.document else {}
 
     @property
@@ -119,13 +120,16 @@ class RecordedRun:
         if self.cpu_s is None:
             return f"{wall} on {p['device']} (CPU time and machine load were not recorded)"
         start, end = p["load_avg_start"], p["load_avg_end"]
-        return (f"{wall} and {_duration(self.cpu_s)} of CPU time on {p['device']} with "
-                f"{p['cpu_count']} logical cores (load average {start[0]:.1f} at the start, "
-                f"{end[0]:.1f} at the end)")
+        return (
+            f"{wall} and {_duration(self.cpu_s)} of CPU time on {p['device']} with "
+            f"{p['cpu_count']} logical cores (load average {start[0]:.1f} at the start, "
+            f"{end[0]:.1f} at the end)"
+        )
 
 
 def load_record(name: str | os.PathLike[str], variant: str | None = None) -> RecordedRun:
-    """Load a chapter's recorded full run; a missing file gives a :class:`RecordedRun` that is False.
+    """Load a chapter's recorded full run; a missing file gives a :class:`RecordedRun` that is
+    False.
 
     Args:
         name: the notebook's stem (``"smooth_rank_surrogates"``) or path to its ``.md`` source.
@@ -146,8 +150,9 @@ def load_record(name: str | os.PathLike[str], variant: str | None = None) -> Rec
     if not book_dir().is_dir() and not Path(name).is_file():
         # an installed rank_lab without the book's sources (e.g. a Colab twin): no record here
         stem = Path(name).stem if Path(name).suffix else Path(name).name
-        return RecordedRun(stem, Path("recorded") / (f"{stem}.{variant}.json" if variant
-                                                     else f"{stem}.json"), None)
+        return RecordedRun(
+            stem, Path("recorded") / (f"{stem}.{variant}.json" if variant else f"{stem}.json"), None
+        )
     md = find_notebook(name)
     path = record_path(md, variant)
     if not path.is_file():
@@ -176,7 +181,8 @@ TOY_DATASETS = (None, "synthetic", "digits")
 
 
 def run_kind(run: RecordedRun) -> str:
-    """``"CPU, toy scale"``, ``"GPU, toy scale"`` or ``"CPU, real data: sop"``: what kind of run a record is.
+    """``"CPU, toy scale"``, ``"GPU, toy scale"`` or ``"CPU, real data: sop"``: what kind of run a
+    record is.
 
     The device comes from the provenance; the scale from the ``dataset`` parameter (generated data
     and sklearn's digits are toy scale, whatever ``smoke`` says).
@@ -213,8 +219,11 @@ def record_header(run: RecordedRun) -> str:
         return f"No recorded run of {run.notebook} yet: the tables show the live smoke run only."
     p = run.provenance
     n = len(p["seeds"])
-    text = (f"Recorded run ({run_kind(run)}): {n} seed{'s' if n != 1 else ''} on {_date(p['ended_utc'])}; "
-            f"{run.time_sentence()}; rank_lab {p['rank_lab']}, torch {p['torch']}")
+    text = (
+        f"Recorded run ({run_kind(run)}): {n} seed{'s' if n != 1 else ''} on "
+        f"{_date(p['ended_utc'])}; {run.time_sentence()}; rank_lab {p['rank_lab']}, torch "
+        f"{p['torch']}"
+    )
     commit = p.get("git_commit")
     url = browse_url("", commit, folder=True) if commit else None
     if url:
@@ -223,8 +232,11 @@ def record_header(run: RecordedRun) -> str:
         text += ", with uncommitted local changes"
     if p.get("git_commit_end"):
         end = browse_url("", p["git_commit_end"], folder=True)
-        text += (f" (the repository moved on during the run: [its state at the end]({end}))" if end
-                 else " (the repository moved on during the run)")
+        text += (
+            f" (the repository moved on during the run: [its state at the end]({end}))"
+            if end
+            else " (the repository moved on during the run)"
+        )
     return text + "."
 
 
@@ -253,7 +265,9 @@ def show_markdown(text: str, plain: str | None = None) -> None:
         TypeError: ``text`` or ``plain`` is not a string.
     """
     if not isinstance(text, str) or not isinstance(plain, (str, type(None))):
-        raise TypeError(f"text and plain must be strings, got {type(text).__name__}, {type(plain).__name__}")
+        raise TypeError(
+            f"text and plain must be strings, got {type(text).__name__}, {type(plain).__name__}"
+        )
     _display({"text/markdown": text, "text/plain": text if plain is None else plain})
 
 
@@ -264,7 +278,8 @@ def show_header(run: RecordedRun) -> None:
 
 
 def format_ci(summary: Mapping[str, Any] | None, digits: int = 2, scale: float = 1.0) -> str:
-    """``"54.31 [53.10, 55.52]"``: a mean and its confidence interval (:func:`rank_lab.stats.ci_summary`).
+    """``"54.31 [53.10, 55.52]"``: a mean and its confidence interval
+    (:func:`rank_lab.stats.ci_summary`).
 
     Args:
         summary: a mapping with ``mean``, ``lo`` and ``hi`` (``None`` gives ``"-"``).
@@ -293,11 +308,18 @@ def _cell(value: Any, digits: int) -> str:
     return str(value)
 
 
-def _rows(rows: Any, columns: Sequence[str] | None, digits: int) -> tuple[list[str], list[list[Any]]]:
+def _rows(
+    rows: Any, columns: Sequence[str] | None, digits: int
+) -> tuple[list[str], list[list[Any]]]:
     check_nonneg_int(digits, "digits")
-    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not all(isinstance(r, Mapping)
-                                                                                  for r in rows):
-        raise TypeError(f"rows must be a list of mappings (column -> value), got {type(rows).__name__}")
+    if (
+        isinstance(rows, (str, bytes))
+        or not isinstance(rows, Sequence)
+        or not all(isinstance(r, Mapping) for r in rows)
+    ):
+        raise TypeError(
+            f"rows must be a list of mappings (column -> value), got {type(rows).__name__}"
+        )
     if columns is None:
         columns = list(dict.fromkeys(k for r in rows for k in r))
     elif isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
@@ -305,7 +327,9 @@ def _rows(rows: Any, columns: Sequence[str] | None, digits: int) -> tuple[list[s
     return list(columns), [[r.get(c) for c in columns] for r in rows]
 
 
-def table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, digits: int = 2) -> str:
+def table_text(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, digits: int = 2
+) -> str:
     """A fixed-width text table of ``rows`` (one mapping column -> value per row).
 
     Floats get ``digits`` decimals, ``None`` is ``-``; columns default to the keys in order of
@@ -317,16 +341,25 @@ def table_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None 
     cols, body = _rows(rows, columns, digits)
     cells = [cols] + [[_cell(v, digits) for v in r] for r in body]
     widths = [max(len(row[j]) for row in cells) for j in range(len(cols))]
-    lines = ["  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths,
-                                                                                          strict=True)))
-             for row in cells]
+    lines = [
+        "  ".join(
+            c.ljust(w) if j == 0 else c.rjust(w)
+            for j, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
-def table_html(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, digits: int = 2,
-               caption: str | None = None) -> str:
-    """The HTML of :func:`show_table`: a ``<table>`` inside ``<div class="rank-lab-table">`` (scrolls).
+def table_html(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str] | None = None,
+    digits: int = 2,
+    caption: str | None = None,
+) -> str:
+    """The HTML of :func:`show_table`: a ``<table>`` inside ``<div class="rank-lab-table">``
+    (scrolls).
 
     Raises:
         TypeError: see :func:`table_text`.
@@ -334,15 +367,24 @@ def table_html(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None 
     cols, body = _rows(rows, columns, digits)
     esc = html.escape
     head = "".join(f"<th>{esc(c)}</th>" for c in cols)
-    trs = "".join("<tr>" + "".join(f"<td>{esc(_cell(v, digits))}</td>" for v in r) + "</tr>" for r in body)
+    trs = "".join(
+        "<tr>" + "".join(f"<td>{esc(_cell(v, digits))}</td>" for v in r) + "</tr>" for r in body
+    )
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return (f'<div class="rank-lab-table"><table>{cap}<thead><tr>{head}</tr></thead>'
-            f"<tbody>{trs}</tbody></table></div>")
+    return (
+        f'<div class="rank-lab-table"><table>{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{trs}</tbody></table></div>"
+    )
 
 
-def show_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, digits: int = 2,
-               caption: str | None = None) -> None:
-    """Display a table: HTML that scrolls sideways in the book, fixed-width text elsewhere; returns ``None``.
+def show_table(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str] | None = None,
+    digits: int = 2,
+    caption: str | None = None,
+) -> None:
+    """Display a table: HTML that scrolls sideways in the book, fixed-width text elsewhere; returns
+    ``None``.
 
     Args:
         rows: one mapping column -> value per row (strings such as :func:`format_ci` output,
@@ -355,12 +397,22 @@ def show_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None 
         TypeError: see :func:`table_text`.
     """
     text = table_text(rows, columns, digits)
-    _display({"text/html": table_html(rows, columns, digits, caption),
-              "text/plain": (caption + "\n" if caption else "") + text})
+    _display(
+        {
+            "text/html": table_html(rows, columns, digits, caption),
+            "text/plain": (caption + "\n" if caption else "") + text,
+        }
+    )
 
 
-def ci_errorbar(ax: Any, x: Sequence[float], summaries: Sequence[Mapping[str, Any]], *, scale: float = 1.0,
-                **kwargs: Any) -> Any:
+def ci_errorbar(
+    ax: Any,
+    x: Sequence[float],
+    summaries: Sequence[Mapping[str, Any]],
+    *,
+    scale: float = 1.0,
+    **kwargs: Any,
+) -> Any:
     """Plot means with their confidence intervals as error bars at positions ``x``.
 
     Args:
@@ -386,8 +438,10 @@ def ci_errorbar(ax: Any, x: Sequence[float], summaries: Sequence[Mapping[str, An
         if not isinstance(s, Mapping) or not {"mean", "lo", "hi"} <= set(s):
             raise TypeError(f"summaries must be mappings with mean, lo and hi, got {s!r}")
     m = [scale * float(s["mean"]) for s in summaries]
-    err = [[m_i - scale * float(s["lo"]) for m_i, s in zip(m, summaries, strict=True)],
-           [scale * float(s["hi"]) - m_i for m_i, s in zip(m, summaries, strict=True)]]
+    err = [
+        [m_i - scale * float(s["lo"]) for m_i, s in zip(m, summaries, strict=True)],
+        [scale * float(s["hi"]) - m_i for m_i, s in zip(m, summaries, strict=True)],
+    ]
     kwargs.setdefault("fmt", "o")
     kwargs.setdefault("capsize", 3)
     return ax.errorbar(x, m, yerr=err, **kwargs)

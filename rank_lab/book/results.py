@@ -23,7 +23,7 @@ Under :func:`rank_lab.book.run_notebook` the runner hands the checked parameters
 :func:`start_run` reads the parameters from the notebook's namespace. Every write is atomic
 (a temporary file renamed over the target), so a reader never sees half a document; the file is
 readable like any file the user creates (the process umask decides, as for the executed notebook).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -97,16 +97,18 @@ def _literal(value: Any, depth: int = 0) -> bool:
 
 
 def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
-    """Start the run of a notebook: call it with ``globals()`` in the cell after the parameters cell.
+    """Start the run of a notebook: call it with ``globals()`` in the cell after the parameters
+    cell.
 
     Under :func:`rank_lab.book.run_notebook` the parameters are the runner's checked values, and
     the kernel's values must agree with them; the notebook's code is added to the fingerprint of the
     checkpoints its training loops write, and with the runner's ``--fresh`` those loops ignore
-    checkpoints written before (:mod:`rank_lab.engine.run_report`). Run by hand (or by jupyter-book), the parameters are
-    the public literal values at the start of ``namespace`` (a dict keeps the order in which the
-    names were first bound: the parameters cell's names come first, IPython's own names are left
-    out, and the first module, function or class imported after them ends the list). So the cell
-    after the parameters cell starts with its imports, not with a constant.
+    checkpoints written before (:mod:`rank_lab.engine.run_report`). Run by hand (or by
+    jupyter-book), the parameters are the public literal values at the start of ``namespace`` (a
+    dict keeps the order in which the names were first bound: the parameters cell's names come
+    first, IPython's own names are left out, and the first module, function or class imported after
+    them ends the list). So the cell after the parameters cell starts with its imports, not with a
+    constant.
 
     Returns:
         The effective parameters (name -> value), also recorded in ``results.json``.
@@ -122,10 +124,17 @@ def start_run(namespace: Mapping[str, Any]) -> dict[str, Any]:
         params = dict(ctx["parameters"])
         for name, value in params.items():
             if name in namespace and _jsonable(namespace[name]) != value:
-                raise RuntimeError(f"parameter {name!r} is {namespace[name]!r} in the kernel, but the runner "
-                                   f"injected {value!r}")
+                raise RuntimeError(
+                    f"parameter {name!r} is {namespace[name]!r} in the kernel, but the runner "
+                    f"injected {value!r}"
+                )
         _RUN.clear()
-        _RUN.update(notebook=ctx["notebook"], parameters=params, started_utc=ctx["started_utc"], runner="rank_lab.book")
+        _RUN.update(
+            notebook=ctx["notebook"],
+            parameters=params,
+            started_utc=ctx["started_utc"],
+            runner="rank_lab.book",
+        )
         run_report.reset_training_report()
         run_report.start_fresh(bool(ctx.get("fresh", False)))
         set_code_context(ctx["notebook"], ctx.get("code"))
@@ -190,7 +199,8 @@ def save_results(
     *,
     cost: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write a notebook's ``results.json``: its figures, its timings and the run's parameters and provenance.
+    """Write a notebook's ``results.json``: its figures, its timings and the run's parameters and
+    provenance.
 
     Args:
         results: the figures (names to numbers, lists or nested mappings; tensors and arrays are
@@ -211,24 +221,40 @@ def save_results(
     run = dict(_RUN)
     if not run:  # save_results without start_run: the runner's context, else an empty parameter set
         ctx = _context()
-        run = {"notebook": ctx["notebook"], "parameters": ctx["parameters"], "started_utc": ctx["started_utc"],
-               "runner": "rank_lab.book"} if ctx else {"notebook": None, "parameters": {}, "started_utc": None,
-                                                        "runner": "none"}
+        run = (
+            {
+                "notebook": ctx["notebook"],
+                "parameters": ctx["parameters"],
+                "started_utc": ctx["started_utc"],
+                "runner": "rank_lab.book",
+            }
+            if ctx
+            else {"notebook": None, "parameters": {}, "started_utc": None, "runner": "none"}
+        )
     params = run["parameters"]
     doc = {
         "parameters": params,
-        "provenance": provenance(notebook=run["notebook"], device=params.get("device"),
-                                 started_utc=run["started_utc"], runner=run["runner"],
-                                 training=run_report.training_report()),
+        "provenance": provenance(
+            notebook=run["notebook"],
+            device=params.get("device"),
+            started_utc=run["started_utc"],
+            runner=run["runner"],
+            training=run_report.training_report(),
+        ),
         "results": results,
         "cost": dict(cost or {}),
     }
     return write_document(doc, path)
 
 
-def failed_document(parameters: Mapping[str, Any], error: BaseException | Mapping[str, str], *,
-                    notebook: str | None = None, started_utc: str | None = None,
-                    cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def failed_document(
+    parameters: Mapping[str, Any],
+    error: BaseException | Mapping[str, str],
+    *,
+    notebook: str | None = None,
+    started_utc: str | None = None,
+    cost: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The document of a failed run: ``status: "failed"``, the error, no results.
 
     Args:
@@ -237,7 +263,8 @@ def failed_document(parameters: Mapping[str, Any], error: BaseException | Mappin
         notebook, started_utc, cost: as in :func:`provenance` / :func:`save_results`.
 
     Raises:
-        TypeError: if ``parameters`` is not a mapping or ``error`` neither an exception nor a mapping.
+        TypeError: if ``parameters`` is not a mapping or ``error`` neither an exception nor a
+            mapping.
     """
     if not isinstance(parameters, Mapping):
         raise TypeError(f"parameters must be a mapping, got {type(parameters).__name__}")
@@ -246,11 +273,19 @@ def failed_document(parameters: Mapping[str, Any], error: BaseException | Mappin
     elif isinstance(error, Mapping) and {"type", "message"} <= set(error):
         err = {"type": str(error["type"]), "message": str(error["message"])}
     else:
-        raise TypeError(f"error must be an exception or a mapping with type and message, got {error!r}")
+        raise TypeError(
+            f"error must be an exception or a mapping with type and message, got {error!r}"
+        )
     return {
         "parameters": dict(parameters),
-        "provenance": provenance(notebook=notebook, device=parameters.get("device"), started_utc=started_utc,
-                                 status="failed", error=err, runner="rank_lab.book"),
+        "provenance": provenance(
+            notebook=notebook,
+            device=parameters.get("device"),
+            started_utc=started_utc,
+            status="failed",
+            error=err,
+            runner="rank_lab.book",
+        ),
         "results": {},
         "cost": dict(cost or {}),
     }
@@ -271,15 +306,25 @@ def check_document(document: Any) -> dict[str, Any]:
         raise ValueError(f"document: sections {sorted(keys)}, expected {list(SECTIONS)}")
     for s in SECTIONS:
         if not isinstance(document[s], Mapping):
-            raise ValueError(f"document: section {s!r} must be a mapping, got {type(document[s]).__name__}")
+            raise ValueError(
+                f"document: section {s!r} must be a mapping, got {type(document[s]).__name__}"
+            )
     prov = document["provenance"]
     if prov.get("schema") != SCHEMA:
-        raise ValueError(f"document: provenance.schema is {prov.get('schema')!r}, expected {SCHEMA!r}")
-    missing = [k for k in ("status", "started_utc", "ended_utc", "rank_lab", "torch", "device") if k not in prov]
+        raise ValueError(
+            f"document: provenance.schema is {prov.get('schema')!r}, expected {SCHEMA!r}"
+        )
+    missing = [
+        k
+        for k in ("status", "started_utc", "ended_utc", "rank_lab", "torch", "device")
+        if k not in prov
+    ]
     if missing:
         raise ValueError(f"document: provenance lacks {missing}")
     if prov["status"] not in ("ok", "failed"):
-        raise ValueError(f"document: provenance.status must be 'ok' or 'failed', got {prov['status']!r}")
+        raise ValueError(
+            f"document: provenance.status must be 'ok' or 'failed', got {prov['status']!r}"
+        )
     if prov["status"] == "failed" and not prov.get("error"):
         raise ValueError("document: a failed run records its error in provenance.error")
     return dict(document)
@@ -303,7 +348,9 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
 Path_ = str | tuple[str | int, ...] | list[str | int]
 
 
-def key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ...]) -> dict[str, float]:
+def key_figures(
+    results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ...]
+) -> dict[str, float]:
     """Pick numbers out of nested ``results``: ``{label: value}``.
 
     Args:
@@ -318,8 +365,11 @@ def key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ..
     """
     if not isinstance(results, Mapping):
         raise TypeError(f"results must be a mapping, got {type(results).__name__}")
-    if isinstance(paths, str) or not isinstance(paths, (list, tuple)) or not all(
-            isinstance(p, str) or (isinstance(p, (list, tuple)) and p) for p in paths):
+    if (
+        isinstance(paths, str)
+        or not isinstance(paths, (list, tuple))
+        or not all(isinstance(p, str) or (isinstance(p, (list, tuple)) and p) for p in paths)
+    ):
         raise TypeError(f"paths must be a list of dotted strings or key tuples, got {paths!r}")
     data = _jsonable(results)
     out: dict[str, float] = {}
@@ -330,7 +380,11 @@ def key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ..
         for part in parts:
             if isinstance(node, Mapping) and part in node:
                 node = node[part]
-            elif isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
+            elif (
+                isinstance(node, list)
+                and part.lstrip("-").isdigit()
+                and -len(node) <= int(part) < len(node)
+            ):
                 node = node[int(part)]
             else:
                 raise ValueError(f"paths: {label!r} is not in the results (stopped at {part!r})")
@@ -340,8 +394,11 @@ def key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ..
     return out
 
 
-def print_key_figures(results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ...], digits: int = 3) -> None:
-    """Print the key figures of a notebook, one ``label = value`` per line, to ``digits`` significant digits.
+def print_key_figures(
+    results: Mapping[str, Any], paths: list[Path_] | tuple[Path_, ...], digits: int = 3
+) -> None:
+    """Print the key figures of a notebook, one ``label = value`` per line, to ``digits``
+    significant digits.
 
     The notebook's checked cell (``# NBVAL_CHECK_OUTPUT``) calls it: the rounding keeps the printed
     text stable from run to run and nbval compares it; the notebook tests read these lines and

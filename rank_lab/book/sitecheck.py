@@ -1,16 +1,16 @@
 """The built site checked as a reader sees it: every page in headless Chromium, at two widths.
 
-``make site-check`` (``python -m rank_lab.book.sitecheck _build/html``) opens every page of the built
-book in Debian's ``chromium`` (driven by Playwright, ``executable_path``: no browser download) at a
-desktop width (1280 px) and a phone width (390 px), waits for MathJax, and reports:
+``make site-check`` (``python -m rank_lab.book.sitecheck _build/html``) opens every page of the
+built book in Debian's ``chromium`` (driven by Playwright, ``executable_path``: no browser download)
+at a desktop width (1280 px) and a phone width (390 px), waits for MathJax, and reports:
 
 * **overflow**: the page scrolls sideways, or an element of the article (text, a table, an output)
   runs past the right edge of the column without a scrolling container between them
   (``overflow-x: auto`` containers, such as the book's tables and code blocks, are fine); at the
   desktop width a notebook's code cell or output that needs to scroll sideways is reported too (a
   code line or output wider than the column);
-* **raw TeX**: ``$...$``, ``\\(``, ``\\[`` or ``\\begin{`` left in the text after MathJax, or a MathJax
-  error;
+* **raw TeX**: ``$...$``, ``\\(``, ``\\[`` or ``\\begin{`` left in the text after MathJax, or a
+  MathJax error;
 * **broken images**: an ``<img>`` that did not load;
 * **open solutions**: an exercise's solution that is not folded when the page opens;
 * **internal language**: :data:`rank_lab.book.audit.INTERNAL_WORDS` in the visible text, and
@@ -34,7 +34,15 @@ from pathlib import Path
 
 from .audit import internal_language
 
-__all__ = ["WIDTHS", "BrowserMissingError", "SiteProblem", "find_browser", "site_pages", "check_site", "main"]
+__all__ = [
+    "WIDTHS",
+    "BrowserMissingError",
+    "SiteProblem",
+    "find_browser",
+    "site_pages",
+    "check_site",
+    "main",
+]
 
 #: The widths every page is checked at: a desktop window and a phone.
 WIDTHS = (1280, 390)
@@ -45,8 +53,10 @@ SKIPPED = ("search.html", "genindex.html", "py-modindex.html")
 REFERENCE_PAGES = ("book/api.html",)
 SKIPPED_DIRS = ("_static", "_sources", "_notebooks", "_modules", "_images", "site-check")
 
-_REPO_PATH = re.compile(r"(?<![\w/.-])((?:benchmarks|tests|tools|docs|rank_lab)/[\w./-]+\.(?:py|md|json|yml)"
-                        r"|bench_\w+\.py|gpu_check_report\.md)")
+_REPO_PATH = re.compile(
+    r"(?<![\w/.-])((?:benchmarks|tests|tools|docs|rank_lab)/[\w./-]+\.(?:py|md|json|yml)"
+    r"|bench_\w+\.py|gpu_check_report\.md)"
+)
 
 # Runs in the page: collects what a reader would see wrong, as plain JSON.
 _PROBE = r"""
@@ -113,7 +123,7 @@ _PROBE = r"""
   out.unlinked = unlinked.join(" ");
   return out;
 }
-"""
+"""  # noqa: E501
 
 
 class BrowserMissingError(RuntimeError):
@@ -134,7 +144,8 @@ class SiteProblem:
 
 
 def find_browser() -> str | None:
-    """The Chromium to use: ``$RANK_LAB_CHROMIUM``, else ``chromium`` / ``chromium-browser`` on the PATH."""
+    """The Chromium to use: ``$RANK_LAB_CHROMIUM``, else ``chromium`` / ``chromium-browser`` on the
+    PATH."""
     env = os.environ.get("RANK_LAB_CHROMIUM")
     if env:
         return env if Path(env).is_file() else None
@@ -153,7 +164,9 @@ def site_pages(html_dir: str | os.PathLike[str]) -> list[Path]:
     """
     root = Path(html_dir)
     if not (root / "index.html").is_file():
-        raise FileNotFoundError(f"{root} holds no built site (no index.html): run `make book` first")
+        raise FileNotFoundError(
+            f"{root} holds no built site (no index.html): run `make book` first"
+        )
     pages = []
     for page in sorted(root.rglob("*.html")):
         rel = page.relative_to(root)
@@ -163,9 +176,13 @@ def site_pages(html_dir: str | os.PathLike[str]) -> list[Path]:
     return pages
 
 
-def check_site(html_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
-               widths: Sequence[int] = WIDTHS, pages: Sequence[str | os.PathLike[str]] | None = None,
-               browser: str | None = None) -> list[SiteProblem]:
+def check_site(
+    html_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None = None,
+    widths: Sequence[int] = WIDTHS,
+    pages: Sequence[str | os.PathLike[str]] | None = None,
+    browser: str | None = None,
+) -> list[SiteProblem]:
     """Open every page of a built site at each width; return the problems (empty: the site passes).
 
     Args:
@@ -179,22 +196,34 @@ def check_site(html_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]
         BrowserMissingError: no Chromium.
         FileNotFoundError: no built site.
         TypeError, ValueError: ``widths`` not positive ints, ``browser`` not an executable file,
-            ``pages`` not a list of existing files, ``out_dir`` not a path (checked before Chromium starts).
+            ``pages`` not a list of existing files, ``out_dir`` not a path (checked before Chromium
+            starts).
     """
-    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths or not all(
-            isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths):
-        raise ValueError(f"widths must be a non-empty list of positive viewport widths (ints), got {widths!r}")
+    if (
+        isinstance(widths, (str, bytes))
+        or not isinstance(widths, Sequence)
+        or not widths
+        or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths)
+    ):
+        raise ValueError(
+            f"widths must be a non-empty list of positive viewport widths (ints), got {widths!r}"
+        )
     if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
         raise TypeError(f"out_dir must be a folder (a path) or None, got {out_dir!r}")
-    if pages is not None and (isinstance(pages, (str, os.PathLike)) or not isinstance(pages, Sequence) or not all(
-            isinstance(p, (str, os.PathLike)) for p in pages)):
+    if pages is not None and (
+        isinstance(pages, (str, os.PathLike))
+        or not isinstance(pages, Sequence)
+        or not all(isinstance(p, (str, os.PathLike)) for p in pages)
+    ):
         raise TypeError(f"pages must be a list of page paths, got {pages!r}")
     if browser is not None and (not isinstance(browser, str) or not Path(browser).is_file()):
         raise ValueError(f"browser must be the path of a Chromium executable, got {browser!r}")
     browser = browser or find_browser()
     if browser is None:
-        raise BrowserMissingError("the site check needs Chromium and found none: install Debian's chromium "
-                                  "(apt-get install -y chromium) or set RANK_LAB_CHROMIUM to a Chromium binary")
+        raise BrowserMissingError(
+            "the site check needs Chromium and found none: install Debian's chromium "
+            "(apt-get install -y chromium) or set RANK_LAB_CHROMIUM to a Chromium binary"
+        )
     root = Path(html_dir).resolve()
     todo = [Path(p).resolve() for p in pages] if pages is not None else site_pages(root)
     absent = [str(p) for p in todo if not p.is_file()]
@@ -208,26 +237,46 @@ def check_site(html_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]
         chrome = pw.chromium.launch(executable_path=browser, args=["--no-sandbox", "--disable-gpu"])
         try:
             for width in widths:
-                context = chrome.new_context(viewport={"width": int(width), "height": 900}, offline=True)
+                context = chrome.new_context(
+                    viewport={"width": int(width), "height": 900}, offline=True
+                )
                 page = context.new_page()
                 for path in todo:
-                    name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+                    name = (
+                        path.relative_to(root).as_posix()
+                        if path.is_relative_to(root)
+                        else path.name
+                    )
                     page.goto(path.as_uri(), wait_until="load")
-                    page.evaluate("() => (window.MathJax && MathJax.startup && MathJax.startup.promise) "
-                                  "? MathJax.startup.promise : null")
+                    page.evaluate(
+                        "() => (window.MathJax && MathJax.startup && MathJax.startup.promise) "
+                        "? MathJax.startup.promise : null"
+                    )
                     page.wait_for_timeout(150)
                     found = page.evaluate(_PROBE, width >= 1000)
                     problems += [SiteProblem(name, width, "overflow", d) for d in found["overflow"]]
                     problems += [SiteProblem(name, width, "raw TeX", d) for d in found["tex"]]
-                    problems += [SiteProblem(name, width, "broken image", d) for d in found["images"]]
-                    problems += [SiteProblem(name, width, "open solution", d) for d in found["open"]]
+                    problems += [
+                        SiteProblem(name, width, "broken image", d) for d in found["images"]
+                    ]
+                    problems += [
+                        SiteProblem(name, width, "open solution", d) for d in found["open"]
+                    ]
                     if width == widths[0] and name not in REFERENCE_PAGES:
-                        problems += [SiteProblem(name, width, "internal language", h)
-                                     for h in internal_language(found["text"])]
-                        problems += [SiteProblem(name, width, "repository file not linked", m.group(1))
-                                     for m in _REPO_PATH.finditer(found["unlinked"])]
+                        problems += [
+                            SiteProblem(name, width, "internal language", h)
+                            for h in internal_language(found["text"])
+                        ]
+                        problems += [
+                            SiteProblem(name, width, "repository file not linked", m.group(1))
+                            for m in _REPO_PATH.finditer(found["unlinked"])
+                        ]
                     if out_dir is not None:
-                        shot = Path(out_dir) / str(width) / (name.replace("/", "__").removesuffix(".html") + ".jpg")
+                        shot = (
+                            Path(out_dir)
+                            / str(width)
+                            / (name.replace("/", "__").removesuffix(".html") + ".jpg")
+                        )
                         shot.parent.mkdir(parents=True, exist_ok=True)
                         _screenshot(page, shot)
                 context.close()
@@ -237,20 +286,34 @@ def check_site(html_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]
 
 
 def _screenshot(page: object, path: Path, max_height: int = 16_000) -> None:
-    """A full-page screenshot, cut at ``max_height`` pixels (Chromium cannot capture the longest pages)."""
+    """A full-page screenshot, cut at ``max_height`` pixels (Chromium cannot capture the longest
+    pages)."""
     height = int(page.evaluate("document.documentElement.scrollHeight"))
     width = int(page.viewport_size["width"])
-    page.screenshot(path=str(path), full_page=True, type="jpeg", quality=55, timeout=120_000,
-                    clip={"x": 0, "y": 0, "width": width, "height": min(height, max_height)})
+    page.screenshot(
+        path=str(path),
+        full_page=True,
+        type="jpeg",
+        quality=55,
+        timeout=120_000,
+        clip={"x": 0, "y": 0, "width": width, "height": min(height, max_height)},
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rank_lab.book.sitecheck [HTML_DIR] [--out DIR] [--page PAGE ...]``: 0 clean, 1 problems,
+    """``python -m rank_lab.book.sitecheck [HTML_DIR] [--out DIR] [--page PAGE ...]``: 0 clean, 1
+    problems,
     2 no browser or no built site."""
-    ap = argparse.ArgumentParser(prog="python -m rank_lab.book.sitecheck", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m rank_lab.book.sitecheck", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("html_dir", nargs="?", default="_build/html")
-    ap.add_argument("--out", default=None, help="screenshots folder (default: <html_dir>/../site-check)")
-    ap.add_argument("--page", action="append", default=None, help="check only this page (repeatable)")
+    ap.add_argument(
+        "--out", default=None, help="screenshots folder (default: <html_dir>/../site-check)"
+    )
+    ap.add_argument(
+        "--page", action="append", default=None, help="check only this page (repeatable)"
+    )
     args = ap.parse_args(argv)
     out = args.out or str(Path(args.html_dir).resolve().parent / "site-check")
     try:
@@ -262,8 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = len(pages) if pages is not None else len(site_pages(args.html_dir))
     for p in problems:
         print(p)
-    print(f"site check: {n} pages at {', '.join(f'{w} px' for w in WIDTHS)}: "
-          f"{len(problems)} problem(s); screenshots in {out}")
+    print(
+        f"site check: {n} pages at {', '.join(f'{w} px' for w in WIDTHS)}: "
+        f"{len(problems)} problem(s); screenshots in {out}"
+    )
     return 1 if problems else 0
 
 

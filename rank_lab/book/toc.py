@@ -32,7 +32,8 @@ class Chapter:
     Attributes:
         name: the page's stem (``"evaluating_retrieval"``), the notebook's name.
         file: the TOC entry, relative to the project root without suffix (``"book/part/name"``).
-        number: the chapter number on the site (``None`` in an unnumbered part such as the back matter).
+        number: the chapter number on the site (``None`` in an unnumbered part such as the back
+            matter).
         part: the caption of its part.
         sections: the TOC entries of its appendix pages (``file`` values, in order).
     """
@@ -64,8 +65,9 @@ def toc_path(root: str | os.PathLike[str] | None = None) -> Path:
 def _entries(items: Any, where: str) -> list[Mapping[str, Any]]:
     if items is None:
         return []
-    if not isinstance(items, list) or not all(isinstance(e, Mapping) and isinstance(e.get("file"), str)
-                                              for e in items):
+    if not isinstance(items, list) or not all(
+        isinstance(e, Mapping) and isinstance(e.get("file"), str) for e in items
+    ):
         raise TocError(f"{where} must be a list of entries with a 'file', got {items!r}")
     return list(items)
 
@@ -83,7 +85,9 @@ def read_toc(root: str | os.PathLike[str] | None = None) -> list[Part]:
     try:
         toc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise TocError(f"cannot read {str(path)!r} (the TOC beside the book folder root={str(root)!r}): {exc}") from exc
+        raise TocError(
+            f"cannot read {str(path)!r} (the TOC beside the book folder root={str(root)!r}): {exc}"
+        ) from exc
     if not isinstance(toc, Mapping) or not isinstance(toc.get("parts"), list):
         raise TocError(f"{path}: expected a jb-book TOC with 'parts'")
     parts, number = [], 0
@@ -95,9 +99,19 @@ def read_toc(root: str | os.PathLike[str] | None = None) -> list[Part]:
         for entry in _entries(part.get("chapters"), f"{path}: part {part['caption']!r} chapters"):
             if numbered:
                 number += 1
-            sections = tuple(s["file"] for s in _entries(entry.get("sections"), f"{path}: {entry['file']} sections"))
-            chapters.append(Chapter(Path(entry["file"]).name, entry["file"], number if numbered else None,
-                                    part["caption"], sections))
+            sections = tuple(
+                s["file"]
+                for s in _entries(entry.get("sections"), f"{path}: {entry['file']} sections")
+            )
+            chapters.append(
+                Chapter(
+                    Path(entry["file"]).name,
+                    entry["file"],
+                    number if numbered else None,
+                    part["caption"],
+                    sections,
+                )
+            )
         parts.append(Part(part["caption"], numbered, tuple(chapters)))
     return parts
 
@@ -112,6 +126,8 @@ def toc_chapters(root: str | os.PathLike[str] | None = None) -> dict[str, Chapte
     for part in read_toc(root):
         for ch in part.chapters:
             if ch.name in out:
-                raise TocError(f"two TOC chapters are named {ch.name!r}: {out[ch.name].file}, {ch.file}")
+                raise TocError(
+                    f"two TOC chapters are named {ch.name!r}: {out[ch.name].file}, {ch.file}"
+                )
             out[ch.name] = ch
     return out

@@ -33,14 +33,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .notebooks import book_dir, front_matter, list_notebooks
-from .notebooks import to_notebook as _to_notebook
+import yaml
+
+from rank_lab.book.publish import github_repo
+
 from .bibtex import read_bib
 from .colab import ColabMarkdown, doc_resolver, equation_labels, ref_resolver
 from .links import browse_url
+from .notebooks import book_dir, front_matter, list_notebooks
+from .notebooks import to_notebook as _to_notebook
 from .rerun import rerun_markdown
-from rank_lab.book.publish import github_repo
-import yaml
 
 __all__ = [
     "TWIN_EXTRAS",
@@ -55,19 +57,22 @@ __all__ = [
     "make_twins",
 ]
 
-#: The extras of pyproject.toml a twin may install (``book`` and ``test`` are for building and testing).
+#: The extras of pyproject.toml a twin may install (``book`` and ``test`` are for building and
+#: testing).
 TWIN_EXTRAS = ("plots", "faiss", "timm", "data")
 _URL_SCHEMES = ("https", "http", "ssh", "git", "file")
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 
 
 class TwinError(ValueError):
-    """The twins cannot be written as asked (unset repository URL, bad install declaration, no commit)."""
+    """The twins cannot be written as asked (unset repository URL, bad install declaration, no
+    commit)."""
 
 
 @dataclass(frozen=True)
 class InstallSpec:
-    """What a twin installs: rank_lab's ``extras`` and, with ``animal_mnist``, ``animal-mnist --no-deps``."""
+    """What a twin installs: rank_lab's ``extras`` and, with ``animal_mnist``,
+    ``animal-mnist --no-deps``."""
 
     extras: tuple[str, ...] = ()
     animal_mnist: bool = False
@@ -81,7 +86,8 @@ class InstallSpec:
 def install_spec(md: str | os.PathLike[str] | Mapping[str, Any]) -> InstallSpec:
     """The install declaration of a notebook (its front matter's ``rank_lab.install``).
 
-    A notebook without the block installs rank_lab alone (the book's notebooks all declare it: tested).
+    A notebook without the block installs rank_lab alone (the book's notebooks all declare it:
+    tested).
 
     Args:
         md: a notebook's ``.md`` path, or its front matter as a mapping.
@@ -92,52 +98,74 @@ def install_spec(md: str | os.PathLike[str] | Mapping[str, Any]) -> InstallSpec:
         TypeError: ``md`` is neither a path nor a mapping.
     """
     if not isinstance(md, (str, os.PathLike, Mapping)):
-        raise TypeError(f"md must be a notebook path or its front matter (a mapping), got {type(md).__name__}")
+        raise TypeError(
+            f"md must be a notebook path or its front matter (a mapping), got {type(md).__name__}"
+        )
     meta = front_matter(md) if isinstance(md, (str, os.PathLike)) else md
     name = Path(md).stem if isinstance(md, (str, os.PathLike)) else "notebook"
     block = (meta.get("rank_lab") or {}).get("install")
     if block is None:
         return InstallSpec()
     if not isinstance(block, Mapping):
-        raise TwinError(f"{name}: rank_lab.install must be a mapping {{extras: [...], animal_mnist: bool}}")
+        raise TwinError(
+            f"{name}: rank_lab.install must be a mapping {{extras: [...], animal_mnist: bool}}"
+        )
     unknown = set(block) - {"extras", "animal_mnist"}
     if unknown:
-        raise TwinError(f"{name}: unknown key(s) {sorted(unknown)} in rank_lab.install; known: extras, animal_mnist")
+        raise TwinError(
+            f"{name}: unknown key(s) {sorted(unknown)} in rank_lab.install; known: extras, "
+            "animal_mnist"
+        )
     extras = block.get("extras", []) or []
     if isinstance(extras, str) or not all(isinstance(e, str) for e in extras):
-        raise TwinError(f"{name}: rank_lab.install.extras must be a list of extra names, got {extras!r}")
+        raise TwinError(
+            f"{name}: rank_lab.install.extras must be a list of extra names, got {extras!r}"
+        )
     bad = [e for e in extras if e not in TWIN_EXTRAS]
     if bad:
-        raise TwinError(f"{name}: rank_lab.install.extras {bad} not installable on Colab; choose from {list(TWIN_EXTRAS)} "
-                        "(the book and test extras are for building the site and running the tests)")
+        raise TwinError(
+            f"{name}: rank_lab.install.extras {bad} not installable on Colab; choose from "
+            f"{list(TWIN_EXTRAS)} (the book and test extras are for building the site and running "
+            "the tests)"
+        )
     if len(set(extras)) != len(extras):
         raise TwinError(f"{name}: rank_lab.install.extras lists an extra twice: {extras}")
     animal = block.get("animal_mnist", False)
     if not isinstance(animal, bool):
-        raise TwinError(f"{name}: rank_lab.install.animal_mnist must be true or false, got {animal!r}")
+        raise TwinError(
+            f"{name}: rank_lab.install.animal_mnist must be true or false, got {animal!r}"
+        )
     return InstallSpec(tuple(extras), animal)
 
 
 def check_repository_url(url: object, where: str = "_config.yml") -> str:
-    """``url`` stripped, when it is a git URL pip can clone; the module docstring says what counts as unset.
+    """``url`` stripped, when it is a git URL pip can clone; the module docstring says what counts
+    as unset.
 
     Raises:
         TwinError: unset, a placeholder or not a clonable URL (the message names ``where``).
     """
     text = "" if url is None else str(url).strip()
-    hint = (f"set repository.url in {where} to the repository the site is built from "
-            "(e.g. https://github.com/<org>/<repo>; forks change it there): the twins' install cell and the "
-            "Colab links use it")
+    hint = (
+        f"set repository.url in {where} to the repository the site is built from "
+        "(e.g. https://github.com/<org>/<repo>; forks change it there): the twins' install cell "
+        "and the Colab links use it"
+    )
     if not text:
         raise TwinError(f"repository.url is unset in {where}: {hint}")
     if re.search(r"[<>{}\s]", text):
         raise TwinError(f"repository.url {text!r} in {where} is a placeholder: {hint}")
     parts = urlparse(text)
     scp_like = re.match(r"^[\w.-]+@[\w.-]+:[^/].*", text) is not None
-    if not scp_like and (parts.scheme not in _URL_SCHEMES or not parts.path.strip("/")
-                         or (parts.scheme != "file" and not parts.netloc)):
-        raise TwinError(f"repository.url {text!r} in {where} is not a git URL pip can clone "
-                        f"({', '.join(s + '://' for s in _URL_SCHEMES)} or git@host:path): {hint}")
+    if not scp_like and (
+        parts.scheme not in _URL_SCHEMES
+        or not parts.path.strip("/")
+        or (parts.scheme != "file" and not parts.netloc)
+    ):
+        raise TwinError(
+            f"repository.url {text!r} in {where} is not a git URL pip can clone "
+            f"({', '.join(s + '://' for s in _URL_SCHEMES)} or git@host:path): {hint}"
+        )
     return text
 
 
@@ -155,7 +183,9 @@ def _config(project: Path) -> dict[str, Any]:
 def repository_url(project: str | os.PathLike[str]) -> str:
     """The checked ``repository.url`` of ``project/_config.yml`` (:func:`check_repository_url`)."""
     project = Path(project)
-    return check_repository_url((_config(project).get("repository") or {}).get("url"), str(project / "_config.yml"))
+    return check_repository_url(
+        (_config(project).get("repository") or {}).get("url"), str(project / "_config.yml")
+    )
 
 
 def source_ref(project: str | os.PathLike[str]) -> str:
@@ -165,7 +195,8 @@ def source_ref(project: str | os.PathLike[str]) -> str:
     commit, not those changes (``make publish`` refuses such a tree).
 
     Raises:
-        TwinError: ``project`` is not in a git checkout with a commit (pass ``ref`` / ``--ref`` then).
+        TwinError: ``project`` is not in a git checkout with a commit (pass ``ref`` / ``--ref``
+            then).
     """
     project = Path(project)
 
@@ -174,17 +205,24 @@ def source_ref(project: str | os.PathLike[str]) -> str:
 
     head = git("rev-parse", "--verify", "HEAD")
     if head.returncode != 0:
-        raise TwinError(f"{str(project)!r} is not a git checkout with a commit: the twins pin the commit the site "
-                        f"is built from; pass ref (python -m rank_lab.book twins --ref <tag or commit>). "
-                        f"git said: {head.stderr.strip()}")
+        raise TwinError(
+            f"{str(project)!r} is not a git checkout with a commit: the twins pin the commit the "
+            f"site is built from; pass ref (python -m rank_lab.book twins --ref <tag or commit>). "
+            f"git said: {head.stderr.strip()}"
+        )
     if git("status", "--porcelain").stdout.strip():
-        warnings.warn(f"uncommitted changes in {str(project)!r}: the twins install commit {head.stdout.strip()[:12]}, "
-                      "not the working tree", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"uncommitted changes in {str(project)!r}: the twins install commit "
+            f"{head.stdout.strip()[:12]}, not the working tree",
+            UserWarning,
+            stacklevel=2,
+        )
     return head.stdout.strip()
 
 
 def install_cell(spec: InstallSpec, repo: str, ref: str) -> str:
-    """Source of a twin's first cell: pip-install ``spec`` at ``ref`` of ``repo``, then print the device.
+    """Source of a twin's first cell: pip-install ``spec`` at ``ref`` of ``repo``, then print the
+    device.
 
     Runs as a function, so the notebook's namespace gains no public name. Installing again at the
     same commit only adds missing extras (pip finds the rest installed).
@@ -194,51 +232,76 @@ def install_cell(spec: InstallSpec, repo: str, ref: str) -> str:
         TypeError: ``spec`` is not an :class:`InstallSpec`.
     """
     if not isinstance(spec, InstallSpec):
-        raise TypeError(f"spec must be an InstallSpec (install_spec of a notebook), got {type(spec).__name__}")
+        raise TypeError(
+            f"spec must be an InstallSpec (install_spec of a notebook), got {type(spec).__name__}"
+        )
     repo = check_repository_url(repo, "the repo argument")
     if not isinstance(ref, str) or not _REF.match(ref) or ".." in ref:
         raise TwinError(f"ref must be a commit or a tag name, got {ref!r}")
     requirement = spec.requirement(repo, ref)
-    animal = ("    if importlib.util.find_spec(\"animal_mnist\") is None:  # data files only: no dependencies\n"
-              "        pip(\"--no-deps\", \"animal-mnist\")\n") if spec.animal_mnist else ""
+    animal = (
+        (
+            '    if importlib.util.find_spec("animal_mnist") is None:  # data files only: no '
+            "dependencies\n"
+            '        pip("--no-deps", "animal-mnist")\n'
+        )
+        if spec.animal_mnist
+        else ""
+    )
     what = f"rank_lab{'[' + ','.join(spec.extras) + ']' if spec.extras else ''}" + (
-        " and animal-mnist" if spec.animal_mnist else "")
+        " and animal-mnist" if spec.animal_mnist else ""
+    )
     return (
         f"# Installs {what} at commit {ref[:12]} of {repo}: the code this page was built from.\n"
-        "# On Colab: Runtime > Change runtime type > a GPU first (full runs need it), then Runtime > Run all.\n"
-        "def _install_rank_lab():\n"
+        "# On Colab: Runtime > Change runtime type > a GPU first (full runs need it), then Runtime "
+        "> Run all.\ndef _install_rank_lab():\n"
         "    import importlib, importlib.metadata, importlib.util, json, subprocess, sys\n"
         f"    requirement, ref = {requirement!r}, {ref!r}\n"
         "    def pip(*args):\n"
-        "        subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\", *args], check=True)\n"
-        "    try:  # another commit installed: replace it\n"
-        "        vcs = json.loads(importlib.metadata.distribution(\"rank_lab\").read_text(\"direct_url.json\") or \"{}\")\n"
-        "        if ref not in (vcs.get(\"vcs_info\", {}).get(\"commit_id\"), vcs.get(\"vcs_info\", {}).get(\"requested_revision\")):\n"
-        "            subprocess.run([sys.executable, \"-m\", \"pip\", \"uninstall\", \"-q\", \"-y\", \"rank_lab\"], check=True)\n"
-        "    except importlib.metadata.PackageNotFoundError:\n"
+        '        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], '
+        "check=True)\n    try:  # another commit installed: replace it\n"
+        "        vcs = "
+        'json.loads(importlib.metadata.distribution("rank_lab").read_text("direct_url.json") or '
+        '"{}")\n        if ref not in (vcs.get("vcs_info", {}).get("commit_id"), '
+        'vcs.get("vcs_info", {}).get("requested_revision")):\n            '
+        'subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", "rank_lab"], '
+        "check=True)\n    except importlib.metadata.PackageNotFoundError:\n"
         "        pass\n"
         "    pip(requirement)\n"
         f"{animal}"
         "    importlib.invalidate_caches()\n"
         "    import torch\n"
-        "    print(\"rank_lab\", importlib.metadata.version(\"rank_lab\"), \"at\", ref[:12])\n"
+        '    print("rank_lab", importlib.metadata.version("rank_lab"), "at", ref[:12])\n'
         "    if torch.cuda.is_available():\n"
-        "        print(\"device: cuda:0 -\", torch.cuda.get_device_name(0))\n"
+        '        print("device: cuda:0 -", torch.cuda.get_device_name(0))\n'
         "    else:\n"
-        "        print(\"device: cpu - no GPU: the smoke run (smoke = True) works; for smoke = False choose \"\n"
-        "              \"Runtime > Change runtime type > GPU and run this cell again\")\n"
+        '        print("device: cpu - no GPU: the smoke run (smoke = True) works; for smoke = '
+        'False choose "\n              "Runtime > Change runtime type > GPU and run this cell '
+        'again")\n'
         "_install_rank_lab()"
     )
 
 
 def _colab_base(cfg: Mapping[str, Any], repo: str) -> str | None:
     org_repo = github_repo(repo)
-    branch = ((cfg.get("sphinx") or {}).get("config") or {}).get("colab_notebooks_branch", "gh-pages")
-    return f"https://colab.research.google.com/github/{org_repo}/blob/{branch}/_notebooks" if org_repo else None
+    branch = ((cfg.get("sphinx") or {}).get("config") or {}).get(
+        "colab_notebooks_branch", "gh-pages"
+    )
+    return (
+        f"https://colab.research.google.com/github/{org_repo}/blob/{branch}/_notebooks"
+        if org_repo
+        else None
+    )
 
 
-def make_twin(md_path: str | os.PathLike[str], out_path: str | os.PathLike[str], repo: str, ref: str, *,
-              root: str | os.PathLike[str] | None = None) -> Path:
+def make_twin(
+    md_path: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    repo: str,
+    ref: str,
+    *,
+    root: str | os.PathLike[str] | None = None,
+) -> Path:
     """Write the Colab twin of one ``.md`` notebook (install cell, Colab Markdown, references).
 
     Args:
@@ -250,7 +313,8 @@ def make_twin(md_path: str | os.PathLike[str], out_path: str | os.PathLike[str],
 
     Raises:
         TwinError: a bad install declaration, URL or ref.
-        MystConversionError / BibError: MyST syntax without a Colab rendering, an unknown label or key.
+        MystConversionError / BibError: MyST syntax without a Colab rendering, an unknown label or
+        key.
     """
     # optional dependency (extra "book"), imported where it is used
     import nbformat
@@ -268,11 +332,17 @@ def make_twin(md_path: str | os.PathLike[str], out_path: str | os.PathLike[str],
     base = _colab_base(cfg, repo)
     branch = str((cfg.get("repository") or {}).get("branch") or "main")
     root_dir = root.parent
-    conv = ColabMarkdown(md_path.stem, equation_labels([c.source for c in markdown]), bib,
-                         doc_resolver(md_path, root, base), ref_link=ref_resolver(root, base),
-                         repo_link=lambda path: browse_url(path, url=repo, branch=branch,
-                                                           folder=(root_dir / path).is_dir()),
-                         rerun=lambda: rerun_markdown(md_path))
+    conv = ColabMarkdown(
+        md_path.stem,
+        equation_labels([c.source for c in markdown]),
+        bib,
+        doc_resolver(md_path, root, base),
+        ref_link=ref_resolver(root, base),
+        repo_link=lambda path: browse_url(
+            path, url=repo, branch=branch, folder=(root_dir / path).is_dir()
+        ),
+        rerun=lambda: rerun_markdown(md_path),
+    )
     for c in markdown:
         c.source = conv.convert(c.source)
     refs = conv.references_cell()
@@ -289,8 +359,12 @@ def make_twin(md_path: str | os.PathLike[str], out_path: str | os.PathLike[str],
     return out_path
 
 
-def make_twins(out_dir: str | os.PathLike[str], root: str | os.PathLike[str] | None = None,
-               repo: str | None = None, ref: str | None = None) -> list[Path]:
+def make_twins(
+    out_dir: str | os.PathLike[str],
+    root: str | os.PathLike[str] | None = None,
+    repo: str | None = None,
+    ref: str | None = None,
+) -> list[Path]:
     """Write the Colab twins of every notebook, mirroring the ``book/`` folder layout.
 
     Args:
@@ -306,7 +380,15 @@ def make_twins(out_dir: str | os.PathLike[str], root: str | os.PathLike[str] | N
         raise TypeError(f"out_dir must be a folder path, got {type(out_dir).__name__}")
     root = Path(root) if root is not None else book_dir()
     notebooks = list_notebooks(root)
-    repo = check_repository_url(repo, "the repo argument") if repo is not None else repository_url(root.parent)
+    repo = (
+        check_repository_url(repo, "the repo argument")
+        if repo is not None
+        else repository_url(root.parent)
+    )
     ref = ref if ref is not None else source_ref(root.parent)
-    return [make_twin(md, Path(out_dir) / md.relative_to(root).with_suffix(".ipynb"), repo, ref, root=root)
-            for md in notebooks]
+    return [
+        make_twin(
+            md, Path(out_dir) / md.relative_to(root).with_suffix(".ipynb"), repo, ref, root=root
+        )
+        for md in notebooks
+    ]

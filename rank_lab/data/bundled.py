@@ -71,7 +71,8 @@ def _class_list(classes: object, name: str) -> list[int]:
 
 
 def _check_xy(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x (N, ...)`` finite floating data and ``y (N,)`` / ``(N, L)`` integer labels of one length."""
+    """``x (N, ...)`` finite floating data and ``y (N,)`` / ``(N, L)`` integer labels of one
+    length."""
     x = as_tensor(x, "x")
     if x.ndim < 1 or x.shape[0] == 0:
         raise ValueError(f"x is empty (shape {tuple(x.shape)})")
@@ -155,7 +156,8 @@ def stratified_split(
     item stays in train. Rows keep their original order within each side.
 
     Args:
-        x: ``(N, ...)`` finite floating data; y: ``(N,)`` or ``(N, L)`` labels (stratified on column 0).
+        x: ``(N, ...)`` finite floating data; y: ``(N,)`` or ``(N, L)`` labels (stratified on column
+            0).
         test_fraction: in (0, 1).
         seed: seeds the per-class permutations (a local generator).
 
@@ -164,7 +166,9 @@ def stratified_split(
         ``index_train (N1,)`` and ``index_test (N2,)``.
     """
     x, y = _check_xy(x, y)
-    test_fraction = check_float(test_fraction, "test_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
+    test_fraction = check_float(
+        test_fraction, "test_fraction", low=0.0, high=1.0, low_open=True, high_open=True
+    )
     gen = torch.Generator().manual_seed(check_seed(seed))
     fine = (y if y.ndim == 1 else y[:, 0]).cpu()
     is_test = torch.zeros(fine.shape[0], dtype=torch.bool)
@@ -185,7 +189,8 @@ def stratified_split(
 
 
 def _check_test_fraction(test_fraction: object) -> None:
-    """Checked even when ``open_set=True`` leaves it unused: a bad value is never accepted silently."""
+    """Checked even when ``open_set=True`` leaves it unused: a bad value is never accepted
+    silently."""
     check_float(test_fraction, "test_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
 
 
@@ -205,7 +210,8 @@ def _finish(
     name: str,
     class_names: tuple[str, ...],
 ) -> OpenSetSplit:
-    """Images ``(N, H, W)`` -> float tensors in [0, 1] ``(N, 1, H, W)`` (or ``(N, H*W)``) + split."""
+    """Images ``(N, H, W)`` -> float tensors in [0, 1] ``(N, 1, H, W)`` (or ``(N, H*W)``) +
+    split."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch dtype, got {dtype!r}")
     x = torch.from_numpy(np.asarray(images, dtype=np.float64) / max_value).to(dtype)
@@ -297,10 +303,10 @@ def _animal_mnist_folder() -> Path:
     spec = importlib.util.find_spec("animal_mnist")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(
-            "load_animal_mnist needs the 'animal_mnist' package: `pip install --no-deps animal-mnist` "
-            "(rank_lab reads its data files directly, so its tensorflow/pandas dependencies are "
-            "not needed), or pass data_dir= to a folder holding animal_data_version_3.gz and "
-            "animal_label_version_3.gz"
+            "load_animal_mnist needs the 'animal_mnist' package: `pip install --no-deps "
+            "animal-mnist` (rank_lab reads its data files directly, so its tensorflow/pandas "
+            "dependencies are not needed), or pass data_dir= to a folder holding "
+            "animal_data_version_3.gz and animal_label_version_3.gz"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "Animal_MNIST"
 
@@ -346,7 +352,8 @@ def load_animal_mnist(
     images, labels = _read_pickled_array(data_path), _read_pickled_array(label_path)
     if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
         raise ValueError(
-            f"animal_mnist: expected images (N, H, W) and labels (N,), got {images.shape} and {labels.shape}"
+            f"animal_mnist: expected images (N, H, W) and labels (N,), got {images.shape} and "
+            f"{labels.shape}"
         )
     return _finish(
         images, labels, 255.0, open_set=open_set, train_classes=train_classes,

@@ -23,8 +23,10 @@ import torch
 
 __all__ = ["EmbeddingFileError", "load_embedding_file"]
 
-_LAYOUT = ('expected a .pt file of {"embeddings": (N, d), "labels": (N,)}, a .npz file with the arrays '
-           "embeddings and labels, or a .npy file of embeddings with <stem>_labels.npy beside it")
+_LAYOUT = (
+    'expected a .pt file of {"embeddings": (N, d), "labels": (N,)}, a .npz file with the arrays '
+    "embeddings and labels, or a .npy file of embeddings with <stem>_labels.npy beside it"
+)
 
 
 class EmbeddingFileError(ValueError):
@@ -43,17 +45,25 @@ def _npy(path: Path) -> np.ndarray:
     with open(path, "rb") as f:
         magic = f.read(6)
     if magic != b"\x93NUMPY":
-        raise EmbeddingFileError(f"{str(path)!r} is not a NumPy .npy file (it lacks the .npy header: truncated "
-                                 f"or another format); {_LAYOUT}")
+        raise EmbeddingFileError(
+            f"{str(path)!r} is not a NumPy .npy file (it lacks the .npy header: truncated "
+            f"or another format); {_LAYOUT}"
+        )
     try:
         return np.load(path, allow_pickle=False)
     except ValueError as exc:
         if "pickled" in str(exc) or "allow_pickle" in str(exc):
-            raise EmbeddingFileError(f"{str(path)!r} holds Python objects, not an array of numbers: save the "
-                                     "embeddings with np.save(path, array) of a float array") from exc
-        raise EmbeddingFileError(f"{str(path)!r} cannot be read as a .npy array (truncated?): {_first_line(exc)}") from exc
+            raise EmbeddingFileError(
+                f"{str(path)!r} holds Python objects, not an array of numbers: save the "
+                "embeddings with np.save(path, array) of a float array"
+            ) from exc
+        raise EmbeddingFileError(
+            f"{str(path)!r} cannot be read as a .npy array (truncated?): {_first_line(exc)}"
+        ) from exc
     except (OSError, EOFError) as exc:
-        raise EmbeddingFileError(f"{str(path)!r} cannot be read as a .npy array (truncated?): {_first_line(exc)}") from exc
+        raise EmbeddingFileError(
+            f"{str(path)!r} cannot be read as a .npy array (truncated?): {_first_line(exc)}"
+        ) from exc
 
 
 def _read(path: Path) -> Any:
@@ -65,14 +75,22 @@ def _read(path: Path) -> Any:
             with np.load(path, allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-            why = "it holds Python objects" if "pickle" in str(exc) else f"{type(exc).__name__}: {_first_line(exc)}"
-            raise EmbeddingFileError(f"{str(path)!r} is not a readable .npz archive ({why}); {_LAYOUT}") from exc
+            why = (
+                "it holds Python objects"
+                if "pickle" in str(exc)
+                else f"{type(exc).__name__}: {_first_line(exc)}"
+            )
+            raise EmbeddingFileError(
+                f"{str(path)!r} is not a readable .npz archive ({why}); {_LAYOUT}"
+            ) from exc
     if suffix == ".pt":
         try:
             return torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file: one line, file named
-            raise EmbeddingFileError(f"{str(path)!r} is not a readable torch.save file of tensors (truncated, "
-                                     f"another format or Python objects): {type(exc).__name__}: {_first_line(exc)}") from exc
+            raise EmbeddingFileError(
+                f"{str(path)!r} is not a readable torch.save file of tensors (truncated, "
+                f"another format or Python objects): {type(exc).__name__}: {_first_line(exc)}"
+            ) from exc
     raise EmbeddingFileError(f"{str(path)!r}: unknown suffix {path.suffix!r}; {_LAYOUT}")
 
 
@@ -100,20 +118,42 @@ def load_embedding_file(path: str | os.PathLike[str]) -> tuple[torch.Tensor, tor
     blob = _read(path)
     if not isinstance(blob, dict) or not {"embeddings", "labels"} <= set(blob):
         keys = sorted(blob) if isinstance(blob, dict) else type(blob).__name__
-        raise EmbeddingFileError(f"{str(path)!r} holds {keys}, not embeddings and labels; {_LAYOUT}")
+        raise EmbeddingFileError(
+            f"{str(path)!r} holds {keys}, not embeddings and labels; {_LAYOUT}"
+        )
     try:
         emb, lab = torch.as_tensor(blob["embeddings"]), torch.as_tensor(blob["labels"])
     except (TypeError, ValueError, RuntimeError) as exc:
-        raise EmbeddingFileError(f"{str(path)!r}: embeddings and labels must be numeric arrays ({_first_line(exc)})") from exc
-    if emb.ndim != 2 or emb.shape[0] == 0 or emb.shape[1] == 0 or not (emb.is_floating_point() or emb.dtype in (
-            torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)):
-        raise EmbeddingFileError(f"{str(path)!r}: embeddings must be a non-empty (N, d) real array, got "
-                                 f"{tuple(emb.shape)} {emb.dtype}")
+        raise EmbeddingFileError(
+            f"{str(path)!r}: embeddings and labels must be numeric arrays ({_first_line(exc)})"
+        ) from exc
+    if (
+        emb.ndim != 2
+        or emb.shape[0] == 0
+        or emb.shape[1] == 0
+        or not (
+            emb.is_floating_point()
+            or emb.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+        )
+    ):
+        raise EmbeddingFileError(
+            f"{str(path)!r}: embeddings must be a non-empty (N, d) real array, got "
+            f"{tuple(emb.shape)} {emb.dtype}"
+        )
     emb = emb.float()
     if not bool(torch.isfinite(emb).all()):
-        raise EmbeddingFileError(f"{str(path)!r}: the embeddings hold NaN or inf (or overflow float32)")
-    if lab.ndim not in (1, 2) or lab.shape[0] != emb.shape[0] or lab.is_floating_point() or lab.is_complex() \
-            or lab.dtype == torch.bool:
-        raise EmbeddingFileError(f"{str(path)!r}: labels must be integers of shape ({emb.shape[0]},) or "
-                                 f"({emb.shape[0]}, L), got {tuple(lab.shape)} {lab.dtype}")
+        raise EmbeddingFileError(
+            f"{str(path)!r}: the embeddings hold NaN or inf (or overflow float32)"
+        )
+    if (
+        lab.ndim not in (1, 2)
+        or lab.shape[0] != emb.shape[0]
+        or lab.is_floating_point()
+        or lab.is_complex()
+        or lab.dtype == torch.bool
+    ):
+        raise EmbeddingFileError(
+            f"{str(path)!r}: labels must be integers of shape ({emb.shape[0]},) or "
+            f"({emb.shape[0]}, L), got {tuple(lab.shape)} {lab.dtype}"
+        )
     return emb, lab.long()

@@ -15,7 +15,8 @@ super_classes_per_batch`` slots with ``samples_per_class`` images of each of sev
 classes (drawn without replacement when it has enough, otherwise with replacement; likewise the
 images of a class). The batches of the epoch are then shuffled. ``max_batches`` caps the epoch
 (a random subset of the batches); with more than 100,000 combinations (e.g. genera as
-super-classes) it is required and every batch draws its super-classes at random. Deterministic given ``(seed, epoch)``; call :meth:`set_epoch`.
+super-classes) it is required and every batch draws its super-classes at random. Deterministic given
+``(seed, epoch)``; call :meth:`set_epoch`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ _MAX_TUPLES = 100_000
 
 
 class HierarchicalSampler(Sampler[list[int]]):
-    """Batch sampler with ``super_classes_per_batch`` super-classes per batch (see the module docstring).
+    """Batch sampler with ``super_classes_per_batch`` super-classes per batch (see the module
+    docstring).
 
     Args:
         labels: ``(N, L)`` hierarchical labels, fine first.
@@ -50,8 +52,9 @@ class HierarchicalSampler(Sampler[list[int]]):
         seed: seed of the draw.
 
     Raises:
-        ValueError: labels not ``(N, L >= 2)``, fewer super-classes than ``super_classes_per_batch``,
-            a batch size that does not split into super-classes and classes.
+        ValueError: labels not ``(N, L >= 2)``, fewer super-classes than
+            ``super_classes_per_batch``, a batch size that does not split into super-classes and
+            classes.
     """
 
     def __init__(
@@ -70,19 +73,29 @@ class HierarchicalSampler(Sampler[list[int]]):
     ) -> None:
         y = check_labels(labels, name="labels")
         if y.ndim != 2 or y.shape[1] < 2:
-            raise ValueError(f"labels must be (N, L >= 2) hierarchical labels, got shape {tuple(y.shape)}")
+            raise ValueError(
+                f"labels must be (N, L >= 2) hierarchical labels, got shape {tuple(y.shape)}"
+            )
         n_levels = y.shape[1]
         inner, outer = int(inner_level) % n_levels, int(outer_level) % n_levels
         if not inner < outer:
-            raise ValueError(f"inner_level ({inner_level}) must be a finer column than outer_level ({outer_level})")
+            raise ValueError(
+                f"inner_level ({inner_level}) must be a finer column than outer_level "
+                f"({outer_level})"
+            )
         self.batch_size = check_positive_int(batch_size, "batch_size")
         self.m = check_positive_int(samples_per_class, "samples_per_class")
         self.k = check_positive_int(super_classes_per_batch, "super_classes_per_batch")
         self.per_tuple = check_positive_int(batches_per_super_tuple, "batches_per_super_tuple")
         if self.batch_size % (self.k * self.m):
-            raise ValueError(f"batch_size={batch_size} must be a multiple of super_classes_per_batch * samples_per_class = {self.k * self.m}")
+            raise ValueError(
+                f"batch_size={batch_size} must be a multiple of super_classes_per_batch * "
+                f"samples_per_class = {self.k * self.m}"
+            )
         self.classes_per_super = self.batch_size // (self.k * self.m)
-        self.max_batches = None if max_batches is None else check_positive_int(max_batches, "max_batches")
+        self.max_batches = (
+            None if max_batches is None else check_positive_int(max_batches, "max_batches")
+        )
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         self.seed = int(seed)
@@ -90,7 +103,10 @@ class HierarchicalSampler(Sampler[list[int]]):
         fine, sup = y[:, inner].cpu().numpy(), y[:, outer].cpu().numpy()
         self.super_classes = np.unique(sup)
         if len(self.super_classes) < self.k:
-            raise ValueError(f"{self.k} super-classes are needed per batch but labels hold {len(self.super_classes)}")
+            raise ValueError(
+                f"{self.k} super-classes are needed per batch but labels hold "
+                f"{len(self.super_classes)}"
+            )
         self._classes: dict[int, list[np.ndarray]] = {}
         for s in self.super_classes:
             idx = np.flatnonzero(sup == s)
@@ -100,7 +116,8 @@ class HierarchicalSampler(Sampler[list[int]]):
         self.n_tuples = math.comb(len(self.super_classes), self.k)
         if self.n_tuples > _MAX_TUPLES and self.max_batches is None:
             raise ValueError(
-                f"{self.n_tuples} combinations of super-classes: pass max_batches (the batches then use random combinations)"
+                f"{self.n_tuples} combinations of super-classes: pass max_batches (the batches "
+                "then use random combinations)"
             )
 
     def set_epoch(self, epoch: int) -> None:
@@ -129,14 +146,17 @@ class HierarchicalSampler(Sampler[list[int]]):
         if self.n_tuples > _MAX_TUPLES:  # too many combinations: a random one per batch
             tuples = [tuple(rng.choice(supers, self.k, replace=False)) for _ in range(len(self))]
         else:
-            every = [t for t in itertools.combinations(supers, self.k) for _ in range(self.per_tuple)]
+            every = [
+                t for t in itertools.combinations(supers, self.k) for _ in range(self.per_tuple)
+            ]
             tuples = [every[int(i)] for i in rng.permutation(len(every))[: len(self)]]
         for tup in tuples:
             yield np.concatenate([self._half(int(s), rng) for s in tup]).tolist()
 
     def __repr__(self) -> str:
         return (
-            f"HierarchicalSampler(n_items={self.n_items}, super_classes={len(self.super_classes)}, batch_size={self.batch_size}, "
-            f"samples_per_class={self.m}, super_classes_per_batch={self.k}, batches={len(self)}, seed={self.seed}, epoch={self.epoch})"
+            f"HierarchicalSampler(n_items={self.n_items}, super_classes={len(self.super_classes)}, "
+            f"batch_size={self.batch_size}, samples_per_class={self.m}, "
+            f"super_classes_per_batch={self.k}, batches={len(self)}, seed={self.seed}, "
+            f"epoch={self.epoch})"
         )
-

@@ -37,8 +37,8 @@ labels (natural vs human-made). The steps, each a function here:
    order); unmatched categories are reported as ``unassigned`` for the next round of annotation.
 7. **Export** (:meth:`LandmarkHierarchy.write_csv`): the published H-GLDv2 format
    ``landmark_id,category,supercategory,hierarchical_label,natural_or_human_made`` read by
-   :func:`rank_lab.data.datasets.hierarchical_labels.load_gldv2_hierarchical`, and ``(N, 3)`` integer
-   labels (:meth:`LandmarkHierarchy.labels`).
+   :func:`rank_lab.data.datasets.hierarchical_labels.load_gldv2_hierarchical`, and ``(N, 3)``
+   integer labels (:meth:`LandmarkHierarchy.labels`).
 """
 
 from __future__ import annotations
@@ -112,7 +112,9 @@ def deduplicate(normalized: Sequence[str]) -> tuple[list[str], np.ndarray]:
     return list(uniq), inv
 
 
-def embed_categories(texts: Sequence[str], method: str = "auto", model_path: str | Path | None = None, seed: int = 0) -> np.ndarray:
+def embed_categories(
+    texts: Sequence[str], method: str = "auto", model_path: str | Path | None = None, seed: int = 0
+) -> np.ndarray:
     """Embed category strings, ``(n, d)`` float32 with unit rows (step 4).
 
     Args:
@@ -132,7 +134,10 @@ def embed_categories(texts: Sequence[str], method: str = "auto", model_path: str
         method = "sentence" if (local and has_st) else "tfidf"
     if method == "sentence":
         if not (local and has_st):
-            raise ValueError("method='sentence' needs the sentence_transformers package and a local model folder (model_path)")
+            raise ValueError(
+                "method='sentence' needs the sentence_transformers package and a local model "
+                "folder (model_path)"
+            )
         # optional (not a declared dependency), imported where it is used
         from sentence_transformers import SentenceTransformer
 
@@ -150,8 +155,12 @@ def embed_categories(texts: Sequence[str], method: str = "auto", model_path: str
     # heavy import, paid only on this path
     from sklearn.preprocessing import normalize
 
-    chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), sublinear_tf=True).fit_transform(texts)
-    words = TfidfVectorizer(analyzer="word", token_pattern=r"(?u)\b\w+\b", sublinear_tf=True).fit_transform(texts)
+    chars = TfidfVectorizer(
+        analyzer="char_wb", ngram_range=(2, 4), sublinear_tf=True
+    ).fit_transform(texts)
+    words = TfidfVectorizer(
+        analyzer="word", token_pattern=r"(?u)\b\w+\b", sublinear_tf=True
+    ).fit_transform(texts)
     return normalize(hstack([chars, words]).tocsr()).toarray().astype(np.float32)
 
 
@@ -172,7 +181,8 @@ def cluster_categories(embeddings: np.ndarray, k: int = 12, seed: int = 0) -> np
     from sklearn.cluster import KMeans
 
     k = check_positive_int(k, "k")
-    x = as_tensor(embeddings, "embeddings").detach().cpu().double().numpy()  # complex and meta refused
+    # complex and meta refused
+    x = as_tensor(embeddings, "embeddings").detach().cpu().double().numpy()
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"embeddings must be a non-empty (n, d) array, got shape {x.shape}")
     if not np.isfinite(x).all():
@@ -186,11 +196,14 @@ def _check_pairs(texts: Sequence[str], clusters: np.ndarray) -> None:
         raise ValueError(f"texts has {len(texts)} entries but clusters has {len(clusters)}")
 
 
-def cluster_report(texts: Sequence[str], clusters: np.ndarray, max_items: int = 10) -> dict[int, list[str]]:
+def cluster_report(
+    texts: Sequence[str], clusters: np.ndarray, max_items: int = 10
+) -> dict[int, list[str]]:
     """``{cluster: its first max_items strings}``, what the annotator reads (step 5).
 
     Raises:
-        ValueError: ``texts`` and ``clusters`` of different lengths, ``max_items`` not a positive int.
+        ValueError: ``texts`` and ``clusters`` of different lengths, ``max_items`` not a positive
+            int.
     """
     max_items = check_positive_int(max_items, "max_items")
     _check_pairs(texts, clusters)
@@ -217,7 +230,10 @@ class MappingRule:
             if not isinstance(v, str) or not v.strip():
                 raise ValueError(f"{name} must be a non-empty str, got {v!r}")
         if self.natural_or_human_made not in ("natural", "human-made"):
-            raise ValueError(f"natural_or_human_made must be 'natural' or 'human-made', got {self.natural_or_human_made!r}")
+            raise ValueError(
+                "natural_or_human_made must be 'natural' or 'human-made', got "
+                f"{self.natural_or_human_made!r}"
+            )
         c = self.cluster
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0):
             raise ValueError(f"cluster must be None or a k-means cluster id >= 0, got {c!r}")
@@ -230,21 +246,30 @@ class MappingRule:
 
 
 def read_mapping(path: str | Path) -> list[MappingRule]:
-    """Read a mapping CSV (``keyword,super_category,natural_or_human_made[,cluster]``, header; ``#`` comments)."""
+    """Read a mapping CSV (``keyword,super_category,natural_or_human_made[,cluster]``, header; ``#``
+    comments)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"mapping file {str(path)!r} does not exist")
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    lines = [
+        ln for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+    ]
     reader = csv.DictReader(lines)
     need = ("keyword", "super_category", "natural_or_human_made")
     if reader.fieldnames is None or any(c not in reader.fieldnames for c in need):
-        raise ValueError(f"mapping file {str(path)!r} needs the header {','.join(need)}[,cluster], got {reader.fieldnames}")
+        raise ValueError(
+            f"mapping file {str(path)!r} needs the header {','.join(need)}[,cluster], got "
+            f"{reader.fieldnames}"
+        )
     rules = []
     for i, row in enumerate(reader, start=2):
         kw = normalize_category(row["keyword"])
         kind = row["natural_or_human_made"].strip().lower()
         if not kw or not row["super_category"].strip() or kind not in ("natural", "human-made"):
-            raise ValueError(f"mapping file {str(path)!r}, rule {i}: need a keyword, a super_category and natural / human-made, got {row}")
+            raise ValueError(
+                f"mapping file {str(path)!r}, rule {i}: need a keyword, a super_category and "
+                f"natural / human-made, got {row}"
+            )
         cl = (row.get("cluster") or "").strip()
         rules.append(MappingRule(kw, row["super_category"].strip(), kind, int(cl) if cl else None))
     if not rules:
@@ -252,8 +277,11 @@ def read_mapping(path: str | Path) -> list[MappingRule]:
     return rules
 
 
-def apply_mapping(texts: Sequence[str], clusters: np.ndarray, rules: Sequence[MappingRule]) -> list[tuple[str, str]]:
-    """``(super_category, natural_or_human_made)`` of every category; ``("unassigned", "")`` if no rule matches.
+def apply_mapping(
+    texts: Sequence[str], clusters: np.ndarray, rules: Sequence[MappingRule]
+) -> list[tuple[str, str]]:
+    """``(super_category, natural_or_human_made)`` of every category; ``("unassigned", "")`` if no
+    rule matches.
 
     Raises:
         ValueError: ``texts`` and ``clusters`` of different lengths.
@@ -298,24 +326,50 @@ class LandmarkHierarchy:
         rows = []
         for lid in landmark_ids:
             if int(lid) not in self.landmarks:
-                raise ValueError(f"landmark {lid} is not in the hierarchy (removed: {self.removed.get(int(lid), 'unknown')})")
+                raise ValueError(
+                    f"landmark {lid} is not in the hierarchy (removed: "
+                    f"{self.removed.get(int(lid), 'unknown')})"
+                )
             _, _, sup, kind = self.landmarks[int(lid)]
             if sup == UNASSIGNED and drop_unassigned:
                 raise ValueError(f"landmark {lid} has no super-category yet (category unassigned)")
-            rows.append([int(lid), self.vocab["hierarchical_label"].index(sup), self.vocab["natural_or_human_made"].index(kind)])
+            rows.append(
+                [
+                    int(lid),
+                    self.vocab["hierarchical_label"].index(sup),
+                    self.vocab["natural_or_human_made"].index(kind),
+                ]
+            )
         return torch.tensor(rows, dtype=torch.long).reshape(-1, 3)
 
     def write_csv(self, path: str | Path, *, include_unassigned: bool = False) -> Path:
-        """Write the H-GLDv2 format ``landmark_id,category,supercategory,hierarchical_label,natural_or_human_made``."""
+        """Write the H-GLDv2 format
+        ``landmark_id,category,supercategory,hierarchical_label,natural_or_human_made``."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["landmark_id", "category", "supercategory", "hierarchical_label", "natural_or_human_made"])
+            w.writerow(
+                [
+                    "landmark_id",
+                    "category",
+                    "supercategory",
+                    "hierarchical_label",
+                    "natural_or_human_made",
+                ]
+            )
             for lid, (cat, _, sup, kind) in sorted(self.landmarks.items()):
                 if sup == UNASSIGNED and not include_unassigned:
                     continue
-                w.writerow([lid, f"https://commons.wikimedia.org/wiki/Category:{cat.replace(' ', '_')}", cat, sup, kind])
+                w.writerow(
+                    [
+                        lid,
+                        f"https://commons.wikimedia.org/wiki/Category:{cat.replace(' ', '_')}",
+                        cat,
+                        sup,
+                        kind,
+                    ]
+                )
         return path
 
 
@@ -364,10 +418,21 @@ def build_landmark_hierarchy(
         raise ValueError("every landmark was removed by the cleaning step")
     cats, inv = deduplicate(list(kept.values()))
     local = model_path is not None and Path(model_path).is_dir()
-    used = method if method != "auto" else ("sentence" if local and importlib.util.find_spec("sentence_transformers") else "tfidf")
+    used = (
+        method
+        if method != "auto"
+        else (
+            "sentence" if local and importlib.util.find_spec("sentence_transformers") else "tfidf"
+        )
+    )
     clusters = cluster_categories(embed_categories(cats, used, model_path, seed), k, seed)
     mapped = apply_mapping(cats, clusters, rules)
-    landmarks = {lid: (cats[i], int(clusters[i]), *mapped[i]) for lid, i in zip(kept, inv, strict=True)}
+    landmarks = {
+        lid: (cats[i], int(clusters[i]), *mapped[i]) for lid, i in zip(kept, inv, strict=True)
+    }
     assigned = [v for v in landmarks.values() if v[2] != UNASSIGNED]
-    vocab = {"hierarchical_label": sorted({v[2] for v in assigned}), "natural_or_human_made": sorted({v[3] for v in assigned})}
+    vocab = {
+        "hierarchical_label": sorted({v[2] for v in assigned}),
+        "natural_or_human_made": sorted({v[3] for v in assigned}),
+    }
     return LandmarkHierarchy(landmarks, removed, cats, clusters, used, vocab)

@@ -25,7 +25,13 @@ from rank_lab._validation import (
 __all__ = ["imbalanced_indices", "noisy_labels", "two_views"]
 
 
-def imbalanced_indices(labels: torch.Tensor, imbalance_rate: float, *, minority_classes: torch.Tensor | None = None, seed: int = 0) -> torch.Tensor:
+def imbalanced_indices(
+    labels: torch.Tensor,
+    imbalance_rate: float,
+    *,
+    minority_classes: torch.Tensor | None = None,
+    seed: int = 0,
+) -> torch.Tensor:
     """Indices of an imbalanced training subset (Section 6.5.5 of the Patel thesis).
 
     Half of the classes (the odd-numbered ones unless ``minority_classes`` is given) keep
@@ -38,10 +44,16 @@ def imbalanced_indices(labels: torch.Tensor, imbalance_rate: float, *, minority_
     imbalance_rate = check_float(imbalance_rate, "imbalance_rate", low=0.0, high=1.0, low_open=True)
     seed = check_nonneg_int(seed, "seed")
     classes = labels.unique()
-    minority = classes[1::2] if minority_classes is None else check_labels(minority_classes, name="minority_classes").reshape(-1)
+    minority = (
+        classes[1::2]
+        if minority_classes is None
+        else check_labels(minority_classes, name="minority_classes").reshape(-1)
+    )
     majority = [c for c in classes if c not in minority]
     if not majority:
-        raise ValueError("minority_classes holds every class: at least one majority class is needed")
+        raise ValueError(
+            "minority_classes holds every class: at least one majority class is needed"
+        )
     majority_size = max(int((labels == c).sum()) for c in majority)
     g = torch.Generator().manual_seed(seed)
     keep = []
@@ -54,7 +66,9 @@ def imbalanced_indices(labels: torch.Tensor, imbalance_rate: float, *, minority_
     return torch.cat(keep).sort().values
 
 
-def noisy_labels(labels: torch.Tensor, noise_rate: float, n_classes: int | None = None, *, seed: int = 0) -> torch.Tensor:
+def noisy_labels(
+    labels: torch.Tensor, noise_rate: float, n_classes: int | None = None, *, seed: int = 0
+) -> torch.Tensor:
     """Corrupt a fraction ``noise_rate`` of the labels with a wrong class (Section 6.5.6).
 
     Exactly ``round(noise_rate * N)`` samples get a label drawn uniformly among the *other*
@@ -67,7 +81,8 @@ def noisy_labels(labels: torch.Tensor, noise_rate: float, n_classes: int | None 
     if k < 2:
         raise ValueError(f"noisy labels need at least 2 classes, got n_classes={k}")
     check_class_indices(labels, k)
-    g = torch.Generator().manual_seed(seed)  # drawn on the CPU: the same noisy labels on every device
+    # drawn on the CPU: the same noisy labels on every device
+    g = torch.Generator().manual_seed(seed)
     n_bad = round(noise_rate * labels.numel())
     idx = torch.randperm(labels.numel(), generator=g)[:n_bad].to(labels.device)
     out = labels.clone()
@@ -86,7 +101,13 @@ def _label_vector(labels: object) -> torch.Tensor:
     return labels
 
 
-def two_views(x: torch.Tensor, *, noise_std: float = 0.1, max_shift: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+def two_views(
+    x: torch.Tensor,
+    *,
+    noise_std: float = 0.1,
+    max_shift: int = 1,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Two random views of each input for toy contrastive training: ``(2N, ...)``, views stacked.
 
     Images ``(N, C, H, W)`` are shifted by up to ``max_shift`` pixels (zero padding); every input
@@ -99,7 +120,9 @@ def two_views(x: torch.Tensor, *, noise_std: float = 0.1, max_shift: int = 1, ge
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a tensor, got {type(x).__name__}")
     if x.ndim < 2 or x.shape[0] == 0:
-        raise ValueError(f"x must have shape (N, ...) with N > 0 and at least 2 dims, got {tuple(x.shape)}")
+        raise ValueError(
+            f"x must have shape (N, ...) with N > 0 and at least 2 dims, got {tuple(x.shape)}"
+        )
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating tensor, got dtype {x.dtype}")
     check_finite(x, "x")
@@ -112,11 +135,15 @@ def two_views(x: torch.Tensor, *, noise_std: float = 0.1, max_shift: int = 1, ge
             pad = F.pad(x, (max_shift,) * 4)
             h, w = x.shape[-2:]
             out = torch.empty_like(x)
-            offs = torch.randint(0, 2 * max_shift + 1, (x.shape[0], 2), generator=generator).to(x.device)
+            offs = torch.randint(0, 2 * max_shift + 1, (x.shape[0], 2), generator=generator).to(
+                x.device
+            )
             for dy in range(2 * max_shift + 1):  # one slice per offset, not per image
                 for dx in range(2 * max_shift + 1):
                     sel = torch.nonzero((offs[:, 0] == dy) & (offs[:, 1] == dx)).flatten()
                     if sel.numel():
                         out[sel] = pad[sel, :, dy : dy + h, dx : dx + w]
-        views.append(out + noise_std * torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device))
+        views.append(
+            out + noise_std * torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)
+        )
     return torch.cat(views)

@@ -1,9 +1,9 @@
 """Class-balanced batch sampling for metric learning.
 
-The **m-per-class sampler** of the Ramzi thesis §3.5.1 (and §4.4.1; after NormSoftmax, ref. [66] of the thesis):
-every batch of ``B`` items holds ``B / m`` distinct classes with ``m`` items each (``B = 128``,
-``m = 4``, 32 classes on CUB / iNaturalist in the thesis). Rank losses need it: a random batch over
-thousands of classes would hold almost no positive pair.
+The **m-per-class sampler** of the Ramzi thesis §3.5.1 (and §4.4.1; after NormSoftmax, ref. [66] of
+the thesis): every batch of ``B`` items holds ``B / m`` distinct classes with ``m`` items each
+(``B = 128``, ``m = 4``, 32 classes on CUB / iNaturalist in the thesis). Rank losses need it: a
+random batch over thousands of classes would hold almost no positive pair.
 """
 
 from __future__ import annotations
@@ -144,5 +144,6 @@ class MPerClassSampler(Sampler[list[int]]):
     def __repr__(self) -> str:
         return (
             f"MPerClassSampler(n_items={self.n_items}, n_classes={self.n_classes}, m={self.m}, "
-            f"batch_size={self.batch_size}, batches={len(self)}, seed={self.seed}, epoch={self.epoch})"
+            f"batch_size={self.batch_size}, batches={len(self)}, seed={self.seed}, "
+            f"epoch={self.epoch})"
         )

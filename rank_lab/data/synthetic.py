@@ -19,8 +19,8 @@ Everything is drawn from a local :class:`torch.Generator`, so the same ``seed`` 
 identical tensors and the global random state is left untouched.
 
 Class ids are **kept as generated** in both splits (no re-indexing): train and test hold disjoint
-sets of ids, so ``y_test`` may start at, e.g., 10. Re-index with ``torch.unique(y, return_inverse=True)``
-if a classifier head needs ``0..C-1``.
+sets of ids, so ``y_test`` may start at, e.g., 10. Re-index with
+``torch.unique(y, return_inverse=True)`` if a classifier head needs ``0..C-1``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ _ACTIVATIONS = ("tanh", "leaky_relu")
 
 
 def _n_train(n: int, train_fraction: float, what: str) -> int:
-    """Number of the ``n`` groups that go to the train split (round half up); both sides non-empty."""
+    """Number of the ``n`` groups that go to the train split (round half up); both sides
+    non-empty."""
     if not 0.0 < train_fraction < 1.0:
         raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
     k = int(math.floor(train_fraction * n + 0.5))
@@ -54,7 +55,8 @@ def _n_train(n: int, train_fraction: float, what: str) -> int:
 
 
 class RandomNonlinearMap:
-    """A fixed, seeded random 2-layer MLP ``g: R^dim -> R^input_dim`` (the generator's observation map).
+    """A fixed, seeded random 2-layer MLP ``g: R^dim -> R^input_dim`` (the generator's observation
+    map).
 
     ``g(u) = W_2 act(gain * W_1 (u / input_scale) + b_1) + b_2`` with ``W_1 ~ N(0, 1/dim)``,
     ``b_1 ~ N(0, 0.5^2)``, ``W_2 ~ N(0, 1/hidden_dim)``, ``b_2 ~ N(0, 0.1^2)``. ``input_scale``
@@ -217,7 +219,8 @@ def make_open_set(
         ``centres (C, dim)`` and the ``feature_map``.
 
     Raises:
-        ValueError / TypeError: on a non-positive size, a bad ``train_fraction`` or a negative scale.
+        ValueError / TypeError: on a non-positive size, a bad ``train_fraction`` or a negative
+        scale.
     """
     n_classes = check_positive_int(n_classes, "n_classes")
     per_class = check_positive_int(per_class, "per_class")
@@ -283,9 +286,9 @@ def make_hierarchical_open_set(
 
     The stand-in for the hierarchical datasets of Ramzi thesis ch. 4 (SOP/iNat with super-classes,
     §4.4.1). With ``branching = (b_0, ..., b_{L-1})`` (top level first) there
-    are ``b_0`` root groups, each with ``b_1`` children, ... and ``prod(b)`` fine classes. Centres are
-    drawn top-down: ``c_root ~ N(0, s_0^2 I)``, ``c_child = c_parent + N(0, s_l^2 I)``, so the fine
-    classes of one super-class are closer on average than classes of different super-classes.
+    are ``b_0`` root groups, each with ``b_1`` children, ... and ``prod(b)`` fine classes. Centres
+    are drawn top-down: ``c_root ~ N(0, s_0^2 I)``, ``c_child = c_parent + N(0, s_l^2 I)``, so the
+    fine classes of one super-class are closer on average than classes of different super-classes.
 
     Labels are ``(N, L)``, **column 0 = fine**, last column = root. Ids are global per level and
     laid out so that ``label[:, l] = fine // prod(b[L-l:])``: the fine id determines every coarser
@@ -312,7 +315,8 @@ def make_hierarchical_open_set(
             ``2^(L-1-l)``: ``(2.0, 1.0)`` for L = 2, ``(4.0, 2.0, 1.0)`` for L = 3 (the finest
             offset equals the default ``noise``).
         split: ``"fine"`` or ``"coarse"``.
-        obs_noise, hidden_dim, activation, gain, map_seed, device, dtype: as in :func:`make_open_set`.
+        obs_noise, hidden_dim, activation, gain, map_seed, device, dtype: as in
+            :func:`make_open_set`.
 
     Returns:
         :class:`OpenSetSplit` with ``x_* (N, input_dim)``, ``y_* (N, L)`` long, ``extras`` with
@@ -320,7 +324,10 @@ def make_hierarchical_open_set(
         ``fine_to_parents (n_fine, L)`` (the label row of every fine class) and the map.
     """
     if branching is None:
-        branching = (check_positive_int(n_coarse, "n_coarse"), check_positive_int(fine_per_coarse, "fine_per_coarse"))
+        branching = (
+            check_positive_int(n_coarse, "n_coarse"),
+            check_positive_int(fine_per_coarse, "fine_per_coarse"),
+        )
     if (
         isinstance(branching, (str, bytes))
         or not isinstance(branching, Sequence)

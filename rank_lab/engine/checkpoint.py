@@ -1,4 +1,5 @@
-"""Checkpoint files of the engine: sealed, atomic, rotated, verified on load; RNG state capture/restore.
+"""Checkpoint files of the engine: sealed, atomic, rotated, verified on load; RNG state
+capture/restore.
 
 A run interrupted at any point and resumed from its last checkpoint reproduces the uninterrupted
 run exactly (on CPU; on CUDA see ``docs/decisions.md``): the engine's checkpoint
@@ -63,11 +64,13 @@ _DEFAULT_HINT = "delete it or train with resume=False"
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used: unreadable (:class:`CheckpointCorruptError`) or written by
-    another run (:class:`CheckpointMismatchError`). The message names the file and how to start fresh."""
+    another run (:class:`CheckpointMismatchError`). The message names the file and how to start
+    fresh."""
 
 
 class CheckpointCorruptError(CheckpointError):
-    """A checkpoint file (and its previous one) is truncated, corrupted or not a rank_lab checkpoint."""
+    """A checkpoint file (and its previous one) is truncated, corrupted or not a rank_lab
+    checkpoint."""
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -75,7 +78,8 @@ class CheckpointMismatchError(CheckpointError):
 
 
 class CheckpointWarning(UserWarning):
-    """The newest checkpoint was unusable and the previous one was used (or a CUDA RNG state mapped)."""
+    """The newest checkpoint was unusable and the previous one was used (or a CUDA RNG state
+    mapped)."""
 
 
 class CheckpointRead(NamedTuple):
@@ -165,23 +169,37 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
             if not seals:
                 raise CheckpointCorruptError(
                     f"checkpoint {str(path)!r} has no rank_lab seal: it was not written by "
-                    "rank_lab.engine.checkpoint.save_checkpoint (or by an older rank_lab)")
+                    "rank_lab.engine.checkpoint.save_checkpoint (or by an older rank_lab)"
+                )
             seal = json.loads(z.read(seals[-1]))
             digest, size, count = _digest(z)
     except CheckpointCorruptError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, KeyError) as exc:
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        EOFError,
+        OSError,
+        ValueError,
+        KeyError,
+    ) as exc:
         raise CheckpointCorruptError(
             f"checkpoint {str(path)!r} ({nbytes} bytes) is truncated or corrupted: "
-            f"{type(exc).__name__}: {_first_line(exc)}") from exc
+            f"{type(exc).__name__}: {_first_line(exc)}"
+        ) from exc
     if not isinstance(seal, dict) or seal.get("format") != FORMAT:
-        raise CheckpointCorruptError(f"checkpoint {str(path)!r}: unknown seal {seal!r} (expected format {FORMAT})")
+        raise CheckpointCorruptError(
+            f"checkpoint {str(path)!r}: unknown seal {seal!r} (expected format {FORMAT})"
+        )
     if (size, count) != (seal.get("bytes"), seal.get("records")):
         raise CheckpointCorruptError(
             f"checkpoint {str(path)!r} holds {count} records of {size} bytes, its seal says "
-            f"{seal.get('records')} of {seal.get('bytes')} bytes: it was truncated or altered")
+            f"{seal.get('records')} of {seal.get('bytes')} bytes: it was truncated or altered"
+        )
     if digest != seal.get("sha256"):
-        raise CheckpointCorruptError(f"checkpoint {str(path)!r}: its content hash differs from its seal: it was corrupted")
+        raise CheckpointCorruptError(
+            f"checkpoint {str(path)!r}: its content hash differs from its seal: it was corrupted"
+        )
     return seal
 
 
@@ -191,7 +209,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def save_checkpoint(obj: Any, path: str | Path, *, keep_previous: bool = True) -> Path:
-    """Write ``obj`` with ``torch.save`` as a sealed checkpoint, atomically, keeping the previous one.
+    """Write ``obj`` with ``torch.save`` as a sealed checkpoint, atomically, keeping the previous
+    one.
 
     Args:
         obj: the state (tensors and plain data, so that ``weights_only`` loading reads it).
@@ -216,7 +235,9 @@ def save_checkpoint(obj: Any, path: str | Path, *, keep_previous: bool = True) -
         try:
             torch.save(obj, tmp)
         except (pickle.PicklingError, AttributeError, TypeError) as exc:
-            raise TypeError(f"obj cannot be saved by torch.save: {type(exc).__name__}: {_first_line(exc)}") from exc
+            raise TypeError(
+                f"obj cannot be saved by torch.save: {type(exc).__name__}: {_first_line(exc)}"
+            ) from exc
         _seal(tmp)
         if keep_previous and path.is_file():
             _keep_previous(path)
@@ -237,14 +258,20 @@ def _keep_previous(path: Path) -> None:
     tmp = prev.with_name(f".{prev.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     try:
-        os.link(path, tmp)  # no copy: the newest file is replaced by a rename, the link keeps its data
+        # no copy: the newest file is replaced by a rename, the link keeps its data
+        os.link(path, tmp)
     except OSError:
         shutil.copy2(path, tmp)
     os.replace(tmp, prev)
 
 
-def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", *,
-                    fallback: bool = True, hint: str = _DEFAULT_HINT) -> CheckpointRead:
+def read_checkpoint(
+    path: str | Path,
+    map_location: str | torch.device = "cpu",
+    *,
+    fallback: bool = True,
+    hint: str = _DEFAULT_HINT,
+) -> CheckpointRead:
     """Verify and read a checkpoint; fall back to the previous one when the newest is unusable.
 
     Args:
@@ -271,15 +298,23 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
         newest = str(exc)
         prev = previous_path(path)
         if not fallback or not prev.is_file():
-            raise CheckpointCorruptError(f"{newest}; no previous checkpoint {str(prev)!r} to fall back to; "
-                                         f"to start fresh, {hint}") from exc
+            raise CheckpointCorruptError(
+                f"{newest}; no previous checkpoint {str(prev)!r} to fall back to; "
+                f"to start fresh, {hint}"
+            ) from exc
         try:
             state = _read_one(prev, map_location)
         except CheckpointCorruptError as exc2:
-            raise CheckpointCorruptError(f"{newest}; the previous one is unusable too: {exc2}; "
-                                         f"to start fresh, {hint}") from exc2
-    warnings.warn(CheckpointWarning(f"{newest}; resuming from the previous checkpoint {str(prev)!r} "
-                                    f"(epoch {state.get('epoch')}, step {state.get('step')})"), stacklevel=3)
+            raise CheckpointCorruptError(
+                f"{newest}; the previous one is unusable too: {exc2}; to start fresh, {hint}"
+            ) from exc2
+    warnings.warn(
+        CheckpointWarning(
+            f"{newest}; resuming from the previous checkpoint {str(prev)!r} "
+            f"(epoch {state.get('epoch')}, step {state.get('step')})"
+        ),
+        stacklevel=3,
+    )
     return CheckpointRead(state, prev, newest)
 
 
@@ -289,13 +324,19 @@ def _read_one(path: Path, map_location: str | torch.device) -> dict[str, Any]:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - one line naming the file, the cause chained
         raise CheckpointCorruptError(
-            f"checkpoint {str(path)!r} could not be unpickled: {type(exc).__name__}: {_first_line(exc)}") from exc
+            f"checkpoint {str(path)!r} could not be unpickled: {type(exc).__name__}: "
+            f"{_first_line(exc)}"
+        ) from exc
     if not isinstance(ckpt, dict) or "model" not in ckpt or "epoch" not in ckpt:
-        raise CheckpointCorruptError(f"{str(path)!r} is not a rank_lab training checkpoint (no 'model' and 'epoch')")
+        raise CheckpointCorruptError(
+            f"{str(path)!r} is not a rank_lab training checkpoint (no 'model' and 'epoch')"
+        )
     return ckpt
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", *, fallback: bool = True) -> dict[str, Any]:
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu", *, fallback: bool = True
+) -> dict[str, Any]:
     """Read a checkpoint written by a training loop (verified; see :func:`read_checkpoint`).
 
     Returns:
@@ -318,7 +359,8 @@ def atomic_write_json(obj: Any, path: str | Path) -> None:
     Raises:
         TypeError: ``obj`` holds a value JSON cannot represent (nothing is written).
     """
-    text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default)  # before touching the disk
+    # before touching the disk
+    text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -341,12 +383,18 @@ def _json_default(o: Any) -> Any:
 
 
 def get_rng_state() -> dict[str, Any]:
-    """The Python, NumPy, torch CPU (and CUDA, one per device) RNG states, ``weights_only``-loadable."""
+    """The Python, NumPy, torch CPU (and CUDA, one per device) RNG states,
+    ``weights_only``-loadable."""
     np_state = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]),
-                  int(np_state[3]), float(np_state[4])],
+        "numpy": [
+            np_state[0],
+            torch.from_numpy(np_state[1].astype(np.int64)),
+            int(np_state[2]),
+            int(np_state[3]),
+            float(np_state[4]),
+        ],
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -369,7 +417,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
         raise TypeError(f"state must be the dict of get_rng_state(), got {type(state).__name__}")
     missing = [k for k in ("python", "numpy", "torch") if k not in state]
     if missing:
-        raise ValueError(f"state lacks {missing}: pass the dict of get_rng_state() (a checkpoint's 'rng')")
+        raise ValueError(
+            f"state lacks {missing}: pass the dict of get_rng_state() (a checkpoint's 'rng')"
+        )
     try:
         _set_rng_state(state)
     except (TypeError, ValueError, RuntimeError, IndexError) as exc:
@@ -381,26 +431,40 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((py[0], tuple(py[1]), py[2]))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"].cpu())  # a checkpoint loaded with map_location="cuda" moves it
+    # a checkpoint loaded with map_location="cuda" moves it
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
         _set_cuda_rng_states([s.cpu() for s in state["cuda"]])
 
 
 def _set_cuda_rng_states(saved: list[torch.Tensor]) -> None:
-    """Restore per-device CUDA RNG states, mapping a different number of devices (with a warning)."""
+    """Restore per-device CUDA RNG states, mapping a different number of devices (with a
+    warning)."""
     have = torch.cuda.device_count()
     for i in range(min(have, len(saved))):
         torch.cuda.set_rng_state(saved[i], device=i)
     if len(saved) > have:
-        warnings.warn(CheckpointWarning(
-            f"the checkpoint holds the CUDA RNG states of {len(saved)} devices, this machine has {have}: "
-            f"restored those of devices 0-{have - 1}, dropped the rest (CUDA random draws follow the "
-            "original run's first devices only)"), stacklevel=4)
+        warnings.warn(
+            CheckpointWarning(
+                f"the checkpoint holds the CUDA RNG states of {len(saved)} devices, this machine "
+                f"has {have}: restored those of devices 0-{have - 1}, dropped the rest (CUDA "
+                "random draws follow the original run's first devices only)"
+            ),
+            stacklevel=4,
+        )
     elif len(saved) < have and saved:
         for i in range(len(saved), have):
-            seed = int.from_bytes(hashlib.sha256(saved[i % len(saved)].numpy().tobytes() + bytes([i % 256])).digest()[:8],
-                                  "little")
+            seed = int.from_bytes(
+                hashlib.sha256(saved[i % len(saved)].numpy().tobytes() + bytes([i % 256])).digest()[
+                    :8
+                ],
+                "little",
+            )
             torch.cuda.default_generators[i].manual_seed(seed)
-        warnings.warn(CheckpointWarning(
-            f"the checkpoint holds the CUDA RNG states of {len(saved)} devices, this machine has {have}: "
-            f"devices {len(saved)}-{have - 1} were seeded from the saved states"), stacklevel=4)
+        warnings.warn(
+            CheckpointWarning(
+                f"the checkpoint holds the CUDA RNG states of {len(saved)} devices, this machine "
+                f"has {have}: devices {len(saved)}-{have - 1} were seeded from the saved states"
+            ),
+            stacklevel=4,
+        )

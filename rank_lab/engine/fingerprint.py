@@ -1,8 +1,9 @@
 """Fingerprints that tie a checkpoint to what produced it: the training data and the code.
 
 The engine stores ``{"data", "code", "parameters"}`` in every checkpoint and refuses to resume
-from a checkpoint whose data or code differ (:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError`);
-the parameters (the run's configuration and schedule) are compared key by key by the resume rule
+from a checkpoint whose data or code differ
+(:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError`); the parameters (the run's
+configuration and schedule) are compared key by key by the resume rule
 (:func:`rank_lab.engine.guard.check_resume`).
 
 * :func:`data_fingerprint` hashes what a loop trains on: the bytes of tensors and arrays (with
@@ -41,19 +42,47 @@ def short(fingerprint: str | None) -> str:
     return "none" if fingerprint is None else str(fingerprint)[:12]
 
 
-def data_fingerprint(data: Any) -> str:
+class _Seen(set):
+    """The objects being fed (cycle detection), and the ids of the run's own state (``state``)."""
+
+    def __init__(self, state: frozenset[int] = frozenset()) -> None:
+        super().__init__()
+        self.state = state
+
+
+def _state_ids(state: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    for obj in state:
+        # shared singletons: never state
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            continue
+        ids.add(id(obj))
+        if isinstance(obj, nn.Module):
+            ids.update(id(m) for m in obj.modules())
+            ids.update(id(t) for t in obj.parameters())
+            ids.update(id(t) for t in obj.buffers())
+        elif isinstance(obj, torch.optim.Optimizer):
+            ids.update(id(t) for g in obj.param_groups for t in g["params"])
+    return frozenset(ids)
+
+
+def data_fingerprint(data: Any, *, state: Any = ()) -> str:
     """A SHA-256 (hex) of ``data``: equal for equal data, different when a value, a shape, a dtype,
     a file's size or modification time changes.
 
     Args:
         data: tensors, arrays, numbers, strings, paths, lists, tuples, dicts, datasets (their
             attributes), functions (their code and captured values), or any nesting of them.
+        state: the run's own state (the modules it trains, their optimisers): where ``data`` holds
+            them (a loss function that closes over the model), only their type is fed, since their
+            values change as the run trains and the checkpoint restores them. Submodules,
+            parameters and buffers of a module count as its state.
 
     Returns:
         64 hex digits.
     """
     h = hashlib.sha256()
-    _feed(h, data, set(), 0)
+    _feed(h, data, _Seen(_state_ids(state)), 0)
     return h.hexdigest()
 
 
@@ -71,8 +100,11 @@ def _feed_tensor(h: Any, t: torch.Tensor) -> None:
     if flat.is_complex():
         flat = torch.view_as_real(flat).reshape(-1)
     if flat.numel():
-        h.update(flat.view(torch.uint8).numpy().tobytes() if flat.dtype != torch.bool
-                 else flat.to(torch.uint8).numpy().tobytes())
+        h.update(
+            flat.view(torch.uint8).numpy().tobytes()
+            if flat.dtype != torch.bool
+            else flat.to(torch.uint8).numpy().tobytes()
+        )
 
 
 def _feed_path(h: Any, p: Path) -> None:
@@ -86,9 +118,12 @@ def _feed_path(h: Any, p: Path) -> None:
     _tag(h, "path", f"{p.resolve()} {kind} {size} {st.st_mtime_ns}")
 
 
-def _feed(h: Any, obj: Any, seen: set[int], depth: int) -> None:  # noqa: C901 - one branch per kind
+def _feed(h: Any, obj: Any, seen: _Seen, depth: int) -> None:  # noqa: C901 - one branch per kind
     if depth > _MAX_DEPTH:
         _tag(h, "deep", type(obj).__qualname__)
+        return
+    if id(obj) in seen.state:  # the run's own state: restored by the checkpoint, not its data
+        _tag(h, "state", type(obj).__qualname__)
         return
     if obj is None or isinstance(obj, (bool, int, float, complex)):
         _tag(h, type(obj).__name__, repr(obj))
@@ -117,8 +152,10 @@ def _feed(h: Any, obj: Any, seen: set[int], depth: int) -> None:  # noqa: C901 -
     elif isinstance(obj, (torch.dtype, torch.device)):
         _tag(h, "torch", str(obj))
     elif isinstance(obj, torch.Generator):
-        _tag(h, "generator", str(obj.device))  # its state is the engine's to checkpoint, not the data
-    elif id(obj) in seen:  # an object that holds itself (``seen``: the objects being fed, outermost first)
+        # its state is the engine's to checkpoint, not the data
+        _tag(h, "generator", str(obj.device))
+    # an object that holds itself (``seen``: the objects being fed, outermost first)
+    elif id(obj) in seen:
         _tag(h, "cycle", type(obj).__qualname__)
     else:
         seen.add(id(obj))
@@ -128,7 +165,13 @@ def _feed(h: Any, obj: Any, seen: set[int], depth: int) -> None:  # noqa: C901 -
             seen.discard(id(obj))
 
 
-def _feed_container(h: Any, obj: Any, seen: set[int], depth: int) -> None:
+def _set_item(v: Any, seen: _Seen) -> str:
+    h = hashlib.sha256()
+    _feed(h, v, _Seen(seen.state), 0)
+    return h.hexdigest()
+
+
+def _feed_container(h: Any, obj: Any, seen: _Seen, depth: int) -> None:
     if isinstance(obj, Mapping):
         _tag(h, "map", str(len(obj)))
         for k in sorted(obj, key=repr):
@@ -140,7 +183,7 @@ def _feed_container(h: Any, obj: Any, seen: set[int], depth: int) -> None:
             _feed(h, v, seen, depth + 1)
     elif isinstance(obj, (set, frozenset)):
         _tag(h, "set", str(len(obj)))
-        for d in sorted(data_fingerprint(v) for v in obj):
+        for d in sorted(_set_item(v, seen) for v in obj):
             _tag(h, "item", d)
     elif callable(getattr(obj, "fingerprint", None)) and not isinstance(obj, type):
         _tag(h, "own", type(obj).__qualname__)
@@ -151,7 +194,11 @@ def _feed_container(h: Any, obj: Any, seen: set[int], depth: int) -> None:
     elif isinstance(obj, (types.FunctionType, types.MethodType)):
         _feed_function(h, obj, seen, depth)
     elif isinstance(obj, (type, types.ModuleType, types.BuiltinFunctionType)):
-        _tag(h, "named", f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', getattr(obj, '__name__', ''))}")
+        _tag(
+            h,
+            "named",
+            f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', getattr(obj, '__name__', ''))}",  # noqa: E501
+        )
     else:
         _tag(h, "object", f"{type(obj).__module__}.{type(obj).__qualname__}")
         attrs = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
@@ -162,7 +209,7 @@ def _feed_container(h: Any, obj: Any, seen: set[int], depth: int) -> None:
         _feed(h, attrs, seen, depth + 1)
 
 
-def _feed_function(h: Any, fn: Any, seen: set[int], depth: int) -> None:
+def _feed_function(h: Any, fn: Any, seen: _Seen, depth: int) -> None:
     if isinstance(fn, types.MethodType):
         _tag(h, "method", fn.__func__.__qualname__)
         _feed(h, fn.__self__, seen, depth + 1)
@@ -170,7 +217,12 @@ def _feed_function(h: Any, fn: Any, seen: set[int], depth: int) -> None:
     code = fn.__code__
     _tag(h, "function", f"{fn.__module__}.{fn.__qualname__}")
     h.update(code.co_code)
-    _feed(h, [c for c in code.co_consts if isinstance(c, (int, float, str, bytes, tuple))], seen, depth + 1)
+    _feed(
+        h,
+        [c for c in code.co_consts if isinstance(c, (int, float, str, bytes, tuple))],
+        seen,
+        depth + 1,
+    )
     _feed(h, fn.__defaults__, seen, depth + 1)
     cells = []
     for c in fn.__closure__ or ():
@@ -186,8 +238,11 @@ _ROOT = Path(__file__).resolve().parents[1]  # the rank_lab package folder
 
 @lru_cache(maxsize=1)
 def _version() -> str:
-    """``rank_lab.__version__``, read from the package's ``__init__.py`` (not imported: same floor)."""
-    m = re.search(r'^__version__ = "([^"]+)"', (_ROOT / "__init__.py").read_text(encoding="utf-8"), re.M)
+    """``rank_lab.__version__``, read from the package's ``__init__.py`` (not imported: same
+    floor)."""
+    m = re.search(
+        r'^__version__ = "([^"]+)"', (_ROOT / "__init__.py").read_text(encoding="utf-8"), re.M
+    )
     return m.group(1) if m else "unknown"
 
 
@@ -205,7 +260,8 @@ def _package_sources() -> str:
 
 
 def set_code_context(name: str | None = None, source: str | None = None) -> None:
-    """Add the code being run outside the package (a notebook's code cells) to :func:`code_fingerprint`.
+    """Add the code being run outside the package (a notebook's code cells) to
+    :func:`code_fingerprint`.
 
     Args:
         name: e.g. the notebook's name; ``None`` clears the context.
@@ -222,5 +278,6 @@ def set_code_context(name: str | None = None, source: str | None = None) -> None
 
 
 def code_fingerprint() -> dict[str, str]:
-    """The code of this run: ``{"rank_lab": version, "sources_sha256": ..., ["notebook", "notebook_sha256"]}``."""
+    """The code of this run:
+    ``{"rank_lab": version, "sources_sha256": ..., ["notebook", "notebook_sha256"]}``."""
     return {"rank_lab": _version(), "sources_sha256": _package_sources(), **_CONTEXT}

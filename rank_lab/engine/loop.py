@@ -26,11 +26,11 @@ an epoch, drawn from generators the engine checkpoints). The engine gives every 
   adds and cuBLAS' workspace may change the last bits. The exactness of the metrics is a separate
   promise (``docs/decisions.md``). **Resume rule** (``docs/decisions.md``): a checkpoint records the
   fingerprint of the run's data and code (:mod:`rank_lab.engine.fingerprint`), its configuration
-  and its schedule; resuming is refused (:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError`,
-  a ``ValueError`` saying why and how to start a new run) unless it continues the same run on the
-  same data with the same code, or makes a run whose schedule does not depend on its length
-  (:data:`~rank_lab.engine.schedule.LENGTH_FREE`) longer. What a loop restored and trained is
-  reported to :mod:`rank_lab.engine.run_report`;
+  and its schedule; resuming is refused
+  (:class:`~rank_lab.engine.checkpoint.CheckpointMismatchError`, a ``ValueError`` saying why and how
+  to start a new run) unless it continues the same run on the same data with the same code, or makes
+  a run whose schedule does not depend on its length (:data:`~rank_lab.engine.schedule.LENGTH_FREE`)
+  longer. What a loop restored and trained is reported to :mod:`rank_lab.engine.run_report`;
 * **progress**: one tqdm bar (``progress``).
 
 Step-based loops (a number of steps rather than epochs) run one step per "epoch" (``unit="step"``),
@@ -59,16 +59,29 @@ from rank_lab.utils import DeviceLike, check_amp_dtype, get_device
 
 __all__ = ["Engine", "fit"]
 
-_RESERVED = {"epoch", "step", "scaler", "history", "config", "rng", "schedule", "generators", "extra", "fingerprint"}
+_RESERVED = {
+    "epoch",
+    "step",
+    "scaler",
+    "history",
+    "config",
+    "rng",
+    "schedule",
+    "generators",
+    "extra",
+    "fingerprint",
+}
 
 
 class Engine(EngineState):
     """State and mechanics of one training run (see the module docstring); the checkpoint methods
-    (state, save, resume, the resume rule and fingerprints) are :class:`~rank_lab.engine.state.EngineState`'s.
+    (state, save, resume, the resume rule and fingerprints) are
+    :class:`~rank_lab.engine.state.EngineState`'s.
 
     Args:
         modules: the trained modules by name (the first is the model; a module named ``"model"``
-            is what :func:`~rank_lab.engine.load_checkpoint` returns as ``ckpt["model"]``), or one module.
+            is what :func:`~rank_lab.engine.load_checkpoint` returns as ``ckpt["model"]``), or one
+            module.
         optimizers: the optimisers by name, or one (named ``"optimizer"``).
         config: an :class:`EngineConfig` (default: one epoch, no checkpoint).
         device: the device of the modules (decides AMP; default: CUDA when present).
@@ -108,13 +121,19 @@ class Engine(EngineState):
         if not isinstance(cfg, EngineConfig):
             raise TypeError(f"config must be an EngineConfig, got {type(cfg).__name__}")
         self.modules = dict(modules) if isinstance(modules, Mapping) else {"model": modules}
-        self.optimizers = dict(optimizers) if isinstance(optimizers, Mapping) else {"optimizer": optimizers}
+        self.optimizers = (
+            dict(optimizers) if isinstance(optimizers, Mapping) else {"optimizer": optimizers}
+        )
         self.generators = dict(generators or {})
         for name, obj in [*self.modules.items(), *self.optimizers.items()]:
             if name in _RESERVED:
-                raise ValueError(f"{name!r} is a reserved checkpoint key: name the module or optimiser otherwise")
+                raise ValueError(
+                    f"{name!r} is a reserved checkpoint key: name the module or optimiser otherwise"
+                )
             if not isinstance(obj, (nn.Module, torch.optim.Optimizer)):
-                raise TypeError(f"{name} must be an nn.Module or a torch optimiser, got {type(obj).__name__}")
+                raise TypeError(
+                    f"{name} must be an nn.Module or a torch optimiser, got {type(obj).__name__}"
+                )
         if not self.optimizers:
             raise ValueError("the engine needs at least one optimiser")
         self.device = get_device(device)
@@ -126,7 +145,9 @@ class Engine(EngineState):
         self.amp_dtype = torch.float16 if cfg.amp_dtype == "float16" else torch.bfloat16
         if self.amp:
             check_amp_dtype(self.amp_dtype, self.device)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype == torch.float16)
+        self.scaler = torch.amp.GradScaler(
+            "cuda", enabled=self.amp and self.amp_dtype == torch.float16
+        )
         self._run_key = run_key
         self.free_keys = set(free_keys)
         self._record = record
@@ -136,10 +157,13 @@ class Engine(EngineState):
         self.epoch = 0  # completed epochs
         self.step = 0  # completed optimiser steps
         self.history: Any = []
-        self.last_good_checkpoint: tuple[Path, int] | None = None  # (path, epoch) of the last state saved or resumed
+        # (path, epoch) of the last state saved or resumed
+        self.last_good_checkpoint: tuple[Path, int] | None = None
         self._trained_on = trained_on
         self._fingerprint: dict[str, Any] | None = None
-        self.report = run_report.LoopReport(cfg.desc, cfg.unit, None if self.checkpoint is None else str(self.checkpoint.absolute()))
+        self.report = run_report.LoopReport(
+            cfg.desc, cfg.unit, None if self.checkpoint is None else str(self.checkpoint.absolute())
+        )
         self._backward_done = False
         self._batch: Batch | None = None
 
@@ -161,7 +185,8 @@ class Engine(EngineState):
         self._backward_done = True
 
     def mark_backward_done(self) -> None:
-        """Tell the step that the step function back-propagated its (checked, scaled) loss itself."""
+        """Tell the step that the step function back-propagated its (checked, scaled) loss
+        itself."""
         self._backward_done = True
 
     def train_step(self, step_fn: Callable[[Any], Any], batch: Batch | Any) -> StepResult:
@@ -184,7 +209,11 @@ class Engine(EngineState):
             self.check_loss(loss)
         params = [p for g in opt.param_groups for p in g["params"]]
         self.check_gradients(params)
-        clip = self.config.grad_clip.get(name) if isinstance(self.config.grad_clip, Mapping) else self.config.grad_clip
+        clip = (
+            self.config.grad_clip.get(name)
+            if isinstance(self.config.grad_clip, Mapping)
+            else self.config.grad_clip
+        )
         norm = None
         if clip is not None:
             self.scaler.unscale_(opt)
@@ -198,7 +227,9 @@ class Engine(EngineState):
         return StepResult(float(loss.detach()), dict(stats), norm)
 
     # ------------------------------------------------------------------ the loop
-    def run_epoch(self, step_fn: Callable[[Any], Any], batches: Iterable[Batch | Any], bar: Any = None) -> list[StepResult]:
+    def run_epoch(
+        self, step_fn: Callable[[Any], Any], batches: Iterable[Batch | Any], bar: Any = None
+    ) -> list[StepResult]:
         """Run the steps of one epoch (epoch index ``self.epoch``) and return their results."""
         results = []
         for batch in batches:
@@ -220,21 +251,29 @@ class Engine(EngineState):
     ) -> None:
         """Run the remaining epochs: resume (when ``config.resume`` and the checkpoint exists), then
         per epoch ``on_epoch_start(e)``, the steps of ``data(e)``, the weight check,
-        ``on_epoch_end(e, results)`` (``self.epoch`` already counts the epoch) and the checkpoint."""
+        ``on_epoch_end(e, results)`` (``self.epoch`` already counts the epoch) and the
+        checkpoint."""
         cfg = self.config
         if resume:
             self.maybe_resume()
         if self.checkpoint is not None:
             self.fingerprint()  # of the data as it is before training (a dataset may fill caches)
         per = steps_per_epoch if steps_per_epoch is not None else 1
-        bar = tqdm(total=cfg.epochs * per, initial=min(self.epoch * per, cfg.epochs * per), desc=cfg.desc,
-                   disable=not cfg.progress, leave=False)
+        bar = tqdm(
+            total=cfg.epochs * per,
+            initial=min(self.epoch * per, cfg.epochs * per),
+            desc=cfg.desc,
+            disable=not cfg.progress,
+            leave=False,
+        )
         try:
             while self.epoch < cfg.epochs:
                 e = self.epoch
                 if on_epoch_start is not None:
                     on_epoch_start(e)
-                results = self.run_epoch(step_fn, data(e), bar if steps_per_epoch is not None else None)
+                results = self.run_epoch(
+                    step_fn, data(e), bar if steps_per_epoch is not None else None
+                )
                 if steps_per_epoch is None:
                     bar.update(1)
                 self.check_weights()  # before the epoch counts, is evaluated or saved
@@ -243,47 +282,79 @@ class Engine(EngineState):
                 if on_epoch_end is not None:
                     on_epoch_end(e, results)
                 every = cfg.checkpoint_every
-                if self.checkpoint is not None and every is not None and (self.epoch % every == 0 or self.epoch == cfg.epochs):
+                if (
+                    self.checkpoint is not None
+                    and every is not None
+                    and (self.epoch % every == 0 or self.epoch == cfg.epochs)
+                ):
                     self.save()
         finally:
             bar.close()
 
     # ------------------------------------------------------------------ numerical guard
     def non_finite(self, what: str, indices: Any = None) -> None:
-        """Raise :class:`NonFiniteTrainingError` naming the step, the batch and the last good checkpoint."""
-        idx = None if indices is None else [int(i) for i in torch.as_tensor(indices).reshape(-1).tolist()]
+        """Raise :class:`NonFiniteTrainingError` naming the step, the batch and the last good
+        checkpoint."""
+        idx = (
+            None
+            if indices is None
+            else [int(i) for i in torch.as_tensor(indices).reshape(-1).tolist()]
+        )
         step = f"step {self.step + 1}"
-        where = f"{self.config.desc} {step}" if self.config.unit == "step" else f"epoch {self.epoch + 1}, {step}"
+        where = (
+            f"{self.config.desc} {step}"
+            if self.config.unit == "step"
+            else f"epoch {self.epoch + 1}, {step}"
+        )
         if self.last_good_checkpoint is not None:
             path, ep = self.last_good_checkpoint
             at = f"step {ep}" if self.config.unit == "step" else f"epoch {ep}"
-            last = f"the last good checkpoint is {str(path)!r} ({at}): fix the cause (learning rate, inputs) and resume from it"
+            last = (
+                f"the last good checkpoint is {str(path)!r} ({at}): fix the cause (learning rate, "
+                "inputs) and resume from it"
+            )
         else:
-            keep = "checkpoint_dir" if "checkpoint_dir" in self.new_run_hint else "a checkpoint file"
+            keep = (
+                "checkpoint_dir" if "checkpoint_dir" in self.new_run_hint else "a checkpoint file"
+            )
             last = f"no checkpoint was written yet (set {keep} to keep the last good state)"
         raise NonFiniteTrainingError(
-            f"{what} at {where}{describe_batch(idx)}; training stopped before applying it and nothing was saved; {last}",
-            epoch=self.epoch + 1, step=self.step, batch_indices=idx,
-            checkpoint=None if self.last_good_checkpoint is None else self.last_good_checkpoint[0])
+            f"{what} at {where}{describe_batch(idx)}; training stopped before applying it and "
+            f"nothing was saved; {last}",
+            epoch=self.epoch + 1,
+            step=self.step,
+            batch_indices=idx,
+            checkpoint=None if self.last_good_checkpoint is None else self.last_good_checkpoint[0],
+        )
 
     def check_loss(self, loss: torch.Tensor) -> None:
         """The guard on a step's loss (a scalar tensor)."""
         if not isinstance(loss, torch.Tensor):
-            raise TypeError(f"the step function must return a loss tensor (or (loss, stats)), got {type(loss).__name__}")
+            raise TypeError(
+                "the step function must return a loss tensor (or (loss, stats)), got "
+                f"{type(loss).__name__}"
+            )
         if not bool(torch.isfinite(loss.detach()).all()):
             b = self._batch
             label = f" in {b.label}" if b is not None and b.label else ""
-            self.non_finite(f"the loss is {float(loss.detach().reshape(-1)[0])}{label}", None if b is None else b.indices)
+            self.non_finite(
+                f"the loss is {float(loss.detach().reshape(-1)[0])}{label}",
+                None if b is None else b.indices,
+            )
 
     def check_gradients(self, params: Sequence[torch.Tensor]) -> None:
-        """A finite loss can still give NaN/inf gradients: refuse the step (unless a grad scaler skips it)."""
+        """A finite loss can still give NaN/inf gradients: refuse the step (unless a grad scaler
+        skips it)."""
         if self.scaler.is_enabled():
             return  # float16 AMP: the GradScaler skips steps with inf/NaN gradients by design
         grads = [p.grad for p in params if p.grad is not None]
         if grads:
             norm = torch.nn.utils.get_total_norm(grads)
             if not torch.isfinite(norm):
-                self.non_finite(f"the gradient norm is {float(norm)}", None if self._batch is None else self._batch.indices)
+                self.non_finite(
+                    f"the gradient norm is {float(norm)}",
+                    None if self._batch is None else self._batch.indices,
+                )
 
     def check_weights(self) -> None:
         """Refuse to save (or go on with) a module holding NaN/inf: never a NaN checkpoint."""
@@ -318,19 +389,29 @@ def fit(
         optimizer: default Adam over the trainable parameters with ``lr``.
         steps_per_epoch: the progress bar's steps per epoch (``None``: the bar counts epochs).
         on_epoch_start, on_epoch_end: see :meth:`Engine.run`.
-        **engine_kwargs: the other arguments of :class:`Engine` (device, schedule, generators, run_key ...).
+        **engine_kwargs: the other arguments of :class:`Engine` (device, schedule, generators,
+            run_key ...).
 
     Returns:
         The :class:`Engine` after the run (``engine.history`` holds what the hooks recorded).
     """
     modules = dict(model) if isinstance(model, Mapping) else {"model": model}
     if optimizer is None:
-        optimizer = build_optimizer([p for m in modules.values() for p in m.parameters() if p.requires_grad], lr=lr)
+        optimizer = build_optimizer(
+            [p for m in modules.values() for p in m.parameters() if p.requires_grad], lr=lr
+        )
     engine = Engine(modules, optimizer, config, **engine_kwargs)
-    engine.run(step_fn, data, steps_per_epoch=steps_per_epoch, on_epoch_start=on_epoch_start, on_epoch_end=on_epoch_end)
+    engine.run(
+        step_fn,
+        data,
+        steps_per_epoch=steps_per_epoch,
+        on_epoch_start=on_epoch_start,
+        on_epoch_end=on_epoch_end,
+    )
     return engine
 
 
 def one_batch(batch: Batch | Any) -> Iterator[Batch | Any]:
-    """The batches of a one-step epoch (step-based loops): ``data = lambda step: one_batch(...)``."""
+    """The batches of a one-step epoch (step-based loops):
+    ``data = lambda step: one_batch(...)``."""
     yield batch

@@ -44,7 +44,8 @@ def build_optimizer(
         momentum, nesterov: SGD's momentum.
 
     Raises:
-        ValueError: an unknown ``kind``, a non-positive ``lr``, a negative ``weight_decay``, no parameter.
+        ValueError: an unknown ``kind``, a non-positive ``lr``, a negative ``weight_decay``, no
+            parameter.
     """
     check_choice(kind, "kind", OPTIMIZERS)
     lr = check_float(lr, "lr", low=0.0, low_open=True)
@@ -56,18 +57,26 @@ def build_optimizer(
         return torch.optim.Adam(params, lr=lr, betas=betas, weight_decay=weight_decay)
     if kind == "adamw":
         return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
-    return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov)
+    return torch.optim.SGD(
+        params, lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov
+    )
 
 
 def param_groups(
-    model: nn.Module, loss: Any = None, *, lr: float, head_lr: float | None = None, loss_lr: float | None = None,
+    model: nn.Module,
+    loss: Any = None,
+    *,
+    lr: float,
+    head_lr: float | None = None,
+    loss_lr: float | None = None,
 ) -> list[dict[str, Any]]:
     """Named parameter groups with their base rates (``base_lr``), empty groups dropped.
 
     A model with ``backbone_parameters()`` and ``head_parameters()`` (an
     :class:`~rank_lab.models.EmbeddingModel`) gets a ``"backbone"`` group at ``lr`` and a ``"head"``
     group at ``head_lr`` (default ``lr``); any other model one ``"model"`` group. The trainable
-    parameters of a module ``loss`` form a ``"loss"`` group at ``loss_lr`` (default the head's rate).
+    parameters of a module ``loss`` form a ``"loss"`` group at ``loss_lr`` (default the head's
+    rate).
 
     Raises:
         ValueError: neither the model nor the loss has a trainable parameter.
@@ -81,7 +90,9 @@ def param_groups(
         groups.append({"name": "model", "params": list(model.parameters()), "lr": lr})
     if isinstance(loss, nn.Module):
         lp = [p for p in loss.parameters() if p.requires_grad]
-        groups.append({"name": "loss", "params": lp, "lr": loss_lr if loss_lr is not None else head_lr})
+        groups.append(
+            {"name": "loss", "params": lp, "lr": loss_lr if loss_lr is not None else head_lr}
+        )
     groups = [g for g in groups if g["params"]]
     for g in groups:
         g["base_lr"] = g["lr"]

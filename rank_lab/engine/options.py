@@ -1,4 +1,5 @@
-"""The engine's options and step records: :class:`EngineConfig`, :class:`Batch`, :class:`StepResult`.
+"""The engine's options and step records: :class:`EngineConfig`, :class:`Batch`,
+:class:`StepResult`.
 
 The options every training loop of rank_lab shares (:class:`rank_lab.engine.loop.Engine`): the run's
 length, the checkpoint file and its period, resume, progress, mixed precision and gradient clipping.
@@ -25,7 +26,8 @@ class Batch:
 
     Attributes:
         data: passed to the step function as it is.
-        indices: the batch's dataset indices (named by :class:`NonFiniteTrainingError`), or ``None``.
+        indices: the batch's dataset indices (named by :class:`NonFiniteTrainingError`), or
+            ``None``.
         optimizer: the name of the optimiser this step updates (``None``: the engine's first).
         label: what the step is (e.g. ``"the model phase"``), named by the guard.
     """
@@ -59,7 +61,8 @@ class EngineConfig:
         progress: show a tqdm bar.
         amp: mixed precision (autocast + grad scaler), on CUDA only.
         amp_dtype: ``"float16"`` (with a grad scaler) or ``"bfloat16"`` (refused on a GPU of compute
-            capability below 8.0, such as Colab's T4, where it runs emulated: :func:`rank_lab.utils.check_amp_dtype`).
+            capability below 8.0, such as Colab's T4, where it runs emulated:
+            :func:`rank_lab.utils.check_amp_dtype`).
         grad_clip: maximal global gradient norm (``None``: no clipping), or one per optimiser name.
         desc: the progress bar's label.
         unit: ``"epoch"`` or ``"step"``: how messages count the run.
@@ -81,7 +84,9 @@ class EngineConfig:
         if self.checkpoint_every is not None:
             self.checkpoint_every = check_positive_int(self.checkpoint_every, "checkpoint_every")
         if self.checkpoint is not None and not isinstance(self.checkpoint, (str, Path)):
-            raise TypeError(f"checkpoint must be a file path or None, got {type(self.checkpoint).__name__}")
+            raise TypeError(
+                f"checkpoint must be a file path or None, got {type(self.checkpoint).__name__}"
+            )
         for name in ("resume", "progress", "amp"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -128,6 +133,8 @@ def loop_options(
         raise TypeError(f"engine must be an EngineConfig or None, got {type(engine).__name__}")
     epochs = check_positive_int(epochs, length)
     if engine.epochs not in (1, epochs):
-        raise ValueError(f"engine.epochs ({engine.epochs}) differs from {length}={epochs}: the "
-                         f"loop's {length} sets the run's length (leave engine.epochs at its default)")
+        raise ValueError(
+            f"engine.epochs ({engine.epochs}) differs from {length}={epochs}: the "
+            f"loop's {length} sets the run's length (leave engine.epochs at its default)"
+        )
     return replace(engine, epochs=epochs, desc=desc, unit=unit)

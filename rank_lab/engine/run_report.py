@@ -1,4 +1,5 @@
-"""What the training loops of this process did: trained, restored from a checkpoint, or started fresh.
+"""What the training loops of this process did: trained, restored from a checkpoint, or started
+fresh.
 
 Every :class:`~rank_lab.engine.loop.Engine` that trains or resumes reports here (one
 :class:`LoopReport` each); :func:`training_report` sums them up for a results file, so that a run
@@ -18,8 +19,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LoopReport", "training_report", "reset_training_report", "start_fresh", "is_fresh",
-           "note_written", "written_here", "MAX_LISTED"]
+__all__ = [
+    "LoopReport",
+    "training_report",
+    "reset_training_report",
+    "start_fresh",
+    "is_fresh",
+    "note_written",
+    "written_here",
+    "MAX_LISTED",
+]
 
 #: At most this many resumed loops are listed one by one in :func:`training_report`.
 MAX_LISTED = 50
@@ -37,7 +46,8 @@ class LoopReport:
         desc: the loop's label (``EngineConfig.desc``).
         unit: ``"epoch"`` or ``"step"``: the unit of ``restored`` and ``trained``.
         checkpoint: its checkpoint file (``None``: no checkpoint).
-        resumed_from: the file it resumed from (the previous checkpoint after a fallback), or ``None``.
+        resumed_from: the file it resumed from (the previous checkpoint after a fallback), or
+            ``None``.
         fallback: why the newest checkpoint was passed over, or ``None``.
         ignored: a checkpoint that existed but was ignored because the run started fresh.
         restored: epochs (steps) restored from the checkpoint.
@@ -85,7 +95,8 @@ def is_fresh() -> bool:
 
 
 def note_written(path: str | Path) -> None:
-    """Record that this process wrote the checkpoint ``path`` (it may resume from it even when fresh)."""
+    """Record that this process wrote the checkpoint ``path`` (it may resume from it even when
+    fresh)."""
     _WRITTEN.add(_key(path))
 
 
@@ -110,15 +121,21 @@ def training_report() -> dict[str, Any]:
         trained), the first :data:`MAX_LISTED` of them.
     """
     resumed = [r for r in _LOOPS if r.resumed_from is not None or r.ignored is not None]
-    listed = [{k: v for k, v in asdict(r).items() if not k.startswith("_")} for r in resumed[:MAX_LISTED]]
+    listed = [
+        {k: v for k, v in asdict(r).items() if not k.startswith("_")} for r in resumed[:MAX_LISTED]
+    ]
     return {
         "resumed": any(r.resumed_from is not None for r in _LOOPS),
         "fresh": is_fresh(),
         "loops": len(_LOOPS),
-        "trained": {"epochs": sum(r.trained for r in _LOOPS if r.unit == "epoch"),
-                    "steps": sum(r.steps_trained for r in _LOOPS)},
-        "restored": {"epochs": sum(r.restored for r in _LOOPS if r.unit == "epoch"),
-                     "steps": sum(r.steps_restored for r in _LOOPS)},
+        "trained": {
+            "epochs": sum(r.trained for r in _LOOPS if r.unit == "epoch"),
+            "steps": sum(r.steps_trained for r in _LOOPS),
+        },
+        "restored": {
+            "epochs": sum(r.restored for r in _LOOPS if r.unit == "epoch"),
+            "steps": sum(r.steps_restored for r in _LOOPS),
+        },
         "resumes": listed,
         "more_resumes": max(0, len(resumed) - MAX_LISTED),
     }

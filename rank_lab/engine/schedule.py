@@ -7,7 +7,8 @@ resumed run needs only the step to continue the schedule. The kinds:
 * ``"constant"``: the base rate.
 * ``"cosine"``: cosine annealing from the base rate to ``min_lr`` over the steps after the warm-up
   (Loshchilov & Hutter 2017; the schedule of the Ramzi thesis §3.5.1, "cosine decay").
-* ``"tail_cosine"``: constant for ``hold_steps`` (default 70% of the run), then a half cosine down to
+* ``"tail_cosine"``: constant for ``hold_steps`` (default 70% of the run), then a half cosine down
+  to
   0 over the remaining steps (the proxy pre-training of :mod:`rank_lab.learned`).
 * ``"linear"``: constant for ``hold_steps`` units, then a linear decay by ``1 / (decay_steps + 1)``
   per unit (the ``niter`` / ``niter_decay`` policy of the Gominski thesis' author code, §5.4, one
@@ -59,8 +60,9 @@ def lr_at(
     * ``"cosine"``: ``min + (base - min) (1 + cos(pi (t - W) / (T - W))) / 2``;
     * ``"tail_cosine"``: ``base`` for ``t < H`` (``H = hold_steps``, default ``int(0.7 T)``), then
       ``min + (base - min) (1 + cos(pi min(t - H, T - H) / (T - H))) / 2``;
-    * ``"linear"``: with ``u = t // step_unit``, ``min + (base - min) (1 - max(0, u + 1 - H) / (D + 1))``
-      (``H = hold_steps`` and ``D = decay_steps`` in units);
+    * ``"linear"``: with ``u = t // step_unit``,
+      ``min + (base - min) (1 - max(0, u + 1 - H) / (D + 1))`` (``H = hold_steps`` and
+      ``D = decay_steps`` in units);
     * ``"step"``: ``base`` times ``gamma`` per milestone ``<= u`` (repeated products, as torch's
       ``MultiStepLR``).
 
@@ -105,18 +107,25 @@ def lr_at(
         tail = max(total_steps - start, 1)
         if step < start:
             return base_lr
-        return min_lr + (base_lr - min_lr) * (0.5 * (1 + math.cos(math.pi * min(step - start, tail) / tail)))
+        return min_lr + (base_lr - min_lr) * (
+            0.5 * (1 + math.cos(math.pi * min(step - start, tail) / tail))
+        )
     unit = step // step_unit
     if schedule == "step":
         gamma = check_float(gamma, "gamma", low=0.0, low_open=True)
         lr = base_lr
-        for m in sorted(set(milestones)):  # as MultiStepLR: times gamma ** (repeats of m) at milestone m
+        # as MultiStepLR: times gamma ** (repeats of m) at milestone m
+        for m in sorted(set(milestones)):
             if _nonneg_int(m, "milestones") <= unit:
                 lr = lr * gamma ** list(milestones).count(m)
         return lr
     if hold_steps is None or decay_steps is None:  # "linear"
-        raise ValueError("schedule='linear' needs hold_steps and decay_steps (in units of step_unit steps)")
-    return min_lr + (base_lr - min_lr) * (1.0 - max(0, unit + 1 - hold_steps) / float(decay_steps + 1))
+        raise ValueError(
+            "schedule='linear' needs hold_steps and decay_steps (in units of step_unit steps)"
+        )
+    return min_lr + (base_lr - min_lr) * (
+        1.0 - max(0, unit + 1 - hold_steps) / float(decay_steps + 1)
+    )
 
 
 def _nonneg_int(v: object, name: str) -> int:
@@ -132,11 +141,13 @@ class Schedule:
     Every parameter group of an optimiser run by the engine gets ``lr_at(step, group["base_lr"],
     ...)`` before each step (``base_lr`` defaults to the group's ``lr`` when the engine is built).
     The floor of a group is ``min_lr * base_lr / ref_lr`` when ``ref_lr`` is set (groups keep the
-    ratio of their base rates, as the retrieval trainer's backbone and head groups), else ``min_lr``.
+    ratio of their base rates, as the retrieval trainer's backbone and head groups), else
+    ``min_lr``.
 
     Attributes:
         kind: one of :data:`SCHEDULES`.
-        total_steps, warmup_steps, min_lr, hold_steps, decay_steps, step_unit, milestones, gamma: see :func:`lr_at`.
+        total_steps, warmup_steps, min_lr, hold_steps, decay_steps, step_unit, milestones, gamma:
+            see :func:`lr_at`.
         ref_lr: the base rate ``min_lr`` refers to (``None``: ``min_lr`` is absolute).
     """
 
@@ -153,24 +164,45 @@ class Schedule:
 
     def __post_init__(self) -> None:
         check_choice(self.kind, "kind", SCHEDULES)
-        lr_at(0, 1.0, total_steps=self.total_steps, warmup_steps=self.warmup_steps, schedule=self.kind,
-              min_lr=self.min_lr, hold_steps=self.hold_steps, decay_steps=self.decay_steps, step_unit=self.step_unit,
-              milestones=self.milestones, gamma=self.gamma)
+        lr_at(
+            0,
+            1.0,
+            total_steps=self.total_steps,
+            warmup_steps=self.warmup_steps,
+            schedule=self.kind,
+            min_lr=self.min_lr,
+            hold_steps=self.hold_steps,
+            decay_steps=self.decay_steps,
+            step_unit=self.step_unit,
+            milestones=self.milestones,
+            gamma=self.gamma,
+        )
         object.__setattr__(self, "milestones", tuple(self.milestones))
         if self.ref_lr is not None:
             check_float(self.ref_lr, "ref_lr", low=0.0, low_open=True)
 
     @property
     def length_free(self) -> bool:
-        """Whether the rate at a step does not depend on ``total_steps`` (a run may then be made longer)."""
+        """Whether the rate at a step does not depend on ``total_steps`` (a run may then be made
+        longer)."""
         return self.kind in LENGTH_FREE
 
     def lr(self, step: int, base_lr: float) -> float:
         """The rate of a group with base rate ``base_lr`` at ``step``."""
         floor = self.min_lr if self.ref_lr is None else self.min_lr * base_lr / self.ref_lr
-        return lr_at(step, base_lr, total_steps=self.total_steps, warmup_steps=self.warmup_steps, schedule=self.kind,
-                     min_lr=floor, hold_steps=self.hold_steps, decay_steps=self.decay_steps, step_unit=self.step_unit,
-                     milestones=self.milestones, gamma=self.gamma)
+        return lr_at(
+            step,
+            base_lr,
+            total_steps=self.total_steps,
+            warmup_steps=self.warmup_steps,
+            schedule=self.kind,
+            min_lr=floor,
+            hold_steps=self.hold_steps,
+            decay_steps=self.decay_steps,
+            step_unit=self.step_unit,
+            milestones=self.milestones,
+            gamma=self.gamma,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict (recorded in checkpoints by the engine)."""

@@ -68,6 +68,7 @@ __all__ = [
     "nearest_class",
 ]
 
+
 @dataclass(frozen=True)
 class RuleOptions:
     """The options of :func:`classify_by_retrieval` that its rules read (checked there).
@@ -98,14 +99,20 @@ METHODS: Registry[Rule] = Registry("few-shot method")
 
 
 def nearest_class(
-    classes: torch.Tensor, logits: torch.Tensor, queries: torch.Tensor, support: torch.Tensor,
-    support_labels: torch.Tensor, options: RuleOptions,
+    classes: torch.Tensor,
+    logits: torch.Tensor,
+    queries: torch.Tensor,
+    support: torch.Tensor,
+    support_labels: torch.Tensor,
+    options: RuleOptions,
 ) -> torch.Tensor:
-    """The class of largest score for every query, among the shortlist when ``options.shortlist`` is set.
+    """The class of largest score for every query, among the shortlist when ``options.shortlist`` is
+    set.
 
     Args:
         classes: ``(C,)`` the classes scored; logits: ``(Q, C)`` their scores.
-        queries, support, support_labels: the rule's inputs (the shortlist ranks the support by cosine).
+        queries, support, support_labels: the rule's inputs (the shortlist ranks the support by
+            cosine).
         options: the rule's options.
 
     Returns:
@@ -113,38 +120,59 @@ def nearest_class(
     """
     if options.shortlist is not None:
         kk = min(check_positive_int(options.shortlist, "shortlist"), support.shape[0])
-        _, nn_idx = knn_search(unit_rows(queries.float(), dim=1), unit_rows(support.float(), dim=1), kk)
+        _, nn_idx = knn_search(
+            unit_rows(queries.float(), dim=1), unit_rows(support.float(), dim=1), kk
+        )
         dev = nn_idx.device  # the search's device: the labels and classes meet the indices there
-        allowed = (support_labels.to(dev)[nn_idx][:, :, None] == classes.to(dev)[None, None, :]).any(1)
+        allowed = (
+            support_labels.to(dev)[nn_idx][:, :, None] == classes.to(dev)[None, None, :]
+        ).any(1)
         logits = torch.where(allowed.to(logits.device), logits, torch.full_like(logits, -torch.inf))
     return classes.to(logits.device)[logits.argmax(1)].cpu()
 
 
-@METHODS.register("mahalanobis", summary="nearest class by Simple CNAPS' Mahalanobis rule (eqs. 5.1-5.2)")
-def _mahalanobis_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+@METHODS.register(
+    "mahalanobis", summary="nearest class by Simple CNAPS' Mahalanobis rule (eqs. 5.1-5.2)"
+)
+def _mahalanobis_rule(
+    q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions
+) -> torch.Tensor:
     classes, logits = mahalanobis_logits(q, s, ys, **options.mahalanobis)
     return nearest_class(classes, logits, q, s, ys, options)
 
 
 @METHODS.register("euclidean", summary="nearest class mean, Euclidean distance")
-def _euclidean_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+def _euclidean_rule(
+    q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions
+) -> torch.Tensor:
     classes, logits = nearest_mean_logits(q, s, ys, metric="euclidean")
     return nearest_class(classes, logits, q, s, ys, options)
 
 
 @METHODS.register("cosine", summary="nearest class mean, cosine similarity")
-def _cosine_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+def _cosine_rule(
+    q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions
+) -> torch.Tensor:
     classes, logits = nearest_mean_logits(q, s, ys, metric="cosine")
     return nearest_class(classes, logits, q, s, ys, options)
 
 
 @METHODS.register("knn", summary="k nearest support images and a vote (knn_k, vote)")
-def _knn_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+def _knn_rule(
+    q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions
+) -> torch.Tensor:
     return knn_classify(q, s, ys, k=options.knn_k, vote=options.vote).labels  # type: ignore[arg-type]
 
 
-@METHODS.register("diffusion", summary="class of the largest diffusion mass from the support images (graph_k, diffusion_alpha)")
-def _diffusion_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions) -> torch.Tensor:
+@METHODS.register(
+    "diffusion",
+    summary=(
+        "class of the largest diffusion mass from the support images (graph_k, diffusion_alpha)"
+    ),
+)
+def _diffusion_rule(
+    q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options: RuleOptions
+) -> torch.Tensor:
     allv = unit_rows(torch.cat([s, q]).float(), dim=1)
     graph = build_graph(allv, min(options.graph_k, allv.shape[0] - 1), mutual=False)
     classes, inv = torch.unique(ys, return_inverse=True)
@@ -152,10 +180,12 @@ def _diffusion_rule(q: torch.Tensor, s: torch.Tensor, ys: torch.Tensor, options:
     y[inv, torch.arange(s.shape[0])] = 1.0
     y = y / y.sum(1, keepdim=True)
     f = diffuse(graph, y, alpha=options.diffusion_alpha, progress=False)  # (C, n)
-    return nearest_class(classes, f[:, s.shape[0]:].T, q, s, ys, options)
+    return nearest_class(classes, f[:, s.shape[0] :].T, q, s, ys, options)
 
 
-def allways_split(labels: torch.Tensor, k: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def allways_split(
+    labels: torch.Tensor, k: int, *, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``k`` random supports per class, every other item a query (§5.5, "k-shot, all-ways").
 
     Returns:
@@ -171,7 +201,9 @@ def allways_split(labels: torch.Tensor, k: int, *, seed: int = 0) -> tuple[torch
     for c in np.unique(y):
         idx = np.flatnonzero(y == c)
         if len(idx) <= k:
-            raise ValueError(f"class {int(c)} has {len(idx)} items: k={k} supports would leave no query")
+            raise ValueError(
+                f"class {int(c)} has {len(idx)} items: k={k} supports would leave no query"
+            )
         sup.append(rng.choice(idx, k, replace=False))
     s = np.concatenate(sup)
     q = np.setdiff1d(np.arange(len(y)), s)
@@ -207,7 +239,8 @@ def classify_by_retrieval(
         shortlist: restrict class-mean methods to the classes among the ``shortlist`` nearest
             support images (cosine), or ``None`` (every class; the thesis).
         graph_k, diffusion_alpha: kNN graph size and ``alpha`` of ``method="diffusion"``.
-        **mahalanobis_kwargs: options of :class:`~rank_lab.fewshot.mahalanobis.MahalanobisClassifier`.
+        **mahalanobis_kwargs: options of
+            :class:`~rank_lab.fewshot.mahalanobis.MahalanobisClassifier`.
 
     Returns:
         ``(Q,)`` predicted classes (an evaluation: descriptors that require grad are detached).
@@ -227,19 +260,36 @@ def classify_by_retrieval(
     check_choice(vote, "vote", ("majority", "similarity", "softmax"))
     knn_k = check_positive_int(knn_k, "knn_k")
     if knn_k > s.shape[0]:
-        raise ValueError(f"knn_k={knn_k} exceeds the {s.shape[0]} support vectors (set knn_k <= {s.shape[0]})")
+        raise ValueError(
+            f"knn_k={knn_k} exceeds the {s.shape[0]} support vectors (set knn_k <= {s.shape[0]})"
+        )
     if aqe is not None:
         alpha, n = aqe
-        allv = unit_rows(torch.cat([s, q]).float(), dim=1)  # descriptors are unit-norm in the thesis
+        # descriptors are unit-norm in the thesis
+        allv = unit_rows(torch.cat([s, q]).float(), dim=1)
         s = allv[: s.shape[0]]
-        q = alpha_qe(allv, n=min(int(n), allv.shape[0] - 1), alpha=float(alpha), include_self=False)[s.shape[0]:]
-    options = RuleOptions(knn_k=knn_k, vote=vote, shortlist=shortlist, graph_k=graph_k,
-                          diffusion_alpha=diffusion_alpha, mahalanobis=mahalanobis_kwargs)
+        q = alpha_qe(
+            allv, n=min(int(n), allv.shape[0] - 1), alpha=float(alpha), include_self=False
+        )[s.shape[0] :]
+    options = RuleOptions(
+        knn_k=knn_k,
+        vote=vote,
+        shortlist=shortlist,
+        graph_k=graph_k,
+        diffusion_alpha=diffusion_alpha,
+        mahalanobis=mahalanobis_kwargs,
+    )
     return METHODS[method](q, s, ys, options)
 
 
 def allways_evaluate(
-    embeddings: torch.Tensor, labels: torch.Tensor, k: int, *, runs: int = 5, seed: int = 0, **kwargs: object
+    embeddings: torch.Tensor,
+    labels: torch.Tensor,
+    k: int,
+    *,
+    runs: int = 5,
+    seed: int = 0,
+    **kwargs: object,
 ) -> list[float]:
     """Overall accuracy of the k-shot all-ways protocol (§5.5) for ``runs`` support draws.
 
@@ -264,8 +314,15 @@ def allways_evaluate(
 
 
 def episodic_evaluate(
-    embeddings: torch.Tensor, labels: torch.Tensor, k: int, *, n_way: int = 5, n_query: int = 15,
-    episodes: int = 200, seed: int = 0, **kwargs: object,
+    embeddings: torch.Tensor,
+    labels: torch.Tensor,
+    k: int,
+    *,
+    n_way: int = 5,
+    n_query: int = 15,
+    episodes: int = 200,
+    seed: int = 0,
+    **kwargs: object,
 ) -> list[float]:
     """Accuracy of ``n_way``-way ``k``-shot episodes (the literature's protocol, §5.5), per episode.
 
@@ -274,8 +331,8 @@ def episodic_evaluate(
     episode's support + query set).
 
     Raises:
-        TypeError, ValueError: ``k``, ``n_way``, ``n_query`` or ``episodes`` not a positive int, fewer
-            than ``n_way`` classes with more than ``k`` items.
+        TypeError, ValueError: ``k``, ``n_way``, ``n_query`` or ``episodes`` not a positive int,
+            fewer than ``n_way`` classes with more than ``k`` items.
     """
     x = check_embeddings(embeddings, "embeddings").detach()  # an evaluation
     y = check_labels(labels, x.shape[0], "labels")
@@ -285,7 +342,9 @@ def episodic_evaluate(
     y_np = y.cpu().numpy()
     classes = [c for c in np.unique(y_np) if (y_np == c).sum() > k]
     if len(classes) < n_way:
-        raise ValueError(f"n_way={n_way} needs {n_way} classes with more than k={k} items, got {len(classes)}")
+        raise ValueError(
+            f"n_way={n_way} needs {n_way} classes with more than k={k} items, got {len(classes)}"
+        )
     accs = []
     for _ in range(check_positive_int(episodes, "episodes")):
         s_idx, q_idx = [], []

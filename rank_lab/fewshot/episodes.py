@@ -87,9 +87,15 @@ class EpisodeSampler:
         seed: random seed.
         disjoint: support and batch images of the target class are disjoint (needs ``k + m``
             images in a target class; otherwise ``max(k, m)``).
+        groups: ``(n,)`` group of every item, or None (one group). Each episode first draws a
+            group (uniformly), then takes all its classes from that group: items of two groups
+            never meet in an episode. Several retrieval *tasks* over the same images (one copy of
+            the images per task, each labelled by its task) train this way without one task's
+            positives appearing as another task's negatives.
 
     Raises:
-        ValueError: if no class can be a target or fewer than ``N`` classes have ``m`` images.
+        ValueError: if no class can be a target or fewer than ``N`` classes have ``m`` images
+            (in some group), or a class spans two groups.
     """
 
     def __init__(
@@ -102,6 +108,7 @@ class EpisodeSampler:
         seed: int = 0,
         *,
         disjoint: bool = True,
+        groups: torch.Tensor | None = None,
     ) -> None:
         y = check_labels(labels, name="labels")
         if y.ndim != 1:
@@ -113,12 +120,43 @@ class EpisodeSampler:
         y_np = y.cpu().numpy()
         self.members = {int(c): np.flatnonzero(y_np == c) for c in np.unique(y_np[y_np >= 0])}
         need = self.k + self.m if self.disjoint else max(self.k, self.m)
-        self.targets = np.array(sorted(c for c, idx in self.members.items() if len(idx) >= need), dtype=np.int64)
-        self.others = np.array(sorted(c for c, idx in self.members.items() if len(idx) >= self.m), dtype=np.int64)
-        if len(self.targets) == 0:
-            raise ValueError(f"no class has the {need} images a target class needs (k={k}, m={m}, disjoint={disjoint})")
-        if len(self.others) < self.n_classes:
-            raise ValueError(f"n_classes={n_classes} classes with at least m={m} images are needed, labels have {len(self.others)}")
+        if groups is None:
+            g_np = np.zeros_like(y_np)
+        else:
+            gr = check_labels(groups, y.shape[0], "groups")
+            if gr.ndim != 1:
+                raise ValueError(f"groups must have shape (n,), got {tuple(gr.shape)}")
+            g_np = gr.cpu().numpy()
+        group_of = {}
+        for c, idx in self.members.items():
+            gs = np.unique(g_np[idx])
+            if len(gs) > 1:
+                raise ValueError(
+                    f"class {c} has items in groups {gs.tolist()}; a class must lie in one group"
+                )
+            group_of[c] = int(gs[0])
+        self.grouped = groups is not None  # (one group draws the same episodes as None)
+        self.groups = sorted(set(group_of.values()))
+        self.targets, self.others = {}, {}
+        for g in self.groups:
+            cls = [c for c in sorted(self.members) if group_of[c] == g]
+            self.targets[g] = np.array(
+                [c for c in cls if len(self.members[c]) >= need], dtype=np.int64
+            )
+            self.others[g] = np.array(
+                [c for c in cls if len(self.members[c]) >= self.m], dtype=np.int64
+            )
+            where = "" if groups is None else f" in group {g}"
+            if len(self.targets[g]) == 0:
+                raise ValueError(
+                    f"no class{where} has the {need} images a target class needs (k={k}, m={m}, "
+                    f"disjoint={disjoint})"
+                )
+            if len(self.others[g]) < self.n_classes:
+                raise ValueError(
+                    f"n_classes={n_classes} classes with at least m={m} images are needed, labels "
+                    f"have {len(self.others[g])}{where}"
+                )
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose episodes :meth:`__iter__` yields."""
@@ -130,17 +168,24 @@ class EpisodeSampler:
     def episode(self, i: int) -> Episode:
         """Episode ``i`` of the current epoch (deterministic given ``(seed, epoch, i)``)."""
         rng = np.random.default_rng([self.seed, self.epoch, int(i)])
-        target = int(rng.choice(self.targets))
-        others = self.others[self.others != target]
+        g = int(rng.choice(self.groups)) if len(self.groups) > 1 else self.groups[0]
+        target = int(rng.choice(self.targets[g]))
+        others = self.others[g][self.others[g] != target]
         classes = np.concatenate([[target], rng.choice(others, self.n_classes - 1, replace=False)])
         own = rng.permutation(self.members[target])
         support = own[: self.k]
-        batch = [own[self.k : self.k + self.m] if self.disjoint else rng.choice(self.members[target], self.m, replace=False)]
+        batch = [
+            own[self.k : self.k + self.m]
+            if self.disjoint
+            else rng.choice(self.members[target], self.m, replace=False)
+        ]
         for c in classes[1:]:
             batch.append(rng.choice(self.members[int(c)], self.m, replace=False))
         b = torch.from_numpy(np.concatenate(batch)).long()
         labels = torch.from_numpy(np.repeat(classes, self.m)).long()
-        return Episode(target, torch.from_numpy(support).long(), b, labels, torch.from_numpy(classes).long())
+        return Episode(
+            target, torch.from_numpy(support).long(), b, labels, torch.from_numpy(classes).long()
+        )
 
     def __iter__(self) -> Iterator[Episode]:
         for i in range(self.episodes):
@@ -161,7 +206,10 @@ def gather_images(images: object, index: torch.Tensor | np.ndarray | list[int]) 
     try:
         n = images.shape[0] if isinstance(images, torch.Tensor) else len(images)  # type: ignore[arg-type]
     except TypeError:
-        raise TypeError(f"images must be a tensor (n, C, H, W) or a dataset of (image, label), got {type(images).__name__}") from None
+        raise TypeError(
+            "images must be a tensor (n, C, H, W) or a dataset of (image, label), got "
+            f"{type(images).__name__}"
+        ) from None
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
         bad = idx[(idx < 0) | (idx >= n)][:5].tolist()
         raise ValueError(f"index holds positions {bad} outside [0, {n}) (images has {n} items)")
@@ -170,7 +218,9 @@ def gather_images(images: object, index: torch.Tensor | np.ndarray | list[int]) 
     return torch.stack([torch.as_tensor(images[int(i)][0]) for i in idx])
 
 
-def sample_supports(labels: torch.Tensor, k: int, *, seed: int = 0, classes: list[int] | None = None) -> dict[int, torch.Tensor]:
+def sample_supports(
+    labels: torch.Tensor, k: int, *, seed: int = 0, classes: list[int] | None = None
+) -> dict[int, torch.Tensor]:
     """``k`` random support indices for every class (setups A/B of §4.3.3).
 
     Args:
@@ -189,7 +239,11 @@ def sample_supports(labels: torch.Tensor, k: int, *, seed: int = 0, classes: lis
     y = check_labels(labels, name="labels").cpu().numpy()
     k = check_positive_int(k, "k")
     rng = np.random.default_rng(seed)
-    cls = sorted(int(c) for c in np.unique(y[y >= 0])) if classes is None else [int(c) for c in classes]
+    cls = (
+        sorted(int(c) for c in np.unique(y[y >= 0]))
+        if classes is None
+        else [int(c) for c in classes]
+    )
     out = {}
     for c in cls:
         idx = np.flatnonzero(y == c)
@@ -199,14 +253,17 @@ def sample_supports(labels: torch.Tensor, k: int, *, seed: int = 0, classes: lis
             raise ValueError(f"class {c} has {len(idx)} items, fewer than k={k}")
         out[c] = torch.from_numpy(rng.choice(idx, k, replace=False)).long()
     if not out and cls:
-        raise ValueError(f"no class has k={k} items (the largest has {max(int((y == c).sum()) for c in cls)})")
+        raise ValueError(
+            f"no class has k={k} items (the largest has {max(int((y == c).sum()) for c in cls)})"
+        )
     return out
 
 
 def setup_supports(
     setup: str, images: object, labels: torch.Tensor, *, k: int | None = None, seed: int = 0
 ) -> tuple[dict[int, torch.Tensor | None], dict[int, torch.Tensor]]:
-    """Support images for one evaluation setup of §4.3.3 (``"A"``, ``"B"``, ``"C"``, ``"D"``, ``"R"``).
+    """Support images for one evaluation setup of §4.3.3 (``"A"``, ``"B"``, ``"C"``, ``"D"``,
+    ``"R"``).
 
     Args:
         setup: see the module docstring.
@@ -238,7 +295,10 @@ def setup_supports(
         for c in classes:
             pool = np.flatnonzero((y_np >= 0) & (y_np != c))
             if len(pool) < k:
-                raise ValueError(f"setup 'R' draws k={k} supports from the other classes, but class {c} has only {len(pool)} other items")
+                raise ValueError(
+                    f"setup 'R' draws k={k} supports from the other classes, but class {c} has "
+                    f"only {len(pool)} other items"
+                )
             out[c] = torch.from_numpy(rng.choice(pool, k, replace=False)).long()
         return {c: gather_images(images, i) for c, i in out.items()}, {}
     idx = sample_supports(y, k, seed=seed)
@@ -284,7 +344,9 @@ def fewshot_retrieval_scores(
         else:
             desc = describe(sup)
         if desc.ndim != 2 or desc.shape[0] != y.shape[0]:
-            raise ValueError(f"describe must return ({y.shape[0]}, d) base descriptors, got {tuple(desc.shape)}")
+            raise ValueError(
+                f"describe must return ({y.shape[0]}, d) base descriptors, got {tuple(desc.shape)}"
+            )
         desc = desc.detach().float().cpu()
         rows.append(desc[q] @ desc.T)
         qidx.append(q)
@@ -323,7 +385,8 @@ def evaluate_fewshot_retrieval(
     Returns:
         :class:`rank_lab.retrieval.CrossDomainReport` (``summary["mAP"]`` x 100, mP1, qP1, mAPD).
     """
-    y = check_labels(labels, name="labels").cpu()  # the evaluation runs on the CPU (its scores are there)
+    # the evaluation runs on the CPU (its scores are there)
+    y = check_labels(labels, name="labels").cpu()
     d = torch.zeros_like(y) if domains is None else torch.as_tensor(domains).long().cpu()
     if d.shape != y.shape:
         raise ValueError(f"domains has shape {tuple(d.shape)} but labels has {tuple(y.shape)}")
@@ -339,4 +402,6 @@ def evaluate_fewshot_retrieval(
     scores, q, ignore = scores[keep], q[keep], ignore[keep]
     positives = y[q][:, None] == y[None, :]
     groups = {k_: torch.as_tensor(v).cpu()[q] for k_, v in (query_groups or {}).items()}
-    return cross_domain_evaluate(scores, positives, d[q], d, self_index=q, ignore=ignore, query_groups=groups)
+    return cross_domain_evaluate(
+        scores, positives, d[q], d, self_index=q, ignore=ignore, query_groups=groups
+    )

@@ -23,8 +23,9 @@ exactly the wrapped ResNet (tested against torchvision).
 :class:`FiLMResNet` wraps an existing torchvision or timm ResNet made of BasicBlocks *without
 copying it*, so local torchvision / timm weights load into ``extractor.body`` with
 :func:`rank_lab.models.load_backbone_weights`. :func:`film_resnet18` builds ResNet-18
-(random weights by default, ``weights="imagenet"`` through timm, or a local file) and :func:`film_tiny_resnet` a small residual CNN
-with the same block structure for CPU smoke runs (the FiLM machinery is identical).
+(random weights by default, ``weights="imagenet"`` through timm, or a local file) and
+:func:`film_tiny_resnet` a small residual CNN with the same block structure for CPU smoke runs (the
+FiLM machinery is identical).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def film(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tens
         ``(B, C, H, W)``.
 
     Raises:
-        TypeError: a non-floating tensor. ValueError: wrong shapes, NaN or inf (naming the argument).
+        TypeError: a non-floating tensor. ValueError: wrong shapes, NaN or inf (naming the
+            argument).
     """
     x = check_input(x, "x", 4, shape="(B, C, H, W)")
     gamma = check_input(gamma, "gamma", (1, 2), shape="(C,) or (B, C)")
@@ -87,8 +89,10 @@ def _film(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Ten
         return x * gamma[None, :, None, None] + beta[None, :, None, None]
     if gamma.ndim == 2 and gamma.shape == (x.shape[0], c):
         return x * gamma[:, :, None, None] + beta[:, :, None, None]
-    raise ValueError(f"gamma and beta (FiLM parameters) must have shape ({c},) or ({x.shape[0]}, {c}) for x of shape "
-                     f"{tuple(x.shape)}, got {tuple(gamma.shape)}")
+    raise ValueError(
+        f"gamma and beta (FiLM parameters) must have shape ({c},) or ({x.shape[0]}, {c}) for x of "
+        f"shape {tuple(x.shape)}, got {tuple(gamma.shape)}"
+    )
 
 
 class FiLM(nn.Module):
@@ -106,12 +110,16 @@ class FiLM(nn.Module):
         return _film(x, gamma, beta)
 
 
-def identity_film_params(channels: Sequence[int], blocks: Sequence[int], device: torch.device | str | None = None) -> FiLMParams:
+def identity_film_params(
+    channels: Sequence[int], blocks: Sequence[int], device: torch.device | str | None = None
+) -> FiLMParams:
     """``gamma = 1, beta = 0`` for every block: the unadapted network (setup C of the thesis)."""
     out: FiLMParams = []
     for c, nb in zip(channels, blocks, strict=True):
         one, zero = torch.ones(c, device=device), torch.zeros(c, device=device)
-        out.append([{"gamma1": one, "beta1": zero, "gamma2": one, "beta2": zero} for _ in range(nb)])
+        out.append(
+            [{"gamma1": one, "beta1": zero, "gamma2": one, "beta2": zero} for _ in range(nb)]
+        )
     return out
 
 
@@ -125,7 +133,9 @@ def select_film_params(params: FiLMParams, index: torch.Tensor) -> FiLMParams:
     return [[{k: v[index] for k, v in blk.items()} for blk in stage] for stage in params]
 
 
-def _block_forward(block: nn.Module, x: torch.Tensor, p: dict[str, torch.Tensor] | None) -> torch.Tensor:
+def _block_forward(
+    block: nn.Module, x: torch.Tensor, p: dict[str, torch.Tensor] | None
+) -> torch.Tensor:
     """A torchvision / timm BasicBlock with FiLM after bn1 and bn2 (CNAPS ``BasicBlockFilm``)."""
     identity = x
     out = block.bn1(block.conv1(x))
@@ -150,16 +160,26 @@ def _check_film_params(params: FiLMParams, module: nn.Module) -> None:
             for key in FILM_KEYS:
                 t = blk.get(key) if isinstance(blk, dict) else None
                 if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-                    raise TypeError(f"params[{si}][{bi}][{key!r}] must be a floating tensor, got {type(t).__name__}")
+                    raise TypeError(
+                        f"params[{si}][{bi}][{key!r}] must be a floating tensor, got "
+                        f"{type(t).__name__}"
+                    )
                 tensors.append(t.detach().reshape(-1))
     if tensors:
-        check_finite_input(torch.cat([t.to(tensors[0].dtype) for t in tensors]), "params", trusted=trusts_inputs(module))
+        check_finite_input(
+            torch.cat([t.to(tensors[0].dtype) for t in tensors]),
+            "params",
+            trusted=trusts_inputs(module),
+        )
 
 
 def _check_block(block: nn.Module) -> None:
     for name in ("conv1", "bn1", "conv2", "bn2", "downsample"):
         if not hasattr(block, name):
-            raise TypeError(f"FiLMResNet needs BasicBlocks (conv1/bn1/conv2/bn2/downsample), got {type(block).__name__}")
+            raise TypeError(
+                "FiLMResNet needs BasicBlocks (conv1/bn1/conv2/bn2/downsample), got "
+                f"{type(block).__name__}"
+            )
     if hasattr(block, "conv3"):
         raise TypeError("FiLMResNet supports BasicBlock ResNets (18/34), not Bottleneck ones")
     for name in ("se", "drop_path"):
@@ -219,12 +239,14 @@ class FiLMResNet(nn.Module):
             The last feature map ``(B, num_features, h, w)``.
 
         Raises:
-            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf, ``params``
-                not matching the blocks.
+            TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf,
+                ``params`` not matching the blocks.
         """
         x = check_input(x, "x", 4, shape="(B, C, H, W)", like=self)
         if params is not None and [len(s) for s in params] != self.blocks:
-            raise ValueError(f"params has {[len(s) for s in params]} blocks per stage, the network {self.blocks}")
+            raise ValueError(
+                f"params has {[len(s) for s in params]} blocks per stage, the network {self.blocks}"
+            )
         if params is not None:
             _check_film_params(params, self)
         x = self.stem(x)
@@ -251,16 +273,25 @@ class TinyResNetBody(nn.Module):
     """
 
     def __init__(
-        self, in_channels: int = 3, widths: Sequence[int] = (16, 32, 64), blocks: Sequence[int] | int = 1, stem_stride: int = 1
+        self,
+        in_channels: int = 3,
+        widths: Sequence[int] = (16, 32, 64),
+        blocks: Sequence[int] | int = 1,
+        stem_stride: int = 1,
     ) -> None:
         super().__init__()
         in_channels = check_positive_int(in_channels, "in_channels")
         stem_stride = check_positive_int(stem_stride, "stem_stride")
         widths = [check_positive_int(w, "widths") for w in widths]
-        nblocks = ([check_positive_int(blocks, "blocks")] * len(widths) if isinstance(blocks, int)
-                   else [check_positive_int(b, "blocks") for b in blocks])
+        nblocks = (
+            [check_positive_int(blocks, "blocks")] * len(widths)
+            if isinstance(blocks, int)
+            else [check_positive_int(b, "blocks") for b in blocks]
+        )
         if not widths or len(nblocks) != len(widths):
-            raise ValueError(f"widths and blocks must be positive and of equal length, got {widths}, {nblocks}")
+            raise ValueError(
+                f"widths and blocks must be positive and of equal length, got {widths}, {nblocks}"
+            )
         self.conv1 = nn.Conv2d(in_channels, widths[0], 3, stride=stem_stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(widths[0])
         self.relu = nn.ReLU(inplace=True)
@@ -273,7 +304,9 @@ class TinyResNetBody(nn.Module):
                 s = stride if j == 0 else 1
                 down = None
                 if s != 1 or cin != w:
-                    down = nn.Sequential(nn.Conv2d(cin, w, 1, stride=s, bias=False), nn.BatchNorm2d(w))
+                    down = nn.Sequential(
+                        nn.Conv2d(cin, w, 1, stride=s, bias=False), nn.BatchNorm2d(w)
+                    )
                 layers.append(BasicBlock(cin, w, s, down))
                 cin = w
             setattr(self, f"layer{i + 1}", nn.Sequential(*layers))
@@ -311,7 +344,9 @@ def film_resnet18(
             ref, record = create_timm_model("resnet18", "imagenet")
             body.load_state_dict(ref.state_dict())
     elif source == "timm":
-        body, record = create_timm_model("resnet18", "imagenet" if spec == "imagenet" else "none", in_chans=in_channels)
+        body, record = create_timm_model(
+            "resnet18", "imagenet" if spec == "imagenet" else "none", in_chans=in_channels
+        )
     else:
         raise ValueError(f"source must be 'torchvision' or 'timm', got {source!r}")
     body.fc = nn.Identity()
@@ -326,7 +361,10 @@ def film_resnet18(
 
 
 def film_tiny_resnet(
-    in_channels: int = 3, widths: Sequence[int] = (16, 32, 64), blocks: Sequence[int] | int = 1, stem_stride: int = 1
+    in_channels: int = 3,
+    widths: Sequence[int] = (16, 32, 64),
+    blocks: Sequence[int] | int = 1,
+    stem_stride: int = 1,
 ) -> FiLMResNet:
     """A :class:`FiLMResNet` around a :class:`TinyResNetBody` (smoke-mode backbone)."""
     return FiLMResNet(TinyResNetBody(in_channels, widths, blocks, stem_stride))

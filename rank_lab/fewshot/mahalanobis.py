@@ -3,7 +3,8 @@
 Eqs. 5.1-5.2 of the Gominski thesis (Bateni et al. 2020, "Simple CNAPS"): a query ``x`` goes to
 the class ``c`` minimising
 
-    d(x, c) = 1/2 (x - mu_c)^T Q_c^{-1} (x - mu_c),     Q_c = lambda_k Sigma_c + (1 - lambda_k) Sigma + I
+    d(x, c) = 1/2 (x - mu_c)^T Q_c^{-1} (x - mu_c),     Q_c = lambda_k Sigma_c + (1 - lambda_k)
+    Sigma + I
 
 with ``mu_c`` the mean of the ``k_c`` support descriptors of class ``c``, ``Sigma_c`` their
 covariance, ``Sigma`` the covariance of *all* support vectors (the task covariance) and
@@ -61,7 +62,10 @@ def covariance(x: torch.Tensor) -> torch.Tensor:
     """
     x = check_embeddings(x, "x")
     if x.shape[0] < 2:
-        raise ValueError(f"x has n={x.shape[0]} row(s): the unbiased covariance needs n >= 2 (it divides by n - 1)")
+        raise ValueError(
+            f"x has n={x.shape[0]} row(s): the unbiased covariance needs n >= 2 (it divides by n - "
+            "1)"
+        )
     xc = x - x.mean(0, keepdim=True)
     return check_overflow(xc.T @ xc / (x.shape[0] - 1), "x", "the covariance entries")
 
@@ -70,13 +74,15 @@ def simplecnaps_estimate_cov(x: torch.Tensor) -> torch.Tensor:
     """The Simple CNAPS code's ``estimate_cov`` (documented quirk; use :func:`covariance`).
 
     For ``n >= 2`` it equals :func:`covariance`. For ``n = 1`` it returns a 0-d tensor: the
-    unbiased variance of the ``D`` entries of the single vector (``1/(D - 1) sum (x_j - mean x)^2``),
-    which broadcasting then adds to every entry of ``Q_c``.
+    unbiased variance of the ``D`` entries of the single vector
+    (``1/(D - 1) sum (x_j - mean x)^2``), which broadcasting then adds to every entry of ``Q_c``.
     """
     x = check_embeddings(x, "x")
     if x.shape[0] == 1:
         if x.shape[1] < 2:
-            raise ValueError("x is a single vector of D=1: its variance over D - 1 = 0 entries is undefined")
+            raise ValueError(
+                "x is a single vector of D=1: its variance over D - 1 = 0 entries is undefined"
+            )
         v = x[0] - x[0].mean()
         return check_overflow((v @ v) / (x.shape[1] - 1), "x", "the variance")
     return covariance(x)
@@ -101,8 +107,8 @@ class MahalanobisClassifier:
         half: keep the 1/2 of eq. 5.1 in the logits ``-d(x, c)`` (the code omits it).
         dtype: precision of the fit (float64 by default: ``Q_c`` is inverted).
 
-    After :meth:`fit`: ``classes (C,)``, ``means (C, D)``, ``precisions (C, D, D)`` (= ``Q_c^{-1}``),
-    ``counts (C,)``.
+    After :meth:`fit`: ``classes (C,)``, ``means (C, D)``, ``precisions (C, D, D)`` (=
+    ``Q_c^{-1}``), ``counts (C,)``.
     """
 
     def __init__(
@@ -114,7 +120,9 @@ class MahalanobisClassifier:
         half: bool = True,
         dtype: torch.dtype = torch.float64,
     ) -> None:
-        if shrinkage != "auto" and not (isinstance(shrinkage, (int, float)) and 0.0 <= float(shrinkage) <= 1.0):
+        if shrinkage != "auto" and not (
+            isinstance(shrinkage, (int, float)) and 0.0 <= float(shrinkage) <= 1.0
+        ):
             raise ValueError(f"shrinkage must be 'auto' or a float in [0, 1], got {shrinkage!r}")
         if one_shot not in ("zero", "simplecnaps"):
             raise ValueError(f"one_shot must be 'zero' or 'simplecnaps', got {one_shot!r}")
@@ -122,14 +130,18 @@ class MahalanobisClassifier:
         self.shrinkage, self.one_shot = shrinkage, one_shot
         self.identity_scale, self.half, self.dtype = identity_scale, bool(half), dtype
 
-    def regularized_covariances(self, support: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def regularized_covariances(
+        self, support: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(classes (C,), means (C, D), Q (C, D, D), counts (C,))`` of eq. 5.2."""
         x = check_embeddings(support, "support").to(self.dtype)
         y = check_labels(labels, x.shape[0], "labels").to(x.device)
         if y.ndim != 1:
             raise ValueError(f"labels must have shape (n,), got {tuple(y.shape)}")
         if x.shape[0] < 2:
-            raise ValueError("support needs at least 2 vectors (the task covariance is undefined otherwise)")
+            raise ValueError(
+                "support needs at least 2 vectors (the task covariance is undefined otherwise)"
+            )
         classes = torch.unique(y)
         d = x.shape[1]
         task = covariance(x)
@@ -164,17 +176,23 @@ class MahalanobisClassifier:
             ev = torch.linalg.eigvalsh(q)
             singular = bool((ev[:, 0] <= 1e-10 * ev[:, -1].clamp_min(1e-300)).any())
         if singular:
-            raise ValueError("a regularised class covariance Q_c is not positive definite; use identity_scale > 0")
+            raise ValueError(
+                "a regularised class covariance Q_c is not positive definite; use identity_scale > "
+                "0"
+            )
         self.precisions = torch.cholesky_inverse(chol)
         return self
 
     def logits(self, queries: torch.Tensor, *, chunk_size: int = 1024) -> torch.Tensor:
-        """``-d(x, c)`` for every query and class: ``(Q, D)`` -> ``(Q, C)`` (columns follow ``classes``)."""
+        """``-d(x, c)`` for every query and class: ``(Q, D)`` -> ``(Q, C)`` (columns follow
+        ``classes``)."""
         if not hasattr(self, "means"):
             raise RuntimeError("call fit() first")
         x = check_embeddings(queries, "queries").to(self.dtype).to(self.means.device)
         if x.shape[1] != self.means.shape[1]:
-            raise ValueError(f"queries have D={x.shape[1]} but the support has D={self.means.shape[1]}")
+            raise ValueError(
+                f"queries have D={x.shape[1]} but the support has D={self.means.shape[1]}"
+            )
         out = []
         for a in range(0, x.shape[0], chunk_size):
             diff = (x[a : a + chunk_size, None, :] - self.means[None]).transpose(0, 1)  # (C, q, D)
@@ -187,8 +205,11 @@ class MahalanobisClassifier:
         return self.classes[self.logits(queries).argmax(1)]
 
 
-def mahalanobis_logits(queries: torch.Tensor, support: torch.Tensor, support_labels: torch.Tensor, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """Functional :class:`MahalanobisClassifier`: ``(classes (C,), logits (Q, C))``; kwargs as the class."""
+def mahalanobis_logits(
+    queries: torch.Tensor, support: torch.Tensor, support_labels: torch.Tensor, **kwargs: object
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Functional :class:`MahalanobisClassifier`: ``(classes (C,), logits (Q, C))``; kwargs as the
+    class."""
     s = check_embeddings(support, "support")
     y = check_labels(support_labels, s.shape[0], "support_labels")
     if y.ndim != 1:
@@ -198,7 +219,11 @@ def mahalanobis_logits(queries: torch.Tensor, support: torch.Tensor, support_lab
 
 
 def nearest_mean_logits(
-    queries: torch.Tensor, support: torch.Tensor, support_labels: torch.Tensor, *, metric: str = "euclidean"
+    queries: torch.Tensor,
+    support: torch.Tensor,
+    support_labels: torch.Tensor,
+    *,
+    metric: str = "euclidean",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Prototype (nearest class mean) classifier: ``(classes (C,), logits (Q, C))``.
 
@@ -215,10 +240,14 @@ def nearest_mean_logits(
     if s.shape[1] != x.shape[1]:
         raise ValueError(f"queries have D={x.shape[1]} but the support has D={s.shape[1]}")
     classes, inv = torch.unique(y, return_inverse=True)
-    means = torch.zeros(classes.shape[0], s.shape[1], dtype=s.dtype, device=s.device).index_add_(0, inv, s)
+    means = torch.zeros(classes.shape[0], s.shape[1], dtype=s.dtype, device=s.device).index_add_(
+        0, inv, s
+    )
     means = means / torch.bincount(inv, minlength=classes.shape[0]).to(s.dtype)[:, None]
     if metric == "euclidean":
-        return classes, check_overflow(-0.5 * torch.cdist(x, means).pow(2), "queries/support", "the squared distances")
+        return classes, check_overflow(
+            -0.5 * torch.cdist(x, means).pow(2), "queries/support", "the squared distances"
+        )
     if metric == "cosine":
         return classes, unit_rows(x, dim=1) @ unit_rows(means, dim=1).T
     raise ValueError(f"metric must be 'euclidean' or 'cosine', got {metric!r}")

@@ -54,7 +54,8 @@ class MultiDatasetSampler:
         n_classes: ``N`` draws per batch (author's code: 32).
         k: images per draw (5).
         batches: batches per epoch (author's code: ``50000 // 32``).
-        min_per_class: classes with fewer images are dropped (5 in the author's code; at least ``k``).
+        min_per_class: classes with fewer images are dropped (5 in the author's code; at least
+            ``k``).
         distinct: never draw the same class twice in a batch.
         seed: random seed.
 
@@ -63,11 +64,24 @@ class MultiDatasetSampler:
             with ``distinct``.
     """
 
-    def __init__(self, dataset_ids: torch.Tensor, labels: torch.Tensor, n_classes: int = 32, k: int = 5, batches: int = 1562,
-                 *, min_per_class: int = 5, distinct: bool = True, seed: int = 0) -> None:
+    def __init__(
+        self,
+        dataset_ids: torch.Tensor,
+        labels: torch.Tensor,
+        n_classes: int = 32,
+        k: int = 5,
+        batches: int = 1562,
+        *,
+        min_per_class: int = 5,
+        distinct: bool = True,
+        seed: int = 0,
+    ) -> None:
         d = check_labels(dataset_ids, name="dataset_ids").cpu().numpy()
         y = check_labels(labels, d.shape[0], "labels").cpu().numpy()
-        self.n_classes, self.k = check_positive_int(n_classes, "n_classes"), check_positive_int(k, "k")
+        self.n_classes, self.k = (
+            check_positive_int(n_classes, "n_classes"),
+            check_positive_int(k, "k"),
+        )
         self.batches = check_positive_int(batches, "batches")
         self.min_per_class = max(check_nonneg_int(min_per_class, "min_per_class"), self.k)
         self.distinct, self.seed, self.epoch = bool(distinct), int(seed), 0
@@ -77,12 +91,17 @@ class MultiDatasetSampler:
             groups = [np.flatnonzero((d == ds) & (y == c)) for c in np.unique(y[d == ds])]
             groups = [g for g in groups if len(g) >= self.min_per_class]
             if not groups:
-                raise ValueError(f"dataset {ds} has no class with at least {self.min_per_class} images "
-                                 f"(k={self.k} images per draw, min_per_class={int(min_per_class)})")
+                raise ValueError(
+                    f"dataset {ds} has no class with at least {self.min_per_class} images "
+                    f"(k={self.k} images per draw, min_per_class={int(min_per_class)})"
+                )
             self.members[ds] = groups
         n_usable = sum(len(v) for v in self.members.values())
         if self.distinct and n_usable < self.n_classes:
-            raise ValueError(f"n_classes={n_classes} distinct classes per batch but only {n_usable} usable classes")
+            raise ValueError(
+                f"n_classes={n_classes} distinct classes per batch but only {n_usable} usable "
+                "classes"
+            )
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose batches :meth:`__iter__` yields."""
@@ -101,7 +120,9 @@ class MultiDatasetSampler:
             c = int(rng.integers(len(self.members[ds])))
             if self.distinct and (ds, c) in seen:
                 if len(seen) >= sum(len(self.members[x]) for x in self.datasets):
-                    raise RuntimeError("no class left to draw")  # pragma: no cover - guarded in __init__
+                    raise RuntimeError(
+                        "no class left to draw"
+                    )  # pragma: no cover - guarded in __init__
                 continue
             seen.add((ds, c))
             out.append(rng.choice(self.members[ds][c], self.k, replace=False))
@@ -163,23 +184,46 @@ def fit_multi_dataset(
     options = loop_options(engine, epochs=epochs, desc="multi-dataset")
     epochs = options.epochs
     lr = check_float(lr, "lr", low=0.0, low_open=True)
-    niter, niter_decay = check_nonneg_int(niter, "niter"), check_nonneg_int(niter_decay, "niter_decay")
+    niter, niter_decay = (
+        check_nonneg_int(niter, "niter"),
+        check_nonneg_int(niter_decay, "niter_decay"),
+    )
     dev = get_device(device)
     model.to(dev)
     y = global_class_ids(dataset_ids, labels)
-    if isinstance(images, torch.Tensor):  # checked once here: the engine defers the model's own checks
+    # checked once here: the engine defers the model's own checks
+    if isinstance(images, torch.Tensor):
         if images.ndim == 0 or images.shape[0] != y.shape[0]:
-            raise ValueError(f"images must hold one image per label ({y.shape[0]}), got shape {tuple(images.shape)}")
+            raise ValueError(
+                f"images must hold one image per label ({y.shape[0]}), got shape "
+                f"{tuple(images.shape)}"
+            )
         if images.is_floating_point():
             check_finite(images, "images")
     sampler = MultiDatasetSampler(dataset_ids, labels, n_classes, k, batches_per_epoch, seed=seed)
     opt = build_optimizer([p for p in model.parameters() if p.requires_grad], lr=lr, betas=betas)
     loss_fn = SmoothAP(tau=tau)
     steps = len(sampler)
-    run = Engine(model, opt, options, device=dev,
-        schedule=Schedule("linear", epochs * steps, hold_steps=niter, decay_steps=niter_decay, step_unit=steps),
-        run_key={"n_classes": n_classes, "k": k, "batches_per_epoch": steps, "lr": lr, "betas": list(betas), "tau": tau,
-                 "seed": seed, "n_items": int(y.shape[0])}, trained_on=(images, dataset_ids, labels, transform))
+    run = Engine(
+        model,
+        opt,
+        options,
+        device=dev,
+        schedule=Schedule(
+            "linear", epochs * steps, hold_steps=niter, decay_steps=niter_decay, step_unit=steps
+        ),
+        run_key={
+            "n_classes": n_classes,
+            "k": k,
+            "batches_per_epoch": steps,
+            "lr": lr,
+            "betas": list(betas),
+            "tau": tau,
+            "seed": seed,
+            "n_items": int(y.shape[0]),
+        },
+        trained_on=(images, dataset_ids, labels, transform),
+    )
 
     def start(epoch: int) -> None:
         sampler.set_epoch(epoch)
@@ -197,7 +241,12 @@ def fit_multi_dataset(
             total += r.loss
         run.history.append(total / steps)
 
-    run.run(step, lambda epoch: (Batch(idx, indices=idx) for idx in sampler), steps_per_epoch=steps,
-            on_epoch_start=start, on_epoch_end=end)
+    run.run(
+        step,
+        lambda epoch: (Batch(idx, indices=idx) for idx in sampler),
+        steps_per_epoch=steps,
+        on_epoch_start=start,
+        on_epoch_end=end,
+    )
     model.eval()
     return run.history

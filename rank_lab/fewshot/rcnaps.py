@@ -19,14 +19,15 @@ Parameter count (:func:`adaptation_parameter_count`): ``sum_C (24 C^2 + 97 C)`` 
 ResNet-18 plus 150,144 for the set encoder, i.e. 8.60M, the thesis' "~8.5M parameters [added] to
 the ~11.2M parameters of ResNet18" (§4.3.5; ResNet-18 without its classifier: 11,176,512).
 
-Training (:func:`rank_lab.fewshot.rcnaps_train.fit_rcnaps`, Fig. 4.8): every episode adapts the extractor to ``k`` support images
-of a target class and minimises the class-specific Smooth-AP (eq. 4.13) of the ``m`` target-class
-queries of a batch of ``N * m`` images (:class:`rank_lab.fewshot.EpisodeSampler`; ``k = 5``,
-``m = 10``, ``N = 6``). Optimiser, learning rate and iterations are not given by the thesis
-(defaults: Adam, 1e-4, tau = 0.01, as the author's Chapter-5 code). Whether the ResNet is trained
-is not stated either: it is frozen by default, as in Simple CNAPS (``train_backbone=True`` trains
-it). ``mode="plain"`` trains the unadapted network with the usual Smooth-AP (eq. 4.12) on the same
-batches: the plain-embedding baseline, and the pre-training of the smoke runs.
+Training (:func:`rank_lab.fewshot.rcnaps_train.fit_rcnaps`, Fig. 4.8): every episode adapts the
+extractor to ``k`` support images of a target class and minimises the class-specific Smooth-AP (eq.
+4.13) of the ``m`` target-class queries of a batch of ``N * m`` images
+(:class:`rank_lab.fewshot.EpisodeSampler`; ``k = 5``, ``m = 10``, ``N = 6``). Optimiser, learning
+rate and iterations are not given by the thesis (defaults: Adam, 1e-4, tau = 0.01, as the author's
+Chapter-5 code). Whether the ResNet is trained is not stated either: it is frozen by default, as in
+Simple CNAPS (``train_backbone=True`` trains it). ``mode="plain"`` trains the unadapted network with
+the usual Smooth-AP (eq. 4.12) on the same batches: the plain-embedding baseline, and the
+pre-training of the smoke runs.
 """
 
 from __future__ import annotations
@@ -88,7 +89,12 @@ class SetEncoder(nn.Module):
         layers: list[nn.Module] = []
         cin = in_channels
         for _ in range(depth):
-            layers += [nn.Conv2d(cin, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(inplace=True), nn.MaxPool2d(2, ceil_mode=True)]
+            layers += [
+                nn.Conv2d(cin, width, 3, padding=1),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(2, ceil_mode=True),
+            ]
             cin = width
         self.net = nn.Sequential(*layers)
         self.out_dim = int(width)
@@ -98,20 +104,28 @@ class SetEncoder(nn.Module):
         return self.net(x).mean(dim=(-2, -1))
 
     def forward(self, support: torch.Tensor) -> torch.Tensor:
-        """``(k, C, H, W)`` -> ``(width,)``; ``(T, k, C, H, W)`` -> ``(T, width)`` (one code per set).
+        """``(k, C, H, W)`` -> ``(width,)``; ``(T, k, C, H, W)`` -> ``(T, width)`` (one code per
+        set).
 
-        A ``(1, k, C, H, W)`` support is one task: its code has shape ``(1, width)``. float64 is cast
-        to the weights' dtype.
+        A ``(1, k, C, H, W)`` support is one task: its code has shape ``(1, width)``. float64 is
+        cast to the weights' dtype.
 
         Raises:
             TypeError: ``support`` not a floating tensor. ValueError: a wrong shape, an empty set
                 (``k = 0``: the mean of no code), NaN or inf.
         """
-        support = check_input(support, "support", (4, 5), shape=f"(k, {self.in_channels}, H, W) or (T, k, {self.in_channels}, H, W)",
-                              like=self)
+        support = check_input(
+            support,
+            "support",
+            (4, 5),
+            shape=f"(k, {self.in_channels}, H, W) or (T, k, {self.in_channels}, H, W)",
+            like=self,
+        )
         if support.shape[-3] != self.in_channels or 0 in support.shape[: support.ndim - 3]:
-            raise ValueError(f"support must have shape (k, {self.in_channels}, H, W) or (T, k, {self.in_channels}, H, W) "
-                             f"with k >= 1, got {tuple(support.shape)}")
+            raise ValueError(
+                f"support must have shape (k, {self.in_channels}, H, W) or (T, k, "
+                f"{self.in_channels}, H, W) with k >= 1, got {tuple(support.shape)}"
+            )
         if support.ndim == 4:
             return self.encode(support).mean(0)
         t, k = support.shape[:2]
@@ -126,7 +140,9 @@ class _DenseResidual(nn.Linear):
 
 
 def _processor(c: int) -> nn.Sequential:
-    return nn.Sequential(_DenseResidual(c, c), nn.ReLU(), _DenseResidual(c, c), nn.ReLU(), _DenseResidual(c, c))
+    return nn.Sequential(
+        _DenseResidual(c, c), nn.ReLU(), _DenseResidual(c, c), nn.ReLU(), _DenseResidual(c, c)
+    )
 
 
 class FiLMLayerNetwork(nn.Module):
@@ -139,31 +155,50 @@ class FiLMLayerNetwork(nn.Module):
         init_std: standard deviation of the regularisers ``r`` (CNAPS: 1e-3; 0 = exact identity).
 
     Raises:
-        TypeError, ValueError: ``channels``, ``n_blocks`` or ``z_dim`` not a positive int, ``init_std``
-            not a finite number >= 0.
+        TypeError, ValueError: ``channels``, ``n_blocks`` or ``z_dim`` not a positive int,
+            ``init_std`` not a finite number >= 0.
     """
 
     def __init__(self, channels: int, n_blocks: int, z_dim: int, init_std: float = 1e-3) -> None:
         super().__init__()
-        channels, n_blocks = check_positive_int(channels, "channels"), check_positive_int(n_blocks, "n_blocks")
-        z_dim, init_std = check_positive_int(z_dim, "z_dim"), check_float(init_std, "init_std", low=0.0)
+        channels, n_blocks = (
+            check_positive_int(channels, "channels"),
+            check_positive_int(n_blocks, "n_blocks"),
+        )
+        z_dim, init_std = (
+            check_positive_int(z_dim, "z_dim"),
+            check_float(init_std, "init_std", low=0.0),
+        )
         self.z_dim = z_dim
         self.shared = nn.Sequential(nn.Linear(z_dim, channels), nn.ReLU())
-        self.processors = nn.ModuleList(nn.ModuleDict({k: _processor(channels) for k in ("gamma1", "beta1", "gamma2", "beta2")}) for _ in range(n_blocks))
+        self.processors = nn.ModuleList(
+            nn.ModuleDict({k: _processor(channels) for k in ("gamma1", "beta1", "gamma2", "beta2")})
+            for _ in range(n_blocks)
+        )
         self.regularizers = nn.ModuleList()
         for _ in range(n_blocks):
-            pl = nn.ParameterDict({k: nn.Parameter(torch.randn(channels) * init_std) for k in ("gamma1", "beta1", "gamma2", "beta2")})
+            pl = nn.ParameterDict(
+                {
+                    k: nn.Parameter(torch.randn(channels) * init_std)
+                    for k in ("gamma1", "beta1", "gamma2", "beta2")
+                }
+            )
             self.regularizers.append(pl)
 
     def forward(self, z: torch.Tensor) -> list[dict[str, torch.Tensor]]:
-        """``z (z_dim,)`` or ``(T, z_dim)`` -> one dict per block of ``(C,)`` or ``(T, C)`` tensors."""
+        """``z (z_dim,)`` or ``(T, z_dim)`` -> one dict per block of ``(C,)`` or ``(T, C)``
+        tensors."""
         z = check_input(z, "z", (1, 2), shape=f"({self.z_dim},) or (T, {self.z_dim})", like=self)
         if z.shape[-1] != self.z_dim:
-            raise ValueError(f"z must have shape ({self.z_dim},) or (T, {self.z_dim}), got {tuple(z.shape)}")
+            raise ValueError(
+                f"z must have shape ({self.z_dim},) or (T, {self.z_dim}), got {tuple(z.shape)}"
+            )
         h = self.shared(z)
         out = []
         for proc, reg in zip(self.processors, self.regularizers, strict=True):
-            out.append({k: proc[k](h) * reg[k] + (1.0 if k.startswith("gamma") else 0.0) for k in proc})
+            out.append(
+                {k: proc[k](h) * reg[k] + (1.0 if k.startswith("gamma") else 0.0) for k in proc}
+            )
         return out
 
     def regularization_term(self) -> torch.Tensor:
@@ -185,12 +220,26 @@ class FiLMAdaptationNetwork(nn.Module):
             different lengths.
     """
 
-    def __init__(self, channels: Sequence[int], blocks: Sequence[int], z_dim: int = 64, init_std: float = 1e-3) -> None:
+    def __init__(
+        self,
+        channels: Sequence[int],
+        blocks: Sequence[int],
+        z_dim: int = 64,
+        init_std: float = 1e-3,
+    ) -> None:
         super().__init__()
-        z_dim, init_std = check_positive_int(z_dim, "z_dim"), check_float(init_std, "init_std", low=0.0)
+        z_dim, init_std = (
+            check_positive_int(z_dim, "z_dim"),
+            check_float(init_std, "init_std", low=0.0),
+        )
         if len(channels) != len(blocks) or not len(channels):
-            raise ValueError(f"channels and blocks must list the same (>= 1) stages, got {list(channels)}, {list(blocks)}")
-        self.layers = nn.ModuleList(FiLMLayerNetwork(c, b, z_dim, init_std) for c, b in zip(channels, blocks, strict=True))
+            raise ValueError(
+                f"channels and blocks must list the same (>= 1) stages, got {list(channels)}, "
+                f"{list(blocks)}"
+            )
+        self.layers = nn.ModuleList(
+            FiLMLayerNetwork(c, b, z_dim, init_std) for c, b in zip(channels, blocks, strict=True)
+        )
 
     def forward(self, z: torch.Tensor) -> FiLMParams:
         """Task code ``(z_dim,)`` or ``(T, z_dim)`` -> FiLM parameters of every stage and block."""
@@ -201,8 +250,11 @@ class FiLMAdaptationNetwork(nn.Module):
         return sum(layer.regularization_term() for layer in self.layers)
 
 
-def adaptation_parameter_count(channels: Sequence[int], blocks: Sequence[int], z_dim: int = 64) -> int:
-    """Closed-form size of :class:`FiLMAdaptationNetwork`: per stage ``z C + C + b (12 (C^2 + C) + 4 C)``.
+def adaptation_parameter_count(
+    channels: Sequence[int], blocks: Sequence[int], z_dim: int = 64
+) -> int:
+    """Closed-form size of :class:`FiLMAdaptationNetwork`: per stage
+    ``z C + C + b (12 (C^2 + C) + 4 C)``.
 
     ResNet-18 (``C = 64, 128, 256, 512``, 2 blocks) with ``z_dim = 64``: 8,448,960.
 
@@ -215,7 +267,10 @@ def adaptation_parameter_count(channels: Sequence[int], blocks: Sequence[int], z
     blocks = [check_positive_int(b, "blocks") for b in blocks]
     if len(channels) != len(blocks):
         raise ValueError(f"channels and blocks must have the same length, got {channels}, {blocks}")
-    return sum(z_dim * c + c + b * (12 * (c * c + c) + 4 * c) for c, b in zip(channels, blocks, strict=True))
+    return sum(
+        z_dim * c + c + b * (12 * (c * c + c) + 4 * c)
+        for c, b in zip(channels, blocks, strict=True)
+    )
 
 
 class RCNAPS(nn.Module):
@@ -249,7 +304,10 @@ class RCNAPS(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(extractor, FiLMResNet):
-            raise TypeError(f"extractor must be a FiLMResNet (film_resnet18 / film_tiny_resnet), got {type(extractor).__name__}")
+            raise TypeError(
+                "extractor must be a FiLMResNet (film_resnet18 / film_tiny_resnet), got "
+                f"{type(extractor).__name__}"
+            )
         in_channels = check_positive_int(in_channels, "in_channels")
         encoder_width = check_positive_int(encoder_width, "encoder_width")
         encoder_depth = check_positive_int(encoder_depth, "encoder_depth")
@@ -257,7 +315,9 @@ class RCNAPS(nn.Module):
         gem_p = check_float(gem_p, "gem_p", low=0.0, low_open=True)
         self.extractor = extractor
         self.set_encoder = SetEncoder(in_channels, encoder_width, encoder_depth)
-        self.adaptation = FiLMAdaptationNetwork(extractor.channels, extractor.blocks, encoder_width, init_std)
+        self.adaptation = FiLMAdaptationNetwork(
+            extractor.channels, extractor.blocks, encoder_width, init_std
+        )
         self.pool = GeM(gem_p)
         self.out_dim = extractor.num_features
         self.set_train_backbone(train_backbone)
@@ -277,10 +337,17 @@ class RCNAPS(nn.Module):
         return self
 
     def film_params(self, support: torch.Tensor) -> FiLMParams:
-        """FiLM parameters from a support ``(k, C, H, W)`` (or ``(T, k, C, H, W)``: one set per task)."""
+        """FiLM parameters from a support ``(k, C, H, W)`` (or ``(T, k, C, H, W)``: one set per
+        task)."""
         return self.adaptation(self.set_encoder(support))
 
-    def forward(self, x: torch.Tensor, support: torch.Tensor | None = None, *, params: FiLMParams | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        support: torch.Tensor | None = None,
+        *,
+        params: FiLMParams | None = None,
+    ) -> torch.Tensor:
         """Descriptors ``(B, D)`` (unit norm) of ``x (B, C, H, W)``.
 
         ``support`` adapts the extractor (its parameters are computed here); ``params`` passes
@@ -293,9 +360,17 @@ class RCNAPS(nn.Module):
         return unit_rows(self.pool(self.extractor(x, params)), dim=-1)
 
     def parameter_counts(self) -> dict[str, int]:
-        """``{"backbone", "set_encoder", "adaptation", "pooling", "added", "total"}`` parameter numbers."""
-        n = {name: sum(p.numel() for p in getattr(self, attr).parameters()) for name, attr in
-             (("backbone", "extractor"), ("set_encoder", "set_encoder"), ("adaptation", "adaptation"), ("pooling", "pool"))}
+        """``{"backbone", "set_encoder", "adaptation", "pooling", "added", "total"}`` parameter
+        numbers."""
+        n = {
+            name: sum(p.numel() for p in getattr(self, attr).parameters())
+            for name, attr in (
+                ("backbone", "extractor"),
+                ("set_encoder", "set_encoder"),
+                ("adaptation", "adaptation"),
+                ("pooling", "pool"),
+            )
+        }
         n["added"] = n["set_encoder"] + n["adaptation"]
         n["total"] = sum(p.numel() for p in self.parameters())
         return n
@@ -316,7 +391,8 @@ def build_rcnaps(
     gem_p: float = 3.0,
     train_backbone: bool = False,
 ) -> RCNAPS:
-    """Build rCNAPS with ``backbone="resnet18"`` (the thesis; ``source`` torchvision or timm) or ``"tiny"``.
+    """Build rCNAPS with ``backbone="resnet18"`` (the thesis; ``source`` torchvision or timm) or
+    ``"tiny"``.
 
     ``weights`` initialises ResNet-18: ``"imagenet"`` (timm), ``"none"`` or a local file
     (:mod:`rank_lab.models.weights`, a file loaded strictly);
@@ -326,16 +402,29 @@ def build_rcnaps(
         ext = film_resnet18(source, in_channels=in_channels, weights=weights)
     elif backbone == "tiny":
         if weights not in (None, "none"):
-            raise ValueError(f"weights={weights!r} needs backbone='resnet18' (the tiny CNN has no pretrained weights)")
+            raise ValueError(
+                f"weights={weights!r} needs backbone='resnet18' (the tiny CNN has no pretrained "
+                "weights)"
+            )
         ext = film_tiny_resnet(in_channels, widths, blocks, stem_stride)
     else:
         raise ValueError(f"backbone must be 'resnet18' or 'tiny', got {backbone!r}")
-    return RCNAPS(ext, in_channels=in_channels, encoder_width=encoder_width, encoder_depth=encoder_depth,
-                  init_std=init_std, gem_p=gem_p, train_backbone=train_backbone)
+    return RCNAPS(
+        ext,
+        in_channels=in_channels,
+        encoder_width=encoder_width,
+        encoder_depth=encoder_depth,
+        init_std=init_std,
+        gem_p=gem_p,
+        train_backbone=train_backbone,
+    )
 
 
-def class_specific_smooth_ap(embeddings: torch.Tensor, labels: torch.Tensor, target: int, *, tau: float = 0.01) -> torch.Tensor:
-    """Class-specific Smooth-AP loss, eq. 4.13 of the Gominski thesis: ``(1/m) sum_{q in c*} (1 - AP_q)``.
+def class_specific_smooth_ap(
+    embeddings: torch.Tensor, labels: torch.Tensor, target: int, *, tau: float = 0.01
+) -> torch.Tensor:
+    """Class-specific Smooth-AP loss, eq. 4.13 of the Gominski thesis:
+    ``(1/m) sum_{q in c*} (1 - AP_q)``.
 
     Only the ``m`` queries of the target class contribute; each ranks the whole batch (itself
     excluded) with Smooth-AP's sigmoid ranks (Brown et al. 2020, temperature ``tau``). The other
@@ -354,7 +443,9 @@ def class_specific_smooth_ap(embeddings: torch.Tensor, labels: torch.Tensor, tar
     y = check_labels(labels, emb.shape[0], "labels").to(emb.device)
     q = torch.nonzero(y == int(target)).flatten()
     if q.numel() < 2:
-        raise ValueError(f"target class {target} needs at least 2 items in the batch, got {q.numel()}")
+        raise ValueError(
+            f"target class {target} needs at least 2 items in the batch, got {q.numel()}"
+        )
     loss = SmoothAP(tau=tau, no_positive="raise")
     return loss(emb[q], y[q], emb, y, ref_self_index=q)
 

@@ -43,7 +43,10 @@ def _check_images(images: object, name: str, n: int | None = None, name_n: str =
         try:
             size = len(images)  # type: ignore[arg-type]
         except TypeError:
-            raise TypeError(f"{name} must be a tensor (n, C, H, W) or a dataset of (image, label), got {type(images).__name__}") from None
+            raise TypeError(
+                f"{name} must be a tensor (n, C, H, W) or a dataset of (image, label), got "
+                f"{type(images).__name__}"
+            ) from None
     if n is not None and size != n:
         raise ValueError(f"{name} has {size} items but {name_n} has {n}")
 
@@ -62,6 +65,7 @@ def fit_rcnaps(
     tau: float = 0.01,
     film_l2: float = 0.0,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    groups: torch.Tensor | None = None,
     seed: int = 0,
     device: object = None,
     engine: EngineConfig | None = None,
@@ -80,6 +84,8 @@ def fit_rcnaps(
         tau: Smooth-AP temperature.
         film_l2: weight of the CNAPS-code L2 term on the FiLM regularisers (0 = the thesis' loss).
         transform: batch augmentation applied to support and batch images.
+        groups: ``(n,)`` group of every item (see :class:`~rank_lab.fewshot.EpisodeSampler`):
+            each episode takes its classes from one group.
         seed: seed of the episodes.
         device: training device (CUDA when present by default).
         engine: the run's options (:class:`~rank_lab.engine.options.EngineConfig`): the
@@ -99,10 +105,14 @@ def fit_rcnaps(
     """
     if mode not in ("adapted", "plain"):
         raise ValueError(f"mode must be 'adapted' or 'plain', got {mode!r}")
-    lr, tau = check_float(lr, "lr", low=0.0, low_open=True), check_float(tau, "tau", low=0.0, low_open=True)
+    lr, tau = (
+        check_float(lr, "lr", low=0.0, low_open=True),
+        check_float(tau, "tau", low=0.0, low_open=True),
+    )
     film_l2 = check_float(film_l2, "film_l2", low=0.0)
-    options = loop_options(engine, epochs=episodes, desc=f"rCNAPS ({mode})", unit="step",
-                           length="episodes")
+    options = loop_options(
+        engine, epochs=episodes, desc=f"rCNAPS ({mode})", unit="step", length="episodes"
+    )
     labels = check_labels(labels, name="labels")
     _check_images(images, "images", labels.shape[0], "labels")
     dev = get_device(device)
@@ -113,10 +123,26 @@ def fit_rcnaps(
         params = [p for n, p in model.named_parameters() if n.startswith(("extractor.", "pool."))]
     else:
         params = [p for p in model.parameters() if p.requires_grad]
-    sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed)
-    run = Engine(model, build_optimizer(params, lr=lr), options, device=dev,
-        run_key={"mode": mode, "k": k, "m": m, "n_classes": n_classes, "lr": lr, "tau": tau, "film_l2": film_l2, "seed": seed,
-                 "n_items": int(labels.shape[0])}, trained_on=(images, labels, transform))
+    sampler = EpisodeSampler(labels, k, m, n_classes, episodes, seed, groups=groups)
+    run = Engine(
+        model,
+        build_optimizer(params, lr=lr),
+        options,
+        device=dev,
+        run_key={
+            "mode": mode,
+            "k": k,
+            "m": m,
+            "n_classes": n_classes,
+            "lr": lr,
+            "tau": tau,
+            "film_l2": film_l2,
+            "seed": seed,
+            "groups": len(sampler.groups) if sampler.grouped else None,
+            "n_items": int(labels.shape[0]),
+        },
+        trained_on=(images, labels, transform),
+    )
     plain_loss = SmoothAP(tau=tau)
 
     def step(ep: Episode) -> torch.Tensor:
@@ -139,8 +165,12 @@ def fit_rcnaps(
         yield Batch(ep, indices=ep.batch)
 
     model.train()
-    run.run(step, episode, steps_per_epoch=1,
-            on_epoch_end=lambda i, res: run.history.append(res[0].loss))
+    run.run(
+        step,
+        episode,
+        steps_per_epoch=1,
+        on_epoch_end=lambda i, res: run.history.append(res[0].loss),
+    )
     if mode == "plain":
         model.set_train_backbone(prev)
     model.eval()
@@ -148,7 +178,9 @@ def fit_rcnaps(
 
 
 @torch.no_grad()
-def rcnaps_describe(model: RCNAPS, images: object, *, batch_size: int = 256, device: object = None) -> Callable[[torch.Tensor | None], torch.Tensor]:
+def rcnaps_describe(
+    model: RCNAPS, images: object, *, batch_size: int = 256, device: object = None
+) -> Callable[[torch.Tensor | None], torch.Tensor]:
     """A ``describe(support)`` function for :func:`rank_lab.fewshot.evaluate_fewshot_retrieval`.
 
     ``describe(support)`` adapts ``model`` to ``support (k, C, H, W)`` once and returns the
@@ -178,7 +210,12 @@ def rcnaps_describe(model: RCNAPS, images: object, *, batch_size: int = 256, dev
 
 @torch.no_grad()
 def rcnaps_describe_tasks(
-    model: RCNAPS, images: torch.Tensor, supports: torch.Tensor, *, batch_size: int = 256, device: object = None
+    model: RCNAPS,
+    images: torch.Tensor,
+    supports: torch.Tensor,
+    *,
+    batch_size: int = 256,
+    device: object = None,
 ) -> torch.Tensor:
     """Describe a base under ``T`` adaptations at once: ``(T, n, D)`` descriptors.
 
@@ -200,10 +237,14 @@ def rcnaps_describe_tasks(
     """
     batch_size = check_positive_int(batch_size, "batch_size")
     images = check_input(images, "images", 4, shape="(n, C, H, W)", like=model, allow_empty=False)
-    supports = check_input(supports, "supports", 5, shape="(T, k, C, H, W)", like=model, allow_empty=False)
+    supports = check_input(
+        supports, "supports", 5, shape="(T, k, C, H, W)", like=model, allow_empty=False
+    )
     if supports.shape[1] == 0 or supports.shape[2:] != images.shape[1:]:
-        raise ValueError(f"supports must have shape (T, k >= 1, {', '.join(map(str, images.shape[1:]))}) like the images, "
-                         f"got {tuple(supports.shape)}")
+        raise ValueError(
+            f"supports must have shape (T, k >= 1, {', '.join(map(str, images.shape[1:]))}) like "
+            f"the images, got {tuple(supports.shape)}"
+        )
     dev = get_device(device)
     model.to(dev).eval()
     t, n = supports.shape[0], images.shape[0]

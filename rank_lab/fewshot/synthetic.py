@@ -2,13 +2,13 @@
 
 * :func:`anisotropic_classes` -- Gaussian classes sharing an anisotropic covariance (a few
   dominant directions), the setting where Simple CNAPS' Mahalanobis rule beats a Euclidean nearest
-  mean (Gominski thesis eq. 5.2). ``scale`` shrinks everything, to show that the ``+ I`` regulariser of
-  eq. 5.2 then swamps the covariances and the two rules coincide.
+  mean (Gominski thesis eq. 5.2). ``scale`` shrinks everything, to show that the ``+ I`` regulariser
+  of eq. 5.2 then swamps the covariances and the two rules coincide.
 * :func:`make_multi_dataset` -- several "datasets" drawing their classes from a shared pool of
   latent concepts, each with its own nuisance directions and rendering offset, seen through one
   fixed random nonlinear map (:class:`rank_lab.data.RandomNonlinearMap`); some concepts are shared
-  by several datasets, as land-use classes are across UCM, AID, RESISC45... (Gominski thesis §5.3). A
-  model trained on some datasets is tested k-shot all-ways on an unseen one.
+  by several datasets, as land-use classes are across UCM, AID, RESISC45... (Gominski thesis §5.3).
+  A model trained on some datasets is tested k-shot all-ways on an unseen one.
 """
 
 from __future__ import annotations
@@ -56,8 +56,15 @@ def anisotropic_classes(
             ``mean_std``, ``floor`` or an eigenvalue not a finite number >= 0; ``scale`` not finite;
             more eigenvalues than ``dim``.
     """
-    c, n, d = check_positive_int(n_classes, "n_classes"), check_positive_int(per_class, "per_class"), check_positive_int(dim, "dim")
-    mean_std, floor = check_float(mean_std, "mean_std", low=0.0), check_float(floor, "floor", low=0.0)
+    c, n, d = (
+        check_positive_int(n_classes, "n_classes"),
+        check_positive_int(per_class, "per_class"),
+        check_positive_int(dim, "dim"),
+    )
+    mean_std, floor = (
+        check_float(mean_std, "mean_std", low=0.0),
+        check_float(floor, "floor", low=0.0),
+    )
     scale = check_float(scale, "scale")
     eigenvalues = [check_float(e, "eigenvalues", low=0.0) for e in eigenvalues]
     if len(eigenvalues) > d:
@@ -91,8 +98,9 @@ class MultiDataset:
     concepts: torch.Tensor
 
     def __post_init__(self) -> None:
-        """Check ``x (n, d)`` (finite; integer features are cast to float) and three ``(n,)`` integer
-        label vectors of the same length (``TypeError`` / ``ValueError`` naming the field)."""
+        """Check ``x (n, d)`` (finite; integer features are cast to float) and three ``(n,)``
+        integer label vectors of the same length (``TypeError`` / ``ValueError`` naming the
+        field)."""
         self.x = check_embeddings(self.x, "x")
         n = self.x.shape[0]
         for name in ("labels", "dataset_ids", "concepts"):
@@ -104,7 +112,9 @@ class MultiDataset:
     def select(self, datasets: Sequence[int]) -> MultiDataset:
         """The rows of the given datasets."""
         keep = torch.isin(self.dataset_ids, torch.as_tensor(list(datasets)))
-        return MultiDataset(self.x[keep], self.labels[keep], self.dataset_ids[keep], self.concepts[keep])
+        return MultiDataset(
+            self.x[keep], self.labels[keep], self.dataset_ids[keep], self.concepts[keep]
+        )
 
 
 def make_multi_dataset(
@@ -142,31 +152,65 @@ def make_multi_dataset(
             >= 0), a standard deviation not a finite number >= 0, ``classes_per_dataset >
             n_concepts``, or ``concept_dim`` / ``nuisance_rank`` that do not fit in ``dim``.
     """
-    nd, nc = check_positive_int(n_datasets, "n_datasets"), check_positive_int(n_concepts, "n_concepts")
-    cpd, n = check_positive_int(classes_per_dataset, "classes_per_dataset"), check_positive_int(per_class, "per_class")
+    nd, nc = (
+        check_positive_int(n_datasets, "n_datasets"),
+        check_positive_int(n_concepts, "n_concepts"),
+    )
+    cpd, n = (
+        check_positive_int(classes_per_dataset, "classes_per_dataset"),
+        check_positive_int(per_class, "per_class"),
+    )
     dim, input_dim = check_positive_int(dim, "dim"), check_positive_int(input_dim, "input_dim")
-    concept_dim, nuisance_rank = check_positive_int(concept_dim, "concept_dim"), check_nonneg_int(nuisance_rank, "nuisance_rank")
-    concept_std, noise = check_float(concept_std, "concept_std", low=0.0), check_float(noise, "noise", low=0.0)
-    nuisance_std, style_std = check_float(nuisance_std, "nuisance_std", low=0.0), check_float(style_std, "style_std", low=0.0)
+    concept_dim, nuisance_rank = (
+        check_positive_int(concept_dim, "concept_dim"),
+        check_nonneg_int(nuisance_rank, "nuisance_rank"),
+    )
+    concept_std, noise = (
+        check_float(concept_std, "concept_std", low=0.0),
+        check_float(noise, "noise", low=0.0),
+    )
+    nuisance_std, style_std = (
+        check_float(nuisance_std, "nuisance_std", low=0.0),
+        check_float(style_std, "style_std", low=0.0),
+    )
     obs_noise = check_float(obs_noise, "obs_noise", low=0.0)
     if cpd > nc:
         raise ValueError(f"classes_per_dataset={cpd} exceeds n_concepts={nc}")
     if not 0 < concept_dim < dim or nuisance_rank > dim - concept_dim:
-        raise ValueError(f"need 0 < concept_dim < dim and nuisance_rank <= dim - concept_dim, got {concept_dim}, {dim}, {nuisance_rank}")
+        raise ValueError(
+            "need 0 < concept_dim < dim and nuisance_rank <= dim - concept_dim, got "
+            f"{concept_dim}, {dim}, {nuisance_rank}"
+        )
     g = torch.Generator().manual_seed(int(seed))
     z = torch.zeros(nc, dim, dtype=torch.float64)
-    z[:, :concept_dim] = concept_std * torch.randn(nc, concept_dim, generator=g, dtype=torch.float64)
-    gmap = RandomNonlinearMap(dim, input_dim, input_scale=math.sqrt(concept_std**2 + noise**2 + nuisance_std**2), seed=int(seed) + 1)
+    z[:, :concept_dim] = concept_std * torch.randn(
+        nc, concept_dim, generator=g, dtype=torch.float64
+    )
+    gmap = RandomNonlinearMap(
+        dim,
+        input_dim,
+        input_scale=math.sqrt(concept_std**2 + noise**2 + nuisance_std**2),
+        seed=int(seed) + 1,
+    )
     xs, ys, ds, cs = [], [], [], []
     for d in range(nd):
         concepts = torch.randperm(nc, generator=g)[:cpd]
         style = style_std * torch.randn(dim, generator=g, dtype=torch.float64)
         u = torch.zeros(dim, nuisance_rank, dtype=torch.float64)
-        u[concept_dim:], _ = torch.linalg.qr(torch.randn(dim - concept_dim, nuisance_rank, generator=g, dtype=torch.float64))
+        u[concept_dim:], _ = torch.linalg.qr(
+            torch.randn(dim - concept_dim, nuisance_rank, generator=g, dtype=torch.float64)
+        )
         cc = concepts.repeat_interleave(n)
         a = nuisance_std * torch.randn(cpd * n, nuisance_rank, generator=g, dtype=torch.float64)
-        h = z[cc] + style + a @ u.T + noise * torch.randn(cpd * n, dim, generator=g, dtype=torch.float64)
-        xs.append(gmap(h) + obs_noise * torch.randn(cpd * n, input_dim, generator=g, dtype=torch.float64))
+        h = (
+            z[cc]
+            + style
+            + a @ u.T
+            + noise * torch.randn(cpd * n, dim, generator=g, dtype=torch.float64)
+        )
+        xs.append(
+            gmap(h) + obs_noise * torch.randn(cpd * n, input_dim, generator=g, dtype=torch.float64)
+        )
         ys.append(torch.arange(cpd).repeat_interleave(n))
         ds.append(torch.full((cpd * n,), d))
         cs.append(cc)

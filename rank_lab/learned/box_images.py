@@ -1,12 +1,13 @@
-"""Procedural images of the LS-IoU task: one text-like rotated bar per image and its box (Patel thesis, 3.3.3).
+"""Procedural images of the LS-IoU task: one text-like rotated bar per image and its box (Patel
+thesis, 3.3.3).
 
 The thesis post-tunes the regression branch of a rotated text detector (RRPN on ICDAR'15); the
 offline, CPU-sized stand-in of :mod:`rank_lab.learned.boxes` trains on these images:
 
 * :func:`sample_rotated_boxes`: text-like boxes ``(cx, cy, w, h, theta)`` in ``[0, 1]`` coordinates,
   normalised (long side ``w``, ``|theta| < pi/2``);
-* :func:`render_box_images`: one striped rotated bar per image, with random contrast, blur, noise and
-  a distractor;
+* :func:`render_box_images`: one striped rotated bar per image, with random contrast, blur, noise
+  and a distractor;
 * :func:`make_box_dataset`: both, seeded.
 """
 
@@ -32,7 +33,8 @@ def sample_rotated_boxes(
     aspect: tuple[float, float] = (0.2, 0.45),
     max_angle: float = math.pi / 3,
 ) -> torch.Tensor:
-    """``n`` text-like boxes ``(cx, cy, w, h, theta)`` in ``[0, 1]`` coordinates, ``h = aspect * w``.
+    """``n`` text-like boxes ``(cx, cy, w, h, theta)`` in ``[0, 1]`` coordinates,
+    ``h = aspect * w``.
 
     Args:
         n: number of boxes.
@@ -48,7 +50,10 @@ def sample_rotated_boxes(
     n = check_positive_int(n, "n")
     check_generator(gen)
     center = check_range(center, "center")
-    width, aspect = check_range(width, "width", positive=True), check_range(aspect, "aspect", positive=True)
+    width, aspect = (
+        check_range(width, "width", positive=True),
+        check_range(aspect, "aspect", positive=True),
+    )
     max_angle = check_float(max_angle, "max_angle", low=0)
     u = torch.rand(n, 5, generator=gen, dtype=torch.float64)
     cx = center[0] + (center[1] - center[0]) * u[:, 0]
@@ -59,7 +64,13 @@ def sample_rotated_boxes(
     return torch.stack([cx, cy, w, h, t], 1).float()
 
 
-def render_box_images(boxes: torch.Tensor, size: int = 32, gen: torch.Generator | None = None, noise: float = 0.08, supersample: int = 2) -> torch.Tensor:
+def render_box_images(
+    boxes: torch.Tensor,
+    size: int = 32,
+    gen: torch.Generator | None = None,
+    noise: float = 0.08,
+    supersample: int = 2,
+) -> torch.Tensor:
     """Render one striped rotated bar per image, ``(N, 1, size, size)`` in ``[0, 1]``.
 
     Args:
@@ -75,7 +86,12 @@ def render_box_images(boxes: torch.Tensor, size: int = 32, gen: torch.Generator 
     supersample = check_positive_int(supersample, "supersample")
     gen = check_generator(gen) if gen is not None else torch.Generator().manual_seed(0)
     if boxes.shape[0] > 2048:  # bounded memory: the super-sampled grids are (n, S', S') floats
-        return torch.cat([render_box_images(boxes[i : i + 2048], size, gen, noise, supersample) for i in range(0, boxes.shape[0], 2048)])
+        return torch.cat(
+            [
+                render_box_images(boxes[i : i + 2048], size, gen, noise, supersample)
+                for i in range(0, boxes.shape[0], 2048)
+            ]
+        )
     n = boxes.shape[0]
     s = size * supersample
     dev = boxes.device
@@ -86,13 +102,19 @@ def render_box_images(boxes: torch.Tensor, size: int = 32, gen: torch.Generator 
     u = dx * torch.cos(t) + dy * torch.sin(t)
     v = -dx * torch.sin(t) + dy * torch.cos(t)
     inside = ((u.abs() <= w / 2) & (v.abs() <= h / 2)).float()
-    period = (h * (0.5 + 0.5 * uniform(gen, n, 1, 1, device=dev)))  # "characters" across the bar
+    period = h * (0.5 + 0.5 * uniform(gen, n, 1, 1, device=dev))  # "characters" across the bar
     stripes = 0.6 + 0.4 * (torch.sin(2 * math.pi * u / period) > -0.3).float()
     bg = uniform(gen, n, 1, 1, device=dev)
-    fg = torch.where(bg > 0.5, bg - 0.35 - 0.3 * uniform(gen, n, 1, 1, device=dev), bg + 0.35 + 0.3 * uniform(gen, n, 1, 1, device=dev))
+    fg = torch.where(
+        bg > 0.5,
+        bg - 0.35 - 0.3 * uniform(gen, n, 1, 1, device=dev),
+        bg + 0.35 + 0.3 * uniform(gen, n, 1, 1, device=dev),
+    )
     # a distractor: an axis-aligned patch of random size and intensity
     p = uniform(gen, n, 4, 1, 1, device=dev)
-    distractor = ((xx[None] - p[:, 0]).abs() < 0.04 + 0.06 * p[:, 2]) & ((yy[None] - p[:, 1]).abs() < 0.04 + 0.06 * p[:, 3])
+    distractor = ((xx[None] - p[:, 0]).abs() < 0.04 + 0.06 * p[:, 2]) & (
+        (yy[None] - p[:, 1]).abs() < 0.04 + 0.06 * p[:, 3]
+    )
     img = bg + distractor.float() * 0.25 * (1 - 2 * (bg > 0.5).float())
     img = img + (fg - img) * inside * stripes
     img = F.avg_pool2d(img[:, None], supersample)
@@ -101,7 +123,9 @@ def render_box_images(boxes: torch.Tensor, size: int = 32, gen: torch.Generator 
     return img.clamp(0, 1)
 
 
-def make_box_dataset(n: int, size: int = 32, seed: int = 0, **box_kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def make_box_dataset(
+    n: int, size: int = 32, seed: int = 0, **box_kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` procedural images ``(n, 1, size, size)`` and their boxes ``(n, 5)`` (normalised).
 
     Args:

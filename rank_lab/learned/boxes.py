@@ -1,19 +1,22 @@
 """LS-IoU task: a small rotated-box regression problem on procedural images (Patel thesis, 3.3.3).
 
 The thesis post-tunes the regression branch of a rotated text detector (RRPN on ICDAR'15) with a
-learned surrogate of ``1 - IoU``; this module is an offline, CPU-sized stand-in with its ingredients:
+learned surrogate of ``1 - IoU``; this module is an offline, CPU-sized stand-in with its
+ingredients:
 
 * :func:`~rank_lab.learned.box_images.make_box_dataset`: images with one text-like rotated bar
   (stripes, random contrast, blur, noise, a distractor) and its box ``(cx, cy, w, h, theta)``,
   normalised (long side ``w``, ``|theta| < pi/2``), in :mod:`rank_lab.learned.box_images`;
-* :class:`BoxRegressor`: a CoordConv CNN predicting the 6-d code ``(cx, cy, w, h, cos theta, sin theta)``
-  of the thesis (:func:`rank_lab.metrics.detection.encode_box6`), pre-trained with smooth-L1
+* :class:`BoxRegressor`: a CoordConv CNN predicting the 6-d code
+  ``(cx, cy, w, h, cos theta, sin theta)`` of the thesis
+  (:func:`rank_lab.metrics.detection.encode_box6`), pre-trained with smooth-L1
   (:func:`fit_box_regressor`, the thesis' proxy loss, on the training engine);
 * :class:`RotatedBoxPairBank`: the random generator R: perturbed copies of training boxes stored
   with their IoU, sampled uniformly over IoU bins (the thesis stores ~3M pairs for that reason);
-* :class:`BoxIoUTask`: the adapter for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`, with
-  metric ``e = 1 - IoU`` (the surrogate is a distance: 0 at a perfect prediction; the thesis'
-  "approximates the IoU" means this).
+* :class:`BoxIoUTask`: the adapter for
+  :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`, with metric ``e = 1 - IoU`` (the
+  surrogate is a distance: 0 at a perfect prediction; the thesis' "approximates the IoU" means
+  this).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ __all__ = [
     "fit_box_regressor",
     "predict_boxes",
     "evaluate_box_regressor",
+    "metric_tracking",
     "perturb_boxes",
     "RotatedBoxPairBank",
     "BoxIoUTask",
@@ -60,7 +64,9 @@ class BoxRegressor(nn.Module):
         hidden: width of the fully-connected layer.
     """
 
-    def __init__(self, size: int = 32, channels: tuple[int, int, int] = (16, 32, 64), hidden: int = 128) -> None:
+    def __init__(
+        self, size: int = 32, channels: tuple[int, int, int] = (16, 32, 64), hidden: int = 128
+    ) -> None:
         super().__init__()
         if check_positive_int(size, "size") % 8:
             raise ValueError(f"size must be divisible by 8, got {size}")
@@ -69,27 +75,44 @@ class BoxRegressor(nn.Module):
             raise ValueError(f"channels must hold three widths, got {len(channels)}")
         c1, c2, c3 = (check_positive_int(c, "channels") for c in channels)
         self.features = nn.Sequential(
-            nn.Conv2d(3, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(c2, c3, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(3, c1, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(c2, c3, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
         )
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(c3 * (size // 8) ** 2, hidden), nn.ReLU(), nn.Linear(hidden, 6))
+        self.head = nn.Sequential(
+            nn.Flatten(), nn.Linear(c3 * (size // 8) ** 2, hidden), nn.ReLU(), nn.Linear(hidden, 6)
+        )
         self.size = size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Box codes ``(B, 6)`` of images ``x`` ``(B, 1, S, S)``.
 
         Raises:
-            ValueError, TypeError: ``x`` is not a finite floating batch of that shape with ``B >= 1``
-                (float64 is cast to the weights' dtype).
+            ValueError, TypeError: ``x`` is not a finite floating batch of that shape with
+                ``B >= 1`` (float64 is cast to the weights' dtype).
         """
         x = check_input_batch(x, "x", ("B", 1, self.size, self.size), dtype=self)
         b, _, hgt, wid = x.shape
-        ys = torch.linspace(0, 1, hgt, device=x.device, dtype=x.dtype).view(1, 1, hgt, 1).expand(b, 1, hgt, wid)
-        xs = torch.linspace(0, 1, wid, device=x.device, dtype=x.dtype).view(1, 1, 1, wid).expand(b, 1, hgt, wid)
+        ys = (
+            torch.linspace(0, 1, hgt, device=x.device, dtype=x.dtype)
+            .view(1, 1, hgt, 1)
+            .expand(b, 1, hgt, wid)
+        )
+        xs = (
+            torch.linspace(0, 1, wid, device=x.device, dtype=x.dtype)
+            .view(1, 1, 1, wid)
+            .expand(b, 1, hgt, wid)
+        )
         out = self.head(self.features(torch.cat([x, xs, ys], 1)))
-        # (cos, sin) of a box angle from a network head, not an embedding: its eps=1e-6 floor is part of the
-        # recorded head's behaviour (unit_rows would make near-zero outputs unit), so F.normalize stays
+        # (cos, sin) of a box angle from a network head, not an embedding: its eps=1e-6 floor is
+        # part of the recorded head's behaviour (unit_rows would make near-zero outputs unit), so
+        # F.normalize stays
         ang = F.normalize(out[:, 4:], dim=1, eps=1e-6)
         return torch.cat([out[:, :4], ang], 1)
 
@@ -106,10 +129,12 @@ def fit_box_regressor(
     schedule: str = "tail_cosine",
     engine: EngineConfig | None = None,
 ) -> list[float]:
-    """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss), on the training engine.
+    """Pre-train with the smooth-L1 proxy on the 6-d codes (the RRPN regression loss), on the
+    training engine.
 
     Args:
-        model: a :class:`BoxRegressor`; images: ``(N, 1, S, S)`` images; boxes: ``(N, 5)`` their boxes.
+        model: a :class:`BoxRegressor`; images: ``(N, 1, S, S)`` images; boxes: ``(N, 5)`` their
+            boxes.
         steps: Adam steps (mini-batches drawn with replacement).
         batch_size: images per step.
         lr: initial learning rate.
@@ -125,9 +150,9 @@ def fit_box_regressor(
         The loss of every step.
 
     Raises:
-        ValueError, TypeError: ``images`` / ``boxes`` not finite floating ``(N, C, H, W)`` / ``(N, 5)``
-            batches of one size (float64 images are cast to the model's dtype), or a bad optimisation
-            argument (see :func:`rank_lab.learned.proxy_training.fit_proxy`).
+        ValueError, TypeError: ``images`` / ``boxes`` not finite floating ``(N, C, H, W)`` /
+            ``(N, 5)`` batches of one size (float64 images are cast to the model's dtype), or a bad
+            optimisation argument (see :func:`rank_lab.learned.proxy_training.fit_proxy`).
     """
     images, boxes = _check_images_boxes(images, boxes, check_module(model))
     images, boxes = images.detach(), boxes.detach()  # training data: never differentiated
@@ -136,12 +161,26 @@ def fit_box_regressor(
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
         return F.smooth_l1_loss(model(images[idx].to(dev)), target[idx].to(dev), beta=0.1)
 
-    return fit_proxy(model, images.shape[0], batch_loss, steps, batch_size, lr, seed, device,
-                     schedule, desc="smooth-L1", engine=engine)
+    return fit_proxy(
+        model,
+        images.shape[0],
+        batch_loss,
+        steps,
+        batch_size,
+        lr,
+        seed,
+        device,
+        schedule,
+        desc="smooth-L1",
+        engine=engine,
+    )
 
 
-def _check_images_boxes(images: object, boxes: object, model: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The data check of the box task's entry points: images ``(N, C, H, W)`` and boxes ``(N, 5)``."""
+def _check_images_boxes(
+    images: object, boxes: object, model: nn.Module | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The data check of the box task's entry points: images ``(N, C, H, W)`` and boxes
+    ``(N, 5)``."""
     images = check_images(images, model=model)
     boxes = check_boxes(boxes)
     if images.shape[0] != boxes.shape[0]:
@@ -151,7 +190,8 @@ def _check_images_boxes(images: object, boxes: object, model: nn.Module | None) 
 
 @torch.no_grad()
 def predict_boxes(model: nn.Module, images: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
-    """Decoded boxes ``(N, 5)`` (float64, on the CPU) predicted for ``(N, 1, S, S)`` images (eval mode).
+    """Decoded boxes ``(N, 5)`` (float64, on the CPU) predicted for ``(N, 1, S, S)`` images (eval
+    mode).
 
     Args:
         model: a :class:`BoxRegressor` (or any ``(B, 1, S, S) -> (B, 6)`` model).
@@ -162,11 +202,18 @@ def predict_boxes(model: nn.Module, images: torch.Tensor, batch_size: int = 512)
     batch_size = check_positive_int(batch_size, "batch_size")
     model.eval()
     dev = next(model.parameters()).device
-    z = torch.cat([model(images[i : i + batch_size].to(dev)).cpu() for i in range(0, images.shape[0], batch_size)])
+    z = torch.cat(
+        [
+            model(images[i : i + batch_size].to(dev)).cpu()
+            for i in range(0, images.shape[0], batch_size)
+        ]
+    )
     return decode_box6(z.double())
 
 
-def evaluate_box_regressor(model: nn.Module, images: torch.Tensor, boxes: torch.Tensor) -> dict[str, float]:
+def evaluate_box_regressor(
+    model: nn.Module, images: torch.Tensor, boxes: torch.Tensor
+) -> dict[str, float]:
     """Mean IoU and the ICDAR'15 protocol (one box per image) at IoU 0.5 and 0.7.
 
     Returns:
@@ -187,8 +234,63 @@ def evaluate_box_regressor(model: nn.Module, images: torch.Tensor, boxes: torch.
     return out
 
 
+@torch.no_grad()
+def metric_tracking(
+    model: nn.Module, surrogate: nn.Module, images: torch.Tensor, boxes: torch.Tensor
+) -> dict[str, float]:
+    """How well the learned surrogate and the smooth-L1 proxy track the metric ``1 - IoU``.
+
+    On the model's predictions ``z`` for ``images`` (eval mode) and the codes ``y`` of the true
+    ``boxes``, the Pearson correlation with ``e = 1 - IoU`` of the surrogate ``e_hat(z, y)``
+    (eq. 3.3) and of the per-box smooth-L1 proxy (the pre-training loss of
+    :func:`fit_box_regressor`, ``beta = 0.1``, averaged over the six code entries). A surrogate
+    that has learned the metric tracks it better than the proxy the model was trained on.
+
+    Args:
+        model: the regressor, ``(N, 1, S, S) -> (N, 6)``.
+        surrogate: ``(z, y) -> (N,)``, e.g. an
+            :class:`~rank_lab.learned.surrogate_model.EmbeddingSurrogate`.
+        images: ``(N, 1, S, S)`` images, ``N >= 2``.
+        boxes: ``(N, 5)`` their true boxes.
+
+    Returns:
+        ``{"surrogate": r, "proxy": r, "l1": mean |e_hat - e|, "n": N}`` (a correlation is NaN
+        when one of its two series is constant).
+    """
+    images, boxes = _check_images_boxes(images, boxes, check_module(model))
+    if images.shape[0] < 2:
+        raise ValueError(f"a correlation needs at least 2 images, got {images.shape[0]}")
+    check_module(surrogate, "surrogate")
+    model.eval()
+    surrogate.eval()
+    dev = next(model.parameters()).device
+    z = torch.cat(
+        [model(images[i : i + 512].to(dev)) for i in range(0, images.shape[0], 512)]
+    ).float()
+    y = encode_box6(boxes.to(dev)).to(z.dtype)
+    e = (1 - rotated_iou(decode_box6(z.double()), boxes.to(dev).double())).to(z.dtype)
+    e_hat = surrogate(z, y).to(z.dtype)
+    proxy = F.smooth_l1_loss(z, y, beta=0.1, reduction="none").mean(1)
+
+    def pearson(a: torch.Tensor) -> float:
+        if bool(a.std() == 0) or bool(e.std() == 0):
+            return math.nan
+        return float(torch.corrcoef(torch.stack([a.double(), e.double()]))[0, 1])
+
+    return {
+        "surrogate": pearson(e_hat),
+        "proxy": pearson(proxy),
+        "l1": float((e_hat - e).abs().mean()),
+        "n": int(images.shape[0]),
+    }
+
+
 def perturb_boxes(
-    boxes: torch.Tensor, gen: torch.Generator, center: float = 0.15, log_scale: float = 0.5, angle: float = math.pi / 4
+    boxes: torch.Tensor,
+    gen: torch.Generator,
+    center: float = 0.15,
+    log_scale: float = 0.5,
+    angle: float = math.pi / 4,
 ) -> torch.Tensor:
     """Distorted copies of ``boxes (N, 5)``: centre, size (log-scale) and angle moved uniformly
     within ``+-center`` (relative to the box size), ``+-log_scale`` and ``+-angle``; the
@@ -204,7 +306,10 @@ def perturb_boxes(
     """
     boxes = check_boxes(boxes)
     check_generator(gen)
-    center, log_scale = check_float(center, "center", low=0), check_float(log_scale, "log_scale", low=0)
+    center, log_scale = (
+        check_float(center, "center", low=0),
+        check_float(log_scale, "log_scale", low=0),
+    )
     angle = check_float(angle, "angle", low=0)
     n = boxes.shape[0]
     s = uniform(gen, n, 1, device=boxes.device)
@@ -228,7 +333,14 @@ class RotatedBoxPairBank:
         **perturb_kwargs: forwarded to :func:`perturb_boxes`.
     """
 
-    def __init__(self, gt_boxes: torch.Tensor, size: int = 20000, n_bins: int = 10, seed: int = 0, **perturb_kwargs: float) -> None:
+    def __init__(
+        self,
+        gt_boxes: torch.Tensor,
+        size: int = 20000,
+        n_bins: int = 10,
+        seed: int = 0,
+        **perturb_kwargs: float,
+    ) -> None:
         gt_boxes = check_boxes(gt_boxes, "gt_boxes")
         size, n_bins = check_positive_int(size, "size"), check_positive_int(n_bins, "n_bins")
         gen = torch.Generator().manual_seed(seed)
@@ -244,16 +356,26 @@ class RotatedBoxPairBank:
         self.counts = torch.tensor([len(g) for g in groups])
         self.offsets = torch.cumsum(self.counts, 0) - self.counts
 
-    def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``n`` pairs ``(z_r (n, 6), y_r (n, 6), e_r = 1 - IoU (n,))``, uniform over the IoU bins."""
-        b = torch.randint(len(self.counts), (check_positive_int(n, "n"),), generator=check_generator(gen))
-        r = torch.floor(torch.rand(n, generator=gen) * self.counts[b]).long().clamp(max=self.counts[b] - 1)
+    def sample(
+        self, n: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``n`` pairs ``(z_r (n, 6), y_r (n, 6), e_r = 1 - IoU (n,))``, uniform over the IoU
+        bins."""
+        b = torch.randint(
+            len(self.counts), (check_positive_int(n, "n"),), generator=check_generator(gen)
+        )
+        r = (
+            torch.floor(torch.rand(n, generator=gen) * self.counts[b])
+            .long()
+            .clamp(max=self.counts[b] - 1)
+        )
         idx = self.flat[self.offsets[b] + r]
         return self.z[idx], self.y[idx], self.e[idx]
 
 
 class BoxIoUTask(SurrogateTask):
-    """LS-IoU adapter of a box regressor for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`.
+    """LS-IoU adapter of a box regressor for
+    :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`.
 
     Prediction ``z``: the regressor's 6-d code; ground truth: the code of the true box; metric:
     ``1 - IoU`` of the decoded boxes (exact polygon clipping).
@@ -266,12 +388,18 @@ class BoxIoUTask(SurrogateTask):
         device: where batches are placed.
 
     Raises:
-        ValueError, TypeError: ``images`` / ``boxes`` not finite floating ``(N, C, H, W)`` / ``(N, 5)``
-            batches of one size, a bad ``batch_size`` or ``bank``.
+        ValueError, TypeError: ``images`` / ``boxes`` not finite floating ``(N, C, H, W)`` /
+            ``(N, 5)`` batches of one size, a bad ``batch_size`` or ``bank``.
     """
 
-    def __init__(self, images: torch.Tensor, boxes: torch.Tensor, batch_size: int = 64,
-                 bank: RotatedBoxPairBank | None = None, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        images: torch.Tensor,
+        boxes: torch.Tensor,
+        batch_size: int = 64,
+        bank: RotatedBoxPairBank | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__(batch_size, device)
         images, boxes = _check_images_boxes(images, boxes, None)
         if bank is not None and not isinstance(bank, RotatedBoxPairBank):
@@ -294,11 +422,17 @@ class BoxIoUTask(SurrogateTask):
 
     def metric(self, z: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``1 - IoU`` of the decoded prediction with the ground truth, ``(B,)``."""
-        return (1 - rotated_iou(decode_box6(z.detach().double()), batch["boxes"].double())).to(z.dtype)
+        return (1 - rotated_iou(decode_box6(z.detach().double()), batch["boxes"].double())).to(
+            z.dtype
+        )
 
-    def sample_global(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample_global(
+        self, n: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` stored pairs from the bank."""
         if self.bank is None:
-            raise ValueError("this BoxIoUTask has no bank: the global / local_global sources need one")
+            raise ValueError(
+                "this BoxIoUTask has no bank: the global / local_global sources need one"
+            )
         z, y, e = self.bank.sample(n, gen)
         return z.to(self.device), y.to(self.device), e.to(self.device)

@@ -77,14 +77,20 @@ def random_ctc_path(
 
     Raises:
         ValueError, TypeError: ``words`` not an integer ``(N, U)`` tensor, ``lengths`` not ``(N,)``
-            integers in ``[0, U]``, used characters equal to ``blank``, ``frames`` not a positive int
-            or too short.
+            integers in ``[0, U]``, used characters equal to ``blank``, ``frames`` not a positive
+            int or too short.
     """
     words = check_int_matrix(words, "words")
     lengths = torch.as_tensor(lengths)
-    if lengths.shape != (words.shape[0],) or lengths.is_floating_point() or lengths.dtype == torch.bool:
-        raise ValueError(f"lengths must be ({words.shape[0]},) integers (one per row of words), "
-                         f"got shape {tuple(lengths.shape)} and dtype {lengths.dtype}")
+    if (
+        lengths.shape != (words.shape[0],)
+        or lengths.is_floating_point()
+        or lengths.dtype == torch.bool
+    ):
+        raise ValueError(
+            f"lengths must be ({words.shape[0]},) integers (one per row of words), "
+            f"got shape {tuple(lengths.shape)} and dtype {lengths.dtype}"
+        )
     if bool(((lengths < 0) | (lengths > words.shape[1])).any()):
         raise ValueError(f"lengths must be in [0, U = {words.shape[1]}], got {lengths.tolist()}")
     frames = check_positive_int(frames, "frames")
@@ -115,8 +121,11 @@ def random_ctc_path(
     return path[:, :frames]
 
 
-def _edit_paths(paths: torch.Tensor, n_ops: torch.Tensor, n_chars: int, gen: torch.Generator, blank: int = 0) -> torch.Tensor:
-    """Apply ``n_ops[i]`` random substitutions / deletions / insertions to the runs of path ``i``."""
+def _edit_paths(
+    paths: torch.Tensor, n_ops: torch.Tensor, n_chars: int, gen: torch.Generator, blank: int = 0
+) -> torch.Tensor:
+    """Apply ``n_ops[i]`` random substitutions / deletions / insertions to the runs of path
+    ``i``."""
     p = paths.clone()
     n, t = p.shape
     rows = torch.arange(n)
@@ -126,8 +135,12 @@ def _edit_paths(paths: torch.Tensor, n_ops: torch.Tensor, n_chars: int, gen: tor
         op = torch.randint(3, (n,), generator=gen)
         op = torch.where(nonblank.any(1), op, torch.full_like(op, 2))
         # a random character frame (for substitution / deletion) and its whole run
-        i = torch.where(nonblank, torch.rand(n, t, generator=gen), torch.full((n, t), -1.0)).argmax(1)
-        run_id = torch.cumsum(torch.cat([torch.ones(n, 1, dtype=torch.long), (p[:, 1:] != p[:, :-1]).long()], 1), 1)
+        i = torch.where(nonblank, torch.rand(n, t, generator=gen), torch.full((n, t), -1.0)).argmax(
+            1
+        )
+        run_id = torch.cumsum(
+            torch.cat([torch.ones(n, 1, dtype=torch.long), (p[:, 1:] != p[:, :-1]).long()], 1), 1
+        )
         in_run = run_id == run_id[rows, i][:, None]
         cur = p[rows, i]
         c = torch.randint(1, n_chars, (n,), generator=gen)
@@ -139,7 +152,9 @@ def _edit_paths(paths: torch.Tensor, n_ops: torch.Tensor, n_chars: int, gen: tor
         # insertion on a random blank frame (any frame when there is no blank)
         blanks = p == blank
         score = torch.rand(n, t, generator=gen)
-        j = torch.where(blanks.any(1)[:, None], torch.where(blanks, score, torch.full_like(score, -1.0)), score).argmax(1)
+        j = torch.where(
+            blanks.any(1)[:, None], torch.where(blanks, score, torch.full_like(score, -1.0)), score
+        ).argmax(1)
         ins = active & (op == 2)
         p[rows[ins], j[ins]] = torch.randint(1, n_chars + 1, (n,), generator=gen)[ins]
     return p
@@ -179,17 +194,26 @@ class CTCEditPairGenerator:
         if self.n_chars < 2:
             raise ValueError("n_chars must be >= 2 (a substitution needs another character)")
         self.frames = check_positive_int(frames, "frames")
-        min_len, max_len = check_nonneg_int(min_len, "min_len"), check_positive_int(max_len, "max_len")
+        min_len, max_len = (
+            check_nonneg_int(min_len, "min_len"),
+            check_positive_int(max_len, "max_len"),
+        )
         if not min_len <= max_len or 2 * max_len > frames:
-            raise ValueError(f"need min_len <= max_len and 2 * max_len <= frames, got {min_len}, {max_len}, {frames}")
+            raise ValueError(
+                f"need min_len <= max_len and 2 * max_len <= frames, got {min_len}, {max_len}, "
+                f"{frames}"
+            )
         soften = check_float(soften, "soften", low=0, high=1, high_open=True)
         self.min_len, self.max_len = min_len, max_len
         self.max_ed = max_len if max_ed is None else check_nonneg_int(max_ed, "max_ed")
         self.soften = soften
         self.candidates = check_positive_int(candidates, "candidates")
 
-    def sample_paths(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``n`` pairs as frame paths: ``z (n, T)``, ``y (n, T)`` and true edit distances ``(n,)``."""
+    def sample_paths(
+        self, n: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``n`` pairs as frame paths: ``z (n, T)``, ``y (n, T)`` and true edit distances
+        ``(n,)``."""
         n = check_positive_int(n, "n")
         k = self.candidates
         lengths = torch.randint(self.min_len, self.max_len + 1, (n,), generator=gen)
@@ -198,14 +222,20 @@ class CTCEditPairGenerator:
         target = torch.randint(0, self.max_ed + 1, (n,), generator=gen)
         z = _edit_paths(y.repeat_interleave(k, 0), target.repeat_interleave(k), self.n_chars, gen)
         zc, zl = ctc_collapse(z)
-        wk = torch.where(torch.arange(self.max_len)[None] < lengths[:, None], words, torch.full_like(words, -1))
-        ed = edit_distance(zc, wk.repeat_interleave(k, 0), zl, lengths.repeat_interleave(k)).reshape(n, k)
+        wk = torch.where(
+            torch.arange(self.max_len)[None] < lengths[:, None], words, torch.full_like(words, -1)
+        )
+        ed = edit_distance(
+            zc, wk.repeat_interleave(k, 0), zl, lengths.repeat_interleave(k)
+        ).reshape(n, k)
         gap = (ed - target[:, None]).abs()
         pick = (gap * (k + 1) + torch.arange(k)[None]).argmin(1)  # exact hit first, else closest
         rows = torch.arange(n)
         return z.reshape(n, k, -1)[rows, pick], y, ed[rows, pick].float()
 
-    def sample(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(
+        self, n: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` pairs ``(z_r (n, T, C), y_r (n, T, C), e_r (n,))`` with ``C = n_chars + 1``."""
         zp, yp, e = self.sample_paths(n, gen)
         c = self.n_chars + 1
@@ -219,7 +249,8 @@ class CTCEditPairGenerator:
 
 
 class EditDistanceTask(SurrogateTask):
-    """LS-ED / FEDS adapter of a CTC recogniser for :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`.
+    """LS-ED / FEDS adapter of a CTC recogniser for
+    :class:`~rank_lab.learned.surrogate_trainer.SurrogateTrainer`.
 
     Args:
         images: ``(N, 1, H, W)`` training images.
@@ -248,7 +279,9 @@ class EditDistanceTask(SurrogateTask):
         words = check_words(words, images.shape[0])
         check_alphabet(alphabet)
         if generator is not None and not isinstance(generator, CTCEditPairGenerator):
-            raise TypeError(f"generator must be a CTCEditPairGenerator or None, got {type(generator).__name__}")
+            raise TypeError(
+                f"generator must be a CTCEditPairGenerator or None, got {type(generator).__name__}"
+            )
         self.images = images
         self.words = list(words)
         self.alphabet = alphabet
@@ -258,8 +291,12 @@ class EditDistanceTask(SurrogateTask):
     def sample_batch(self, gen: torch.Generator) -> dict[str, Any]:
         """A random batch: images ``x``, padded ``targets`` and their ``lengths``."""
         idx = torch.randint(len(self.words), (self.batch_size,), generator=gen)
-        return {"x": self.images[idx].to(self.device), "targets": self.targets[idx].to(self.device),
-                "lengths": self.lengths[idx].to(self.device), "index": idx}
+        return {
+            "x": self.images[idx].to(self.device),
+            "targets": self.targets[idx].to(self.device),
+            "lengths": self.lengths[idx].to(self.device),
+            "index": idx,
+        }
 
     def predict(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
         """Frame posteriors ``softmax(f(x))`` of shape ``(B, T, C)``."""
@@ -267,7 +304,9 @@ class EditDistanceTask(SurrogateTask):
 
     def encode_target(self, z: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         """One-hot best CTC path of the ground truth under ``z`` (``(B, T, C)``)."""
-        path = ctc_best_path(torch.log(z.detach().clamp_min(1e-12)), batch["targets"], batch["lengths"])
+        path = ctc_best_path(
+            torch.log(z.detach().clamp_min(1e-12)), batch["targets"], batch["lengths"]
+        )
         return F.one_hot(path, z.shape[-1]).to(z.dtype)
 
     def metric(self, z: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
@@ -275,9 +314,13 @@ class EditDistanceTask(SurrogateTask):
         codes, lens = ctc_collapse(z.detach().argmax(-1))
         return edit_distance(codes, batch["targets"], lens, batch["lengths"]).to(z.dtype)
 
-    def sample_global(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample_global(
+        self, n: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` one-hot pairs from the generator R."""
         if self.generator is None:
-            raise ValueError("this EditDistanceTask has no generator: the global / local_global sources need one")
+            raise ValueError(
+                "this EditDistanceTask has no generator: the global / local_global sources need one"
+            )
         z, y, e = self.generator.sample(n, gen)
         return z.to(self.device), y.to(self.device), e.to(self.device)

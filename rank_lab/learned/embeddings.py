@@ -62,11 +62,19 @@ class CharCNN(nn.Module):
         input_temperature: float | None = None,
     ) -> None:
         super().__init__()
-        n_classes, length = check_positive_int(n_classes, "n_classes"), check_positive_int(length, "length")
-        channels, hidden = check_positive_int(channels, "channels"), check_positive_int(hidden, "hidden")
+        n_classes, length = (
+            check_positive_int(n_classes, "n_classes"),
+            check_positive_int(length, "length"),
+        )
+        channels, hidden = (
+            check_positive_int(channels, "channels"),
+            check_positive_int(hidden, "hidden"),
+        )
         out_dim = check_positive_int(out_dim, "out_dim")
         if input_temperature is not None:
-            input_temperature = check_float(input_temperature, "input_temperature", low=0, low_open=True)
+            input_temperature = check_float(
+                input_temperature, "input_temperature", low=0, low_open=True
+            )
         self.input_temperature = input_temperature
         if len(kernel_sizes) != 5:
             raise ValueError(f"kernel_sizes must hold five sizes, got {len(kernel_sizes)}")
@@ -82,15 +90,20 @@ class CharCNN(nn.Module):
                 cur //= 2
             c_in = channels
         self.conv = nn.Sequential(*layers)
-        self.fc = nn.Sequential(nn.Linear(channels * cur, hidden), nn.LeakyReLU(negative_slope), nn.Linear(hidden, out_dim))
+        self.fc = nn.Sequential(
+            nn.Linear(channels * cur, hidden),
+            nn.LeakyReLU(negative_slope),
+            nn.Linear(hidden, out_dim),
+        )
         self.n_classes, self.length = n_classes, length
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Embed ``(B, L, C)`` -> ``(B, out_dim)``.
 
         Raises:
-            ValueError, TypeError: ``x`` is not a finite floating ``(B, L, C)`` batch with ``B >= 1``
-                (float64 is cast to the weights' dtype; see :func:`rank_lab._validation.check_input_batch`).
+            ValueError, TypeError: ``x`` is not a finite floating ``(B, L, C)`` batch with
+                ``B >= 1`` (float64 is cast to the weights' dtype; see
+                :func:`rank_lab._validation.check_input_batch`).
         """
         x = check_input_batch(x, "x", ("B", self.length, self.n_classes), dtype=self)
         if self.input_temperature is not None:
@@ -107,10 +120,14 @@ class BoxMLP(nn.Module):
         out_dim: embedding size (16 in the thesis).
     """
 
-    def __init__(self, in_dim: int = 6, hidden: Sequence[int] = (64, 128, 128, 64), out_dim: int = 16) -> None:
+    def __init__(
+        self, in_dim: int = 6, hidden: Sequence[int] = (64, 128, 128, 64), out_dim: int = 16
+    ) -> None:
         super().__init__()
         if len(hidden) != 4:
-            raise ValueError(f"hidden must hold four widths (five layers in all), got {len(hidden)}")
+            raise ValueError(
+                f"hidden must hold four widths (five layers in all), got {len(hidden)}"
+            )
         self.in_dim = check_positive_int(in_dim, "in_dim")
         out_dim = check_positive_int(out_dim, "out_dim")
         dims = [self.in_dim, *(check_positive_int(h, "hidden") for h in hidden)]
@@ -121,5 +138,6 @@ class BoxMLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Embed ``(B, in_dim)`` -> ``(B, out_dim)`` (``x`` checked as in :meth:`CharCNN.forward`)."""
+        """Embed ``(B, in_dim)`` -> ``(B, out_dim)`` (``x`` checked as in
+        :meth:`CharCNN.forward`)."""
         return self.net(check_input_batch(x, "x", ("B", self.in_dim), dtype=self))

@@ -43,11 +43,16 @@ FEDS_MODES = ("masked", "literal")
 def _check(e_hat: torch.Tensor, e_true: torch.Tensor, lam: float) -> torch.Tensor:
     e_hat, e_true = as_tensor(e_hat, "e_hat"), as_tensor(e_true, "e_true")
     if e_hat.ndim != 1 or e_hat.shape != e_true.shape:
-        raise ValueError(f"e_hat and e_true must both have shape (B,), got {tuple(e_hat.shape)} and {tuple(e_true.shape)}")
+        raise ValueError(
+            f"e_hat and e_true must both have shape (B,), got {tuple(e_hat.shape)} and "
+            f"{tuple(e_true.shape)}"
+        )
     if e_hat.shape[0] == 0:
         raise ValueError("e_hat is an empty batch")
     if not e_hat.is_floating_point():
-        raise TypeError(f"e_hat must be a floating tensor (surrogate outputs), got dtype {e_hat.dtype}")
+        raise TypeError(
+            f"e_hat must be a floating tensor (surrogate outputs), got dtype {e_hat.dtype}"
+        )
     check_finite(e_hat, "e_hat")
     check_finite(e_true.to(e_hat.dtype), "e_true")
     if isinstance(lam, bool) or not isinstance(lam, (int, float)):
@@ -139,6 +144,15 @@ class FEDSTrainer(SurrogateTrainer):
         if not isinstance(config, FEDSConfig):
             raise TypeError(f"config must be a FEDSConfig, got {type(config).__name__}")
         if "model_loss" in kwargs:
-            raise TypeError("FEDSTrainer sets model_loss itself (use SurrogateTrainer for a custom loss)")
+            raise TypeError(
+                "FEDSTrainer sets model_loss itself (use SurrogateTrainer for a custom loss)"
+            )
         lam, mode = config.lam, config.mode
-        super().__init__(model, surrogate, task, config, model_loss=lambda eh, e: feds_loss(eh, e, lam, mode), **kwargs)
+        super().__init__(
+            model,
+            surrogate,
+            task,
+            config,
+            model_loss=lambda eh, e: feds_loss(eh, e, lam, mode),
+            **kwargs,
+        )

@@ -27,7 +27,9 @@ __all__ = ["fit_proxy", "lr_schedule"]
 SCHEDULES = ("constant", "cosine", "tail_cosine")
 
 
-def lr_schedule(opt: torch.optim.Optimizer, steps: int, schedule: str) -> torch.optim.lr_scheduler.LRScheduler | None:
+def lr_schedule(
+    opt: torch.optim.Optimizer, steps: int, schedule: str
+) -> torch.optim.lr_scheduler.LRScheduler | None:
     """The proxy pre-training schedule as a torch scheduler (``None`` for ``"constant"``).
 
     ``"cosine"`` decays to 0 over ``steps``; ``"tail_cosine"`` keeps the rate constant for 70% of
@@ -46,7 +48,9 @@ def lr_schedule(opt: torch.optim.Optimizer, steps: int, schedule: str) -> torch.
     check_choice(schedule, "schedule", SCHEDULES)
     if schedule == "constant":
         return None
-    return torch.optim.lr_scheduler.LambdaLR(opt, lambda t: lr_at(t, 1.0, total_steps=steps, schedule=schedule))
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda t: lr_at(t, 1.0, total_steps=steps, schedule=schedule)
+    )
 
 
 def fit_proxy(
@@ -62,7 +66,8 @@ def fit_proxy(
     desc: str = "proxy",
     engine: EngineConfig | None = None,
 ) -> list[float]:
-    """The proxy pre-training loop shared by :func:`fit_ctc` and ``fit_box_regressor``, on the engine.
+    """The proxy pre-training loop shared by :func:`fit_ctc` and ``fit_box_regressor``, on the
+    engine.
 
     Adam with the schedule ``schedule`` (:func:`lr_schedule`); each step draws ``batch_size`` item
     indices with replacement from a generator seeded with ``seed`` and minimises
@@ -95,15 +100,25 @@ def fit_proxy(
     dev = get_device(device)
     model.to(dev).train()
     gen = torch.Generator().manual_seed(seed)
-    run = Engine(model, build_optimizer(model.parameters(), lr=lr), options, device=dev,
-                 generators={"batches": gen}, schedule=Schedule(schedule, steps),
-                 run_key={"n_items": n_items, "batch_size": batch_size, "lr": lr, "seed": seed},
-                 trained_on=batch_loss)
+    run = Engine(
+        model,
+        build_optimizer(model.parameters(), lr=lr),
+        options,
+        device=dev,
+        generators={"batches": gen},
+        schedule=Schedule(schedule, steps),
+        run_key={"n_items": n_items, "batch_size": batch_size, "lr": lr, "seed": seed},
+        trained_on=batch_loss,
+    )
 
     def batch(step: int) -> Iterator[Batch]:
         idx = torch.randint(n_items, (min(batch_size, n_items),), generator=gen)
         yield Batch(idx, indices=idx)
 
-    run.run(lambda idx: batch_loss(idx, dev), batch, steps_per_epoch=1,
-            on_epoch_end=lambda step, res: run.history.append(res[0].loss))
+    run.run(
+        lambda idx: batch_loss(idx, dev),
+        batch,
+        steps_per_epoch=1,
+        on_epoch_end=lambda step, res: run.history.append(res[0].loss),
+    )
     return run.history

@@ -72,7 +72,9 @@ class Alphabet:
         """``1 + len(chars)`` (blank included)."""
         return len(self.chars) + 1
 
-    def encode(self, words: Sequence[str], device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, words: Sequence[str], device: torch.device | str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Words -> padded class indices ``(B, U)`` (pad -1) and lengths ``(B,)``."""
         if isinstance(words, str):
             raise TypeError("words must be a sequence of str, not a single str")
@@ -113,7 +115,13 @@ class CRNN(nn.Module):
         hidden: BiLSTM hidden size per direction.
     """
 
-    def __init__(self, n_classes: int, in_channels: int = 1, channels: Sequence[int] = (32, 64, 96), hidden: int = 64) -> None:
+    def __init__(
+        self,
+        n_classes: int,
+        in_channels: int = 1,
+        channels: Sequence[int] = (32, 64, 96),
+        hidden: int = 64,
+    ) -> None:
         super().__init__()
         self.n_classes = check_positive_int(n_classes, "n_classes")
         self.in_channels = check_positive_int(in_channels, "in_channels")
@@ -121,12 +129,21 @@ class CRNN(nn.Module):
         if len(channels) != 3:
             raise ValueError(f"channels must hold three widths, got {len(channels)}")
         c1, c2, c3 = (check_positive_int(c, "channels") for c in channels)
+
         def block(i: int, o: int) -> list[nn.Module]:
-            return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True)]
+            return [
+                nn.Conv2d(i, o, 3, padding=1, bias=False),
+                nn.BatchNorm2d(o),
+                nn.ReLU(inplace=True),
+            ]
+
         self.cnn = nn.Sequential(
-            *block(in_channels, c1), nn.MaxPool2d(2),
-            *block(c1, c2), nn.MaxPool2d(2),
-            *block(c2, c3), *block(c3, c3),
+            *block(in_channels, c1),
+            nn.MaxPool2d(2),
+            *block(c1, c2),
+            nn.MaxPool2d(2),
+            *block(c2, c3),
+            *block(c3, c3),
         )
         self.rnn = nn.LSTM(c3, hidden, batch_first=True, bidirectional=True)
         self.head = nn.Linear(2 * hidden, n_classes)
@@ -135,17 +152,21 @@ class CRNN(nn.Module):
         """Frame logits ``(B, T, C)`` of images ``x`` ``(B, in_channels, H, W)``, ``H, W >= 4``.
 
         Raises:
-            ValueError, TypeError: ``x`` is not a finite floating batch of that shape with ``B >= 1``
-                (float64 is cast to the weights' dtype).
+            ValueError, TypeError: ``x`` is not a finite floating batch of that shape with
+                ``B >= 1`` (float64 is cast to the weights' dtype).
         """
         x = check_input_batch(x, "x", ("B", self.in_channels, "H", "W"), dtype=self)
         if x.shape[2] < 4 or x.shape[3] < 4:
-            raise ValueError(f"x must be at least 4 x 4 pixels (two 2x poolings), got {tuple(x.shape)}")
+            raise ValueError(
+                f"x must be at least 4 x 4 pixels (two 2x poolings), got {tuple(x.shape)}"
+            )
         f = self.cnn(x).mean(2).transpose(1, 2)  # (B, T, c3)
         return self.head(self.rnn(f)[0])
 
 
-def ctc_loss(logits: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+def ctc_loss(
+    logits: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor
+) -> torch.Tensor:
     """Mean CTC loss (the proxy loss of a CTC recogniser) of ``(B, T, C)`` logits.
 
     Args:
@@ -157,12 +178,26 @@ def ctc_loss(logits: torch.Tensor, targets: torch.Tensor, target_lengths: torch.
         ValueError, TypeError: see :func:`ctc_best_path` (same checks).
     """
     logits = check_input_batch(logits, "logits", ("B", "T", "C"))
-    targets, target_lengths = check_targets(targets, target_lengths, logits.shape[0], logits.shape[2], 0)
+    targets, target_lengths = check_targets(
+        targets, target_lengths, logits.shape[0], logits.shape[2], 0
+    )
     b, t, _ = logits.shape
     logp = logits.log_softmax(-1).transpose(0, 1)
-    flat = torch.cat([targets[i, : int(target_lengths[i])] for i in range(b)]) if b else targets.new_zeros(0)
+    flat = (
+        torch.cat([targets[i, : int(target_lengths[i])] for i in range(b)])
+        if b
+        else targets.new_zeros(0)
+    )
     input_lengths = torch.full((b,), t, dtype=torch.long)
-    return F.ctc_loss(logp, flat, input_lengths, target_lengths.cpu(), blank=0, reduction="mean", zero_infinity=True)
+    return F.ctc_loss(
+        logp,
+        flat,
+        input_lengths,
+        target_lengths.cpu(),
+        blank=0,
+        reduction="mean",
+        zero_infinity=True,
+    )
 
 
 def ctc_collapse(paths: torch.Tensor, blank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,7 +220,9 @@ def ctc_collapse(paths: torch.Tensor, blank: int = 0) -> tuple[torch.Tensor, tor
     keep = (paths != blank) & (paths != prev)
     lengths = keep.sum(1)
     pos = torch.where(keep, torch.cumsum(keep, 1) - 1, torch.full_like(paths, paths.shape[1]))
-    out = torch.full((paths.shape[0], paths.shape[1] + 1), -1, dtype=torch.long, device=paths.device)
+    out = torch.full(
+        (paths.shape[0], paths.shape[1] + 1), -1, dtype=torch.long, device=paths.device
+    )
     out.scatter_(1, pos, torch.where(keep, paths, torch.full_like(paths, -1)))
     return out[:, :-1], lengths
 
@@ -208,17 +245,23 @@ def greedy_decode(scores: torch.Tensor, alphabet: Alphabet) -> list[str]:
     if scores.shape[0] == 0 or scores.shape[1] == 0:
         raise ValueError(f"scores is empty (shape {tuple(scores.shape)})")
     if scores.shape[2] != alphabet.n_classes:
-        raise ValueError(f"scores have C={scores.shape[2]} classes but the alphabet has "
-                         f"{alphabet.n_classes} (blank + {len(alphabet.chars)} characters)")
+        raise ValueError(
+            f"scores have C={scores.shape[2]} classes but the alphabet has "
+            f"{alphabet.n_classes} (blank + {len(alphabet.chars)} characters)"
+        )
     if not scores.is_floating_point():
-        raise TypeError(f"scores must be floating logits or probabilities, got dtype {scores.dtype}")
+        raise TypeError(
+            f"scores must be floating logits or probabilities, got dtype {scores.dtype}"
+        )
     check_finite(scores, "scores")
     codes, lengths = ctc_collapse(scores.argmax(-1))
     return alphabet.decode(codes.cpu(), lengths.cpu())
 
 
 @torch.no_grad()
-def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor, blank: int = 0) -> torch.Tensor:
+def ctc_best_path(
+    log_probs: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor, blank: int = 0
+) -> torch.Tensor:
     """Forced alignment: the most probable CTC path of each target (Viterbi), batched.
 
     Args:
@@ -237,8 +280,12 @@ def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths
     """
     log_probs = check_input_batch(log_probs, "log_probs", ("B", "T", "C"))
     if isinstance(blank, bool) or not isinstance(blank, int) or not 0 <= blank < log_probs.shape[2]:
-        raise ValueError(f"blank must be a class index in 0..{log_probs.shape[2] - 1}, got {blank!r}")
-    targets, target_lengths = check_targets(targets, target_lengths, log_probs.shape[0], log_probs.shape[2], blank)
+        raise ValueError(
+            f"blank must be a class index in 0..{log_probs.shape[2] - 1}, got {blank!r}"
+        )
+    targets, target_lengths = check_targets(
+        targets, target_lengths, log_probs.shape[0], log_probs.shape[2], blank
+    )
     b, t, _ = log_probs.shape
     dev = log_probs.device
     u = targets.shape[1]
@@ -249,7 +296,9 @@ def ctc_best_path(log_probs: torch.Tensor, targets: torch.Tensor, target_lengths
     tl = target_lengths.to(dev).long()
     need = tl.clone()
     if u > 1:  # a repeated character needs a blank frame in between
-        rep = (targets[:, 1:] == targets[:, :-1]) & (torch.arange(1, u, device=dev)[None] < tl[:, None])
+        rep = (targets[:, 1:] == targets[:, :-1]) & (
+            torch.arange(1, u, device=dev)[None] < tl[:, None]
+        )
         need = need + rep.sum(1)
     if bool((need > t).any()):
         raise ValueError(f"a target needs more than T={t} frames to be aligned (length + repeats)")
@@ -335,19 +384,35 @@ def fit_ctc(
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
         return ctc_loss(model(images[idx].to(dev)), targets[idx].to(dev), lengths[idx].to(dev))
 
-    return fit_proxy(model, len(words), batch_loss, steps, batch_size, lr, seed, device, schedule,
-                     desc="CTC", engine=engine)
+    return fit_proxy(
+        model,
+        len(words),
+        batch_loss,
+        steps,
+        batch_size,
+        lr,
+        seed,
+        device,
+        schedule,
+        desc="CTC",
+        engine=engine,
+    )
 
 
-def _check_images_words(images: object, words: object, alphabet: object, model: nn.Module) -> tuple[torch.Tensor, list[str]]:
-    """The data check of the recogniser's entry points: images ``(N, C, H, W)``, ``N`` words, an alphabet."""
+def _check_images_words(
+    images: object, words: object, alphabet: object, model: nn.Module
+) -> tuple[torch.Tensor, list[str]]:
+    """The data check of the recogniser's entry points: images ``(N, C, H, W)``, ``N`` words, an
+    alphabet."""
     images = check_images(images, model=model)
     check_alphabet(alphabet)
     return images, check_words(words, images.shape[0])
 
 
 @torch.no_grad()
-def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_size: int = 256) -> list[str]:
+def recognize(
+    model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_size: int = 256
+) -> list[str]:
     """Greedy transcriptions of ``(N, C, H, W)`` images (model switched to eval mode).
 
     Args:
@@ -370,7 +435,9 @@ def recognize(model: nn.Module, images: torch.Tensor, alphabet: Alphabet, batch_
     return out
 
 
-def evaluate_recognizer(model: nn.Module, images: torch.Tensor, words: Sequence[str], alphabet: Alphabet) -> dict[str, float]:
+def evaluate_recognizer(
+    model: nn.Module, images: torch.Tensor, words: Sequence[str], alphabet: Alphabet
+) -> dict[str, float]:
     """Accuracy, NED (higher is better) and TED of ``model`` on a labelled set (Tables 3.1-4.2).
 
     Args:

@@ -66,7 +66,11 @@ def _font(path: str, size: int):  # noqa: ANN202 - PIL font object
 
 
 def random_words(
-    n: int, alphabet: str = string.ascii_lowercase, min_len: int = 3, max_len: int = 8, seed: int | np.random.Generator = 0
+    n: int,
+    alphabet: str = string.ascii_lowercase,
+    min_len: int = 3,
+    max_len: int = 8,
+    seed: int | np.random.Generator = 0,
 ) -> list[str]:
     """``n`` random strings with lengths uniform in ``[min_len, max_len]`` over ``alphabet``.
 
@@ -79,7 +83,10 @@ def random_words(
     n = check_positive_int(n, "n")
     if not isinstance(alphabet, str) or not alphabet:
         raise ValueError(f"alphabet must be a non-empty str, got {alphabet!r}")
-    min_len, max_len = check_positive_int(min_len, "min_len"), check_positive_int(max_len, "max_len")
+    min_len, max_len = (
+        check_positive_int(min_len, "min_len"),
+        check_positive_int(max_len, "max_len"),
+    )
     if not min_len <= max_len:
         raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
@@ -130,7 +137,12 @@ class WordRenderer:
         perspective = check_float(perspective, "perspective", low=0)
         min_contrast = check_float(min_contrast, "min_contrast", low=0, high=1, low_open=True)
         self.fonts = [str(p) for p in (font_paths() if fonts is None else fonts)] or [""]
-        self.noise, self.blur, self.perspective, self.min_contrast = noise, blur, perspective, min_contrast
+        self.noise, self.blur, self.perspective, self.min_contrast = (
+            noise,
+            blur,
+            perspective,
+            min_contrast,
+        )
 
     def render(self, word: str, rng: np.random.Generator) -> np.ndarray:
         """Render ``word`` with random style drawn from ``rng``; returns ``(H, W)`` float32."""
@@ -146,8 +158,12 @@ class WordRenderer:
         tw, th = max(right - left, 1), max(bottom - top, 1)
         txt = Image.new("L", (tw + 4, th + 4), 0)
         ImageDraw.Draw(txt).text((2 - left, 2 - top), word, fill=255, font=font)
-        scale = min(big_w * rng.uniform(0.7, 0.95) / txt.width, big_h * rng.uniform(0.6, 0.9) / txt.height)
-        txt = txt.resize((max(1, int(txt.width * scale)), max(1, int(txt.height * scale))), Image.BILINEAR)
+        scale = min(
+            big_w * rng.uniform(0.7, 0.95) / txt.width, big_h * rng.uniform(0.6, 0.9) / txt.height
+        )
+        txt = txt.resize(
+            (max(1, int(txt.width * scale)), max(1, int(txt.height * scale))), Image.BILINEAR
+        )
         mask = Image.new("L", (big_w, big_h), 0)
         ox = int(rng.integers(0, max(1, big_w - txt.width + 1)))
         oy = int(rng.integers(0, max(1, big_h - txt.height + 1)))
@@ -155,7 +171,12 @@ class WordRenderer:
         if self.perspective > 0:
             dst = np.array([[0, 0], [big_w, 0], [big_w, big_h], [0, big_h]], float)
             jitter = rng.uniform(-1, 1, size=(4, 2)) * self.perspective * np.array([big_w, big_h])
-            mask = mask.transform((big_w, big_h), Image.PERSPECTIVE, _perspective_coeffs(dst, dst + jitter), Image.BILINEAR)
+            mask = mask.transform(
+                (big_w, big_h),
+                Image.PERSPECTIVE,
+                _perspective_coeffs(dst, dst + jitter),
+                Image.BILINEAR,
+            )
         mask = mask.resize((self.width, self.height), Image.BOX)
         if self.blur > 0:
             mask = mask.filter(ImageFilter.GaussianBlur(radius=float(rng.uniform(0, self.blur))))
@@ -165,7 +186,9 @@ class WordRenderer:
             img = img + rng.normal(0, rng.uniform(0, self.noise), size=img.shape)
         return np.clip(img, 0, 1).astype(np.float32)
 
-    def render_batch(self, words: Sequence[str], seed: int | np.random.Generator = 0) -> torch.Tensor:
+    def render_batch(
+        self, words: Sequence[str], seed: int | np.random.Generator = 0
+    ) -> torch.Tensor:
         """Render ``words`` into a ``(N, 1, H, W)`` float tensor (deterministic given ``seed``)."""
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         return torch.from_numpy(np.stack([self.render(w, rng) for w in words]))[:, None]
@@ -191,7 +214,8 @@ def make_word_dataset(
         height: image height.
         width: image width.
         seed: seeds both the words and their rendering.
-        **render_kwargs: forwarded to :class:`WordRenderer` (``noise``, ``blur``, ``perspective`` ...).
+        **render_kwargs: forwarded to :class:`WordRenderer` (``noise``, ``blur``,
+            ``perspective`` ...).
 
     Returns:
         ``images`` of shape ``(n, 1, height, width)`` in ``[0, 1]`` and the ``n`` words.

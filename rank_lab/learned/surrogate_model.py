@@ -14,9 +14,10 @@ the Euclidean distance in a learned embedding (eq. 3.3)::
     loss(z, y) = w1 (e_hat(z, y) - e(z, y))^2 + w2 (||d e_hat(z, y) / d z||_2 - 1)^2
 
 and the task model ``f_Theta`` is post-tuned by minimising ``e_hat`` (eq. 3.2). Surrogate and model
-are trained alternately (Algorithm 1, :class:`rank_lab.learned.surrogate_trainer.SurrogateTrainer`); the surrogate's training pairs
-come from a random generator R (*global*), from the model's own predictions (*local*), or both
-(*local-global*, the thesis' choice). :mod:`rank_lab.learned.feds` adds the filtering of Ch. 4.
+are trained alternately (Algorithm 1, :class:`rank_lab.learned.surrogate_trainer.SurrogateTrainer`);
+the surrogate's training pairs come from a random generator R (*global*), from the model's own
+predictions (*local*), or both (*local-global*, the thesis' choice). :mod:`rank_lab.learned.feds`
+adds the filtering of Ch. 4.
 
 A task plugs into the trainer through the small :class:`SurrogateTask` interface; the book's two
 tasks are :class:`rank_lab.learned.edit_task.EditDistanceTask` (LS-ED, with :class:`CharCNN`) and
@@ -97,8 +98,8 @@ def surrogate_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The surrogate's training loss, eq. 3.6 (eq. 4.5 with ``w1 = fit_weight, w2 = grad_penalty``).
 
-    ``mean_b [ w1 (e_hat_b - e_b)^2 + w2 (||d e_hat_b / d z_b||_2 - 1)^2 ]``, the gradient norm taken
-    per sample over the whole flattened prediction ``z_b`` (double back-propagation).
+    ``mean_b [ w1 (e_hat_b - e_b)^2 + w2 (||d e_hat_b / d z_b||_2 - 1)^2 ]``, the gradient norm
+    taken per sample over the whole flattened prediction ``z_b`` (double back-propagation).
 
     Args:
         surrogate: the embedding surrogate.
@@ -117,12 +118,15 @@ def surrogate_loss(
         The scalar loss and statistics ``{"fit", "gp", "l1", "grad_norm"}`` (floats).
 
     Raises:
-        ValueError, TypeError: bad ``z`` / ``y`` (see :meth:`EmbeddingSurrogate.forward`), ``e_true`` not a finite
-            ``(B,)`` tensor (integer values, e.g. edit distances, are accepted), or a weight out of
-            range (``grad_penalty, grad_target >= 0``, ``fit_weight, eps > 0``, all finite).
+        ValueError, TypeError: bad ``z`` / ``y`` (see :meth:`EmbeddingSurrogate.forward`),
+            ``e_true`` not a finite ``(B,)`` tensor (integer values, e.g. edit distances, are
+            accepted), or a weight out of range (``grad_penalty, grad_target >= 0``,
+            ``fit_weight, eps > 0``, all finite).
     """
     if not callable(surrogate):
-        raise TypeError(f"surrogate must be a module (z, y) -> (B,), got {type(surrogate).__name__}")
+        raise TypeError(
+            f"surrogate must be a module (z, y) -> (B,), got {type(surrogate).__name__}"
+        )
     z, y = check_pair(z, y, surrogate if isinstance(surrogate, nn.Module) else None)
     grad_penalty = check_float(grad_penalty, "grad_penalty", low=0)
     fit_weight = check_float(fit_weight, "fit_weight", low=0, low_open=True)
@@ -133,7 +137,9 @@ def surrogate_loss(
         raise TypeError(f"e_true must hold real metric values, got dtype {e_true.dtype}")
     e_true = e_true.detach().to(z.device, z.dtype)
     if e_true.shape != (z.shape[0],):
-        raise ValueError(f"e_true must have shape ({z.shape[0]},) like z's batch, got {tuple(e_true.shape)}")
+        raise ValueError(
+            f"e_true must have shape ({z.shape[0]},) like z's batch, got {tuple(e_true.shape)}"
+        )
     check_finite(e_true, "e_true")
     check_magnitude(e_true, "e_true")  # the squared fit error of larger values overflows
     z = z.detach().requires_grad_(True)
@@ -185,7 +191,9 @@ class SurrogateTask:
         """The true metric ``e(z, y)`` of the decoded predictions, ``(B,)`` float, no gradient."""
         raise NotImplementedError
 
-    def sample_global(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample_global(
+        self, n: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` pairs ``(z_r, y_r, e_r)`` from the random generator R."""
         raise NotImplementedError
 
@@ -203,7 +211,9 @@ def ls_model_loss(e_hat: torch.Tensor, e_true: torch.Tensor) -> torch.Tensor:
     e_hat = check_input_batch(e_hat, "e_hat", ("B",))
     e_true = as_tensor(e_true, "e_true")
     if e_true.shape != e_hat.shape:
-        raise ValueError(f"e_hat has shape {tuple(e_hat.shape)} but e_true has shape {tuple(e_true.shape)}")
+        raise ValueError(
+            f"e_hat has shape {tuple(e_hat.shape)} but e_true has shape {tuple(e_true.shape)}"
+        )
     check_finite(e_true, "e_true")
     check_magnitude(e_true, "e_true")  # the squared fit error of larger values overflows
     return e_hat.mean()
@@ -251,7 +261,8 @@ class LSConfig:
     monitor_local: bool = True
 
     def __post_init__(self) -> None:
-        """Check every field: ``epochs >= 1``, steps ``>= 0``, rates and weights finite and in range."""
+        """Check every field: ``epochs >= 1``, steps ``>= 0``, rates and weights finite and in
+        range."""
         check_choice(self.source, "source", SOURCES)
         check_positive_int(self.epochs, "epochs")
         for name in ("surrogate_steps", "model_steps"):

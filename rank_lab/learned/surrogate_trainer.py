@@ -33,7 +33,8 @@ __all__ = ["SurrogateTrainer", "evaluate_surrogate"]
 
 
 class SurrogateTrainer:
-    """Alternating training of a surrogate and a model: Algorithm 1 of the Patel thesis, on the engine.
+    """Alternating training of a surrogate and a model: Algorithm 1 of the Patel thesis, on the
+    engine.
 
     Each epoch first updates ``Phi`` for ``I_a`` steps with eq. 3.6 on pairs from the configured
     source (the model is frozen and its predictions detached), then updates ``Theta`` for ``I_b``
@@ -85,8 +86,10 @@ class SurrogateTrainer:
         self.config = config or LSConfig()
         options = loop_options(engine, epochs=self.config.epochs, desc="LS epochs")
         if options.grad_clip is not None:
-            raise ValueError("engine.grad_clip must be None: the model phase is clipped with "
-                             "config.grad_clip (LSConfig), the surrogate phase is not clipped")
+            raise ValueError(
+                "engine.grad_clip must be None: the model phase is clipped with "
+                "config.grad_clip (LSConfig), the surrogate phase is not clipped"
+            )
         self.device = get_device(device)
         self.model = model.to(self.device)
         self.surrogate = surrogate.to(self.device)
@@ -99,18 +102,35 @@ class SurrogateTrainer:
         self.opt_s = build_optimizer(self.surrogate.parameters(), lr=self.config.surrogate_lr)
         self.opt_m = build_optimizer(self.model.parameters(), lr=self.config.model_lr)
         self.engine = Engine(
-            {"model": self.model, "surrogate": self.surrogate}, {"opt_s": self.opt_s, "opt_m": self.opt_m},
+            {"model": self.model, "surrogate": self.surrogate},
+            {"opt_s": self.opt_s, "opt_m": self.opt_m},
             replace(options, grad_clip={"opt_m": self.config.grad_clip}),
-            device=self.device, generators={"gen": self.gen}, run_key=self._run_key, trained_on=self.task)
+            device=self.device,
+            generators={"gen": self.gen},
+            run_key=self._run_key,
+            trained_on=self.task,
+        )
         self.engine.history = {"surrogate": [], "model": [], "eval": []}
 
-    epoch = property(lambda self: self.engine.epoch, lambda self, v: setattr(self.engine, "epoch", v),
-                     doc="Completed epochs (the engine's counter).")
-    history = property(lambda self: self.engine.history, lambda self, v: setattr(self.engine, "history", v),
-                       doc="The run's history (the engine's): ``surrogate``, ``model`` and ``eval`` lists of dicts.")
+    epoch = property(
+        lambda self: self.engine.epoch,
+        lambda self, v: setattr(self.engine, "epoch", v),
+        doc="Completed epochs (the engine's counter).",
+    )
+    history = property(
+        lambda self: self.engine.history,
+        lambda self, v: setattr(self.engine, "history", v),
+        doc=(
+            "The run's history (the engine's): ``surrogate``, ``model`` and ``eval`` lists of "
+            "dicts."
+        ),
+    )
 
     def _run_key(self) -> dict[str, Any]:
-        return {**{k: v for k, v in asdict(self.config).items() if k != "epochs"}, "seed": self.seed}
+        return {
+            **{k: v for k, v in asdict(self.config).items() if k != "epochs"},
+            "seed": self.seed,
+        }
 
     # -- the two phases: the engine's step functions -------------------------------------------
     def _surrogate_phase(self, _: object) -> tuple[torch.Tensor, dict[str, float]]:
@@ -126,15 +146,28 @@ class SurrogateTrainer:
                 z = task.predict(self.model, batch)
                 y = task.encode_target(z, batch)
                 e = task.metric(z, batch)
-            l_loc, s = surrogate_loss(self.surrogate, z, y, e, grad_penalty=cfg.grad_penalty,
-                                      fit_weight=cfg.fit_weight, grad_target=cfg.grad_target)
+            l_loc, s = surrogate_loss(
+                self.surrogate,
+                z,
+                y,
+                e,
+                grad_penalty=cfg.grad_penalty,
+                fit_weight=cfg.fit_weight,
+                grad_target=cfg.grad_target,
+            )
             loss = loss + l_loc
             stats.update(l1_local=s["l1"], gp=s["gp"], grad_norm=s["grad_norm"])
         if cfg.source in ("global", "local_global"):
             zr, yr, er = task.sample_global(cfg.global_batch_size or task.batch_size, self.gen)
-            l_glob, s = surrogate_loss(self.surrogate, zr.to(self.device), yr.to(self.device), er.to(self.device),
-                                       grad_penalty=cfg.grad_penalty, fit_weight=cfg.fit_weight,
-                                       grad_target=cfg.grad_target)
+            l_glob, s = surrogate_loss(
+                self.surrogate,
+                zr.to(self.device),
+                yr.to(self.device),
+                er.to(self.device),
+                grad_penalty=cfg.grad_penalty,
+                fit_weight=cfg.fit_weight,
+                grad_target=cfg.grad_target,
+            )
             loss = loss + l_glob
             stats["l1_global"] = s["l1"]
             stats.setdefault("gp", s["gp"])
@@ -163,7 +196,7 @@ class SurrogateTrainer:
                 e = task.metric(z.detach(), batch)
             e_hat = self.surrogate(z, y)
             out = self.model_loss(e_hat, e)
-            loss, extra = (out if isinstance(out, tuple) else (out, {}))
+            loss, extra = out if isinstance(out, tuple) else (out, {})
             self.engine.backward(loss)
         finally:
             for p in self.surrogate.parameters():
@@ -174,18 +207,26 @@ class SurrogateTrainer:
 
     def surrogate_step(self) -> dict[str, float]:
         """One update of ``Phi`` (Algorithm 1 lines 4-7; Algorithm 2 lines 4-7)."""
-        r = self.engine.train_step(self._surrogate_phase, Batch(None, optimizer="opt_s", label="the surrogate phase"))
+        r = self.engine.train_step(
+            self._surrogate_phase, Batch(None, optimizer="opt_s", label="the surrogate phase")
+        )
         return {**r.stats, "loss": r.loss}
 
     def model_step(self) -> dict[str, float]:
         """One update of ``Theta`` through the frozen surrogate (Algorithm 1 lines 11-14)."""
-        r = self.engine.train_step(self._model_phase, Batch(None, optimizer="opt_m", label="the model phase"))
+        r = self.engine.train_step(
+            self._model_phase, Batch(None, optimizer="opt_m", label="the model phase")
+        )
         return {"loss": r.loss, **r.stats}
 
     # -- the loop ----------------------------------------------------------------------------
     def _n_surrogate(self, epoch: int) -> int:
         cfg = self.config
-        return cfg.first_surrogate_steps if (epoch == 0 and cfg.first_surrogate_steps is not None) else cfg.surrogate_steps
+        return (
+            cfg.first_surrogate_steps
+            if (epoch == 0 and cfg.first_surrogate_steps is not None)
+            else cfg.surrogate_steps
+        )
 
     def _phases(self, epoch: int) -> Iterator[Batch]:
         for _ in range(self._n_surrogate(epoch)):
@@ -195,8 +236,12 @@ class SurrogateTrainer:
 
     def _end_epoch(self, epoch: int, results: list[StepResult]) -> None:
         n_s = self._n_surrogate(epoch)
-        self.history["surrogate"] += [{"epoch": epoch + 1, **r.stats, "loss": r.loss} for r in results[:n_s]]
-        self.history["model"] += [{"epoch": epoch + 1, "loss": r.loss, **r.stats} for r in results[n_s:]]
+        self.history["surrogate"] += [
+            {"epoch": epoch + 1, **r.stats, "loss": r.loss} for r in results[:n_s]
+        ]
+        self.history["model"] += [
+            {"epoch": epoch + 1, "loss": r.loss, **r.stats} for r in results[n_s:]
+        ]
         if self.eval_fn is not None:
             self.history["eval"].append({"epoch": self.epoch, **self.eval_fn(self.model)})
 
@@ -207,11 +252,14 @@ class SurrogateTrainer:
         self.engine.maybe_resume()
         if self.eval_fn is not None and not self.history["eval"]:
             self.history["eval"].append({"epoch": 0, **self.eval_fn(self.model)})
-        self.engine.run(lambda phase: phase(None), self._phases, on_epoch_end=self._end_epoch, resume=False)
+        self.engine.run(
+            lambda phase: phase(None), self._phases, on_epoch_end=self._end_epoch, resume=False
+        )
         return self.history
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: weights, optimisers, epoch, history, generator and RNG states."""
+        """Everything needed to resume: weights, optimisers, epoch, history, generator and RNG
+        states."""
         return self.engine.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -247,7 +295,9 @@ def evaluate_surrogate(
     n_batches = check_positive_int(n_batches, "n_batches")
     check_module(surrogate, "surrogate")
     if source == "local" and not isinstance(model, nn.Module):
-        raise ValueError(f"model (an nn.Module) is required for source='local', got {type(model).__name__}")
+        raise ValueError(
+            f"model (an nn.Module) is required for source='local', got {type(model).__name__}"
+        )
     gen = torch.Generator().manual_seed(seed)
     surrogate.eval()
     if model is not None:
@@ -267,7 +317,11 @@ def evaluate_surrogate(
     if len(e) > 1 and e.std() > 0 and e_hat.std() > 0:
         pearson = float(torch.corrcoef(torch.stack([e, e_hat]))[0, 1])
     else:
-        warnings.warn("evaluate_surrogate: e or e_hat is constant, the Pearson correlation is undefined (NaN)",
-                      UserWarning, stacklevel=2)
+        warnings.warn(
+            "evaluate_surrogate: e or e_hat is constant, the Pearson correlation is undefined "
+            "(NaN)",
+            UserWarning,
+            stacklevel=2,
+        )
         pearson = math.nan
     return {"e": e, "e_hat": e_hat, "l1": float((e - e_hat).abs().mean()), "pearson": pearson}

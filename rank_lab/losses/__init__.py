@@ -1,4 +1,5 @@
-"""Losses for retrieval: rank surrogates (SmoothAP, SupAP, R@k), decomposability, presets, baselines.
+"""Losses for retrieval: rank surrogates (SmoothAP, SupAP, R@k), decomposability, presets,
+baselines.
 
 Every loss shares one call (:mod:`rank_lab.losses.base`, checked and scored by
 :mod:`rank_lab.losses.prepared_batch`): ``loss(embeddings, labels)`` or
@@ -24,7 +25,6 @@ estimator), :mod:`~rank_lab.losses.decomposability_bounds` (the DG bounds),
 SPCE, tightness).
 This package module only gathers the public names of those modules.
 """
-
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ def direct_rank_terms(
     pos_step: StepFunction,
     neg_step: StepFunction,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``rank+`` (with the leading 1) and ``rank-`` of every item with the given steps, ``(Q, N)`` each.
+    """``rank+`` (with the leading 1) and ``rank-`` of every item with the given steps, ``(Q, N)``
+    each.
 
     ``rank+(k) = 1 + sum_{j != k, valid, rel_j >= rel_k} pos_step(D)``;
     ``rank-(k) = sum_{valid, rel_j < rel_k} neg_step(D)`` (Eq. 3.3 / 3.5 of the Ramzi thesis).
@@ -44,7 +45,11 @@ def direct_rank_terms(
 
 
 def direct_ap_loss(
-    scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor, pos_step: StepFunction, neg_step: StepFunction
+    scores: torch.Tensor,
+    relevance: torch.Tensor,
+    valid: torch.Tensor,
+    pos_step: StepFunction,
+    neg_step: StepFunction,
 ) -> torch.Tensor:
     """``1 - (1/|P|) sum_k rank+(k) / (rank+(k) + rank-(k))`` per query (Eq. 2.9 / 3.11)."""
     rank_pos, rank_neg, rows = direct_rank_terms(scores, relevance, valid, pos_step, neg_step)
@@ -63,7 +68,8 @@ def direct_recall_loss(
     clip: bool,
     normalization: str = "min",
 ) -> torch.Tensor:
-    """``1 - mean_k min(k?, sum_p sigma((k - rank(p)) / tau*_k)) / norm_k`` (Eq. 3.16; Patel Eq. 5.5).
+    """``1 - mean_k min(k?, sum_p sigma((k - rank(p)) / tau*_k)) / norm_k`` (Eq. 3.16; Patel Eq.
+    5.5).
 
     ``norm_k = min(k, |P|)`` (``normalization="min"``) or ``|P|`` (``"positives"``).
     """

@@ -57,11 +57,23 @@ class SmoothAP(RankLoss):
         self.step = SigmoidStep(tau)
         self.tau = float(tau)
 
-    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def per_query(
+        self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
         if self.impl == "direct":
             return direct_ap_loss(scores, relevance, valid, self.step, self.step)
         q_idx, k_idx = positive_rows_trusted(relevance, valid)
-        sums = row_step_sums_trusted(scores, q_idx, k_idx, self.step, ("geq", "lower"), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)
+        sums = row_step_sums_trusted(
+            scores,
+            q_idx,
+            k_idx,
+            self.step,
+            ("geq", "lower"),
+            valid=valid,
+            relevance=relevance,
+            max_elements=self.max_elements,
+            rows_are_top=True,
+        )
         rank_pos = 1 + sums[:, 0]
         ratio = rank_pos / (rank_pos + sums[:, 1])
         return 1 - per_query_mean_trusted(ratio, q_idx, scores.shape[0])
@@ -80,7 +92,8 @@ class SupAP(RankLoss):
 
     Args:
         tau, rho, delta, eps, start, offset, linear_origin, zero_branch: the SupRank step, see
-            :class:`rank_lab.ranking.SupRankStep` (defaults: thesis/paper; code variants as options).
+            :class:`rank_lab.ranking.SupRankStep` (defaults: thesis/paper; code variants as
+            options).
         neg_step: replace ``H^-`` by another step for rank- (e.g. ``SigmoidStep(0.01)``: the
             "``H^+ = H``, sigmoid rank-" ablation of thesis Fig. 3.9a / ROADMAP Tab. 3); the other
             step arguments are then ignored.
@@ -103,14 +116,36 @@ class SupAP(RankLoss):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         if neg_step is not None and not isinstance(neg_step, StepFunction):
             raise TypeError(f"neg_step must be a StepFunction, got {type(neg_step).__name__}")
-        self.step = neg_step or SupRankStep(tau, rho, delta, eps, start, offset, linear_origin, zero_branch)  # type: ignore[arg-type]
+        self.step = neg_step or SupRankStep(
+            tau, rho, delta, eps, start, offset, linear_origin, zero_branch
+        )  # type: ignore[arg-type]
 
-    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def per_query(
+        self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
         if self.impl == "direct":
             return direct_ap_loss(scores, relevance, valid, Heaviside(), self.step)
         q_idx, k_idx = positive_rows_trusted(relevance, valid)
-        rank_pos = exact_rank_plus_rows_trusted(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements, binary=True)
-        rank_neg = row_step_sums_trusted(scores, q_idx, k_idx, self.step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)[:, 0]
+        rank_pos = exact_rank_plus_rows_trusted(
+            scores,
+            relevance,
+            q_idx,
+            k_idx,
+            valid=valid,
+            max_elements=self.max_elements,
+            binary=True,
+        )
+        rank_neg = row_step_sums_trusted(
+            scores,
+            q_idx,
+            k_idx,
+            self.step,
+            ("lower",),
+            valid=valid,
+            relevance=relevance,
+            max_elements=self.max_elements,
+            rows_are_top=True,
+        )[:, 0]
         ratio = rank_pos / (rank_pos + rank_neg)
         return 1 - per_query_mean_trusted(ratio, q_idx, scores.shape[0])
 
@@ -119,7 +154,12 @@ class SupAP(RankLoss):
 
 
 def smooth_ap_loss(
-    scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor | None = None, *, tau: float = 0.01, **kwargs: object
+    scores: torch.Tensor,
+    targets: torch.Tensor,
+    valid: torch.Tensor | None = None,
+    *,
+    tau: float = 0.01,
+    **kwargs: object,
 ) -> torch.Tensor:
     """Functional :class:`SmoothAP` on ``scores (Q, N)`` / ``targets (Q, N)``."""
     return SmoothAP(tau=tau, **kwargs).forward_scores(scores, targets, valid)

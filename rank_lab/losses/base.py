@@ -15,8 +15,8 @@ Every loss is a :class:`torch.nn.Module` called as::
   what it is there: ``"excluded"`` (default; the thesis/papers' ``B \\ q``: its column is removed),
   ``"positive"`` (kept as a positive with ``s = 1``: official ROADMAP/HAPPIER/SupRank code) or
   ``"competitor"`` (kept and ranked, never a positive: official RS@k code; only the R@k
-  surrogates, :mod:`rank_lab.losses.recall`). With a memory, pass ``ref_self_index`` (the memory slot
-  of each query, ``-1`` if absent) to get the same choice; without it, nothing is removed.
+  surrogates, :mod:`rank_lab.losses.recall`). With a memory, pass ``ref_self_index`` (the memory
+  slot of each query, ``-1`` if absent) to get the same choice; without it, nothing is removed.
 * ``reduction``: ``"mean"`` (over queries that have a positive), ``"sum"`` or ``"none"`` (``(B,)``).
 * Scores are computed in float32 even under autocast (half precision is too coarse for
   temperatures of 0.01).
@@ -24,7 +24,7 @@ Every loss is a :class:`torch.nn.Module` called as::
 The call is checked and turned into scores, relevance and the retrieval mask by
 :func:`rank_lab.losses.prepared_batch.prepare_batch`; this module holds the base classes
 (:class:`MetricLoss`, :class:`ListwiseLoss`, :class:`RankLoss`) and the reductions over queries.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -66,7 +66,9 @@ __all__ = [
 Reduction = Literal["mean", "sum", "none"]
 
 
-def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduction) -> torch.Tensor:
+def reduce_per_query(
+    values: torch.Tensor, keep: torch.Tensor, reduction: Reduction
+) -> torch.Tensor:
     """Reduce per-query losses ``(Q,)`` over the queries where ``keep`` is True.
 
     ``"none"`` returns ``(Q,)`` with 0 for the dropped queries (they get no gradient); ``"mean"``
@@ -87,7 +89,9 @@ def reduce_per_query(values: torch.Tensor, keep: torch.Tensor, reduction: Reduct
     if keep.dtype != torch.bool:
         raise TypeError(f"keep must be a bool tensor, got dtype {keep.dtype}")
     if keep.shape != values.shape:
-        raise ValueError(f"keep has shape {tuple(keep.shape)} but values has shape {tuple(values.shape)}")
+        raise ValueError(
+            f"keep has shape {tuple(keep.shape)} but values has shape {tuple(values.shape)}"
+        )
     check_finite(values[keep.to(values.device)], "values")
     return reduce_kept(values, keep.to(values.device), reduction)
 
@@ -121,7 +125,8 @@ class MetricLoss(nn.Module):
         normalize: L2-normalise embeddings inside the loss.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         query_role: the role of the query's own item in its retrieval set: ``"excluded"``
-            (default, the papers' ``B \\ q``), ``"positive"`` (official code) or, for the losses whose
+            (default, the papers' ``B \\ q``), ``"positive"`` (official code) or, for the losses
+            whose
             :attr:`query_roles` hold it, ``"competitor"`` (see the module docstring).
         hierarchy_level: label column used for binary relevance with ``(N, L)`` labels.
     """
@@ -143,7 +148,11 @@ class MetricLoss(nn.Module):
         self.normalize = bool(normalize)
         self.reduction = check_choice(reduction, "reduction", ("mean", "sum", "none"))
         self.query_role = check_query_role(query_role, type(self).__name__, type(self).query_roles)
-        if isinstance(hierarchy_level, bool) or not isinstance(hierarchy_level, int) or hierarchy_level < 0:
+        if (
+            isinstance(hierarchy_level, bool)
+            or not isinstance(hierarchy_level, int)
+            or hierarchy_level < 0
+        ):
             raise ValueError(f"hierarchy_level must be an int >= 0, got {hierarchy_level!r}")
         self.hierarchy_level = hierarchy_level
 
@@ -179,8 +188,11 @@ class MetricLoss(nn.Module):
         *,
         ref_self_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Loss of ``embeddings (B, d)`` with ``labels (B,)|(B, L)`` against the batch or the refs."""
-        return self.loss_from_batch(self.prepare(embeddings, labels, ref_embeddings, ref_labels, ref_self_index))
+        """Loss of ``embeddings (B, d)`` with ``labels (B,)|(B, L)`` against the batch or the
+        refs."""
+        return self.loss_from_batch(
+            self.prepare(embeddings, labels, ref_embeddings, ref_labels, ref_self_index)
+        )
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -191,13 +203,14 @@ _DEFERRED = "_rank_lab_deferred_no_positive"
 
 @contextlib.contextmanager
 def deferred_no_positive(modules: Iterable[nn.Module]) -> Iterator[None]:
-    """Inside the block, the :class:`ListwiseLoss` parts of ``modules`` defer their no-positive rule; on leaving
-    it (without an exception) every deferred rule is checked in one host sync, in call order, with each
-    part's own message (:meth:`ListwiseLoss.no_positive_rule`).
+    """Inside the block, the :class:`ListwiseLoss` parts of ``modules`` defer their no-positive
+    rule; on leaving it (without an exception) every deferred rule is checked in one host sync, in
+    call order, with each part's own message (:meth:`ListwiseLoss.no_positive_rule`).
 
-    For a combination of losses that calls several parts on one batch (:class:`rank_lab.losses.SigmaLoss`,
-    one part per label level): a part without positives still computes its (discarded) values, as its
-    skipped queries do, and the first failing part raises as it would have alone.
+    For a combination of losses that calls several parts on one batch
+    (:class:`rank_lab.losses.SigmaLoss`, one part per label level): a part without positives still
+    computes its (discarded) values, as its skipped queries do, and the first failing part raises as
+    it would have alone.
     """
     parts = [m for mod in modules for m in mod.modules() if isinstance(m, ListwiseLoss)]
     parts = list({id(m): m for m in parts}.values())
@@ -215,7 +228,8 @@ def deferred_no_positive(modules: Iterable[nn.Module]) -> Iterator[None]:
                 m.__dict__[_DEFERRED] = b
     if pending:
         stats = torch.stack([torch.stack([(~h).sum(), h.any().long()]) for _, h in pending])
-        for (loss, _), (n_bad, any_positive) in zip(pending, stats.tolist(), strict=True):  # the one host sync
+        # the one host sync
+        for (loss, _), (n_bad, any_positive) in zip(pending, stats.tolist(), strict=True):
             loss.no_positive_rule(n_bad, bool(any_positive))
 
 
@@ -237,12 +251,16 @@ class ListwiseLoss(MetricLoss):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.no_positive = check_choice(no_positive, "no_positive", ("skip", "raise"))
 
-    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+    def per_query(
+        self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:  # pragma: no cover
         """Per-query loss ``(Q,)`` (any value for queries without positives)."""
         raise NotImplementedError
 
     @full_precision
-    def forward_scores(self, scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_scores(
+        self, scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Loss from ``scores (Q, N)`` and relevance ``targets (Q, N)`` (> 0 = positive).
 
         Args:
@@ -258,8 +276,12 @@ class ListwiseLoss(MetricLoss):
         if valid is None:
             valid = torch.ones_like(scores, dtype=torch.bool)
         elif valid.shape != scores.shape:
-            raise ValueError(f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}")
-        return self.loss_from_scores(scores, rel, torch.as_tensor(valid, device=scores.device).bool())
+            raise ValueError(
+                f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}"
+            )
+        return self.loss_from_scores(
+            scores, rel, torch.as_tensor(valid, device=scores.device).bool()
+        )
 
     def loss_from_scores(
         self,
@@ -268,12 +290,14 @@ class ListwiseLoss(MetricLoss):
         valid: torch.Tensor,
         per_query: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """:meth:`forward_scores` of checked inputs (``relevance`` 0 / 1 in the scores' dtype, ``valid``
-        bool): the no-positive rule (one host sync), :meth:`per_query` (or ``per_query``) and the reduction."""
+        """:meth:`forward_scores` of checked inputs (``relevance`` 0 / 1 in the scores' dtype,
+        ``valid`` bool): the no-positive rule (one host sync), :meth:`per_query` (or ``per_query``)
+        and the reduction."""
         rel = relevance
         has_pos = ((rel > 0) & valid).any(1)
         pending = self.__dict__.get(_DEFERRED)
-        if pending is not None:  # a combination checks every part's rule in one sync (deferred_no_positive)
+        # a combination checks every part's rule in one sync (deferred_no_positive)
+        if pending is not None:
             pending.append((self, has_pos))
         elif not bool(has_pos.all()):
             self.no_positive_rule(int((~has_pos).sum()), bool(has_pos.any()))
@@ -281,18 +305,20 @@ class ListwiseLoss(MetricLoss):
         return reduce_kept(values, has_pos, self.reduction)
 
     def no_positive_rule(self, n_bad: int, any_positive: bool) -> None:
-        """Raise for ``n_bad > 0`` queries without a positive: with ``no_positive="raise"``, or when no
-        query has one (``any_positive`` False); return otherwise (the queries are skipped)."""
+        """Raise for ``n_bad > 0`` queries without a positive: with ``no_positive="raise"``, or when
+        no query has one (``any_positive`` False); return otherwise (the queries are skipped)."""
         if n_bad == 0:
             return
         if self.no_positive == "raise":
-            raise ValueError(f"{n_bad} query(ies) have no positive in their retrieval set (labels / ref_labels / "
-                             "targets; no_positive='raise')")
+            raise ValueError(
+                f"{n_bad} query(ies) have no positive in their retrieval set (labels / ref_labels "
+                "/ targets; no_positive='raise')"
+            )
         if not any_positive:
             raise ValueError(
-                "no query has a positive in its retrieval set (no label of labels is shared by another item of the "
-                "batch or of ref_labels; no row of targets has a positive): use an m-per-class sampler "
-                "(rank_lab.data.MPerClassSampler) or a memory"
+                "no query has a positive in its retrieval set (no label of labels is shared by "
+                "another item of the batch or of ref_labels; no row of targets has a positive): "
+                "use an m-per-class sampler (rank_lab.data.MPerClassSampler) or a memory"
             )
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
@@ -309,7 +335,13 @@ class RankLoss(ListwiseLoss):
         **kwargs: see :class:`ListwiseLoss`.
     """
 
-    def __init__(self, *, impl: Literal["efficient", "direct"] = "efficient", max_elements: int | None = None, **kwargs: object) -> None:
+    def __init__(
+        self,
+        *,
+        impl: Literal["efficient", "direct"] = "efficient",
+        max_elements: int | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.impl = check_choice(impl, "impl", ("efficient", "direct"))
         self.max_elements = max_elements
@@ -318,8 +350,8 @@ class RankLoss(ListwiseLoss):
 def reachable_ks(ks: tuple[int, ...], database: torch.Tensor, name: str = "ks") -> tuple[int, ...]:
     """Clip each k to the retrieval-set size, with a warning (the rule of the R@k surrogates).
 
-    A query ranked against ``n`` items has ranks ``1..n``: for ``k > n`` every positive is inside the
-    top k whatever the scores, so that k's term of the surrogate is constant (RS@k with
+    A query ranked against ``n`` items has ranks ``1..n``: for ``k > n`` every positive is inside
+    the top k whatever the scores, so that k's term of the surrogate is constant (RS@k with
     ``ks=(50,)`` on a batch of 12 was a loss of 0 with no gradient). Such a k is replaced by ``n``,
     the smallest retrieval set of the batch, as the official RS@k code does (``min(k, batch - 1)``),
     and a ``UserWarning`` names the clipped values.
@@ -337,9 +369,10 @@ def reachable_ks(ks: tuple[int, ...], database: torch.Tensor, name: str = "ks") 
     if n_items < 1 or max(ks) <= n_items:
         return ks
     warnings.warn(
-        f"{name} holds k={sorted({k for k in ks if k > n_items})} but a query is ranked against only "
-        f"{n_items} item(s): such k are clipped to {n_items} (their term would be constant, without "
-        f"gradient). Pass {name} <= {n_items}, a larger batch or a cross-batch memory to silence this.",
+        f"{name} holds k={sorted({k for k in ks if k > n_items})} but a query is ranked against "
+        f"only {n_items} item(s): such k are clipped to {n_items} (their term would be constant, "
+        f"without gradient). Pass {name} <= {n_items}, a larger batch or a cross-batch memory to "
+        "silence this.",
         stacklevel=3,
     )
     return tuple(min(k, n_items) for k in ks)
@@ -355,14 +388,16 @@ def per_query_mean(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) ->
     """
     values = _row_values(values, "values")
     check_finite(values, "values")
-    q_idx = check_index(q_idx, values.shape[0], check_positive_int(n_queries, "n_queries"), "q_idx", "values").to(values.device)
+    q_idx = check_index(
+        q_idx, values.shape[0], check_positive_int(n_queries, "n_queries"), "q_idx", "values"
+    ).to(values.device)
     return per_query_mean_trusted(values, q_idx, n_queries)
 
 
-def per_query_mean_trusted(values: torch.Tensor, q_idx: torch.Tensor, n_queries: int) -> torch.Tensor:
+def per_query_mean_trusted(
+    values: torch.Tensor, q_idx: torch.Tensor, n_queries: int
+) -> torch.Tensor:
     """:func:`per_query_mean` of checked inputs (the losses' kernel: no check, no host sync)."""
     sums = values.new_zeros(n_queries).index_add(0, q_idx, values)
     counts = torch.bincount(q_idx, minlength=n_queries).to(values.dtype)
     return sums / counts.clamp(min=1)
-
-

@@ -1,4 +1,5 @@
-"""BlackBox-AP: exact ranks forward, blackbox differentiation backward (a baseline of Tab. 3.1 / Tab. I).
+"""BlackBox-AP: exact ranks forward, blackbox differentiation backward (a baseline of Tab. 3.1 /
+Tab. I).
 
 Rolinek, Musil, Paulus, Vlastelica, Michaelis, Martius, "Optimizing Rank-based Metrics with
 Blackbox Differentiation" (CVPR 2020; RaMBO), built on Vlastelica et al., "Differentiation of
@@ -20,7 +21,8 @@ backward formula instead). The RaMBO "batch memory" is :class:`rank_lab.memory.M
 
 :func:`blackbox_rank` is the checked entry point of the ranking with its blackbox backward; the
 ``torch.autograd.Function`` behind it, :class:`BlackBoxRank`, stays importable for ``.apply`` but is
-not part of ``__all__`` (an autograd Function is never instantiated, and ``apply`` skips the checks).
+not part of ``__all__`` (an autograd Function is never instantiated, and ``apply`` skips the
+checks).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ __all__ = ["BlackBoxAP", "normalised_rank", "blackbox_rank"]
 
 
 def _score_rows(scores: object) -> torch.Tensor:
-    """A non-empty finite ``(Q, N)`` floating score matrix (integers are cast), or raise naming ``scores``."""
+    """A non-empty finite ``(Q, N)`` floating score matrix (integers are cast), or raise naming
+    ``scores``."""
     s = as_tensor(scores, "scores")
     if s.ndim != 2 or s.numel() == 0:
         raise ValueError(f"scores must be a non-empty (Q, N) matrix, got shape {tuple(s.shape)}")
@@ -46,7 +49,8 @@ def _score_rows(scores: object) -> torch.Tensor:
 
 
 def normalised_rank(scores: torch.Tensor) -> torch.Tensor:
-    """``rank / N`` of every item of each row (highest score -> 1/N; ties by sort order). ``(Q, N)``.
+    """``rank / N`` of every item of each row (highest score -> 1/N; ties by sort order).
+    ``(Q, N)``.
 
     Args:
         scores: ``(Q, N)`` finite scores.
@@ -67,13 +71,19 @@ def blackbox_rank(scores: torch.Tensor, lambda_val: float = 4.0) -> torch.Tensor
     Returns:
         ``(Q, N)`` normalised ranks.
     """
-    return BlackBoxRank.apply(_score_rows(scores), check_float(lambda_val, "lambda_val", low=0.0, low_open=True))
+    return BlackBoxRank.apply(
+        _score_rows(scores), check_float(lambda_val, "lambda_val", low=0.0, low_open=True)
+    )
 
 
 def _normalised_rank(scores: torch.Tensor) -> torch.Tensor:
     order = torch.argsort(scores, dim=1, descending=True, stable=True)
     ranks = torch.empty_like(order)
-    ranks.scatter_(1, order, torch.arange(1, scores.shape[1] + 1, device=scores.device).expand_as(order).contiguous())
+    ranks.scatter_(
+        1,
+        order,
+        torch.arange(1, scores.shape[1] + 1, device=scores.device).expand_as(order).contiguous(),
+    )
     return ranks.to(scores.dtype) / scores.shape[1]
 
 
@@ -108,13 +118,21 @@ class BlackBoxAP(ListwiseLoss):
             ``hierarchy_level``.
     """
 
-    def __init__(self, lambda_val: float = 4.0, margin: float = 0.02, margin_noise: bool = False, **kwargs: object) -> None:
+    def __init__(
+        self,
+        lambda_val: float = 4.0,
+        margin: float = 0.02,
+        margin_noise: bool = False,
+        **kwargs: object,
+    ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         lambda_val = check_float(lambda_val, "lambda_val", low=0.0, low_open=True)
         margin = check_float(margin, "margin", low=0.0)
         self.lambda_val, self.margin, self.margin_noise = lambda_val, margin, bool(margin_noise)
 
-    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def per_query(
+        self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
         pos = (relevance > 0) & valid
         shift = pos.to(scores.dtype) - 0.5
         if self.margin_noise:
@@ -131,4 +149,6 @@ class BlackBoxAP(ListwiseLoss):
         return 1 - ratio.sum(1) / pos.sum(1).clamp(min=1)
 
     def extra_repr(self) -> str:
-        return f"lambda_val={self.lambda_val}, margin={self.margin}, margin_noise={self.margin_noise}"
+        return (
+            f"lambda_val={self.lambda_val}, margin={self.margin}, margin_noise={self.margin_noise}"
+        )

@@ -1,4 +1,5 @@
-"""Contrastive classification losses of chapter 6 of the Patel thesis (Aljundi, Patel et al., AAAI 2023).
+"""Contrastive classification losses of chapter 6 of the Patel thesis (Aljundi, Patel et al., AAAI
+2023).
 
 Side by side, on L2-normalised features ``z`` (``(M, d)``; with two augmented views per image,
 ``M = 2N`` and the labels are repeated) and class weights / prototypes ``theta`` (``(K, d)``):
@@ -6,7 +7,8 @@ Side by side, on L2-normalised features ``z`` (``(M, d)``; with two augmented vi
 * SimCLR / NT-Xent (Eqs. 6.1-6.3): the positive of view ``i`` is the other view of its image.
 * SupCon (Eqs. 6.4-6.5): the positives of ``i`` are every other sample of its class.
 * Cross-entropy (Eq. 6.6, no bias), and CE(n): normalised features and weights (cosine classifier).
-* SPCE, simplified pairwise CE (Eqs. 6.7-6.8): class logits are batch sums ``1/N sum_{j: y_j = k} z_j^T z_i``.
+* SPCE, simplified pairwise CE (Eqs. 6.7-6.8): class logits are batch sums
+  ``1/N sum_{j: y_j = k} z_j^T z_i``.
 * Tightness (Eqs. 6.9-6.11): ``-z_i^T theta_{y_i}``, which drives ``theta_k`` to the class mean.
 * ESupCon (Eqs. 6.12-6.15): the prototypes join the SupCon pool as positives of their class;
   per pair, ``l_pt = log(exp(l_CE) + exp(l_SupCon) - 1)`` (Eqs. 6.16-6.17), a smooth max of the
@@ -62,7 +64,8 @@ def cross_entropy_loss(
     temperature: float = 1.0,
     reduction: Reduction = "mean",
 ) -> torch.Tensor:
-    """Softmax cross-entropy with class weights ``theta`` (Eq. 6.6), or CE(n) with ``normalize=True``.
+    """Softmax cross-entropy with class weights ``theta`` (Eq. 6.6), or CE(n) with
+    ``normalize=True``.
 
     Args:
         z: ``(M, d)`` features.
@@ -74,21 +77,30 @@ def cross_entropy_loss(
         reduction: ``"mean"`` or ``"none"`` (``(M,)``).
     """
     check_choice(reduction, "reduction", ("mean", "none"))
-    logits = prototype_logits(z, weight, normalize=normalize, temperature=temperature, name="weight")
+    logits = prototype_logits(
+        z, weight, normalize=normalize, temperature=temperature, name="weight"
+    )
     if bias is not None:
         b = as_tensor(bias, "bias")
         if b.shape != (logits.shape[1],):
-            raise ValueError(f"bias must have shape ({logits.shape[1]},): one per class of weight, got {tuple(b.shape)}")
+            raise ValueError(
+                f"bias must have shape ({logits.shape[1]},): one per class of weight, got "
+                f"{tuple(b.shape)}"
+            )
         check_finite(b, "bias")
         logits = logits + b.to(device=logits.device, dtype=logits.dtype)
     labels = check_labels(labels, logits.shape[0], "labels").to(logits.device)
     if labels.ndim != 1:
         raise ValueError(f"labels must have shape (M,), got {tuple(labels.shape)}")
-    return F.cross_entropy(logits, check_class_indices(labels, logits.shape[1]), reduction=reduction)
+    return F.cross_entropy(
+        logits, check_class_indices(labels, logits.shape[1]), reduction=reduction
+    )
 
 
 @full_precision
-def spce_logits(z: torch.Tensor, labels: torch.Tensor, n_classes: int, queries: torch.Tensor | None = None) -> torch.Tensor:
+def spce_logits(
+    z: torch.Tensor, labels: torch.Tensor, n_classes: int, queries: torch.Tensor | None = None
+) -> torch.Tensor:
     """SPCE class logits ``1/N sum_{j: y_j = k} z_j^T z_i`` (Eqs. 6.7-6.8), ``(Q, K)``.
 
     ``1/N`` is the batch size (not the class size), ``j = i`` is included, and an absent class has
@@ -102,7 +114,9 @@ def spce_logits(z: torch.Tensor, labels: torch.Tensor, n_classes: int, queries: 
     z, labels = contrastive_features(z, labels, False)
     check_class_indices(labels, n_classes)
     if queries is not None:
-        queries = check_prototypes(queries, z.shape[1], "queries").to(device=z.device, dtype=z.dtype)
+        queries = check_prototypes(queries, z.shape[1], "queries").to(
+            device=z.device, dtype=z.dtype
+        )
     onehot = F.one_hot(labels, n_classes).to(z.dtype)  # (N, K)
     sums = onehot.T @ z  # (K, d) class sums
     q = z if queries is None else queries
@@ -110,7 +124,14 @@ def spce_logits(z: torch.Tensor, labels: torch.Tensor, n_classes: int, queries: 
 
 
 @full_precision
-def spce_loss(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normalize: bool = True, temperature: float = 1.0) -> torch.Tensor:
+def spce_loss(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    n_classes: int,
+    *,
+    normalize: bool = True,
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """Simplified pairwise cross-entropy (Eq. 6.7; Boudiaf et al. 2020).
 
     Args:
@@ -126,7 +147,12 @@ def spce_loss(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normaliz
 
 @full_precision
 def tightness_loss(
-    z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, *, normalize: bool = True, detach_features: bool = False
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    *,
+    normalize: bool = True,
+    detach_features: bool = False,
 ) -> torch.Tensor:
     """Tightness loss ``1/N sum_i -z_i^T theta_{y_i}`` (Eq. 6.9); gradient Eq. 6.10.
 

@@ -1,4 +1,5 @@
-"""The decomposability gap (DG) and the losses that reduce it (Ramzi thesis Sec. 3.2.3; SupRank III-C).
+"""The decomposability gap (DG) and the losses that reduce it (Ramzi thesis Sec. 3.2.3; SupRank
+III-C).
 
 Rank metrics do not decompose over mini-batches: the mean of per-batch metrics differs from the
 metric on the whole retrieval set. For one query whose retrieval set is split into K batches
@@ -8,9 +9,9 @@ metric on the whole retrieval set. For one query whose retrieval set is split in
 
 Losses:
 
-* :class:`PairDGLoss` -- ``L_DG`` (Eq. 3.7 of the thesis = ROADMAP's ``L_calibr.``, Eq. 7): positives
-  above an absolute threshold alpha, negatives below beta, the contrastive loss of Hadsell et al.
-  reused to *calibrate* scores across batches. alpha = 0.9, beta = 0.6 (ROADMAP paper Sec. 4;
+* :class:`PairDGLoss` -- ``L_DG`` (Eq. 3.7 of the thesis = ROADMAP's ``L_calibr.``, Eq. 7):
+  positives above an absolute threshold alpha, negatives below beta, the contrastive loss of Hadsell
+  et al. reused to *calibrate* scores across batches. alpha = 0.9, beta = 0.6 (ROADMAP paper Sec. 4;
   official code). Paper reduction: per query, mean over positives + mean over negatives, then mean
   over queries (default); the official code uses pytorch-metric-learning's ``ContrastiveLoss``
   whose reducer averages over non-zero pair losses (``pair_reduction="avg_nonzero"``).
@@ -78,17 +79,32 @@ class PairDGLoss(MetricLoss):
         **kwargs: ``normalize``, ``reduction``, ``query_role``, ``hierarchy_level``.
     """
 
-    def __init__(self, alpha: float = 0.9, beta: float = 0.6, pair_reduction: PairReduction = "per_query_mean", **kwargs: object) -> None:
+    def __init__(
+        self,
+        alpha: float = 0.9,
+        beta: float = 0.6,
+        pair_reduction: PairReduction = "per_query_mean",
+        **kwargs: object,
+    ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         alpha, beta = check_float(alpha, "alpha"), check_float(beta, "beta")
         if not beta < alpha:
             raise ValueError(f"beta must be < alpha, got alpha={alpha}, beta={beta}")
         self.alpha, self.beta = alpha, beta
-        self.pair_reduction = check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
+        self.pair_reduction = check_choice(
+            pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero")
+        )
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
-        return pair_margin_loss_trusted(batch.scores, batch.relevance, batch.valid, self.alpha, self.beta, self.pair_reduction,
-                                        self.reduction)
+        return pair_margin_loss_trusted(
+            batch.scores,
+            batch.relevance,
+            batch.valid,
+            self.alpha,
+            self.beta,
+            self.pair_reduction,
+            self.reduction,
+        )
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, beta={self.beta}, pair_reduction={self.pair_reduction!r}"
@@ -135,7 +151,9 @@ def decomposability_gap(
     check_choice(empty_batch, "empty_batch", ("skip", "raise"))
     batch_ids = torch.as_tensor(batch_ids, device=scores.device).long()
     if batch_ids.shape != (scores.shape[1],):
-        raise ValueError(f"batch_ids must have shape ({scores.shape[1]},), got {tuple(batch_ids.shape)}")
+        raise ValueError(
+            f"batch_ids must have shape ({scores.shape[1]},), got {tuple(batch_ids.shape)}"
+        )
     metric = metric or _metric_default()
     rel = targets > 0
     if not bool(rel.any(1).all()):
@@ -146,7 +164,10 @@ def decomposability_gap(
         cols = batch_ids == b
         has = rel[:, cols].any(1)
         if not bool(has.all()) and empty_batch == "raise":
-            raise ValueError(f"batch {int(b)} has no positive for {int((~has).sum())} query(ies) (empty_batch='raise')")
+            raise ValueError(
+                f"batch {int(b)} has no positive for {int((~has).sum())} query(ies) "
+                "(empty_batch='raise')"
+            )
         if bool(has.any()):
             m = metric(scores[has][:, cols], targets[has][:, cols]).double()
             total[has] += m
@@ -155,7 +176,9 @@ def decomposability_gap(
     return gap[0] if one else gap
 
 
-def random_batches(n: int, batch_size: int, *, seed: int = 0, targets: torch.Tensor | None = None) -> torch.Tensor:
+def random_batches(
+    n: int, batch_size: int, *, seed: int = 0, targets: torch.Tensor | None = None
+) -> torch.Tensor:
     """A random partition of ``n`` items into ``n / batch_size`` equal batches, ``(n,)`` batch ids.
 
     Args:
@@ -183,7 +206,12 @@ def random_batches(n: int, batch_size: int, *, seed: int = 0, targets: torch.Ten
     if pos.numel() != n:
         raise ValueError(f"targets has {pos.numel()} items but n={n}")
     order = torch.cat([torch.nonzero(pos).squeeze(1), torch.nonzero(~pos).squeeze(1)])
-    order = torch.cat([order[: int(pos.sum())][torch.randperm(int(pos.sum()), generator=gen)], order[int(pos.sum()) :][torch.randperm(n - int(pos.sum()), generator=gen)]])
+    order = torch.cat(
+        [
+            order[: int(pos.sum())][torch.randperm(int(pos.sum()), generator=gen)],
+            order[int(pos.sum()) :][torch.randperm(n - int(pos.sum()), generator=gen)],
+        ]
+    )
     slots = torch.arange(n) % k  # round robin: positives first, spread evenly
     ids = torch.empty(n, dtype=torch.long)
     ids[order] = slots
@@ -216,7 +244,9 @@ def expected_decomposability_gap(
     scores, targets = check_one_query(scores, targets)
     vals = []
     for i in range(check_positive_int(n_draws, "n_draws")):
-        ids = random_batches(scores.numel(), batch_size, seed=seed + i, targets=targets if balanced else None)
+        ids = random_batches(
+            scores.numel(), batch_size, seed=seed + i, targets=targets if balanced else None
+        )
         vals.append(float(decomposability_gap(scores, targets, ids, metric=metric)))
     t = torch.tensor(vals, dtype=torch.float64)
     return float(t.mean()), float(t.std()) if len(vals) > 1 else 0.0
@@ -231,7 +261,8 @@ def embedding_decomposability_gap(
     seed: int = 0,
     metric: Metric | None = None,
 ) -> tuple[float, float]:
-    """Mean DG (Eq. 3.6 of the Ramzi thesis) of a labelled embedding set, over queries and partitions.
+    """Mean DG (Eq. 3.6 of the Ramzi thesis) of a labelled embedding set, over queries and
+    partitions.
 
     The first item of every class (in the order of ``torch.unique(labels)``) is a query; the
     other ``N`` items form the retrieval set, scored by cosine similarity. Each draw splits the
@@ -283,8 +314,11 @@ def embedding_decomposability_gap(
     targets = lab[queries][:, None] == lab[gallery][None, :]
     per_draw = torch.tensor(
         [
-            float(decomposability_gap(scores, targets, random_batches(n, batch_size, seed=seed + i),
-                                      metric=metric).mean())
+            float(
+                decomposability_gap(
+                    scores, targets, random_batches(n, batch_size, seed=seed + i), metric=metric
+                ).mean()
+            )
             for i in range(n_draws)
         ],
         dtype=torch.float64,

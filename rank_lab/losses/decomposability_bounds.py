@@ -1,4 +1,5 @@
-"""Bounds on the decomposability gap of AP (Ramzi thesis Sec. 3.2.3 and App. A.1; SupRank Sec. III-C).
+"""Bounds on the decomposability gap of AP (Ramzi thesis Sec. 3.2.3 and App. A.1; SupRank Sec.
+III-C).
 
 For one query whose retrieval set is split into K batches, ``DG = (1/K) sum_b AP_b - AP``
 (Eq. 3.6 of the thesis; :func:`rank_lab.losses.decomposability.decomposability_gap`). When every
@@ -34,17 +35,21 @@ __all__ = [
 def _counts(name: str, values: Sequence[int]) -> list[int]:
     vals = [int(v) for v in values]
     if not vals or any(v < 0 for v in vals):
-        raise ValueError(f"{name} must be a non-empty sequence of non-negative ints, got {values!r}")
+        raise ValueError(
+            f"{name} must be a non-empty sequence of non-negative ints, got {values!r}"
+        )
     return vals
 
 
 def _check_equal_batches(p: list[int], n: list[int], what: str, names: str) -> None:
-    """The setting of the proofs of Eqs. 3.18-3.19 (Ramzi thesis App. A.1.3): equal batches, equal positives."""
+    """The setting of the proofs of Eqs. 3.18-3.19 (Ramzi thesis App. A.1.3): equal batches, equal
+    positives."""
     if len(set(p)) > 1 or len(set(n)) > 1:
         raise ValueError(
-            f"{what} is proven for batches of equal composition (Ramzi thesis App. A.1.3), got {names} giving "
-            f"positives {p} and negatives {n} per batch; with unequal batches it is not a bound (e.g. P_b = "
-            "[3, 1], N_b = [1, 3] gives 0.05 while the worst case is 0.382): use worst_case_dg_brute_force"
+            f"{what} is proven for batches of equal composition (Ramzi thesis App. A.1.3), got "
+            f"{names} giving positives {p} and negatives {n} per batch; with unequal batches it is "
+            "not a bound (e.g. P_b = [3, 1], N_b = [1, 3] gives 0.05 while the worst case is "
+            "0.382): use worst_case_dg_brute_force"
         )
 
 
@@ -116,31 +121,46 @@ def dg_calibrated_bound(
     total_p = sum(gp) + sum(ep)
     if total_p == 0:
         raise ValueError("at least one positive is needed")
-    _check_equal_batches([a + b for a, b in zip(gp, ep, strict=True)], [a + b for a, b in zip(gn, en, strict=True)],
-                         "dg_calibrated_bound (Eq. 3.19)", "good_pos + bad_pos / good_neg + bad_neg")
+    _check_equal_batches(
+        [a + b for a, b in zip(gp, ep, strict=True)],
+        [a + b for a, b in zip(gn, en, strict=True)],
+        "dg_calibrated_bound (Eq. 3.19)",
+        "good_pos + bad_pos / good_neg + bad_neg",
+    )
     acc, gp_before, en_before, p_before, n_before = 0.0, 0, 0, 0, 0
     for g_p, e_p, g_n, e_n in zip(gp, ep, gn, en, strict=True):
         acc += sum((j + gp_before) / (j + gp_before + en_before) for j in range(1, g_p + 1))
-        acc += sum((j + g_p + p_before) / (j + g_p + p_before + n_before) for j in range(1, e_p + 1))
+        acc += sum(
+            (j + g_p + p_before) / (j + g_p + p_before + n_before) for j in range(1, e_p + 1)
+        )
         gp_before, en_before = gp_before + g_p, en_before + e_n
         p_before, n_before = p_before + g_p + e_p, n_before + g_n + e_n
     return 1.0 - acc / total_p
 
 
 def calibration_counts(
-    scores: torch.Tensor, targets: torch.Tensor, batch_ids: torch.Tensor, alpha: float = 0.9, beta: float = 0.6
+    scores: torch.Tensor,
+    targets: torch.Tensor,
+    batch_ids: torch.Tensor,
+    alpha: float = 0.9,
+    beta: float = 0.6,
 ) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Per-batch ``(G+, E+, G-, E-)`` of one query for :func:`dg_calibrated_bound`, batches by sorted id.
+    """Per-batch ``(G+, E+, G-, E-)`` of one query for :func:`dg_calibrated_bound`, batches by
+    sorted id.
 
     Args:
-        scores: ``(N,)``; targets: ``(N,)`` relevance; batch_ids: ``(N,)``; alpha, beta: the thresholds.
+        scores: ``(N,)``; targets: ``(N,)`` relevance; batch_ids: ``(N,)``; alpha, beta: the
+            thresholds.
     """
     scores, targets = check_one_query(scores, targets)
     targets = targets > 0
     alpha, beta = check_float(alpha, "alpha"), check_float(beta, "beta")
     batch_ids = torch.as_tensor(batch_ids)
     if batch_ids.shape != scores.shape:
-        raise ValueError(f"batch_ids has shape {tuple(batch_ids.shape)} but scores has shape {tuple(scores.shape)}")
+        raise ValueError(
+            f"batch_ids has shape {tuple(batch_ids.shape)} but scores has shape "
+            f"{tuple(scores.shape)}"
+        )
     out: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
     for b in torch.unique(batch_ids):
         m = batch_ids == b
@@ -153,7 +173,10 @@ def calibration_counts(
 
 
 def juxtaposed_batches(
-    pos_per_batch: Sequence[int], neg_per_batch: Sequence[int], *, dtype: torch.dtype = torch.float64
+    pos_per_batch: Sequence[int],
+    neg_per_batch: Sequence[int],
+    *,
+    dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The worst-case arrangement of Eq. 3.18 (thesis Fig. 3.10 / A.1; SupRank Fig. 11).
 
@@ -167,8 +190,12 @@ def juxtaposed_batches(
     p, n = _counts("pos_per_batch", pos_per_batch), _counts("neg_per_batch", neg_per_batch)
     if len(p) != len(n):
         raise ValueError(f"pos_per_batch has {len(p)} batches but neg_per_batch has {len(n)}")
-    targets = torch.tensor([t for pb, nb in zip(p, n, strict=True) for t in [True] * pb + [False] * nb])
-    batch_ids = torch.tensor([b for b, (pb, nb) in enumerate(zip(p, n, strict=True)) for _ in range(pb + nb)])
+    targets = torch.tensor(
+        [t for pb, nb in zip(p, n, strict=True) for t in [True] * pb + [False] * nb]
+    )
+    batch_ids = torch.tensor(
+        [b for b, (pb, nb) in enumerate(zip(p, n, strict=True)) for _ in range(pb + nb)]
+    )
     total = targets.numel()
     scores = 1.0 - torch.arange(total, dtype=dtype) / total
     return scores, targets, batch_ids
@@ -201,7 +228,9 @@ def worst_case_dg_brute_force(
     sizes = [pb + nb for pb, nb in zip(p, n, strict=True)]
     n_orders = math.factorial(sum(sizes)) // math.prod(math.factorial(s) for s in sizes)
     if n_orders > max_orderings:
-        raise ValueError(f"{n_orders} orderings exceed max_orderings={max_orderings}; use a smaller case")
+        raise ValueError(
+            f"{n_orders} orderings exceed max_orderings={max_orderings}; use a smaller case"
+        )
     best, best_seq = -1.0, []
     for seq in _interleavings(sizes):
         taken = [0] * len(sizes)

@@ -42,7 +42,12 @@ __all__ = ["esupcon_terms", "esupcon_loss", "smooth_max_ce_supcon", "ESupConLoss
 
 @full_precision
 def esupcon_terms(
-    z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, temperature: float = 0.1, *, normalize: bool = True,
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    temperature: float = 0.1,
+    *,
+    normalize: bool = True,
     normalize_prototypes: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Per-sample quantities of Eqs. 6.12 and 6.16 (each ``(M,)``), all divided by ``temperature``.
@@ -60,24 +65,47 @@ def _eye(z: torch.Tensor) -> torch.Tensor:
     return torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
 
 
-def _unit_prototypes(prototypes: object, z: torch.Tensor, normalize_prototypes: bool) -> torch.Tensor:
+def _unit_prototypes(
+    prototypes: object, z: torch.Tensor, normalize_prototypes: bool
+) -> torch.Tensor:
     protos = check_prototypes(prototypes, z.shape[1]).to(z.device)
     return unit_rows(protos, dim=1) if normalize_prototypes else protos
 
 
-def _esupcon_terms(z: torch.Tensor, labels: torch.Tensor, sim: torch.Tensor, pool: torch.Tensor, protos: torch.Tensor,
-                   t: float) -> dict[str, torch.Tensor]:
-    """Eqs. 6.12 / 6.16 for anchors ``z (M, d)`` against the pool items (``sim = z r^T / tau``, ``(M, N)``)."""
-    logits = z @ protos.to(device=z.device, dtype=z.dtype).T / t  # prototype_logits of checked inputs
+def _esupcon_terms(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    sim: torch.Tensor,
+    pool: torch.Tensor,
+    protos: torch.Tensor,
+    t: float,
+) -> dict[str, torch.Tensor]:
+    """Eqs. 6.12 / 6.16 for anchors ``z (M, d)`` against the pool items (``sim = z r^T / tau``,
+    ``(M, N)``)."""
+    # prototype_logits of checked inputs
+    logits = z @ protos.to(device=z.device, dtype=z.dtype).T / t
     check_class_indices(labels, logits.shape[1])
     tt = logits.gather(1, labels[:, None]).squeeze(1)
     log_c1 = torch.logsumexp(logits, 1)
     log_c2 = torch.logsumexp(sim.masked_fill(~pool, float("-inf")), 1)
-    return {"T": tt, "log_C1": log_c1, "log_C2": log_c2, "l_pt": -tt + torch.logaddexp(log_c1, log_c2)}
+    return {
+        "T": tt,
+        "log_C1": log_c1,
+        "log_C2": log_c2,
+        "l_pt": -tt + torch.logaddexp(log_c1, log_c2),
+    }
 
 
-def _esupcon(z: torch.Tensor, labels: torch.Tensor, sim: torch.Tensor, pool: torch.Tensor, positives: torch.Tensor,
-             protos: torch.Tensor, t: float, all_denominators: bool) -> torch.Tensor:
+def _esupcon(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    sim: torch.Tensor,
+    pool: torch.Tensor,
+    positives: torch.Tensor,
+    protos: torch.Tensor,
+    t: float,
+    all_denominators: bool,
+) -> torch.Tensor:
     """Eq. 6.15 for anchors ``z (M, d)`` against a pool (the batch, ``j != i``, or a memory)."""
     terms = _esupcon_terms(z, labels, sim, pool, protos, t)
     k = protos.shape[0]
@@ -85,10 +113,14 @@ def _esupcon(z: torch.Tensor, labels: torch.Tensor, sim: torch.Tensor, pool: tor
     counts = onehot.sum(0)
     per_class = (onehot * terms["l_pt"][:, None]).sum(0) / counts.clamp_min(1)
     proto_term = per_class[counts > 0].sum()
-    per, has = supcon_per_anchor(sim, positives, pool, terms["log_C1"] if all_denominators else None)
+    per, has = supcon_per_anchor(
+        sim, positives, pool, terms["log_C1"] if all_denominators else None
+    )
     if not all_denominators and not bool(has.any()):
-        raise ValueError("no anchor has a positive (every label of labels is unique): SupCon needs >= 2 samples "
-                         "(or views) per class")
+        raise ValueError(
+            "no anchor has a positive (every label of labels is unique): SupCon needs >= 2 samples "
+            "(or views) per class"
+        )
     return (proto_term + per.sum()) / (z.shape[0] + k)
 
 
@@ -101,7 +133,9 @@ def smooth_max_ce_supcon(l_ce: torch.Tensor, l_supcon: torch.Tensor) -> torch.Te
     """
     l_ce, l_supcon = _nonneg_losses(l_ce, "l_ce"), _nonneg_losses(l_supcon, "l_supcon")
     if l_ce.shape != l_supcon.shape:
-        raise ValueError(f"l_ce has shape {tuple(l_ce.shape)} but l_supcon has shape {tuple(l_supcon.shape)}")
+        raise ValueError(
+            f"l_ce has shape {tuple(l_ce.shape)} but l_supcon has shape {tuple(l_supcon.shape)}"
+        )
     m = torch.maximum(l_ce, l_supcon)
     return m + torch.log(torch.exp(l_ce - m) + torch.exp(l_supcon - m) - torch.exp(-m))
 
@@ -147,7 +181,9 @@ def esupcon_loss(
     protos = _unit_prototypes(prototypes, z, normalize_prototypes)
     pool = ~_eye(z)
     positives = (labels[:, None] == labels[None, :]) & pool
-    return _esupcon(z, labels, z @ z.T / t, pool, positives, protos, t, prototypes_in_all_denominators)
+    return _esupcon(
+        z, labels, z @ z.T / t, pool, positives, protos, t, prototypes_in_all_denominators
+    )
 
 
 @register_loss("esupcon", needs=("n_classes", "dim"))
@@ -156,9 +192,9 @@ class ESupConLoss(MetricLoss):
 
     ``loss(embeddings (M, d), labels (M,))`` is :func:`esupcon_loss` on the batch;
     ``loss(embeddings, labels, ref_embeddings (N, d), ref_labels (N,), ref_self_index=None)`` takes
-    the sample-sample terms (the SupCon positives and the ``C2`` sums of Eqs. 6.12 and 6.16) from the
-    reference set (e.g. a cross-batch memory; ``ref_self_index`` removes each anchor's own copy),
-    the prototype terms staying per anchor. The prototypes are the classifier
+    the sample-sample terms (the SupCon positives and the ``C2`` sums of Eqs. 6.12 and 6.16) from
+    the reference set (e.g. a cross-batch memory; ``ref_self_index`` removes each anchor's own
+    copy), the prototype terms staying per anchor. The prototypes are the classifier
     (:class:`rank_lab.models.heads.PrototypeClassifier`): :meth:`predict_proba` is
     ``softmax(z theta^T / tau)``.
 
@@ -170,8 +206,15 @@ class ESupConLoss(MetricLoss):
             as every binary loss.
     """
 
-    def __init__(self, n_classes: int, dim: int, temperature: float = 0.1, *, prototypes_in_all_denominators: bool = False,
-                 hierarchy_level: int = 0) -> None:
+    def __init__(
+        self,
+        n_classes: int,
+        dim: int,
+        temperature: float = 0.1,
+        *,
+        prototypes_in_all_denominators: bool = False,
+        hierarchy_level: int = 0,
+    ) -> None:
         super().__init__(hierarchy_level=check_nonneg_int(hierarchy_level, "hierarchy_level"))
         self.classifier = PrototypeClassifier(n_classes, dim, temperature)
         self.temperature = self.classifier.temperature
@@ -183,12 +226,24 @@ class ESupConLoss(MetricLoss):
         classes = batch.labels if batch.labels.ndim == 1 else batch.labels[:, self.hierarchy_level]
         z = batch.embeddings.to(batch.scores.dtype)
         if z.shape[1] != self.classifier.prototypes.shape[1]:
-            raise ValueError(f"embeddings have d={z.shape[1]} but the prototypes have d={self.classifier.prototypes.shape[1]} "
-                             "(ESupConLoss takes (n_classes, dim), in this order)")
-        protos = unit_rows(self.classifier.prototypes.to(z.device), dim=1)  # the loss' own parameters
+            raise ValueError(
+                f"embeddings have d={z.shape[1]} but the prototypes have "
+                f"d={self.classifier.prototypes.shape[1]} (ESupConLoss takes (n_classes, dim), in "
+                "this order)"
+            )
+        # the loss' own parameters
+        protos = unit_rows(self.classifier.prototypes.to(z.device), dim=1)
         positives = (batch.relevance > 0) & batch.valid
-        return _esupcon(z, classes, batch.scores / self.temperature, batch.valid, positives, protos, self.temperature,
-                        self.prototypes_in_all_denominators)
+        return _esupcon(
+            z,
+            classes,
+            batch.scores / self.temperature,
+            batch.valid,
+            positives,
+            protos,
+            self.temperature,
+            self.prototypes_in_all_denominators,
+        )
 
     def predict_proba(self, z: torch.Tensor) -> torch.Tensor:
         """``(M, K)`` posterior."""

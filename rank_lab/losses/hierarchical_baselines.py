@@ -16,7 +16,7 @@
   summed over levels. This is the form of the re-implementation in the official HAPPIER code (which
   produced the CSL rows of the thesis' tables): the positive term is always the fine proxy ("cross
   scale"), ``gamma = 32``, margins ``(0.25, 0.35, 0.45)`` fine to coarse for L = 3.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -82,16 +82,26 @@ class SigmaLoss(MetricLoss):
         """Weighted sum of the per-level losses of ``embeddings (B, d)``, ``labels (B, L)``."""
         lab = check_labels(labels, None, "labels")
         if lab.ndim != 2 or lab.shape[1] < len(self.losses):
-            raise ValueError(f"SigmaLoss over {len(self.losses)} levels needs (B, L >= {len(self.losses)}) labels, got {tuple(lab.shape)}")
+            raise ValueError(
+                f"SigmaLoss over {len(self.losses)} levels needs (B, L >= {len(self.losses)}) "
+                f"labels, got {tuple(lab.shape)}"
+            )
         total = embeddings.new_zeros(())
-        checked = False  # validate once: the first level's loss checks the inputs' values, the others trust them
+        # validate once: the first level's loss checks the inputs' values, the others trust them
+        checked = False
         with deferred_no_positive(self.losses):  # every level's no-positive rule in one host sync
             for w, loss in zip(self.weights, self.losses, strict=True):
                 if w == 0:
                     continue
                 with trusted_inputs([loss]) if checked else contextlib.nullcontext():
                     if ref_embeddings is not None and getattr(loss, "uses_references", True):
-                        total = total + w * loss(embeddings, labels, ref_embeddings, ref_labels, ref_self_index=ref_self_index)
+                        total = total + w * loss(
+                            embeddings,
+                            labels,
+                            ref_embeddings,
+                            ref_labels,
+                            ref_self_index=ref_self_index,
+                        )
                     else:
                         total = total + w * loss(embeddings, labels)
                 checked = True
@@ -111,8 +121,9 @@ def sigma_loss(
     weights: Sequence[float] | None = None,
     **kwargs: object,
 ) -> SigmaLoss:
-    """Build a Σ-loss from a loss name of :func:`rank_lab.losses.build_loss` (Σ TL_SH = ``"triplet"``
-    with ``mining="semihard"``, Σ NSM = ``"norm_softmax"``, Σ NCA++ = ``"proxy_nca_pp"``, ``"sup_ap"`` ...).
+    """Build a Σ-loss from a loss name of :func:`rank_lab.losses.build_loss` (Σ TL_SH =
+    ``"triplet"`` with ``mining="semihard"``, Σ NSM = ``"norm_softmax"``, Σ NCA++ =
+    ``"proxy_nca_pp"``, ``"sup_ap"`` ...).
 
     Args:
         base: name of the binary loss (``build_loss("sigma", base="sup_ap", n_levels=2)``).
@@ -126,11 +137,15 @@ def sigma_loss(
     if isinstance(n_levels, bool) or not isinstance(n_levels, int) or n_levels < 1:
         raise ValueError(f"n_levels must be a positive int, got {n_levels!r}")
     if level_classes is not None and len(level_classes) != n_levels:
-        raise ValueError(f"level_classes must give one count per level ({n_levels}), got {list(level_classes)}")
+        raise ValueError(
+            f"level_classes must give one count per level ({n_levels}), got {list(level_classes)}"
+        )
     try:
         takes_dim = "dim" in loss_info(base).needs
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"base must be a loss name of build_loss, got {base!r}; known: {list_losses()}") from exc
+        raise ValueError(
+            f"base must be a loss name of build_loss, got {base!r}; known: {list_losses()}"
+        ) from exc
     losses = []
     for lev in range(n_levels):
         kw = dict(kwargs, hierarchy_level=lev)
@@ -144,7 +159,8 @@ def sigma_loss(
 
 @register_loss("csl", needs=("n_classes", "dim"), hierarchical=True)
 class CSLLoss(MetricLoss):
-    """Cross-Scale Learning loss of the DyML paper (Sun et al., CVPR 2021), see the module docstring.
+    """Cross-Scale Learning loss of the DyML paper (Sun et al., CVPR 2021), see the module
+    docstring.
 
     Args:
         n_classes: number of training fine classes C (labels' column 0 in ``[0, C)``).
@@ -160,7 +176,8 @@ class CSLLoss(MetricLoss):
 
     The common call of :class:`~rank_lab.losses.base.MetricLoss`; ``uses_references = False``
     (a proxy loss, like :class:`~rank_lab.losses.proxies.NormSoftmaxLoss`): the references are
-    checked, not used, so with a memory it sees the batch only. Proxies are initialised ``U(-1/sqrt(d), 1/sqrt(d))`` (official); give them their own learning rate.
+    checked, not used, so with a memory it sees the batch only. Proxies are initialised
+    ``U(-1/sqrt(d), 1/sqrt(d))`` (official); give them their own learning rate.
     """
 
     uses_references = False
@@ -179,11 +196,20 @@ class CSLLoss(MetricLoss):
         super().__init__(normalize=normalize)
         if n_levels is None:
             if hierarchy is None:
-                raise ValueError("CSLLoss needs n_levels (number of label columns) or a hierarchy table")
+                raise ValueError(
+                    "CSLLoss needs n_levels (number of label columns) or a hierarchy table"
+                )
             n_levels = as_hierarchical_labels(hierarchy, name="hierarchy").shape[1]
-        self.n_classes, self.dim = check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")
+        self.n_classes, self.dim = (
+            check_positive_int(n_classes, "n_classes"),
+            check_positive_int(dim, "dim"),
+        )
         self.n_levels = check_positive_int(n_levels, "n_levels")
-        self.margins = [0.25 + 0.1 * lev for lev in range(self.n_levels)] if margins is None else [float(m) for m in margins]
+        self.margins = (
+            [0.25 + 0.1 * lev for lev in range(self.n_levels)]
+            if margins is None
+            else [float(m) for m in margins]
+        )
         if len(self.margins) != self.n_levels:
             raise ValueError(f"margins must hold {self.n_levels} values, got {self.margins}")
         scale = check_float(scale, "scale", low=0.0, low_open=True)
@@ -193,11 +219,15 @@ class CSLLoss(MetricLoss):
         self.proxies = nn.Parameter(torch.empty(self.n_classes, self.dim))
         bound = 1.0 / math.sqrt(self.dim)
         nn.init.uniform_(self.proxies, -bound, bound)
-        self.register_buffer("proxy_labels", torch.full((self.n_classes, self.n_levels), -1, dtype=torch.long))
+        self.register_buffer(
+            "proxy_labels", torch.full((self.n_classes, self.n_levels), -1, dtype=torch.long)
+        )
         if hierarchy is not None:
             table = hierarchy_table(hierarchy)
             if table.shape[1] != self.n_levels:
-                raise ValueError(f"hierarchy has {table.shape[1]} levels but n_levels={self.n_levels}")
+                raise ValueError(
+                    f"hierarchy has {table.shape[1]} levels but n_levels={self.n_levels}"
+                )
             self._record(table)
 
     @torch.no_grad()
@@ -206,11 +236,17 @@ class CSLLoss(MetricLoss):
         outside = (fine < 0) | (fine >= self.n_classes)
         known = self.proxy_labels[fine.clamp(0, self.n_classes - 1).to(self.proxy_labels.device)]
         clash = (known[:, 0] >= 0) & (known != lab.to(known.device)).any(1)
-        bad_range, bad_tree = torch.stack([outside.any(), clash.any().to(outside.device)]).tolist()  # one host sync
+        # one host sync
+        bad_range, bad_tree = torch.stack([outside.any(), clash.any().to(outside.device)]).tolist()
         if bad_range:
-            raise ValueError(f"fine labels must be in [0, {self.n_classes}) (one proxy per training class)")
+            raise ValueError(
+                f"fine labels must be in [0, {self.n_classes}) (one proxy per training class)"
+            )
         if bad_tree:
-            raise ValueError(f"fine class {int(fine[clash][0])} appears with two label paths: labels are not a tree")
+            raise ValueError(
+                f"fine class {int(fine[clash][0])} appears with two label paths: labels are not a "
+                "tree"
+            )
         self.proxy_labels[fine.to(self.proxy_labels.device)] = lab.to(self.proxy_labels.device)
 
     @full_precision
@@ -223,14 +259,20 @@ class CSLLoss(MetricLoss):
         *,
         ref_self_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Scalar CSL loss of ``embeddings (B, d)`` with ``labels (B, L)`` (references checked, not used)."""
+        """Scalar CSL loss of ``embeddings (B, d)`` with ``labels (B, L)`` (references checked, not
+        used)."""
         emb = check_embeddings(embeddings, "embeddings")
         lab = as_hierarchical_labels(labels, emb.shape[0]).to(emb.device)
         check_references(emb, ref_embeddings, ref_labels)
         if lab.shape[1] != self.n_levels:
-            raise ValueError(f"labels have {lab.shape[1]} levels but the loss was built for n_levels={self.n_levels}")
+            raise ValueError(
+                f"labels have {lab.shape[1]} levels but the loss was built for "
+                f"n_levels={self.n_levels}"
+            )
         if emb.shape[1] != self.dim:
-            raise ValueError(f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}")
+            raise ValueError(
+                f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}"
+            )
         self._record(lab)
         v = emb.to(self.proxies.dtype)  # float32, or float64 after .double()
         v = unit_rows(v, dim=1) if self.normalize else v
@@ -248,4 +290,7 @@ class CSLLoss(MetricLoss):
         return total / self.n_levels if self.level_reduction == "mean" else total
 
     def extra_repr(self) -> str:
-        return f"n_classes={self.n_classes}, dim={self.dim}, margins={self.margins}, scale={self.scale}"
+        return (
+            f"n_classes={self.n_classes}, dim={self.dim}, margins={self.margins}, "
+            f"scale={self.scale}"
+        )

@@ -1,9 +1,10 @@
-"""AP baselines by soft histogram binning: FastAP and SoftBin-AP (the baselines of Tab. 3.1 / Tab. I).
+"""AP baselines by soft histogram binning: FastAP and SoftBin-AP (the baselines of Tab. 3.1 / Tab.
+I).
 
 Both approximate AP from soft histograms of a query's scores (or distances) with a triangular
-kernel ``delta(x, z) = [1 - |x - z| / Delta]_+`` centred on ``M`` bins; a score is shared between its
-two nearest bins, so the histograms are piecewise linear in the scores. Neither is an upper bound of
-the AP loss; their resolution is limited by the bin width (Ramzi thesis Sec. 2.3.2).
+kernel ``delta(x, z) = [1 - |x - z| / Delta]_+`` centred on ``M`` bins; a score is shared between
+its two nearest bins, so the histograms are piecewise linear in the scores. Neither is an upper
+bound of the AP loss; their resolution is limited by the bin width (Ramzi thesis Sec. 2.3.2).
 
 * :class:`FastAP` -- Cakir, He, Xia, Kulis, Sclaroff, "Deep Metric Learning to Rank" (CVPR 2019).
   Squared Euclidean distances of unit vectors ``d = 2 - 2 s`` in ``[0, 4]``, ``L + 1`` bin centres
@@ -43,8 +44,11 @@ from rank_lab.losses.registry import register_loss
 __all__ = ["FastAP", "SoftBinAP", "triangular_histogram"]
 
 
-def triangular_histogram(values: torch.Tensor, weights: torch.Tensor, centres: torch.Tensor, width: float) -> torch.Tensor:
-    """Soft histogram ``h[q, m] = sum_j weights[q, j] * [1 - |values[q, j] - centres[m]| / width]_+``.
+def triangular_histogram(
+    values: torch.Tensor, weights: torch.Tensor, centres: torch.Tensor, width: float
+) -> torch.Tensor:
+    """Soft histogram
+    ``h[q, m] = sum_j weights[q, j] * [1 - |values[q, j] - centres[m]| / width]_+``.
 
     Args:
         values: ``(Q, N)`` finite values (a ``(N,)`` vector is one row).
@@ -58,7 +62,9 @@ def triangular_histogram(values: torch.Tensor, weights: torch.Tensor, centres: t
     values, weights = check_scores_targets(values, weights, "values", "weights")
     centres = as_tensor(centres, "centres")
     if centres.ndim != 1 or centres.numel() == 0:
-        raise ValueError(f"centres must be a non-empty (M,) vector, got shape {tuple(centres.shape)}")
+        raise ValueError(
+            f"centres must be a non-empty (M,) vector, got shape {tuple(centres.shape)}"
+        )
     if not centres.is_floating_point():
         centres = centres.to(values.dtype)
     check_finite(centres, "centres")
@@ -66,7 +72,9 @@ def triangular_histogram(values: torch.Tensor, weights: torch.Tensor, centres: t
     return _triangular_histogram(values, weights.to(values.dtype), centres.to(values.device), width)
 
 
-def _triangular_histogram(values: torch.Tensor, weights: torch.Tensor, centres: torch.Tensor, width: float) -> torch.Tensor:
+def _triangular_histogram(
+    values: torch.Tensor, weights: torch.Tensor, centres: torch.Tensor, width: float
+) -> torch.Tensor:
     cols = [(weights * torch.relu(1 - (values - c).abs() / width)).sum(1) for c in centres]
     return torch.stack(cols, dim=1)
 
@@ -81,15 +89,17 @@ class FastAP(ListwiseLoss):
             ``hierarchy_level``.
 
     Shapes:
-        ``forward(embeddings (B, d), labels ...)`` or ``forward_scores(scores (Q, N), targets (Q, N))``
-        with cosine scores in ``[-1, 1]``.
+        ``forward(embeddings (B, d), labels ...)`` or
+        ``forward_scores(scores (Q, N), targets (Q, N))`` with cosine scores in ``[-1, 1]``.
     """
 
     def __init__(self, num_bins: int = 10, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.num_bins = check_positive_int(num_bins, "num_bins")
 
-    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def per_query(
+        self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
         dist = (2 - 2 * scores).clamp(0, 4)
         width = 4.0 / self.num_bins
         centres = torch.linspace(0, 4, self.num_bins + 1, dtype=scores.dtype, device=scores.device)
@@ -97,7 +107,9 @@ class FastAP(ListwiseLoss):
         h_pos = _triangular_histogram(dist, pos, centres, width)
         h_all = _triangular_histogram(dist, valid.to(scores.dtype), centres, width)
         cum_pos, cum_all = h_pos.cumsum(1), h_all.cumsum(1)
-        terms = torch.where(cum_all > 0, h_pos * cum_pos / cum_all.clamp(min=1e-12), torch.zeros_like(cum_all))
+        terms = torch.where(
+            cum_all > 0, h_pos * cum_pos / cum_all.clamp(min=1e-12), torch.zeros_like(cum_all)
+        )
         return 1 - terms.sum(1) / pos.sum(1).clamp(min=1)
 
     def extra_repr(self) -> str:
@@ -114,18 +126,31 @@ class SoftBinAP(ListwiseLoss):
         **kwargs: see :class:`FastAP`.
     """
 
-    def __init__(self, num_bins: int = 20, min_score: float = -1.0, max_score: float = 1.0, **kwargs: object) -> None:
+    def __init__(
+        self, num_bins: int = 20, min_score: float = -1.0, max_score: float = 1.0, **kwargs: object
+    ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         if check_positive_int(num_bins, "num_bins") < 2:
             raise ValueError(f"num_bins must be >= 2, got {num_bins}")
-        min_score, max_score = check_float(min_score, "min_score"), check_float(max_score, "max_score")
+        min_score, max_score = (
+            check_float(min_score, "min_score"),
+            check_float(max_score, "max_score"),
+        )
         if not max_score > min_score:
             raise ValueError(f"max_score must be > min_score, got {min_score}, {max_score}")
-        self.num_bins, self.min_score, self.max_score = int(num_bins), float(min_score), float(max_score)
+        self.num_bins, self.min_score, self.max_score = (
+            int(num_bins),
+            float(min_score),
+            float(max_score),
+        )
 
-    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def per_query(
+        self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
         width = (self.max_score - self.min_score) / (self.num_bins - 1)
-        centres = torch.linspace(self.max_score, self.min_score, self.num_bins, dtype=scores.dtype, device=scores.device)
+        centres = torch.linspace(
+            self.max_score, self.min_score, self.num_bins, dtype=scores.dtype, device=scores.device
+        )
         x = scores.clamp(self.min_score, self.max_score)
         pos = ((relevance > 0) & valid).to(scores.dtype)
         c_pos = _triangular_histogram(x, pos, centres, width)

@@ -44,7 +44,8 @@ def pair_margin_loss(
     pair_reduction: PairReduction = "per_query_mean",
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Contrastive pair loss on scores (Hadsell et al. 2006, cosine form; Eq. 3.7 of the Ramzi thesis).
+    """Contrastive pair loss on scores (Hadsell et al. 2006, cosine form; Eq. 3.7 of the Ramzi
+    thesis).
 
     ``l+ = [pos_margin - s]_+`` for positive pairs, ``l- = [s - neg_margin]_+`` for negative pairs.
 
@@ -68,9 +69,16 @@ def pair_margin_loss(
     scores, relevance = check_scores_targets(scores, relevance, "scores", "relevance")
     valid = torch.as_tensor(valid, device=scores.device)
     if valid.shape != scores.shape:
-        raise ValueError(f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}")
-    pos_margin, neg_margin = check_float(pos_margin, "pos_margin"), check_float(neg_margin, "neg_margin")
-    return pair_margin_loss_trusted(scores, relevance, valid.bool(), pos_margin, neg_margin, pair_reduction, reduction)
+        raise ValueError(
+            f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}"
+        )
+    pos_margin, neg_margin = (
+        check_float(pos_margin, "pos_margin"),
+        check_float(neg_margin, "neg_margin"),
+    )
+    return pair_margin_loss_trusted(
+        scores, relevance, valid.bool(), pos_margin, neg_margin, pair_reduction, reduction
+    )
 
 
 def pair_margin_loss_trusted(
@@ -82,7 +90,8 @@ def pair_margin_loss_trusted(
     pair_reduction: str,
     reduction: str,
 ) -> torch.Tensor:
-    """:func:`pair_margin_loss` of checked arguments (the pair losses' kernel: no check, no host sync)."""
+    """:func:`pair_margin_loss` of checked arguments (the pair losses' kernel: no check, no host
+    sync)."""
     pos = (relevance > 0) & valid
     neg = (relevance <= 0) & valid
     zero = torch.zeros_like(scores)
@@ -90,14 +99,19 @@ def pair_margin_loss_trusted(
     ln = torch.where(neg, torch.relu(scores - neg_margin), zero)
     if pair_reduction == "avg_nonzero":
         if reduction != "mean":
-            raise ValueError("pair_reduction='avg_nonzero' is a global average: use reduction='mean'")
+            raise ValueError(
+                "pair_reduction='avg_nonzero' is a global average: use reduction='mean'"
+            )
         return lp.sum() / (lp > 0).sum().clamp(min=1) + ln.sum() / (ln > 0).sum().clamp(min=1)
     if pair_reduction == "per_query_mean":
         per_q = lp.sum(1) / pos.sum(1).clamp(min=1) + ln.sum(1) / neg.sum(1).clamp(min=1)
     elif pair_reduction == "per_query_sum":
         per_q = lp.sum(1) + ln.sum(1)
     else:
-        raise ValueError(f"pair_reduction must be 'per_query_mean', 'per_query_sum' or 'avg_nonzero', got {pair_reduction!r}")
+        raise ValueError(
+            "pair_reduction must be 'per_query_mean', 'per_query_sum' or 'avg_nonzero', got "
+            f"{pair_reduction!r}"
+        )
     return reduce_kept(per_q, valid.any(1), reduction)  # type: ignore[arg-type]
 
 
@@ -114,17 +128,38 @@ class ContrastiveLoss(MetricLoss):
         **kwargs: ``normalize``, ``reduction``, ``query_role``, ``hierarchy_level``.
     """
 
-    def __init__(self, pos_margin: float = 1.0, neg_margin: float = 0.5, pair_reduction: PairReduction = "per_query_sum", **kwargs: object) -> None:
+    def __init__(
+        self,
+        pos_margin: float = 1.0,
+        neg_margin: float = 0.5,
+        pair_reduction: PairReduction = "per_query_sum",
+        **kwargs: object,
+    ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.pos_margin, self.neg_margin = check_float(pos_margin, "pos_margin"), check_float(neg_margin, "neg_margin")
-        self.pair_reduction = check_choice(pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero"))
+        self.pos_margin, self.neg_margin = (
+            check_float(pos_margin, "pos_margin"),
+            check_float(neg_margin, "neg_margin"),
+        )
+        self.pair_reduction = check_choice(
+            pair_reduction, "pair_reduction", ("per_query_mean", "per_query_sum", "avg_nonzero")
+        )
 
     def loss_from_batch(self, batch: PreparedBatch) -> torch.Tensor:
-        return pair_margin_loss_trusted(batch.scores, batch.relevance, batch.valid, self.pos_margin, self.neg_margin,
-                                        self.pair_reduction, self.reduction)
+        return pair_margin_loss_trusted(
+            batch.scores,
+            batch.relevance,
+            batch.valid,
+            self.pos_margin,
+            self.neg_margin,
+            self.pair_reduction,
+            self.reduction,
+        )
 
     def extra_repr(self) -> str:
-        return f"pos_margin={self.pos_margin}, neg_margin={self.neg_margin}, pair_reduction={self.pair_reduction!r}"
+        return (
+            f"pos_margin={self.pos_margin}, neg_margin={self.neg_margin}, "
+            f"pair_reduction={self.pair_reduction!r}"
+        )
 
 
 @register_loss("triplet")
@@ -193,10 +228,16 @@ class TripletMarginLoss(MetricLoss):
         sums = losses.new_zeros(n_q).index_add(0, q_idx, losses.sum(1))
         counts = losses.new_zeros(n_q).index_add(0, q_idx, count_mask.sum(1).to(losses.dtype))
         per_q = sums / counts.clamp(min=1)
-        keep = counts > 0 if self.triplet_average == "all" else losses.new_zeros(n_q).index_add(0, q_idx, mined.sum(1).to(losses.dtype)) > 0
+        keep = (
+            counts > 0
+            if self.triplet_average == "all"
+            else losses.new_zeros(n_q).index_add(0, q_idx, mined.sum(1).to(losses.dtype)) > 0
+        )
         if not bool(keep.any()) and self.mining != "semihard":
-            raise ValueError("no valid triplet (anchor, positive, negative) in the batch or the references (labels / "
-                             "ref_labels): use an m-per-class sampler")
+            raise ValueError(
+                "no valid triplet (anchor, positive, negative) in the batch or the references "
+                "(labels / ref_labels): use an m-per-class sampler"
+            )
         return reduce_kept(per_q, keep, self.reduction)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:

@@ -55,7 +55,10 @@ class _ProxyLoss(MetricLoss):
     def __init__(self, n_classes: int, dim: int, temperature: float, **kwargs: object) -> None:
         kwargs.setdefault("reduction", "mean")
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.n_classes, self.dim = check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")
+        self.n_classes, self.dim = (
+            check_positive_int(n_classes, "n_classes"),
+            check_positive_int(dim, "dim"),
+        )
         self.temperature = check_float(temperature, "temperature", low=0.0, low_open=True)
         self.proxies = nn.Parameter(torch.empty(self.n_classes, self.dim))
 
@@ -74,8 +77,9 @@ class _ProxyLoss(MetricLoss):
     ) -> torch.Tensor:
         """Cross-entropy over proxies of ``embeddings (B, d)``, ``labels (B,)|(B, L)``.
 
-        References are checked (:func:`~rank_lab.losses.prepared_batch.check_references`) but not used: a
-        proxy loss compares each embedding with the class proxies only (``uses_references = False``).
+        References are checked (:func:`~rank_lab.losses.prepared_batch.check_references`) but not
+        used: a proxy loss compares each embedding with the class proxies only
+        (``uses_references = False``).
         """
         trusted = trusts_inputs(self)  # a combined loss or the engine checked the values (finite)
         emb = check_embeddings(embeddings, "embeddings", finite=not trusted)
@@ -83,12 +87,20 @@ class _ProxyLoss(MetricLoss):
         check_references(emb, ref_embeddings, ref_labels, finite=not trusted)
         if lab.ndim == 2:
             if not 0 <= self.hierarchy_level < lab.shape[1]:
-                raise ValueError(f"hierarchy_level={self.hierarchy_level} is out of range for labels with {lab.shape[1]} levels")
+                raise ValueError(
+                    f"hierarchy_level={self.hierarchy_level} is out of range for labels with "
+                    f"{lab.shape[1]} levels"
+                )
             lab = lab[:, self.hierarchy_level]
         if emb.shape[1] != self.dim:
-            raise ValueError(f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}")
+            raise ValueError(
+                f"embeddings has dimension {emb.shape[1]} but the proxies have {self.dim}"
+            )
         if bool(((lab < 0) | (lab >= self.n_classes)).any()):  # one host sync
-            raise ValueError(f"labels must be in [0, {self.n_classes}) (one proxy per training class); got range [{int(lab.min())}, {int(lab.max())}]")
+            raise ValueError(
+                f"labels must be in [0, {self.n_classes}) (one proxy per training class); got "
+                f"range [{int(lab.min())}, {int(lab.max())}]"
+            )
         logits = self.logits(emb.float() if emb.dtype in (torch.float16, torch.bfloat16) else emb)
         return F.cross_entropy(logits, lab, reduction=self.reduction)
 
@@ -112,7 +124,9 @@ class NormSoftmaxLoss(_ProxyLoss):
         ``embeddings (B, d)``, ``labels (B,)`` -> scalar (``(B,)`` with ``reduction="none"``).
     """
 
-    def __init__(self, n_classes: int, dim: int, temperature: float = 0.05, **kwargs: object) -> None:
+    def __init__(
+        self, n_classes: int, dim: int, temperature: float = 0.05, **kwargs: object
+    ) -> None:
         super().__init__(n_classes, dim, temperature, **kwargs)
         bound = 1.0 / math.sqrt(self.dim)
         nn.init.uniform_(self.proxies, -bound, bound)
@@ -135,7 +149,14 @@ class ProxyNCAPlusPlusLoss(_ProxyLoss):
         **kwargs: ``reduction``, ``hierarchy_level``.
     """
 
-    def __init__(self, n_classes: int, dim: int, temperature: float = 1.0 / 9.0, distance: str = "squared_euclidean", **kwargs: object) -> None:
+    def __init__(
+        self,
+        n_classes: int,
+        dim: int,
+        temperature: float = 1.0 / 9.0,
+        distance: str = "squared_euclidean",
+        **kwargs: object,
+    ) -> None:
         super().__init__(n_classes, dim, temperature, **kwargs)
         self.distance = check_choice(distance, "distance", ("squared_euclidean",))
         with torch.no_grad():

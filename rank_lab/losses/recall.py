@@ -36,7 +36,8 @@ self-similarity is added as one more item); the ROADMAP code keeps it as a posit
 (``"positive"``).
 
 The score-level functions (:func:`~rank_lab.losses.recall_at_k.recall_at_k_surrogate`,
-:func:`~rank_lab.losses.recall_at_k.smooth_positive_ranks`) are in :mod:`rank_lab.losses.recall_at_k`.
+:func:`~rank_lab.losses.recall_at_k.smooth_positive_ranks`) are in
+:mod:`rank_lab.losses.recall_at_k`.
 
 Per-k outer temperatures: ``tau_star`` may be a float or one value per k (an early commit of the
 RS@k code used ``tau1_k = k``). A k larger than the retrieval set (whose term would be constant,
@@ -90,18 +91,24 @@ DEFAULT_KS_SIMIX: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
 Normalization = Literal["min", "positives"]
 
 
-def _check_ks(ks: int | Sequence[int], tau_star: float | Sequence[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+def _check_ks(
+    ks: int | Sequence[int], tau_star: float | Sequence[float]
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """``ks`` as a non-empty tuple of positive ints and one outer temperature per k."""
     if isinstance(ks, int) and not isinstance(ks, bool):
         ks = (ks,)
     if isinstance(ks, (str, bytes)) or not hasattr(ks, "__iter__"):
         raise TypeError(f"ks must be a non-empty sequence of positive ints, got {ks!r}")
-    ks_t = tuple(check_positive_int(k.item() if isinstance(k, torch.Tensor) else k, "ks") for k in ks)
+    ks_t = tuple(
+        check_positive_int(k.item() if isinstance(k, torch.Tensor) else k, "ks") for k in ks
+    )
     if not ks_t:
         raise ValueError(f"ks must be a non-empty sequence of positive ints, got {ks!r}")
     taus = (tau_star,) * len(ks_t) if isinstance(tau_star, (int, float)) else tuple(tau_star)
     if len(taus) != len(ks_t):
-        raise ValueError(f"tau_star must be a number or one value per k ({len(ks_t)}), got {len(taus)} values")
+        raise ValueError(
+            f"tau_star must be a number or one value per k ({len(ks_t)}), got {len(taus)} values"
+        )
     return ks_t, tuple(check_float(t, "tau_star", low=0.0, low_open=True) for t in taus)
 
 
@@ -114,7 +121,8 @@ def recall_surrogate_from_ranks(
     clip: bool = False,
     normalization: Normalization = "min",
 ) -> torch.Tensor:
-    """Per-query ``1 - mean_k min(k?, sum_p sigma((k - rank(p))/tau*_k)) / norm_k`` (Eq. 3.16; Patel Eq. 5.5).
+    """Per-query ``1 - mean_k min(k?, sum_p sigma((k - rank(p))/tau*_k)) / norm_k`` (Eq. 3.16; Patel
+    Eq. 5.5).
 
     Args:
         rank: ``(R,)`` (smooth or exact) ranks of the positive rows.
@@ -134,12 +142,21 @@ def recall_surrogate_from_ranks(
     if not rank.is_floating_point():
         rank = rank.float()
     check_finite(rank, "rank")
-    q_idx = check_index(q_idx, rank.shape[0], check_positive_int(n_queries, "n_queries"), "q_idx", "rank").to(rank.device)
+    q_idx = check_index(
+        q_idx, rank.shape[0], check_positive_int(n_queries, "n_queries"), "q_idx", "rank"
+    ).to(rank.device)
     return _recall_from_ranks(rank, q_idx, n_queries, ks_t, taus, bool(clip), normalization)
 
 
-def _recall_from_ranks(rank: torch.Tensor, q_idx: torch.Tensor, n_queries: int, ks_t: tuple[int, ...], taus: tuple[float, ...],
-                       clip: bool, normalization: str = "min") -> torch.Tensor:
+def _recall_from_ranks(
+    rank: torch.Tensor,
+    q_idx: torch.Tensor,
+    n_queries: int,
+    ks_t: tuple[int, ...],
+    taus: tuple[float, ...],
+    clip: bool,
+    normalization: str = "min",
+) -> torch.Tensor:
     n_pos = torch.bincount(q_idx, minlength=n_queries).to(rank.dtype)
     total = rank.new_zeros(n_queries)
     for k, t in zip(ks_t, taus, strict=True):
@@ -152,34 +169,66 @@ def _recall_from_ranks(rank: torch.Tensor, q_idx: torch.Tensor, n_queries: int, 
 
 
 class _RecallLoss(RankLoss):
-    """Base of the R@k surrogates: ``ks``, ``tau_star``, the count normalisation and the query roles."""
+    """Base of the R@k surrogates: ``ks``, ``tau_star``, the count normalisation and the query
+    roles."""
 
     pos_step: StepFunction
     neg_step: StepFunction
     query_roles = ("excluded", "positive", "competitor")
 
-    def __init__(self, ks: Sequence[int], tau_star: float | Sequence[float], clip: bool | None,
-                 normalization: Normalization = "min", **kwargs: object) -> None:
+    def __init__(
+        self,
+        ks: Sequence[int],
+        tau_star: float | Sequence[float],
+        clip: bool | None,
+        normalization: Normalization = "min",
+        **kwargs: object,
+    ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.ks, self.tau_star = _check_ks(ks, tau_star)
         self.normalization = check_choice(normalization, "normalization", ("min", "positives"))
         self.clip = normalization == "min" if clip is None else bool(clip)
 
-    def _ranks(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor, q_idx: torch.Tensor,
-               k_idx: torch.Tensor) -> torch.Tensor:
+    def _ranks(
+        self,
+        scores: torch.Tensor,
+        relevance: torch.Tensor,
+        valid: torch.Tensor,
+        q_idx: torch.Tensor,
+        k_idx: torch.Tensor,
+    ) -> torch.Tensor:
         raise NotImplementedError  # pragma: no cover
 
-    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def per_query(
+        self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
         return self.per_query_at(scores, relevance, valid, reachable_ks(self.ks, valid))
 
-    def per_query_at(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor, ks: tuple[int, ...]) -> torch.Tensor:
+    def per_query_at(
+        self,
+        scores: torch.Tensor,
+        relevance: torch.Tensor,
+        valid: torch.Tensor,
+        ks: tuple[int, ...],
+    ) -> torch.Tensor:
         """:meth:`per_query` with the values of k already made reachable (:func:`reachable_ks`)."""
         if self.impl == "direct":
-            return direct_recall_loss(scores, relevance, valid, self.pos_step, self.neg_step, ks, self.tau_star, self.clip,
-                                      self.normalization)
+            return direct_recall_loss(
+                scores,
+                relevance,
+                valid,
+                self.pos_step,
+                self.neg_step,
+                ks,
+                self.tau_star,
+                self.clip,
+                self.normalization,
+            )
         q_idx, k_idx = positive_rows_trusted(relevance, valid)
         rank = self._ranks(scores, relevance, valid, q_idx, k_idx)
-        return _recall_from_ranks(rank, q_idx, scores.shape[0], ks, self.tau_star, self.clip, self.normalization)
+        return _recall_from_ranks(
+            rank, q_idx, scores.shape[0], ks, self.tau_star, self.clip, self.normalization
+        )
 
     def similarity_problem(
         self,
@@ -189,7 +238,8 @@ class _RecallLoss(RankLoss):
         ref_labels: torch.Tensor | None = None,
         ref_self_index: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The ``(scores, positives, database)`` triple the loss is computed on (all ``(Q, N)``; bool masks).
+        """The ``(scores, positives, database)`` triple the loss is computed on (all ``(Q, N)``;
+        bool masks).
 
         Exposed for inspection (the book plots it) and for tests.
         """
@@ -208,23 +258,36 @@ class _RecallLoss(RankLoss):
         *,
         ref_self_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Loss of ``embeddings (B, d)``, ``labels (B,)|(B, L)`` against the batch or the refs (scalar, or ``(Q,)``)."""
-        scores, positives, database = self.similarity_problem(embeddings, labels, ref_embeddings, ref_labels, ref_self_index)
+        """Loss of ``embeddings (B, d)``, ``labels (B,)|(B, L)`` against the batch or the refs
+        (scalar, or ``(Q,)``)."""
+        scores, positives, database = self.similarity_problem(
+            embeddings, labels, ref_embeddings, ref_labels, ref_self_index
+        )
         if getattr(self, "simix", False) or max(self.ks) >= database.shape[1]:
             return self.loss_from_scores(scores, positives.to(scores.dtype), database)
         # the common call leaves at most the query's own item out of its retrieval set: every query
         # ranks >= N - 1 items, so no k <= N - 1 needs clipping (no host sync to count them)
-        return self.loss_from_scores(scores, positives.to(scores.dtype), database,
-                                     per_query=functools.partial(self.per_query_at, ks=self.ks))
+        return self.loss_from_scores(
+            scores,
+            positives.to(scores.dtype),
+            database,
+            per_query=functools.partial(self.per_query_at, ks=self.ks),
+        )
 
     def extra_repr(self) -> str:
         taus = self.tau_star if len(set(self.tau_star)) > 1 else self.tau_star[0]
-        return (f"ks={self.ks}, tau_star={taus}, clip={self.clip}, normalization={self.normalization!r}, "
-                f"query_role={self.query_role!r}, impl={self.impl!r}")
+        return (
+            f"ks={self.ks}, tau_star={taus}, clip={self.clip}, "
+            f"normalization={self.normalization!r}, query_role={self.query_role!r}, "
+            f"impl={self.impl!r}"
+        )
 
 
-def _competitor_problem(pb: PreparedBatch, ref_self_index: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The query's own item ranked as a non-positive (official RS@k code); ``pb`` keeps the query's item."""
+def _competitor_problem(
+    pb: PreparedBatch, ref_self_index: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The query's own item ranked as a non-positive (official RS@k code); ``pb`` keeps the query's
+    item."""
     q = pb.scores.shape[0]
     if pb.in_batch:
         self_index = torch.arange(q, device=pb.scores.device)
@@ -240,13 +303,17 @@ def _competitor_problem(pb: PreparedBatch, ref_self_index: torch.Tensor | None) 
         return pb.scores, positives, pb.valid
     # the query is not among the refs: its self-similarity is one more item of its database
     s_qq = (pb.embeddings * pb.embeddings).sum(1, keepdim=True).to(pb.scores.dtype)
-    return (torch.cat([pb.scores, s_qq], dim=1), torch.cat([positives, positives.new_zeros(q, 1)], dim=1),
-            torch.cat([pb.valid, absent[:, None]], dim=1))
+    return (
+        torch.cat([pb.scores, s_qq], dim=1),
+        torch.cat([positives, positives.new_zeros(q, 1)], dim=1),
+        torch.cat([pb.valid, absent[:, None]], dim=1),
+    )
 
 
 @register_loss("smooth_recall")
 class SmoothRecallAtK(_RecallLoss):
-    """Smooth-R@k / RS@k, the Recall@k Surrogate loss (Patel thesis Eqs. 5.4-5.7; Patel et al. 2022).
+    """Smooth-R@k / RS@k, the Recall@k Surrogate loss (Patel thesis Eqs. 5.4-5.7; Patel et al.
+    2022).
 
     ``1 - mean_{k in K} min(k, sum_p sigma_{tau*}(k - r~(p))) / min(k, |P|)`` with the sigmoid rank
     ``r~(p) = 1 + sum_{j != p} sigma_tau(s_j - s_p)`` (Eq. 5.5 and the training modification of
@@ -295,13 +362,28 @@ class SmoothRecallAtK(_RecallLoss):
         self.tau = self.pos_step.tau
         self.simix, self.exclude_self_mixtures = bool(simix), bool(exclude_self_mixtures)
         if self.simix and self.query_role == "positive":
-            raise ValueError("query_role='positive' cannot be combined with simix: use 'excluded' or 'competitor'")
-        self.max_virtual = None if max_virtual is None else check_nonneg_int(max_virtual, "max_virtual")
+            raise ValueError(
+                "query_role='positive' cannot be combined with simix: use 'excluded' or "
+                "'competitor'"
+            )
+        self.max_virtual = (
+            None if max_virtual is None else check_nonneg_int(max_virtual, "max_virtual")
+        )
         self.seed = None if seed is None else check_nonneg_int(seed, "seed")
         self._generator: torch.Generator | None = None
 
     def _ranks(self, scores, relevance, valid, q_idx, k_idx):  # type: ignore[no-untyped-def]
-        sums = row_step_sums_trusted(scores, q_idx, k_idx, self.pos_step, ("all",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)
+        sums = row_step_sums_trusted(
+            scores,
+            q_idx,
+            k_idx,
+            self.pos_step,
+            ("all",),
+            valid=valid,
+            relevance=relevance,
+            max_elements=self.max_elements,
+            rows_are_top=True,
+        )
         return 1 + sums[:, 0]
 
     def _gen(self, device: torch.device) -> torch.Generator | None:
@@ -320,17 +402,29 @@ class SmoothRecallAtK(_RecallLoss):
         ref_labels: torch.Tensor | None = None,
         ref_self_index: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The ``(scores, positives, database)`` triple the loss is computed on (with SiMix: ``B u B^``)."""
+        """The ``(scores, positives, database)`` triple the loss is computed on (with SiMix:
+        ``B u B^``)."""
         if not self.simix:
-            return super().similarity_problem(embeddings, labels, ref_embeddings, ref_labels, ref_self_index)
+            return super().similarity_problem(
+                embeddings, labels, ref_embeddings, ref_labels, ref_self_index
+            )
         if ref_embeddings is not None or ref_labels is not None:
-            raise ValueError("SiMix mixes in-batch similarities: it cannot be used with ref_embeddings")
+            raise ValueError(
+                "SiMix mixes in-batch similarities: it cannot be used with ref_embeddings"
+            )
         pb = self.prepare(embeddings, labels)
         lab = pb.labels[:, self.hierarchy_level] if pb.labels.ndim == 2 else pb.labels
-        batch = simix(pb.embeddings, lab, generator=self._gen(pb.embeddings.device), max_virtual=self.max_virtual,
-                      scores=pb.scores)
-        return batch.ranking_problem(exclude_self_mixtures=self.exclude_self_mixtures,
-                                     query_is_competitor=self.query_role == "competitor")
+        batch = simix(
+            pb.embeddings,
+            lab,
+            generator=self._gen(pb.embeddings.device),
+            max_virtual=self.max_virtual,
+            scores=pb.scores,
+        )
+        return batch.ranking_problem(
+            exclude_self_mixtures=self.exclude_self_mixtures,
+            query_is_competitor=self.query_role == "competitor",
+        )
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}, {super().extra_repr()}, simix={self.simix}"
@@ -371,6 +465,24 @@ class SupRecallAtK(_RecallLoss):
         self.neg_step = SupRankStep(tau, rho, delta, eps, start, offset, linear_origin, zero_branch)  # type: ignore[arg-type]
 
     def _ranks(self, scores, relevance, valid, q_idx, k_idx):  # type: ignore[no-untyped-def]
-        rank_pos = exact_rank_plus_rows_trusted(scores, relevance, q_idx, k_idx, valid=valid, max_elements=self.max_elements, binary=True)
-        rank_neg = row_step_sums_trusted(scores, q_idx, k_idx, self.neg_step, ("lower",), valid=valid, relevance=relevance, max_elements=self.max_elements, rows_are_top=True)
+        rank_pos = exact_rank_plus_rows_trusted(
+            scores,
+            relevance,
+            q_idx,
+            k_idx,
+            valid=valid,
+            max_elements=self.max_elements,
+            binary=True,
+        )
+        rank_neg = row_step_sums_trusted(
+            scores,
+            q_idx,
+            k_idx,
+            self.neg_step,
+            ("lower",),
+            valid=valid,
+            relevance=relevance,
+            max_elements=self.max_elements,
+            rows_are_top=True,
+        )
         return rank_pos + rank_neg[:, 0]

@@ -1,8 +1,9 @@
 """RS@k on score matrices (Eqs. 5.4-5.7 of the Patel thesis).
 
 * :func:`recall_at_k_surrogate` -- the per-query RS@k loss of a ``(Q, N)`` similarity matrix with
-  its positives and database: the score-level form of :class:`rank_lab.losses.recall.SmoothRecallAtK`
-  (the one implementation of RS@k; same computation, same defaults).
+  its positives and database: the score-level form of
+  :class:`rank_lab.losses.recall.SmoothRecallAtK` (the one implementation of RS@k; same computation,
+  same defaults).
 * :func:`smooth_positive_ranks` -- the sigmoid ranks of Eq. 5.5 of every query's positives, padded
   to ``(Q, P)`` (the inner sum of RS@k, for plots and tests).
 """
@@ -27,10 +28,15 @@ def _check_database(database: object, positives: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(positives, dtype=torch.bool)
     database = as_tensor(database, "database")
     if database.shape != positives.shape:
-        raise ValueError(f"database has shape {tuple(database.shape)} but positives has shape {tuple(positives.shape)}")
+        raise ValueError(
+            f"database has shape {tuple(database.shape)} but positives has shape "
+            f"{tuple(positives.shape)}"
+        )
     database = database.to(positives.device).bool()
     if bool((positives & ~database).any()):
-        raise ValueError("every positive must belong to the database (positives & ~database is not empty)")
+        raise ValueError(
+            "every positive must belong to the database (positives & ~database is not empty)"
+        )
     return database
 
 
@@ -41,7 +47,8 @@ def smooth_positive_ranks(
     *,
     tau: float = 0.01,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Smooth ranks of every query's positives, ``r~(q, x) = 1 + sum_{z != x} sigma_tau(s_qz - s_qx)`` (Eq. 5.5).
+    """Smooth ranks of every query's positives,
+    ``r~(q, x) = 1 + sum_{z != x} sigma_tau(s_qz - s_qx)`` (Eq. 5.5).
 
     The sigmoid rank of the Patel thesis, the inner sum of RS@k (:class:`SmoothRecallAtK`).
 
@@ -65,7 +72,9 @@ def smooth_positive_ranks(
     n_pos = positives.sum(1)
     p_max = max(int(n_pos.max()), 1)
     # a stable descending sort of the 0/1 mask puts each row's positives first, in column order
-    idx = torch.sort(positives.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :p_max]
+    idx = torch.sort(positives.to(torch.int8), dim=1, descending=True, stable=True).indices[
+        :, :p_max
+    ]
     valid = torch.arange(p_max, device=positives.device)[None, :] < n_pos[:, None]
     q_idx = torch.arange(scores.shape[0], device=scores.device).repeat_interleave(p_max)
     sums = row_step_sums(scores, q_idx, idx.reshape(-1), step, ("all",), valid=database)
@@ -113,8 +122,9 @@ def recall_at_k_surrogate(
     loss = SmoothRecallAtK(ks, tau, tau_star, clip, normalization=normalization)
     has_pos = positives.any(1)
     if not bool(has_pos.all()) and no_positive == "raise":
-        raise ValueError(f"{int((~has_pos).sum())} query(ies) have no positive (a row of positives is all False): "
-                         "recall@k is undefined (use no_positive='zero')")
+        raise ValueError(
+            f"{int((~has_pos).sum())} query(ies) have no positive (a row of positives is all "
+            "False): recall@k is undefined (use no_positive='zero')"
+        )
     out = loss.per_query(scores, positives.to(scores.dtype), database)
     return torch.where(has_pos, out, torch.zeros_like(out))
-

@@ -1,4 +1,5 @@
-"""The loss registry: ``@register_loss`` at each definition, :func:`build_loss`, :func:`list_losses`.
+"""The loss registry: ``@register_loss`` at each definition, :func:`build_loss`,
+:func:`list_losses`.
 
 A loss (a class with the common call of :mod:`rank_lab.losses.base`, or a factory function of a
 preset) registers itself where it is defined::
@@ -32,7 +33,15 @@ from torch import nn
 
 from rank_lab.registry import Registry
 
-__all__ = ["LossInfo", "LOSSES", "register_loss", "unregister_loss", "build_loss", "list_losses", "loss_info"]
+__all__ = [
+    "LossInfo",
+    "LOSSES",
+    "register_loss",
+    "unregister_loss",
+    "build_loss",
+    "list_losses",
+    "loss_info",
+]
 
 #: Training-set facts a loss constructor may need (filled in by the trainer when not given).
 NEEDS = ("n_classes", "dim")
@@ -105,10 +114,22 @@ def register_loss(
 
     def decorator(obj: F) -> F:
         if not callable(obj):
-            raise TypeError(f"register_loss decorates a class or a factory function, got {type(obj).__name__}")
-        refs = getattr(obj, "uses_references", True) if uses_references is None else bool(uses_references)
-        return LOSSES.register(canonical, obj, needs=needs_t, uses_references=bool(refs),
-                               hierarchical=bool(hierarchical), preset=bool(preset))
+            raise TypeError(
+                f"register_loss decorates a class or a factory function, got {type(obj).__name__}"
+            )
+        refs = (
+            getattr(obj, "uses_references", True)
+            if uses_references is None
+            else bool(uses_references)
+        )
+        return LOSSES.register(
+            canonical,
+            obj,
+            needs=needs_t,
+            uses_references=bool(refs),
+            hierarchical=bool(hierarchical),
+            preset=bool(preset),
+        )
 
     return decorator
 
@@ -132,12 +153,20 @@ def loss_info(name: str) -> LossInfo:
         ValueError: unknown name (the message lists the known ones).
     """
     e = LOSSES.entry(name)
-    return LossInfo(e.name, e.obj, e.info["needs"], e.info["uses_references"], e.info["hierarchical"],
-                    e.info["preset"], e.summary)
+    return LossInfo(
+        e.name,
+        e.obj,
+        e.info["needs"],
+        e.info["uses_references"],
+        e.info["hierarchical"],
+        e.info["preset"],
+        e.summary,
+    )
 
 
 def list_losses(filter: str = "", *, presets: bool | None = None) -> list[str]:
-    """Sorted registered names (timm's ``list_models`` pattern; :meth:`rank_lab.registry.Registry.list`).
+    """Sorted registered names (timm's ``list_models`` pattern;
+    :meth:`rank_lab.registry.Registry.list`).
 
     Args:
         filter: an ``fnmatch`` pattern (``"*ap*"``); ``""`` = all.
@@ -147,7 +176,8 @@ def list_losses(filter: str = "", *, presets: bool | None = None) -> list[str]:
 
 
 def build_loss(name: str, **kwargs: Any) -> nn.Module:
-    """Build a registered loss or preset from its name (case-insensitive; ``-`` and ``_`` are equivalent).
+    """Build a registered loss or preset from its name (case-insensitive; ``-`` and ``_`` are
+    equivalent).
 
     Args:
         name: a name of :func:`list_losses` (``"smooth_ap"``, ``"sup_ap"``,

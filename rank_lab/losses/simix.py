@@ -84,9 +84,11 @@ class SiMixBatch:
             | (b[:, None] == b[None, :])
         )
 
-    def ranking_problem(self, *, exclude_self_mixtures: bool = False, query_is_competitor: bool = False
-                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(scores, positives, database)``, each ``(M + V, M + V)``: every row ranked against ``B u B^``.
+    def ranking_problem(
+        self, *, exclude_self_mixtures: bool = False, query_is_competitor: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(scores, positives, database)``, each ``(M + V, M + V)``: every row ranked against
+        ``B u B^``.
 
         A row's positives are the other rows of its class; its database is every other row
         (Algorithm 3 of the Patel thesis: virtual examples are queries and database items alike).
@@ -147,7 +149,11 @@ def simix_parents(
     if max_virtual is not None:
         max_virtual = check_nonneg_int(max_virtual, "max_virtual")
         if pairs.shape[0] > max_virtual:
-            keep = torch.randperm(pairs.shape[0], generator=generator, device=dev if generator is None else generator.device)
+            keep = torch.randperm(
+                pairs.shape[0],
+                generator=generator,
+                device=dev if generator is None else generator.device,
+            )
             pairs = pairs[keep[:max_virtual].to(dev).sort().values]
     v = pairs.shape[0]
     if alphas is None:
@@ -156,7 +162,10 @@ def simix_parents(
     else:
         alphas = as_tensor(alphas, "alphas").to(dev)
         if alphas.shape != (v,):
-            raise ValueError(f"alphas must have shape ({v},) (one per same-class pair), got {tuple(alphas.shape)}")
+            raise ValueError(
+                f"alphas must have shape ({v},) (one per same-class pair), got "
+                f"{tuple(alphas.shape)}"
+            )
         if bool(((alphas < 0) | (alphas > 1)).any()) or not bool(torch.isfinite(alphas).all()):
             raise ValueError("alphas must lie in [0, 1]")
     m = labels.shape[0]
@@ -170,8 +179,9 @@ def simix_parents(
 def simix_scores(scores: torch.Tensor, parents: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
     """``A S A^T`` without building ``A`` or any mixed embedding (Eqs. 5.9-5.10).
 
-    Row ``i`` of ``A`` has ``alpha_i`` at ``parents[i, 0]`` and ``1 - alpha_i`` at ``parents[i, 1]``,
-    so ``(A S)[i] = alpha_i S[p_i0] + (1 - alpha_i) S[p_i1]`` and likewise for the columns.
+    Row ``i`` of ``A`` has ``alpha_i`` at ``parents[i, 0]`` and ``1 - alpha_i`` at
+    ``parents[i, 1]``, so ``(A S)[i] = alpha_i S[p_i0] + (1 - alpha_i) S[p_i1]`` and likewise for
+    the columns.
 
     Args:
         scores: ``(M, M)`` similarities ``S = E E^T`` of the original batch.
@@ -189,7 +199,12 @@ def simix_scores(scores: torch.Tensor, parents: torch.Tensor, alphas: torch.Tens
 def _square_scores(scores: object, m: int | None) -> torch.Tensor:
     """A finite ``(M, M)`` floating matrix (``M = m`` when given), or raise naming ``scores``."""
     s = as_tensor(scores, "scores")
-    if s.ndim != 2 or s.shape[0] != s.shape[1] or s.shape[0] == 0 or (m is not None and s.shape[0] != m):
+    if (
+        s.ndim != 2
+        or s.shape[0] != s.shape[1]
+        or s.shape[0] == 0
+        or (m is not None and s.shape[0] != m)
+    ):
         want = "(M, M)" if m is None else f"({m}, {m})"
         raise ValueError(f"scores must be a non-empty square {want} matrix, got {tuple(s.shape)}")
     if not s.is_floating_point():
@@ -198,18 +213,25 @@ def _square_scores(scores: object, m: int | None) -> torch.Tensor:
     return s
 
 
-def _check_mixing(parents: object, alphas: object, m: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(R, 2)`` parent indices into ``[0, m)`` and ``(R,)`` coefficients in ``[0, 1]``, or raise naming them."""
+def _check_mixing(
+    parents: object, alphas: object, m: int, what: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(R, 2)`` parent indices into ``[0, m)`` and ``(R,)`` coefficients in ``[0, 1]``, or raise
+    naming them."""
     p = as_tensor(parents, "parents")
     if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
         raise TypeError(f"parents must hold integer indices, got dtype {p.dtype}")
     if p.ndim != 2 or p.shape[1] != 2 or p.shape[0] == 0:
         raise ValueError(f"parents must have shape (R, 2) with R > 0, got {tuple(p.shape)}")
     if int(p.min()) < 0 or int(p.max()) >= m:
-        raise ValueError(f"parents must index the {m} rows of {what}, got range [{int(p.min())}, {int(p.max())}]")
+        raise ValueError(
+            f"parents must index the {m} rows of {what}, got range [{int(p.min())}, {int(p.max())}]"
+        )
     a = as_tensor(alphas, "alphas")
     if a.shape != (p.shape[0],):
-        raise ValueError(f"alphas must have shape ({p.shape[0]},): one per row of parents, got {tuple(a.shape)}")
+        raise ValueError(
+            f"alphas must have shape ({p.shape[0]},): one per row of parents, got {tuple(a.shape)}"
+        )
     if not a.is_floating_point():
         a = a.double()
     check_finite(a, "alphas")
@@ -218,7 +240,9 @@ def _check_mixing(parents: object, alphas: object, m: int, what: str) -> tuple[t
     return p.long(), a
 
 
-def _simix_scores(scores: torch.Tensor, parents: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
+def _simix_scores(
+    scores: torch.Tensor, parents: torch.Tensor, alphas: torch.Tensor
+) -> torch.Tensor:
     w = alphas.to(scores.dtype)
     p0, p1 = parents[:, 0], parents[:, 1]
     rows = w[:, None] * scores[p0] + (1 - w)[:, None] * scores[p1]  # (R, M) = A S
@@ -254,7 +278,9 @@ def simix(
     if lab.ndim != 1:
         raise ValueError(f"labels must have shape (M,), got {tuple(lab.shape)}")
     lab = lab.to(emb.device)
-    parents, all_alphas, all_labels = simix_parents(lab, alphas=alphas, generator=generator, max_virtual=max_virtual)
+    parents, all_alphas, all_labels = simix_parents(
+        lab, alphas=alphas, generator=generator, max_virtual=max_virtual
+    )
     s = emb @ emb.T if scores is None else _square_scores(scores, emb.shape[0])
     return SiMixBatch(
         scores=_simix_scores(s, parents, all_alphas),
@@ -273,7 +299,12 @@ def mixing_matrix(parents: torch.Tensor, alphas: torch.Tensor, n_original: int) 
         alphas: ``(R,)`` first-parent weights.
         n_original: ``M``.
     """
-    parents, alphas = _check_mixing(parents, alphas, check_positive_int(n_original, "n_original"), "the original batch (n_original)")
+    parents, alphas = _check_mixing(
+        parents,
+        alphas,
+        check_positive_int(n_original, "n_original"),
+        "the original batch (n_original)",
+    )
     r = parents.shape[0]
     a = torch.zeros(r, n_original, dtype=alphas.dtype, device=alphas.device)
     rows = torch.arange(r, device=alphas.device)
@@ -282,7 +313,9 @@ def mixing_matrix(parents: torch.Tensor, alphas: torch.Tensor, n_original: int) 
     return a
 
 
-def mix_embeddings(embeddings: torch.Tensor, parents: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
+def mix_embeddings(
+    embeddings: torch.Tensor, parents: torch.Tensor, alphas: torch.Tensor
+) -> torch.Tensor:
     """Explicit mixed embeddings ``v = alpha x + (1 - alpha) z`` (Eq. 5.8), no re-normalisation.
 
     The reference implementation SiMix is equivalent to: ``mix_embeddings(E) @ mix_embeddings(E).T``

@@ -1,4 +1,5 @@
-"""SimCLR / NT-Xent and SupCon (Eqs. 6.1-6.5 of the Patel thesis), and the checks every chapter-6 loss shares.
+"""SimCLR / NT-Xent and SupCon (Eqs. 6.1-6.5 of the Patel thesis), and the checks every chapter-6
+loss shares.
 
 On L2-normalised features ``z`` (``(M, d)``; with two augmented views per image, ``M = 2N`` and
 the labels are repeated):
@@ -41,7 +42,8 @@ Reduction = Literal["mean", "none"]
 def contrastive_features(
     z: object, labels: object | None, normalize: bool, name: str = "z"
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The checked features of a chapter-6 loss, L2-normalised if asked (Eq. 6.2 of the Patel thesis).
+    """The checked features of a chapter-6 loss, L2-normalised if asked (Eq. 6.2 of the Patel
+    thesis).
 
     Args:
         z: ``(M, d)`` finite floating features.
@@ -65,8 +67,8 @@ def contrastive_features(
 
 
 def check_prototypes(prototypes: object, d: int, name: str = "prototypes") -> torch.Tensor:
-    """A finite ``(K, d)`` prototype matrix ``theta`` (Eq. 6.6 / 6.12 of the Patel thesis) whose width
-    matches the features, or raise naming ``name``.
+    """A finite ``(K, d)`` prototype matrix ``theta`` (Eq. 6.6 / 6.12 of the Patel thesis) whose
+    width matches the features, or raise naming ``name``.
 
     Args:
         prototypes: ``(K, d)`` class weights / prototypes.
@@ -89,7 +91,9 @@ def check_temperature(t: float) -> float:
 
 
 @full_precision
-def nt_xent_loss(z: torch.Tensor, temperature: float = 0.1, *, normalize: bool = True) -> torch.Tensor:
+def nt_xent_loss(
+    z: torch.Tensor, temperature: float = 0.1, *, normalize: bool = True
+) -> torch.Tensor:
     """SimCLR / NT-Xent loss (Eqs. 6.1-6.3 of the Patel thesis).
 
     Args:
@@ -120,7 +124,8 @@ def supcon_loss(
 ) -> torch.Tensor:
     """Supervised contrastive loss (Eqs. 6.4-6.5 of the Patel thesis; Khosla et al. 2020).
 
-    ``l(z_i, P_i) = 1/|P_i| sum_{p in P_i} (-z_i^T z_p / tau + log sum_{j != i} exp(z_i^T z_j / tau))``.
+    ``l(z_i, P_i) = 1/|P_i| sum_{p in P_i} (-z_i^T z_p / tau + log sum_{j != i} exp(z_i^T z_j /
+    tau))``.
 
     Args:
         z: ``(M, d)`` features (all views stacked).
@@ -143,15 +148,20 @@ def supcon_loss(
     eye = torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
     per, has = supcon_per_anchor(z @ z.T / t, (labels[:, None] == labels[None, :]) & ~eye, ~eye)
     if not bool(has.any()):
-        raise ValueError("no anchor has a positive (every label of labels is unique): SupCon needs >= 2 samples "
-                         "(or views) per class")
+        raise ValueError(
+            "no anchor has a positive (every label of labels is unique): SupCon needs >= 2 samples "
+            "(or views) per class"
+        )
     if base_temperature is not None:
         per = per * (t / float(base_temperature))
     return per if reduction == "none" else per.sum() / has.sum()
 
 
 def supcon_per_anchor(
-    sim: torch.Tensor, positives: torch.Tensor, pool: torch.Tensor, extra_log_mass: torch.Tensor | None = None
+    sim: torch.Tensor,
+    positives: torch.Tensor,
+    pool: torch.Tensor,
+    extra_log_mass: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-anchor SupCon terms from similarities already divided by the temperature (Eq. 6.5).
 
@@ -183,8 +193,8 @@ class SupConLoss(ListwiseLoss):
     """SupCon (Eqs. 6.4-6.5 of the Patel thesis) with the common call of every loss.
 
     ``loss(embeddings (B, d), labels)`` is :func:`supcon_loss` on the batch (each anchor against
-    ``B \\ i``); ``loss(embeddings, labels, ref_embeddings (N, d), ref_labels)`` takes the positives and
-    the denominator from the reference set instead (e.g. a cross-batch memory,
+    ``B \\ i``); ``loss(embeddings, labels, ref_embeddings (N, d), ref_labels)`` takes the positives
+    and the denominator from the reference set instead (e.g. a cross-batch memory,
     :class:`rank_lab.memory.MemoryLoss`; ``ref_self_index`` removes each anchor's own copy). Also
     ``forward_scores(scores (Q, N), targets (Q, N))`` on cosine scores.
 
@@ -197,13 +207,19 @@ class SupConLoss(ListwiseLoss):
             :class:`~rank_lab.losses.base.ListwiseLoss`).
     """
 
-    def __init__(self, temperature: float = 0.1, base_temperature: float | None = None, **kwargs: object) -> None:
+    def __init__(
+        self, temperature: float = 0.1, base_temperature: float | None = None, **kwargs: object
+    ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         if base_temperature is not None:
-            base_temperature = check_float(base_temperature, "base_temperature", low=0.0, low_open=True)
+            base_temperature = check_float(
+                base_temperature, "base_temperature", low=0.0, low_open=True
+            )
         self.temperature, self.base_temperature = check_temperature(temperature), base_temperature
 
-    def per_query(self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def per_query(
+        self, scores: torch.Tensor, relevance: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
         """Per-anchor SupCon ``(Q,)`` (:func:`supcon_per_anchor`) on ``scores / temperature``."""
         per, _ = supcon_per_anchor(scores / self.temperature, (relevance > 0) & valid, valid)
         if self.base_temperature is not None:
@@ -211,7 +227,10 @@ class SupConLoss(ListwiseLoss):
         return per
 
     def extra_repr(self) -> str:
-        return f"temperature={self.temperature}, base_temperature={self.base_temperature}, reduction={self.reduction!r}"
+        return (
+            f"temperature={self.temperature}, base_temperature={self.base_temperature}, "
+            f"reduction={self.reduction!r}"
+        )
 
 
 class SimCLRLoss(nn.Module):

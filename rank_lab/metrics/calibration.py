@@ -78,7 +78,9 @@ class ReliabilityDiagram:
     ece: float
 
 
-def reliability_diagram(probs: torch.Tensor, targets: torch.Tensor, n_bins: int = 15) -> ReliabilityDiagram:
+def reliability_diagram(
+    probs: torch.Tensor, targets: torch.Tensor, n_bins: int = 15
+) -> ReliabilityDiagram:
     """Bin the top-1 confidences and compare with the accuracy in each bin (Guo et al. 2017).
 
     Args:
@@ -90,26 +92,36 @@ def reliability_diagram(probs: torch.Tensor, targets: torch.Tensor, n_bins: int 
     n_bins = check_positive_int(n_bins, "n_bins")
     conf, pred = p.max(1)
     correct = (pred == t).double()
-    dev = p.device  # every tensor on the inputs' device (a CPU target with CUDA indices fails on CUDA)
+    # every tensor on the inputs' device (a CPU target with CUDA indices fails on CUDA)
+    dev = p.device
     edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64, device=dev)
     idx = (torch.ceil(conf * n_bins).long() - 1).clamp(0, n_bins - 1)  # bin m holds ((m-1)/M, m/M]
     counts = torch.bincount(idx, minlength=n_bins).double()
     s_conf = torch.zeros(n_bins, dtype=torch.float64, device=dev).index_add_(0, idx, conf.double())
     s_acc = torch.zeros(n_bins, dtype=torch.float64, device=dev).index_add_(0, idx, correct)
     nonempty = counts > 0
-    mean_conf = torch.where(nonempty, s_conf / counts.clamp_min(1), torch.full_like(counts, float("nan")))
-    mean_acc = torch.where(nonempty, s_acc / counts.clamp_min(1), torch.full_like(counts, float("nan")))
+    mean_conf = torch.where(
+        nonempty, s_conf / counts.clamp_min(1), torch.full_like(counts, float("nan"))
+    )
+    mean_acc = torch.where(
+        nonempty, s_acc / counts.clamp_min(1), torch.full_like(counts, float("nan"))
+    )
     ece = float(((s_acc - s_conf).abs()).sum() / p.shape[0])
     return ReliabilityDiagram(edges, mean_conf, mean_acc, counts.long(), ece)
 
 
-def expected_calibration_error(probs: torch.Tensor, targets: torch.Tensor, n_bins: int = 15) -> float:
+def expected_calibration_error(
+    probs: torch.Tensor, targets: torch.Tensor, n_bins: int = 15
+) -> float:
     """ECE with ``n_bins`` equal-width bins (Guo et al. 2017; Fig. 6.2 of the Patel thesis)."""
     return reliability_diagram(probs, targets, n_bins).ece
 
 
-def negative_log_likelihood(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> float:
-    """Mean NLL of ``softmax(logits / temperature)`` (the objective of temperature scaling, Guo et al. 2017).
+def negative_log_likelihood(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> float:
+    """Mean NLL of ``softmax(logits / temperature)`` (the objective of temperature scaling, Guo et
+    al. 2017).
 
     Args:
         logits: ``(N, C)`` logits.
@@ -126,15 +138,19 @@ def _class_targets(targets: object, lg: torch.Tensor) -> torch.Tensor:
     """``(N,)`` class indices in ``[0, C)`` for ``(N, C)`` logits, or raise naming ``targets``."""
     t = check_labels(targets, lg.shape[0], "targets").to(lg.device)
     if t.ndim != 1 or bool((t < 0).any()) or bool((t >= lg.shape[1]).any()):
-        raise ValueError(f"targets must be (N,) classes in [0, {lg.shape[1]}), got shape {tuple(t.shape)} "
-                         f"and range [{int(t.min())}, {int(t.max())}]")
+        raise ValueError(
+            f"targets must be (N,) classes in [0, {lg.shape[1]}), got shape {tuple(t.shape)} "
+            f"and range [{int(t.min())}, {int(t.max())}]"
+        )
     return t
 
 
 def _logits(logits: object) -> torch.Tensor:
     lg = torch.as_tensor(logits)
     if not lg.is_floating_point() or lg.ndim != 2 or lg.shape[0] == 0:
-        raise ValueError(f"logits must be a floating (N, C) tensor with N > 0, got {tuple(lg.shape)}")
+        raise ValueError(
+            f"logits must be a floating (N, C) tensor with N > 0, got {tuple(lg.shape)}"
+        )
     check_finite(lg, "logits")
     return lg.detach().to(torch.float64)
 
@@ -147,7 +163,8 @@ def fit_temperature(
     max_iter: int = 200,
     bounds: tuple[float, float] = (1e-2, 1e2),
 ) -> float:
-    """Fit the temperature ``T`` of ``softmax(logits / T)`` by NLL on held-out data (Guo et al. 2017).
+    """Fit the temperature ``T`` of ``softmax(logits / T)`` by NLL on held-out data (Guo et al.
+    2017).
 
     The NLL is convex in ``beta = 1 / T`` (a mean of log-sum-exps of functions linear in beta), so
     its minimiser over ``T`` in ``bounds`` is found by bisection on the sign of its derivative.
@@ -178,18 +195,25 @@ def fit_temperature(
     n_iter = check_positive_int(max_iter, "max_iter")
     true_logit = lg.gather(1, t[:, None]).squeeze(1)
 
-    def slope(beta: float) -> float:  # d NLL / d beta = E_softmax(beta l)[l] - l_y (increasing in beta)
+    # d NLL / d beta = E_softmax(beta l)[l] - l_y (increasing in beta)
+    def slope(beta: float) -> float:
         return float(((torch.softmax(beta * lg, dim=1) * lg).sum(1) - true_logit).mean())
 
     lo, hi = math.log(1.0 / t_max), math.log(1.0 / t_min)  # log beta
     if slope(math.exp(hi)) < 0:
-        warnings.warn(f"the NLL still decreases at T = {t_min} (the lower end of bounds): the held-out logits "
-                      "are (nearly) all classified correctly, so no finite temperature minimises it; "
-                      f"returning T = {t_min}", stacklevel=2)
+        warnings.warn(
+            f"the NLL still decreases at T = {t_min} (the lower end of bounds): the held-out "
+            "logits are (nearly) all classified correctly, so no finite temperature minimises it; "
+            f"returning T = {t_min}",
+            stacklevel=2,
+        )
         return t_min
     if slope(math.exp(lo)) > 0:
-        warnings.warn(f"the NLL still decreases at T = {t_max} (the upper end of bounds): returning T = {t_max}",
-                      stacklevel=2)
+        warnings.warn(
+            f"the NLL still decreases at T = {t_max} (the upper end of bounds): returning T = "
+            f"{t_max}",
+            stacklevel=2,
+        )
         return t_max
     for _ in range(n_iter):
         mid = 0.5 * (lo + hi)
@@ -202,8 +226,11 @@ def fit_temperature(
     return float(1.0 / math.exp(0.5 * (lo + hi)))
 
 
-def holdout_split(n: int, fraction: float = 0.2, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random split of ``range(n)`` into a held-out part (``fraction``, for fitting ``T``) and the rest.
+def holdout_split(
+    n: int, fraction: float = 0.2, *, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random split of ``range(n)`` into a held-out part (``fraction``, for fitting ``T``) and the
+    rest.
 
     Returns:
         ``(holdout_indices, eval_indices)``.
@@ -216,7 +243,9 @@ def holdout_split(n: int, fraction: float = 0.2, *, seed: int = 0) -> tuple[torc
     return perm[:k].sort().values, perm[k:].sort().values
 
 
-def plot_reliability_diagram(diagram: ReliabilityDiagram, ax: Any = None, *, title: str | None = None, color: str = "C0") -> Any:
+def plot_reliability_diagram(
+    diagram: ReliabilityDiagram, ax: Any = None, *, title: str | None = None, color: str = "C0"
+) -> Any:
     """Draw a reliability diagram (accuracy bars per confidence bin, the diagonal, the gap).
 
     Args:
@@ -227,10 +256,14 @@ def plot_reliability_diagram(diagram: ReliabilityDiagram, ax: Any = None, *, tit
     Returns:
         The axes.
     """
-    import matplotlib.pyplot as plt  # optional heavy dependency (plots extra): imported only to draw
+    # optional heavy dependency (plots extra): imported only to draw
+    import matplotlib.pyplot as plt
 
     if not isinstance(diagram, ReliabilityDiagram):
-        raise TypeError(f"diagram must be a ReliabilityDiagram (from reliability_diagram), got {type(diagram).__name__}")
+        raise TypeError(
+            "diagram must be a ReliabilityDiagram (from reliability_diagram), got "
+            f"{type(diagram).__name__}"
+        )
     if ax is None:
         _, ax = plt.subplots(figsize=(3.5, 3.5))
     edges = diagram.edges.numpy()
@@ -238,9 +271,26 @@ def plot_reliability_diagram(diagram: ReliabilityDiagram, ax: Any = None, *, tit
     acc = torch.nan_to_num(diagram.accuracy, nan=0.0).numpy()
     conf = torch.nan_to_num(diagram.confidence, nan=0.0).numpy()
     nonempty = diagram.counts.numpy() > 0
-    ax.bar(edges[:-1][nonempty], acc[nonempty], width=width[nonempty], align="edge", color=color, edgecolor="k", label="accuracy")
-    ax.bar(edges[:-1][nonempty], (conf - acc)[nonempty], bottom=acc[nonempty], width=width[nonempty], align="edge",
-           facecolor="none", edgecolor="red", hatch="//", label="gap to confidence")
+    ax.bar(
+        edges[:-1][nonempty],
+        acc[nonempty],
+        width=width[nonempty],
+        align="edge",
+        color=color,
+        edgecolor="k",
+        label="accuracy",
+    )
+    ax.bar(
+        edges[:-1][nonempty],
+        (conf - acc)[nonempty],
+        bottom=acc[nonempty],
+        width=width[nonempty],
+        align="edge",
+        facecolor="none",
+        edgecolor="red",
+        hatch="//",
+        label="gap to confidence",
+    )
     ax.plot([0, 1], [0, 1], "k--", lw=1)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)

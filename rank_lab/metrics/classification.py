@@ -1,4 +1,5 @@
-"""Classification with retrieval embeddings: kNN voting, observation aggregation, accuracy, macro-F1.
+"""Classification with retrieval embeddings: kNN voting, observation aggregation, accuracy,
+macro-F1.
 
 Section 5.4 of the Patel thesis (Picek, Sulc, Patel & Matas 2022): an RS@k retrieval model is
 trained, and a test image is classified by nearest-neighbour search in the *training* set; "the
@@ -134,7 +135,9 @@ def knn_classify(
         raise ValueError(f"gallery_labels hold class {int(glab.max())} but n_classes={c}")
     if normalize:
         q, g = unit_rows(q, dim=1), unit_rows(g, dim=1)
-    scores, idx = knn_search(q, g, k, exclude_self=exclude_self, backend=backend, device=device, chunk_size=chunk_size)
+    scores, idx = knn_search(
+        q, g, k, exclude_self=exclude_self, backend=backend, device=device, chunk_size=chunk_size
+    )
     nb_lab = glab.to(idx.device)[idx]  # (Q, k)
     s = scores.to(torch.float64)
     if vote == "majority":
@@ -143,7 +146,9 @@ def knn_classify(
         w = s.clamp_min(0) + 1e-12
     else:
         w = torch.softmax(s / temperature, dim=1)
-    votes = torch.zeros(s.shape[0], c, dtype=torch.float64, device=s.device).scatter_add_(1, nb_lab, w)
+    votes = torch.zeros(s.shape[0], c, dtype=torch.float64, device=s.device).scatter_add_(
+        1, nb_lab, w
+    )
     class_scores = votes / votes.sum(1, keepdim=True)
     tied = class_scores >= class_scores.max(1, keepdim=True).values - 1e-12
     first = tied.gather(1, nb_lab).to(torch.int8).argmax(1)  # nearest neighbour of a tied class
@@ -170,7 +175,8 @@ def aggregate_observations(
         predictions: ``(N,)`` per-image predicted classes.
         confidence: ``(N,)`` finite per-image confidences (cast to float64).
         observation_ids: ``(N,)`` integer id of the observation of each image.
-        class_scores: ``(N, C)`` finite per-image class scores (needed by ``"mean_scores"``; cast to float64).
+        class_scores: ``(N, C)`` finite per-image class scores (needed by ``"mean_scores"``; cast to
+            float64).
         rule: ``"max_confidence"`` (the most confident image decides; ties: first image),
             ``"mean_scores"`` (argmax of the mean class scores) or ``"majority"`` (most frequent
             prediction; ties: larger summed confidence).
@@ -183,34 +189,50 @@ def aggregate_observations(
     conf = as_tensor(confidence, "confidence").to(dtype=torch.float64, device=pred.device)
     obs = check_labels(observation_ids, pred.shape[0], "observation_ids").to(pred.device)
     if conf.shape != pred.shape:
-        raise ValueError(f"confidence has shape {tuple(conf.shape)} but predictions has {tuple(pred.shape)}")
+        raise ValueError(
+            f"confidence has shape {tuple(conf.shape)} but predictions has {tuple(pred.shape)}"
+        )
     check_finite(conf, "confidence")
     uniq, inv = torch.unique(obs, return_inverse=True)
     o = uniq.shape[0]
     if rule == "max_confidence":
-        best = torch.full((o,), -torch.inf, dtype=torch.float64, device=pred.device).scatter_reduce(0, inv, conf, "amax")
+        best = torch.full((o,), -torch.inf, dtype=torch.float64, device=pred.device).scatter_reduce(
+            0, inv, conf, "amax"
+        )
         is_best = conf == best[inv]
         n = pred.shape[0]
         pos = torch.where(is_best, torch.arange(n, device=pred.device), torch.full_like(pred, n))
-        first = torch.full((o,), n, dtype=torch.long, device=pred.device).scatter_reduce(0, inv, pos, "amin")
+        first = torch.full((o,), n, dtype=torch.long, device=pred.device).scatter_reduce(
+            0, inv, pos, "amin"
+        )
         per_obs = pred[first]
     elif rule == "mean_scores":
         if class_scores is None:
             raise ValueError("rule='mean_scores' needs class_scores")
         cs = as_tensor(class_scores, "class_scores").to(dtype=torch.float64, device=pred.device)
         if cs.ndim != 2 or cs.shape[0] != pred.shape[0]:
-            raise ValueError(f"class_scores must have shape (N, C) with N={pred.shape[0]}, got {tuple(cs.shape)}")
+            raise ValueError(
+                f"class_scores must have shape (N, C) with N={pred.shape[0]}, got {tuple(cs.shape)}"
+            )
         check_finite(cs, "class_scores")
-        sums = torch.zeros(o, cs.shape[1], dtype=torch.float64, device=pred.device).index_add_(0, inv, cs)
+        sums = torch.zeros(o, cs.shape[1], dtype=torch.float64, device=pred.device).index_add_(
+            0, inv, cs
+        )
         per_obs = sums.argmax(1)
     elif rule == "majority":
         c = int(pred.max()) + 1
-        counts = torch.zeros(o, c, dtype=torch.float64, device=pred.device).index_put_((inv, pred), torch.ones_like(conf), accumulate=True)
-        confs = torch.zeros(o, c, dtype=torch.float64, device=pred.device).index_put_((inv, pred), conf, accumulate=True)
+        counts = torch.zeros(o, c, dtype=torch.float64, device=pred.device).index_put_(
+            (inv, pred), torch.ones_like(conf), accumulate=True
+        )
+        confs = torch.zeros(o, c, dtype=torch.float64, device=pred.device).index_put_(
+            (inv, pred), conf, accumulate=True
+        )
         key = counts * (2 * conf.abs().sum() + 1) + confs  # count first, then summed confidence
         per_obs = key.argmax(1)
     else:
-        raise ValueError(f"rule must be 'max_confidence', 'mean_scores' or 'majority', got {rule!r}")
+        raise ValueError(
+            f"rule must be 'max_confidence', 'mean_scores' or 'majority', got {rule!r}"
+        )
     return per_obs[inv], uniq, per_obs
 
 
@@ -220,7 +242,9 @@ def accuracy(predictions: torch.Tensor, targets: torch.Tensor) -> float:
     return float((pred == target).double().mean())
 
 
-def confusion_matrix(predictions: torch.Tensor, targets: torch.Tensor, n_classes: int | None = None) -> torch.Tensor:
+def confusion_matrix(
+    predictions: torch.Tensor, targets: torch.Tensor, n_classes: int | None = None
+) -> torch.Tensor:
     """``(C, C)`` counts, rows = true class, columns = predicted class.
 
     Args:
@@ -238,7 +262,9 @@ def confusion_matrix(predictions: torch.Tensor, targets: torch.Tensor, n_classes
     return torch.bincount(target * c + pred, minlength=c * c).reshape(c, c)
 
 
-def per_class_f1(predictions: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def per_class_f1(
+    predictions: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class F1 ``2 P R / (P + R)`` (0 when undefined).
 
     Args:
@@ -254,7 +280,9 @@ def per_class_f1(predictions: torch.Tensor, targets: torch.Tensor, labels: torch
     else:
         classes = check_labels(labels, name="labels").to(pred.device)
         if classes.ndim != 1:
-            raise ValueError(f"labels must be a (C',) vector of classes, got shape {tuple(classes.shape)}")
+            raise ValueError(
+                f"labels must be a (C',) vector of classes, got shape {tuple(classes.shape)}"
+            )
     tp = ((pred[:, None] == classes) & (target[:, None] == classes)).sum(0).double()
     n_pred = (pred[:, None] == classes).sum(0).double()
     n_true = (target[:, None] == classes).sum(0).double()
@@ -262,20 +290,29 @@ def per_class_f1(predictions: torch.Tensor, targets: torch.Tensor, labels: torch
     return classes, torch.where(den > 0, 2 * tp / den.clamp_min(1), torch.zeros_like(den))
 
 
-def macro_f1(predictions: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor | None = None) -> float:
-    """Macro-F1: the mean of the per-class F1 (Table 5.11); equals scikit-learn's ``average="macro"``."""
+def macro_f1(
+    predictions: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor | None = None
+) -> float:
+    """Macro-F1: the mean of the per-class F1 (Table 5.11); equals scikit-learn's
+    ``average="macro"``."""
     return float(per_class_f1(predictions, targets, labels)[1].mean())
 
 
-def per_class_accuracy(predictions: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def per_class_accuracy(
+    predictions: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Accuracy (recall) of each true class, ``(classes, acc)`` (Fig. 5.5 histograms these)."""
     pred, target = _pair(predictions, targets)
     classes, inv = torch.unique(target, return_inverse=True)
-    correct = torch.zeros(classes.shape[0], dtype=torch.float64, device=pred.device).index_add_(0, inv, (pred == target).double())
+    correct = torch.zeros(classes.shape[0], dtype=torch.float64, device=pred.device).index_add_(
+        0, inv, (pred == target).double()
+    )
     return classes, correct / torch.bincount(inv, minlength=classes.shape[0]).double()
 
 
-def observation_level(predictions: torch.Tensor, targets: torch.Tensor, observation_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def observation_level(
+    predictions: torch.Tensor, targets: torch.Tensor, observation_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Collapse per-image rows to one row per observation.
 
     Raises:
@@ -284,11 +321,16 @@ def observation_level(predictions: torch.Tensor, targets: torch.Tensor, observat
     pred, target = _pair(predictions, targets)
     obs = check_labels(observation_ids, pred.shape[0], "observation_ids").to(pred.device)
     uniq, inv = torch.unique(obs, return_inverse=True)
-    first = torch.full((uniq.shape[0],), pred.shape[0], device=pred.device).scatter_reduce(0, inv, torch.arange(pred.shape[0], device=pred.device), "amin")
+    first = torch.full((uniq.shape[0],), pred.shape[0], device=pred.device).scatter_reduce(
+        0, inv, torch.arange(pred.shape[0], device=pred.device), "amin"
+    )
     if not bool((target == target[first][inv]).all()):
         raise ValueError("an observation holds images of different true classes")
     if not bool((pred == pred[first][inv]).all()):
-        raise ValueError("an observation holds different predictions: aggregate them first (aggregate_observations)")
+        raise ValueError(
+            "an observation holds different predictions: aggregate them first "
+            "(aggregate_observations)"
+        )
     return pred[first], target[first]
 
 
@@ -303,4 +345,8 @@ def classification_metrics(
     pred, target = _pair(predictions, targets)
     if observation_ids is not None:
         pred, target = observation_level(pred, target, observation_ids)
-    return {"accuracy": accuracy(pred, target), "macro_f1": macro_f1(pred, target), "n": float(pred.shape[0])}
+    return {
+        "accuracy": accuracy(pred, target),
+        "macro_f1": macro_f1(pred, target),
+        "n": float(pred.shape[0]),
+    }

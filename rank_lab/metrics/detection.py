@@ -73,7 +73,9 @@ def encode_box6(boxes: torch.Tensor, image_size: tuple[float, float] = (1.0, 1.0
     return torch.stack([cx / wd, cy / ht, w / wd, h / ht, torch.cos(t), torch.sin(t)], -1)
 
 
-def decode_box6(enc: torch.Tensor, image_size: tuple[float, float] = (1.0, 1.0), min_size: float = 1e-6) -> torch.Tensor:
+def decode_box6(
+    enc: torch.Tensor, image_size: tuple[float, float] = (1.0, 1.0), min_size: float = 1e-6
+) -> torch.Tensor:
     """Inverse of :func:`encode_box6`; ``(cos, sin)`` need not be unit (``theta = atan2``).
 
     Sizes are clamped to ``min_size`` (> 0) so that a raw network output always decodes to a box.
@@ -95,7 +97,16 @@ def decode_box6(enc: torch.Tensor, image_size: tuple[float, float] = (1.0, 1.0),
     min_size = check_float(min_size, "min_size", low=0.0, low_open=True)
     wd, ht = _image_size(image_size)
     cx, cy, w, h, c, s = enc.unbind(-1)
-    return torch.stack([cx * wd, cy * ht, (w * wd).clamp_min(min_size), (h * ht).clamp_min(min_size), torch.atan2(s, c)], -1)
+    return torch.stack(
+        [
+            cx * wd,
+            cy * ht,
+            (w * wd).clamp_min(min_size),
+            (h * ht).clamp_min(min_size),
+            torch.atan2(s, c),
+        ],
+        -1,
+    )
 
 
 def match_detections(
@@ -141,19 +152,21 @@ def match_detections(
                 pairs.append((i, j))
         return pairs
     if matching == "maximum":
-
         m = maximum_bipartite_matching(csr_matrix(ok.numpy().astype(int)), perm_type="column")
         return [(i, int(j)) for i, j in enumerate(m) if j >= 0]
     raise ValueError(f"matching must be 'greedy' or 'maximum', got {matching!r}")
 
 
 def _ignore_mask(mask: object, n: int, name: str, what: str) -> torch.Tensor:
-    """A ``(n,)`` bool CPU mask (all False for None), or raise naming ``name`` and the other side."""
+    """A ``(n,)`` bool CPU mask (all False for None), or raise naming ``name`` and the other
+    side."""
     if mask is None:
         return torch.zeros(n, dtype=torch.bool)
     m = as_tensor(mask, name, torch.bool).cpu()
     if m.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},): one flag per {what}, got {tuple(m.shape)}")
+        raise ValueError(
+            f"{name} must have shape ({n},): one flag per {what}, got {tuple(m.shape)}"
+        )
     return m
 
 
@@ -181,7 +194,9 @@ def _as_quads(x: object, name: str) -> torch.Tensor:
     if t.ndim == 2 and t.shape[1] == 8:
         t = t.reshape(-1, 4, 2)
     if t.ndim != 3 or t.shape[1:] != (4, 2):
-        raise ValueError(f"{name} must be (N, 4, 2) / (N, 8) quads or (N, 5) rotated boxes, got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must be (N, 4, 2) / (N, 8) quads or (N, 5) rotated boxes, got {tuple(t.shape)}"
+        )
     check_finite(t, name)
     return t
 
@@ -231,14 +246,20 @@ def icdar15_evaluate(
     if len(gt) == 0:
         raise ValueError("gt is empty (no images to evaluate)")
     iou_threshold = check_float(iou_threshold, "iou_threshold", low=0.0, high=1.0)
-    area_precision_threshold = check_float(area_precision_threshold, "area_precision_threshold", low=0.0, high=1.0)
+    area_precision_threshold = check_float(
+        area_precision_threshold, "area_precision_threshold", low=0.0, high=1.0
+    )
     check_choice(matching, "matching", ("greedy", "maximum"))
     matched_sum = n_gt_sum = n_det_sum = 0
     per_image = []
     for k in range(len(gt)):
         g, d = _as_quads(gt[k], f"gt[{k}]"), _as_quads(det[k], f"det[{k}]")
-        g_dc = _ignore_mask(None if gt_dont_care is None else gt_dont_care[k], g.shape[0], f"gt_dont_care[{k}]",
-                            f"quad of gt[{k}]")
+        g_dc = _ignore_mask(
+            None if gt_dont_care is None else gt_dont_care[k],
+            g.shape[0],
+            f"gt_dont_care[{k}]",
+            f"quad of gt[{k}]",
+        )
         d_dc = torch.zeros(d.shape[0], dtype=torch.bool)
         pairs: list[tuple[int, int]] = []
         if g.shape[0] and d.shape[0]:
@@ -246,9 +267,15 @@ def icdar15_evaluate(
             if bool(g_dc.any()):
                 dc = g[g_dc]
                 dd = d.repeat_interleave(dc.shape[0], 0)
-                inter = ccw_intersection_area(dd, dc.repeat(d.shape[0], 1, 1)).reshape(d.shape[0], dc.shape[0])
+                inter = ccw_intersection_area(dd, dc.repeat(d.shape[0], 1, 1)).reshape(
+                    d.shape[0], dc.shape[0]
+                )
                 area = shoelace_area(d)
-                frac = torch.where(area[:, None] > 0, inter / area[:, None].clamp_min(1e-300), torch.zeros_like(inter))
+                frac = torch.where(
+                    area[:, None] > 0,
+                    inter / area[:, None].clamp_min(1e-300),
+                    torch.zeros_like(inter),
+                )
                 d_dc = (frac > area_precision_threshold).any(1).cpu()
             iou = polygon_iou_matrix(g, d)
             pairs = match_detections(iou, g_dc, d_dc, iou_threshold, matching)
@@ -260,7 +287,15 @@ def icdar15_evaluate(
             rec = len(pairs) / n_gt
             prec = 0.0 if n_det == 0 else len(pairs) / n_det
         f1 = 0.0 if prec + rec == 0 else 2 * prec * rec / (prec + rec)
-        per_image.append({"precision": prec, "recall": rec, "f1": f1, "pairs": pairs, "det_dont_care": d_dc.tolist()})
+        per_image.append(
+            {
+                "precision": prec,
+                "recall": rec,
+                "f1": f1,
+                "pairs": pairs,
+                "det_dont_care": d_dc.tolist(),
+            }
+        )
         matched_sum += len(pairs)
         n_gt_sum += n_gt
         n_det_sum += n_det

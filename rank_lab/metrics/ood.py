@@ -39,7 +39,9 @@ def _check_scores(x: object, name: str) -> torch.Tensor:
     """Return ``x`` as a 1-D float64 CPU tensor, or raise naming ``name``."""
     t = as_tensor(x, name)
     if t.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D tensor of per-sample scores, got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must be a 1-D tensor of per-sample scores, got shape {tuple(t.shape)}"
+        )
     if t.numel() == 0:
         raise ValueError(f"{name} is empty")
     if t.dtype == torch.bool or t.is_complex():
@@ -126,7 +128,8 @@ def fpr_at_tpr(
 
 
 def _average_precision(scores: torch.Tensor, positive: torch.Tensor) -> float:
-    """Step-wise AP over distinct thresholds: ``sum_k (R_k - R_{k-1}) P_k`` (sklearn's definition)."""
+    """Step-wise AP over distinct thresholds: ``sum_k (R_k - R_{k-1}) P_k`` (sklearn's
+    definition)."""
     order = torch.argsort(scores, descending=True, stable=True)
     s = scores[order]
     pos = positive[order].double()
@@ -158,7 +161,9 @@ def aupr_out(scores_in: object, scores_out: object) -> float:
     s_in = _check_scores(scores_in, "scores_in")
     s_out = _check_scores(scores_out, "scores_out")
     scores = torch.cat([s_in, s_out])
-    positive = torch.cat([torch.zeros_like(s_in, dtype=torch.bool), torch.ones_like(s_out, dtype=torch.bool)])
+    positive = torch.cat(
+        [torch.zeros_like(s_in, dtype=torch.bool), torch.ones_like(s_out, dtype=torch.bool)]
+    )
     return _average_precision(scores, positive)
 
 
@@ -177,7 +182,9 @@ def aupr_in(scores_in: object, scores_out: object) -> float:
     s_in = _check_scores(scores_in, "scores_in")
     s_out = _check_scores(scores_out, "scores_out")
     scores = -torch.cat([s_in, s_out])
-    positive = torch.cat([torch.ones_like(s_in, dtype=torch.bool), torch.zeros_like(s_out, dtype=torch.bool)])
+    positive = torch.cat(
+        [torch.ones_like(s_in, dtype=torch.bool), torch.zeros_like(s_out, dtype=torch.bool)]
+    )
     return _average_precision(scores, positive)
 
 
@@ -232,7 +239,9 @@ def evaluate_ood(
         raise ValueError("scores_out may not contain a set named 'Average' (reserved)")
     s_in = _check_scores(scores_in, "scores_in")
     res = {
-        str(name): ood_metrics(s_in, _check_scores(s, f"scores_out[{name!r}]"), tpr=tpr, fpr_method=fpr_method)
+        str(name): ood_metrics(
+            s_in, _check_scores(s, f"scores_out[{name!r}]"), tpr=tpr, fpr_method=fpr_method
+        )
         for name, s in scores_out.items()
     }
     keys = next(iter(res.values())).keys()

@@ -87,15 +87,23 @@ def _binary_sorted(scores: object, targets: object) -> tuple[torch.Tensor, torch
     scores, targets = check_scores_targets(scores, targets)
     if targets.dtype != torch.bool:
         if targets.is_floating_point() and not bool(((targets == 0) | (targets == 1)).all()):
-            raise ValueError("targets must be binary (0/1 or bool) for this metric; use ndcg for graded gains")
+            raise ValueError(
+                "targets must be binary (0/1 or bool) for this metric; use ndcg for graded gains"
+            )
         targets = targets != 0
-    rel = sorted_relevance(scores, targets).to(scores.dtype if scores.dtype == torch.float64 else torch.float32)
+    rel = sorted_relevance(scores, targets).to(
+        scores.dtype if scores.dtype == torch.float64 else torch.float32
+    )
     n_pos = rel.sum(1)
     return rel, n_pos
 
 
 def _handle_empty(
-    values: torch.Tensor, n_pos: torch.Tensor, no_positive: NoPositive, metric: str, name: str = "targets"
+    values: torch.Tensor,
+    n_pos: torch.Tensor,
+    no_positive: NoPositive,
+    metric: str,
+    name: str = "targets",
 ) -> torch.Tensor:
     if no_positive not in ("raise", "zero"):
         raise ValueError(f"no_positive must be 'raise' or 'zero', got {no_positive!r}")
@@ -104,8 +112,8 @@ def _handle_empty(
         if no_positive == "raise":
             idx = torch.nonzero(empty).flatten()
             raise ValueError(
-                f"{metric}: {int(empty.sum())} query(ies) have no relevant item in {name} (first: row "
-                f"{int(idx[0])}); pass no_positive='zero' to score them 0"
+                f"{metric}: {int(empty.sum())} query(ies) have no relevant item in {name} (first: "
+                f"row {int(idx[0])}); pass no_positive='zero' to score them 0"
             )
         values = torch.where(empty, torch.zeros_like(values), values)
     return values
@@ -124,7 +132,9 @@ def _check_k(k: object, n: int, name: str = "k") -> int:
     return k
 
 
-def average_precision(scores: torch.Tensor, targets: torch.Tensor, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def average_precision(
+    scores: torch.Tensor, targets: torch.Tensor, *, no_positive: NoPositive = "raise"
+) -> torch.Tensor:
     """Average precision per query (Eq. 2.4 / 3.9 of the Ramzi thesis), worst-case ties.
 
     Args:
@@ -144,7 +154,9 @@ def average_precision(scores: torch.Tensor, targets: torch.Tensor, *, no_positiv
     return _handle_empty(ap, n_pos, no_positive, "average_precision")
 
 
-def ap_at_k(scores: torch.Tensor, targets: torch.Tensor, k: int, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def ap_at_k(
+    scores: torch.Tensor, targets: torch.Tensor, k: int, *, no_positive: NoPositive = "raise"
+) -> torch.Tensor:
     """AP truncated at k with the ``min(k, |P|)`` normaliser (mAP@k of Weyand et al., GLDv2).
 
     Returns:
@@ -163,7 +175,9 @@ def precision_at_k(scores: torch.Tensor, targets: torch.Tensor, k: int) -> torch
     return rel[:, :k].sum(1) / k
 
 
-def recall_at_k(scores: torch.Tensor, targets: torch.Tensor, k: int, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def recall_at_k(
+    scores: torch.Tensor, targets: torch.Tensor, k: int, *, no_positive: NoPositive = "raise"
+) -> torch.Tensor:
     """Recall rate R@k (Eq. 2.3 / 3.13 of the Ramzi thesis): 1 if a relevant item is in the top k.
 
     This is the "Recall@K" of the metric-learning tables, not the true recall (see
@@ -175,7 +189,9 @@ def recall_at_k(scores: torch.Tensor, targets: torch.Tensor, k: int, *, no_posit
     return _handle_empty(val, n_pos, no_positive, "recall_at_k")
 
 
-def true_recall_at_k(scores: torch.Tensor, targets: torch.Tensor, k: int, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def true_recall_at_k(
+    scores: torch.Tensor, targets: torch.Tensor, k: int, *, no_positive: NoPositive = "raise"
+) -> torch.Tensor:
     """True recall TR@k (Eq. 3.14 of the Ramzi thesis): ``#relevant in top k / min(k, |P|)``."""
     rel, n_pos = _binary_sorted(scores, targets)
     k = _check_k(k, rel.shape[1])
@@ -183,7 +199,9 @@ def true_recall_at_k(scores: torch.Tensor, targets: torch.Tensor, k: int, *, no_
     return _handle_empty(val, n_pos, no_positive, "true_recall_at_k")
 
 
-def map_at_r(scores: torch.Tensor, targets: torch.Tensor, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def map_at_r(
+    scores: torch.Tensor, targets: torch.Tensor, *, no_positive: NoPositive = "raise"
+) -> torch.Tensor:
     """mAP@R per query (Eq. 3.20 of the Ramzi thesis; Musgrave et al. 2020).
 
     ``(1/R) sum_{j=1}^{R} P(j) rel(j)`` with R the number of relevant items of the query. Always
@@ -196,8 +214,11 @@ def map_at_r(scores: torch.Tensor, targets: torch.Tensor, *, no_positive: NoPosi
     return _handle_empty(val, n_pos, no_positive, "map_at_r")
 
 
-def reciprocal_rank(scores: torch.Tensor, targets: torch.Tensor, *, no_positive: NoPositive = "raise") -> torch.Tensor:
-    """Reciprocal rank of the first relevant item (its mean over queries is the MRR). Shape ``(Q,)``."""
+def reciprocal_rank(
+    scores: torch.Tensor, targets: torch.Tensor, *, no_positive: NoPositive = "raise"
+) -> torch.Tensor:
+    """Reciprocal rank of the first relevant item (its mean over queries is the MRR). Shape
+    ``(Q,)``."""
     rel, n_pos = _binary_sorted(scores, targets)
     first = torch.argmax(rel, dim=1).to(rel.dtype) + 1  # first position with rel = 1
     return _handle_empty(1.0 / first, n_pos, no_positive, "reciprocal_rank")
@@ -209,7 +230,8 @@ def _discounts(n: int, like: torch.Tensor) -> torch.Tensor:
 
 
 def dcg(scores: torch.Tensor, gains: torch.Tensor, k: int | None = None) -> torch.Tensor:
-    """Discounted cumulative gain ``sum_{j<=k} g_j / log2(1 + j)`` in the worst-case order. ``(Q,)``."""
+    """Discounted cumulative gain ``sum_{j<=k} g_j / log2(1 + j)`` in the worst-case order.
+    ``(Q,)``."""
     scores, gains = check_scores_targets(scores, gains, "scores", "gains")
     g = gains.to(scores.dtype if scores.dtype == torch.float64 else torch.float32)
     n = g.shape[1]
@@ -218,7 +240,13 @@ def dcg(scores: torch.Tensor, gains: torch.Tensor, k: int | None = None) -> torc
     return (g_sorted * _discounts(k, g_sorted)).sum(1)
 
 
-def ndcg(scores: torch.Tensor, gains: torch.Tensor, k: int | None = None, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def ndcg(
+    scores: torch.Tensor,
+    gains: torch.Tensor,
+    k: int | None = None,
+    *,
+    no_positive: NoPositive = "raise",
+) -> torch.Tensor:
     """Normalised DCG (Eq. 2.11 / 4.12 of the Ramzi thesis; Jarvelin & Kekalainen 2002).
 
     Args:
@@ -242,7 +270,9 @@ def ndcg(scores: torch.Tensor, gains: torch.Tensor, k: int | None = None, *, no_
     return _handle_empty(val, (g > 0).sum(1), no_positive, "ndcg", "gains")
 
 
-def precision_recall_curve(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def precision_recall_curve(
+    scores: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Precision and recall after each retrieved item, in the worst-case order (Eqs. 2.1-2.2 of
     the Ramzi thesis).
 
@@ -264,7 +294,10 @@ def precision_recall_curve(scores: torch.Tensor, targets: torch.Tensor) -> tuple
 
 
 def positive_positions(
-    scores: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor, max_pos: int | None = None
+    scores: torch.Tensor,
+    positives: torch.Tensor,
+    negatives: torch.Tensor,
+    max_pos: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Worst-case 1-based positions of the relevant items of each row, by counting.
 
@@ -290,9 +323,13 @@ def positive_positions(
     check_finite(scores, "scores")
     for name, m in (("positives", positives), ("negatives", negatives)):
         if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
-            raise TypeError(f"{name} must be a bool tensor, got {getattr(m, 'dtype', type(m).__name__)}")
+            raise TypeError(
+                f"{name} must be a bool tensor, got {getattr(m, 'dtype', type(m).__name__)}"
+            )
         if m.shape != scores.shape:
-            raise ValueError(f"{name} has shape {tuple(m.shape)} but scores has shape {tuple(scores.shape)}")
+            raise ValueError(
+                f"{name} has shape {tuple(m.shape)} but scores has shape {tuple(scores.shape)}"
+            )
     n_pos = positives.sum(1)
     p = int(n_pos.max()) if max_pos is None else max_pos
     p = max(p, 1)

@@ -51,7 +51,9 @@ def boxes_to_polygons(boxes: torch.Tensor) -> torch.Tensor:
     """
     boxes = as_tensor(boxes, "boxes")
     if boxes.shape[-1] != 5:
-        raise ValueError(f"boxes must have shape (..., 5) = (cx, cy, w, h, theta), got {tuple(boxes.shape)}")
+        raise ValueError(
+            f"boxes must have shape (..., 5) = (cx, cy, w, h, theta), got {tuple(boxes.shape)}"
+        )
     if not boxes.is_floating_point():
         boxes = boxes.double()
     check_finite(boxes, "boxes")
@@ -156,7 +158,12 @@ def ccw_intersection_area(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         ``(N,)`` areas ``>= 0``.
     """
     if p.device.type == "cpu" and p.shape[0] > _CPU_CHUNK:
-        return torch.cat([_intersection_area_chunk(p[i : i + _CPU_CHUNK], q[i : i + _CPU_CHUNK]) for i in range(0, p.shape[0], _CPU_CHUNK)])
+        return torch.cat(
+            [
+                _intersection_area_chunk(p[i : i + _CPU_CHUNK], q[i : i + _CPU_CHUNK])
+                for i in range(0, p.shape[0], _CPU_CHUNK)
+            ]
+        )
     return _intersection_area_chunk(p, q)
 
 
@@ -175,7 +182,9 @@ def _check_polys(p: object, name: str) -> torch.Tensor:
     if p.ndim == 2 and p.shape[-1] == 8:
         p = p.reshape(-1, 4, 2)
     if p.ndim != 3 or p.shape[-1] != 2 or p.shape[1] < 3:
-        raise ValueError(f"{name} must have shape (N, K, 2) (or (N, 8) quads), got {tuple(p.shape)}")
+        raise ValueError(
+            f"{name} must have shape (N, K, 2) (or (N, 8) quads), got {tuple(p.shape)}"
+        )
     if not p.is_floating_point():
         p = p.double()
     check_finite(p, name)
@@ -190,8 +199,9 @@ def _check_convex(p: torch.Tensor, name: str, tol: float = 1e-9) -> None:
     bad = ((cross / scale) < -tol).any(1)
     if bool(bad.any()):
         raise ValueError(
-            f"{name} holds {int(bad.sum())} non-convex polygon(s) (e.g. index {int(bad.nonzero()[0])}); "
-            "the clipping IoU needs convex polygons (use icdar15_evaluate, which takes convex hulls)"
+            f"{name} holds {int(bad.sum())} non-convex polygon(s) (e.g. index "
+            f"{int(bad.nonzero()[0])}); the clipping IoU needs convex polygons (use "
+            "icdar15_evaluate, which takes convex hulls)"
         )
 
 
@@ -221,7 +231,9 @@ def polygon_iou(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     p, q = _convex_pair(p, q)
     inter = ccw_intersection_area(p, q)
     union = shoelace_area(p) + shoelace_area(q) - inter
-    return torch.where(union > 0, inter / union.clamp_min(torch.finfo(p.dtype).tiny), torch.zeros_like(inter))
+    return torch.where(
+        union > 0, inter / union.clamp_min(torch.finfo(p.dtype).tiny), torch.zeros_like(inter)
+    )
 
 
 def polygon_iou_matrix(p: torch.Tensor, q: torch.Tensor, chunk_size: int = 65536) -> torch.Tensor:
@@ -236,16 +248,25 @@ def polygon_iou_matrix(p: torch.Tensor, q: torch.Tensor, chunk_size: int = 65536
     n, m = p.shape[0], q.shape[0]
     if n == 0 or m == 0:
         return torch.zeros(n, m, dtype=p.dtype, device=p.device)
-    ii, jj = torch.meshgrid(torch.arange(n, device=p.device), torch.arange(m, device=p.device), indexing="ij")
+    ii, jj = torch.meshgrid(
+        torch.arange(n, device=p.device), torch.arange(m, device=p.device), indexing="ij"
+    )
     ii, jj = ii.reshape(-1), jj.reshape(-1)
-    out = torch.cat([polygon_iou(p[ii[s : s + chunk_size]], q[jj[s : s + chunk_size]]) for s in range(0, n * m, chunk_size)])
+    out = torch.cat(
+        [
+            polygon_iou(p[ii[s : s + chunk_size]], q[jj[s : s + chunk_size]])
+            for s in range(0, n * m, chunk_size)
+        ]
+    )
     return out.reshape(n, m)
 
 
 def _check_boxes(b: object, name: str) -> torch.Tensor:
     b = as_tensor(b, name)
     if b.ndim != 2 or b.shape[-1] != 5:
-        raise ValueError(f"{name} must have shape (N, 5) = (cx, cy, w, h, theta), got {tuple(b.shape)}")
+        raise ValueError(
+            f"{name} must have shape (N, 5) = (cx, cy, w, h, theta), got {tuple(b.shape)}"
+        )
     if not b.is_floating_point():
         b = b.double()
     check_finite(b, name)
@@ -271,10 +292,14 @@ def rotated_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
     p, q = boxes_to_polygons(b1), boxes_to_polygons(b2)
     inter = ccw_intersection_area(p, q)
     union = b1[:, 2] * b1[:, 3] + b2[:, 2] * b2[:, 3] - inter
-    return torch.where(union > 0, inter / union.clamp_min(torch.finfo(b1.dtype).tiny), torch.zeros_like(inter))
+    return torch.where(
+        union > 0, inter / union.clamp_min(torch.finfo(b1.dtype).tiny), torch.zeros_like(inter)
+    )
 
 
-def rotated_iou_matrix(boxes1: torch.Tensor, boxes2: torch.Tensor, chunk_size: int = 65536) -> torch.Tensor:
+def rotated_iou_matrix(
+    boxes1: torch.Tensor, boxes2: torch.Tensor, chunk_size: int = 65536
+) -> torch.Tensor:
     """IoU of every box of ``boxes1 (N, 5)`` with every box of ``boxes2 (M, 5)`` -> ``(N, M)``.
 
     ``N = 0`` or ``M = 0`` gives an empty matrix; ``chunk_size`` pairs are computed at a time.
@@ -286,5 +311,8 @@ def rotated_iou_matrix(boxes1: torch.Tensor, boxes2: torch.Tensor, chunk_size: i
     jj = torch.arange(m, device=b1.device).repeat(n)
     if n * m == 0:
         return torch.zeros(n, m, dtype=b1.dtype, device=b1.device)
-    out = [rotated_iou(b1[ii[s : s + chunk_size]], b2[jj[s : s + chunk_size]]) for s in range(0, n * m, chunk_size)]
+    out = [
+        rotated_iou(b1[ii[s : s + chunk_size]], b2[jj[s : s + chunk_size]])
+        for s in range(0, n * m, chunk_size)
+    ]
     return torch.cat(out).reshape(n, m)

@@ -98,7 +98,10 @@ def normalize_text(text: str, mode: str = "none") -> str:
 
 
 def _as_codes(
-    x: Sequence[str] | torch.Tensor, lengths: torch.Tensor | Sequence[int] | None, name: str, pad: int
+    x: Sequence[str] | torch.Tensor,
+    lengths: torch.Tensor | Sequence[int] | None,
+    name: str,
+    pad: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if isinstance(x, torch.Tensor):
         codes = x
@@ -116,7 +119,10 @@ def _as_codes(
         else:
             lengths = as_tensor(lengths, f"{name}_lengths").to(codes.device).long()
             if lengths.shape != (codes.shape[0],):
-                raise ValueError(f"{name}_lengths must have shape ({codes.shape[0]},), got {tuple(lengths.shape)}")
+                raise ValueError(
+                    f"{name}_lengths must have shape ({codes.shape[0]},), got "
+                    f"{tuple(lengths.shape)}"
+                )
             if bool((lengths < 0).any()) or bool((lengths > codes.shape[1]).any()):
                 raise ValueError(f"{name}_lengths must lie in [0, {codes.shape[1]}]")
         return codes, lengths
@@ -128,7 +134,9 @@ def _as_codes(
 def _str_list(x: object, name: str) -> list[str]:
     """``x`` as a list of str, or raise a ``TypeError`` naming ``name`` (and the bad index)."""
     if isinstance(x, str) or not isinstance(x, Sequence):
-        raise TypeError(f"{name} must be a sequence of str (or a code tensor), got {type(x).__name__}")
+        raise TypeError(
+            f"{name} must be a sequence of str (or a code tensor), got {type(x).__name__}"
+        )
     out = list(x)
     for i, v in enumerate(out):
         if not isinstance(v, str):
@@ -173,13 +181,25 @@ def edit_distance(
     n = ca.shape[0]
     if n == 0:
         return torch.zeros(0, dtype=torch.long, device=dev)
-    if dev.type == "cpu" and n > _CPU_CHUNK:  # chunks keep the working set in cache (several x faster)
-        return torch.cat([_levenshtein(ca[i : i + _CPU_CHUNK], la[i : i + _CPU_CHUNK], cb[i : i + _CPU_CHUNK], lb[i : i + _CPU_CHUNK])
-                          for i in range(0, n, _CPU_CHUNK)])
+    # chunks keep the working set in cache (several x faster)
+    if dev.type == "cpu" and n > _CPU_CHUNK:
+        return torch.cat(
+            [
+                _levenshtein(
+                    ca[i : i + _CPU_CHUNK],
+                    la[i : i + _CPU_CHUNK],
+                    cb[i : i + _CPU_CHUNK],
+                    lb[i : i + _CPU_CHUNK],
+                )
+                for i in range(0, n, _CPU_CHUNK)
+            ]
+        )
     return _levenshtein(ca, la, cb, lb)
 
 
-def _levenshtein(ca: torch.Tensor, la: torch.Tensor, cb: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
+def _levenshtein(
+    ca: torch.Tensor, la: torch.Tensor, cb: torch.Tensor, lb: torch.Tensor
+) -> torch.Tensor:
     """Row-by-row Levenshtein DP of a batch of padded code rows (see :func:`edit_distance`)."""
     n, dev = ca.shape[0], ca.device
     # Loop over the shorter side (ED is symmetric); trim both to their longest real string.
@@ -220,7 +240,9 @@ def levenshtein_reference(a: str, b: str) -> int:
 _MODES = ("none", "lower", "alnum_lower")
 
 
-def _check_pairs(preds: Sequence[str], targets: Sequence[str], normalize: str = "none") -> tuple[list[str], list[str]]:
+def _check_pairs(
+    preds: Sequence[str], targets: Sequence[str], normalize: str = "none"
+) -> tuple[list[str], list[str]]:
     check_choice(normalize, "normalize", _MODES)
     preds, targets = _str_list(preds, "preds"), _str_list(targets, "targets")
     if len(preds) != len(targets):
@@ -248,16 +270,21 @@ def normalized_edit_distance(
     preds = [normalize_text(s, normalize) for s in preds]
     targets = [normalize_text(s, normalize) for s in targets]
     ed = edit_distance(preds, targets).double()
-    denom = torch.tensor([max(len(p), len(t)) for p, t in zip(preds, targets, strict=True)], dtype=torch.float64)
+    denom = torch.tensor(
+        [max(len(p), len(t)) for p, t in zip(preds, targets, strict=True)], dtype=torch.float64
+    )
     return torch.where(denom > 0, ed / denom.clamp_min(1), torch.zeros_like(ed))
 
 
 def ned_score(preds: Sequence[str], targets: Sequence[str], *, normalize: str = "none") -> float:
-    """Mean of ``1 - ED / max(|pred|, |gt|)``: the NED column (higher is better) of Tables 3.1-4.2."""
+    """Mean of ``1 - ED / max(|pred|, |gt|)``: the NED column (higher is better) of Tables
+    3.1-4.2."""
     return float(1.0 - normalized_edit_distance(preds, targets, normalize=normalize).mean())
 
 
-def total_edit_distance(preds: Sequence[str], targets: Sequence[str], *, normalize: str = "none") -> int:
+def total_edit_distance(
+    preds: Sequence[str], targets: Sequence[str], *, normalize: str = "none"
+) -> int:
     """TED = sum of the edit distances over the set (lower is better; Tables 3.1-4.2)."""
     preds, targets = _check_pairs(preds, targets, normalize)
     preds = [normalize_text(s, normalize) for s in preds]
@@ -265,10 +292,15 @@ def total_edit_distance(preds: Sequence[str], targets: Sequence[str], *, normali
     return int(edit_distance(preds, targets).sum())
 
 
-def word_accuracy(preds: Sequence[str], targets: Sequence[str], *, normalize: str = "none") -> float:
+def word_accuracy(
+    preds: Sequence[str], targets: Sequence[str], *, normalize: str = "none"
+) -> float:
     """Fraction (in ``[0, 1]``) of words predicted exactly, after ``normalize``."""
     preds, targets = _check_pairs(preds, targets, normalize)
-    hits = sum(normalize_text(p, normalize) == normalize_text(t, normalize) for p, t in zip(preds, targets, strict=True))
+    hits = sum(
+        normalize_text(p, normalize) == normalize_text(t, normalize)
+        for p, t in zip(preds, targets, strict=True)
+    )
     return hits / len(preds)
 
 
@@ -290,7 +322,9 @@ def text_recognition_metrics(
     p = [normalize_text(s, normalize) for s in preds]
     t = [normalize_text(s, normalize) for s in targets]
     ed = edit_distance(p, t).double()
-    denom = torch.tensor([max(len(x), len(y)) for x, y in zip(p, t, strict=True)], dtype=torch.float64)
+    denom = torch.tensor(
+        [max(len(x), len(y)) for x, y in zip(p, t, strict=True)], dtype=torch.float64
+    )
     ned = torch.where(denom > 0, ed / denom.clamp_min(1), torch.zeros_like(ed))
     return {
         "accuracy": float((ed == 0).double().mean()),

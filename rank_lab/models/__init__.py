@@ -1,4 +1,5 @@
-"""Models: global pooling layers, heads (embedding head, prototype classifier) and backbones (timm, tiny CNN)."""
+"""Models: global pooling layers, heads (embedding head, prototype classifier) and backbones (timm,
+tiny CNN)."""
 
 from rank_lab.models.backbones import (
     MLPBackbone,

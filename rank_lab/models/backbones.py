@@ -6,7 +6,8 @@
   local weight file (e.g. a torchvision / timm ResNet-50 ``state_dict``); see
   :mod:`rank_lab.models.weights`.
 * :class:`TinyCNN` -- a 3-block CNN for CPU smoke runs on 8x8 digits, 28x28 or small RGB images.
-* :class:`MLPBackbone` -- an MLP for the synthetic vector inputs of :func:`rank_lab.data.make_open_set`.
+* :class:`MLPBackbone` -- an MLP for the synthetic vector inputs of
+  :func:`rank_lab.data.make_open_set`.
 
 Every backbone exposes ``num_features`` (the channel / feature dimension ``D``), as timm models do.
 The retrieval setting of the Ramzi thesis (§3.5.1, §4.4.1) is ResNet-50 without its classifier,
@@ -50,21 +51,26 @@ __all__ = [
 #: model (:class:`TimmBackbone`). A new backbone registers its builder where it is defined.
 BACKBONES: Registry[Callable[..., nn.Module]] = Registry("backbone")
 
+
 def _force_eval_hook(module: nn.Module, args: object) -> None:
     module.training = False
 
 
-def freeze_batchnorm(module: nn.Module, *, sticky: bool = False, freeze_affine: bool = False) -> int:
+def freeze_batchnorm(
+    module: nn.Module, *, sticky: bool = False, freeze_affine: bool = False
+) -> int:
     """Put every BatchNorm layer of ``module`` in eval mode (running statistics frozen): the one
     batch-norm freezer of rank_lab.
 
     * Default: the ``freeze_batch_norm`` option of the ROADMAP / SupRank / Smooth-AP code (the
       Ramzi thesis does not mention it): with 4 images per class the batch statistics are poor
       estimates, so the ImageNet statistics are kept, and the affine parameters still train. Call
-      it after every ``module.train()`` (:class:`~rank_lab.models.heads.EmbeddingModel` does it for you).
-    * ``sticky=True``: a forward pre-hook keeps the layers in eval mode even after ``module.train()``
-      (registered once per layer). The forward pass then does not depend on how a batch is chunked,
-      so multistage back-propagation (:mod:`rank_lab.train.multistage`) reproduces a single pass.
+      it after every ``module.train()`` (:class:`~rank_lab.models.heads.EmbeddingModel` does it for
+      you).
+    * ``sticky=True``: a forward pre-hook keeps the layers in eval mode even after
+      ``module.train()`` (registered once per layer). The forward pass then does not depend on how a
+      batch is chunked, so multistage back-propagation (:mod:`rank_lab.train.multistage`) reproduces
+      a single pass.
     * ``freeze_affine=True``: the layers' weight and bias stop requiring gradients ("the BatchNorm
       parameters are kept frozen", Patel thesis Section 5.3.2).
 
@@ -111,7 +117,8 @@ class TinyCNN(nn.Module):
     """A small 3-block CNN for CPU smoke runs; returns a feature map ``(B, 4*width, H/4, W/4)``.
 
     Blocks: conv3x3-BN-ReLU, conv3x3-BN-ReLU-maxpool2, conv3x3-BN-ReLU-maxpool2 (pools with
-    ``ceil_mode`` so inputs down to 1x1 work). An 8x8 digit gives a 2x2 map, a 28x28 image a 7x7 map.
+    ``ceil_mode`` so inputs down to 1x1 work). An 8x8 digit gives a 2x2 map, a 28x28 image a 7x7
+    map.
 
     Args:
         in_channels: input channels (1 for digits / MNIST, 3 for RGB).
@@ -145,9 +152,9 @@ class TinyCNN(nn.Module):
         self.num_features = 4 * width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, C, H, W)`` floating images, or ``(B, H, W)`` grey images when ``in_channels = 1``
-        (a 3-D input is always read as a batch of grey images). float64 inputs are cast to the
-        weights' dtype; an empty batch gives an empty batch.
+        """Args: x ``(B, C, H, W)`` floating images, or ``(B, H, W)`` grey images when
+        ``in_channels = 1`` (a 3-D input is always read as a batch of grey images). float64 inputs
+        are cast to the weights' dtype; an empty batch gives an empty batch.
 
         Returns:
             The feature map ``(B, 4*width, ceil(H/4), ceil(W/4))``.
@@ -186,7 +193,9 @@ class MLPBackbone(nn.Module):
         input_dim = check_positive_int(input_dim, "input_dim")
         hidden_dims = tuple(check_positive_int(h, "hidden_dims") for h in hidden_dims)
         if not hidden_dims:
-            raise ValueError(f"hidden_dims must hold at least one positive width, got {hidden_dims}")
+            raise ValueError(
+                f"hidden_dims must hold at least one positive width, got {hidden_dims}"
+            )
         layers: list[nn.Module] = []
         prev = input_dim
         for h in hidden_dims:
@@ -197,13 +206,16 @@ class MLPBackbone(nn.Module):
         self.num_features = prev
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x ``(B, input_dim)`` or ``(B, ...)`` with ``prod(...) = input_dim``, floating (float64 is
-        cast to the weights' dtype). Returns ``(B, D)`` (an empty batch gives ``(0, D)``).
+        """Args: x ``(B, input_dim)`` or ``(B, ...)`` with ``prod(...) = input_dim``, floating
+        (float64 is cast to the weights' dtype). Returns ``(B, D)`` (an empty batch gives
+        ``(0, D)``).
 
         Raises:
             TypeError: ``x`` not a floating tensor. ValueError: a wrong size, NaN or inf.
         """
-        x = check_input(x, "x", tuple(range(2, 9)), shape=f"(B, {self.input_dim}) or (B, ...)", like=self)
+        x = check_input(
+            x, "x", tuple(range(2, 9)), shape=f"(B, {self.input_dim}) or (B, ...)", like=self
+        )
         x = x.flatten(1)
         if x.shape[1] != self.input_dim:
             raise ValueError(f"x has {x.shape[1]} features per row but input_dim={self.input_dim}")
@@ -255,7 +267,11 @@ class TimmBackbone(nn.Module):
         self.in_chans = in_chans
         self.features_only = bool(features_only)
         kwargs: dict[str, Any] = {"in_chans": in_chans, **timm_kwargs}
-        kwargs.update({"features_only": True, "out_indices": (-1,)} if self.features_only else {"num_classes": 0})
+        kwargs.update(
+            {"features_only": True, "out_indices": (-1,)}
+            if self.features_only
+            else {"num_classes": 0}
+        )
         self.load_report: dict[str, list[str]] | None = None
         if isinstance(spec, Path):
             self.model, _ = create_timm_model(name, "none", **kwargs)
@@ -303,7 +319,8 @@ def build_backbone(
     weights: str | Path | None = None,
     **timm_kwargs: Any,
 ) -> nn.Module:
-    """Build a backbone by name: ``"mlp"``, ``"tiny_cnn"``, or a timm name (optionally ``"timm:<name>"``).
+    """Build a backbone by name: ``"mlp"``, ``"tiny_cnn"``, or a timm name (optionally
+    ``"timm:<name>"``).
 
     Args:
         name: backbone name.
@@ -325,16 +342,23 @@ def build_backbone(
         raise TypeError(f"backbone name must be a non-empty str, got {name!r}")
     key = name.lower()
     if name in BACKBONES:
-        net: nn.Module = BACKBONES.build(name, in_channels=in_channels, input_dim=input_dim,
-                                         hidden_dims=hidden_dims, width=width)
+        net: nn.Module = BACKBONES.build(
+            name, in_channels=in_channels, input_dim=input_dim, hidden_dims=hidden_dims, width=width
+        )
     else:
         timm_name = name[5:] if key.startswith("timm:") else name
         return TimmBackbone(
-            timm_name, in_chans=in_channels, features_only=features_only, weights=weights, **timm_kwargs,
+            timm_name,
+            in_chans=in_channels,
+            features_only=features_only,
+            weights=weights,
+            **timm_kwargs,
         )
     spec = parse_weights(weights)
     if spec == "imagenet":
-        raise ValueError(f"backbone {name!r} has no pretrained weights; use weights='none' or a weight file")
+        raise ValueError(
+            f"backbone {name!r} has no pretrained weights; use weights='none' or a weight file"
+        )
     record: dict[str, Any] = {"weights": "none"}
     if isinstance(spec, Path):
         net.load_report = load_backbone_weights(net, spec, strict=True)  # type: ignore[attr-defined]

@@ -1,4 +1,5 @@
-"""Embedding heads and the retrieval model: backbone -> pooling -> [LayerNorm] -> [Linear] -> L2 norm.
+"""Embedding heads and the retrieval model: backbone -> pooling -> [LayerNorm] -> [Linear] -> L2
+norm.
 
 The retrieval network of the Ramzi thesis (§3.5.1 "validation setting", §4.4.1) and of the SupRank /
 ROADMAP papers: a ResNet-50 without its classifier, average pooling (GeM for the state-of-the-art
@@ -32,8 +33,15 @@ from rank_lab._validation import (
 from rank_lab.models.backbones import BACKBONES, MLPBackbone, build_backbone, freeze_batchnorm
 from rank_lab.models.pooling import POOLINGS, build_pooling
 
-__all__ = ["EmbeddingHead", "EmbeddingModel", "ModelConfig", "build_model", "PrototypeClassifier", "prototype_logits",
-           "class_means"]
+__all__ = [
+    "EmbeddingHead",
+    "EmbeddingModel",
+    "ModelConfig",
+    "build_model",
+    "PrototypeClassifier",
+    "prototype_logits",
+    "class_means",
+]
 
 
 class EmbeddingHead(nn.Module):
@@ -50,7 +58,11 @@ class EmbeddingHead(nn.Module):
     """
 
     def __init__(
-        self, in_dim: int, embed_dim: int | None = 512, layer_norm: bool = True, normalize: bool = True
+        self,
+        in_dim: int,
+        embed_dim: int | None = 512,
+        layer_norm: bool = True,
+        normalize: bool = True,
     ) -> None:
         super().__init__()
         in_dim = check_positive_int(in_dim, "in_dim")
@@ -66,7 +78,8 @@ class EmbeddingHead(nn.Module):
         """Args: x ``(B, in_dim)`` floating features (float64 is cast to the weights' dtype).
 
         Returns:
-            ``(B, out_dim)``, unit-norm rows when ``normalize`` (an empty batch gives ``(0, out_dim)``).
+            ``(B, out_dim)``, unit-norm rows when ``normalize`` (an empty batch gives
+            ``(0, out_dim)``).
 
         Raises:
             TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf.
@@ -93,7 +106,11 @@ class EmbeddingModel(nn.Module):
     """
 
     def __init__(
-        self, backbone: nn.Module, pooling: nn.Module | None, head: EmbeddingHead, freeze_bn: bool = False
+        self,
+        backbone: nn.Module,
+        pooling: nn.Module | None,
+        head: EmbeddingHead,
+        freeze_bn: bool = False,
     ) -> None:
         super().__init__()
         self.backbone = backbone
@@ -112,20 +129,26 @@ class EmbeddingModel(nn.Module):
         f = self.backbone(x)
         if f.ndim == 4:
             if self.pooling is None:
-                raise ValueError("the backbone returned a feature map (B, D, H, W) but pooling is None")
+                raise ValueError(
+                    "the backbone returned a feature map (B, D, H, W) but pooling is None"
+                )
             f = self.pooling(f)
         if f.ndim != 2:
-            raise ValueError(f"backbone features must be (B, D) after pooling, got {tuple(f.shape)}")
+            raise ValueError(
+                f"backbone features must be (B, D) after pooling, got {tuple(f.shape)}"
+            )
         return f
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x a batch of floating inputs (the backbone's shape; float64 is cast to the weights' dtype).
+        """Args: x a batch of floating inputs (the backbone's shape; float64 is cast to the weights'
+        dtype).
 
         Returns:
             Embeddings ``(B, d)`` (L2-normalised by default).
 
         Raises:
-            TypeError: ``x`` not a floating tensor. ValueError: a shape the backbone refuses, NaN or inf.
+            TypeError: ``x`` not a floating tensor. ValueError: a shape the backbone refuses, NaN or
+                inf.
         """
         return self.head(self.features(x))
 
@@ -134,7 +157,8 @@ class EmbeddingModel(nn.Module):
         return self.backbone.parameters()
 
     def head_parameters(self) -> Iterator[nn.Parameter]:
-        """Parameters of the new layers: pooling (GeM's ``p``) and head (trained with ``head_lr``)."""
+        """Parameters of the new layers: pooling (GeM's ``p``) and head (trained with
+        ``head_lr``)."""
         if self.pooling is not None:
             yield from self.pooling.parameters()
         yield from self.head.parameters()
@@ -193,7 +217,9 @@ class ModelConfig:
         if not isinstance(self.pooling, str):
             raise ValueError(f"model.pooling must be a str, got {self.pooling!r}")
         if self.pooling not in POOLINGS:
-            raise ValueError(f"unknown pooling {self.pooling!r} (model.pooling); known: {sorted(POOLINGS)}")
+            raise ValueError(
+                f"unknown pooling {self.pooling!r} (model.pooling); known: {sorted(POOLINGS)}"
+            )
         for name in ("in_channels", "width"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -206,7 +232,9 @@ class ModelConfig:
         if isinstance(self.weights, os.PathLike):
             self.weights = os.fspath(self.weights)
         if self.weights is not None and not isinstance(self.weights, str):
-            raise TypeError(f"model.weights must be 'imagenet', 'none' or a file path, got {self.weights!r}")
+            raise TypeError(
+                f"model.weights must be 'imagenet', 'none' or a file path, got {self.weights!r}"
+            )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
@@ -239,7 +267,10 @@ def check_backbone_name(name: str, argument: str = "model.backbone") -> None:
         return
     arch = (name[5:] if key.startswith("timm:") else name).split(".", 1)[0]
     if not timm.is_model(arch):
-        raise ValueError(f"unknown backbone {name!r} ({argument}): use 'mlp', 'tiny_cnn' or a timm model name (see timm.list_models())")
+        raise ValueError(
+            f"unknown backbone {name!r} ({argument}): use 'mlp', 'tiny_cnn' or a timm model name "
+            "(see timm.list_models())"
+        )
 
 
 def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel:
@@ -270,7 +301,10 @@ def build_model(config: ModelConfig | Mapping[str, Any] | Any) -> EmbeddingModel
         kwargs: dict[str, Any] = {"p": config.gem_p} if config.pooling.lower() == "gem" else {}
         pooling = build_pooling(config.pooling, **kwargs)
     head = EmbeddingHead(
-        int(backbone.num_features), config.embed_dim, layer_norm=config.layer_norm, normalize=config.normalize
+        int(backbone.num_features),
+        config.embed_dim,
+        layer_norm=config.layer_norm,
+        normalize=config.normalize,
     )
     return EmbeddingModel(backbone, pooling, head, freeze_bn=config.freeze_bn)
 
@@ -282,8 +316,14 @@ def _returns_map(backbone: nn.Module) -> bool:
 
 
 # ------------------------------------------------------------------ prototype (cosine) classifier
-def prototype_logits(z: torch.Tensor, prototypes: torch.Tensor, *, normalize: bool = True, temperature: float = 1.0,
-                     name: str = "prototypes") -> torch.Tensor:
+def prototype_logits(
+    z: torch.Tensor,
+    prototypes: torch.Tensor,
+    *,
+    normalize: bool = True,
+    temperature: float = 1.0,
+    name: str = "prototypes",
+) -> torch.Tensor:
     """``z theta^T / tau`` (``(M, K)``), with both sides L2-normalised when ``normalize``.
 
     The logits of a cosine classifier (CE(n), Eq. 6.6 of the Patel thesis with normalised features
@@ -303,7 +343,9 @@ def prototype_logits(z: torch.Tensor, prototypes: torch.Tensor, *, normalize: bo
     return z @ p.T / check_float(temperature, "temperature", low=0.0, low_open=True)
 
 
-def class_means(z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normalize: bool = True) -> torch.Tensor:
+def class_means(
+    z: torch.Tensor, labels: torch.Tensor, n_classes: int, *, normalize: bool = True
+) -> torch.Tensor:
     """Class means ``c_k`` of (normalised) features, ``(K, d)``; an absent class gets zeros.
 
     The prototypes of SPCE(M) (Section 6.3 of the Patel thesis: the SPCE logits of Eq. 6.8 with the
@@ -337,7 +379,10 @@ class PrototypeClassifier(nn.Module):
 
     def __init__(self, n_classes: int, dim: int, temperature: float = 0.1) -> None:
         super().__init__()
-        self.prototypes = nn.Parameter(torch.randn(check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim")) * 0.1)
+        self.prototypes = nn.Parameter(
+            torch.randn(check_positive_int(n_classes, "n_classes"), check_positive_int(dim, "dim"))
+            * 0.1
+        )
         self.temperature = check_float(temperature, "temperature", low=0.0, low_open=True)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,16 @@ from torch import nn
 from rank_lab._validation import check_float, check_input
 from rank_lab.registry import Registry
 
-__all__ = ["MAC", "SPoC", "GeM", "RMAC", "rmac_regions", "build_pooling", "list_poolings", "POOLINGS"]
+__all__ = [
+    "MAC",
+    "SPoC",
+    "GeM",
+    "RMAC",
+    "rmac_regions",
+    "build_pooling",
+    "list_poolings",
+    "POOLINGS",
+]
 
 #: Every pooling by name (``"mac"`` / ``"max"``, ``"spoc"`` / ``"avg"``, ``"gem"``, ``"rmac"``);
 #: a new pooling registers where it is defined (``@POOLINGS.register("name")``).
@@ -26,7 +35,8 @@ POOLINGS: Registry[type[nn.Module]] = Registry("pooling")
 
 def _check_map(x: torch.Tensor, module: nn.Module | None = None) -> None:
     """A floating, finite feature map ``(B, D, H, W)`` (an empty batch pools to an empty batch); the
-    finite check is ``module``'s (skipped while it trusts its inputs, :func:`~rank_lab._validation.trusted_inputs`)."""
+    finite check is ``module``'s (skipped while it trusts its inputs,
+    :func:`~rank_lab._validation.trusted_inputs`)."""
     check_input(x, "x", 4, shape="(B, D, H, W) (a feature map)", owner=module)
 
 
@@ -44,7 +54,8 @@ class MAC(nn.Module):
 @POOLINGS.register("avg")
 @POOLINGS.register("spoc")
 class SPoC(nn.Module):
-    """Sum-pooling of convolutions, as the mean: ``f_k = mean_{x in X_k} x`` (Gominski thesis §3.4.1)."""
+    """Sum-pooling of convolutions, as the mean: ``f_k = mean_{x in X_k} x`` (Gominski thesis
+    §3.4.1)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Args: x ``(B, D, H, W)``. Returns ``(B, D)``."""
@@ -54,7 +65,8 @@ class SPoC(nn.Module):
 
 @POOLINGS.register("gem")
 class GeM(nn.Module):
-    """Generalized-mean pooling ``f_k = (mean_{x in X_k} x^p)^(1/p)`` (Gominski thesis §3.4.1, [74]).
+    """Generalized-mean pooling ``f_k = (mean_{x in X_k} x^p)^(1/p)`` (Gominski thesis §3.4.1,
+    [74]).
 
     ``p = 1`` is SPoC, ``p -> inf`` tends to MAC. As in the official code, one shared ``p``
     (learnable by default, initialised to 3) and activations clamped at ``eps`` before the power.
@@ -90,14 +102,17 @@ class GeM(nn.Module):
         return f"p={float(self.p):.3f}, eps={self.eps}"
 
 
-def rmac_regions(height: int, width: int, levels: int = 3, overlap: float = 0.4) -> list[tuple[int, int, int]]:
+def rmac_regions(
+    height: int, width: int, levels: int = 3, overlap: float = 0.4
+) -> list[tuple[int, int, int]]:
     """The square R-MAC regions of a ``height x width`` map (Tolias et al.; cirtorch's ``rmac``).
 
     The region side at level ``l`` (1-based) is ``w_l = floor(2 w / (l + 1))`` with
     ``w = min(H, W)``; level ``l`` has ``l`` regions along the short side and ``l + extra``
     along the long side, where ``extra`` (0 for square maps) is the number of steps in
-    ``{2..7}`` minimising ``|(w^2 - w b) / w^2 - overlap|`` with ``b = (max(H, W) - w) / (steps - 1)``
-    (the convention of Radenović et al.'s cirtorch code). Region starts are spread evenly over the map.
+    ``{2..7}`` minimising ``|(w^2 - w b) / w^2 - overlap|`` with
+    ``b = (max(H, W) - w) / (steps - 1)`` (the convention of Radenović et al.'s cirtorch code).
+    Region starts are spread evenly over the map.
 
     Args:
         height: map height ``H`` (>= 1).
@@ -119,7 +134,8 @@ def rmac_regions(height: int, width: int, levels: int = 3, overlap: float = 0.4)
     if height != width:
         steps = torch.arange(2, 8, dtype=torch.float64)
         b = (max(height, width) - w) / (steps - 1)
-        idx = int(torch.argmin(torch.abs((w**2 - w * b) / w**2 - overlap)))  # first minimum, as torch.min
+        # first minimum, as torch.min
+        idx = int(torch.argmin(torch.abs((w**2 - w * b) / w**2 - overlap)))
         if height < width:
             extra_w = idx + 1
         else:
@@ -159,14 +175,21 @@ class RMAC(nn.Module):
             finite positive number.
     """
 
-    def __init__(self, levels: int = 3, overlap: float = 0.4, include_global: bool = True, eps: float = 1e-6) -> None:
+    def __init__(
+        self, levels: int = 3, overlap: float = 0.4, include_global: bool = True, eps: float = 1e-6
+    ) -> None:
         super().__init__()
         eps = check_float(eps, "eps", low=0.0, low_open=True)
         if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
             raise ValueError(f"levels must be a positive int, got {levels!r}")
         if not 0.0 <= overlap < 1.0:
             raise ValueError(f"overlap must be in [0, 1), got {overlap}")
-        self.levels, self.overlap, self.include_global, self.eps = levels, overlap, include_global, eps
+        self.levels, self.overlap, self.include_global, self.eps = (
+            levels,
+            overlap,
+            include_global,
+            eps,
+        )
 
     def regions(self, height: int, width: int) -> list[tuple[int, int, int]]:
         """The regions used for a ``height x width`` map (see :func:`rmac_regions`)."""
@@ -179,7 +202,9 @@ class RMAC(nn.Module):
         def normed(v: torch.Tensor) -> torch.Tensor:
             return v / (v.norm(dim=1, keepdim=True) + self.eps)
 
-        out = normed(x.amax(dim=(-2, -1))) if self.include_global else torch.zeros_like(x[:, :, 0, 0])
+        out = (
+            normed(x.amax(dim=(-2, -1))) if self.include_global else torch.zeros_like(x[:, :, 0, 0])
+        )
         for top, left, side in self.regions(x.shape[-2], x.shape[-1]):
             out = out + normed(x[:, :, top : top + side, left : left + side].amax(dim=(-2, -1)))
         return out
@@ -189,8 +214,8 @@ class RMAC(nn.Module):
 
 
 def build_pooling(name: str, **kwargs: object) -> nn.Module:
-    """Build a pooling layer by name: ``"avg"``/``"spoc"``, ``"max"``/``"mac"``, ``"gem"``, ``"rmac"``
-    (and any other entry registered in :data:`POOLINGS`).
+    """Build a pooling layer by name: ``"avg"``/``"spoc"``, ``"max"``/``"mac"``, ``"gem"``,
+    ``"rmac"`` (and any other entry registered in :data:`POOLINGS`).
 
     Raises:
         TypeError: ``name`` is not a str.

@@ -1,4 +1,5 @@
-"""The embedding head of the RS@k chapter: GeM -> LayerNorm -> FC -> L2 (Section 5.3.2 of the Patel thesis).
+"""The embedding head of the RS@k chapter: GeM -> LayerNorm -> FC -> L2 (Section 5.3.2 of the Patel
+thesis).
 
 "After the convolutional layers, Generalized mean pooling and layer normalization are used, similar
 to ProxyNCA++. [...] The last layer of the model is a d dimensional fully connected layer with L2
@@ -75,16 +76,21 @@ class RecallHead(nn.Module):
         Raises:
             TypeError: ``x`` not a floating tensor. ValueError: a wrong shape, NaN or inf.
         """
-        x = check_input(x, "x", (2, 4), shape=f"(B, {self.in_dim}, H, W) or (B, {self.in_dim})", like=self)
+        x = check_input(
+            x, "x", (2, 4), shape=f"(B, {self.in_dim}, H, W) or (B, {self.in_dim})", like=self
+        )
         if x.ndim == 4:
             x = self.pool(x)
         if x.shape[1] != self.in_dim:
-            raise ValueError(f"x has {x.shape[1]} channels but the head expects in_dim={self.in_dim}")
+            raise ValueError(
+                f"x has {x.shape[1]} channels but the head expects in_dim={self.in_dim}"
+            )
         return unit_rows(self.fc(self.norm(x)), dim=1)
 
     @torch.no_grad()
     def init_whitening(self, features: torch.Tensor, eps: float = 1e-6) -> None:
-        """Initialise the FC with PCA whitening of pooled ``features`` ``(N, D)`` (R-Oxford/R-Paris recipe).
+        """Initialise the FC with PCA whitening of pooled ``features`` ``(N, D)`` (R-Oxford/R-Paris
+        recipe).
 
         Sets ``W = diag(lambda^-1/2) U^T`` (top ``d`` eigenvectors of the covariance) and
         ``b = -W mu`` so that ``fc(f)`` is whitened. This is the unsupervised PCA-whitening
@@ -93,7 +99,9 @@ class RecallHead(nn.Module):
         features = check_embeddings(features, "features")
         eps = check_float(eps, "eps", low=0.0, low_open=True)
         if features.shape[1] != self.in_dim:
-            raise ValueError(f"features must have shape (N, {self.in_dim}), got {tuple(features.shape)}")
+            raise ValueError(
+                f"features must have shape (N, {self.in_dim}), got {tuple(features.shape)}"
+            )
         if features.shape[0] < 2:
             raise ValueError("features needs at least 2 rows to estimate a covariance")
         f = features.to(torch.float64)

@@ -10,7 +10,8 @@
   name that already carries a tag (``"resnet50.a1_in1k"``) keeps it.
 * ``"none"``: random initialisation (nothing is downloaded).
 * a path to a local weight file (a ``state_dict`` or a checkpoint wrapping one, torchvision or timm
-  key names), loaded strictly: a missing, unexpected or mis-shaped parameter is an error naming the file.
+  key names), loaded strictly: a missing, unexpected or mis-shaped parameter is an error naming the
+  file.
 
 Every builder returns a *weights record* for ``results.json`` and stores it on the module as
 ``weights_record``: ``{"weights": "imagenet", "source": "timm:resnet50.tv_in1k"}``,
@@ -52,7 +53,8 @@ __all__ = [
 #: The two named values of ``weights`` (anything else is a file path).
 WEIGHTS_NAMES: tuple[str, ...] = ("imagenet", "none")
 
-#: timm pretrained tags used for ``weights="imagenet"``: the torchvision ImageNet weights of the papers.
+#: timm pretrained tags used for ``weights="imagenet"``: the torchvision ImageNet weights of the
+#: papers.
 PAPER_TAGS: dict[str, str] = {
     "resnet18": "tv_in1k",
     "resnet34": "tv_in1k",
@@ -71,13 +73,16 @@ class WeightsUnavailableError(RuntimeError):
 
 
 class WeightsFileError(ValueError):
-    """A local weight file (``weights=<path>``) cannot be read, or its parameters do not fit the model."""
+    """A local weight file (``weights=<path>``) cannot be read, or its parameters do not fit the
+    model."""
 
 
 WeightsSpec = str | Path
 
 
-def parse_weights(weights: str | os.PathLike[str] | None, *, argument: str = "weights") -> WeightsSpec:
+def parse_weights(
+    weights: str | os.PathLike[str] | None, *, argument: str = "weights"
+) -> WeightsSpec:
     """Normalise a ``weights`` value: ``"imagenet"``, ``"none"`` or an existing file ``Path``.
 
     Args:
@@ -129,7 +134,8 @@ def timm_pretrained_name(name: str) -> str:
     full = f"{arch}.{tag}" if tag else arch
     if not timm.list_pretrained(full):
         raise ValueError(
-            f"timm has no pretrained weights for backbone name={name!r}; use weights='none' or a weight file"
+            f"timm has no pretrained weights for backbone name={name!r}; use weights='none' or a "
+            "weight file"
         )
     return full
 
@@ -144,7 +150,8 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 def file_record(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The weights record of a local file: ``{"weights": "file", "path": <absolute>, "sha256": <hex>}``."""
+    """The weights record of a local file:
+    ``{"weights": "file", "path": <absolute>, "sha256": <hex>}``."""
     path = Path(path).resolve()
     return {"weights": "file", "path": str(path), "sha256": file_sha256(path)}
 
@@ -156,7 +163,11 @@ CLASSIFIER_PREFIXES: tuple[str, ...] = ("fc.", "head.", "classifier.", "last_lin
 def _unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
     """Find the tensor dict inside a checkpoint (``state_dict`` / ``model`` / ``net`` wrappers)."""
     for _ in range(3):
-        if isinstance(obj, Mapping) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        if (
+            isinstance(obj, Mapping)
+            and obj
+            and all(isinstance(v, torch.Tensor) for v in obj.values())
+        ):
             return dict(obj)
         if isinstance(obj, Mapping):
             for key in ("state_dict", "model", "net", "model_state", "backbone"):
@@ -173,7 +184,9 @@ def _unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
         tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
         if tensors:
             return tensors
-    raise ValueError("the weight file holds no state dict (a mapping of parameter names to tensors)")
+    raise ValueError(
+        "the weight file holds no state dict (a mapping of parameter names to tensors)"
+    )
 
 
 def load_backbone_weights(
@@ -204,10 +217,10 @@ def load_backbone_weights(
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        WeightsFileError: (a ``ValueError``) the file is not a readable ``torch.save`` file (truncated,
-            another format) or holds no state dict, no parameter of the file matches ``module``
-            (wrong architecture), or, with ``strict``, some keys do not match; the message names the
-            file, in one line.
+        WeightsFileError: (a ``ValueError``) the file is not a readable ``torch.save`` file
+            (truncated, another format) or holds no state dict, no parameter of the file matches
+            ``module`` (wrong architecture), or, with ``strict``, some keys do not match; the
+            message names the file, in one line.
     """
     check_module(module, "module")
     path = Path(path)
@@ -217,8 +230,10 @@ def load_backbone_weights(
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - re-raised with the file name, in one line
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise WeightsFileError(f"weight file {str(path)!r} ({path.stat().st_size} bytes) is not a readable "
-                               f"torch.save file (truncated or another format?): {type(exc).__name__}: {first}") from exc
+        raise WeightsFileError(
+            f"weight file {str(path)!r} ({path.stat().st_size} bytes) is not a readable "
+            f"torch.save file (truncated or another format?): {type(exc).__name__}: {first}"
+        ) from exc
     try:
         src = _unwrap_state_dict(obj)
     except ValueError as exc:
@@ -234,7 +249,7 @@ def load_backbone_weights(
             stripped = False
             for p in strip_prefixes:
                 if k.startswith(p):
-                    k, stripped = k[len(p):], True
+                    k, stripped = k[len(p) :], True
                     break
         if any(k.startswith(p) for p in drop_prefixes) and k not in target:
             continue
@@ -246,8 +261,9 @@ def load_backbone_weights(
             loaded[k] = value
     if not loaded:
         raise WeightsFileError(
-            f"no parameter of the weight file {str(path)!r} matches the model ({len(src)} keys in the file, e.g. "
-            f"{list(src)[:3]}; model keys e.g. {list(target)[:3]}): wrong architecture?"
+            f"no parameter of the weight file {str(path)!r} matches the model ({len(src)} keys in "
+            f"the file, e.g. {list(src)[:3]}; model keys e.g. {list(target)[:3]}): wrong "
+            "architecture?"
         )
     missing = [k for k in target if k not in loaded]
     if strict and (missing or unexpected or mismatched):
@@ -256,20 +272,27 @@ def load_backbone_weights(
             f"unexpected={unexpected[:5]}, mismatched={mismatched[:5]}"
         )
     module.load_state_dict(loaded, strict=False)
-    return {"loaded": sorted(loaded), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
+    return {
+        "loaded": sorted(loaded),
+        "missing": missing,
+        "unexpected": unexpected,
+        "mismatched": mismatched,
+    }
 
 
-def load_weights_file(module: nn.Module, path: str | os.PathLike[str], *, strict: bool = True) -> dict[str, Any]:
+def load_weights_file(
+    module: nn.Module, path: str | os.PathLike[str], *, strict: bool = True
+) -> dict[str, Any]:
     """Load a local weight file into ``module`` and return its weights record.
 
-    Classifier keys (``fc.``, ``head.`` ...) and ``module.`` / ``backbone.`` / ``model.`` prefixes are
-    handled by :func:`load_backbone_weights`.
+    Classifier keys (``fc.``, ``head.`` ...) and ``module.`` / ``backbone.`` / ``model.`` prefixes
+    are handled by :func:`load_backbone_weights`.
 
     Args:
         module: the network to initialise.
         path: a file written by :func:`torch.save`.
-        strict: every parameter of ``module`` must be in the file with its shape, and every kept key of
-            the file must be used.
+        strict: every parameter of ``module`` must be in the file with its shape, and every kept key
+            of the file must be used.
 
     Returns:
         ``{"weights": "file", "path": <absolute path>, "sha256": <hex>}``.
@@ -283,13 +306,17 @@ def load_weights_file(module: nn.Module, path: str | os.PathLike[str], *, strict
     return file_record(Path(path))
 
 
-def create_timm_model(name: str, weights: str | os.PathLike[str] | None = "none", **kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
-    """``timm.create_model(name, **kwargs)`` initialised from ``weights``; returns ``(model, record)``.
+def create_timm_model(
+    name: str, weights: str | os.PathLike[str] | None = "none", **kwargs: Any
+) -> tuple[nn.Module, dict[str, Any]]:
+    """``timm.create_model(name, **kwargs)`` initialised from ``weights``; returns
+    ``(model, record)``.
 
     Args:
         name: a timm model name, with or without a pretrained tag.
         weights: ``"imagenet"``, ``"none"`` or a file path (see the module docstring).
-        **kwargs: passed to ``timm.create_model`` (``num_classes``, ``in_chans``, ``features_only`` ...).
+        **kwargs: passed to ``timm.create_model`` (``num_classes``, ``in_chans``,
+            ``features_only`` ...).
 
     Raises:
         WeightsUnavailableError: ``"imagenet"`` weights could not be fetched (offline); the message
@@ -314,15 +341,18 @@ def create_timm_model(name: str, weights: str | os.PathLike[str] | None = "none"
     try:
         model = timm.create_model(full, pretrained=True, **kwargs)
     except Exception as exc:  # noqa: BLE001 - classified below
-        timm.create_model(full, pretrained=False, **kwargs)  # a bad argument re-raises here, unchanged
+        # a bad argument re-raises here, unchanged
+        timm.create_model(full, pretrained=False, **kwargs)
         raise WeightsUnavailableError(
-            f"weights='imagenet': timm could not fetch the pretrained weights {full!r} of backbone {name!r} "
-            f"({type(exc).__name__}: {exc}). {_ALTERNATIVES}"
+            f"weights='imagenet': timm could not fetch the pretrained weights {full!r} of backbone "
+            f"{name!r} ({type(exc).__name__}: {exc}). {_ALTERNATIVES}"
         ) from exc
     return model, {"weights": "imagenet", "source": f"timm:{full}"}
 
 
-def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetch: bool = True) -> dict[str, Any]:
+def check_weights(
+    weights: str | os.PathLike[str] | None, backbone: str, *, fetch: bool = True
+) -> dict[str, Any]:
     """Check ``weights`` for ``backbone`` before anything runs and return its weights record.
 
     A notebook calls it right after its parameters cell, so that an offline ``"imagenet"`` or a
@@ -342,7 +372,9 @@ def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetc
         return file_record(spec)
     name = backbone[5:] if backbone.lower().startswith("timm:") else backbone
     if name.lower() in ("mlp", "tiny_cnn", "tiny"):
-        raise ValueError(f"backbone {backbone!r} has no ImageNet weights; use weights='none' or a weight file")
+        raise ValueError(
+            f"backbone {backbone!r} has no ImageNet weights; use weights='none' or a weight file"
+        )
     if not fetch:
         return {"weights": "imagenet", "source": f"timm:{timm_pretrained_name(name)}"}
     _, record = create_timm_model(name, "imagenet", num_classes=0)
@@ -350,7 +382,8 @@ def check_weights(weights: str | os.PathLike[str] | None, backbone: str, *, fetc
 
 
 def find_weights_record(module: nn.Module) -> dict[str, Any] | None:
-    """The ``weights_record`` of ``module`` or of its first sub-module that has one (``None`` if none).
+    """The ``weights_record`` of ``module`` or of its first sub-module that has one (``None`` if
+    none).
 
     Raises:
         TypeError: ``module`` is not an ``nn.Module``.

@@ -1,10 +1,12 @@
 """Composition of hybrid energies (Eq. 5.7 of the Ramzi thesis) and the full HEAT detector.
 
 ``E_HEAT = (1/beta) log sum_k exp(beta E^h_k)`` composes the K corrected priors (HEAT-GMM,
-HEAT-GMM_std, HEAT-EL). ``beta = 0`` is the sum of the energies (a product of densities), ``-1`` a sum of
-densities, ``+inf``/``-inf`` the max/min. The official code standardises each energy with its mean and
-standard deviation on training data before composing (``standardize=True`` here, the default, since the
-thesis' numbers were produced that way; ``standardize=False`` is the literal Eq. 5.7).
+HEAT-GMM_std, HEAT-EL). ``beta = 0`` returns the sum of the energies (a product of densities): the
+``beta -> 0`` limit is their mean plus ``log K / beta`` (the thesis' Sec. 5.3.3: "equivalent to the
+mean"), which ranks every sample as the sum does. ``-1`` gives a sum of densities, ``+inf``/``-inf``
+the max/min. The official code standardises each energy with its mean and standard deviation on
+training data before composing (``standardize=True`` here, the default, since the thesis' numbers
+were produced that way; ``standardize=False`` is the literal Eq. 5.7).
 """
 
 from __future__ import annotations
@@ -93,19 +95,26 @@ class HEAT(nn.Module):
     """Several hybrid EBMs composed by Eq. 5.7: the full HEAT detector.
 
     ``fit`` and ``score`` take the feature mapping used by every scorer of
-    :mod:`rank_lab.ood.scorers`: ``{"features": (N, d), "std": (N, d'), "logits": ..., "labels": (N,)}``.
+    :mod:`rank_lab.ood.scorers`:
+    ``{"features": (N, d), "std": (N, d'), "logits": ..., "labels": (N,)}``.
 
     Args:
         components: ``name -> HybridEnergy``.
-        inputs: ``name -> key`` of the feature mapping each component reads (default ``"features"``).
+        inputs: ``name -> key`` of the feature mapping each component reads (default
+            ``"features"``).
         beta: composition parameter (thesis tables: 0); ``+-inf`` give the max / min (see
             :func:`compose_energies`), NaN is refused.
         standardize: standardise each energy with its training mean/std before composing (the
             official code, which uses one training batch; here the whole training set).
     """
 
-    def __init__(self, components: Mapping[str, HybridEnergy], inputs: Mapping[str, str] | None = None,
-                 beta: float = 0.0, standardize: bool = True) -> None:
+    def __init__(
+        self,
+        components: Mapping[str, HybridEnergy],
+        inputs: Mapping[str, str] | None = None,
+        beta: float = 0.0,
+        standardize: bool = True,
+    ) -> None:
         super().__init__()
         if not isinstance(components, Mapping) or not components:
             raise ValueError("components must be a mapping holding at least one HybridEnergy")
@@ -122,11 +131,21 @@ class HEAT(nn.Module):
         self.name = "HEAT"
 
     @classmethod
-    def from_classifier(cls, head: nn.Linear, feature_dim: int, std_dim: int | None = None, *,
-                        priors: tuple[str, ...] = ("gmm", "gmm_std", "el"), config: HEATConfig | None = None,
-                        gmm_temperature: float = 1e3, normalize_gmm: bool = True, beta: float = 0.0,
-                        standardize: bool = True) -> HEAT:
-        """HEAT-GMM (``"features"``), HEAT-GMM_std (``"std"``) and HEAT-EL (``"features"``) on a classifier.
+    def from_classifier(
+        cls,
+        head: nn.Linear,
+        feature_dim: int,
+        std_dim: int | None = None,
+        *,
+        priors: tuple[str, ...] = ("gmm", "gmm_std", "el"),
+        config: HEATConfig | None = None,
+        gmm_temperature: float = 1e3,
+        normalize_gmm: bool = True,
+        beta: float = 0.0,
+        standardize: bool = True,
+    ) -> HEAT:
+        """HEAT-GMM (``"features"``), HEAT-GMM_std (``"std"``) and HEAT-EL (``"features"``) on a
+        classifier.
 
         ``normalize_gmm`` L2-normalises the GMM features (official code and SSD+; the thesis is
         silent); the EL prior reads the raw features through ``head``. EL's density
@@ -139,16 +158,22 @@ class HEAT(nn.Module):
         cfg = config or HEATConfig()
         for p in priors:
             if p == "gmm":
-                comps[p] = HybridEnergy(ClassGaussianEnergy(gmm_temperature), feature_dim, cfg, normalize=normalize_gmm)
+                comps[p] = HybridEnergy(
+                    ClassGaussianEnergy(gmm_temperature), feature_dim, cfg, normalize=normalize_gmm
+                )
                 inputs[p] = "features"
             elif p == "gmm_std":
                 if std_dim is None:
                     raise ValueError("std_dim is required for the gmm_std prior")
-                comps[p] = HybridEnergy(ClassGaussianEnergy(gmm_temperature), std_dim, cfg, normalize=normalize_gmm)
+                comps[p] = HybridEnergy(
+                    ClassGaussianEnergy(gmm_temperature), std_dim, cfg, normalize=normalize_gmm
+                )
                 inputs[p] = "std"
             elif p == "el":
                 el_cfg = replace(cfg, proposal="gaussian") if cfg.proposal == "prior" else cfg
-                comps[p] = HybridEnergy(LogitEnergy.from_linear(head), feature_dim, el_cfg, normalize=False)
+                comps[p] = HybridEnergy(
+                    LogitEnergy.from_linear(head), feature_dim, el_cfg, normalize=False
+                )
                 inputs[p] = "features"
             else:
                 raise ValueError(f"unknown prior {p!r}; expected 'gmm', 'gmm_std' or 'el'")
@@ -157,11 +182,20 @@ class HEAT(nn.Module):
     def _get(self, data: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
         key = self.inputs[name]
         if key not in data:
-            raise ValueError(f"HEAT component {name!r} needs data[{key!r}]; got keys {sorted(data)}")
+            raise ValueError(
+                f"HEAT component {name!r} needs data[{key!r}]; got keys {sorted(data)}"
+            )
         return torch.as_tensor(data[key])
 
-    def fit(self, data: Mapping[str, torch.Tensor], *, seed: int = 0, device: DeviceLike = None,
-            checkpoint_dir: str | Path | None = None, engine: EngineConfig | None = None) -> HEAT:
+    def fit(
+        self,
+        data: Mapping[str, torch.Tensor],
+        *,
+        seed: int = 0,
+        device: DeviceLike = None,
+        checkpoint_dir: str | Path | None = None,
+        engine: EngineConfig | None = None,
+    ) -> HEAT:
         """Fit every component on the ID training data, then the standardisation statistics.
 
         Args:
@@ -180,37 +214,58 @@ class HEAT(nn.Module):
         if not isinstance(engine, EngineConfig):
             raise TypeError(f"engine must be an EngineConfig or None, got {type(engine).__name__}")
         if engine.checkpoint is not None:
-            raise ValueError("engine.checkpoint must be None: HEAT writes one file per component "
-                             "into checkpoint_dir")
+            raise ValueError(
+                "engine.checkpoint must be None: HEAT writes one file per component "
+                "into checkpoint_dir"
+            )
         labels = data.get("labels")
         for i, (name, comp) in enumerate(self.components.items()):
             ckpt = Path(checkpoint_dir) / f"{name}.pt" if checkpoint_dir is not None else None
-            comp.fit(self._get(data, name), labels, seed=seed + i, device=device,
-                     engine=replace(engine, checkpoint=ckpt))
+            comp.fit(
+                self._get(data, name),
+                labels,
+                seed=seed + i,
+                device=device,
+                engine=replace(engine, checkpoint=ckpt),
+            )
         e = self.component_energies(data)
         self.mean, self.std = e.mean(0), e.std(0).clamp_min(1e-12)
         return self
 
     @torch.no_grad()
-    def component_energies(self, data: Mapping[str, torch.Tensor], batch_size: int = 4096) -> torch.Tensor:
+    def component_energies(
+        self, data: Mapping[str, torch.Tensor], batch_size: int = 4096
+    ) -> torch.Tensor:
         """``(N, K)`` hybrid energies ``E^h_k``, one column per component (in insertion order)."""
         cols = []
         for name, comp in self.components.items():
             z = self._get(data, name)
             dev = next(comp.residual.parameters()).device
-            parts = [comp.energy(z[i:i + batch_size].to(dev)).cpu() for i in range(0, z.shape[0], batch_size)]
+            parts = [
+                comp.energy(z[i : i + batch_size].to(dev)).cpu()
+                for i in range(0, z.shape[0], batch_size)
+            ]
             cols.append(torch.cat(parts))
         return torch.stack(cols, 1)
 
-    def score(self, data: Mapping[str, torch.Tensor], beta: float | None = None, standardize: bool | None = None) -> torch.Tensor:
-        """``(N,)`` HEAT energies (higher = more OOD); ``beta``/``standardize`` override the defaults."""
+    def score(
+        self,
+        data: Mapping[str, torch.Tensor],
+        beta: float | None = None,
+        standardize: bool | None = None,
+    ) -> torch.Tensor:
+        """``(N,)`` HEAT energies (higher = more OOD); ``beta``/``standardize`` override the
+        defaults."""
         e = self.component_energies(data)
         std_on = self.standardize if standardize is None else standardize
         if std_on and self.mean is None:
             raise RuntimeError("HEAT is not fitted: call fit(data) first")
-        return compose_energies(e, self.beta if beta is None else beta,
-                                mean=self.mean if std_on else None, std=self.std if std_on else None)
+        return compose_energies(
+            e,
+            self.beta if beta is None else beta,
+            mean=self.mean if std_on else None,
+            std=self.std if std_on else None,
+        )
 
     def forward(self, data: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return self.score(data)
-

@@ -1,4 +1,5 @@
-"""Prior energies of HEAT: density estimators written as energy-based models, ``q(z) ∝ exp(-E_q(z))``.
+"""Prior energies of HEAT: density estimators written as energy-based models,
+``q(z) ∝ exp(-E_q(z))``.
 
 Section 5.2.2 of the Ramzi thesis (Lafon, Ramzi, Rambour & Thome, ICML 2023) corrects three priors:
 
@@ -60,8 +61,9 @@ def check_features(z: torch.Tensor, dim: int | None, name: str = "z") -> torch.T
 class LogitEnergy(nn.Module):
     """Energy of the logits (EL, Liu et al. 2020): ``E(z) = -T logsumexp(f(z) / T)``.
 
-    ``f(z) = z W^T + b`` is the frozen last linear layer of the classifier. With ``T = 1`` this is the
-    class prior of HEAT-EL (Section 5.2.2 of the Ramzi thesis) and the "EL" baseline of its tables.
+    ``f(z) = z W^T + b`` is the frozen last linear layer of the classifier. With ``T = 1`` this is
+    the class prior of HEAT-EL (Section 5.2.2 of the Ramzi thesis) and the "EL" baseline of its
+    tables.
 
     Args:
         weight: ``(C, d)`` weight of the classifier's head.
@@ -71,17 +73,24 @@ class LogitEnergy(nn.Module):
     Shapes: ``energy(z (N, d)) -> (N,)``; ``logits(z) -> (N, C)``.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, temperature: float = 1.0) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None = None, temperature: float = 1.0
+    ) -> None:
         super().__init__()
         weight = check_embeddings(torch.as_tensor(weight).detach(), "weight")
         if bias is not None:
             bias = torch.as_tensor(bias).detach().to(weight.dtype)
             if bias.shape != (weight.shape[0],):
-                raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+                raise ValueError(
+                    f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}"
+                )
             check_finite(bias, "bias")
         temperature = check_float(temperature, "temperature", low=0, low_open=True)
         self.register_buffer("weight", weight.clone())
-        self.register_buffer("bias", bias.clone() if bias is not None else torch.zeros(weight.shape[0], dtype=weight.dtype))
+        self.register_buffer(
+            "bias",
+            bias.clone() if bias is not None else torch.zeros(weight.shape[0], dtype=weight.dtype),
+        )
         self.temperature = float(temperature)
 
     @classmethod
@@ -89,7 +98,9 @@ class LogitEnergy(nn.Module):
         """Build from a trained ``nn.Linear`` head (weights copied, frozen)."""
         if not isinstance(head, nn.Linear):
             raise TypeError(f"head must be an nn.Linear, got {type(head).__name__}")
-        return cls(head.weight.detach(), None if head.bias is None else head.bias.detach(), temperature)
+        return cls(
+            head.weight.detach(), None if head.bias is None else head.bias.detach(), temperature
+        )
 
     @property
     def dim(self) -> int:
@@ -110,7 +121,8 @@ class LogitEnergy(nn.Module):
 
 
 class ClassGaussianEnergy(nn.Module):
-    """Class-conditional Gaussians with a tied covariance (the GMM prior of HEAT, SSD+, Mahalanobis).
+    """Class-conditional Gaussians with a tied covariance (the GMM prior of HEAT, SSD+,
+    Mahalanobis).
 
     Thesis form (Section 5.2.2, priors 2 and 3), divided by the temperature ``T_G``:
 
@@ -134,7 +146,11 @@ class ClassGaussianEnergy(nn.Module):
     """
 
     def __init__(
-        self, temperature: float = 1e3, weights: str = "uniform", normalizer: bool = False, reg: float = 1e-6
+        self,
+        temperature: float = 1e3,
+        weights: str = "uniform",
+        normalizer: bool = False,
+        reg: float = 1e-6,
     ) -> None:
         super().__init__()
         temperature = check_float(temperature, "temperature", low=0, low_open=True)
@@ -183,7 +199,9 @@ class ClassGaussianEnergy(nn.Module):
             self.log_pi = torch.log(self.counts / self.counts.sum())
         else:
             self.log_pi = torch.zeros_like(self.counts)
-        self.log_norm = 0.5 * (d * math.log(2 * math.pi)) + float(torch.log(torch.diagonal(chol)).sum())
+        self.log_norm = 0.5 * (d * math.log(2 * math.pi)) + float(
+            torch.log(torch.diagonal(chol)).sum()
+        )
 
     @torch.no_grad()
     def fit(self, z: torch.Tensor, labels: torch.Tensor) -> ClassGaussianEnergy:
@@ -198,7 +216,9 @@ class ClassGaussianEnergy(nn.Module):
         classes, y = torch.unique(y.to(z.device), sorted=True, return_inverse=True)
         c = classes.numel()
         counts = torch.bincount(y, minlength=c).to(z.dtype)
-        sums = torch.zeros(c, z.shape[1], dtype=torch.float64, device=z.device).index_add_(0, y, z.double())
+        sums = torch.zeros(c, z.shape[1], dtype=torch.float64, device=z.device).index_add_(
+            0, y, z.double()
+        )
         means = sums / counts.double()[:, None]
         centred = z.double() - means[y]
         cov = centred.T @ centred / z.shape[0]
@@ -208,15 +228,32 @@ class ClassGaussianEnergy(nn.Module):
 
     @classmethod
     def from_params(
-        cls, means: torch.Tensor, cov: torch.Tensor, temperature: float = 1.0, weights: torch.Tensor | None = None, **kwargs: object
+        cls,
+        means: torch.Tensor,
+        cov: torch.Tensor,
+        temperature: float = 1.0,
+        weights: torch.Tensor | None = None,
+        **kwargs: object,
     ) -> ClassGaussianEnergy:
-        """Build from known parameters: ``means (C, d)``, ``cov (d, d)``, optional mixture ``weights (C,)``."""
+        """Build from known parameters: ``means (C, d)``, ``cov (d, d)``, optional mixture
+        ``weights (C,)``."""
         means = check_embeddings(means, "means")
         cov = torch.as_tensor(cov, dtype=means.dtype)
         if cov.shape != (means.shape[1], means.shape[1]):
-            raise ValueError(f"cov must have shape ({means.shape[1]}, {means.shape[1]}), got {tuple(cov.shape)}")
-        obj = cls(temperature=temperature, weights="counts" if weights is not None else "uniform", reg=0.0, **kwargs)  # type: ignore[arg-type]
-        w = torch.ones(means.shape[0], dtype=means.dtype) if weights is None else torch.as_tensor(weights, dtype=means.dtype)
+            raise ValueError(
+                f"cov must have shape ({means.shape[1]}, {means.shape[1]}), got {tuple(cov.shape)}"
+            )
+        obj = cls(
+            temperature=temperature,
+            weights="counts" if weights is not None else "uniform",
+            reg=0.0,
+            **kwargs,
+        )  # type: ignore[arg-type]
+        w = (
+            torch.ones(means.shape[0], dtype=means.dtype)
+            if weights is None
+            else torch.as_tensor(weights, dtype=means.dtype)
+        )
         if w.shape != (means.shape[0],) or bool((w <= 0).any()):
             raise ValueError("weights must be positive with shape (C,)")
         obj.classes = torch.arange(means.shape[0])
@@ -224,7 +261,8 @@ class ClassGaussianEnergy(nn.Module):
         return obj
 
     def mahalanobis(self, z: torch.Tensor) -> torch.Tensor:
-        """Squared Mahalanobis distances ``(z - mu_c)^T Sigma^{-1} (z - mu_c)``: ``(M, d) -> (M, C)``.
+        """Squared Mahalanobis distances ``(z - mu_c)^T Sigma^{-1} (z - mu_c)``:
+        ``(M, d) -> (M, C)``.
 
         Computed as ``||L^{-1} z - L^{-1} mu_c||^2`` with one matrix product (``Sigma = L L^T``).
         """
@@ -248,7 +286,8 @@ class ClassGaussianEnergy(nn.Module):
 
     @torch.no_grad()
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Draw ``n`` samples ``(n, d)`` from the (untempered) mixture: the SGLD proposal ``z'_0 ~ q``.
+        """Draw ``n`` samples ``(n, d)`` from the (untempered) mixture: the SGLD proposal
+        ``z'_0 ~ q``.
 
         The class is drawn with the mixture weights (uniform by default), then
         ``z = mu_c + L eps``. The temperature only rescales the energy, not the proposal (as in the
@@ -265,7 +304,8 @@ class ClassGaussianEnergy(nn.Module):
 
 
 class ZeroEnergy(nn.Module):
-    """The empty prior ``E_q = 0``: a HEAT model with it is a plain, fully data-driven EBM (Tab. 5.2).
+    """The empty prior ``E_q = 0``: a HEAT model with it is a plain, fully data-driven EBM (Tab.
+    5.2).
 
     ``fit`` records the per-dimension mean and standard deviation of the data so that
     :meth:`sample` offers a diagonal-Gaussian proposal for SGLD (the official code's plain EBM
@@ -297,8 +337,12 @@ class ZeroEnergy(nn.Module):
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """``(n, d)`` draws from ``N(mean, diag(std^2))`` (after :meth:`fit`)."""
         if self.mean is None:
-            raise RuntimeError("ZeroEnergy.sample needs fit(z) first (it samples a diagonal Gaussian of the data)")
+            raise RuntimeError(
+                "ZeroEnergy.sample needs fit(z) first (it samples a diagonal Gaussian of the data)"
+            )
         n = check_positive_int(n, "n")
         dev = self.mean.device if generator is None else generator.device
-        eps = torch.randn(n, self.mean.numel(), generator=generator, device=dev, dtype=self.mean.dtype)
+        eps = torch.randn(
+            n, self.mean.numel(), generator=generator, device=dev, dtype=self.mean.dtype
+        )
         return self.mean + eps.to(self.mean.device) * self.std

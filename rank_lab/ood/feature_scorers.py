@@ -51,7 +51,13 @@ class Mahalanobis(OODScorer):
 
     name, key = "Mahalanobis", "features"
 
-    def __init__(self, normalize: bool = False, covariance: str = "tied", reg: float = 1e-6, key: str = "features") -> None:
+    def __init__(
+        self,
+        normalize: bool = False,
+        covariance: str = "tied",
+        reg: float = 1e-6,
+        key: str = "features",
+    ) -> None:
         super().__init__()
         check_choice(covariance, "covariance", ("tied", "class"))
         reg = check_float(reg, "reg", low=0)
@@ -67,8 +73,14 @@ class Mahalanobis(OODScorer):
             for c in torch.unique(y):
                 zc = z[y == c]
                 if zc.shape[0] < 2:
-                    raise ValueError(f"class {int(c)} has fewer than 2 samples: cannot fit its covariance")
-                self.gaussians.append(ClassGaussianEnergy(temperature=1.0, reg=self.reg).fit(zc, torch.zeros_like(y[y == c])))
+                    raise ValueError(
+                        f"class {int(c)} has fewer than 2 samples: cannot fit its covariance"
+                    )
+                self.gaussians.append(
+                    ClassGaussianEnergy(temperature=1.0, reg=self.reg).fit(
+                        zc, torch.zeros_like(y[y == c])
+                    )
+                )
         return self
 
     def _score(self, data: Data) -> torch.Tensor:
@@ -80,7 +92,8 @@ class Mahalanobis(OODScorer):
 
 
 class SSD(Mahalanobis):
-    """SSD+ (Sehwag, Chiang & Mittal, ICLR 2021): Mahalanobis on L2-normalised features, class labels.
+    """SSD+ (Sehwag, Chiang & Mittal, ICLR 2021): Mahalanobis on L2-normalised features, class
+    labels.
 
     The SSD paper fits one covariance per cluster (``covariance="class"``, default here). The
     official HEAT code and the thesis' "SSD+" / "GMM" rows use one tied covariance: pass
@@ -96,9 +109,9 @@ class SSD(Mahalanobis):
 class GMM(OODScorer):
     """The GMM prior's energy (Section 5.2.2 of the Ramzi thesis): ``-log sum_c exp(-d2_c / 2)``.
 
-    A tied-covariance class-conditional Gaussian mixture (:class:`ClassGaussianEnergy` with ``T = 1``;
-    the temperature does not change the ranking). With ``key="std"`` it is **GMM_std**, the style
-    prior on std-pooled features.
+    A tied-covariance class-conditional Gaussian mixture (:class:`ClassGaussianEnergy` with
+    ``T = 1``; the temperature does not change the ranking). With ``key="std"`` it is **GMM_std**,
+    the style prior on std-pooled features.
 
     Args:
         normalize: L2-normalise the features (official code and SSD+; default ``True``).
@@ -108,12 +121,20 @@ class GMM(OODScorer):
 
     key = "features"
 
-    def __init__(self, normalize: bool = True, key: str = "features", weights: str = "uniform",
-                 normalizer: bool = False, reg: float = 1e-6) -> None:
+    def __init__(
+        self,
+        normalize: bool = True,
+        key: str = "features",
+        weights: str = "uniform",
+        normalizer: bool = False,
+        reg: float = 1e-6,
+    ) -> None:
         super().__init__()
         self.normalize, self.key = normalize, key
         self.name = "GMM" if key == "features" else f"GMM_{key}"
-        self.energy = ClassGaussianEnergy(temperature=1.0, weights=weights, normalizer=normalizer, reg=reg)
+        self.energy = ClassGaussianEnergy(
+            temperature=1.0, weights=weights, normalizer=normalizer, reg=reg
+        )
 
     def fit(self, data: Data) -> GMM:
         z = _maybe_normalize(self._get(data), self.normalize, f"data[{self.key!r}]")
@@ -124,20 +145,26 @@ class GMM(OODScorer):
         if not self.energy.is_fitted:
             raise RuntimeError(f"{self.name} is not fitted: call fit(train_data) first")
         with torch.no_grad():
-            return self.energy.energy(_maybe_normalize(self._get(data), self.normalize, f"data[{self.key!r}]"))
+            return self.energy.energy(
+                _maybe_normalize(self._get(data), self.normalize, f"data[{self.key!r}]")
+            )
 
 
-def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, chunk_size: int | None = None) -> torch.Tensor:
-    """Euclidean distance from each L2-normalised query to its ``k``-th nearest L2-normalised bank row.
+def kth_neighbour_distance(
+    queries: torch.Tensor, bank: torch.Tensor, k: int, chunk_size: int | None = None
+) -> torch.Tensor:
+    """Euclidean distance from each L2-normalised query to its ``k``-th nearest L2-normalised bank
+    row.
 
     ``||q - b||^2 = 2 - 2 q.b`` for unit vectors, so the ``k`` largest inner products give the
-    ``k`` nearest neighbours: the exact search of :func:`rank_lab.metrics.knn_search` (torch backend,
-    on the bank's device, in the wider dtype of the two: float64 stays float64), in chunks of
-    queries (memory ``chunk_size x N`` floats).
+    ``k`` nearest neighbours: the exact search of :func:`rank_lab.metrics.knn_search` (torch
+    backend, on the bank's device, in the wider dtype of the two: float64 stays float64), in chunks
+    of queries (memory ``chunk_size x N`` floats).
 
     Args:
         queries: ``(M, d)``; bank: ``(N, d)``, both normalised; k: ``1 <= k <= N``.
-        chunk_size: queries per chunk; default ``2**25 // N`` (128 MiB of similarities), at most 4096.
+        chunk_size: queries per chunk; default ``2**25 // N`` (128 MiB of similarities), at most
+            4096.
 
     Returns:
         ``(M,)`` distances (an evaluation: inputs that require grad are detached).
@@ -152,7 +179,9 @@ def kth_neighbour_distance(queries: torch.Tensor, bank: torch.Tensor, k: int, ch
     if chunk_size is None:
         chunk_size = max(1, min(4096, 2**25 // bank.shape[0]))
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    sims, _ = knn_search(queries, bank, k, backend="torch", device=bank.device, chunk_size=chunk_size, progress=False)
+    sims, _ = knn_search(
+        queries, bank, k, backend="torch", device=bank.device, chunk_size=chunk_size, progress=False
+    )
     return torch.sqrt((2 - 2 * sims[:, -1]).clamp_min(0))
 
 
@@ -178,7 +207,9 @@ class KNN(OODScorer):
     def fit(self, data: Data) -> KNN:
         bank = unit_rows(self._get(data).float(), dim=1)
         if self.k > bank.shape[0]:
-            raise ValueError(f"k = {self.k} exceeds the number of training features ({bank.shape[0]})")
+            raise ValueError(
+                f"k = {self.k} exceeds the number of training features ({bank.shape[0]})"
+            )
         if self.backend == "faiss":
             # optional dependency (extra "faiss"), imported where it is used
             import faiss
@@ -203,9 +234,10 @@ class ViM(OODScorer):
 
     With the origin ``o = -W^+ b``, the principal subspace ``P`` (top-``D`` eigenvectors of the
     uncentred second-moment matrix of ``z - o`` on training data) and its complement ``R``:
-    virtual logit ``v = alpha ||(z - o)^T R||`` with ``alpha = mean(max_c l_c) / mean(||(z - o)^T R||)``
-    on the training data, and score ``v - logsumexp(l)`` (monotone in the softmax probability of the
-    virtual class; higher = more OOD). Logits ``l = W z + b`` of the untranslated features.
+    virtual logit ``v = alpha ||(z - o)^T R||`` with
+    ``alpha = mean(max_c l_c) / mean(||(z - o)^T R||)`` on the training data, and score
+    ``v - logsumexp(l)`` (monotone in the softmax probability of the virtual class; higher = more
+    OOD). Logits ``l = W z + b`` of the untranslated features.
 
     Args:
         head: the classifier's last linear layer.

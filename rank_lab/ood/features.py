@@ -31,9 +31,14 @@ __all__ = ["avg_pool", "std_pool", "extract_features"]
 def _check_fmap(fmap: torch.Tensor, name: str = "fmap") -> torch.Tensor:
     """A finite floating ``(N, C, *spatial)`` map (one or more spatial dims), no size 0."""
     if not isinstance(fmap, torch.Tensor) or fmap.ndim < 3:
-        raise ValueError(f"{name} must be a feature map of shape (N, C, *spatial), got {getattr(fmap, 'shape', type(fmap))}")
+        raise ValueError(
+            f"{name} must be a feature map of shape (N, C, *spatial), got "
+            f"{getattr(fmap, 'shape', type(fmap))}"
+        )
     if fmap.numel() == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(fmap.shape)}; N, C and the spatial sizes must be >= 1)")
+        raise ValueError(
+            f"{name} is empty (shape {tuple(fmap.shape)}; N, C and the spatial sizes must be >= 1)"
+        )
     if not fmap.is_floating_point():
         raise TypeError(f"{name} must be floating, got {fmap.dtype}")
     check_finite(fmap, name)
@@ -71,7 +76,9 @@ def _as_dataset(data: Any) -> Dataset:
         return TensorDataset(data)
     if isinstance(data, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in data):
         return TensorDataset(*data)
-    raise TypeError(f"data must be a Dataset, a tensor or a tuple of tensors, got {type(data).__name__}")
+    raise TypeError(
+        f"data must be a Dataset, a tensor or a tuple of tensors, got {type(data).__name__}"
+    )
 
 
 def _split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -89,21 +96,26 @@ def _model_dtype(model: nn.Module) -> torch.dtype | None:
 
 
 def _check_batch(x: torch.Tensor, start: int, dtype: torch.dtype | None) -> torch.Tensor:
-    """A batch of ``data`` (items ``start..``): floating ones must be finite; cast to the model's dtype."""
+    """A batch of ``data`` (items ``start..``): floating ones must be finite; cast to the model's
+    dtype."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"data items must be tensors, got {type(x).__name__}")
     if x.is_floating_point():
         check_finite(x, f"data (items {start}..{start + x.shape[0] - 1})")
         if dtype is not None and x.dtype != dtype:
-            x = x.to(dtype)  # float64 inputs to a float32 model (float32 and float64 are both accepted)
+            # float64 inputs to a float32 model (float32 and float64 are both accepted)
+            x = x.to(dtype)
     return x
 
 
 @torch.no_grad()
-def _run(model: nn.Module, layer: nn.Module | None, x: torch.Tensor, unbiased: bool) -> dict[str, torch.Tensor]:
+def _run(
+    model: nn.Module, layer: nn.Module | None, x: torch.Tensor, unbiased: bool
+) -> dict[str, torch.Tensor]:
     store: dict[str, torch.Tensor] = {}
     handle = None
     if layer is not None:
+
         def hook(_m: nn.Module, _inp: Any, out: Any) -> None:
             store["map"] = out[0] if isinstance(out, (tuple, list)) else out
 
@@ -111,8 +123,10 @@ def _run(model: nn.Module, layer: nn.Module | None, x: torch.Tensor, unbiased: b
     try:
         out = model(x)
     except (RuntimeError, IndexError, ValueError, TypeError) as exc:
-        raise ValueError(f"model failed on a batch of data of shape {tuple(x.shape)} and dtype {x.dtype} "
-                         f"(does data match the model's input?): {exc}") from exc
+        raise ValueError(
+            f"model failed on a batch of data of shape {tuple(x.shape)} and dtype {x.dtype} "
+            f"(does data match the model's input?): {exc}"
+        ) from exc
     finally:
         if handle is not None:
             handle.remove()
@@ -190,8 +204,13 @@ def extract_features(
     model.eval().to(dev)
 
     shard_size = batch_size * shard_batches
-    meta = {"n": n, "batch_size": batch_size, "shard_batches": shard_batches, "layer": layer,
-            "unbiased_std": unbiased_std}
+    meta = {
+        "n": n,
+        "batch_size": batch_size,
+        "shard_batches": shard_batches,
+        "layer": layer,
+        "unbiased_std": unbiased_std,
+    }
     cache = Path(cache_dir) if cache_dir is not None else None
     start, shards = 0, []
     if cache is not None:
@@ -200,7 +219,9 @@ def extract_features(
         if meta_path.exists():
             old = json.loads(meta_path.read_text())
             if old != meta:
-                raise ValueError(f"cache_dir {str(cache)!r} holds features extracted with other settings: {old}")
+                raise ValueError(
+                    f"cache_dir {str(cache)!r} holds features extracted with other settings: {old}"
+                )
             final = cache / "features.pt"
             if final.exists():
                 return torch.load(final, weights_only=True)
@@ -213,8 +234,13 @@ def extract_features(
         start = min(i * shard_size, n)
 
     todo = Subset(ds, range(start, n)) if start else ds
-    loader = DataLoader(todo, batch_size=batch_size, shuffle=False, num_workers=loader_workers(num_workers),
-                        worker_init_fn=seed_worker)
+    loader = DataLoader(
+        todo,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=loader_workers(num_workers),
+        worker_init_fn=seed_worker,
+    )
     buf: list[dict[str, torch.Tensor]] = []
     bar = tqdm(total=n, initial=start, desc="features", disable=not progress, leave=False)
     dtype = _model_dtype(model)
@@ -226,7 +252,10 @@ def extract_features(
             res = _run(model, module, x.to(dev), unbiased_std)
             bad = [k for k, v in res.items() if not bool(torch.isfinite(v).all())]
             if bad:
-                raise ValueError(f"model returned NaN or inf {bad} on finite data items {done}..{done + x.shape[0] - 1}")
+                raise ValueError(
+                    f"model returned NaN or inf {bad} on finite data items "
+                    f"{done}..{done + x.shape[0] - 1}"
+                )
             done += x.shape[0]
             if y is not None:
                 res["labels"] = torch.as_tensor(y).cpu()

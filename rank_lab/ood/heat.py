@@ -16,8 +16,8 @@ Thesis defaults (Sec. 5.3): 6-layer MLP, hidden 1024, Adam lr 5e-6, 20 epochs, 2
 1e-4 -> 1e-5 and noise 5e-3 -> 5e-4 (linear decay), input noise 1e-4, lambda = 10, ``T_G = 1e3``.
 The official code's differences are :meth:`HEATConfig.official`: 40 SGLD steps (GMM), lr 1e-5,
 Adam betas (0, 0.999), a power-2 polynomial decay, the update ``z - eta grad E + sigma w`` (no 1/2),
-ReLU and sphere projections of the iterates, the initial samples added to the negatives, and the four
-hidden layers of the MLP sharing one Linear module.
+ReLU and sphere projections of the iterates, the initial samples added to the negatives, and the
+four hidden layers of the MLP sharing one Linear module.
 """
 
 from __future__ import annotations
@@ -97,7 +97,9 @@ class HEATConfig:
         for name in ("hidden_dim", "n_layers", "epochs", "batch_size"):
             check_positive_int(getattr(self, name), name)
         if self.n_layers < 2:
-            raise ValueError(f"n_layers must be >= 2 (input and output layers), got {self.n_layers}")
+            raise ValueError(
+                f"n_layers must be >= 2 (input and output layers), got {self.n_layers}"
+            )
         check_float(self.lr, "lr", low=0, low_open=True)
         for name in ("lam", "input_noise", "grad_scale"):
             check_float(getattr(self, name), name, low=0)
@@ -123,14 +125,36 @@ class HEATConfig:
         factor 1, ReLU projection, shared hidden layers, negatives include ``z'_0``. The prior's
         temperature (``T_G = 1e3`` for GMMs, 1 for EL) is set on the prior itself.
         """
-        base = dict(share_hidden=True, lr=1e-5, betas=(0.0, 0.999), epochs=20, schedule="polynomial",
-                    grad_scale=1.0, relu_projection=True, negatives_include_init=True)
+        base = dict(
+            share_hidden=True,
+            lr=1e-5,
+            betas=(0.0, 0.999),
+            epochs=20,
+            schedule="polynomial",
+            grad_scale=1.0,
+            relu_projection=True,
+            negatives_include_init=True,
+        )
         if prior in ("gmm", "gmm_std"):
-            base.update(sgld_steps=40 if prior == "gmm" else 1, step_size=(1e-4, 1e-5), noise=(5e-3, 5e-4),
-                        lam=10.0, batch_size=1024, normalize=True, proposal="prior")
+            base.update(
+                sgld_steps=40 if prior == "gmm" else 1,
+                step_size=(1e-4, 1e-5),
+                noise=(5e-3, 5e-4),
+                lam=10.0,
+                batch_size=1024,
+                normalize=True,
+                proposal="prior",
+            )
         elif prior == "el":
-            base.update(sgld_steps=50, step_size=(1e-1, 1e-2), noise=(1e-1, 1e-2), lam=0.1, batch_size=256,
-                        normalize=False, proposal="normal")
+            base.update(
+                sgld_steps=50,
+                step_size=(1e-1, 1e-2),
+                noise=(1e-1, 1e-2),
+                lam=0.1,
+                batch_size=256,
+                normalize=False,
+                proposal="normal",
+            )
         else:
             raise ValueError(f"prior must be 'gmm', 'gmm_std' or 'el', got {prior!r}")
         base.update(overrides)
@@ -155,11 +179,20 @@ class ResidualMLP(nn.Module):
     Shapes: ``(N, d) -> (N,)``.
     """
 
-    def __init__(self, in_dim: int, hidden_dim: int = 1024, n_layers: int = 6, negative_slope: float = 0.2,
-                 share_hidden: bool = False) -> None:
+    def __init__(
+        self,
+        in_dim: int,
+        hidden_dim: int = 1024,
+        n_layers: int = 6,
+        negative_slope: float = 0.2,
+        share_hidden: bool = False,
+    ) -> None:
         super().__init__()
         self.in_dim = in_dim = check_positive_int(in_dim, "in_dim")
-        hidden_dim, n_layers = check_positive_int(hidden_dim, "hidden_dim"), check_positive_int(n_layers, "n_layers")
+        hidden_dim, n_layers = (
+            check_positive_int(hidden_dim, "hidden_dim"),
+            check_positive_int(n_layers, "n_layers"),
+        )
         if n_layers < 2:
             raise ValueError(f"n_layers must be >= 2 (input and output layers), got {n_layers}")
         negative_slope = check_float(negative_slope, "negative_slope")
@@ -169,25 +202,30 @@ class ResidualMLP(nn.Module):
             shared = nn.Linear(hidden_dim, hidden_dim)
             self.hidden = nn.ModuleList([shared] * n_hidden)
         else:
-            self.hidden = nn.ModuleList([nn.Linear(hidden_dim, hidden_dim) for _ in range(n_hidden)])
+            self.hidden = nn.ModuleList(
+                [nn.Linear(hidden_dim, hidden_dim) for _ in range(n_hidden)]
+            )
         self.out = nn.Linear(hidden_dim, 1)
         self.act = nn.LeakyReLU(negative_slope)
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        """PyTorch's default Linear init, ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, from ``generator``."""
+        """PyTorch's default Linear init, ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, from
+        ``generator``."""
         for lin in {id(m): m for m in self.modules() if isinstance(m, nn.Linear)}.values():
             bound = 1.0 / math.sqrt(lin.in_features)
             for p in (lin.weight, lin.bias):
-                noise = torch.rand(p.shape, generator=generator, device=generator.device if generator else p.device)
+                noise = torch.rand(
+                    p.shape, generator=generator, device=generator.device if generator else p.device
+                )
                 p.copy_((2 * noise - 1).to(p) * bound)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """``E_theta(z)``: ``(N, in_dim) -> (N,)``.
 
         Raises:
-            ValueError, TypeError: ``z`` is not a finite floating ``(N, in_dim)`` batch with ``N >= 1``
-                (float64 is cast to the weights' dtype).
+            ValueError, TypeError: ``z`` is not a finite floating ``(N, in_dim)`` batch with
+                ``N >= 1`` (float64 is cast to the weights' dtype).
         """
         z = check_input_batch(z, "z", ("N", self.in_dim), dtype=self)
         h = self.act(self.inp(z))
@@ -209,7 +247,13 @@ class HybridEnergy(nn.Module):
     Shapes: ``energy(z (N, d)) -> (N,)``, likewise ``prior_energy`` and ``residual_energy``.
     """
 
-    def __init__(self, prior: nn.Module | None, dim: int, config: HEATConfig | None = None, **overrides: object) -> None:
+    def __init__(
+        self,
+        prior: nn.Module | None,
+        dim: int,
+        config: HEATConfig | None = None,
+        **overrides: object,
+    ) -> None:
         super().__init__()
         if config is not None and not isinstance(config, HEATConfig):
             raise TypeError(f"config must be a HEATConfig, got {type(config).__name__}")
@@ -231,7 +275,8 @@ class HybridEnergy(nn.Module):
         e.g. with ``.double()``), so float64 features are accepted.
         """
         z = check_features(z, self.dim).to(next(self.residual.parameters()).dtype)
-        return unit_rows(z, dim=1) if self.config.normalize else z  # unit rows at any magnitude (subnormal too)
+        # unit rows at any magnitude (subnormal too)
+        return unit_rows(z, dim=1) if self.config.normalize else z
 
     def _project(self, z: torch.Tensor) -> torch.Tensor:
         if self.config.relu_projection:
@@ -264,32 +309,56 @@ class HybridEnergy(nn.Module):
         if c.proposal == "data":
             z0 = z_real.clone()
         elif c.proposal == "normal":
-            z0 = torch.randn(n, self.dim, generator=gen, device=gen.device, dtype=z_real.dtype).to(z_real.device)
+            z0 = torch.randn(n, self.dim, generator=gen, device=gen.device, dtype=z_real.dtype).to(
+                z_real.device
+            )
         elif c.proposal == "gaussian":
             if self.data_mean is None:
-                raise RuntimeError("proposal='gaussian' needs the data statistics recorded by fit()")
-            eps = torch.randn(n, self.dim, generator=gen, device=gen.device, dtype=z_real.dtype).to(z_real.device)
+                raise RuntimeError(
+                    "proposal='gaussian' needs the data statistics recorded by fit()"
+                )
+            eps = torch.randn(n, self.dim, generator=gen, device=gen.device, dtype=z_real.dtype).to(
+                z_real.device
+            )
             z0 = self.data_mean + eps * self.data_std
         else:
             if not hasattr(self.prior, "sample"):
-                raise ValueError(f"proposal='prior' needs a prior with sample(); {type(self.prior).__name__} has none")
+                raise ValueError(
+                    f"proposal='prior' needs a prior with sample(); {type(self.prior).__name__} "
+                    "has none"
+                )
             z0 = self.prior.sample(n, generator=gen).to(z_real)
         if c.relu_projection or c.normalize:
             z0 = self._project(z0)
         return z0
 
-    def loss(self, z_real: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(
+        self, z_real: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """``L_MLE + lambda L_C`` (Eqs. 5.3, 5.5, 5.6) on a preprocessed batch ``z_real (B, d)``."""
         c = self.config
         z0 = self._proposal(z_real.shape[0], z_real, generator)
-        proj: Callable[[torch.Tensor], torch.Tensor] | None = self._project if (c.relu_projection or c.normalize) else None
-        z_gen = sgld(self._energy_pre, z0, steps=c.sgld_steps, step_size=c.step_size, noise=c.noise,
-                     schedule=c.schedule, grad_scale=c.grad_scale, projection=proj, generator=generator)
+        proj: Callable[[torch.Tensor], torch.Tensor] | None = (
+            self._project if (c.relu_projection or c.normalize) else None
+        )
+        z_gen = sgld(
+            self._energy_pre,
+            z0,
+            steps=c.sgld_steps,
+            step_size=c.step_size,
+            noise=c.noise,
+            schedule=c.schedule,
+            grad_scale=c.grad_scale,
+            projection=proj,
+            generator=generator,
+        )
         if c.negatives_include_init:
             z_gen = torch.cat([z_gen, z0])
 
         def jitter(x: torch.Tensor) -> torch.Tensor:
-            w = torch.randn(x.shape, generator=generator, device=generator.device, dtype=x.dtype).to(x.device)
+            w = torch.randn(
+                x.shape, generator=generator, device=generator.device, dtype=x.dtype
+            ).to(x.device)
             return x + c.input_noise * w
 
         e_real = self.residual(jitter(z_real))
@@ -297,8 +366,13 @@ class HybridEnergy(nn.Module):
         l_mle = e_real.mean() - e_gen.mean()
         l_c = e_real.pow(2).mean() + e_gen.pow(2).mean()
         loss = l_mle + c.lam * l_c
-        logs = {"loss": loss.item(), "l_mle": l_mle.item(), "l_c": l_c.item(),
-                "e_real": e_real.mean().item(), "e_gen": e_gen.mean().item()}
+        logs = {
+            "loss": loss.item(),
+            "l_mle": l_mle.item(),
+            "l_c": l_c.item(),
+            "e_real": e_real.mean().item(),
+            "e_gen": e_gen.mean().item(),
+        }
         return loss, logs
 
     def fit(
@@ -311,7 +385,8 @@ class HybridEnergy(nn.Module):
         fit_prior: bool = True,
         engine: EngineConfig | None = None,
     ) -> HybridEnergy:
-        """Fit the prior (if it has ``fit``) and train the residual with Algorithm 2 on the training engine.
+        """Fit the prior (if it has ``fit``) and train the residual with Algorithm 2 on the training
+        engine.
 
         Args:
             z: ``(N, d)`` ID training features.
@@ -337,7 +412,9 @@ class HybridEnergy(nn.Module):
         z = check_embeddings(z, "z")
         check_magnitude(z, "z", underflow=True)
         if z.shape[1] != self.dim:
-            raise ValueError(f"z has {z.shape[1]} dimensions but the model was built for {self.dim}")
+            raise ValueError(
+                f"z has {z.shape[1]} dimensions but the model was built for {self.dim}"
+            )
         dev = get_device(device)
         self.to(dev)
         zp = self.preprocess(z.to(dev)).detach()
@@ -350,14 +427,21 @@ class HybridEnergy(nn.Module):
         gen.manual_seed(int(seed))
         self.residual.reset_parameters(gen)
         opt = build_optimizer(self.residual.parameters(), lr=c.lr, betas=c.betas)
-        run = Engine({"model": self.residual}, opt, options, device=dev, generators={"generator": gen},
-                     run_key={**_resume_key(c), "seed": seed}, trained_on=(zp, labels))
+        run = Engine(
+            {"model": self.residual},
+            opt,
+            options,
+            device=dev,
+            generators={"generator": gen},
+            run_key={**_resume_key(c), "seed": seed},
+            trained_on=(zp, labels),
+        )
         n = zp.shape[0]
 
         def batches(epoch: int) -> Iterator[Batch]:
             perm = torch.randperm(n, generator=gen, device=gen.device).to(dev)
             for i in range(0, n, c.batch_size):
-                yield Batch(zp[perm[i:i + c.batch_size]], indices=perm[i:i + c.batch_size])
+                yield Batch(zp[perm[i : i + c.batch_size]], indices=perm[i : i + c.batch_size])
 
         def end(epoch: int, results: list[StepResult]) -> None:
             sums: dict[str, float] = {}

@@ -48,16 +48,29 @@ __all__ = [
 Data = Mapping[str, Any] | torch.Tensor
 
 
-def as_head(head: nn.Linear | tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(W (C, d), b (C,))`` (detached copies) from an ``nn.Linear`` or a ``(weight, bias)`` pair."""
+def as_head(
+    head: nn.Linear | tuple[torch.Tensor, torch.Tensor | None],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W (C, d), b (C,))`` (detached copies) from an ``nn.Linear`` or a ``(weight, bias)``
+    pair."""
     if isinstance(head, nn.Linear):
         w = head.weight.detach().clone()
-        b = head.bias.detach().clone() if head.bias is not None else torch.zeros(w.shape[0], dtype=w.dtype)
+        b = (
+            head.bias.detach().clone()
+            if head.bias is not None
+            else torch.zeros(w.shape[0], dtype=w.dtype)
+        )
     elif isinstance(head, (tuple, list)) and len(head) == 2:
         w = check_embeddings(torch.as_tensor(head[0]).detach(), "head weight").clone()
-        b = torch.zeros(w.shape[0], dtype=w.dtype) if head[1] is None else torch.as_tensor(head[1]).detach().to(w.dtype).clone()
+        b = (
+            torch.zeros(w.shape[0], dtype=w.dtype)
+            if head[1] is None
+            else torch.as_tensor(head[1]).detach().to(w.dtype).clone()
+        )
     else:
-        raise TypeError(f"head must be an nn.Linear or a (weight, bias) pair, got {type(head).__name__}")
+        raise TypeError(
+            f"head must be an nn.Linear or a (weight, bias) pair, got {type(head).__name__}"
+        )
     if b.shape != (w.shape[0],):
         raise ValueError(f"head bias must have shape ({w.shape[0]},), got {tuple(b.shape)}")
     check_finite(w, "head weight")
@@ -66,7 +79,8 @@ def as_head(head: nn.Linear | tuple[torch.Tensor, torch.Tensor | None]) -> tuple
 
 
 class OODScorer:
-    """Base class: ``fit(data)`` on ID training data, ``score(data) -> (N,)`` energies (higher = OOD).
+    """Base class: ``fit(data)`` on ID training data, ``score(data) -> (N,)`` energies (higher =
+    OOD).
 
     Subclasses set ``name`` and ``key`` (the main input) and implement :meth:`_score`.
     """
@@ -75,7 +89,8 @@ class OODScorer:
     key: str = "logits"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Wrap each subclass' ``fit`` so that the feature widths it saw are recorded (see :meth:`_get`)."""
+        """Wrap each subclass' ``fit`` so that the feature widths it saw are recorded (see
+        :meth:`_get`)."""
         super().__init_subclass__(**kwargs)
         fit = cls.__dict__.get("fit")
         if fit is None or getattr(fit, "_records_widths", False):
@@ -95,14 +110,18 @@ class OODScorer:
         recording_fit._records_widths = True  # type: ignore[attr-defined]
         cls.fit = recording_fit  # type: ignore[method-assign]
 
-    def __init__(self, head: nn.Linear | tuple[torch.Tensor, torch.Tensor | None] | None = None) -> None:
+    def __init__(
+        self, head: nn.Linear | tuple[torch.Tensor, torch.Tensor | None] | None = None
+    ) -> None:
         self.head = as_head(head) if head is not None else None
 
     def _get(self, data: Data, key: str | None = None) -> torch.Tensor:
         key = key or self.key
         if isinstance(data, torch.Tensor):
             if key != self.key:
-                raise ValueError(f"{self.name} needs data[{key!r}]: pass a mapping, not a bare tensor")
+                raise ValueError(
+                    f"{self.name} needs data[{key!r}]: pass a mapping, not a bare tensor"
+                )
             x = data
         elif isinstance(data, Mapping):
             if key not in data:
@@ -111,19 +130,25 @@ class OODScorer:
                 raise ValueError(f"{self.name} needs data[{key!r}]; got keys {sorted(data)}")
             x = data[key]
         else:
-            raise TypeError(f"data must be a mapping of tensors or a tensor, got {type(data).__name__}")
+            raise TypeError(
+                f"data must be a mapping of tensors or a tensor, got {type(data).__name__}"
+            )
         if key == "labels":
             return torch.as_tensor(x)
         if key == "inputs":
             return torch.as_tensor(x)
         x = check_embeddings(torch.as_tensor(x).detach(), f"data[{key!r}]")
-        check_magnitude(x, f"data[{key!r}]")  # norms, distances and energies of larger values overflow
+        # norms, distances and energies of larger values overflow
+        check_magnitude(x, f"data[{key!r}]")
         widths = getattr(self, "_fit_widths", None)
         if widths is not None:
             if getattr(self, "_fit_depth", 0) > 0:
                 widths.setdefault(key, x.shape[1])
             elif key in widths and widths[key] != x.shape[1]:
-                raise ValueError(f"data[{key!r}] has d={x.shape[1]} but {self.name} was fitted on d={widths[key]}")
+                raise ValueError(
+                    f"data[{key!r}] has d={x.shape[1]} but {self.name} was fitted on "
+                    f"d={widths[key]}"
+                )
         return x
 
     def _logits_from_head(self, z: torch.Tensor) -> torch.Tensor:
@@ -199,7 +224,9 @@ class ODIN(OODScorer):
 
     name, key = "ODIN", "logits"
 
-    def __init__(self, temperature: float = 1000.0, epsilon: float = 0.0014, model: nn.Module | None = None) -> None:
+    def __init__(
+        self, temperature: float = 1000.0, epsilon: float = 0.0014, model: nn.Module | None = None
+    ) -> None:
         super().__init__()
         temperature = check_float(temperature, "temperature", low=0, low_open=True)
         epsilon = check_float(epsilon, "epsilon", low=0)
@@ -212,13 +239,17 @@ class ODIN(OODScorer):
         if self.epsilon == 0:
             return -torch.softmax(self._get(data) / t, dim=1).max(1).values
         if self.model is None or not isinstance(data, Mapping) or "inputs" not in data:
-            raise ValueError("ODIN with epsilon > 0 needs model=... and data['inputs']; use epsilon=0 for logits only")
+            raise ValueError(
+                "ODIN with epsilon > 0 needs model=... and data['inputs']; use epsilon=0 for "
+                "logits only"
+            )
         x = self._get(data, "inputs")
         dev = next(self.model.parameters()).device
         x = x.to(dev).detach().clone().requires_grad_(True)
         with torch.enable_grad():
             out = self.model(x)
-            loss = nn.functional.cross_entropy(out / t, out.argmax(1), reduction="sum")  # -log S_yhat
+            # -log S_yhat
+            loss = nn.functional.cross_entropy(out / t, out.argmax(1), reduction="sum")
             (grad,) = torch.autograd.grad(loss, [x])
         x_t = (x - self.epsilon * torch.sign(grad)).detach()
         with torch.no_grad():
@@ -255,7 +286,8 @@ class KLMatching(OODScorer):
 
 
 class ReAct(OODScorer):
-    """ReAct (Sun, Guo & Li, NeurIPS 2021): clip the features at the ``percentile``-th percentile of the
+    """ReAct (Sun, Guo & Li, NeurIPS 2021): clip the features at the ``percentile``-th percentile of
+    the
     ID training activations, then the energy score of the head: ``-logsumexp(W min(z, c) + b)``.
     """
 

@@ -35,7 +35,9 @@ def schedule_endpoints(spec: ScheduleSpec, name: str) -> tuple[float, float]:
     return check_float(spec[0], name, low=0), check_float(spec[1], name, low=0)
 
 
-def schedule_values(spec: ScheduleSpec, steps: int, kind: str = "linear", power: float = 2.0) -> list[float]:
+def schedule_values(
+    spec: ScheduleSpec, steps: int, kind: str = "linear", power: float = 2.0
+) -> list[float]:
     """The per-step values of a decayed hyper-parameter.
 
     Args:
@@ -50,13 +52,15 @@ def schedule_values(spec: ScheduleSpec, steps: int, kind: str = "linear", power:
         ``T`` floats.
 
     Raises:
-        ValueError, TypeError: ``spec`` values not finite and ``>= 0``, ``steps`` not an int ``>= 0``,
-            ``kind`` unknown or ``power`` not finite and ``> 0``.
+        ValueError, TypeError: ``spec`` values not finite and ``>= 0``, ``steps`` not an int
+            ``>= 0``, ``kind`` unknown or ``power`` not finite and ``> 0``.
     """
     return _values(spec, steps, kind, power, "spec", "kind")
 
 
-def _values(spec: ScheduleSpec, steps: int, kind: str, power: float, spec_name: str, kind_name: str) -> list[float]:
+def _values(
+    spec: ScheduleSpec, steps: int, kind: str, power: float, spec_name: str, kind_name: str
+) -> list[float]:
     start, end = schedule_endpoints(spec, spec_name)
     steps = check_nonneg_int(steps, "steps")
     check_choice(kind, kind_name, SCHEDULES)
@@ -110,7 +114,9 @@ def sgld(
             every step, before the energy sees the iterate; reduce the step size).
     """
     if not isinstance(z0, torch.Tensor) or z0.ndim != 2 or z0.shape[0] == 0:
-        raise ValueError(f"z0 must be a (N, d) tensor with N >= 1, got {getattr(z0, 'shape', type(z0))}")
+        raise ValueError(
+            f"z0 must be a (N, d) tensor with N >= 1, got {getattr(z0, 'shape', type(z0))}"
+        )
     if not z0.is_floating_point():
         raise TypeError(f"z0 must be a floating tensor, got dtype {z0.dtype}")
     check_finite(z0, "z0")
@@ -118,7 +124,11 @@ def sgld(
         raise TypeError(f"energy_fn must be callable, got {type(energy_fn).__name__}")
     grad_scale = check_float(grad_scale, "grad_scale", low=0)
     etas = _values(step_size, steps, schedule, power, "step_size", "schedule")
-    sigmas = [eta**0.5 for eta in etas] if noise is None else _values(noise, steps, schedule, power, "noise", "schedule")
+    sigmas = (
+        [eta**0.5 for eta in etas]
+        if noise is None
+        else _values(noise, steps, schedule, power, "noise", "schedule")
+    )
 
     z = z0.detach().clone()
     chain = [z.clone()] if return_chain else []
@@ -127,7 +137,9 @@ def sgld(
             z.requires_grad_(True)
             energy = energy_fn(z)
             if energy.shape != (z.shape[0],):
-                raise ValueError(f"energy_fn must return shape ({z.shape[0]},), got {tuple(energy.shape)}")
+                raise ValueError(
+                    f"energy_fn must return shape ({z.shape[0]},), got {tuple(energy.shape)}"
+                )
             (grad,) = torch.autograd.grad(energy.sum(), [z])
             dev = z.device if generator is None else generator.device
             w = torch.randn(z.shape, generator=generator, device=dev, dtype=z.dtype).to(z.device)
@@ -135,8 +147,10 @@ def sgld(
             if projection is not None:
                 z = projection(z).detach()
             if not bool(torch.isfinite(z).all()):
-                raise ValueError(f"SGLD diverged at step {t + 1} (NaN or inf in the chain): reduce step_size or "
-                                 "grad_scale, or check the energy")
+                raise ValueError(
+                    f"SGLD diverged at step {t + 1} (NaN or inf in the chain): reduce step_size or "
+                    "grad_scale, or check the energy"
+                )
             if return_chain:
                 chain.append(z.clone())
     return (z, chain) if return_chain else z

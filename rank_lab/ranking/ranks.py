@@ -72,18 +72,28 @@ def retrieval_mask(
     Returns:
         ``(Q, N)`` bool, False where an item is not in the retrieval set.
     """
-    n_queries, n_items = check_positive_int(n_queries, "n_queries"), check_positive_int(n_items, "n_items")
+    n_queries, n_items = (
+        check_positive_int(n_queries, "n_queries"),
+        check_positive_int(n_items, "n_items"),
+    )
     if self_index is not None:
         self_index = check_self_index(self_index, n_queries, n_items, "self_index", device)
-    return retrieval_mask_trusted(n_queries, n_items, self_index, exclude_self=exclude_self, device=device)
+    return retrieval_mask_trusted(
+        n_queries, n_items, self_index, exclude_self=exclude_self, device=device
+    )
 
 
 def check_self_index(
-    self_index: object, n_queries: int, n_items: int, name: str, device: torch.device | str | None = None,
-    *, in_range: bool = True,
+    self_index: object,
+    n_queries: int,
+    n_items: int,
+    name: str,
+    device: torch.device | str | None = None,
+    *,
+    in_range: bool = True,
 ) -> torch.Tensor:
-    """A ``(Q,)`` integer position of each query among ``N`` items, ``-1`` when absent (one host sync;
-    the shape and dtype checks alone with ``in_range=False``, the caller then checks
+    """A ``(Q,)`` integer position of each query among ``N`` items, ``-1`` when absent (one host
+    sync; the shape and dtype checks alone with ``in_range=False``, the caller then checks
     :func:`self_index_in_range` with its other value checks).
 
     Returns:
@@ -104,7 +114,8 @@ def check_self_index(
 
 
 def self_index_in_range(self_index: torch.Tensor, n_items: int) -> torch.Tensor:
-    """0-dim bool tensor (on the index' device, no host sync): every position lies in ``[-1, N)``."""
+    """0-dim bool tensor (on the index' device, no host sync): every position lies in
+    ``[-1, N)``."""
     return ((self_index >= -1) & (self_index < n_items)).all()
 
 
@@ -114,7 +125,12 @@ def self_index_message(name: str, n_items: int) -> str:
 
 
 def retrieval_mask_trusted(
-    n_queries: int, n_items: int, self_index: torch.Tensor | None, *, exclude_self: bool, device: torch.device | str | None
+    n_queries: int,
+    n_items: int,
+    self_index: torch.Tensor | None,
+    *,
+    exclude_self: bool,
+    device: torch.device | str | None,
 ) -> torch.Tensor:
     """:func:`retrieval_mask` of checked arguments (``self_index`` a long tensor on ``device`` in
     ``[-1, N)``): the losses' kernel, no host sync."""
@@ -123,7 +139,8 @@ def retrieval_mask_trusted(
         return mask
     rows = torch.arange(n_queries, device=mask.device)
     present = self_index >= 0
-    # absent queries (-1) write True into their last column, which is True already: no selection, no sync
+    # absent queries (-1) write True into their last column, which is True already: no selection, no
+    # sync
     mask[rows, torch.where(present, self_index, n_items - 1)] = ~present
     return mask
 
@@ -179,11 +196,20 @@ def exact_rank_plus_rows(
     check_row_indices(scores, q_idx, k_idx)
     rel = torch.as_tensor(relevance, device=scores.device)
     if rel.shape != scores.shape:
-        raise ValueError(f"relevance has shape {tuple(rel.shape)} but scores has shape {tuple(scores.shape)}")
+        raise ValueError(
+            f"relevance has shape {tuple(rel.shape)} but scores has shape {tuple(scores.shape)}"
+        )
     q_idx, k_idx = q_idx.to(scores.device).long(), k_idx.to(scores.device).long()
     binary = bool(((rel == 0) | (rel == 1)).all()) and bool((rel[q_idx, k_idx] == 1).all())
-    return exact_rank_plus_rows_trusted(scores, rel.to(scores.dtype), q_idx, k_idx, valid=valid_or_all(scores, valid),
-                                        max_elements=max_elements, binary=binary)
+    return exact_rank_plus_rows_trusted(
+        scores,
+        rel.to(scores.dtype),
+        q_idx,
+        k_idx,
+        valid=valid_or_all(scores, valid),
+        max_elements=max_elements,
+        binary=binary,
+    )
 
 
 def exact_rank_plus_rows_trusted(
@@ -203,8 +229,16 @@ def exact_rank_plus_rows_trusted(
     """
     scores = scores.detach()
     if not binary:
-        out = row_step_sums_trusted(scores, q_idx, k_idx, Heaviside(), ("geq",), valid=valid, relevance=relevance,
-                                    max_elements=max_elements)
+        out = row_step_sums_trusted(
+            scores,
+            q_idx,
+            k_idx,
+            Heaviside(),
+            ("geq",),
+            valid=valid,
+            relevance=relevance,
+            max_elements=max_elements,
+        )
         return 1.0 + out[:, 0]
     member = (relevance == 1) & valid
     s = scores.masked_fill(~member, float("-inf"))
@@ -229,13 +263,23 @@ def rank_split(
         valid: ``(Q, N)`` retrieval-set mask or None.
 
     Returns:
-        ``(rank_pos, rank_neg)``, each ``(Q, N)``; ``rank_pos + rank_neg`` equals :func:`exact_rank`.
+        ``(rank_pos, rank_neg)``, each ``(Q, N)``; ``rank_pos + rank_neg`` equals
+        :func:`exact_rank`.
         Entries of items outside the retrieval set are 0.
     """
     scores, relevance = check_scores_targets(scores, relevance, "scores", "relevance")
     valid_t = valid_or_all(scores, valid)
     q_idx, k_idx = torch.nonzero(valid_t, as_tuple=True)
-    sums = row_step_sums(scores.detach(), q_idx, k_idx, Heaviside(), ("geq", "lower"), valid=valid_t, relevance=relevance, max_elements=max_elements)
+    sums = row_step_sums(
+        scores.detach(),
+        q_idx,
+        k_idx,
+        Heaviside(),
+        ("geq", "lower"),
+        valid=valid_t,
+        relevance=relevance,
+        max_elements=max_elements,
+    )
     rank_pos = torch.zeros_like(scores)
     rank_neg = torch.zeros_like(scores)
     rank_pos[q_idx, k_idx] = 1.0 + sums[:, 0]
@@ -273,7 +317,16 @@ def smooth_rank(
         scores, relevance = check_scores_targets(scores, relevance, "scores", "relevance")
     valid_t = valid_or_all(scores, valid)
     q_idx, k_idx = torch.nonzero(valid_t, as_tuple=True)
-    sums = row_step_sums(scores, q_idx, k_idx, step, (relation,), valid=valid_t, relevance=relevance, max_elements=max_elements)
+    sums = row_step_sums(
+        scores,
+        q_idx,
+        k_idx,
+        step,
+        (relation,),
+        valid=valid_t,
+        relevance=relevance,
+        max_elements=max_elements,
+    )
     lead = 0.0 if relation == "lower" else 1.0
     flat = torch.zeros(scores.numel(), dtype=scores.dtype, device=scores.device)
     flat = flat.index_put((q_idx * scores.shape[1] + k_idx,), sums[:, 0] + lead)

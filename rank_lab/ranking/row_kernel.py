@@ -32,7 +32,8 @@ _RELATIONS = ("all", "geq", "lower")
 
 
 def default_max_elements(device: torch.device | str | None = None) -> int:
-    """Elements of one ``(chunk, N)`` block: 2**20 on CPU (4 MB per fp32 temporary, cache friendly), 2**25 on CUDA."""
+    """Elements of one ``(chunk, N)`` block: 2**20 on CPU (4 MB per fp32 temporary, cache friendly),
+    2**25 on CUDA."""
     dev = torch.device(device) if device is not None else torch.device("cpu")
     return 2**25 if dev.type == "cuda" else 2**20
 
@@ -41,7 +42,8 @@ def check_score_matrix(scores: object, name: str = "scores") -> torch.Tensor:
     """A finite, non-empty ``(Q, N)`` floating score matrix (integer scores are cast to float32).
 
     Args:
-        scores: ``(Q, N)`` scores ``s_q(j)`` of Q queries over N items (Sec. 2.1 of the Ramzi thesis).
+        scores: ``(Q, N)`` scores ``s_q(j)`` of Q queries over N items (Sec. 2.1 of the Ramzi
+            thesis).
         name: the name of ``scores`` in the messages.
 
     Raises:
@@ -59,7 +61,8 @@ def check_score_matrix(scores: object, name: str = "scores") -> torch.Tensor:
 
 
 def valid_or_all(scores: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-    """The ``(Q, N)`` bool retrieval-set mask of ``scores (Q, N)``: ``valid`` checked, or every item.
+    """The ``(Q, N)`` bool retrieval-set mask of ``scores (Q, N)``: ``valid`` checked, or every
+    item.
 
     Raises:
         ValueError: ``valid`` does not have the shape of ``scores``.
@@ -68,11 +71,15 @@ def valid_or_all(scores: torch.Tensor, valid: torch.Tensor | None) -> torch.Tens
         return torch.ones_like(scores, dtype=torch.bool)
     valid = torch.as_tensor(valid, device=scores.device)
     if valid.shape != scores.shape:
-        raise ValueError(f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}")
+        raise ValueError(
+            f"valid has shape {tuple(valid.shape)} but scores has shape {tuple(scores.shape)}"
+        )
     return valid.bool()
 
 
-def _relation_mask(rel: Relation, rel_cols: torch.Tensor, rel_rows: torch.Tensor) -> torch.Tensor | None:
+def _relation_mask(
+    rel: Relation, rel_cols: torch.Tensor, rel_rows: torch.Tensor
+) -> torch.Tensor | None:
     if rel == "all":
         return None
     if rel == "geq":
@@ -83,7 +90,9 @@ def _relation_mask(rel: Relation, rel_cols: torch.Tensor, rel_rows: torch.Tensor
 def _check_relations(relations: Sequence[str]) -> tuple[Relation, ...]:
     rels = tuple(relations)
     if not rels or any(r not in _RELATIONS for r in rels):
-        raise ValueError(f"relations (relation) must be a non-empty sequence of {_RELATIONS}, got {relations!r}")
+        raise ValueError(
+            f"relations (relation) must be a non-empty sequence of {_RELATIONS}, got {relations!r}"
+        )
     return rels  # type: ignore[return-value]
 
 
@@ -100,7 +109,10 @@ def chunk_rows(n_cols: int, max_elements: int | None, device: torch.device) -> i
 
 
 def _relation_masks(
-    valid: torch.Tensor, relevance: torch.Tensor | None, relations: tuple[Relation, ...], rows_are_top: bool
+    valid: torch.Tensor,
+    relevance: torch.Tensor | None,
+    relations: tuple[Relation, ...],
+    rows_are_top: bool,
 ) -> list[torch.Tensor | None]:
     """Per-relation ``(Q, N)`` column masks when they do not depend on the row k.
 
@@ -146,7 +158,8 @@ def _block(
 
 
 class _RowStepSum(torch.autograd.Function):
-    """``out[r, i] = sum_j mask_i[r, j] f(s[q_r, j] - s[q_r, k_r])``, chunked; backward recomputes."""
+    """``out[r, i] = sum_j mask_i[r, j] f(s[q_r, j] - s[q_r, k_r])``, chunked; backward
+    recomputes."""
 
     @staticmethod
     def forward(ctx, scores, valid, relevance, q_idx, k_idx, step, relations, chunk, rows_are_top):  # type: ignore[override]
@@ -161,7 +174,9 @@ class _RowStepSum(torch.autograd.Function):
             else:
                 for i, m in enumerate(masks):
                     out[a : a + chunk, i] = (val * m).sum(1)
-        ctx.save_for_backward(scores, valid, relevance if relevance is not None else scores.new_empty(0), q_idx, k_idx)
+        ctx.save_for_backward(
+            scores, valid, relevance if relevance is not None else scores.new_empty(0), q_idx, k_idx
+        )
         ctx.has_rel, ctx.rows_are_top = relevance is not None, rows_are_top
         ctx.step, ctx.relations, ctx.chunk = step, relations, chunk
         return out
@@ -187,7 +202,8 @@ class _RowStepSum(torch.autograd.Function):
                     coef.add_(torch.where(m, g[:, i : i + 1], 0.0))
                 w.mul_(coef)
             # w[r, j] = d out_r / d s_{q_r j}; d out_r / d s_{q_r k_r} = -sum_j w[r, j]
-            if torch.are_deterministic_algorithms_enabled():  # no atomics: the same bits on every run and device
+            # no atomics: the same bits on every run and device
+            if torch.are_deterministic_algorithms_enabled():
                 index_add_in_order(grad, qi, w)
                 index_add_in_order(grad.view(-1), qi * grad.shape[1] + ki, -w.sum(1))
             else:
@@ -197,13 +213,14 @@ class _RowStepSum(torch.autograd.Function):
 
 
 def index_add_in_order(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """``out[index[i]] += src[i]`` for ``i = 0, 1, ...`` in that order, in place, without atomic adds.
+    """``out[index[i]] += src[i]`` for ``i = 0, 1, ...`` in that order, in place, without atomic
+    adds.
 
     The deterministic scatter-add of the rank kernels' backward under
     ``torch.use_deterministic_algorithms(True)``: the rows are grouped by target (a stable sort),
-    and pass ``p`` adds the ``p``-th row of every group with one ``index_add_`` whose targets are all
-    distinct, so no two threads ever add to one element and each element receives its rows in row
-    order -- the order of the serial CPU ``index_add_``, hence the same bits as the CPU on any
+    and pass ``p`` adds the ``p``-th row of every group with one ``index_add_`` whose targets are
+    all distinct, so no two threads ever add to one element and each element receives its rows in
+    row order -- the order of the serial CPU ``index_add_``, hence the same bits as the CPU on any
     device. One host sync (the largest group) per call.
 
     Args:
@@ -223,14 +240,17 @@ def index_add_in_order(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor
     starts = torch.ones(n, dtype=torch.bool, device=index.device)
     starts[1:] = grouped[1:] != grouped[:-1]
     pos = torch.empty_like(ar)
-    pos[order] = ar - torch.cummax(torch.where(starts, ar, torch.zeros_like(ar)), 0).values  # rank in its group
+    # rank in its group
+    pos[order] = ar - torch.cummax(torch.where(starts, ar, torch.zeros_like(ar)), 0).values
     for p in range(int(pos.max()) + 1):
         rows = torch.nonzero(pos == p).squeeze(1)
         out.index_add_(0, index[rows], src[rows])
     return out
 
 
-def positive_rows(relevance: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def positive_rows(
+    relevance: torch.Tensor, valid: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """All (query, positive item) pairs: the rows k that rank losses need.
 
     Args:
@@ -245,8 +265,11 @@ def positive_rows(relevance: torch.Tensor, valid: torch.Tensor | None = None) ->
     return positive_rows_trusted(rel, valid_t)
 
 
-def positive_rows_trusted(relevance: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`positive_rows` of a checked relevance and bool mask (the losses' kernels; no check)."""
+def positive_rows_trusted(
+    relevance: torch.Tensor, valid: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`positive_rows` of a checked relevance and bool mask (the losses' kernels; no
+    check)."""
     pos = relevance > 0
     if valid is not None:
         pos = pos & valid
@@ -263,11 +286,19 @@ def check_row_indices(scores: torch.Tensor, q_idx: torch.Tensor, k_idx: torch.Te
     """
     for name, idx, bound in (("q_idx", q_idx, scores.shape[0]), ("k_idx", k_idx, scores.shape[1])):
         if not isinstance(idx, torch.Tensor) or idx.ndim != 1 or idx.is_floating_point():
-            raise ValueError(f"{name} must be a (R,) integer tensor, got {getattr(idx, 'shape', type(idx).__name__)}")
+            raise ValueError(
+                f"{name} must be a (R,) integer tensor, got "
+                f"{getattr(idx, 'shape', type(idx).__name__)}"
+            )
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= bound):
-            raise ValueError(f"{name} holds indices outside [0, {bound}) of scores {tuple(scores.shape)}")
+            raise ValueError(
+                f"{name} holds indices outside [0, {bound}) of scores {tuple(scores.shape)}"
+            )
     if q_idx.shape != k_idx.shape:
-        raise ValueError(f"q_idx and k_idx must have equal shapes, got {tuple(q_idx.shape)}, {tuple(k_idx.shape)}")
+        raise ValueError(
+            f"q_idx and k_idx must have equal shapes, got {tuple(q_idx.shape)}, "
+            f"{tuple(k_idx.shape)}"
+        )
 
 
 def row_step_sums(
@@ -311,12 +342,29 @@ def row_step_sums(
     if any(r != "all" for r in rels) and relevance is None:
         raise ValueError("relevance is required for the 'geq' and 'lower' relations")
     valid_t = valid_or_all(scores, valid)
-    rel_t = None if relevance is None else torch.as_tensor(relevance, device=scores.device).to(scores.dtype)
+    rel_t = (
+        None
+        if relevance is None
+        else torch.as_tensor(relevance, device=scores.device).to(scores.dtype)
+    )
     q_idx, k_idx = q_idx.to(scores.device).long(), k_idx.to(scores.device).long()
-    top = (rel_t is not None and q_idx.numel() > 0 and bool(((rel_t == 0) | (rel_t == 1)).all())
-           and bool((rel_t[q_idx, k_idx] == 1).all()))
-    return row_step_sums_trusted(scores, q_idx, k_idx, step, rels, valid=valid_t, relevance=rel_t,
-                                 max_elements=max_elements, rows_are_top=top)
+    top = (
+        rel_t is not None
+        and q_idx.numel() > 0
+        and bool(((rel_t == 0) | (rel_t == 1)).all())
+        and bool((rel_t[q_idx, k_idx] == 1).all())
+    )
+    return row_step_sums_trusted(
+        scores,
+        q_idx,
+        k_idx,
+        step,
+        rels,
+        valid=valid_t,
+        relevance=rel_t,
+        max_elements=max_elements,
+        rows_are_top=top,
+    )
 
 
 def row_step_sums_trusted(
@@ -331,7 +379,8 @@ def row_step_sums_trusted(
     max_elements: int | None = None,
     rows_are_top: bool = False,
 ) -> torch.Tensor:
-    """:func:`row_step_sums` of checked inputs: the kernel of the rank losses (no check, no host sync).
+    """:func:`row_step_sums` of checked inputs: the kernel of the rank losses (no check, no host
+    sync).
 
     Args:
         scores: ``(Q, N)`` finite floating scores.
@@ -352,9 +401,21 @@ def row_step_sums_trusted(
     chunk = chunk_rows(scores.shape[1], max_elements, scores.device)
     if not step.differentiable or not (scores.requires_grad and torch.is_grad_enabled()):
         with torch.no_grad():
-            return _RowStepSum.forward(_Ctx(), scores.detach(), valid, relevance, q_idx, k_idx, step, relations, chunk,
-                                       rows_are_top)
-    return _RowStepSum.apply(scores, valid, relevance, q_idx, k_idx, step, relations, chunk, rows_are_top)
+            return _RowStepSum.forward(
+                _Ctx(),
+                scores.detach(),
+                valid,
+                relevance,
+                q_idx,
+                k_idx,
+                step,
+                relations,
+                chunk,
+                rows_are_top,
+            )
+    return _RowStepSum.apply(
+        scores, valid, relevance, q_idx, k_idx, step, relations, chunk, rows_are_top
+    )
 
 
 class _Ctx:

@@ -40,7 +40,7 @@ Paper-vs-code differences, exposed as options (the paper formula is the default)
 * ``zero_branch``: Eq. 3.4 lists ``t = 0`` in both the first and the second branch. The default
   ``"upper"`` puts it in the second (``H^-(0) = 1 >= H(0)``), so the upper bound holds for every t,
   ties included; the code's ``t > 0`` test (``"lower"``) gives ``H^-(0) = 0.5 < H(0) = 1``.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -225,7 +225,9 @@ class SupRankStep(StepFunction):
         self.delta = float(delta)
         self.eps = float(eps)
         self.start = float(start)
-        self.offset = float(offset) if offset is not None else _sigmoid(self.delta / self.tau) + self.start
+        self.offset = (
+            float(offset) if offset is not None else _sigmoid(self.delta / self.tau) + self.start
+        )
         self.linear_origin = linear_origin
         self.zero_branch = zero_branch
 
@@ -282,7 +284,8 @@ def heaviside(t: torch.Tensor, zero_value: float = 1.0) -> torch.Tensor:
 
 
 def sigmoid_step(t: torch.Tensor, tau: float = 0.01) -> torch.Tensor:
-    """Functional :class:`SigmoidStep`: ``sigma(t / tau)`` (Eq. 2.8 of the Ramzi thesis); NaN in ``t`` raises."""
+    """Functional :class:`SigmoidStep`: ``sigma(t / tau)`` (Eq. 2.8 of the Ramzi thesis); NaN in
+    ``t`` raises."""
     return SigmoidStep(tau)(_check_t(t))
 
 
@@ -309,12 +312,18 @@ def h_minus(
 
 
 def make_step(step: str | StepFunction, **kwargs: float | str | None) -> StepFunction:
-    """Build a step from a name (``"heaviside"``, ``"sigmoid"``, ``"suprank"``) or pass one through."""
+    """Build a step from a name (``"heaviside"``, ``"sigmoid"``, ``"suprank"``) or pass one
+    through."""
     if isinstance(step, StepFunction):
         if kwargs:
             raise ValueError("keyword arguments are only accepted with a step name")
         return step
-    table = {"heaviside": Heaviside, "sigmoid": SigmoidStep, "suprank": SupRankStep, "h_minus": SupRankStep}
+    table = {
+        "heaviside": Heaviside,
+        "sigmoid": SigmoidStep,
+        "suprank": SupRankStep,
+        "h_minus": SupRankStep,
+    }
     if not isinstance(step, str) or step.lower() not in table:
         raise ValueError(f"step must be one of {sorted(table)} or a StepFunction, got {step!r}")
     return table[step.lower()](**kwargs)

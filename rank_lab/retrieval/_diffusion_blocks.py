@@ -8,10 +8,10 @@ cosine order below the diffused ones. The work per query is ``O(iters * R k)`` w
 size ``n``.
 
 Many queries are solved together: the sub-graphs of a *group* of sets are built at once as one
-block-diagonal operator laid out in a padded ``(B, W)`` layout (set ``b`` at rows ``b W ...``, padded to
-the largest set ``W``; numpy passes over the gathered rows of the candidates), then the compiled
-kernel :func:`rank_lab.retrieval._diffusion_kernels.block_cg` runs each block's CG with the block in
-cache. Groups are spread over threads (numpy's loops and the kernel release the GIL).
+block-diagonal operator laid out in a padded ``(B, W)`` layout (set ``b`` at rows ``b W ...``,
+padded to the largest set ``W``; numpy passes over the gathered rows of the candidates), then the
+compiled kernel :func:`rank_lab.retrieval._diffusion_kernels.block_cg` runs each block's CG with the
+block in cache. Groups are spread over threads (numpy's loops and the kernel release the GIL).
 
 Used by :func:`rank_lab.retrieval.diffusion.diffusion_search` and
 :func:`rank_lab.retrieval.diffusion.offline_diffusion`.
@@ -30,7 +30,14 @@ from rank_lab.metrics.engine.search.certified import certified_lists
 from rank_lab.retrieval._diffusion_kernels import block_cg
 from rank_lab.utils import DeviceLike, get_device
 
-__all__ = ["BlockLayout", "NeighbourTable", "candidate_sets", "block_operator", "truncated_solve", "truncated_rank"]
+__all__ = [
+    "BlockLayout",
+    "NeighbourTable",
+    "candidate_sets",
+    "block_operator",
+    "truncated_solve",
+    "truncated_rank",
+]
 
 
 class BlockLayout:
@@ -60,13 +67,20 @@ class BlockLayout:
         return self.n_sets, self.width
 
 
-def candidate_sets(gallery: torch.Tensor, queries: torch.Tensor, r: int, extra: torch.Tensor | None,
-                   device: DeviceLike) -> tuple[np.ndarray, np.ndarray]:
-    """Per query, the ``r`` nearest gallery items by cosine (ties at the r-th included), united with ``extra``.
+def candidate_sets(
+    gallery: torch.Tensor,
+    queries: torch.Tensor,
+    r: int,
+    extra: torch.Tensor | None,
+    device: DeviceLike,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, the ``r`` nearest gallery items by cosine (ties at the r-th included), united with
+    ``extra``.
 
     The sets are the certified exact top-``r`` sets of
-    :func:`rank_lab.metrics.engine.search.certified.certified_neighbours` (unordered mode, its kernel), united with the
-    ``extra (Q, e)`` gallery indices (a query vector's support, almost always inside already).
+    :func:`rank_lab.metrics.engine.search.certified.certified_neighbours` (unordered mode, its
+    kernel), united with the ``extra (Q, e)`` gallery indices (a query vector's support, almost
+    always inside already).
 
     Args:
         gallery: ``(n, d)``; queries: ``(Q, d)``; r: set size before ties and extras.
@@ -79,14 +93,24 @@ def candidate_sets(gallery: torch.Tensor, queries: torch.Tensor, r: int, extra: 
     dev = get_device(device)
     work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
     kq = torch.full((queries.shape[0],), r, dtype=torch.long)
-    lists = certified_lists(queries.to(dev, work), gallery.to(dev, work), kq, exclude_self=False, precision="exact",
-                            device=dev, tile=4096, ordered=False, progress=False)
+    lists = certified_lists(
+        queries.to(dev, work),
+        gallery.to(dev, work),
+        kq,
+        exclude_self=False,
+        precision="exact",
+        device=dev,
+        tile=4096,
+        ordered=False,
+        progress=False,
+    )
     n = gallery.shape[0]
     offsets, cols = lists.offsets.numpy(), lists.indices.numpy()
     if extra is None:
         return offsets, cols
     n_q = queries.shape[0]
-    key = np.repeat(np.arange(n_q, dtype=np.int64) * n, np.diff(offsets)) + cols  # sorted: rows, then items
+    # sorted: rows, then items
+    key = np.repeat(np.arange(n_q, dtype=np.int64) * n, np.diff(offsets)) + cols
     want = (np.arange(n_q, dtype=np.int64)[:, None] * n + extra.cpu().long().numpy()).reshape(-1)
     at = np.minimum(np.searchsorted(key, want), max(key.size - 1, 0))
     missing = want[key[at] != want] if key.size else want
@@ -102,10 +126,10 @@ class NeighbourTable:
     """The affinity graph's rows as a padded ``(n, K)`` table, ``K`` the largest degree.
 
     ``cols[u, :deg(u)]`` are ``u``'s neighbours (CSR order), the padding holds ``n`` (a sentinel
-    never in a set); ``vals`` the matching weights (0 in the padding). Gathering the rows of a set is
-    then a contiguous copy and every index is machine-sized (no per-call index conversion). Graphs
-    with hubs (``K`` more than twice the mean degree plus 8, e.g. a union kNN graph) keep the CSR
-    rows instead (``cols is None``): the table would be mostly padding.
+    never in a set); ``vals`` the matching weights (0 in the padding). Gathering the rows of a set
+    is then a contiguous copy and every index is machine-sized (no per-call index conversion).
+    Graphs with hubs (``K`` more than twice the mean degree plus 8, e.g. a union kNN graph) keep the
+    CSR rows instead (``cols is None``): the table would be mostly padding.
 
     Args:
         w: ``(n, n)`` CSR affinity.
@@ -127,29 +151,39 @@ class NeighbourTable:
             self.vals[row, slot] = w.data
 
     def gather(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """The rows ``nodes``: ``(cols, indptr, data)``, flat neighbour indices (padding ``n``), the row
-        boundaries in them, and their weights (None with the table: see :meth:`weights`)."""
+        """The rows ``nodes``: ``(cols, indptr, data)``, flat neighbour indices (padding ``n``), the
+        row boundaries in them, and their weights (None with the table: see :meth:`weights`)."""
         if self.cols is not None:
-            return np.take(self.cols, nodes, axis=0).reshape(-1), np.arange(nodes.shape[0] + 1) * self.width, None
+            return (
+                np.take(self.cols, nodes, axis=0).reshape(-1),
+                np.arange(nodes.shape[0] + 1) * self.width,
+                None,
+            )
         rows_w = self.w[nodes]
         return rows_w.indices.astype(np.intp), rows_w.indptr, rows_w.data
 
-    def weights(self, data: np.ndarray | None, kept_at: np.ndarray, kept_rows: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        """Weights at the flat positions ``kept_at`` of :meth:`gather` ``(nodes)`` (``data``: its third
-        output; ``kept_rows``: kept positions per row).
+    def weights(
+        self, data: np.ndarray | None, kept_at: np.ndarray, kept_rows: np.ndarray, nodes: np.ndarray
+    ) -> np.ndarray:
+        """Weights at the flat positions ``kept_at`` of :meth:`gather` ``(nodes)`` (``data``: its
+        third output; ``kept_rows``: kept positions per row).
 
         With the table only the kept weights are read (a quarter of the row entries for a mutual
         kNN graph restricted to a candidate set), not whole rows.
         """
         if data is not None:
             return np.take(data, kept_at, mode="clip")
-        shift = np.repeat((nodes - np.arange(nodes.shape[0])) * self.width, kept_rows)  # row r -> row nodes[r]
+        # row r -> row nodes[r]
+        shift = np.repeat((nodes - np.arange(nodes.shape[0])) * self.width, kept_rows)
         shift += kept_at
         return np.take(self.vals.reshape(-1), shift, mode="clip")
 
 
-def block_operator(table: NeighbourTable, layout: BlockLayout, mark: np.ndarray, alpha: float) -> sp.csr_matrix:
-    """``-alpha S_C`` of every set of ``layout``, as one block-diagonal CSR matrix in the padded layout.
+def block_operator(
+    table: NeighbourTable, layout: BlockLayout, mark: np.ndarray, alpha: float
+) -> sp.csr_matrix:
+    """``-alpha S_C`` of every set of ``layout``, as one block-diagonal CSR matrix in the padded
+    layout.
 
     Block ``b`` is ``-alpha D^{-1/2} W[C_b, C_b] D^{-1/2}`` with the degrees of the sub-graph (the
     normalisation of :func:`rank_lab.retrieval.graph.normalize_graph`, isolated nodes 0); row and
@@ -168,11 +202,14 @@ def block_operator(table: NeighbourTable, layout: BlockLayout, mark: np.ndarray,
     cols, indptr, data = table.gather(nodes)  # the candidates' rows, in order
     local = np.empty(cols.shape[0], dtype=np.int32)
     bounds = indptr[offsets]
-    for b in range(layout.n_sets):  # node -> padded position, one set at a time (mark stays in cache)
+    # node -> padded position, one set at a time (mark stays in cache)
+    for b in range(layout.n_sets):
         lo, hi = offsets[b], offsets[b + 1]
         c = nodes[lo:hi]
         mark[c] = pos[lo:hi]
-        np.take(mark, cols[bounds[b] : bounds[b + 1]], out=local[bounds[b] : bounds[b + 1]], mode="clip")
+        np.take(
+            mark, cols[bounds[b] : bounds[b + 1]], out=local[bounds[b] : bounds[b + 1]], mode="clip"
+        )
         mark[c] = -1
     inside = local >= 0  # entries inside their own set
     kept_at = np.flatnonzero(inside)
@@ -183,7 +220,9 @@ def block_operator(table: NeighbourTable, layout: BlockLayout, mark: np.ndarray,
     vals = table.weights(data, kept_at, kept_rows, nodes)
     local = np.take(local, kept_at, mode="clip")
     starts = np.concatenate([[0], np.cumsum(kept_rows)[:-1]])
-    deg = np.add.reduceat(np.append(vals, 0.0), starts) if vals.size else np.zeros(kept_rows.shape[0])
+    deg = (
+        np.add.reduceat(np.append(vals, 0.0), starts) if vals.size else np.zeros(kept_rows.shape[0])
+    )
     deg = np.where(kept_rows > 0, deg, 0.0)
     inv = np.zeros(deg.shape[0])
     np.divide(1.0, np.sqrt(deg), out=inv, where=deg > 0)
@@ -196,9 +235,19 @@ def block_operator(table: NeighbourTable, layout: BlockLayout, mark: np.ndarray,
     return sp.csr_matrix((vals, local, np.cumsum(counts)), shape=(size, size))
 
 
-def truncated_solve(w: sp.csr_matrix | NeighbourTable, offsets: np.ndarray, nodes: np.ndarray, y_rows: np.ndarray, y_cols: np.ndarray,
-                    y_vals: np.ndarray, alpha: float, iters: int, tol: float, threads: int,
-                    group: int = 32) -> np.ndarray:
+def truncated_solve(
+    w: sp.csr_matrix | NeighbourTable,
+    offsets: np.ndarray,
+    nodes: np.ndarray,
+    y_rows: np.ndarray,
+    y_cols: np.ndarray,
+    y_vals: np.ndarray,
+    alpha: float,
+    iters: int,
+    tol: float,
+    threads: int,
+    group: int = 32,
+) -> np.ndarray:
     """Diffusion scores ``(1 - alpha) f`` on every candidate set (flat, aligned with ``nodes``).
 
     Set ``b`` is ``nodes[offsets[b]:offsets[b + 1]]`` (sorted); its right-hand side holds ``y_vals``
@@ -206,7 +255,8 @@ def truncated_solve(w: sp.csr_matrix | NeighbourTable, offsets: np.ndarray, node
     groups of ``group`` (one padded block-diagonal system each) by ``threads`` threads.
 
     Args:
-        w: ``(n, n)`` affinity CSR; offsets, nodes: the sets; y_rows, y_cols, y_vals: ``y`` in COO form.
+        w: ``(n, n)`` affinity CSR; offsets, nodes: the sets; y_rows, y_cols, y_vals: ``y`` in COO
+            form.
         alpha, iters, tol: diffusion and CG parameters; threads, group: parallel layout.
 
     Returns:
@@ -227,9 +277,20 @@ def truncated_solve(w: sp.csr_matrix | NeighbourTable, offsets: np.ndarray, node
         m_neg = block_operator(table, layout, mark, alpha)
         ys = slice(y_bounds[a], y_bounds[z])
         rhs = np.zeros(layout.shape)
-        at = layout.position[_positions_in_sets(layout.offsets, layout.nodes, y_rows[ys] - a, y_cols[ys])]
+        at = layout.position[
+            _positions_in_sets(layout.offsets, layout.nodes, y_rows[ys] - a, y_cols[ys])
+        ]
         np.add.at(rhs.reshape(-1), at, y_vals[ys])
-        x = block_cg(m_neg.indptr, m_neg.indices, m_neg.data, rhs.reshape(-1), layout.sizes, layout.width, iters, tol)
+        x = block_cg(
+            m_neg.indptr,
+            m_neg.indices,
+            m_neg.data,
+            rhs.reshape(-1),
+            layout.sizes,
+            layout.width,
+            iters,
+            tol,
+        )
         out[lo:hi] = (1.0 - alpha) * x[layout.position]
 
     starts = list(range(0, n_sets, group))
@@ -254,7 +315,9 @@ def truncated_solve(w: sp.csr_matrix | NeighbourTable, offsets: np.ndarray, node
     return out
 
 
-def _positions_in_sets(offsets: np.ndarray, nodes: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+def _positions_in_sets(
+    offsets: np.ndarray, nodes: np.ndarray, rows: np.ndarray, cols: np.ndarray
+) -> np.ndarray:
     """Flat position of node ``cols[m]`` inside set ``rows[m]`` (which must hold it)."""
     n = int(max(nodes.max(initial=0), cols.max(initial=0))) + 1
     set_of = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))
@@ -266,15 +329,23 @@ def _positions_in_sets(offsets: np.ndarray, nodes: np.ndarray, rows: np.ndarray,
     return pos
 
 
-def truncated_rank(gallery: torch.Tensor, queries: torch.Tensor, offsets: np.ndarray, nodes: np.ndarray,
-                   f: np.ndarray, topk: int | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+def truncated_rank(
+    gallery: torch.Tensor,
+    queries: torch.Tensor,
+    offsets: np.ndarray,
+    nodes: np.ndarray,
+    f: np.ndarray,
+    topk: int | None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Top-k (or dense rows) from the diffused candidate scores.
 
     Items outside a query's candidates come after them in their cosine order
-    (``low + clip(cos, -1, 1)`` with ``low = min f - 3``), as in the truncation of Iscen et al. 2017.
+    (``low + clip(cos, -1, 1)`` with ``low = min f - 3``), as in the truncation of Iscen et al.
+    2017.
 
     Args:
-        gallery: ``(n, d)``; queries: ``(Q, d)``; offsets, nodes: the sets; f: ``(m,)`` their scores.
+        gallery: ``(n, d)``; queries: ``(Q, d)``; offsets, nodes: the sets; f: ``(m,)`` their
+            scores.
         topk: list length, or None for dense ``(Q, n)`` scores.
 
     Returns:
@@ -301,7 +372,9 @@ def truncated_rank(gallery: torch.Tensor, queries: torch.Tensor, offsets: np.nda
         cos = (queries[a:z].to(gallery.dtype) @ gallery.T).double().clamp(-1.0, 1.0)
         dense = low[a:z, None] + cos
         rr = torch.from_numpy(set_of[offsets[a] : offsets[z]] - a)
-        dense[rr, torch.from_numpy(nodes[offsets[a] : offsets[z]])] = torch.from_numpy(f[offsets[a] : offsets[z]])
+        dense[rr, torch.from_numpy(nodes[offsets[a] : offsets[z]])] = torch.from_numpy(
+            f[offsets[a] : offsets[z]]
+        )
         if topk is None:
             out_v.append(dense.float())
         else:

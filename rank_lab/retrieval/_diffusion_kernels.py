@@ -1,12 +1,13 @@
-"""Compiled kernel of truncated diffusion (numba): conjugate gradient on each block of a block-diagonal system.
+"""Compiled kernel of truncated diffusion (numba): conjugate gradient on each block of a
+block-diagonal system.
 
-Internal module of :mod:`rank_lab.retrieval._diffusion_blocks`. The systems ``(I - alpha S_C) x = y_C``
-of the truncation of Iscen et al. 2017 are small (``|C|`` = 1,000 rows, about 11 entries each) and
-solved 20 iterations each: run set by set, a system's matrix (~130 KiB) and vectors (~8 KiB each)
-stay in the core's caches for all its iterations, where numpy/scipy products over a whole group
-stream the group's matrix from memory at every iteration. The kernel releases the GIL, so Python
-threads run groups in parallel. Every sum runs in one fixed order per set: a set's result does not
-depend on the other sets of its group, on the group or on the thread.
+Internal module of :mod:`rank_lab.retrieval._diffusion_blocks`. The systems
+``(I - alpha S_C) x = y_C`` of the truncation of Iscen et al. 2017 are small (``|C|`` = 1,000 rows,
+about 11 entries each) and solved 20 iterations each: run set by set, a system's matrix (~130 KiB)
+and vectors (~8 KiB each) stay in the core's caches for all its iterations, where numpy/scipy
+products over a whole group stream the group's matrix from memory at every iteration. The kernel
+releases the GIL, so Python threads run groups in parallel. Every sum runs in one fixed order per
+set: a set's result does not depend on the other sets of its group, on the group or on the thread.
 """
 
 from __future__ import annotations
@@ -18,13 +19,22 @@ __all__ = ["block_cg"]
 
 
 @numba.njit(cache=True, nogil=True)
-def block_cg(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, b: np.ndarray, sizes: np.ndarray,
-             width: int, iters: int, tol: float) -> np.ndarray:  # pragma: no cover - compiled
-    """Conjugate gradient on ``(I + M) x = b`` for every block of a block-diagonal ``M`` (``M = -alpha S_C``).
+def block_cg(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    b: np.ndarray,
+    sizes: np.ndarray,
+    width: int,
+    iters: int,
+    tol: float,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """Conjugate gradient on ``(I + M) x = b`` for every block of a block-diagonal ``M``
+    (``M = -alpha S_C``).
 
-    Block ``k`` holds rows and columns ``k * width .. k * width + sizes[k]`` of ``M``; each block is an
-    independent CG run with its own step sizes and stopping test ``||r|| <= tol ||b||``, exactly as
-    the columns of :func:`rank_lab.retrieval.diffusion_graph.conjugate_gradient`.
+    Block ``k`` holds rows and columns ``k * width .. k * width + sizes[k]`` of ``M``; each block is
+    an independent CG run with its own step sizes and stopping test ``||r|| <= tol ||b||``, exactly
+    as the columns of :func:`rank_lab.retrieval.diffusion_graph.conjugate_gradient`.
 
     Args:
         indptr, indices, data: ``M`` in CSR form, ``(B W, B W)`` (columns inside each row's block).

@@ -1,9 +1,10 @@
 """The cross-source evaluation protocol of the Gominski thesis (§4.1.2, Fig. 4.2).
 
-Every annotated image queries the base (itself excluded by index). *Absolute* performance: mAP over all queries, positives = images
-sharing at least one class with the query (multi-label). *Intra-domain / attribute-specific*: the
-mAP over the subset of queries of one collection or one attribute value (ranking and positives
-still over the whole base; compare methods on the same subset only). *Inter-domain*: ``P1``, the
+Every annotated image queries the base (itself excluded by index). *Absolute* performance: mAP over
+all queries, positives = images sharing at least one class with the query
+(multi-label). *Intra-domain / attribute-specific*: the mAP over the subset of queries of one
+collection or one attribute value (ranking and positives still over the whole base; compare methods
+on the same subset only). *Inter-domain*: ``P1``, the
 1-based position of the first positive from another domain (same-domain positives before it are
 not ignored in the position but do not stop the search); ``mP1`` its median, ``qP1`` its first
 quartile; ``APD`` = mean position of cross-domain positives - mean position of all positives,
@@ -39,14 +40,19 @@ __all__ = [
 ]
 
 
-def check_positions(positions: object, valid: object, p_name: str, v_name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(c, P)`` integer 1-based positions and a same-shape bool mask (shape / dtype only: cheap)."""
+def check_positions(
+    positions: object, valid: object, p_name: str, v_name: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(c, P)`` integer 1-based positions and a same-shape bool mask (shape / dtype only:
+    cheap)."""
     pos = check_int_tensor(positions, p_name, 2)
     ok = as_tensor(valid, v_name)
     if ok.dtype != torch.bool:
         raise TypeError(f"{v_name} must be a bool mask, got dtype {ok.dtype}")
     if ok.shape != pos.shape:
-        raise ValueError(f"{v_name} has shape {tuple(ok.shape)} but {p_name} has {tuple(pos.shape)}")
+        raise ValueError(
+            f"{v_name} has shape {tuple(ok.shape)} but {p_name} has {tuple(pos.shape)}"
+        )
     if bool((pos[ok] < 1).any()):
         raise ValueError(f"{p_name} must hold 1-based positions (>= 1) where {v_name} is True")
     return pos, ok
@@ -54,7 +60,9 @@ def check_positions(positions: object, valid: object, p_name: str, v_name: str) 
 
 def noninterpolated_ap(positions: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     j = torch.arange(1, positions.shape[1] + 1, dtype=torch.float64)[None, :]
-    return ((j / positions.to(torch.float64)) * valid).sum(1) / valid.sum(1).to(torch.float64).clamp_min(1.0)
+    return ((j / positions.to(torch.float64)) * valid).sum(1) / valid.sum(1).to(
+        torch.float64
+    ).clamp_min(1.0)
 
 
 def multilabel_targets(query_labels: object, gallery_labels: object) -> torch.Tensor:
@@ -65,7 +73,12 @@ def multilabel_targets(query_labels: object, gallery_labels: object) -> torch.Te
     """
 
     def to_hot(lab: object, name: str, n_classes: int | None = None) -> torch.Tensor:
-        if isinstance(lab, (list, tuple)) and lab and not isinstance(lab[0], (int, np.integer)) and not torch.is_tensor(lab):
+        if (
+            isinstance(lab, (list, tuple))
+            and lab
+            and not isinstance(lab[0], (int, np.integer))
+            and not torch.is_tensor(lab)
+        ):
             ids = [sorted({int(c) for c in row}) for row in lab]
             c = 1 + max((max(r) for r in ids if r), default=0)
             c = max(c, n_classes or 0)
@@ -84,7 +97,9 @@ def multilabel_targets(query_labels: object, gallery_labels: object) -> torch.Te
             if t.dtype != torch.bool and not bool(((t == 0) | (t == 1)).all()):
                 raise ValueError(f"{name} of shape (n, C) must be multi-hot (bool or 0/1)")
             return t.bool()
-        raise ValueError(f"{name} must be (n,), (n, C) or a list of label sets, got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must be (n,), (n, C) or a list of label sets, got shape {tuple(t.shape)}"
+        )
 
     q = to_hot(query_labels, "query_labels")
     g = to_hot(gallery_labels, "gallery_labels")
@@ -113,7 +128,10 @@ class CrossDomainReport:
 
 
 def inter_domain_from_positions(
-    pos_all: torch.Tensor, valid_all: torch.Tensor, pos_cross: torch.Tensor, valid_cross: torch.Tensor
+    pos_all: torch.Tensor,
+    valid_all: torch.Tensor,
+    pos_cross: torch.Tensor,
+    valid_cross: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``P1`` and ``APD`` per query from positive positions (NaN without a cross-domain positive).
 
@@ -131,7 +149,9 @@ def inter_domain_from_positions(
     pos_all, valid_all = check_positions(pos_all, valid_all, "pos_all", "valid_all")
     pos_cross, valid_cross = check_positions(pos_cross, valid_cross, "pos_cross", "valid_cross")
     if pos_cross.shape[0] != pos_all.shape[0]:
-        raise ValueError(f"pos_cross has {pos_cross.shape[0]} rows but pos_all has {pos_all.shape[0]}")
+        raise ValueError(
+            f"pos_cross has {pos_cross.shape[0]} rows but pos_all has {pos_all.shape[0]}"
+        )
     n_all = valid_all.sum(1).to(torch.float64)
     n_cross = valid_cross.sum(1).to(torch.float64)
     mean_all = (pos_all.to(torch.float64) * valid_all).sum(1) / n_all.clamp_min(1)
@@ -142,7 +162,9 @@ def inter_domain_from_positions(
     return p1, apd
 
 
-def grouped_map(ap: torch.Tensor, groups: object, names: Mapping[int, str] | None = None) -> dict[str, float]:
+def grouped_map(
+    ap: torch.Tensor, groups: object, names: Mapping[int, str] | None = None
+) -> dict[str, float]:
     """mAP (x 100) over each subset of queries sharing a group value (domain, attribute value).
 
     Args:
@@ -159,7 +181,10 @@ def grouped_map(ap: torch.Tensor, groups: object, names: Mapping[int, str] | Non
         ap = ap.double()
     known = ap[~torch.isnan(ap)]
     if bool(((known < 0) | (known > 1)).any()):
-        raise ValueError("ap must hold APs in [0, 1] (NaN for a query without positives), got inf or a value outside")
+        raise ValueError(
+            "ap must hold APs in [0, 1] (NaN for a query without positives), got inf or a value "
+            "outside"
+        )
     g = as_tensor(groups, "groups").long().cpu()
     if g.shape != ap.shape:
         raise ValueError(f"groups has shape {tuple(g.shape)} but ap has {tuple(ap.shape)}")
@@ -185,7 +210,8 @@ def cross_domain_evaluate(
     group_names: Mapping[str, Mapping[int, str]] | None = None,
     chunk_size: int = 256,
 ) -> CrossDomainReport:
-    """The cross-source protocol of the Gominski thesis (§4.1.2): absolute, per-group and inter-domain.
+    """The cross-source protocol of the Gominski thesis (§4.1.2): absolute, per-group and
+    inter-domain.
 
     Args:
         scores: ``(Q, N)`` similarities of the queries to the base.
@@ -206,7 +232,10 @@ def cross_domain_evaluate(
     scores = as_tensor(scores, "scores").detach().cpu()
     positives = as_tensor(positives, "positives").detach().cpu().bool()
     if scores.ndim != 2 or positives.shape != scores.shape:
-        raise ValueError(f"scores {tuple(scores.shape)} and positives {tuple(positives.shape)} must both be (Q, N)")
+        raise ValueError(
+            f"scores {tuple(scores.shape)} and positives {tuple(positives.shape)} must both be (Q, "
+            "N)"
+        )
     if not scores.is_floating_point():
         scores = scores.double()
     check_finite(scores, "scores")
@@ -214,8 +243,15 @@ def cross_domain_evaluate(
     qd = as_tensor(query_domains, "query_domains").long().cpu()
     gd = as_tensor(gallery_domains, "gallery_domains").long().cpu()
     if qd.shape != (n_q,) or gd.shape != (n,):
-        raise ValueError(f"query_domains must be ({n_q},) and gallery_domains ({n},), got {tuple(qd.shape)}, {tuple(gd.shape)}")
-    ign = torch.zeros_like(positives) if ignore is None else as_tensor(ignore, "ignore").bool().cpu().clone()
+        raise ValueError(
+            f"query_domains must be ({n_q},) and gallery_domains ({n},), got {tuple(qd.shape)}, "
+            f"{tuple(gd.shape)}"
+        )
+    ign = (
+        torch.zeros_like(positives)
+        if ignore is None
+        else as_tensor(ignore, "ignore").bool().cpu().clone()
+    )
     if ign.shape != scores.shape:
         raise ValueError(f"ignore must have shape {tuple(scores.shape)}")
     if self_index is not None:

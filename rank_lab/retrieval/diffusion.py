@@ -88,7 +88,8 @@ def diffusion_search(
         alpha, kq, gamma, iters, tol: diffusion parameters (defaults of the reference code).
         truncate: ``R`` (reference default 1000); solve on the sub-graph of the top-``R`` initial
             neighbours only (ties at the R-th included; ``batch_size`` queries solved together as
-            in :func:`offline_diffusion`). ``None``, or ``R >= n``, solves on the full graph (batched).
+            in :func:`offline_diffusion`). ``None``, or ``R >= n``, solves on the full graph
+            (batched).
         topk: return ``(scores (Q, topk), indices (Q, topk))`` instead of dense ``(Q, n)`` scores.
         exclude_self: the queries are the gallery rows (item ``i`` never retrieves itself first
             through ``y``; its own column is still scored).
@@ -102,8 +103,12 @@ def diffusion_search(
     _check_graph(graph)
     queries = check_embeddings(queries, "queries")
     if queries.shape[1] != graph.gallery.shape[1]:
-        raise ValueError(f"queries have d={queries.shape[1]} but the gallery has d={graph.gallery.shape[1]}")
-    check_inner_products(queries.to(graph.gallery.dtype), "queries", graph.gallery, "the graph's gallery")
+        raise ValueError(
+            f"queries have d={queries.shape[1]} but the gallery has d={graph.gallery.shape[1]}"
+        )
+    check_inner_products(
+        queries.to(graph.gallery.dtype), "queries", graph.gallery, "the graph's gallery"
+    )
     alpha = check_float(alpha, "alpha", low=0.0, high=1.0, high_open=True)
     if topk is not None:
         topk = check_positive_int(topk, "topk")
@@ -111,18 +116,27 @@ def diffusion_search(
         check_dense_ok(queries.shape[0], graph.n, "diffusion_search", allow_dense)
     kq = check_positive_int(kq, "kq")
     if kq > graph.n - int(bool(exclude_self)):
-        raise ValueError(f"kq={kq} is larger than the number of gallery items available ({graph.n - int(bool(exclude_self))})")
+        raise ValueError(
+            f"kq={kq} is larger than the number of gallery items available "
+            f"({graph.n - int(bool(exclude_self))})"
+        )
     iters = check_positive_int(iters, "iters")
     tol = check_float(tol, "tol", low=0.0, low_open=True)
     batch_size = check_positive_int(batch_size, "batch_size")
     if gamma is not None:
         gamma = check_float(gamma, "gamma", low=0.0, low_open=True)
     y, _ = query_vectors(graph, queries, kq, gamma=gamma, exclude_self=exclude_self, device=device)
-    check_overflow(torch.from_numpy(y.data).to(graph.gallery.dtype), "queries", "the query affinities [s]_+^gamma")
+    check_overflow(
+        torch.from_numpy(y.data).to(graph.gallery.dtype),
+        "queries",
+        "the query affinities [s]_+^gamma",
+    )
     if truncate is not None and check_positive_int(truncate, "truncate") >= graph.n:
         truncate = None  # the sub-graph would be the whole graph
     if truncate is None:
-        f = diffuse(graph, y, alpha=alpha, iters=iters, tol=tol, batch_size=batch_size, device=device)
+        f = diffuse(
+            graph, y, alpha=alpha, iters=iters, tol=tol, batch_size=batch_size, device=device
+        )
         if topk is None:
             return f
         v, i = torch.topk(f, min(topk, graph.n), dim=1)
@@ -138,8 +152,18 @@ def diffusion_search(
         z = min(a + batch_size, queries.shape[0])
         offsets, nodes = candidate_sets(graph.gallery, queries[a:z], r, None, device)
         sel = (yc.row >= a) & (yc.row < z)
-        f = truncated_solve(table, offsets, nodes, yc.row[sel] - a, yc.col[sel], yc.data[sel], alpha, iters,
-                            tol, torch.get_num_threads())
+        f = truncated_solve(
+            table,
+            offsets,
+            nodes,
+            yc.row[sel] - a,
+            yc.col[sel],
+            yc.data[sel],
+            alpha,
+            iters,
+            tol,
+            torch.get_num_threads(),
+        )
         outs.append(truncated_rank(graph.gallery, queries[a:z], offsets, nodes, f, topk))
     if topk is None:
         return torch.cat(outs)  # type: ignore[arg-type]
@@ -174,11 +198,11 @@ def offline_diffusion(
     block-diagonal matrix, from the graph's neighbour table), then each runs its own CG (step
     sizes and stopping test of :func:`conjugate_gradient`'s columns) in a compiled kernel with its
     sub-graph in cache; groups are split over ``torch.get_num_threads()`` threads, and an item's
-    result does not depend on its group or thread. The per-item work is ``O(iters * R k)`` -- the rows of its
-    candidates only, never a length-n vector -- apart from the candidate search itself (a matmul,
-    ``O(n d)`` per item at matmul speed). Items outside the candidates are ranked after them in
-    their cosine order, which needs one length-n cosine row per item only when ``topk`` exceeds a
-    candidate set (or for dense output).
+    result does not depend on its group or thread. The per-item work is ``O(iters * R k)`` -- the
+    rows of its candidates only, never a length-n vector -- apart from the candidate search itself
+    (a matmul, ``O(n d)`` per item at matmul speed). Items outside the candidates are ranked after
+    them in their cosine order, which needs one length-n cosine row per item only when ``topk``
+    exceeds a candidate set (or for dense output).
 
     Args:
         graph: from :func:`build_graph`.
@@ -207,15 +231,32 @@ def offline_diffusion(
     batch_size = check_positive_int(batch_size, "batch_size")
     g = graph.gamma if gamma is None else check_float(gamma, "gamma", low=0.0, low_open=True)
     n = graph.n
-    sv = torch.cat([(graph.gallery * graph.gallery).sum(1, keepdim=True).double(), graph.knn_scores[:, : kq - 1].double()], 1)
+    sv = torch.cat(
+        [
+            (graph.gallery * graph.gallery).sum(1, keepdim=True).double(),
+            graph.knn_scores[:, : kq - 1].double(),
+        ],
+        1,
+    )
     iv = torch.cat([torch.arange(n)[:, None], graph.knn_indices[:, : kq - 1]], 1)
     yv = sv.clamp_min(0).pow(g).numpy()
     if truncate is None:
-        y = sp.csr_matrix((yv.ravel(), (np.repeat(np.arange(n), kq), iv.numpy().ravel())), shape=(n, n))
+        y = sp.csr_matrix(
+            (yv.ravel(), (np.repeat(np.arange(n), kq), iv.numpy().ravel())), shape=(n, n)
+        )
         out_rows: list[torch.Tensor] = []
         out_idx: list[torch.Tensor] = []
         for a in range(0, n, batch_size * 4):
-            f = diffuse(graph, y[a : a + batch_size * 4], alpha=alpha, iters=iters, tol=tol, batch_size=batch_size, device=device, progress=False)
+            f = diffuse(
+                graph,
+                y[a : a + batch_size * 4],
+                alpha=alpha,
+                iters=iters,
+                tol=tol,
+                batch_size=batch_size,
+                device=device,
+                progress=False,
+            )
             if topk is None:
                 out_rows.append(f)
             else:
@@ -231,8 +272,19 @@ def offline_diffusion(
         z = min(a + step, n)
         offsets, nodes = candidate_sets(graph.gallery, graph.gallery[a:z], r, iv[a:z], device)
         y_rows = np.repeat(np.arange(z - a), kq)
-        f = truncated_solve(table, offsets, nodes, y_rows, iv[a:z].numpy().ravel(), yv[a:z].ravel(), alpha,
-                            iters, tol, torch.get_num_threads(), group=min(batch_size, 32))
+        f = truncated_solve(
+            table,
+            offsets,
+            nodes,
+            y_rows,
+            iv[a:z].numpy().ravel(),
+            yv[a:z].ravel(),
+            alpha,
+            iters,
+            tol,
+            torch.get_num_threads(),
+            group=min(batch_size, 32),
+        )
         outs.append(truncated_rank(graph.gallery, graph.gallery[a:z], offsets, nodes, f, topk))
     if topk is None:
         return torch.cat(outs)  # type: ignore[arg-type]

@@ -1,12 +1,14 @@
-"""Diffusion on the kNN affinity graph (Iscen et al. 2017): the offline graph, query vectors and the full-graph CG.
+"""Diffusion on the kNN affinity graph (Iscen et al. 2017): the offline graph, query vectors and the
+full-graph CG.
 
 [EXT, NOT IN THE THESIS] The Gominski thesis only cites this family ([36], [113]; §3.4.2, where
 the graph of Eq. 3.3 is kept to its k nearest neighbours); the formulation is that of Iscen et al.,
 "Efficient diffusion on region manifolds", CVPR 2017 (the thesis' [36]). This module holds the
 offline graph (:class:`DiffusionGraph`, :func:`build_graph`), the query vectors
-(:func:`query_vectors`), batched conjugate gradient (:func:`conjugate_gradient`) and the solve on the
-full graph (:func:`diffuse`); the search entry points are in :mod:`rank_lab.retrieval.diffusion`,
-the truncated solves in :mod:`rank_lab.retrieval._diffusion_blocks`.
+(:func:`query_vectors`), batched conjugate gradient (:func:`conjugate_gradient`) and the solve on
+the full graph (:func:`diffuse`); the search entry points are in
+:mod:`rank_lab.retrieval.diffusion`, the truncated solves in
+:mod:`rank_lab.retrieval._diffusion_blocks`.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ class DiffusionGraph:
 
     @functools.cached_property
     def neighbour_table(self) -> NeighbourTable:
-        """The affinity rows as a padded table for the truncated solves (built on first use, then kept)."""
+        """The affinity rows as a padded table for the truncated solves (built on first use, then
+        kept)."""
         return NeighbourTable(self.affinity)
 
     def nbytes(self) -> int:
@@ -93,11 +96,13 @@ def build_graph(
     chunk_size: int | None = None,
     progress: bool | None = None,
 ) -> DiffusionGraph:
-    """Offline stage: kNN search, mutual affinity ``[s]_+^gamma`` and normalisation (Iscen et al. 2017).
+    """Offline stage: kNN search, mutual affinity ``[s]_+^gamma`` and normalisation (Iscen et al.
+    2017).
 
     Args:
         gallery: ``(n, d)`` descriptors, L2-normalised (cosine similarity = inner product).
-        k: neighbours per item (self excluded; the reference code's ``K`` counts self, ``K = k + 1``).
+        k: neighbours per item (self excluded; the reference code's ``K`` counts self,
+            ``K = k + 1``).
         gamma: similarity power.
         mutual: keep only mutual neighbours (Iscen et al.); ``False`` keeps the union.
         backend, device, chunk_size: for the kNN search (faiss or chunked torch).
@@ -111,9 +116,13 @@ def build_graph(
     check_inner_products(gallery, "gallery")
     k = check_positive_int(k, "k")
     gamma = _check_gamma(gamma)
-    scores, idx = knn_self(gallery, k, backend=backend, device=device, chunk_size=chunk_size, progress=progress)
+    scores, idx = knn_self(
+        gallery, k, backend=backend, device=device, chunk_size=chunk_size, progress=progress
+    )
     w = mutual_affinity(scores, idx, gallery.shape[0], gamma=gamma, mutual=mutual)
-    graph = DiffusionGraph(gallery, scores, idx, w, normalize_graph(w), k, float(gamma), bool(mutual))
+    graph = DiffusionGraph(
+        gallery, scores, idx, w, normalize_graph(w), k, float(gamma), bool(mutual)
+    )
     graph.neighbour_table  # noqa: B018 - built here: part of the offline stage, not of the first search
     return graph
 
@@ -126,7 +135,8 @@ def conjugate_gradient(
     tol: float = 1e-6,
     x0: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor | int]]:
-    """Conjugate gradient for ``A X = B`` with ``A`` symmetric positive definite, column-wise batched.
+    """Conjugate gradient for ``A X = B`` with ``A`` symmetric positive definite, column-wise
+    batched.
 
     Every column is an independent CG run (its own step sizes); a column stops moving once its
     residual is below ``tol * ||b||``. The solve is linear in ``b``: each column is divided by a
@@ -157,13 +167,25 @@ def conjugate_gradient(
     tol = _check_tol(tol)
     _, e = torch.frexp(b.abs().amax(0))  # column scales 2^e: exact, and the system is linear in b
     with torch.no_grad():
-        x, info = _cg(matvec, torch.ldexp(b, -e), iters, tol, None if x0 is None else torch.ldexp(x0.detach(), -e))
+        x, info = _cg(
+            matvec,
+            torch.ldexp(b, -e),
+            iters,
+            tol,
+            None if x0 is None else torch.ldexp(x0.detach(), -e),
+        )
     return torch.ldexp(x, e), info
 
 
-def _cg(matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, iters: int, tol: float,
-        x0: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor | int]]:
-    """The batched CG iterations of :func:`conjugate_gradient` on checked, scaled right-hand sides."""
+def _cg(
+    matvec: Callable[[torch.Tensor], torch.Tensor],
+    b: torch.Tensor,
+    iters: int,
+    tol: float,
+    x0: torch.Tensor | None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor | int]]:
+    """The batched CG iterations of :func:`conjugate_gradient` on checked, scaled right-hand
+    sides."""
     x = torch.zeros_like(b) if x0 is None else x0.clone()
     r = b - matvec(x) if x0 is not None else b.clone()
     p = r.clone()
@@ -177,12 +199,18 @@ def _cg(matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, iters: 
             break
         ap = matvec(p)
         denom = (p * ap).sum(0)
-        step = torch.where(done | (denom <= 0), torch.zeros_like(rs), rs / denom.clamp_min(torch.finfo(b.dtype).tiny))
+        step = torch.where(
+            done | (denom <= 0),
+            torch.zeros_like(rs),
+            rs / denom.clamp_min(torch.finfo(b.dtype).tiny),
+        )
         x = x + step * p
         r = r - step * ap
         rs_new = (r * r).sum(0)
         done = done | (rs_new.sqrt() <= tol * b_norm)
-        beta = torch.where(done, torch.zeros_like(rs), rs_new / rs.clamp_min(torch.finfo(b.dtype).tiny))
+        beta = torch.where(
+            done, torch.zeros_like(rs), rs_new / rs.clamp_min(torch.finfo(b.dtype).tiny)
+        )
         p = r + beta * p
         rs = rs_new
     return x, {"iterations": it, "residual": rs.sqrt() / b_norm}
@@ -195,7 +223,8 @@ def _check_graph(graph: object) -> None:
 
 
 def _check_alpha(alpha: float) -> float:
-    """``alpha`` as a float in ``[0, 1)`` (``I - alpha S`` positive definite), else ``ValueError``/``TypeError``."""
+    """``alpha`` as a float in ``[0, 1)`` (``I - alpha S`` positive definite), else
+    ``ValueError``/``TypeError``."""
     return check_float(alpha, "alpha", low=0.0, high=1.0, high_open=True)
 
 
@@ -205,7 +234,8 @@ def _check_tol(tol: float) -> float:
 
 
 def _check_gamma(gamma: float) -> float:
-    """The similarity power as a float ``> 0``, else ``ValueError``/``TypeError`` naming ``gamma``."""
+    """The similarity power as a float ``> 0``, else ``ValueError``/``TypeError`` naming
+    ``gamma``."""
     return check_float(gamma, "gamma", low=0.0, low_open=True)
 
 
@@ -219,14 +249,16 @@ def query_vectors(
     backend: str = "auto",
     device: DeviceLike = None,
 ) -> tuple[sp.csr_matrix, torch.Tensor]:
-    """Query vectors ``y_j = [s(q, x_j)]_+^gamma`` on the ``kq`` nearest gallery items (Iscen et al. 2017).
+    """Query vectors ``y_j = [s(q, x_j)]_+^gamma`` on the ``kq`` nearest gallery items (Iscen et al.
+    2017).
 
     Args:
         graph: from :func:`build_graph`.
         queries: ``(Q, d)``.
         kq: neighbours kept in ``y``.
         gamma: power (default: the graph's).
-        exclude_self: the queries are the gallery rows (``Q == n``); item ``i`` is not its own neighbour.
+        exclude_self: the queries are the gallery rows (``Q == n``); item ``i`` is not its own
+            neighbour.
 
     Returns:
         ``(Y (Q, n) CSR, initial (Q, kq) neighbour indices)``.
@@ -238,17 +270,25 @@ def query_vectors(
     _check_graph(graph)
     queries = check_embeddings(queries, "queries").detach().cpu()
     if queries.shape[1] != graph.gallery.shape[1]:
-        raise ValueError(f"queries have d={queries.shape[1]} but the graph's gallery has d={graph.gallery.shape[1]}")
+        raise ValueError(
+            f"queries have d={queries.shape[1]} but the graph's gallery has "
+            f"d={graph.gallery.shape[1]}"
+        )
     kq = check_positive_int(kq, "kq")
     if not isinstance(exclude_self, bool):
         raise TypeError(f"exclude_self must be a bool, got {type(exclude_self).__name__}")
     if exclude_self and queries.shape[0] != graph.n:
-        raise ValueError(f"exclude_self=True needs the queries to be the gallery (Q = n = {graph.n}), got Q = {queries.shape[0]}")
+        raise ValueError(
+            f"exclude_self=True needs the queries to be the gallery (Q = n = {graph.n}), got Q = "
+            f"{queries.shape[0]}"
+        )
     n_avail = graph.n - int(exclude_self)
     if kq > n_avail:
         raise ValueError(f"kq={kq} is larger than the {n_avail} gallery items available")
     g = graph.gamma if gamma is None else _check_gamma(gamma)
-    s, i = knn_search(queries, graph.gallery, kq, exclude_self=exclude_self, backend=backend, device=device)
+    s, i = knn_search(
+        queries, graph.gallery, kq, exclude_self=exclude_self, backend=backend, device=device
+    )
     s, i = s.cpu().double(), i.cpu().long()
     vals = s.clamp_min(0).pow(g).numpy()
     rows = np.repeat(np.arange(queries.shape[0]), kq)
@@ -268,7 +308,8 @@ def diffuse(
     dtype: torch.dtype = torch.float32,
     progress: bool | None = None,
 ) -> torch.Tensor:
-    """Solve ``L_alpha f = y`` on the full graph for every row of ``y`` (batched CG, sparse products).
+    """Solve ``L_alpha f = y`` on the full graph for every row of ``y`` (batched CG, sparse
+    products).
 
     Args:
         graph: from :func:`build_graph`.

@@ -16,10 +16,11 @@
   node features are the rows of the symmetrised kNN adjacency ``A* = (A + A^T)/2`` (``k1``,
   self included), propagated ``layers`` times over the top-``k2`` neighbours,
   ``h_i <- L2N(sum_{j in NN_k2(i)} [s_ij]_+^alpha h_j)``, and the final similarity is the cosine
-  between node features. ``variant="code"`` is the authors' released implementation of GQE (Zhang et al.) (``A <- A + A^T`` summed, ``h_i <- h_i + sum s_ij^2 h_j``, 2 layers) -- [EXT], not
-  checked against the CUDA source. Edge weights ``s_ij`` are descriptor cosines (the code); the
-  thesis' sentence that GQE "uses neighbor encoding features to re-compute similarities (edge
-  features)" is available as ``edge_similarity="encoding"`` (cosine between rows of ``A*``).
+  between node features. ``variant="code"`` is the authors' released implementation of GQE (Zhang et
+  al.) (``A <- A + A^T`` summed, ``h_i <- h_i + sum s_ij^2 h_j``, 2 layers) -- [EXT], not checked
+  against the CUDA source. Edge weights ``s_ij`` are descriptor cosines (the code); the thesis'
+  sentence that GQE "uses neighbor encoding features to re-compute similarities (edge features)" is
+  available as ``edge_similarity="encoding"`` (cosine between rows of ``A*``).
 
 All neighbour lists come from :func:`rank_lab.metrics.knn_search` (faiss / chunked torch) and the
 graphs are scipy sparse; dense ``(Q, N)`` outputs are refused past ``DENSE_LIMIT^2`` entries
@@ -107,17 +108,31 @@ def alpha_qe(
     out = torch.einsum("qn,qnd->qd", w, g[i].to(q.dtype))
     if include_self:
         out = out + (q * q).sum(1, keepdim=True).clamp_min(0).pow(alpha) * q
-    return l2n(check_overflow(out, "queries" if gallery is None else "queries/gallery", "the weighted sums of descriptors"))
+    return l2n(
+        check_overflow(
+            out,
+            "queries" if gallery is None else "queries/gallery",
+            "the weighted sums of descriptors",
+        )
+    )
 
 
 def average_qe(
-    queries: torch.Tensor, gallery: torch.Tensor | None = None, *, n: int = 3, include_self: bool = True, **kwargs: object
+    queries: torch.Tensor,
+    gallery: torch.Tensor | None = None,
+    *,
+    n: int = 3,
+    include_self: bool = True,
+    **kwargs: object,
 ) -> torch.Tensor:
-    """Average query expansion: ``L2N(q + sum of the top-n results)`` (alpha-QE with ``alpha = 0``)."""
+    """Average query expansion: ``L2N(q + sum of the top-n results)`` (alpha-QE with
+    ``alpha = 0``)."""
     return alpha_qe(queries, gallery, n=n, alpha=0.0, include_self=include_self, **kwargs)  # type: ignore[arg-type]
 
 
-def _euclid_knn(x: torch.Tensor, k: int, backend: str, device: DeviceLike) -> tuple[torch.Tensor, torch.Tensor]:
+def _euclid_knn(
+    x: torch.Tensor, k: int, backend: str, device: DeviceLike
+) -> tuple[torch.Tensor, torch.Tensor]:
     """k nearest rows by squared Euclidean distance (self included), via an inner-product search."""
     sq = (x * x).sum(1, keepdim=True)
     qa = torch.cat([x, torch.ones_like(sq)], 1)
@@ -129,7 +144,8 @@ def _euclid_knn(x: torch.Tensor, k: int, backend: str, device: DeviceLike) -> tu
 
 
 def _row_max_sqdist(x: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
-    """``max_j ||x_i - x_j||^2`` for every row, in chunks (``O(N^2 d)`` time, ``O(chunk N)`` memory)."""
+    """``max_j ||x_i - x_j||^2`` for every row, in chunks (``O(N^2 d)`` time, ``O(chunk N)``
+    memory)."""
     sq = (x * x).sum(1)
     out = torch.empty(x.shape[0], dtype=x.dtype)
     for a in range(0, x.shape[0], chunk):
@@ -150,7 +166,8 @@ def k_reciprocal_rerank(
     device: DeviceLike = None,
     allow_dense: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """k-reciprocal re-ranking (Zhong et al. 2017; reference-code defaults ``k1=20, k2=6, lambda=0.3``).
+    """k-reciprocal re-ranking (Zhong et al. 2017; reference-code defaults
+    ``k1=20, k2=6, lambda=0.3``).
 
     Args:
         queries: ``(Q, d)`` or ``None`` (every gallery item is a query, all-vs-all).
@@ -169,7 +186,9 @@ def k_reciprocal_rerank(
     if queries is not None:
         queries = check_embeddings(queries, "queries").detach().cpu().double()
         if queries.shape[1] != gallery.shape[1]:
-            raise ValueError(f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}")
+            raise ValueError(
+                f"queries have d={queries.shape[1]} but gallery has d={gallery.shape[1]}"
+            )
         x = torch.cat([queries, gallery])
         n_q = queries.shape[0]
     else:
@@ -218,7 +237,10 @@ def k_reciprocal_rerank(
     v = sp.csr_matrix((w, (rr, cc)), shape=(n, n))
     v = sp.csr_matrix(sp.diags(1.0 / np.asarray(v.sum(1)).ravel()) @ v)
     if k2 != 1:
-        qe = sp.csr_matrix((np.full(n * k2, 1.0 / k2), (np.repeat(np.arange(n), k2), initn[:, :k2].ravel())), shape=(n, n))
+        qe = sp.csr_matrix(
+            (np.full(n * k2, 1.0 / k2), (np.repeat(np.arange(n), k2), initn[:, :k2].ravel())),
+            shape=(n, n),
+        )
         v = sp.csr_matrix(qe @ v)
     vc = sp.csc_matrix(v[:, :])
 
@@ -285,10 +307,13 @@ def gqe(
         alpha: exponent of ``[s_ij]_+^alpha``, finite and >= 0 (thesis 1.0; the code squares,
             ``alpha = 2``).
         layers: number of propagations (thesis 1; code 2).
-        include_self: the item is its own first propagation neighbour (the code's ``rank[i, 0] = i``).
-        variant: ``"thesis"`` (eq. 4.11 on ``A* = (A + A^T)/2``) or ``"code"`` (see module docstring).
+        include_self: the item is its own first propagation neighbour (the code's
+            ``rank[i, 0] = i``).
+        variant: ``"thesis"`` (eq. 4.11 on ``A* = (A + A^T)/2``) or ``"code"`` (see module
+            docstring).
         edge_similarity: ``"descriptor"`` (cosine of the descriptors, the code) or ``"encoding"``
-            (cosine of the rows of ``A*``, one reading of the thesis' text) for ``NN_k2`` and ``s_ij``.
+            (cosine of the rows of ``A*``, one reading of the thesis' text) for ``NN_k2`` and
+            ``s_ij``.
         topk: return ``(scores (Q, topk), indices (Q, topk))`` instead of dense scores.
         backend, device: kNN search.
         allow_dense: allow a dense output above ``DENSE_LIMIT^2`` entries.
@@ -298,7 +323,13 @@ def gqe(
         Node features are sparse: ``O(n k1 k2^layers)`` non-zeros.
     """
     gallery = check_embeddings(gallery, "gallery").detach().cpu()
-    x = gallery if queries is None else torch.cat([check_embeddings(queries, "queries").detach().cpu().to(gallery.dtype), gallery])
+    x = (
+        gallery
+        if queries is None
+        else torch.cat(
+            [check_embeddings(queries, "queries").detach().cpu().to(gallery.dtype), gallery]
+        )
+    )
     check_inner_products(x, "gallery" if queries is None else "queries/gallery")
     n, n_q = x.shape[0], (gallery.shape[0] if queries is None else queries.shape[0])
     off = n - gallery.shape[0]
@@ -310,14 +341,18 @@ def gqe(
     if variant not in ("thesis", "code"):
         raise ValueError(f"variant must be 'thesis' or 'code', got {variant!r}")
     if edge_similarity not in ("descriptor", "encoding"):
-        raise ValueError(f"edge_similarity must be 'descriptor' or 'encoding', got {edge_similarity!r}")
+        raise ValueError(
+            f"edge_similarity must be 'descriptor' or 'encoding', got {edge_similarity!r}"
+        )
     if topk is None:
         check_dense_ok(n_q, gallery.shape[0], "gqe", allow_dense)
     _, i1 = knn_self(x, k1, include_self=True, backend=backend, device=device, name="k1")
     a = sparse_from_knn(i1, None, n)
     h = symmetrize(a, "mean") if variant == "thesis" else a
     if edge_similarity == "descriptor":
-        s2, i2 = knn_self(x, k2, include_self=include_self, backend=backend, device=device, name="k2")
+        s2, i2 = knn_self(
+            x, k2, include_self=include_self, backend=backend, device=device, name="k2"
+        )
     else:
         enc = _row_l2n(h)
         cos = (enc @ enc.T).tocsr()

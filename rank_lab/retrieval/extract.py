@@ -1,6 +1,8 @@
-"""Global-descriptor extraction over an image folder, multi-scale, resumable (Gominski thesis Fig. 4.1).
+"""Global-descriptor extraction over an image folder, multi-scale, resumable (Gominski thesis Fig.
+4.1).
 
-The pipeline of the Gominski thesis (Fig. 4.1; test-time preprocessing §4.1.3): image -> test-time preprocessing (optional
+The pipeline of the Gominski thesis (Fig. 4.1; test-time preprocessing §4.1.3): image -> test-time
+preprocessing (optional
 **grayscale** and **0.9 centre crop**, Table 4.1; resize) -> backbone (a timm model with
 ``weights="imagenet"``, ``"none"`` or a local file, or any ``nn.Module``) -> pooling (MAC / SPoC /
 GeM / R-MAC) -> L2 normalisation. Multi-scale extraction averages the L2-normalised descriptors of
@@ -43,7 +45,13 @@ from rank_lab.models.weights import load_weights_file, parse_weights
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
 
-__all__ = ["DescriptorNet", "build_descriptor_net", "list_images", "preprocess_image", "extract_descriptors"]
+__all__ = [
+    "DescriptorNet",
+    "build_descriptor_net",
+    "list_images",
+    "preprocess_image",
+    "extract_descriptors",
+]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -51,15 +59,22 @@ _EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
 
 class DescriptorNet(nn.Module):
-    """Backbone -> pooling -> L2N (-> optional whitening layer -> L2N): a global descriptor ``(B, D)``.
+    """Backbone -> pooling -> L2N (-> optional whitening layer -> L2N): a global descriptor
+    ``(B, D)``.
 
     Args:
         backbone: returns a feature map ``(B, C, h, w)`` (pooled here) or a vector ``(B, C)``.
         pooling: a pooling module (see :func:`rank_lab.models.pooling.build_pooling`).
-        whitening: optional ``nn.Linear`` (e.g. :meth:`rank_lab.retrieval.whitening.Whitening.to_linear`).
+        whitening: optional ``nn.Linear`` (e.g.
+            :meth:`rank_lab.retrieval.whitening.Whitening.to_linear`).
     """
 
-    def __init__(self, backbone: nn.Module, pooling: nn.Module | None = None, whitening: nn.Module | None = None) -> None:
+    def __init__(
+        self,
+        backbone: nn.Module,
+        pooling: nn.Module | None = None,
+        whitening: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         self.backbone, self.pooling, self.whitening = backbone, pooling, whitening
 
@@ -77,7 +92,8 @@ class DescriptorNet(nn.Module):
             TypeError: ``x`` is not a floating tensor.
             ValueError: an empty batch, or NaN / inf in ``x``.
         """
-        free = ("B", *("_" * (x.ndim - 1))) if isinstance(x, torch.Tensor) and x.ndim else ("B",)  # the backbone's shape
+        # the backbone's shape
+        free = ("B", *("_" * (x.ndim - 1))) if isinstance(x, torch.Tensor) and x.ndim else ("B",)
         x = check_input_batch(x, "x", free, dtype=self)
         f = self.backbone(x)
         if f.ndim == 4:
@@ -114,7 +130,9 @@ def build_descriptor_net(
     elif weights is not None and weights != "none":
         spec = parse_weights(weights)
         if not isinstance(spec, Path):
-            raise ValueError("weights='imagenet' needs a backbone name (timm builds it), not a module")
+            raise ValueError(
+                "weights='imagenet' needs a backbone name (timm builds it), not a module"
+            )
         backbone.weights_record = load_weights_file(backbone, spec)
     return DescriptorNet(backbone, build_pooling(pooling, **(pooling_kwargs or {})), whitening)
 
@@ -155,7 +173,8 @@ def preprocess_image(
     Raises:
         TypeError: ``image`` neither a PIL image nor a floating tensor.
         ValueError: a tensor not ``(3, H, W)``, empty or with NaN / inf; ``image_size`` not a
-            positive int (or None); ``center_crop`` outside (0, 1]; a ``box`` not of 4 finite numbers.
+            positive int (or None); ``center_crop`` outside (0, 1]; a ``box`` not of 4 finite
+            numbers.
     """
     # heavy import, paid only on this path
     import torchvision.transforms.functional as TF
@@ -163,7 +182,9 @@ def preprocess_image(
     if image_size is not None:
         image_size = check_positive_int(image_size, "image_size")
     if not isinstance(image, torch.Tensor) and not hasattr(image, "convert"):
-        raise TypeError(f"image must be a PIL image or a (3, H, W) tensor, got {type(image).__name__}")
+        raise TypeError(
+            f"image must be a PIL image or a (3, H, W) tensor, got {type(image).__name__}"
+        )
     x = image if isinstance(image, torch.Tensor) else TF.to_tensor(image.convert("RGB"))
     if not x.is_floating_point():
         raise TypeError(f"image must be a floating tensor in [0, 1], got dtype {x.dtype}")
@@ -179,7 +200,11 @@ def preprocess_image(
     if grayscale:
         x = (0.299 * x[0] + 0.587 * x[1] + 0.114 * x[2])[None].expand(3, -1, -1)
     if center_crop is not None:
-        if isinstance(center_crop, bool) or not isinstance(center_crop, (int, float)) or not 0 < center_crop <= 1:
+        if (
+            isinstance(center_crop, bool)
+            or not isinstance(center_crop, (int, float))
+            or not 0 < center_crop <= 1
+        ):
             raise ValueError(f"center_crop must be in (0, 1], got {center_crop}")
         h, w = x.shape[-2:]
         ch, cw = max(1, round(h * center_crop)), max(1, round(w * center_crop))
@@ -193,7 +218,9 @@ def preprocess_image(
         else:
             size = (image_size, image_size)
         if size != (h, w):
-            x = F.interpolate(x[None], size=size, mode="bilinear", align_corners=False, antialias=True)[0]
+            x = F.interpolate(
+                x[None], size=size, mode="bilinear", align_corners=False, antialias=True
+            )[0]
     return x.contiguous()
 
 
@@ -213,8 +240,16 @@ def _atomic_json(path: Path, obj: dict[str, Any]) -> None:
 
 
 @torch.no_grad()
-def _describe(net: nn.Module, batch: list[torch.Tensor], scales: Sequence[float], flip: bool, msp: float,
-              mean: torch.Tensor | None, std: torch.Tensor | None, dev: torch.device) -> torch.Tensor:
+def _describe(
+    net: nn.Module,
+    batch: list[torch.Tensor],
+    scales: Sequence[float],
+    flip: bool,
+    msp: float,
+    mean: torch.Tensor | None,
+    std: torch.Tensor | None,
+    dev: torch.device,
+) -> torch.Tensor:
     """Multi-scale (+ flip) descriptors of a list of preprocessed images, grouped by shape."""
     out: list[torch.Tensor | None] = [None] * len(batch)
     shapes: dict[tuple[int, ...], list[int]] = {}
@@ -225,7 +260,13 @@ def _describe(net: nn.Module, batch: list[torch.Tensor], scales: Sequence[float]
         acc = None
         n_terms = 0
         for s in scales:
-            xs = x if s == 1 else F.interpolate(x, scale_factor=s, mode="bilinear", align_corners=False, antialias=s < 1)
+            xs = (
+                x
+                if s == 1
+                else F.interpolate(
+                    x, scale_factor=s, mode="bilinear", align_corners=False, antialias=s < 1
+                )
+            )
             views = [xs, xs.flip(-1)] if flip else [xs]
             for v in views:
                 if mean is not None:
@@ -299,16 +340,21 @@ def extract_descriptors(
         if not images.is_floating_point():
             raise TypeError(f"images tensor must be floating in [0, 1], got dtype {images.dtype}")
         check_finite(images, "images")
-        check_magnitude(images, "images")  # the network's batch statistics and norms overflow beyond
+        # the network's batch statistics and norms overflow beyond
+        check_magnitude(images, "images")
         items: list[Any] = list(images)
         ident = [hashlib.sha1(images.detach().cpu().contiguous().numpy().tobytes()).hexdigest()]
     else:
-        paths = list_images(images) if isinstance(images, (str, Path)) else [Path(p) for p in images]
+        paths = (
+            list_images(images) if isinstance(images, (str, Path)) else [Path(p) for p in images]
+        )
         if not paths:
             raise ValueError("images is empty")
         missing = [p for p in paths if not p.is_file()]
         if missing:
-            raise DatasetFolderError(f"{len(missing)} image files are missing, e.g. {str(missing[0])!r}")
+            raise DatasetFolderError(
+                f"{len(missing)} image files are missing, e.g. {str(missing[0])!r}"
+            )
         items = paths
         ident = [str(p) for p in paths]
     n = len(items)
@@ -330,10 +376,19 @@ def extract_descriptors(
             net = DescriptorNet(net, build_pooling(pooling))
     net = net.to(dev).eval()
     settings = {
-        "net": name, "params": float(sum(float(p.detach().double().sum()) for p in net.parameters())),
-        "image_size": image_size, "keep_aspect": keep_aspect, "scales": list(scales), "flip": flip,
-        "grayscale": grayscale, "center_crop": center_crop, "msp": msp, "normalize": normalize,
-        "boxes": None if boxes is None else [None if b is None else list(map(float, b)) for b in boxes],
+        "net": name,
+        "params": float(sum(float(p.detach().double().sum()) for p in net.parameters())),
+        "image_size": image_size,
+        "keep_aspect": keep_aspect,
+        "scales": list(scales),
+        "flip": flip,
+        "grayscale": grayscale,
+        "center_crop": center_crop,
+        "msp": msp,
+        "normalize": normalize,
+        "boxes": None
+        if boxes is None
+        else [None if b is None else list(map(float, b)) for b in boxes],
     }
     fp = _fingerprint(ident, settings)
     mean = torch.tensor(IMAGENET_MEAN, device=dev)[None, :, None, None] if normalize else None
@@ -351,30 +406,50 @@ def extract_descriptors(
             meta = json.loads(meta_file.read_text(encoding="utf-8"))
             if meta.get("fingerprint") == fp:
                 return torch.from_numpy(np.load(out_file)).float()
-            raise ValueError(f"{str(out_file)!r} holds descriptors of other images / settings; pass resume=False to overwrite")
+            raise ValueError(
+                f"{str(out_file)!r} holds descriptors of other images / settings; pass "
+                "resume=False to overwrite"
+            )
         if progress_file.is_file() and resume and out_file.is_file():
             state = json.loads(progress_file.read_text(encoding="utf-8"))
             if state.get("fingerprint") != fp or state.get("n") != n:
-                raise ValueError(f"the interrupted run at {str(out_file)!r} used other images / settings; pass resume=False to restart")
+                raise ValueError(
+                    f"the interrupted run at {str(out_file)!r} used other images / settings; pass "
+                    "resume=False to restart"
+                )
             store = np.lib.format.open_memmap(out_file, mode="r+")
             done = int(state["done"])
 
     def load(i: int) -> torch.Tensor:
         src = items[i] if isinstance(items[i], torch.Tensor) else pil_loader(items[i])
-        return preprocess_image(src, image_size=image_size, keep_aspect=keep_aspect, grayscale=grayscale,
-                                center_crop=center_crop, box=None if boxes is None else boxes[i])
+        return preprocess_image(
+            src,
+            image_size=image_size,
+            keep_aspect=keep_aspect,
+            grayscale=grayscale,
+            center_crop=center_crop,
+            box=None if boxes is None else boxes[i],
+        )
 
     starts = range(done, n, batch_size)
     show = len(starts) > 2 if progress is None else progress
     if show:
-        starts = tqdm(starts, desc="descriptors", initial=done // batch_size, total=(n + batch_size - 1) // batch_size, leave=False)
+        starts = tqdm(
+            starts,
+            desc="descriptors",
+            initial=done // batch_size,
+            total=(n + batch_size - 1) // batch_size,
+            leave=False,
+        )
     result: torch.Tensor | None = None
     for a in starts:
         batch = [load(i) for i in range(a, min(a + batch_size, n))]
         desc = _describe(net, batch, scales, flip, msp, mean, std, dev).float()
         if out_file is not None:
             if store is None:
-                store = np.lib.format.open_memmap(out_file, mode="w+", dtype=np.float32, shape=(n, desc.shape[1]))
+                store = np.lib.format.open_memmap(
+                    out_file, mode="w+", dtype=np.float32, shape=(n, desc.shape[1])
+                )
             store[a : a + len(batch)] = desc.numpy()
             store.flush()
             _atomic_json(progress_file, {"fingerprint": fp, "n": n, "done": a + len(batch)})  # type: ignore[arg-type]
@@ -390,6 +465,8 @@ def extract_descriptors(
     assert store is not None
     out = torch.from_numpy(np.array(store)).float()
     del store
-    out_file.with_name(out_file.name + ".meta.json").write_text(json.dumps({"fingerprint": fp, "n": n, "dim": out.shape[1]}), encoding="utf-8")
+    out_file.with_name(out_file.name + ".meta.json").write_text(
+        json.dumps({"fingerprint": fp, "n": n, "dim": out.shape[1]}), encoding="utf-8"
+    )
     progress_file.unlink(missing_ok=True)  # type: ignore[union-attr]
     return out

@@ -4,7 +4,8 @@ Graph view of diffusion (Gominski thesis §3.4.2, eqs. 3.2-3.4): the similarity
 ``s_ij`` (eq. 3.2), the kNN adjacency ``a_ij = 1[x_j in NN_k(x_i)]`` (eq. 3.4), its
 symmetrisation ``A* = (A + A^T)/2`` (eq. 4.3, values in {0, 0.5, 1}, eq. 4.4), and the mutual
 kNN affinity of Iscen et al. ``w_ij = [s_ij]_+^gamma`` when ``i`` and ``j`` are each in the other's
-k nearest neighbours, normalised as ``D^{-1/2} W D^{-1/2}`` (Iscen et al. 2017; cited, not used, by the thesis).
+k nearest neighbours, normalised as ``D^{-1/2} W D^{-1/2}`` (Iscen et al. 2017; cited, not used, by
+the thesis).
 
 **Sparse throughout.** Neighbour lists come from :func:`rank_lab.metrics.knn_search` (faiss or
 chunked torch); graphs are ``scipy.sparse.csr_matrix`` with ``n k`` non-zeros and are turned into
@@ -59,7 +60,8 @@ Symmetrize = Literal["mean", "sum", "min", "max", "none"]
 
 
 def check_dense_ok(n_rows: int, n_cols: int, what: str, allow_dense: bool = False) -> None:
-    """Raise ``ValueError`` if a dense ``n_rows x n_cols`` matrix would exceed ``DENSE_LIMIT^2`` entries.
+    """Raise ``ValueError`` if a dense ``n_rows x n_cols`` matrix would exceed ``DENSE_LIMIT^2``
+    entries.
 
     An ``(n, n)`` matrix is refused once ``n > DENSE_LIMIT``; a ``(Q, n)`` score block for a few
     queries is fine even for a large gallery.
@@ -121,15 +123,26 @@ def knn_self(
         cols_s.append((x * x).sum(1, keepdim=True).cpu())
         cols_i.append(torch.arange(n)[:, None])
     if n_other > 0:
-        s, i = knn_search(x, x, n_other, exclude_self=True, backend=backend, device=device, chunk_size=chunk_size,
-                          progress=progress)
+        s, i = knn_search(
+            x,
+            x,
+            n_other,
+            exclude_self=True,
+            backend=backend,
+            device=device,
+            chunk_size=chunk_size,
+            progress=progress,
+        )
         cols_s.append(s.cpu().to(x.dtype))
         cols_i.append(i.cpu().long())
     return torch.cat(cols_s, 1), torch.cat(cols_i, 1)
 
 
-def sparse_from_knn(indices: torch.Tensor, values: torch.Tensor | None, n_cols: int) -> sp.csr_matrix:
-    """A ``(n, n_cols)`` CSR matrix with ``values[i, t]`` at ``(i, indices[i, t])`` (1 if ``values`` is None).
+def sparse_from_knn(
+    indices: torch.Tensor, values: torch.Tensor | None, n_cols: int
+) -> sp.csr_matrix:
+    """A ``(n, n_cols)`` CSR matrix with ``values[i, t]`` at ``(i, indices[i, t])`` (1 if ``values``
+    is None).
 
     Entries with a negative index (padding) are dropped; repeated entries are summed.
 
@@ -158,7 +171,9 @@ def sparse_from_knn(indices: torch.Tensor, values: torch.Tensor | None, n_cols: 
             raise ValueError("values holds NaN or inf at a kept (non-padding) entry")
     rows = np.repeat(np.arange(n), k)
     keep = idx.reshape(-1) >= 0
-    m = sp.csr_matrix((vals.reshape(-1)[keep], (rows[keep], idx.reshape(-1)[keep])), shape=(n, n_cols))
+    m = sp.csr_matrix(
+        (vals.reshape(-1)[keep], (rows[keep], idx.reshape(-1)[keep])), shape=(n, n_cols)
+    )
     m.sum_duplicates()
     return m
 
@@ -218,7 +233,9 @@ def mutual_affinity(
         scores = scores.double()
     check_finite(scores, "scores")
     if scores.shape != idx.shape:
-        raise ValueError(f"scores has shape {tuple(scores.shape)} but indices has {tuple(idx.shape)}")
+        raise ValueError(
+            f"scores has shape {tuple(scores.shape)} but indices has {tuple(idx.shape)}"
+        )
     w = sparse_from_knn(idx, scores.clamp_min(0).to(torch.float64).pow(gamma), n)
     w = symmetrize(w, "min" if mutual else "max")
     w.setdiag(0)
@@ -242,8 +259,11 @@ def normalize_graph(w: sp.spmatrix) -> sp.csr_matrix:
     return sp.csr_matrix(d @ w @ d)
 
 
-def to_torch_sparse(m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A scipy sparse matrix as a torch sparse CSR tensor on ``device`` (for ``S @ dense`` products).
+def to_torch_sparse(
+    m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """A scipy sparse matrix as a torch sparse CSR tensor on ``device`` (for ``S @ dense``
+    products).
 
     Raises:
         ValueError: ``m`` holds NaN or inf.
@@ -262,7 +282,11 @@ def to_torch_sparse(m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtyp
 
 
 def sparse_operator(
-    m: sp.spmatrix, device: DeviceLike = None, dtype: torch.dtype = torch.float32, *, check_inputs: bool = True
+    m: sp.spmatrix,
+    device: DeviceLike = None,
+    dtype: torch.dtype = torch.float32,
+    *,
+    check_inputs: bool = True,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """``v -> M @ v`` for ``(n, B)`` (or ``(n,)``) floating tensors: scipy on the CPU, torch sparse
     CSR on CUDA.
@@ -285,9 +309,13 @@ def sparse_operator(
 
     def check(v: torch.Tensor) -> None:
         if not isinstance(v, torch.Tensor) or not v.is_floating_point():
-            raise TypeError(f"v must be a floating tensor, got {getattr(v, 'dtype', type(v).__name__)}")
+            raise TypeError(
+                f"v must be a floating tensor, got {getattr(v, 'dtype', type(v).__name__)}"
+            )
         if v.ndim not in (1, 2) or v.shape[0] != n_cols:
-            raise ValueError(f"v must have shape ({n_cols},) or ({n_cols}, B), got {tuple(v.shape)}")
+            raise ValueError(
+                f"v must have shape ({n_cols},) or ({n_cols}, B), got {tuple(v.shape)}"
+            )
         check_finite(v, "v")
 
     dev = get_device(device)
@@ -310,7 +338,9 @@ def sparse_operator(
     return apply_dev
 
 
-def in_neighbour_lists(indices: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+def in_neighbour_lists(
+    indices: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
+) -> torch.Tensor:
     """Whether ``cols[m]`` is in the neighbour list ``indices[rows[m]]``, for every ``m``.
 
     A sorted-key lookup (``O((nk + M) log nk)``), so eq. 4.4's ``a_ij`` can be read at the few
@@ -333,7 +363,11 @@ def in_neighbour_lists(indices: torch.Tensor, rows: torch.Tensor, cols: torch.Te
         raise ValueError(f"rows has {rows.shape[0]} entries but cols has {cols.shape[0]}")
     if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= indices.shape[0]):
         raise ValueError(f"rows holds items outside [0, {indices.shape[0]}) (the rows of indices)")
-    n = 1 + max(indices.shape[0], int(indices.max()) if indices.numel() else 0, int(cols.max()) if cols.numel() else 0)
+    n = 1 + max(
+        indices.shape[0],
+        int(indices.max()) if indices.numel() else 0,
+        int(cols.max()) if cols.numel() else 0,
+    )
     r = torch.arange(indices.shape[0])[:, None].expand_as(indices)
     valid = indices >= 0
     keys = torch.sort(r[valid] * n + indices[valid]).values
@@ -344,11 +378,14 @@ def in_neighbour_lists(indices: torch.Tensor, rows: torch.Tensor, cols: torch.Te
     return keys[pos] == q
 
 
-def sparse_row_topk(m: sp.spmatrix, k: int, *, exclude_diagonal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def sparse_row_topk(
+    m: sp.spmatrix, k: int, *, exclude_diagonal: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-``k`` stored entries of every row of a sparse matrix (absent entries never selected).
 
     Args:
-        m: sparse matrix; stored ``-inf`` values (entries masked out) are allowed, NaN / ``+inf`` not.
+        m: sparse matrix; stored ``-inf`` values (entries masked out) are allowed, NaN / ``+inf``
+            not.
         k: entries per row; any ``k >= 1`` (a ``k`` above the widest row only adds padding).
         exclude_diagonal: never select ``(i, i)``.
 
@@ -380,7 +417,9 @@ def sparse_row_topk(m: sp.spmatrix, k: int, *, exclude_diagonal: bool = False) -
     return top_v, top_i
 
 
-def sparse_rows_to_dense(m: sp.spmatrix, rows: torch.Tensor | np.ndarray | slice, fill: float = 0.0) -> torch.Tensor:
+def sparse_rows_to_dense(
+    m: sp.spmatrix, rows: torch.Tensor | np.ndarray | slice, fill: float = 0.0
+) -> torch.Tensor:
     """Rows of a sparse score matrix as a dense ``(r, n)`` tensor; absent entries get ``fill``.
 
     Use ``fill`` below every stored score (e.g. ``-inf`` replaced by ``min - 1``) to rank the

@@ -32,7 +32,8 @@ cMD adds ``lambda T`` to ``A`` "after eq. 4.4" (eq. 4.9), with ``t_ij = 1[domain
 * ``cmd_stage`` (``"both"``): where ``lambda T`` is added: ``"both"`` stages, ``"merged"`` or
   ``"per_descriptor"`` only.
 * ``clamp_negative`` (``True``): ``max(s, 0)`` before the power ``alpha``.
-* Asymmetry: after step 2 ``S^v`` is not symmetric; rows are query-side vectors, never re-symmetrised.
+* Asymmetry: after step 2 ``S^v`` is not symmetric; rows are query-side vectors, never
+  re-symmetrised.
 * Query exclusion at evaluation (the query's own column) is the protocol's job
   (:mod:`rank_lab.retrieval.cross_source`).
 
@@ -65,7 +66,14 @@ from rank_lab.retrieval.graph import (
 from rank_lab.retrieval.whitening import l2n
 from rank_lab.utils import DeviceLike, get_device
 
-__all__ = ["md", "cmd", "md_from_features", "similarity_matrix", "concat_descriptors", "mean_similarity"]
+__all__ = [
+    "md",
+    "cmd",
+    "md_from_features",
+    "similarity_matrix",
+    "concat_descriptors",
+    "mean_similarity",
+]
 
 Norm = Literal["row", "fro", "none"]
 SecondStage = Literal["rows", "row_cosine"]
@@ -75,7 +83,8 @@ Matrix = torch.Tensor | sp.spmatrix
 
 
 def similarity_matrix(x: torch.Tensor) -> torch.Tensor:
-    """Cosine similarity matrix ``S = L2N(X) L2N(X)^T`` (eq. 3.2), ``(n, n)``; refuses ``n > DENSE_LIMIT``."""
+    """Cosine similarity matrix ``S = L2N(X) L2N(X)^T`` (eq. 3.2), ``(n, n)``; refuses
+    ``n > DENSE_LIMIT``."""
     x = check_embeddings(x, "x")
     check_dense_ok(x.shape[0], x.shape[0], "similarity_matrix")
     x = l2n(x)
@@ -85,14 +94,17 @@ def similarity_matrix(x: torch.Tensor) -> torch.Tensor:
 def concat_descriptors(features: Sequence[torch.Tensor]) -> torch.Tensor:
     """Concatenation of L2-normalised descriptors, re-normalised: ``[x^1; ..; x^U] / sqrt(U)``.
 
-    Its cosine matrix equals the mean of the per-descriptor cosine matrices (the L2-normalised concatenation has norm sqrt(V) before re-normalisation):
-    "late fusion" and "concatenation" are the same baseline.
+    Its cosine matrix equals the mean of the per-descriptor cosine matrices (the L2-normalised
+    concatenation has norm sqrt(V) before re-normalisation): "late fusion" and "concatenation" are
+    the same baseline.
     """
     xs = [l2n(check_embeddings(x, f"features[{v}]")) for v, x in enumerate(features)]
     if not xs:
         raise ValueError("features is empty")
     if len({x.shape[0] for x in xs}) != 1:
-        raise ValueError(f"features must all have the same number of rows, got {[x.shape[0] for x in xs]}")
+        raise ValueError(
+            f"features must all have the same number of rows, got {[x.shape[0] for x in xs]}"
+        )
     return l2n(torch.cat(xs, 1))
 
 
@@ -110,7 +122,9 @@ def mean_similarity(features: Sequence[torch.Tensor]) -> torch.Tensor:
     if not xs:
         raise ValueError("features is empty")
     if len({x.shape[0] for x in xs}) != 1:
-        raise ValueError(f"features must all have the same number of rows, got {[x.shape[0] for x in xs]}")
+        raise ValueError(
+            f"features must all have the same number of rows, got {[x.shape[0] for x in xs]}"
+        )
     return torch.stack([similarity_matrix(x) for x in xs]).mean(0)
 
 
@@ -184,13 +198,17 @@ def _propagate(
     sparse_k: int,
     device: torch.device,
 ) -> Matrix:
-    """One update ``s_i <- sum_{j in NN_k2(i)} (a_ij + lam t_ij) (s_ij)^alpha s_j`` (eqs. 4.5 / 4.7, 4.9)."""
+    """One update ``s_i <- sum_{j in NN_k2(i)} (a_ij + lam t_ij) (s_ij)^alpha s_j`` (eqs. 4.5 / 4.7,
+    4.9)."""
     n = s.shape[0]
     vals, idx = _row_topk(s, k2, exclude_diagonal=not include_self)
     rows = torch.arange(n)[:, None].expand_as(idx)
     keep = idx >= 0
     r, c, sv = rows[keep], idx[keep], vals[keep]
-    a = 0.5 * in_neighbour_lists(graph_idx, r, c).double() + 0.5 * in_neighbour_lists(graph_idx, c, r).double()
+    a = (
+        0.5 * in_neighbour_lists(graph_idx, r, c).double()
+        + 0.5 * in_neighbour_lists(graph_idx, c, r).double()
+    )
     if lam and domains is not None:
         a = a + lam * (domains[r] != domains[c]).double()
     if clamp_negative:
@@ -205,7 +223,11 @@ def _propagate(
             tv, ti = sparse_row_topk(out, sparse_k)
             out = sparse_from_knn(ti, torch.where(ti >= 0, tv, torch.zeros_like(tv)), n)
         return out
-    p = torch.sparse_coo_tensor(torch.stack([r, c]), w.to(s.dtype), (n, n), check_invariants=False).coalesce().to(device)
+    p = (
+        torch.sparse_coo_tensor(torch.stack([r, c]), w.to(s.dtype), (n, n), check_invariants=False)
+        .coalesce()
+        .to(device)
+    )
     return torch.sparse.mm(p, s.to(device)).cpu()
 
 
@@ -239,7 +261,8 @@ def md(
     sparse_k: int | None = None,
     device: DeviceLike = None,
 ) -> Matrix:
-    """Multi-descriptor diffusion (eqs. 4.2-4.7), cMD when ``domains`` and ``lam > 0`` (eqs. 4.8-4.9).
+    """Multi-descriptor diffusion (eqs. 4.2-4.7), cMD when ``domains`` and ``lam > 0`` (eqs.
+    4.8-4.9).
 
     Args:
         similarities: ``Upsilon`` similarity matrices ``(n, n)``: dense tensors (dense mode) or
@@ -298,7 +321,9 @@ def md(
     stage1 = []
     for s in mats:
         g_idx = _row_topk(s, k1, exclude_diagonal=knn_self == "exclude")[1]
-        s_new = _propagate(s, g_idx, k2, alpha, include_self, clamp_negative, lam_v, dom, sparse_k, dev)
+        s_new = _propagate(
+            s, g_idx, k2, alpha, include_self, clamp_negative, lam_v, dom, sparse_k, dev
+        )
         stage1.append(_normalize(s_new, norm))
     if is_sparse:
         merged = sp.csr_matrix(sum(stage1[1:], stage1[0]) / len(stage1))
@@ -308,7 +333,9 @@ def md(
         g_idx = _row_topk(merged, k1, exclude_diagonal=knn_self == "exclude")[1]
     else:
         g_idx = _row_cosine_knn(merged, k1, exclude_diagonal=knn_self == "exclude")
-    return _propagate(merged, g_idx, k2, alpha, include_self, clamp_negative, lam_m, dom, sparse_k, dev)
+    return _propagate(
+        merged, g_idx, k2, alpha, include_self, clamp_negative, lam_m, dom, sparse_k, dev
+    )
 
 
 def cmd(
@@ -320,7 +347,8 @@ def cmd(
     alpha: float = 9.0,
     **kwargs: object,
 ) -> Matrix:
-    """Constrained MD (eqs. 4.8-4.9): :func:`md` with ``A <- A + lam T``; thesis optimum (17, 4, 9, 0.1).
+    """Constrained MD (eqs. 4.8-4.9): :func:`md` with ``A <- A + lam T``; thesis optimum (17, 4, 9,
+    0.1).
 
     The thesis' trade-off between absolute and cross-domain scores is around ``lam = 0.5-0.6``
     (Fig. 4.6). Other keyword arguments as in :func:`md`.
@@ -348,7 +376,8 @@ def md_from_features(
         features: ``Upsilon`` descriptor matrices ``(n, d_v)`` (L2-normalised here).
         k1, k2, alpha: see :func:`md`.
         mode: ``"dense"`` (exact, ``n <= DENSE_LIMIT``), ``"sparse"`` (faiss / chunked-torch kNN,
-            ``sparse_k`` neighbours per row including self), ``"auto"`` (dense up to ``DENSE_LIMIT``).
+            ``sparse_k`` neighbours per row including self), ``"auto"`` (dense up to
+            ``DENSE_LIMIT``).
         sparse_k: neighbours kept per row in sparse mode (default ``max(4 k1, 100)``).
         backend, device: kNN search.
         **kwargs: passed to :func:`md` (``domains``, ``lam``, ``include_self`` ...).

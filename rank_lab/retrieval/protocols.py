@@ -1,7 +1,8 @@
 """Evaluation protocols of image search: Revisited Oxford/Paris (and confidence intervals).
 
 **Revisited Oxford / Paris** (Radenović et al. 2018; Gominski thesis §3.1; the
-revisitop evaluation code). Every query has ``easy``, ``hard`` and ``junk`` database images; the rest are negatives.
+revisitop evaluation code). Every query has ``easy``, ``hard`` and ``junk`` database images; the
+rest are negatives.
 *Easy*: positives = easy, ignored = junk + hard. *Medium*: positives = easy + hard, ignored = junk.
 *Hard*: positives = hard, ignored = junk + easy. Ignored images are removed from the ranking
 before scoring. The protocol's AP is the revisitop ``compute_ap`` **trapezoidal** interpolation
@@ -52,7 +53,9 @@ REVISITED_PROTOCOLS = ("easy", "medium", "hard")
 # ----------------------------------------------------------------------------- revisited
 
 
-def revisited_masks(gnd: Mapping[str, Any], n_db: int, protocol: str) -> tuple[np.ndarray, np.ndarray]:
+def revisited_masks(
+    gnd: Mapping[str, Any], n_db: int, protocol: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Positive and ignored (junk) masks ``(n_db,)`` of one query for ``protocol``.
 
     Args:
@@ -62,7 +65,8 @@ def revisited_masks(gnd: Mapping[str, Any], n_db: int, protocol: str) -> tuple[n
         protocol: ``"easy"``, ``"medium"`` or ``"hard"``.
 
     Raises:
-        ValueError: unknown ``protocol``, ``n_db`` not a positive int, indices outside ``[0, n_db)``.
+        ValueError: unknown ``protocol``, ``n_db`` not a positive int, indices outside
+            ``[0, n_db)``.
     """
     n_db = check_positive_int(n_db, "n_db")
     if protocol not in REVISITED_PROTOCOLS:
@@ -106,7 +110,8 @@ def trapezoid_ap_from_positions(positions: torch.Tensor, valid: torch.Tensor) ->
     p0 = torch.where(r > 0, j / r.clamp_min(1.0), torch.ones_like(r))
     p1 = (j + 1) / (r + 1)
     n_pos = valid.sum(1).to(torch.float64).clamp_min(1.0)
-    terms = torch.where(valid, (p0 + p1) / 2, torch.zeros_like(p1))  # padding never enters (even a 0)
+    # padding never enters (even a 0)
+    terms = torch.where(valid, (p0 + p1) / 2, torch.zeros_like(p1))
     return terms.sum(1) / n_pos
 
 
@@ -128,7 +133,8 @@ def revisited_evaluate(
         protocols: subset of ``("easy", "medium", "hard")``.
         ks: cut-offs of mP@k. Any ``k >= 1`` is defined, also beyond the database size: the
             protocol scores ``P@k_q`` with ``k_q = min(position of the last positive, k)``.
-        distractor_scores: ``(Q, N_d)`` similarities to distractors (R1M), negatives for every query.
+        distractor_scores: ``(Q, N_d)`` similarities to distractors (R1M), negatives for every
+            query.
         ap_kind: ``"trapezoid"`` (the protocol's definition) or ``"noninterp"`` (thesis eq. 3.1).
         chunk_size: queries scored together (memory ``O(chunk (n_db + N_d))``).
 
@@ -148,7 +154,10 @@ def revisited_evaluate(
     if distractor_scores is not None:
         distractor_scores = as_tensor(distractor_scores, "distractor_scores").detach().cpu()
         if distractor_scores.ndim != 2 or distractor_scores.shape[0] != n_q:
-            raise ValueError(f"distractor_scores must have shape ({n_q}, N_d), got {tuple(distractor_scores.shape)}")
+            raise ValueError(
+                f"distractor_scores must have shape ({n_q}, N_d), got "
+                f"{tuple(distractor_scores.shape)}"
+            )
         check_finite(distractor_scores, "distractor_scores")
     ks = [check_positive_int(k, "ks") for k in ks]
     if ap_kind not in ("trapezoid", "noninterp"):
@@ -171,7 +180,11 @@ def revisited_evaluate(
             positions, valid = positive_positions(s, pos, neg)
             has = valid.any(1)
             n_empty += int((~has).sum())
-            ap = trapezoid_ap_from_positions(positions, valid) if ap_kind == "trapezoid" else noninterpolated_ap(positions, valid)
+            ap = (
+                trapezoid_ap_from_positions(positions, valid)
+                if ap_kind == "trapezoid"
+                else noninterpolated_ap(positions, valid)
+            )
             big = torch.where(valid, positions, torch.zeros_like(positions)).amax(1)
             pr = []
             for k in ks:

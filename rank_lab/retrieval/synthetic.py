@@ -1,4 +1,5 @@
-"""Synthetic descriptor sets for the image-search chapters (the settings of the Gominski thesis §3.4.2, Fig. 3.18, and §4.2).
+"""Synthetic descriptor sets for the image-search chapters (the settings of the Gominski thesis
+§3.4.2, Fig. 3.18, and §4.2).
 
 Each generator returns L2-normalised descriptors, class labels and a domain ("source") label, with
 the structure that makes one claim of the Gominski thesis visible:
@@ -80,7 +81,9 @@ def _l2n(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def _pack(xs: list[np.ndarray], y: list[int] | np.ndarray, dom: list[int] | np.ndarray) -> DescriptorSet:
+def _pack(
+    xs: list[np.ndarray], y: list[int] | np.ndarray, dom: list[int] | np.ndarray
+) -> DescriptorSet:
     return DescriptorSet(
         [torch.from_numpy(np.asarray(x, dtype=np.float32)) for x in xs],
         torch.as_tensor(np.asarray(y), dtype=torch.long),
@@ -89,9 +92,15 @@ def _pack(xs: list[np.ndarray], y: list[int] | np.ndarray, dom: list[int] | np.n
 
 
 def bridged_clusters(
-    n_classes: int = 30, per_stage: int = 10, dim: int = 64, step: float = 1.5, sigma: float = 0.3, seed: int = 0
+    n_classes: int = 30,
+    per_stage: int = 10,
+    dim: int = 64,
+    step: float = 1.5,
+    sigma: float = 0.3,
+    seed: int = 0,
 ) -> DescriptorSet:
-    """Bent chains ``mu -> mu + step D1 -> mu + step (D1 + D2)`` (the bridged views of Fig. 3.18 of the Gominski thesis).
+    """Bent chains ``mu -> mu + step D1 -> mu + step (D1 + D2)`` (the bridged views of Fig. 3.18 of
+    the Gominski thesis).
 
     Stage 0/1/2 ("ground / oblique / vertical") is the domain; every stage spreads along its
     segment (``t ~ U(-0.3, 0.3)``) with isotropic noise ``sigma``.
@@ -121,16 +130,28 @@ def bridged_clusters(
         for st, (a, b) in enumerate([(0, 0), (1, 0), (1, 1)]):
             for _ in range(per_stage):
                 t = rng.uniform(-0.3, 0.3)
-                xs.append(mu + step * (a * d1 + b * d2) + t * step * (d1 if st < 2 else d2) + sigma * rng.normal(size=dim))
+                xs.append(
+                    mu
+                    + step * (a * d1 + b * d2)
+                    + t * step * (d1 if st < 2 else d2)
+                    + sigma * rng.normal(size=dim)
+                )
                 y.append(c)
                 dom.append(st)
     return _pack([_l2n(np.array(xs))], y, dom)
 
 
 def multi_view_descriptors(
-    n_classes: int = 30, per_class: int = 12, dim: int = 32, n_views: int = 3, good: float = 0.25, bad: float = 0.9, seed: int = 0
+    n_classes: int = 30,
+    per_class: int = 12,
+    dim: int = 32,
+    n_views: int = 3,
+    good: float = 0.25,
+    bad: float = 0.9,
+    seed: int = 0,
 ) -> DescriptorSet:
-    """``n_views`` descriptors; view ``v`` has noise ``good`` on domain ``v`` and ``bad`` elsewhere (R4).
+    """``n_views`` descriptors; view ``v`` has noise ``good`` on domain ``v`` and ``bad`` elsewhere
+    (R4).
 
     Domains are assigned at random (``n_views`` of them). Every view has its own class centres,
     i.e. an independent "embedding" of the same images.
@@ -174,7 +195,9 @@ def biased_home_descriptors(
         ValueError / TypeError: non-positive counts, a non-finite ``beta``, a negative or
             non-finite ``sigma``, ``home`` outside [0, 1], a negative seed.
     """
-    _check_sizes(n_classes=n_classes, per_class=per_class, dim=dim, n_views=n_views, n_domains=n_domains)
+    _check_sizes(
+        n_classes=n_classes, per_class=per_class, dim=dim, n_views=n_views, n_domains=n_domains
+    )
     check_float(beta, "beta")
     check_float(sigma, "sigma", low=0.0)
     check_float(home, "home", low=0.0, high=1.0)
@@ -187,5 +210,7 @@ def biased_home_descriptors(
     for _ in range(n_views):
         mu = _l2n(rng.normal(size=(n_classes, dim)))
         b = _l2n(rng.normal(size=(n_domains, dim)))
-        xs.append(_l2n(mu[y] + beta * b[dom] + sigma * rng.normal(size=(n, dim)) / np.sqrt(dim) * 3))
+        xs.append(
+            _l2n(mu[y] + beta * b[dom] + sigma * rng.normal(size=(n, dim)) / np.sqrt(dim) * 3)
+        )
     return _pack(xs, y, dom)

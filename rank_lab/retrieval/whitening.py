@@ -83,12 +83,15 @@ class Whitening:
         """Output dimension ``d_out``."""
         return int(self.projection.shape[0])
 
-    def __call__(self, x: torch.Tensor, dim: int | None = None, normalize: bool = True) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, dim: int | None = None, normalize: bool = True
+    ) -> torch.Tensor:
         """Apply the projection; see :func:`apply_whitening`."""
         return apply_whitening(x, self, dim=dim, normalize=normalize)
 
     def to_linear(self, dim: int | None = None) -> torch.nn.Linear:
-        """The projection as an ``nn.Linear`` (``W = P``, ``b = -P mean``) to put in a model head."""
+        """The projection as an ``nn.Linear`` (``W = P``, ``b = -P mean``) to put in a model
+        head."""
         p = self.projection if dim is None else self.projection[:dim]
         lin = torch.nn.Linear(p.shape[1], p.shape[0])
         with torch.no_grad():
@@ -98,7 +101,12 @@ class Whitening:
 
     def state_dict(self) -> dict[str, torch.Tensor | str]:
         """A dict for ``torch.save``."""
-        return {"mean": self.mean, "projection": self.projection, "eigenvalues": self.eigenvalues, "kind": self.kind}
+        return {
+            "mean": self.mean,
+            "projection": self.projection,
+            "eigenvalues": self.eigenvalues,
+            "kind": self.kind,
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict[str, torch.Tensor | str]) -> Whitening:
@@ -147,7 +155,9 @@ def learn_pca_whitening(
     xc = x - mean
     cov = xc.T @ xc / (n - 1)
     if shrinkage > 0:
-        cov = (1 - shrinkage) * cov + shrinkage * torch.trace(cov) / d * torch.eye(d, dtype=cov.dtype, device=cov.device)
+        cov = (1 - shrinkage) * cov + shrinkage * torch.trace(cov) / d * torch.eye(
+            d, dtype=cov.dtype, device=cov.device
+        )
     evals, evecs = torch.linalg.eigh(cov)
     order = torch.argsort(evals, descending=True)
     evals, evecs = evals[order].clamp_min(0), evecs[:, order]
@@ -179,7 +189,8 @@ def learn_lw_whitening(
         dim: output dimension (default ``d``).
         negative_pairs: ``(M', 2)`` non-matching pairs for the paper's ``C_D``; ``None`` uses the
             scatter of all of ``x`` around the mean (official code).
-        factor: ``"sym"`` ``C_S^{-1/2}`` (paper) or ``"cholesky"`` ``L^{-1}`` with ``C_S = L L^T`` (code).
+        factor: ``"sym"`` ``C_S^{-1/2}`` (paper) or ``"cholesky"`` ``L^{-1}`` with ``C_S = L L^T``
+            (code).
         ridge: added to the diagonal of ``C_S``, a finite number >= 0 (needed when ``M < d``:
             ``C_S`` is then singular).
         eps: floor for the eigenvalues of ``C_S``.
@@ -212,7 +223,9 @@ def learn_lw_whitening(
         try:
             chol = torch.linalg.cholesky(c_s)
         except RuntimeError as exc:
-            raise ValueError("C_S is not positive definite (too few pairs for d?): pass ridge > 0") from exc
+            raise ValueError(
+                "C_S is not positive definite (too few pairs for d?): pass ridge > 0"
+            ) from exc
         w = torch.linalg.inv(chol)
     if negative_pairs is None:
         xc = (x - mean) @ w.T
@@ -243,7 +256,10 @@ def apply_whitening(
     """
     x = check_embeddings(x, "x")
     if x.shape[1] != whitening.projection.shape[1]:
-        raise ValueError(f"x has d={x.shape[1]} but the whitening was learned for d={whitening.projection.shape[1]}")
+        raise ValueError(
+            f"x has d={x.shape[1]} but the whitening was learned for "
+            f"d={whitening.projection.shape[1]}"
+        )
     dim = _check_dim(dim, whitening.out_dim)
     p = whitening.projection[:dim].to(x.device, torch.float64)
     y = (x.to(torch.float64) - whitening.mean.to(x.device)) @ p.T

@@ -1,7 +1,8 @@
 """Retrieval training: the typed config and the papers' recipes, the retrieval trainer.
 
-Every loop runs on the one training engine (:mod:`rank_lab.engine`: :class:`~rank_lab.engine.loop.Engine`,
-its options :class:`~rank_lab.engine.options.EngineConfig`, schedule, checkpoints, NaN guard).
+Every loop runs on the one training engine (:mod:`rank_lab.engine`:
+:class:`~rank_lab.engine.loop.Engine`, its options :class:`~rank_lab.engine.options.EngineConfig`,
+schedule, checkpoints, NaN guard).
 
 * :class:`TrainConfig` -- a flat dataclass that a papermill parameters cell can fill
   (:meth:`TrainConfig.from_dict`), started from one of the papers' training recipes

@@ -51,11 +51,19 @@ from rank_lab.models.heads import PrototypeClassifier, class_means
 from rank_lab.registry import Registry
 from rank_lab.utils import DeviceLike, get_device, seed_everything
 
-__all__ = ["CLS_METHODS", "ClassificationMethod", "ContrastiveClassifier", "fit_classifier", "predict_logits"]
+__all__ = [
+    "CLS_METHODS",
+    "ClassificationMethod",
+    "ContrastiveClassifier",
+    "fit_classifier",
+    "predict_logits",
+]
+
 
 @dataclass(frozen=True)
 class ClassificationMethod:
-    """One chapter-6 method of :class:`ContrastiveClassifier`: its layers, its stages, its objective.
+    """One chapter-6 method of :class:`ContrastiveClassifier`: its layers, its stages, its
+    objective.
 
     Attributes:
         description: one line (the registry's summary).
@@ -72,7 +80,9 @@ class ClassificationMethod:
     classifier: Literal["linear", "prototypes"]
     loss: Callable[[ContrastiveClassifier, torch.Tensor, torch.Tensor], torch.Tensor]
     projection: bool = False
-    stage2_loss: Callable[[ContrastiveClassifier, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    stage2_loss: (
+        Callable[[ContrastiveClassifier, torch.Tensor, torch.Tensor], torch.Tensor] | None
+    ) = None
     class_means: bool = False
 
     def __post_init__(self) -> None:
@@ -81,14 +91,22 @@ class ClassificationMethod:
             raise TypeError(f"description must be a str, got {type(self.description).__name__}")
         check_choice(self.classifier, "classifier", ("linear", "prototypes"))
         if not callable(self.loss):
-            raise TypeError(f"loss must be a callable loss(model, features, labels), got {type(self.loss).__name__}")
+            raise TypeError(
+                "loss must be a callable loss(model, features, labels), got "
+                f"{type(self.loss).__name__}"
+            )
         if self.stage2_loss is not None and not callable(self.stage2_loss):
-            raise TypeError(f"stage2_loss must be a callable or None, got {type(self.stage2_loss).__name__}")
+            raise TypeError(
+                f"stage2_loss must be a callable or None, got {type(self.stage2_loss).__name__}"
+            )
         for name in ("projection", "class_means"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.class_means and self.classifier != "prototypes":
-            raise ValueError("class_means=True needs classifier='prototypes' (the class means become the prototypes)")
+            raise ValueError(
+                "class_means=True needs classifier='prototypes' (the class means become the "
+                "prototypes)"
+            )
 
 
 #: The chapter-6 methods of :class:`ContrastiveClassifier` by name (``CLS_METHODS.list()``): a new
@@ -105,9 +123,13 @@ def _linear_ce(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tens
     return cross_entropy_loss(f, labels, model.linear.weight)
 
 
-def _normalised_ce(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def _normalised_ce(
+    model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
     assert model.prototypes is not None
-    return cross_entropy_loss(f, labels, model.prototypes.prototypes, normalize=True, temperature=model.temperature)
+    return cross_entropy_loss(
+        f, labels, model.prototypes.prototypes, normalize=True, temperature=model.temperature
+    )
 
 
 def _supcon(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -129,22 +151,61 @@ def _esupcon(model: ContrastiveClassifier, f: torch.Tensor, labels: torch.Tensor
     return esupcon_loss(f, labels, model.prototypes.prototypes, model.temperature)
 
 
-_register("ce", ClassificationMethod("cross-entropy on a bias-free linear layer (Eq. 6.6)", "linear", _linear_ce))
-_register("supcon+ce", ClassificationMethod(
-    "SupCon (Eq. 6.5) on a projection head, then CE on a linear classifier", "linear", _supcon,
-    projection=True, stage2_loss=_linear_ce))
-_register("supcon+ce(n)", ClassificationMethod(
-    "SupCon (Eq. 6.5), then CE(n): normalised features and weights", "prototypes", _supcon,
-    projection=True, stage2_loss=_normalised_ce))
-_register("supcon+tt", ClassificationMethod(
-    "SupCon + tightness (Eq. 6.9) for the prototypes, nearest prototype", "prototypes",
-    lambda model, f, labels: _supcon(model, f, labels) + _tightness(model, f, labels), projection=True))
-_register("spce", ClassificationMethod(
-    "SPCE (Eq. 6.7) on the encoder + tightness for the prototypes", "prototypes",
-    lambda model, f, labels: _spce(model, f, labels) + _tightness(model, f, labels)))
-_register("spce(m)", ClassificationMethod(
-    "SPCE, prototypes set to the class means afterwards", "prototypes", _spce, class_means=True))
-_register("esupcon", ClassificationMethod("ESupCon (Eq. 6.15): encoder and prototypes jointly", "prototypes", _esupcon))
+_register(
+    "ce",
+    ClassificationMethod(
+        "cross-entropy on a bias-free linear layer (Eq. 6.6)", "linear", _linear_ce
+    ),
+)
+_register(
+    "supcon+ce",
+    ClassificationMethod(
+        "SupCon (Eq. 6.5) on a projection head, then CE on a linear classifier",
+        "linear",
+        _supcon,
+        projection=True,
+        stage2_loss=_linear_ce,
+    ),
+)
+_register(
+    "supcon+ce(n)",
+    ClassificationMethod(
+        "SupCon (Eq. 6.5), then CE(n): normalised features and weights",
+        "prototypes",
+        _supcon,
+        projection=True,
+        stage2_loss=_normalised_ce,
+    ),
+)
+_register(
+    "supcon+tt",
+    ClassificationMethod(
+        "SupCon + tightness (Eq. 6.9) for the prototypes, nearest prototype",
+        "prototypes",
+        lambda model, f, labels: _supcon(model, f, labels) + _tightness(model, f, labels),
+        projection=True,
+    ),
+)
+_register(
+    "spce",
+    ClassificationMethod(
+        "SPCE (Eq. 6.7) on the encoder + tightness for the prototypes",
+        "prototypes",
+        lambda model, f, labels: _spce(model, f, labels) + _tightness(model, f, labels),
+    ),
+)
+_register(
+    "spce(m)",
+    ClassificationMethod(
+        "SPCE, prototypes set to the class means afterwards", "prototypes", _spce, class_means=True
+    ),
+)
+_register(
+    "esupcon",
+    ClassificationMethod(
+        "ESupCon (Eq. 6.15): encoder and prototypes jointly", "prototypes", _esupcon
+    ),
+)
 
 
 class ContrastiveClassifier(nn.Module):
@@ -153,7 +214,8 @@ class ContrastiveClassifier(nn.Module):
     Args:
         encoder: maps inputs to ``(B, dim)`` features.
         n_classes: ``K`` (keyword).
-        dim: feature size ``D`` of the encoder (keyword; the package's order is ``(n_classes, dim)``).
+        dim: feature size ``D`` of the encoder (keyword; the package's order is
+            ``(n_classes, dim)``).
         method: one of :data:`CLS_METHODS` (keyword).
         temperature: of SupCon / ESupCon and of the prototype (cosine) logits.
         proj_dim: output size of the projection head (SupCon variants).
@@ -161,9 +223,9 @@ class ContrastiveClassifier(nn.Module):
             features those logits are at most ``N_k / N``, so a smaller value trains faster).
 
     Raises:
-        TypeError, ValueError: ``n_classes`` or ``dim`` missing, ``encoder`` not a module, an unknown ``method``, ``dim``,
-            ``n_classes`` or ``proj_dim`` not a positive int, a temperature that is not a finite
-            positive number.
+        TypeError, ValueError: ``n_classes`` or ``dim`` missing, ``encoder`` not a module, an
+            unknown ``method``, ``dim``, ``n_classes`` or ``proj_dim`` not a positive int, a
+            temperature that is not a finite positive number.
     """
 
     def __init__(
@@ -187,15 +249,26 @@ class ContrastiveClassifier(nn.Module):
         feat_dim = check_positive_int(dim, "dim")
         self.n_classes = check_positive_int(n_classes, "n_classes")
         proj_dim = check_positive_int(proj_dim, "proj_dim")
-        self.method, self.temperature = method, check_float(temperature, "temperature", low=0.0, low_open=True)
-        self.spce_temperature = check_float(spce_temperature, "spce_temperature", low=0.0, low_open=True)
+        self.method, self.temperature = (
+            method,
+            check_float(temperature, "temperature", low=0.0, low_open=True),
+        )
+        self.spce_temperature = check_float(
+            spce_temperature, "spce_temperature", low=0.0, low_open=True
+        )
         self.encoder = check_module(encoder, "encoder")
         self.projection: nn.Module | None = (
-            nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, proj_dim)) if spec.projection else None
+            nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, proj_dim))
+            if spec.projection
+            else None
         )
-        self.linear: nn.Linear | None = nn.Linear(feat_dim, n_classes, bias=False) if spec.classifier == "linear" else None
+        self.linear: nn.Linear | None = (
+            nn.Linear(feat_dim, n_classes, bias=False) if spec.classifier == "linear" else None
+        )
         self.prototypes: PrototypeClassifier | None = (
-            None if self.linear is not None else PrototypeClassifier(n_classes=n_classes, dim=feat_dim, temperature=temperature)
+            None
+            if self.linear is not None
+            else PrototypeClassifier(n_classes=n_classes, dim=feat_dim, temperature=temperature)
         )
         self.stage = 1
 
@@ -215,7 +288,8 @@ class ContrastiveClassifier(nn.Module):
         self.stage = 2
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Encoder features ``(B, feat_dim)`` of a non-empty batch ``x`` (its shape is the encoder's business).
+        """Encoder features ``(B, feat_dim)`` of a non-empty batch ``x`` (its shape is the encoder's
+        business).
 
         Raises:
             TypeError, ValueError: ``x`` not a tensor, an empty batch, and the encoder's errors.
@@ -236,7 +310,8 @@ class ContrastiveClassifier(nn.Module):
 
     def training_loss(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The method's objective on a batch (views stacked along dim 0, labels repeated): its
-        :attr:`ClassificationMethod.loss`, or in the second stage its ``stage2_loss`` on detached features."""
+        :attr:`ClassificationMethod.loss`, or in the second stage its ``stage2_loss`` on detached
+        features."""
         f = self.features(x)
         spec = CLS_METHODS[self.method]
         if self.stage == 2 and spec.stage2_loss is not None:
@@ -252,7 +327,13 @@ class ContrastiveClassifier(nn.Module):
 
 
 @torch.no_grad()
-def predict_logits(model: ContrastiveClassifier, x: torch.Tensor, *, batch_size: int = 512, device: DeviceLike = None) -> torch.Tensor:
+def predict_logits(
+    model: ContrastiveClassifier,
+    x: torch.Tensor,
+    *,
+    batch_size: int = 512,
+    device: DeviceLike = None,
+) -> torch.Tensor:
     """Logits ``(N, K)`` of ``x`` in eval mode (CPU float32).
 
     Raises:
@@ -266,7 +347,10 @@ def predict_logits(model: ContrastiveClassifier, x: torch.Tensor, *, batch_size:
     dev = get_device(device) if device is not None else next(model.parameters()).device
     was = model.training
     model.eval()
-    out = [model.logits(x[i : i + batch_size].to(dev)).float().cpu() for i in range(0, x.shape[0], batch_size)]
+    out = [
+        model.logits(x[i : i + batch_size].to(dev)).float().cpu()
+        for i in range(0, x.shape[0], batch_size)
+    ]
     model.train(was)
     return torch.cat(out)
 
@@ -280,6 +364,7 @@ def fit_classifier(
     stage2_epochs: int = 10,
     batch_size: int = 128,
     lr: float = 1e-3,
+    stage2_lr: float | None = None,
     weight_decay: float = 0.0,
     noise_std: float = 0.1,
     max_shift: int = 1,
@@ -297,6 +382,11 @@ def fit_classifier(
         stage2_epochs: epochs of the classifier stage of two-stage methods.
         batch_size: images per batch (``2 x batch_size`` views).
         lr, weight_decay: Adam (one optimiser per stage).
+        stage2_lr: Adam's learning rate in the classifier stage of two-stage methods (``None``:
+            ``lr``). The second stage is a convex linear probe on frozen features whose norms the
+            first stage does not control (SupCon normalises only the projection head's output):
+            with small features the probe needs a larger step to converge in a few epochs, as the
+            official SupCon linear stage trains with its own, larger rate.
         noise_std, max_shift: the view augmentation (:func:`two_views`).
         seed: shuffling and augmentation seed.
         device: compute device.
@@ -310,8 +400,9 @@ def fit_classifier(
     Raises:
         TypeError, ValueError: ``model`` not a :class:`ContrastiveClassifier`; ``x`` not a finite
             floating batch; ``y`` not integer labels in ``[0, K)``, one per row of ``x``; an epoch
-            count or ``batch_size`` not a positive int; ``lr`` not a finite positive number;
-            ``weight_decay`` or ``noise_std`` not a finite number >= 0; ``max_shift`` not an int >= 0.
+            count or ``batch_size`` not a positive int; ``lr`` or ``stage2_lr`` not a finite
+            positive number; ``weight_decay`` or ``noise_std`` not a finite number >= 0;
+            ``max_shift`` not an int >= 0.
         NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
     if not isinstance(model, ContrastiveClassifier):
@@ -319,12 +410,23 @@ def fit_classifier(
     x = check_input(x, "x", tuple(range(2, 9)), shape="(N, ...)", allow_empty=False)
     y = check_labels(y, None, "y")
     if y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise ValueError(f"y must have one label per row of x: shape ({x.shape[0]},), got {tuple(y.shape)}")
+        raise ValueError(
+            f"y must have one label per row of x: shape ({x.shape[0]},), got {tuple(y.shape)}"
+        )
     if int(y.min()) < 0 or int(y.max()) >= model.n_classes:
-        raise ValueError(f"y must hold labels in [0, {model.n_classes}), got [{int(y.min())}, {int(y.max())}]")
+        raise ValueError(
+            f"y must hold labels in [0, {model.n_classes}), got [{int(y.min())}, {int(y.max())}]"
+        )
     batch_size = check_positive_int(batch_size, "batch_size")
-    lr, weight_decay = check_float(lr, "lr", low=0.0, low_open=True), check_float(weight_decay, "weight_decay", low=0.0)
-    noise_std, max_shift = check_float(noise_std, "noise_std", low=0.0), check_nonneg_int(max_shift, "max_shift")
+    lr, weight_decay = (
+        check_float(lr, "lr", low=0.0, low_open=True),
+        check_float(weight_decay, "weight_decay", low=0.0),
+    )
+    lr2 = lr if stage2_lr is None else check_float(stage2_lr, "stage2_lr", low=0.0, low_open=True)
+    noise_std, max_shift = (
+        check_float(noise_std, "noise_std", low=0.0),
+        check_nonneg_int(max_shift, "max_shift"),
+    )
     n1 = check_positive_int(epochs, "epochs")
     n2 = check_positive_int(stage2_epochs, "stage2_epochs") if model.two_stage else 0
     options = loop_options(engine, epochs=n1 + n2, desc=model.method)
@@ -332,14 +434,44 @@ def fit_classifier(
     model.to(dev)
     seed_everything(seed)
     g = torch.Generator().manual_seed(seed)
-    optimizers = {"stage1": build_optimizer([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)}
-    if model.two_stage:  # the parameters that stage 2 leaves trainable (start_stage2 freezes the encoder and head)
-        frozen = {id(p) for mod in (model.encoder, model.projection) if mod is not None for p in mod.parameters()}
-        optimizers["stage2"] = build_optimizer([p for p in model.parameters() if p.requires_grad and id(p) not in frozen],
-                                               lr=lr, weight_decay=weight_decay)
-    run = Engine({"model": model}, optimizers, options, device=dev, generators={"batches": g},
-        run_key={"method": model.method, "stage1_epochs": n1, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
-                 "noise_std": noise_std, "max_shift": max_shift, "seed": seed, "n_items": int(x.shape[0])}, trained_on=(x, y))
+    optimizers = {
+        "stage1": build_optimizer(
+            [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay
+        )
+    }
+    # the parameters that stage 2 leaves trainable (start_stage2 freezes the encoder and head)
+    if model.two_stage:
+        frozen = {
+            id(p)
+            for mod in (model.encoder, model.projection)
+            if mod is not None
+            for p in mod.parameters()
+        }
+        optimizers["stage2"] = build_optimizer(
+            [p for p in model.parameters() if p.requires_grad and id(p) not in frozen],
+            lr=lr2,
+            weight_decay=weight_decay,
+        )
+    run = Engine(
+        {"model": model},
+        optimizers,
+        options,
+        device=dev,
+        generators={"batches": g},
+        run_key={
+            "method": model.method,
+            "stage1_epochs": n1,
+            "batch_size": batch_size,
+            "lr": lr,
+            "stage2_lr": lr2,
+            "weight_decay": weight_decay,
+            "noise_std": noise_std,
+            "max_shift": max_shift,
+            "seed": seed,
+            "n_items": int(x.shape[0]),
+        },
+        trained_on=(x, y),
+    )
 
     def start(e: int) -> None:
         if e >= n1 and model.stage != 2:
@@ -359,8 +491,13 @@ def fit_classifier(
 
     def end(e: int, results: list[StepResult]) -> None:
         losses = [r.loss for r in results]
-        run.history.append({"epoch": len(run.history) + 1, "stage": 2 if e >= n1 else 1,
-                            "loss": sum(losses) / max(len(losses), 1)})
+        run.history.append(
+            {
+                "epoch": len(run.history) + 1,
+                "stage": 2 if e >= n1 else 1,
+                "loss": sum(losses) / max(len(losses), 1),
+            }
+        )
 
     run.run(step, batches, on_epoch_start=start, on_epoch_end=end)
     if CLS_METHODS[model.method].class_means:

@@ -1,4 +1,5 @@
-"""The typed training configuration and its validation; the papers' recipes are in :mod:`rank_lab.train.recipes`.
+"""The typed training configuration and its validation; the papers' recipes are in
+:mod:`rank_lab.train.recipes`.
 
 A :class:`TrainConfig` is a flat dataclass (plus a nested :class:`~rank_lab.models.ModelConfig`)
 so that a papermill ``parameters`` cell can fill it: :meth:`TrainConfig.from_dict` takes flat keys
@@ -7,9 +8,9 @@ so that a papermill ``parameters`` cell can fill it: :meth:`TrainConfig.from_dic
 ``__post_init__`` and a bad value raises ``ValueError``/``TypeError`` naming the field.
 
 :meth:`TrainConfig.recipe` starts from one of the training recipes of :mod:`rank_lab.train.recipes`
-(:data:`~rank_lab.train.recipes.RECIPES`: the hyper-parameters of the Ramzi thesis §3.5.1 and §4.4.1,
-the SupRank TPAMI paper §VII-A/B and the ROADMAP NeurIPS paper §4, with the official code where the
-texts are silent).
+(:data:`~rank_lab.train.recipes.RECIPES`: the hyper-parameters of the Ramzi thesis §3.5.1 and
+§4.4.1, the SupRank TPAMI paper §VII-A/B and the ROADMAP NeurIPS paper §4, with the official code
+where the texts are silent).
 """
 
 from __future__ import annotations
@@ -51,17 +52,19 @@ class TrainConfig:
     * Data: ``epochs``, ``batch_size``, ``m_per_class`` (images per class in a batch, the
       m-per-class sampler of the papers), ``sampler`` ("m_per_class", or "hierarchical": the
       HAPPIER papers' sampler drawing ``super_classes_per_batch`` super-classes (label column
-      1) per batch, m per class, needs ``(N, L)`` labels), ``batches_per_epoch`` (``None``: the sampler's
+      1) per batch, m per class, needs ``(N, L)`` labels), ``batches_per_epoch`` (``None``: the
+         sampler's
       default length), ``num_workers`` (clamped to the machine's CPUs, with a warning),
       ``image_size`` (for dataset transforms),
-      ``dataset`` / ``data_dir`` (for :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
+      ``dataset`` / ``data_dir`` (for
+      :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
     * Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
       head; ``None`` = ``lr``), ``loss_lr`` (learnable loss parameters such as proxies;
       ``None`` = head lr), ``weight_decay``, ``momentum``/``nesterov`` (sgd).
     * Schedule: ``scheduler`` (cosine / constant, per step; or step: the rate times ``gamma`` at
-      each of the ``milestones`` epochs, torch's ``MultiStepLR``, the RS@k recipes), ``warmup_epochs``
-      (linear LR warm-up), ``min_lr`` (cosine floor of the backbone group; other groups scale with
-      their base lr),
+      each of the ``milestones`` epochs, torch's ``MultiStepLR``, the RS@k recipes),
+      ``warmup_epochs`` (linear LR warm-up), ``min_lr`` (cosine floor of the backbone group; other
+      groups scale with their base lr),
       ``freeze_backbone_epochs`` (thesis §4.4.1: "warm up for 5 epochs, the pre-trained
       weights are not optimized"), ``grad_clip`` (max global norm), ``amp`` (mixed
       precision, CUDA only), ``amp_dtype``.
@@ -146,7 +149,9 @@ class TrainConfig:
         if isinstance(self.model, Mapping):
             self.model = ModelConfig.from_dict(self.model)
         if not isinstance(self.model, ModelConfig):
-            raise TypeError(f"model must be a ModelConfig or a dict, got {type(self.model).__name__}")
+            raise TypeError(
+                f"model must be a ModelConfig or a dict, got {type(self.model).__name__}"
+            )
         for name in ("checkpoint_dir", "log_path", "data_dir"):
             v = getattr(self, name)
             if isinstance(v, Path):
@@ -166,8 +171,16 @@ class TrainConfig:
         _int(self, "eval_batch_size", 1)
         _int(self, "checkpoint_every", 1)
         _int(self, "multistage_chunk_size", 1, optional=True)
-        for name in ("deterministic", "nesterov", "amp", "eval_at_start", "resume", "progress",
-                     "memory_unique", "relabel_train"):
+        for name in (
+            "deterministic",
+            "nesterov",
+            "amp",
+            "eval_at_start",
+            "resume",
+            "progress",
+            "memory_unique",
+            "relabel_train",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         _float(self, "lr", positive=True)
@@ -194,15 +207,18 @@ class TrainConfig:
         _int(self, "super_classes_per_batch", 1)
         if self.batch_size % self.m_per_class != 0:
             raise ValueError(
-                f"batch_size ({self.batch_size}) must be a multiple of m_per_class ({self.m_per_class})"
+                f"batch_size ({self.batch_size}) must be a multiple of m_per_class "
+                f"({self.m_per_class})"
             )
         if self.batch_size // self.m_per_class < 2:
             raise ValueError(
-                f"batch_size // m_per_class = {self.batch_size // self.m_per_class}: a batch needs at "
-                "least 2 classes (otherwise no query has a negative)"
+                f"batch_size // m_per_class = {self.batch_size // self.m_per_class}: a batch needs "
+                "at least 2 classes (otherwise no query has a negative)"
             )
         if self.warmup_epochs >= self.epochs:
-            raise ValueError(f"warmup_epochs ({self.warmup_epochs}) must be < epochs ({self.epochs})")
+            raise ValueError(
+                f"warmup_epochs ({self.warmup_epochs}) must be < epochs ({self.epochs})"
+            )
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr ({self.min_lr}) must be <= lr ({self.lr})")
         if self.device is not None and not isinstance(self.device, str):
@@ -217,19 +233,26 @@ class TrainConfig:
         if isinstance(self.eval_ks, int):
             self.eval_ks = (self.eval_ks,)
         self.eval_ks = tuple(self.eval_ks)
-        if not self.eval_ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.eval_ks):
-            raise ValueError(f"eval_ks must be a non-empty sequence of positive ints, got {self.eval_ks!r}")
+        if not self.eval_ks or any(
+            isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.eval_ks
+        ):
+            raise ValueError(
+                f"eval_ks must be a non-empty sequence of positive ints, got {self.eval_ks!r}"
+            )
         if isinstance(self.eval_metrics, str):
             self.eval_metrics = (self.eval_metrics,)
         self.eval_metrics = tuple(str(m) for m in self.eval_metrics)
 
     # ------------------------------------------------------------------ dict round trip
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False, **kw: Any) -> TrainConfig:
+    def from_dict(
+        cls, d: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False, **kw: Any
+    ) -> TrainConfig:
         """Build a config from flat, nested or dotted keys (plus keyword overrides).
 
         Args:
-            d: e.g. ``{"lr": 1e-4, "backbone": "mlp", "model": {"embed_dim": 32}, "model.width": 8}``.
+            d: e.g.
+                ``{"lr": 1e-4, "backbone": "mlp", "model": {"embed_dim": 32}, "model.width": 8}``.
                 A ``"recipe"`` key starts from that recipe.
             ignore_unknown: skip unknown keys instead of raising (handy to pass a notebook's
                 whole parameter dict).
@@ -256,7 +279,7 @@ class TrainConfig:
             model.update(nested)
         for key, value in items.items():
             if key.startswith("model."):
-                sub = key[len("model."):]
+                sub = key[len("model.") :]
                 if sub not in model_fields:
                     if ignore_unknown:
                         continue
@@ -300,16 +323,23 @@ class TrainConfig:
 
         ``epochs``, ``resume``, ``progress``, ``amp``, ``amp_dtype`` and ``grad_clip`` are the
         fields of :class:`~rank_lab.engine.options.EngineConfig`, kept flat here so that a
-        notebook's parameters cell fills them; the :class:`~rank_lab.train.trainer.Trainer` writes its
-        checkpoints itself (every ``checkpoint_every`` epochs, with its log), so the engine gets
+        notebook's parameters cell fills them; the :class:`~rank_lab.train.trainer.Trainer` writes
+        its checkpoints itself (every ``checkpoint_every`` epochs, with its log), so the engine gets
         ``checkpoint_every=None``.
 
         Args:
             checkpoint: the checkpoint file (the trainer's ``checkpoint_dir/last.pt``) or ``None``.
         """
-        return EngineConfig(epochs=self.epochs, checkpoint=checkpoint, checkpoint_every=None,
-                            resume=self.resume, progress=self.progress, amp=self.amp,
-                            amp_dtype=self.amp_dtype, grad_clip=self.grad_clip)
+        return EngineConfig(
+            epochs=self.epochs,
+            checkpoint=checkpoint,
+            checkpoint_every=None,
+            resume=self.resume,
+            progress=self.progress,
+            amp=self.amp,
+            amp_dtype=self.amp_dtype,
+            grad_clip=self.grad_clip,
+        )
 
     def schedule(self, steps_per_epoch: int) -> Schedule:
         """The learning-rate schedule of this run, the one place it is read from the config.
@@ -323,14 +353,22 @@ class TrainConfig:
             steps_per_epoch: optimiser steps per epoch (a positive int).
         """
         steps_per_epoch = check_positive_int(steps_per_epoch, "steps_per_epoch")
-        return Schedule(self.scheduler, self.epochs * steps_per_epoch, self.warmup_epochs * steps_per_epoch,
-                        self.min_lr, ref_lr=self.lr, step_unit=steps_per_epoch, milestones=self.milestones,
-                        gamma=self.gamma)
+        return Schedule(
+            self.scheduler,
+            self.epochs * steps_per_epoch,
+            self.warmup_epochs * steps_per_epoch,
+            self.min_lr,
+            ref_lr=self.lr,
+            step_unit=steps_per_epoch,
+            milestones=self.milestones,
+            gamma=self.gamma,
+        )
 
     # ------------------------------------------------------------------ recipes
     @classmethod
     def recipe(cls, name: str, **overrides: Any) -> TrainConfig:
-        """The papers' training recipes by name (:data:`rank_lab.train.recipes.RECIPES`, :func:`~rank_lab.train.recipes.list_recipes`).
+        """The papers' training recipes by name (:data:`rank_lab.train.recipes.RECIPES`,
+        :func:`~rank_lab.train.recipes.list_recipes`).
 
         ``TrainConfig.recipe("roadmap_sop", epochs=5, weights="imagenet")`` starts from the
         recipe and applies validated overrides (``weights`` may also be ``"none"`` or a file path).
@@ -395,4 +433,3 @@ def _choice(cfg: Any, name: str, choices: tuple[str, ...]) -> None:
     if not isinstance(v, str) or v.lower() not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {v!r}")
     setattr(cfg, name, v.lower())
-

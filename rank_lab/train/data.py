@@ -24,6 +24,7 @@ from rank_lab.utils import check_amp_dtype, get_device, loader_workers, seed_wor
 
 __all__ = ["as_dataset", "relabel", "embed_dataset", "SamplerStream"]
 
+
 def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
     """Accept ``(x, y)`` tensors, a ``TensorDataset`` or a dataset with ``.labels``; return
     ``(dataset, labels (N,) or (N, L))``.
@@ -41,32 +42,49 @@ def as_dataset(data: Any, name: str = "data") -> tuple[Dataset, torch.Tensor]:
         ValueError: mismatched rows, a ``meta`` ``x``, NaN or inf in ``x`` or values whose squares
             overflow, empty or wrongly shaped labels (every message names ``name``).
     """
-    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
+    if (
+        isinstance(data, (tuple, list))
+        and len(data) == 2
+        and all(isinstance(t, torch.Tensor) for t in data)
+    ):
         x, y = data
         if x.ndim == 0 or y.ndim == 0:
-            raise ValueError(f"{name}: x and y need one row per item, got shapes {tuple(x.shape)} and {tuple(y.shape)}")
+            raise ValueError(
+                f"{name}: x and y need one row per item, got shapes {tuple(x.shape)} and "
+                f"{tuple(y.shape)}"
+            )
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"{name}: x has {x.shape[0]} rows but y has {y.shape[0]}")
         _check_xy(x, y, name)
         return TensorDataset(x, y), y.long().cpu()
     if isinstance(data, TensorDataset):
         if len(data.tensors) < 2:
-            raise ValueError(f"{name}: a TensorDataset needs (x, y) tensors, got {len(data.tensors)}")
+            raise ValueError(
+                f"{name}: a TensorDataset needs (x, y) tensors, got {len(data.tensors)}"
+            )
         _check_xy(data.tensors[0], data.tensors[1], name)
         return data, data.tensors[1].long().cpu()
     if isinstance(data, Dataset):
         labels = getattr(data, "labels", None)
         if labels is None:
-            raise TypeError(f"{name}: a Dataset must expose .labels (N,) or (N, L) for the m-per-class sampler")
+            raise TypeError(
+                f"{name}: a Dataset must expose .labels (N,) or (N, L) for the m-per-class sampler"
+            )
         return data, check_labels(labels, None, f"{name} labels").cpu()
-    raise TypeError(f"{name} must be (x, y) tensors, a TensorDataset or a Dataset with .labels, got {type(data).__name__}")
+    raise TypeError(
+        f"{name} must be (x, y) tensors, a TensorDataset or a Dataset with .labels, got "
+        f"{type(data).__name__}"
+    )
 
 
 def _check_xy(x: torch.Tensor, y: torch.Tensor, name: str) -> None:
     check_labels(y, x.shape[0], f"{name} labels")
     check_finite(x, f"{name} (x)")  # complex and meta refused there too
     if not x.is_floating_point():
-        raise TypeError(f"{name} (x) must be a floating tensor, got dtype {x.dtype} (convert it, e.g. x.float() / 255 for pixels)")
+        raise TypeError(
+            f"{name} (x) must be a floating tensor, got dtype {x.dtype} (convert it, e.g. "
+            "x.float() / 255 for pixels)"
+        )
     check_magnitude(x, f"{name} (x)")
 
 
@@ -93,8 +111,14 @@ class IndexedDataset(Dataset):
 
 @torch.no_grad()
 def embed_dataset(
-    model: nn.Module, data: Any, *, batch_size: int = 256, device: Any = None,
-    num_workers: int = 0, amp: bool = False, amp_dtype: torch.dtype = torch.float16,
+    model: nn.Module,
+    data: Any,
+    *,
+    batch_size: int = 256,
+    device: Any = None,
+    num_workers: int = 0,
+    amp: bool = False,
+    amp_dtype: torch.dtype = torch.float16,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Embeddings ``(N, d)`` (float32, CPU) and labels of a dataset, in eval mode, without
     touching the global RNG.
@@ -118,18 +142,28 @@ def embed_dataset(
         x_all = ds.tensors[0]
         batches = (x_all[i : i + batch_size] for i in range(0, len(ds), batch_size))
     else:
-        loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=loader_workers(num_workers),
-                            generator=torch.Generator(), worker_init_fn=seed_worker, pin_memory=dev.type == "cuda")
+        loader = DataLoader(
+            ds,
+            batch_size=batch_size,
+            shuffle=False,
+            num_workers=loader_workers(num_workers),
+            generator=torch.Generator(),
+            worker_init_fn=seed_worker,
+            pin_memory=dev.type == "cuda",
+        )
         batches = (b[0] for b in loader)
     start = 0
     try:
         for x in batches:
             amp_ctx = torch.autocast(dev.type, dtype=amp_dtype, enabled=amp and dev.type == "cuda")
-            with amp_ctx, trusted_inputs([model]):  # the embeddings are checked below, naming the items
+            # the embeddings are checked below, naming the items
+            with amp_ctx, trusted_inputs([model]):
                 emb = model(x.to(dev, non_blocking=True)).float().cpu()
             if not bool(torch.isfinite(emb).all()):
-                raise ValueError(f"the model's embeddings of data items [{start}, {start + emb.shape[0]}) hold NaN or inf: "
-                                 "check those inputs (and the model's weights)")
+                raise ValueError(
+                    f"the model's embeddings of data items [{start}, {start + emb.shape[0]}) hold "
+                    "NaN or inf: check those inputs (and the model's weights)"
+                )
             start += emb.shape[0]
             out.append(emb)
     finally:
@@ -141,8 +175,8 @@ def embed_dataset(
 
 class SamplerStream:
     """The batches of a batch sampler, epoch after epoch (``set_epoch`` between them): ``stream(s)``
-    is batch ``s`` of the stream (``stream.last`` the latest); asking for an earlier batch (a resumed
-    run) replays the draw from the start, which costs only the sampler's index draws.
+    is batch ``s`` of the stream (``stream.last`` the latest); asking for an earlier batch (a
+    resumed run) replays the draw from the start, which costs only the sampler's index draws.
 
     Args:
         sampler: a batch sampler with ``set_epoch`` whose epoch's draw depends only on its seed and

@@ -1,4 +1,5 @@
-"""Very large batches by multistage back-propagation (Section 5.3.2 of the Patel thesis, after Revaud et al. 2019).
+"""Very large batches by multistage back-propagation (Section 5.3.2 of the Patel thesis, after
+Revaud et al. 2019).
 
 A listwise loss such as RS@k needs the whole batch at once (ranks are defined over the batch), but
 the backbone's activations for 4,000 images do not fit in memory. The loss, however, only touches
@@ -12,8 +13,8 @@ the ``(B, d)`` embeddings, so the gradient can be split:
    (``E_chunk.backward(G_chunk)``); parameter gradients accumulate over the chunks.
 
 By the chain rule the result equals the gradient of a single pass, provided that the second forward
-reproduces the first exactly (tested in ``tests/train/test_multistage.py`` to 1e-10 in float64). Peak
-memory is the activations of one chunk plus ``O(B d)`` (plus whatever the loss needs).
+reproduces the first exactly (tested in ``tests/train/test_multistage.py`` to 1e-10 in float64).
+Peak memory is the activations of one chunk plus ``O(B d)`` (plus whatever the loss needs).
 
 Determinism (what this module does and what it requires):
 
@@ -31,9 +32,9 @@ Determinism (what this module does and what it requires):
   compares the recomputed embeddings with the stored ones and raises if they disagree.
 
 With DistributedDataParallel: pass the DDP wrapper as ``model`` and a ``loss_fn`` that all-gathers
-the embeddings (:func:`rank_lab.train.distributed.collectives.all_gather_with_grad`). Pass 3 then runs every
-chunk but the last under ``model.no_sync()``, so DDP all-reduces the gradients once per step, after
-they are fully accumulated (every rank must have the same number of chunks).
+the embeddings (:func:`rank_lab.train.distributed.collectives.all_gather_with_grad`). Pass 3 then
+runs every chunk but the last under ``model.no_sync()``, so DDP all-reduces the gradients once per
+step, after they are fully accumulated (every rank must have the same number of chunks).
 
 The official RS@k code cuts the graph with ``copy.copy`` into a pre-allocated tensor, which is
 implicit; here pass 1 runs under an explicit ``torch.no_grad()``.
@@ -66,26 +67,36 @@ __all__ = [
     "fit_multistage",
 ]
 
+
 def _chunks(n: int, chunk_size: int) -> Iterator[slice]:
     for a in range(0, n, chunk_size):
         yield slice(a, min(a + chunk_size, n))
 
 
-def _check_inputs(inputs: torch.Tensor, labels: object = None, trusted: bool = False) -> torch.Tensor | None:
+def _check_inputs(
+    inputs: torch.Tensor, labels: object = None, trusted: bool = False
+) -> torch.Tensor | None:
     """A non-empty batch on dim 0, finite when floating (integer inputs such as token ids go to the
     model as they are: whether it takes them is the model's business); ``labels`` (returned as a
     tensor) must have one row per input."""
     if not isinstance(inputs, torch.Tensor):
-        raise TypeError(f"inputs must be a tensor with the batch on dim 0, got {type(inputs).__name__}")
+        raise TypeError(
+            f"inputs must be a tensor with the batch on dim 0, got {type(inputs).__name__}"
+        )
     if inputs.ndim == 0 or inputs.shape[0] == 0:
-        raise ValueError(f"inputs must hold a non-empty batch on dim 0, got shape {tuple(inputs.shape)}")
+        raise ValueError(
+            f"inputs must hold a non-empty batch on dim 0, got shape {tuple(inputs.shape)}"
+        )
     if inputs.is_floating_point():
         check_finite_input(inputs, "inputs", trusted=trusted)
     if labels is None:
         return None
     labels = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(labels)
     if labels.ndim == 0 or labels.shape[0] != inputs.shape[0]:
-        raise ValueError(f"labels has {labels.shape[0] if labels.ndim else 0} rows but inputs has {inputs.shape[0]}")
+        raise ValueError(
+            f"labels has {labels.shape[0] if labels.ndim else 0} rows but inputs has "
+            f"{inputs.shape[0]}"
+        )
     return labels
 
 
@@ -121,8 +132,9 @@ def embed_in_chunks(
         ``(B, d)`` embeddings on ``device``.
 
     Raises:
-        TypeError, ValueError: ``inputs`` not a non-empty finite batch, ``chunk_size`` not a positive
-            int; an error of the model on a chunk, re-raised naming the chunk of ``inputs``.
+        TypeError, ValueError: ``inputs`` not a non-empty finite batch, ``chunk_size`` not a
+            positive int; an error of the model on a chunk, re-raised naming the chunk of
+            ``inputs``.
     """
     check_module(model, "model")
     _check_inputs(inputs)
@@ -207,7 +219,8 @@ def multistage_backward(
         atol: tolerance of that comparison.
         progress: show tqdm bars.
         trusted: skip the finite check of ``inputs`` (a caller whose numerical guard checks the
-            loss, such as a step of the training engine: see :func:`~rank_lab._validation.trusted_inputs`).
+            loss, such as a step of the training engine: see
+            :func:`~rank_lab._validation.trusted_inputs`).
 
     Returns:
         :class:`MultistageOutput` (loss, embeddings, their gradient).
@@ -247,16 +260,21 @@ def multistage_backward(
 
     # pass 3: recompute each chunk with a graph and push the stored gradient rows through it
     no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce once, after the last chunk
-    for i, (sl, state) in enumerate(zip(_maybe_tqdm(slices, progress, "multistage: backward"), states, strict=True)):
+    for i, (sl, state) in enumerate(
+        zip(_maybe_tqdm(slices, progress, "multistage: backward"), states, strict=True)
+    ):
         if restore_rng:
             _set_rng_state(state, dev)
         with no_sync() if no_sync is not None and i < len(slices) - 1 else contextlib.nullcontext():
             out = model(inputs[sl].to(dev, non_blocking=True))
-            if check_consistency and not torch.allclose(out.detach(), emb.detach()[sl], atol=atol, rtol=0):
+            if check_consistency and not torch.allclose(
+                out.detach(), emb.detach()[sl], atol=atol, rtol=0
+            ):
                 err = float((out.detach() - emb.detach()[sl]).abs().max())
                 raise RuntimeError(
-                    f"multistage: the second forward of chunk {sl.start}:{sl.stop} differs from the first by {err:.3g}; "
-                    "freeze BatchNorm, keep restore_rng=True, and use deterministic kernels"
+                    f"multistage: the second forward of chunk {sl.start}:{sl.stop} differs from "
+                    f"the first by {err:.3g}; freeze BatchNorm, keep restore_rng=True, and use "
+                    "deterministic kernels"
                 )
             out.backward(grad[sl])
     if restore_rng:
@@ -265,7 +283,9 @@ def multistage_backward(
         for name, b in model.named_buffers():
             if name in buffers:
                 b.copy_(buffers[name])
-    return MultistageOutput(loss=loss.detach(), embeddings=emb.detach(), embedding_grad=grad.detach())
+    return MultistageOutput(
+        loss=loss.detach(), embeddings=emb.detach(), embedding_grad=grad.detach()
+    )
 
 
 def _maybe_tqdm(items: list, show: bool, desc: str) -> list:
@@ -305,12 +325,27 @@ def multistage_step(
     """
     check_module(model, "model")
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
     labels = _check_inputs(inputs, labels)  # checked once here; the engine's guard checks the loss
-    run = Engine(model, optimizer, EngineConfig(desc="multistage"),
-                 device=_model_device(model) if device is None else device, autocast=False)
-    step = _engine_step(run, model, loss_fn, chunk_size=chunk_size, device=device,
-                        restore_rng=restore_rng, progress=progress, trusted=True)
+    run = Engine(
+        model,
+        optimizer,
+        EngineConfig(desc="multistage"),
+        device=_model_device(model) if device is None else device,
+        autocast=False,
+    )
+    step = _engine_step(
+        run,
+        model,
+        loss_fn,
+        chunk_size=chunk_size,
+        device=device,
+        restore_rng=restore_rng,
+        progress=progress,
+        trusted=True,
+    )
     return run.train_step(step, Batch((inputs, labels))).loss
 
 
@@ -320,7 +355,8 @@ def _engine_step(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     **kwargs: Any,
 ) -> Callable[[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
-    """The engine's step function of multistage back-propagation, ``step((inputs, labels)) -> loss``.
+    """The engine's step function of multistage back-propagation,
+    ``step((inputs, labels)) -> loss``.
 
     The loss is checked by the engine's guard before its scaled gradient is pushed back through
     the chunks (:func:`multistage_backward` with ``kwargs``), which then tell the engine that the
@@ -365,7 +401,8 @@ def fit_multistage(
 
     Each step draws a batch of ``batch_size`` items (``batch_size // m_per_class`` classes x
     ``m_per_class`` images, :class:`rank_lab.data.MPerClassSampler`) and back-propagates it with
-    :func:`multistage_backward`, so the memory is that of one ``chunk_size`` chunk whatever the batch.
+    :func:`multistage_backward`, so the memory is that of one ``chunk_size`` chunk whatever the
+    batch.
 
     Args:
         model: embedding network; loss_fn: ``loss(embeddings, labels)`` (e.g. RS@k).
@@ -388,10 +425,14 @@ def fit_multistage(
             :class:`~rank_lab.data.MPerClassSampler` and :func:`multistage_backward`.
         NonFiniteTrainingError: a NaN/inf loss or gradient (no update applied).
     """
-    options = loop_options(engine, epochs=steps, desc=f"multistage B={batch_size}", unit="step",
-                           length="steps")
+    options = loop_options(
+        engine, epochs=steps, desc=f"multistage B={batch_size}", unit="step", length="steps"
+    )
     steps = options.epochs
-    batch_size, m_per_class = check_positive_int(batch_size, "batch_size"), check_positive_int(m_per_class, "m_per_class")
+    batch_size, m_per_class = (
+        check_positive_int(batch_size, "batch_size"),
+        check_positive_int(m_per_class, "m_per_class"),
+    )
     check_module(model, "model")
     labels = _check_inputs(inputs, labels)
     inputs = inputs.detach()  # training data: a requires-grad tensor would chain every step's graph
@@ -402,19 +443,36 @@ def fit_multistage(
         if isinstance(loss_fn, nn.Module):
             params += list(loss_fn.parameters())
         optimizer = build_optimizer([p for p in params if p.requires_grad], "adam", lr=lr)
-    sampler = MPerClassSampler(labels, m=m_per_class, batch_size=batch_size, length=steps * batch_size, seed=seed)
+    sampler = MPerClassSampler(
+        labels, m=m_per_class, batch_size=batch_size, length=steps * batch_size, seed=seed
+    )
     stream = SamplerStream(sampler)
     modules = {"model": model, **({"loss": loss_fn} if isinstance(loss_fn, nn.Module) else {})}
-    run = Engine(modules, optimizer, options,
-        device=_model_device(model) if device is None else device, autocast=False,
-        run_key={"batch_size": batch_size, "m_per_class": m_per_class, "chunk_size": chunk_size, "seed": seed,
-                 "sampler_length": steps * batch_size, "n_items": int(labels.shape[0]), "lr": lr},
-                 trained_on=(inputs, labels))
+    run = Engine(
+        modules,
+        optimizer,
+        options,
+        device=_model_device(model) if device is None else device,
+        autocast=False,
+        run_key={
+            "batch_size": batch_size,
+            "m_per_class": m_per_class,
+            "chunk_size": chunk_size,
+            "seed": seed,
+            "sampler_length": steps * batch_size,
+            "n_items": int(labels.shape[0]),
+            "lr": lr,
+        },
+        trained_on=(inputs, labels),
+    )
     # inputs were checked once above; the engine's guard checks each step's loss
     step = _engine_step(run, model, loss_fn, chunk_size=chunk_size, device=device, trusted=True)
 
     model.train()
-    run.run(lambda idx: step((inputs[idx], labels[idx])),
-            lambda s: one_batch(Batch(torch.as_tensor(stream(s)), indices=stream.last)),
-            steps_per_epoch=1, on_epoch_end=lambda s, res: run.history.append(res[0].loss))
+    run.run(
+        lambda idx: step((inputs[idx], labels[idx])),
+        lambda s: one_batch(Batch(torch.as_tensor(stream(s)), indices=stream.last)),
+        steps_per_epoch=1,
+        on_epoch_end=lambda s, res: run.history.append(res[0].loss),
+    )
     return run.history

@@ -1,1 +1,2 @@
-"""The generated bad-input matrix (issue 16): ``registry`` (one valid call per public callable) and its test."""
+"""The generated bad-input matrix (issue 16): ``registry`` (one valid call per public callable) and
+its test."""

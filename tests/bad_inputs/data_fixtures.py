@@ -29,7 +29,9 @@ def fixture(name: str, per_class: int = 2) -> Path:
     """The folder of dataset ``name`` (a :func:`~rank_lab.fixtures.fixture_names` name)."""
     from rank_lab.fixtures import write_fixture
 
-    return write_fixture(name, _root() / f"{name}_{per_class}", n_classes=2, per_class=per_class, size=8)
+    return write_fixture(
+        name, _root() / f"{name}_{per_class}", n_classes=2, per_class=per_class, size=8
+    )
 
 
 def scratch() -> Path:

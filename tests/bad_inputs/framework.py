@@ -71,7 +71,7 @@ Every variant call runs under a time limit (:data:`TIME_LIMIT_S`, environment va
 which raises :class:`Hang` (a ``BaseException``, so no ``except Exception`` in the package swallows
 it) into the running Python code; elsewhere the call runs in a daemon thread that is abandoned when
 it overruns.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -117,7 +117,9 @@ DEFAULT_LEGAL = {
     "f64": F64_LEGAL,
     "overflow": "finite data of any magnitude: a named error or a NaN- and inf-free result",
     "subnormal": "finite data of any magnitude: a named error or a NaN- and inf-free result",
-    "grad": "a requires-grad input is a valid input: the result of the detached call, differentiable",
+    "grad": (
+        "a requires-grad input is a valid input: the result of the detached call, differentiable"
+    ),
 }
 #: seconds one variant call may take before it is the defect "hang"
 TIME_LIMIT_S = float(os.environ.get("RANK_LAB_MATRIX_TIME_LIMIT", "60"))
@@ -140,7 +142,9 @@ class Entry:
     stages: tuple[Stage, ...]
     rows: tuple[tuple[str, ...], ...] = ()
     nopos: Mapping[str, Callable[[], Any]] = field(default_factory=dict)
-    extra: Mapping[str, tuple[str, Callable[[], Any], tuple[str, ...]]] = field(default_factory=dict)
+    extra: Mapping[str, tuple[str, Callable[[], Any], tuple[str, ...]]] = field(
+        default_factory=dict
+    )
     legal: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -169,16 +173,27 @@ def _args(a: ArgsFactory | Mapping[str, Any] | None) -> ArgsFactory:
     return lambda: copy.deepcopy(frozen)
 
 
-def fn(target: Any, args: ArgsFactory | Mapping[str, Any] | None = None, roles: Mapping[str, str] | None = None,
-       **kw: Any) -> Entry:
+def fn(
+    target: Any,
+    args: ArgsFactory | Mapping[str, Any] | None = None,
+    roles: Mapping[str, str] | None = None,
+    **kw: Any,
+) -> Entry:
     """An entry for a function called once with ``args``."""
     return Entry(target, (Stage(None, _args(args), dict(roles or {})),), **kw)
 
 
-def cls(target: Any, init: ArgsFactory | Mapping[str, Any] | None = None, roles: Mapping[str, str] | None = None,
-        calls: Sequence[tuple[str, ArgsFactory | Mapping[str, Any] | None, Mapping[str, str] | None]] = (),
-        **kw: Any) -> Entry:
-    """An entry for a class: the constructor, then each ``(method, args, roles)`` of ``calls`` in order."""
+def cls(
+    target: Any,
+    init: ArgsFactory | Mapping[str, Any] | None = None,
+    roles: Mapping[str, str] | None = None,
+    calls: Sequence[
+        tuple[str, ArgsFactory | Mapping[str, Any] | None, Mapping[str, str] | None]
+    ] = (),
+    **kw: Any,
+) -> Entry:
+    """An entry for a class: the constructor, then each ``(method, args, roles)`` of ``calls`` in
+    order."""
     stages = [Stage(None, _args(init), dict(roles or {}))]
     stages += [Stage(m, _args(a), dict(r or {})) for m, a, r in calls]
     return Entry(target, tuple(stages), **kw)
@@ -232,13 +247,23 @@ _X = {
     "subnormal": lambda x: _floating(x) * (torch.finfo(_floating(x).dtype).tiny / 64),
 }
 _LABELS = {
-    "ndim+": lambda y: torch.as_tensor(y)[..., None, None] if torch.as_tensor(y).ndim == 1 else torch.as_tensor(y)[..., None],
+    "ndim+": lambda y: (
+        torch.as_tensor(y)[..., None, None]
+        if torch.as_tensor(y).ndim == 1
+        else torch.as_tensor(y)[..., None]
+    ),
     "empty": lambda y: torch.as_tensor(y)[:0],
     "float": lambda y: torch.as_tensor(y).double() + 0.5,
 }
 _SCALAR = {
-    "zero": lambda v: 0, "neg": lambda v: -1, "frac": lambda v: 1.5, "big": lambda v: 10_000,
-    "nan": lambda v: math.nan, "inf": lambda v: math.inf, "above1": lambda v: 1.5, "bogus": lambda v: "bogus",
+    "zero": lambda v: 0,
+    "neg": lambda v: -1,
+    "frac": lambda v: 1.5,
+    "big": lambda v: 10_000,
+    "nan": lambda v: math.nan,
+    "inf": lambda v: math.inf,
+    "above1": lambda v: 1.5,
+    "bogus": lambda v: "bogus",
 }
 
 
@@ -276,11 +301,27 @@ def variants(entry: Entry) -> list[Variant]:
                 else:
                     value = _scalar(role, kind)
                 names = (arg, _missing_path(None)) if role == "path" else (arg,)
-                out.append(Variant(f"{key(i, arg)}:{kind}", i, arg, value, names,
-                                   DEFAULT_LEGAL.get(kind) if role == "x" else None))
+                out.append(
+                    Variant(
+                        f"{key(i, arg)}:{kind}",
+                        i,
+                        arg,
+                        value,
+                        names,
+                        DEFAULT_LEGAL.get(kind) if role == "x" else None,
+                    )
+                )
     for group in entry.rows:
         stage, arg = _find(entry, group[-1])
-        out.append(Variant(f"rows:{'/'.join(group)}", stage, arg, _drop_row, tuple(a.split(".")[-1] for a in group)))
+        out.append(
+            Variant(
+                f"rows:{'/'.join(group)}",
+                stage,
+                arg,
+                _drop_row,
+                tuple(a.split(".")[-1] for a in group),
+            )
+        )
     for arg, factory in entry.nopos.items():
         stage, a = _find(entry, arg)
         out.append(Variant(f"{key(stage, a)}:nopos", stage, a, lambda v, f=factory: f(), (a,)))
@@ -334,7 +375,8 @@ def run(entry: Entry, variant: Variant | None = None, applied: list[Any] | None 
 
 
 class Hang(BaseException):
-    """A variant call that ran past :data:`TIME_LIMIT_S` (a ``BaseException``: nothing swallows it)."""
+    """A variant call that ran past :data:`TIME_LIMIT_S` (a ``BaseException``: nothing swallows
+    it)."""
 
 
 def call_with_time_limit(f: Callable[[], Any], seconds: float = TIME_LIMIT_S) -> Any:
@@ -345,6 +387,7 @@ def call_with_time_limit(f: Callable[[], Any], seconds: float = TIME_LIMIT_S) ->
     daemon thread that is abandoned (left running) when it overruns.
     """
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+
         def on_alarm(signum: int, frame: Any) -> None:
             raise Hang(f"the call ran past the {seconds:g} s time limit")
 
@@ -367,7 +410,9 @@ def call_with_time_limit(f: Callable[[], Any], seconds: float = TIME_LIMIT_S) ->
     worker.start()
     worker.join(seconds)
     if worker.is_alive():
-        raise Hang(f"the call ran past the {seconds:g} s time limit (left running in a daemon thread)")
+        raise Hang(
+            f"the call ran past the {seconds:g} s time limit (left running in a daemon thread)"
+        )
     if "error" in box:
         raise box["error"]
     return box["result"]
@@ -402,7 +447,11 @@ def find_nan(x: Any, depth: int = 0) -> str | None:
     """Where a NaN sits in a (nested) result, or None."""
     for n in numbers(x, depth):
         if isinstance(n, torch.Tensor):
-            if not _on_meta(n) and (n.is_floating_point() or n.is_complex()) and bool(torch.isnan(n.detach()).any()):
+            if (
+                not _on_meta(n)
+                and (n.is_floating_point() or n.is_complex())
+                and bool(torch.isnan(n.detach()).any())
+            ):
                 return f"tensor of shape {tuple(n.shape)}"
         elif isinstance(n, np.ndarray):
             if n.dtype.kind in "fc" and bool(np.isnan(n).any()):
@@ -414,7 +463,11 @@ def find_nan(x: Any, depth: int = 0) -> str | None:
 
 def _has_inf(n: Any) -> bool:
     if isinstance(n, torch.Tensor):
-        return not _on_meta(n) and (n.is_floating_point() or n.is_complex()) and bool(torch.isinf(n.detach()).any())
+        return (
+            not _on_meta(n)
+            and (n.is_floating_point() or n.is_complex())
+            and bool(torch.isinf(n.detach()).any())
+        )
     if isinstance(n, np.ndarray):
         return n.dtype.kind in "fc" and bool(np.isinf(n).any())
     return math.isinf(n)
@@ -424,7 +477,11 @@ def find_inf(x: Any) -> str | None:
     """Where an infinity sits in a (nested) result, or None."""
     for n in numbers(x):
         if _has_inf(n):
-            return f"tensor of shape {tuple(n.shape)}" if isinstance(n, torch.Tensor) else type(n).__name__
+            return (
+                f"tensor of shape {tuple(n.shape)}"
+                if isinstance(n, torch.Tensor)
+                else type(n).__name__
+            )
     return None
 
 
@@ -464,8 +521,17 @@ def _same(a: Any, b: Any) -> bool:
         if _on_meta(a) or _on_meta(b):
             return a.shape == b.shape
         a, b = a.detach(), b.detach()
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or (
-            (a.is_floating_point() or a.is_complex()) and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
+        return (
+            a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(
+                torch.equal(a, b)
+                or (
+                    (a.is_floating_point() or a.is_complex())
+                    and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)
+                )
+            )
+        )
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
     if isinstance(a, float) and isinstance(b, float):
@@ -480,7 +546,9 @@ def differs(result: Any, reference: list[Any]) -> str | None:
         return f"{len(got)} numbers instead of {len(reference)}"
     for i, (a, b) in enumerate(zip(got, reference, strict=True)):
         if b is not UNSTABLE and not _same(a, b):
-            shape = f" of shape {tuple(a.shape)}" if isinstance(a, (torch.Tensor, np.ndarray)) else ""
+            shape = (
+                f" of shape {tuple(a.shape)}" if isinstance(a, (torch.Tensor, np.ndarray)) else ""
+            )
             return f"number {i}{shape}"
     return None
 
@@ -498,14 +566,23 @@ def _was_floating(applied: list[Any]) -> bool:
     """Whether the valid value a variant replaced was floating (a ``grad`` variant of integer data
     changes its dtype too: refusing that is right)."""
     old = _first(applied[1]) if len(applied) > 1 else None
-    return isinstance(old, torch.Tensor) and old.is_floating_point() or (
-        isinstance(old, np.ndarray) and old.dtype.kind == "f")
+    return (
+        isinstance(old, torch.Tensor)
+        and old.is_floating_point()
+        or (isinstance(old, np.ndarray) and old.dtype.kind == "f")
+    )
 
 
 def _backward(result: Any, leaf: torch.Tensor | None) -> str | None:
     """Differentiate a result that requires grad: ``backward()`` of the sum of its graph outputs."""
-    outs = [n for n in numbers(result)
-            if isinstance(n, torch.Tensor) and n.requires_grad and n.grad_fn is not None and n.is_floating_point()]
+    outs = [
+        n
+        for n in numbers(result)
+        if isinstance(n, torch.Tensor)
+        and n.requires_grad
+        and n.grad_fn is not None
+        and n.is_floating_point()
+    ]
     if not outs:
         return None
     try:
@@ -518,7 +595,9 @@ def _backward(result: Any, leaf: torch.Tensor | None) -> str | None:
 
 
 def _names_it(names: Sequence[str], message: str) -> bool:
-    return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", message) for n in names)
+    return any(
+        re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", message) for n in names
+    )
 
 
 def legal_reason(entry: Entry, variant: Variant) -> str | None:
@@ -532,22 +611,28 @@ def _kind(variant: Variant) -> str:
     return variant.id.rpartition(":")[2]
 
 
-def verdict(entry: Entry, variant: Variant, reference: list[Any] | None = None,
-            time_limit: float | None = None) -> str | None:
+def verdict(
+    entry: Entry,
+    variant: Variant,
+    reference: list[Any] | None = None,
+    time_limit: float | None = None,
+) -> str | None:
     """``None`` if the variant behaves (named error or documented legal result), else the defect.
 
     ``reference``: :func:`snapshot` of the valid call's result (computed here when a ``grad``,
     ``overflow`` or ``subnormal`` variant needs it and none is given; a ``grad`` result that
-    differs from it is compared again on the numbers a second valid call reproduces). ``time_limit``: seconds
-    before the call is the defect ``hang`` (default :data:`TIME_LIMIT_S`).
+    differs from it is compared again on the numbers a second valid call reproduces).
+    ``time_limit``: seconds before the call is the defect ``hang`` (default :data:`TIME_LIMIT_S`).
     """
     kind = _kind(variant)
     applied: list[Any] = []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = call_with_time_limit(lambda: run(entry, variant, applied),
-                                          TIME_LIMIT_S if time_limit is None else time_limit)
+            result = call_with_time_limit(
+                lambda: run(entry, variant, applied),
+                TIME_LIMIT_S if time_limit is None else time_limit,
+            )
     except Hang as exc:
         return f"hang: {exc}"
     except FileNotFoundError as exc:  # a missing path: the standard error, when it names the path
@@ -556,8 +641,12 @@ def verdict(entry: Entry, variant: Variant, reference: list[Any] | None = None,
         return f"{type(exc).__name__}: {str(exc)[:200]}"
     except (ValueError, TypeError) as exc:
         msg = str(exc)
-        if (kind == "grad" and variant.default_legal and legal_reason(entry, variant) == variant.default_legal
-                and _was_floating(applied)):
+        if (
+            kind == "grad"
+            and variant.default_legal
+            and legal_reason(entry, variant) == variant.default_legal
+            and _was_floating(applied)
+        ):
             return f"requires-grad input refused ({type(exc).__name__}): {msg[:200]}"
         if _names_it(variant.names, msg):
             return None

@@ -31,16 +31,36 @@ from . import (
 from .framework import Entry, variants
 
 SUBPACKAGES = (
-    "rank_lab.metrics", "rank_lab.data", "rank_lab.data.datasets", "rank_lab.ranking", "rank_lab.losses",
-    "rank_lab.train", "rank_lab.models", "rank_lab.retrieval", "rank_lab.fewshot", "rank_lab.ood",
-    "rank_lab.learned", "rank_lab.memory", "rank_lab.utils", "rank_lab.book",
+    "rank_lab.metrics",
+    "rank_lab.data",
+    "rank_lab.data.datasets",
+    "rank_lab.ranking",
+    "rank_lab.losses",
+    "rank_lab.train",
+    "rank_lab.models",
+    "rank_lab.retrieval",
+    "rank_lab.fewshot",
+    "rank_lab.ood",
+    "rank_lab.learned",
+    "rank_lab.memory",
+    "rank_lab.utils",
+    "rank_lab.book",
 )
 EXCLUDED: tuple[str, ...] = ()
 
 ENTRIES: list[Entry] = [
-    *entries_metrics.ENTRIES, *entries_data.ENTRIES, *entries_ranking.ENTRIES, *entries_losses.ENTRIES,
-    *entries_train.ENTRIES, *entries_models.ENTRIES, *entries_retrieval.ENTRIES, *entries_fewshot.ENTRIES,
-    *entries_ood.ENTRIES, *entries_learned.ENTRIES, *entries_misc.ENTRIES, *entries_book.ENTRIES,
+    *entries_metrics.ENTRIES,
+    *entries_data.ENTRIES,
+    *entries_ranking.ENTRIES,
+    *entries_losses.ENTRIES,
+    *entries_train.ENTRIES,
+    *entries_models.ENTRIES,
+    *entries_retrieval.ENTRIES,
+    *entries_fewshot.ENTRIES,
+    *entries_ood.ENTRIES,
+    *entries_learned.ENTRIES,
+    *entries_misc.ENTRIES,
+    *entries_book.ENTRIES,
     *entries_apparatus.ENTRIES,
 ]
 
@@ -72,7 +92,8 @@ def public_callables() -> dict[int, tuple[Any, list[str]]]:
 
 
 def _is_foreign(obj: Any) -> bool:
-    """Names re-exported from outside the package (e.g. ``typing`` aliases) are not ours to check."""
+    """Names re-exported from outside the package (e.g. ``typing`` aliases) are not ours to
+    check."""
     return not (getattr(obj, "__module__", "") or "").startswith("rank_lab")
 
 

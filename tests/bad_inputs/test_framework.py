@@ -26,9 +26,18 @@ from .framework import (
 
 
 def _verdicts(target, **kw) -> dict[str, str | None]:
-    entry = fn(target, lambda: {"x": torch.randn(4, 3, generator=torch.Generator().manual_seed(0))}, {"x": "x"}, **kw)
+    entry = fn(
+        target,
+        lambda: {"x": torch.randn(4, 3, generator=torch.Generator().manual_seed(0))},
+        {"x": "x"},
+        **kw,
+    )
     ref = stable_snapshot(snapshot(run(entry)), snapshot(run(entry)))
-    return {v.id: verdict(entry, v, ref, time_limit=30.0) for v in variants(entry) if v.id.split(":")[1] in NUMERICAL_KINDS}
+    return {
+        v.id: verdict(entry, v, ref, time_limit=30.0)
+        for v in variants(entry)
+        if v.id.split(":")[1] in NUMERICAL_KINDS
+    }
 
 
 def checked_norms(x):
@@ -55,7 +64,9 @@ def test_a_careful_evaluation_passes_every_numerical_kind():
 def test_a_careless_one_fails_each_kind_for_its_own_reason():
     v = _verdicts(careless_norms)
     assert v["x:overflow"].startswith("silent inf")
-    assert v["x:meta"].startswith("accepted silently") and v["x:complex"].startswith("accepted silently")
+    assert v["x:meta"].startswith("accepted silently") and v["x:complex"].startswith(
+        "accepted silently"
+    )
     assert v["x:subnormal"] is None  # subnormal norms are tiny, not wrong: legal
     assert v["x:grad"] is None  # the same values, and differentiable
 
@@ -83,7 +94,9 @@ def test_meta_and_complex_refused_with_the_argument_named_pass():
 
     v = _verdicts(strict)
     assert v["x:meta"] is None and v["x:complex"] is None
-    assert _verdicts(lambda x: check_real(x, "other").sum())["x:meta"].startswith("ValueError that does not name 'x'")
+    assert _verdicts(lambda x: check_real(x, "other").sum())["x:meta"].startswith(
+        "ValueError that does not name 'x'"
+    )
 
 
 def test_unstable_numbers_of_the_valid_call_are_not_compared():
@@ -93,19 +106,22 @@ def test_unstable_numbers_of_the_valid_call_are_not_compared():
 
 
 def _spin() -> None:
-    """A busy loop (no sleep: only the alarm can stop it in time), bounded so that it never outlives the test."""
+    """A busy loop (no sleep: only the alarm can stop it in time), bounded so that it never outlives
+    the test."""
     end = time.monotonic() + 20
     while time.monotonic() < end:
         pass
 
 
 def test_a_hang_becomes_a_defect_in_the_main_thread():
-    assert threading.current_thread() is threading.main_thread()  # pytest and its xdist workers run tests there
+    # pytest and its xdist workers run tests there
+    assert threading.current_thread() is threading.main_thread()
     t = time.monotonic()
     with pytest.raises(Hang, match="time limit"):
         call_with_time_limit(_spin, 0.3)
     assert time.monotonic() - t < 5
-    assert call_with_time_limit(lambda: 7, 1.0) == 7  # and the alarm is disarmed after a normal return
+    # and the alarm is disarmed after a normal return
+    assert call_with_time_limit(lambda: 7, 1.0) == 7
     time.sleep(0.4)
 
 
@@ -134,4 +150,6 @@ def test_the_verdict_of_a_hanging_variant_names_the_hang():
 
     entry = fn(hangs_on_overflow, lambda: {"x": torch.randn(3, 2)}, {"x": "x"})
     (v,) = [v for v in variants(entry) if v.id == "x:overflow"]
-    assert verdict(entry, v, snapshot(run(entry)), time_limit=0.5).startswith("hang: the call ran past the 0.5 s time limit")
+    assert verdict(entry, v, snapshot(run(entry)), time_limit=0.5).startswith(
+        "hang: the call ran past the 0.5 s time limit"
+    )

@@ -24,7 +24,8 @@ from .registry import ENTRIES, counts, public_callables
 
 
 def _known() -> set[str]:
-    """The ledger of open defects: ``<entry> <variant>`` lines (``#`` comments), see docs/decisions.md."""
+    """The ledger of open defects: ``<entry> <variant>`` lines (``#`` comments), see
+    docs/decisions.md."""
     lines = (Path(__file__).parent / "known_defects.txt").read_text().splitlines()
     return {ln.split("  #")[0].strip() for ln in lines if ln.strip() and not ln.startswith("#")}
 
@@ -38,7 +39,11 @@ def test_bad_inputs(entry):
     where = find_nan(valid)
     reference = snapshot(valid)
     del valid
-    failures = {ledger_key(entry, v): msg for v in variants(entry) if (msg := verdict(entry, v, reference)) is not None}
+    failures = {
+        ledger_key(entry, v): msg
+        for v in variants(entry)
+        if (msg := verdict(entry, v, reference)) is not None
+    }
     if where is not None:
         failures[f"{entry.name} valid:nan"] = f"the valid call returns a NaN ({where})"
     new = [f"{k}: {m}" for k, m in failures.items() if k not in KNOWN]
@@ -48,7 +53,8 @@ def test_bad_inputs(entry):
 
 
 def _pending() -> set[str]:
-    """Public callables of module-level ``__all__`` lists still waiting for an entry (shrink-only)."""
+    """Public callables of module-level ``__all__`` lists still waiting for an entry
+    (shrink-only)."""
     lines = (Path(__file__).parent / "pending_entries.txt").read_text().splitlines()
     return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
 
@@ -82,14 +88,21 @@ def test_every_legal_pattern_is_used():
     stale = []
     for e in ENTRIES:
         ids = [v.id for v in variants(e)]
-        stale += [f"{e.name}: {p}" for p in e.legal if not any(fnmatch.fnmatchcase(i, p) for i in ids)]
+        stale += [
+            f"{e.name}: {p}" for p in e.legal if not any(fnmatch.fnmatchcase(i, p) for i in ids)
+        ]
     assert not stale, stale
 
 
 def test_matrix_counts():
     c = counts()
-    print(f"bad-input matrix: {c['callables']} public callables ({c['public_names']} public names), {c['variants']} variants")
+    print(
+        f"bad-input matrix: {c['callables']} public callables ({c['public_names']} public names), "
+        f"{c['variants']} variants"
+    )
     pending = {n for n in _pending()}
-    uncovered = [i for i, (_, names) in public_callables().items() if any(n in pending for n in names)]
+    uncovered = [
+        i for i, (_, names) in public_callables().items() if any(n in pending for n in names)
+    ]
     assert c["callables"] + len(uncovered) == len(public_callables())
     assert c["variants"] > 5 * c["callables"] // 2

@@ -1,5 +1,6 @@
 """One regression test per defect listed in issue 16 (the resume and NaN-guard cases are in
-``tests/train/test_train_resume_guard.py``, the k-vs-gallery rule of the trainer in ``tests/train/test_train.py``)."""
+``tests/train/test_train_resume_guard.py``, the k-vs-gallery rule of the trainer in
+``tests/train/test_train.py``)."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def test_compose_energies_refuses_a_nan_energy():
         compose_energies(torch.ones(3, 2), std=torch.ones(3))
 
 
-# ------------------------------------------------------------------------------------ obscure errors
+# ------------------------------------------------------------------------------------ obscure
+# errors
 def test_knn_score_with_another_feature_width_names_the_data():
     knn = KNN(k=2).fit(torch.randn(10, 4))
     with pytest.raises(ValueError, match=r"data\['features'\] has d=5 but KNN was fitted on d=4"):
@@ -104,7 +106,9 @@ def test_load_svhn_wraps_a_truncated_mat_file(tmp_path):
     buf = io.BytesIO()
     scipy.io.savemat(buf, {"X": np.zeros((32, 32, 3, 2), np.uint8), "y": np.ones((2, 1), np.uint8)})
     (tmp_path / "test_32x32.mat").write_bytes(buf.getvalue()[:200])  # truncated
-    with pytest.raises(DatasetFolderError, match=r"test_32x32.mat.*not a readable MATLAB file.*X \(32, 32, 3, N\)"):
+    with pytest.raises(
+        DatasetFolderError, match=r"test_32x32.mat.*not a readable MATLAB file.*X \(32, 32, 3, N\)"
+    ):
         load_svhn(tmp_path, "test")
 
 
@@ -113,7 +117,9 @@ def test_load_lmdb_words_wraps_lmdb_errors(tmp_path):
     from rank_lab.data.datasets.scene_text import load_lmdb_words
 
     (tmp_path / "data.mdb").write_bytes(b"not an lmdb environment" * 100)
-    with pytest.raises(DatasetFolderError, match=r"data.mdb.*not a readable LMDB environment.*num-samples"):
+    with pytest.raises(
+        DatasetFolderError, match=r"data.mdb.*not a readable LMDB environment.*num-samples"
+    ):
         load_lmdb_words(tmp_path)
 
 
@@ -124,53 +130,70 @@ def test_load_tiny_imagenet_names_a_malformed_annotation_line(tmp_path):
     (base / "val").mkdir(parents=True)
     (base / "wnids.txt").write_text("n01443537\n")
     (base / "val" / "val_annotations.txt").write_text("val_0.JPEG n01443537 0 0 9 9\nval_1.JPEG\n")
-    with pytest.raises(DatasetFolderError, match=r"line 2 of .*val_annotations.txt.*every line should be"):
+    with pytest.raises(
+        DatasetFolderError, match=r"line 2 of .*val_annotations.txt.*every line should be"
+    ):
         load_tiny_imagenet(tmp_path)
     (base / "val" / "val_annotations.txt").write_text("\n")
     with pytest.raises(DatasetFolderError, match="lists no image"):
         load_tiny_imagenet(tmp_path)
 
 
-# ------------------------------------------------------------------------------------ silent wrong output
+# ------------------------------------------------------------------------------------ silent wrong
+# output
 @pytest.mark.parametrize("loss_cls", [SmoothRecallAtK])
 def test_recall_surrogate_clips_a_k_the_batch_cannot_reach(loss_cls):
     torch.manual_seed(0)
     emb = torch.randn(12, 4, requires_grad=True)
     labels = torch.arange(12) % 3
-    with pytest.warns(UserWarning, match=r"ks holds k=\[50\] but a query is ranked against only 11 item\(s\)"):
+    with pytest.warns(
+        UserWarning, match=r"ks holds k=\[50\] but a query is ranked against only 11 item\(s\)"
+    ):
         loss = loss_cls(ks=(50,))(emb, labels)
     assert float(loss) > 0  # was a constant 0
     loss.backward()
     assert float(emb.grad.abs().sum()) > 0  # and now has a gradient
-    assert float(loss) == pytest.approx(float(loss_cls(ks=(11,))(emb, labels)), abs=1e-12)  # k clipped to 11
+    # k clipped to 11
+    assert float(loss) == pytest.approx(float(loss_cls(ks=(11,))(emb, labels)), abs=1e-12)
 
 
 # ------------------------------------------------------------------------------------ inconsistent
 def test_retrieval_metrics_and_trainer_refuse_k_beyond_the_gallery():
     emb, labels = torch.randn(20, 4), torch.arange(20) % 4
-    with pytest.raises(ValueError, match=r"ks holds k=\[100\], larger than the number of gallery items available \(19\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"ks holds k=\[100\], larger than the number of gallery items available \(19\)",
+    ):
         retrieval_metrics(emb, labels)  # default ks (1, 10, 100)
     assert "R@10" in retrieval_metrics(emb, labels, ks=(1, 10))  # the message's remedy works
-    # the trainer follows the same rule (and checks before training): tests/train/test_train.py::test_input_checks
+    # the trainer follows the same rule (and checks before training):
+    # tests/train/test_train.py::test_input_checks
 
 
-# ------------------------------------------------------------------------------------ not what it says
+# ------------------------------------------------------------------------------------ not what it
+# says
 def test_dg_upper_bound_is_the_worst_case_for_equal_batches_and_refuses_unequal_ones():
-    # brute force of the decomposability gap's worst case (every interleaving of perfectly ranked batches)
+    # brute force of the decomposability gap's worst case (every interleaving of perfectly ranked
+    # batches)
     for p, n, k in itertools.product((1, 2), (1, 2, 3), (2, 3)):
         if (p + n) * k > 9:
             continue
         brute, _ = worst_case_dg_brute_force([p] * k, [n] * k)
         assert dg_upper_bound([p] * k, [n] * k) == pytest.approx(brute, abs=1e-12)
     brute, _ = worst_case_dg_brute_force([3, 1], [1, 3])
-    assert brute == pytest.approx(0.382, abs=1e-3)  # the issue's case: the old value 0.05 was no bound
-    with pytest.raises(ValueError, match=r"pos_per_batch / neg_per_batch giving positives \[3, 1\].*not a bound"):
+    # the issue's case: the old value 0.05 was no bound
+    assert brute == pytest.approx(0.382, abs=1e-3)
+    with pytest.raises(
+        ValueError, match=r"pos_per_batch / neg_per_batch giving positives \[3, 1\].*not a bound"
+    ):
         dg_upper_bound([3, 1], [1, 3])
 
 
 def test_hybrid_energy_fits_float64_features():
     torch.manual_seed(0)
-    h = HybridEnergy(ClassGaussianEnergy(), 4, epochs=1, hidden_dim=8, n_layers=2, batch_size=8, sgld_steps=2)
+    h = HybridEnergy(
+        ClassGaussianEnergy(), 4, epochs=1, hidden_dim=8, n_layers=2, batch_size=8, sgld_steps=2
+    )
     z = torch.randn(16, 4, dtype=torch.float64)
     h.fit(z, torch.arange(16) % 2, device="cpu")
     e = h.energy(z)

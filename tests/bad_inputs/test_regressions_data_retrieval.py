@@ -1,5 +1,6 @@
 """Regression tests of the bad-input fixes in :mod:`rank_lab.data` and :mod:`rank_lab.retrieval`
-(issue 16): one direct test per defect class, where the matrix's variant alone would not show the rule."""
+(issue 16): one direct test per defect class, where the matrix's variant alone would not show the
+rule."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_image_list_labels_must_be_integers_and_an_empty_list_stays_legal() -> N
         ImageListDataset(["a.png", "b.png"], [0.5, 1.5])  # was truncated to [0, 1] silently
     with pytest.raises(ValueError, match="labels must have shape"):
         ImageListDataset(["a.png"], torch.zeros(1, 1, 1, dtype=torch.long))
-    assert len(ImageListDataset([], torch.zeros(0, dtype=torch.long))) == 0  # e.g. no R1M distractors
+    # e.g. no R1M distractors
+    assert len(ImageListDataset([], torch.zeros(0, dtype=torch.long))) == 0
 
 
 # ----------------------------------------------------------------------------- retrieval
@@ -76,11 +78,13 @@ def test_l2n_eps_must_be_a_finite_positive_number() -> None:
 
 def test_grouped_map_skips_nan_ap_but_refuses_inf_and_casts_integers() -> None:
     groups = torch.tensor([0, 0, 1])
-    assert grouped_map(torch.tensor([0.5, NAN, 1.0]), groups) == {"0": 50.0, "1": 100.0}  # documented rule
+    # documented rule
+    assert grouped_map(torch.tensor([0.5, NAN, 1.0]), groups) == {"0": 50.0, "1": 100.0}
     for bad in (math.inf, -math.inf, 1.5):
         with pytest.raises(ValueError, match="ap must hold APs in"):
             grouped_map(torch.tensor([0.5, bad, 1.0]), groups)
-    assert grouped_map(torch.tensor([1, 0, 1]), groups) == {"0": 50.0, "1": 100.0}  # was a mean() dtype error
+    # was a mean() dtype error
+    assert grouped_map(torch.tensor([1, 0, 1]), groups) == {"0": 50.0, "1": 100.0}
 
 
 def test_mean_ci_wants_one_dimension_of_runs() -> None:
@@ -90,7 +94,8 @@ def test_mean_ci_wants_one_dimension_of_runs() -> None:
 
 
 def test_revisited_mp_at_k_beyond_the_database_is_the_protocols_k_q() -> None:
-    # hand-worked (tests/retrieval/test_protocols.py): hard protocol, last positive at position 2 -> k_q = 2 for any k >= 2
+    # hand-worked (tests/retrieval/test_protocols.py): hard protocol, last positive at position 2 ->
+    # k_q = 2 for any k >= 2
     scores = torch.tensor([[0.9, 0.8, 0.7, 0.6, 0.5]])
     gnd = [{"easy": [0], "hard": [3], "junk": [1]}]
     res = revisited_evaluate(scores, gnd, ks=(2, 5, 100))["hard"]
@@ -101,7 +106,8 @@ def test_descriptor_net_checks_its_batch_and_accepts_float64() -> None:
     torch.manual_seed(0)
     net = DescriptorNet(MLPBackbone(4, (4,)))
     x = torch.randn(3, 4)
-    torch.testing.assert_close(net(x.double()), net(x))  # was "mat1 and mat2 must have the same dtype"
+    # was "mat1 and mat2 must have the same dtype"
+    torch.testing.assert_close(net(x.double()), net(x))
     with pytest.raises(TypeError, match="x must be a floating tensor"):
         net(x.long())
     with pytest.raises(ValueError, match=r"x is empty \(shape \(0, 4\)"):
@@ -109,9 +115,13 @@ def test_descriptor_net_checks_its_batch_and_accepts_float64() -> None:
     with pytest.raises(ValueError, match="x contains 4 NaN or inf"):
         net(torch.cat([x[:2], torch.full((1, 4), math.inf)]))
     with pytest.raises(TypeError, match="images tensor must be floating"):
-        extract_descriptors(torch.ones(2, 3, 8, 8, dtype=torch.long), "tiny_cnn", image_size=None, progress=False)
+        extract_descriptors(
+            torch.ones(2, 3, 8, 8, dtype=torch.long), "tiny_cnn", image_size=None, progress=False
+        )
     with pytest.raises(ValueError, match="images contains"):
-        extract_descriptors(_nan_at_0(torch.rand(2, 3, 8, 8)), "tiny_cnn", image_size=None, progress=False)
+        extract_descriptors(
+            _nan_at_0(torch.rand(2, 3, 8, 8)), "tiny_cnn", image_size=None, progress=False
+        )
 
 
 def test_graph_helpers_refuse_non_finite_values_and_name_their_arguments() -> None:
@@ -124,7 +134,9 @@ def test_graph_helpers_refuse_non_finite_values_and_name_their_arguments() -> No
         sparse_rows_to_dense,
     )
 
-    x = torch.nn.functional.normalize(torch.randn(10, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    x = torch.nn.functional.normalize(
+        torch.randn(10, 4, generator=torch.Generator().manual_seed(0)), dim=1
+    )
     s, i = knn_self(x, 3, backend="torch")
     for bad in (NAN, math.inf):  # NaN gave a NaN gamma stored in the graph, inf a 0/1 graph
         with pytest.raises(ValueError, match="gamma"):
@@ -133,13 +145,17 @@ def test_graph_helpers_refuse_non_finite_values_and_name_their_arguments() -> No
     op = sparse_operator(w)
     with pytest.raises(ValueError, match="v contains"):
         op(_nan_at_0(torch.ones(10, 2)))
-    torch.testing.assert_close(sparse_operator(w, check_inputs=False)(torch.ones(10, 2)), op(torch.ones(10, 2)))
+    torch.testing.assert_close(
+        sparse_operator(w, check_inputs=False)(torch.ones(10, 2)), op(torch.ones(10, 2))
+    )
     bad_w = sp.csr_matrix(w, copy=True)
     bad_w.data[0] = NAN
     with pytest.raises(ValueError, match="m holds 1 NaN"):
         sparse_operator(bad_w)
     # rows given as a torch tensor (the documented type) used to fail inside scipy's indexing
-    torch.testing.assert_close(sparse_rows_to_dense(w, torch.tensor([0, 2])), torch.from_numpy(w.toarray()[[0, 2]]))
+    torch.testing.assert_close(
+        sparse_rows_to_dense(w, torch.tensor([0, 2])), torch.from_numpy(w.toarray()[[0, 2]])
+    )
 
 
 def test_trapezoid_ap_ignores_any_padding_value() -> None:
@@ -148,7 +164,8 @@ def test_trapezoid_ap_ignores_any_padding_value() -> None:
     valid = torch.tensor([[True, True, False]])
     a = trapezoid_ap_from_positions(torch.tensor([[2, 5, 1]]), valid)
     b = trapezoid_ap_from_positions(torch.tensor([[2, 5, 10**6]]), valid)
-    assert torch.equal(a, b) and not torch.isnan(a).any()  # a padded slot used to give 0 * inf = NaN
+    # a padded slot used to give 0 * inf = NaN
+    assert torch.equal(a, b) and not torch.isnan(a).any()
     # hand-worked: positions 2 and 5 -> (1/2) [((0/1) + (1/2))/2 + ((1/4) + (2/5))/2]
     assert float(a) == pytest.approx(0.5 * ((0 + 0.5) / 2 + (0.25 + 0.4) / 2))
 
@@ -198,7 +215,9 @@ def test_loader_helpers_refuse_what_they_used_to_accept_silently(tmp_path) -> No
     with pytest.raises(TypeError, match="labels must hold integers"):
         ArrayImageDataset(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.tensor([0.5, 1.5]))
     with pytest.raises(TypeError, match="transform must be a callable"):
-        ArrayImageDataset(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.tensor([0, 1]), "default")
+        ArrayImageDataset(
+            torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.tensor([0, 1]), "default"
+        )
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"not an image")
     with pytest.raises(DatasetFolderError, match="bad.jpg.*is not a readable image"):
@@ -219,14 +238,19 @@ def test_sf300_split_is_train_test_or_an_existing_folder(tmp_path) -> None:
         load_sf300(tmp_path, "train")  # the layout's split, missing: a folder error
 
 
-# ----------------------------------------------------------------------------- writers and generators
+# ----------------------------------------------------------------------------- writers and
+# generators
 def test_fixture_writers_refuse_bad_counts_before_writing(tmp_path) -> None:
     from rank_lab.fixtures import write_image
     from rank_lab.fixtures.ood import write_svhn
     from rank_lab.fixtures.retrieval import cub_fixture
 
-    for kw, name in (({"n_classes": 0}, "n_classes"), ({"per_class": 1.5}, "per_class"), ({"size": -1}, "size"),
-                     ({"seed": -1}, "seed")):
+    for kw, name in (
+        ({"n_classes": 0}, "n_classes"),
+        ({"per_class": 1.5}, "per_class"),
+        ({"size": -1}, "size"),
+        ({"seed": -1}, "seed"),
+    ):
         with pytest.raises((TypeError, ValueError), match=name):
             cub_fixture(tmp_path / "cub", **kw)
     assert not (tmp_path / "cub").exists()  # nothing half-written
@@ -235,7 +259,9 @@ def test_fixture_writers_refuse_bad_counts_before_writing(tmp_path) -> None:
     with pytest.raises(ValueError, match="colour 'bogus'"):
         write_image(tmp_path / "a.png", "bogus")
     with pytest.raises(ValueError, match="x must be uint8"):
-        write_svhn(tmp_path, "test", np.zeros((32, 32, 3, 2), dtype=np.float32), np.array([[1], [2]]))
+        write_svhn(
+            tmp_path, "test", np.zeros((32, 32, 3, 2), dtype=np.float32), np.array([[1], [2]])
+        )
 
 
 def test_generators_refuse_non_finite_parameters_and_images(tmp_path) -> None:
@@ -246,7 +272,8 @@ def test_generators_refuse_non_finite_parameters_and_images(tmp_path) -> None:
     with pytest.raises(ValueError, match="noise"):
         make_multi_source_images(2, 1, image_size=8, noise=NAN)  # was NaN pixels clamped to black
     with pytest.raises(ValueError, match="images contains"):
-        write_image_folder(_nan_at_0(torch.rand(1, 3, 4, 4)), tmp_path, ["a.png"])  # was written as 0
+        # was written as 0
+        write_image_folder(_nan_at_0(torch.rand(1, 3, 4, 4)), tmp_path, ["a.png"])
     with pytest.raises(ValueError, match="natural_or_human_made"):
         MappingRule("lake", "Lake", "maybe")
     x = np.random.default_rng(0).normal(size=(4, 3))
@@ -256,6 +283,7 @@ def test_generators_refuse_non_finite_parameters_and_images(tmp_path) -> None:
     x_nan[0, 0] = NAN
     with pytest.raises(ValueError, match="embeddings contains 1 NaN"):
         cluster_categories(x_nan, k=2)  # was sklearn's "Input X contains NaN"
-    assert sorted(set(cluster_categories(x, k=50).tolist())) == [0, 1, 2, 3]  # capped: one cluster per category
+    # capped: one cluster per category
+    assert sorted(set(cluster_categories(x, k=50).tolist())) == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="dim must be >= 3"):
         bridged_clusters(2, 2, dim=2)  # was NaN descriptors (no second orthogonal direction)

@@ -1,4 +1,5 @@
-"""Regression tests of the bad-input fixes in models, fewshot, memory, train, cost and publish (issue 16).
+"""Regression tests of the bad-input fixes in models, fewshot, memory, train, cost and publish
+(issue 16).
 
 The matrix checks every variant; these tests pin the rules that are subtle or chosen (module inputs
 cast or refused, NaN checks deferred to the trainer's numerical guard, legal results, one check per
@@ -40,7 +41,8 @@ def test_module_inputs_named_cast_or_refused():
     with pytest.raises(ValueError, match=r"^x contains 1 NaN or inf"):
         head(bad)
     with pytest.raises(TypeError, match=r"^x must be a floating tensor"):
-        head(x.round().long())  # integer pixels are refused, not silently cast (0..255 is not [0, 1])
+        # integer pixels are refused, not silently cast (0..255 is not [0, 1])
+        head(x.round().long())
     with pytest.raises(ValueError, match=r"^x must have shape \(B, 6\)"):
         head(x[None])
     # float64 is cast to the weights' dtype: the same embeddings as the float32 input
@@ -73,8 +75,18 @@ def test_pooling_and_model_config_hyper_parameters():
 
 # ------------------------------------------------------------------------------ trainer
 def _cfg(**kw) -> TrainConfig:
-    base = dict(backbone="mlp", hidden_dims=(8,), embed_dim=4, batch_size=8, m_per_class=4, epochs=1,
-                batches_per_epoch=2, eval_ks=(1,), progress=False, loss="smooth_ap")
+    base = dict(
+        backbone="mlp",
+        hidden_dims=(8,),
+        embed_dim=4,
+        batch_size=8,
+        m_per_class=4,
+        epochs=1,
+        batches_per_epoch=2,
+        eval_ks=(1,),
+        progress=False,
+        loss="smooth_ap",
+    )
     base.update(kw)
     return TrainConfig.from_dict(base)
 
@@ -106,16 +118,26 @@ def test_trainer_checks_tensor_data_when_built(split):
     with pytest.raises(ValueError, match=r"train_data \(x\) contains 1 NaN"):
         Trainer(None, None, (x, split.y_train), None, _cfg())
     with pytest.raises(TypeError, match="train_data labels must hold integers"):
-        Trainer(None, None, (split.x_train, split.y_train.double() + 0.5), None, _cfg())  # 1.5 is no class
+        # 1.5 is no class
+        Trainer(None, None, (split.x_train, split.y_train.double() + 0.5), None, _cfg())
     with pytest.raises(ValueError, match=r"test_data \(x\) contains"):
         Trainer(None, None, (split.x_train, split.y_train), (x, split.y_train), _cfg())
 
 
 def test_a_nan_inside_the_model_reaches_the_numerical_guard(split):
-    """A lazily read NaN item is not a model's ValueError: the guard names the step and its batch."""
+    """A lazily read NaN item is not a model's ValueError: the guard names the step and its
+    batch."""
     bad = 5
-    tr = Trainer(None, None, _Lazy(split.x_train, split.y_train, bad), None, _cfg(epochs=2, batches_per_epoch=4))
-    with pytest.raises(NonFiniteTrainingError, match="the model's embeddings hold NaN or inf at epoch") as info:
+    tr = Trainer(
+        None,
+        None,
+        _Lazy(split.x_train, split.y_train, bad),
+        None,
+        _cfg(epochs=2, batches_per_epoch=4),
+    )
+    with pytest.raises(
+        NonFiniteTrainingError, match="the model's embeddings hold NaN or inf at epoch"
+    ) as info:
         tr.fit()
     assert bad in info.value.batch_indices
 
@@ -129,7 +151,8 @@ def test_embed_dataset_checks_its_embeddings_and_batch_size(split):
         embed_dataset(model, (split.x_train, split.y_train), batch_size=0)
 
 
-# ------------------------------------------------------------------------------ collectives, checkpoints, launcher
+# ------------------------------------------------------------------------------ collectives,
+# checkpoints, launcher
 def test_collectives_check_their_input_in_a_single_process():
     with pytest.raises(ValueError, match="x contains 1 NaN"):
         all_gather_with_grad(torch.tensor([[1.0, float("nan")]]))
@@ -144,20 +167,27 @@ def test_a_json_write_that_fails_keeps_the_previous_file(tmp_path):
     atomic_write_json({"ok": 1}, path)
     with pytest.raises(TypeError, match="obj holds a value that is not JSON serialisable"):
         atomic_write_json({"bad": object()}, path)
-    assert json.loads(path.read_text()) == {"ok": 1} and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+    assert json.loads(path.read_text()) == {"ok": 1} and [p.name for p in tmp_path.iterdir()] == [
+        "results.json"
+    ]
     with pytest.raises(ValueError, match=r"state lacks \['python', 'numpy', 'torch'\]"):
         set_rng_state({})
 
 
 def test_multistage_names_the_chunk_of_inputs_a_model_refuses():
-    with pytest.raises(TypeError, match=r"model\(inputs\[0:3\]\) raised: x must be a floating tensor"):
+    with pytest.raises(
+        TypeError, match=r"model\(inputs\[0:3\]\) raised: x must be a floating tensor"
+    ):
         embed_in_chunks(MLPBackbone(6, (4,)), torch.zeros(5, 6, dtype=torch.long), chunk_size=3)
 
 
 def test_launch_local_dry_run_writes_the_config_and_starts_nothing(tmp_path):
     cfg = dict(dataset="synthetic", backbone="mlp", epochs=1, device="cpu")
     out = launch_local(cfg, 2, workdir=tmp_path, dry_run=True, threads_per_proc=1)
-    assert out["command"][1:4] == ["-m", "torch.distributed.run", "--standalone"] and "--nproc_per_node=2" in out["command"]
+    assert (
+        out["command"][1:4] == ["-m", "torch.distributed.run", "--standalone"]
+        and "--nproc_per_node=2" in out["command"]
+    )
     assert json.loads((tmp_path / "config.json").read_text())["dataset"] == "synthetic"
     assert out["env"]["OMP_NUM_THREADS"] == "1" and not (tmp_path / "log.json").exists()
     with pytest.raises(ValueError, match="^nproc must be >= 1"):
@@ -244,5 +274,14 @@ def test_publish_names_a_missing_folder(tmp_path, capsys):
 
 
 def test_build_model_still_builds_the_valid_configs():
-    model = build_model({"backbone": "tiny_cnn", "in_channels": 1, "width": 2, "pooling": "gem", "gem_p": 3, "embed_dim": 4})
+    model = build_model(
+        {
+            "backbone": "tiny_cnn",
+            "in_channels": 1,
+            "width": 2,
+            "pooling": "gem",
+            "gem_p": 3,
+            "embed_dim": 4,
+        }
+    )
     assert model(torch.rand(2, 1, 8, 8)).shape == (2, 4)

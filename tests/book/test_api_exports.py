@@ -26,8 +26,9 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 def duplicate_exports(modules: Mapping[str, types.ModuleType]) -> dict[str, set[str]]:
     """``{name: modules}`` of every object (same identity) listed in the ``__all__`` of two modules.
 
-    Immutable scalars (ints, strings ...) may be shared by the interpreter without being re-exported,
-    so for them the name must match too; any other object is one object whatever its name.
+    Immutable scalars (ints, strings ...) may be shared by the interpreter without being
+    re-exported, so for them the name must match too; any other object is one object whatever its
+    name.
     """
     owners: dict[object, tuple[str, set[str]]] = {}
     for mod_name, mod in modules.items():
@@ -59,7 +60,11 @@ def test_duplicate_exports_finds_a_re_export_and_nothing_else():
         "pkg.b": _module("pkg.b", Thing=Thing, Alias=helper, LIMIT_B=3),
         "pkg.c": _module("pkg.c", Thing=other, NAME="x", _private=helper),
     }
-    assert duplicate_exports(mods) == {"Thing": {"pkg.a", "pkg.b"}, "helper": {"pkg.a", "pkg.b"}, "NAME": {"pkg.a", "pkg.c"}}
+    assert duplicate_exports(mods) == {
+        "Thing": {"pkg.a", "pkg.b"},
+        "helper": {"pkg.a", "pkg.b"},
+        "NAME": {"pkg.a", "pkg.c"},
+    }
     mods["pkg.b"].__all__ = ["LIMIT_B"]  # the former home stops listing them: clean
     mods["pkg.c"].__all__ = ["Thing"]
     assert duplicate_exports(mods) == {}
@@ -69,9 +74,9 @@ def test_every_public_object_is_listed_in_one_public_module_only():
     found = duplicate_exports({name: importlib.import_module(name) for name in public_modules()})
     new = {name: sorted(mods) for name, mods in found.items() if PENDING.get(name) != mods}
     assert not new, (
-        "objects listed in the __all__ of several public modules (book/api.md documents each twice and "
-        "`make book` warns 'more than one target found'): keep each name in the __all__ of its defining "
-        f"module only and let the other modules import it without listing it: {new}"
+        "objects listed in the __all__ of several public modules (book/api.md documents each twice "
+        "and `make book` warns 'more than one target found'): keep each name in the __all__ of its "
+        f"defining module only and let the other modules import it without listing it: {new}"
     )
     fixed = sorted(set(PENDING) - set(found))
     assert not fixed, f"fixed duplicates: remove these names from PENDING in {__file__}: {fixed}"

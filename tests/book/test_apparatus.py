@@ -1,5 +1,6 @@
-"""The pieces of a chapter's apparatus: repository links, the rerun box, the chapter set-up, the map,
-the record converter, and the Colab rendering of exercises, solutions, labels and the rerun box."""
+"""The pieces of a chapter's apparatus: repository links, the rerun box, the chapter set-up, the
+map, the record converter, and the Colab rendering of exercises, solutions, labels and the rerun
+box."""
 
 from __future__ import annotations
 
@@ -27,10 +28,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # ------------------------------------------------------------------------------- links
 def test_browse_url_from_the_config() -> None:
     url = "https://github.com/org/repo"
-    assert browse_url("benchmarks/README.md", url=url, branch="main") == f"{url}/blob/main/benchmarks/README.md"
+    assert (
+        browse_url("benchmarks/README.md", url=url, branch="main")
+        == f"{url}/blob/main/benchmarks/README.md"
+    )
     assert browse_url("benchmarks", url=url + ".git", branch="dev") == f"{url}/tree/dev/benchmarks"
     assert browse_url("", "abc1234", url=url, branch="main") == f"{url}/tree/abc1234"
-    assert browse_url("./tools/x.py", url=url, branch="main", folder=False) == f"{url}/blob/main/tools/x.py"
+    assert (
+        browse_url("./tools/x.py", url=url, branch="main", folder=False)
+        == f"{url}/blob/main/tools/x.py"
+    )
     assert browse_url("a.md", url="git@github.com:org/repo", branch="main") is None  # not browsable
     with pytest.raises(ValueError, match="relative"):
         browse_url("../secret", url=url, branch="main")
@@ -46,7 +53,10 @@ def test_rerun_box_of_the_exemplar_is_generated_from_data() -> None:
     assert spec is not None and "sop" in spec.datasets
     text = rerun_markdown("evaluating_retrieval")
     assert text.startswith("````{admonition} Rerun at full scale\n:class: note dropdown")
-    assert "python -m rank_lab.book run evaluating_retrieval" in text and "-p smoke false -p dataset sop" in text
+    assert (
+        "python -m rank_lab.book run evaluating_retrieval" in text
+        and "-p smoke false -p dataset sop" in text
+    )
     assert DATASET_SOURCES["sop"][0] in text and "120,053 images" in text
     assert "Estimate ({mod}`rank_lab.cost`, until a GPU run of this chapter is recorded)" in text
     assert "peak GPU memory about" in text and "81.2 and 54.8 (Ramzi thesis, Tab. 3.3)" in text
@@ -61,17 +71,27 @@ def test_every_dataset_of_the_table_has_a_source_and_a_loader() -> None:
         assert callable(info.loader) and info.loader_name.startswith("rank_lab.data."), key
 
 
-def test_rerun_spec_refuses_what_the_box_cannot_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rerun_spec_refuses_what_the_box_cannot_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "book"
     (root / "p").mkdir(parents=True)
-    head = ("---\njupytext:\n  text_representation: {extension: .md, format_name: myst}\nkernelspec:\n"
-            "  name: python3\nrank_lab:\n  rerun:\n")
+    head = (
+        "---\njupytext:\n  text_representation: {extension: .md, format_name: myst}\nkernelspec:\n"
+        "  name: python3\nrank_lab:\n  rerun:\n"
+    )
     monkeypatch.setenv("RANK_LAB_BOOK", str(root))
-    for block, message in [("    datasets: [imagenet]\n", "not in rank_lab.book.rerun.DATASETS"),
-                           ("    estimate: {backbone: resnet50}\n", "batch_size"),
-                           ("    estimate: {backbone: nope, image_size: 224, epochs: 1, dataset: sop, "
-                            "batch_size: 8}\n", "estimate"),
-                           ("    expect: [{what: x}]\n", "expect"), ("    other: 1\n", "keys among")]:
+    for block, message in [
+        ("    datasets: [imagenet]\n", "not in rank_lab.book.rerun.DATASETS"),
+        ("    estimate: {backbone: resnet50}\n", "batch_size"),
+        (
+            "    estimate: {backbone: nope, image_size: 224, epochs: 1, dataset: sop, "
+            "batch_size: 8}\n",
+            "estimate",
+        ),
+        ("    expect: [{what: x}]\n", "expect"),
+        ("    other: 1\n", "keys among"),
+    ]:
         (root / "p" / "c.md").write_text(head + block + "---\n\n# C\n")
         with pytest.raises(RerunError, match=message):
             rerun_spec("c")
@@ -103,7 +123,8 @@ def test_map_draws_every_part_chapter_and_dependency() -> None:
     svg = map_svg(ROOT / "book")
     deps = prerequisites(ROOT / "book")
     assert svg.startswith("<svg xmlns=") and svg.rstrip().endswith("</svg>")
-    assert "<script" not in svg and "href" not in svg and "@import" not in svg  # loads offline, alone
+    # loads offline, alone
+    assert "<script" not in svg and "href" not in svg and "@import" not in svg
     assert svg.count("marker-end=") == sum(len(v) for v in deps.values())
     assert "I. Measuring retrieval" in svg and "1. Evaluating retrieval" in svg
     assert deps["evaluating_retrieval"] == []
@@ -111,7 +132,9 @@ def test_map_draws_every_part_chapter_and_dependency() -> None:
 
 def test_map_refuses_a_prerequisite_that_comes_later(tmp_path: Path) -> None:
     root = tmp_path / "proj"
-    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("_build", "*.json", "_static"))
+    shutil.copytree(
+        ROOT / "book", root / "book", ignore=shutil.ignore_patterns("_build", "*.json", "_static")
+    )
     shutil.copy(ROOT / "_toc.yml", root / "_toc.yml")
     md = root / f"{toc_chapters(root / 'book')['evaluating_retrieval'].file}.md"
     md.write_text(md.read_text().replace("  prerequisites: []", "  prerequisites: [heat]"))
@@ -121,12 +144,33 @@ def test_map_refuses_a_prerequisite_that_comes_later(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------- converter
 def test_bound_summaries_clips_only_the_matched_summaries() -> None:
-    summ = {"n": 3, "mean": 2.0, "std": 3.0, "half_width": 7.0, "lo": -5.0, "hi": 9.0, "level": 0.95}
+    summ = {
+        "n": 3,
+        "mean": 2.0,
+        "std": 3.0,
+        "half_width": 7.0,
+        "lo": -5.0,
+        "hi": 9.0,
+        "level": 0.95,
+    }
     diff = {**summ, "mean_a": 4.0, "mean_b": 2.0}
-    rec = {"schema": record.RECORD_SCHEMA, "notebook": "x", "parameters": {"smoke": False},
-           "provenance": {"status": "ok", "started_utc": "a", "ended_utc": "b", "rank_lab": "0", "torch": "2",
-                          "device": "cpu", "git_commit": None, "seeds": [0, 1, 2], "wall_s": 1.0},
-           "results": {"m": {"acc": summ, "acc_gain": diff, "other": summ}}}
+    rec = {
+        "schema": record.RECORD_SCHEMA,
+        "notebook": "x",
+        "parameters": {"smoke": False},
+        "provenance": {
+            "status": "ok",
+            "started_utc": "a",
+            "ended_utc": "b",
+            "rank_lab": "0",
+            "torch": "2",
+            "device": "cpu",
+            "git_commit": None,
+            "seeds": [0, 1, 2],
+            "wall_s": 1.0,
+        },
+        "results": {"m": {"acc": summ, "acc_gain": diff, "other": summ}},
+    }
     new, count = bound_summaries(rec, "m/acc*", (0, 100))
     assert count == 1 and new["results"]["m"]["acc"] == {**summ, "lo": 0.0, "bounds": [0.0, 100.0]}
     assert new["results"]["m"]["acc_gain"] == diff and new["results"]["m"]["other"] == summ
@@ -148,27 +192,44 @@ def test_the_exemplar_record_carries_its_bounds() -> None:
 
 # ------------------------------------------------------------------------------- Colab rendering
 def test_colab_renders_exercises_solutions_labels_and_the_rerun_box() -> None:
-    conv = ColabMarkdown("evaluating_retrieval", {}, read_bib(ROOT / "book" / "references.bib"),
-                         ref_link=ref_resolver(ROOT / "book", "https://colab.example/nb"),
-                         repo_link=lambda p: f"https://github.com/org/repo/blob/main/{p}",
-                         rerun=lambda: rerun_markdown("evaluating_retrieval"))
+    conv = ColabMarkdown(
+        "evaluating_retrieval",
+        {},
+        read_bib(ROOT / "book" / "references.bib"),
+        ref_link=ref_resolver(ROOT / "book", "https://colab.example/nb"),
+        repo_link=lambda p: f"https://github.com/org/repo/blob/main/{p}",
+        rerun=lambda: rerun_markdown("evaluating_retrieval"),
+    )
     ex = conv.convert("```{exercise} Ties\n:label: ex-a\n\nDerive the AP of $N$ tied items.\n```")
     assert ex == "> **Exercise 1 (Ties)**\n>\n> Derive the AP of $N$ tied items."
-    assert conv.convert("```{solution} ex-a\n:class: dropdown\n\nBecause.\n```") == \
-        "> **Solution to Exercise 1**\n>\n> Because."
+    assert (
+        conv.convert("```{solution} ex-a\n:class: dropdown\n\nBecause.\n```")
+        == "> **Solution to Exercise 1**\n>\n> Because."
+    )
     conv.convert("```{exercise}\n:label: ex-b\n\nCompute.\n```")
     assert conv.convert("````{solution-start} ex-b\n:class: dropdown\n````").startswith(
-        "> **Solution to Exercise 2**")
+        "> **Solution to Exercise 2**"
+    )
     assert conv.convert("````{solution-end}\n````") == ""
     with pytest.raises(MystConversionError, match="unknown exercise"):
         conv.convert("```{solution} ex-z\nx\n```")
-    twin = toc_chapters(ROOT / "book")["evaluating_retrieval"].file.removeprefix("book/")  # from _toc.yml
-    assert conv.convert("See {ref}`evaluating_retrieval`.") == \
-        f"See [Evaluating retrieval](https://colab.example/nb/{twin}.ipynb)."
-    assert conv.convert("{repo}`the tables <benchmarks/README.md>`") == \
-        "[`the tables`](https://github.com/org/repo/blob/main/benchmarks/README.md)"
+    # from _toc.yml
+    twin = toc_chapters(ROOT / "book")["evaluating_retrieval"].file.removeprefix("book/")
+    assert (
+        conv.convert("See {ref}`evaluating_retrieval`.")
+        == f"See [Evaluating retrieval](https://colab.example/nb/{twin}.ipynb)."
+    )
+    assert (
+        conv.convert("{repo}`the tables <benchmarks/README.md>`")
+        == "[`the tables`](https://github.com/org/repo/blob/main/benchmarks/README.md)"
+    )
     box = conv.convert("```{rerun-box}\n```")
-    assert box.startswith("> **Rerun at full scale**") and "{admonition}" not in box and "{func}" not in box
-    assert conv.convert("```{prf:proposition} Worst case\n:label: p1\n\nAP is minimal.\n```").startswith(
-        "> **Proposition 1 (Worst case)**")
+    assert (
+        box.startswith("> **Rerun at full scale**")
+        and "{admonition}" not in box
+        and "{func}" not in box
+    )
+    assert conv.convert(
+        "```{prf:proposition} Worst case\n:label: p1\n\nAP is minimal.\n```"
+    ).startswith("> **Proposition 1 (Worst case)**")
     assert conv.convert("By {prf:ref}`p1`.") == "By Proposition 1."

@@ -1,4 +1,5 @@
-"""Recorded full runs (``python -m rank_lab.book record``), their display beside the live run, readings.
+"""Recorded full runs (``python -m rank_lab.book record``), their display beside the live run,
+readings.
 
 A tiny book with one notebook that declares a record: the record command runs it with
 ``smoke=False`` and writes ``<part>/recorded/<name>.json``; a failed run, a refused parameter or a
@@ -81,22 +82,39 @@ def rec_book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "book"
     (root / "part").mkdir(parents=True)
     (root / "part" / "recmini.md").write_text(HEAD + BODY)
-    (root / "part" / "plain.md").write_text(HEAD.replace("  recorded:\n    keys: [training]\n"
-                                                          "    seeds: training.seeds\n", "") + BODY)
+    (root / "part" / "plain.md").write_text(
+        HEAD.replace("  recorded:\n    keys: [training]\n    seeds: training.seeds\n", "") + BODY
+    )
     monkeypatch.setenv("RANK_LAB_BOOK", str(root))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(record, "git_output", lambda *args: "")  # a clean checkout unless a test says otherwise
+    # a clean checkout unless a test says otherwise
+    monkeypatch.setattr(record, "git_output", lambda *args: "")
     return root
 
 
 def _record_doc(**prov: object) -> dict:
-    p = {"schema": "rank_lab.book.results/1", "status": "ok", "started_utc": "2026-11-26T09:00:00+00:00",
-         "ended_utc": "2026-11-26T09:12:00+00:00", "rank_lab": "0.1.0", "torch": "2.14.1",
-         "device": "cpu: Test CPU", "git_commit": "0123456789abcdef", "git_dirty": False, "seeds": [0, 1, 2],
-         "wall_s": 720.0, "threads": 1}
+    p = {
+        "schema": "rank_lab.book.results/1",
+        "status": "ok",
+        "started_utc": "2026-11-26T09:00:00+00:00",
+        "ended_utc": "2026-11-26T09:12:00+00:00",
+        "rank_lab": "0.1.0",
+        "torch": "2.14.1",
+        "device": "cpu: Test CPU",
+        "git_commit": "0123456789abcdef",
+        "git_dirty": False,
+        "seeds": [0, 1, 2],
+        "wall_s": 720.0,
+        "threads": 1,
+    }
     p.update(prov)
-    return {"schema": RECORD_SCHEMA, "notebook": "recmini", "parameters": {"smoke": False, "seed": 0},
-            "provenance": p, "results": {"training": {"seeds": [0, 1, 2], "x": 1.5}}}
+    return {
+        "schema": RECORD_SCHEMA,
+        "notebook": "recmini",
+        "parameters": {"smoke": False, "seed": 0},
+        "provenance": p,
+        "results": {"training": {"seeds": [0, 1, 2], "x": 1.5}},
+    }
 
 
 # ----------------------------------------------------------------------------------- record
@@ -109,14 +127,19 @@ def test_record_spec_reads_the_front_matter(rec_book: Path) -> None:
         record.record_path("recmini", "GPU run")
 
 
-@pytest.mark.parametrize("decl, message", [
-    ("  recorded: true\n", "must be a mapping"),
-    ("  recorded:\n    keys: [nope]\n    seeds: nope.seeds\n", "not in rank_lab.results_keys"),
-    ("  recorded:\n    keys: [training]\n    seeds: settings.seeds\n", "inside the kept keys"),
-    ("  recorded:\n    keys: [training]\n", "must be a mapping"),
-    ("  recorded:\n    keys: []\n    seeds: training.seeds\n", "non-empty list"),
-])
-def test_record_spec_refuses_malformed_declarations(rec_book: Path, decl: str, message: str) -> None:
+@pytest.mark.parametrize(
+    "decl, message",
+    [
+        ("  recorded: true\n", "must be a mapping"),
+        ("  recorded:\n    keys: [nope]\n    seeds: nope.seeds\n", "not in rank_lab.results_keys"),
+        ("  recorded:\n    keys: [training]\n    seeds: settings.seeds\n", "inside the kept keys"),
+        ("  recorded:\n    keys: [training]\n", "must be a mapping"),
+        ("  recorded:\n    keys: []\n    seeds: training.seeds\n", "non-empty list"),
+    ],
+)
+def test_record_spec_refuses_malformed_declarations(
+    rec_book: Path, decl: str, message: str
+) -> None:
     text = (rec_book / "part" / "recmini.md").read_text()
     text = text.replace("  recorded:\n    keys: [training]\n    seeds: training.seeds\n", decl)
     (rec_book / "part" / "recmini.md").write_text(text)
@@ -124,9 +147,15 @@ def test_record_spec_refuses_malformed_declarations(rec_book: Path, decl: str, m
         record.record_spec("recmini")
 
 
-def test_record_runs_full_scale_and_writes_a_small_record(rec_book: Path, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    assert book.main(["record", "recmini", "-p", "seed", "2", "--quiet", "--out", str(tmp_path / "out")]) == 0
+def test_record_runs_full_scale_and_writes_a_small_record(
+    rec_book: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        book.main(
+            ["record", "recmini", "-p", "seed", "2", "--quiet", "--out", str(tmp_path / "out")]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     path = rec_book / "part" / "recorded" / "recmini.json"
     assert f"record: {path}" in out and "Recorded run (CPU, toy scale): 3 seeds on " in out
@@ -149,15 +178,23 @@ def test_record_runs_full_scale_and_writes_a_small_record(rec_book: Path, tmp_pa
 
     # a failed run leaves the good record untouched (and says so)
     before = path.read_bytes()
-    assert book.main(["record", "recmini", "-p", "fail", "true", "--quiet", "--out", str(tmp_path / "out")]) == 1
+    assert (
+        book.main(
+            ["record", "recmini", "-p", "fail", "true", "--quiet", "--out", str(tmp_path / "out")]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "RuntimeError: boom" in err and f"the record {path} was left as it was" in err
     assert path.read_bytes() == before
 
 
-def test_record_refusals_run_nothing_and_touch_nothing(rec_book: Path, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_record_refusals_run_nothing_and_touch_nothing(
+    rec_book: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     out = ["--out", str(tmp_path / "out")]
     path = rec_book / "part" / "recorded" / "recmini.json"
     path.parent.mkdir()
@@ -176,10 +213,20 @@ def test_record_refusals_run_nothing_and_touch_nothing(rec_book: Path, tmp_path:
 
 def test_make_record_refuses_what_cannot_be_recorded(rec_book: Path) -> None:
     spec = record.record_spec("recmini")
-    doc = {"parameters": {"smoke": False}, "provenance": {"status": "ok", "started_utc": "x", "ended_utc": "y",
-                                                          "rank_lab": "0.1.0", "torch": "2", "device": "cpu",
-                                                          "git_commit": None},
-           "results": {"training": {"seeds": [0, 1, 2]}}, "cost": {"run_s": 3.0}}
+    doc = {
+        "parameters": {"smoke": False},
+        "provenance": {
+            "status": "ok",
+            "started_utc": "x",
+            "ended_utc": "y",
+            "rank_lab": "0.1.0",
+            "torch": "2",
+            "device": "cpu",
+            "git_commit": None,
+        },
+        "results": {"training": {"seeds": [0, 1, 2]}},
+        "cost": {"run_s": 3.0},
+    }
     rec = record.make_record(doc, spec)
     assert rec["provenance"]["seeds"] == [0, 1, 2] and rec["provenance"]["wall_s"] == 3.0
     with pytest.raises(RecordError, match="smoke parameter must be False"):
@@ -191,7 +238,9 @@ def test_make_record_refuses_what_cannot_be_recorded(rec_book: Path) -> None:
     with pytest.raises(RecordError, match="no 'training.seeds'"):
         record.make_record({**doc, "results": {"training": {}}}, spec)
     with pytest.raises(RecordError, match="per-item arrays"):
-        record.make_record({**doc, "results": {"training": {"seeds": [0], "x": list(range(101))}}}, spec)
+        record.make_record(
+            {**doc, "results": {"training": {"seeds": [0], "x": list(range(101))}}}, spec
+        )
     assert issubclass(RecordBuildError, RecordError)
 
 
@@ -211,10 +260,19 @@ def test_check_record_rules() -> None:
             record.check_record(bad)
     with pytest.raises(TypeError, match="record"):
         record.check_record([good])
-    machine = {"cpu_s": 3.5, "cpu_count": 2, "load_avg_start": [0.5, 0.4, 0.3], "load_avg_end": [1.0, 0.5, 0.3]}
+    machine = {
+        "cpu_s": 3.5,
+        "cpu_count": 2,
+        "load_avg_start": [0.5, 0.4, 0.3],
+        "load_avg_end": [1.0, 0.5, 0.3],
+    }
     assert record.check_record(_record_doc(**machine))["provenance"]["cpu_count"] == 2
-    for bad, message in [({"cpu_s": 3.5}, "not all of"), ({**machine, "cpu_s": -1.0}, "cpu_s"),
-                         ({**machine, "cpu_count": 0}, "cpu_count"), ({**machine, "load_avg_end": [1.0]}, "load")]:
+    for bad, message in [
+        ({"cpu_s": 3.5}, "not all of"),
+        ({**machine, "cpu_s": -1.0}, "cpu_s"),
+        ({**machine, "cpu_count": 0}, "cpu_count"),
+        ({**machine, "load_avg_end": [1.0]}, "load"),
+    ]:
         with pytest.raises(RecordError, match=message):
             record.check_record(_record_doc(**bad))
 
@@ -249,40 +307,57 @@ def test_loaded_record_header_and_errors(rec_book: Path) -> None:
     run = recorded.load_record("recmini")
     assert run and run.seeds == [0, 1, 2] and run.results["training"]["x"] == 1.5
     assert recorded.record_header(run) == (
-        "Recorded run (CPU, toy scale): 3 seeds on 2026-11-26; 12.0 min of wall time on cpu: Test CPU (CPU "
-        "time and machine load were not recorded); rank_lab 0.1.0, torch 2.14.1.")
+        "Recorded run (CPU, toy scale): 3 seeds on 2026-11-26; 12.0 min of wall time on cpu: Test "
+        "CPU (CPU time and machine load were not recorded); rank_lab 0.1.0, torch 2.14.1."
+    )
     record.write_record(_record_doc(git_dirty=True, wall_s=42.0, seeds=[7]), path)
     assert recorded.record_header(recorded.load_record("recmini")) == (
-        "Recorded run (CPU, toy scale): 1 seed on 2026-11-26; 42 s of wall time on cpu: Test CPU (CPU time and "
-        "machine load were not recorded); rank_lab 0.1.0, torch 2.14.1, with uncommitted local changes.")
-    machine = {"cpu_s": 1500.0, "cpu_count": 2, "load_avg_start": [1.93, 1.5, 1.2], "load_avg_end": [2.41, 2.0, 1.5]}
+        "Recorded run (CPU, toy scale): 1 seed on 2026-11-26; 42 s of wall time on cpu: Test CPU "
+        "(CPU time and machine load were not recorded); rank_lab 0.1.0, torch 2.14.1, with "
+        "uncommitted local changes."
+    )
+    machine = {
+        "cpu_s": 1500.0,
+        "cpu_count": 2,
+        "load_avg_start": [1.93, 1.5, 1.2],
+        "load_avg_end": [2.41, 2.0, 1.5],
+    }
     record.write_record(_record_doc(**machine), path)
     run = recorded.load_record("recmini")
     assert run.cpu_s == 1500.0 and run.wall_s == 720.0
-    assert run.time_sentence() == ("12.0 min of wall time and 25.0 min of CPU time on cpu: Test CPU with 2 logical "
-                                   "cores (load average 1.9 at the start, 2.4 at the end)")
+    assert run.time_sentence() == (
+        "12.0 min of wall time and 25.0 min of CPU time on cpu: Test CPU with 2 logical "
+        "cores (load average 1.9 at the start, 2.4 at the end)"
+    )
     gpu = _record_doc(device="cuda:0: NVIDIA H100 80GB HBM3")
     gpu["parameters"]["dataset"] = "sop"
     record.write_record(gpu, path)
     assert recorded.run_kind(recorded.load_record("recmini")) == "GPU, real data: sop"
     # a browsable repository: the header links the code of the run (never a hash in the text)
-    (rec_book.parent / "_config.yml").write_text("repository:\n  url: https://github.com/org/repo\n")
+    (rec_book.parent / "_config.yml").write_text(
+        "repository:\n  url: https://github.com/org/repo\n"
+    )
     record.write_record(_record_doc(), path)
     header = recorded.record_header(recorded.load_record("recmini"))
-    assert header.endswith("; [the code of this run](https://github.com/org/repo/tree/0123456789abcdef).")
+    assert header.endswith(
+        "; [the code of this run](https://github.com/org/repo/tree/0123456789abcdef)."
+    )
     (rec_book.parent / "_config.yml").unlink()
     moved = record.pin_start_commit(_record_doc(git_commit="fedcba9876543210"), "0123456789abcdef")
     assert moved["provenance"]["git_commit"] == "0123456789abcdef"
     assert moved["provenance"]["git_commit_end"] == "fedcba9876543210"
-    assert record.pin_start_commit(_record_doc(), "0123456789abcdef") == _record_doc()  # HEAD did not move
+    # HEAD did not move
+    assert record.pin_start_commit(_record_doc(), "0123456789abcdef") == _record_doc()
     assert record.pin_start_commit(_record_doc(), None) == _record_doc()  # outside a git checkout
     edited = record.pin_start_commit(_record_doc(git_dirty=True), "0123456789abcdef", False)
-    assert edited["provenance"]["git_dirty"] is False  # edited during the run, clean when it started
+    # edited during the run, clean when it started
+    assert edited["provenance"]["git_dirty"] is False
     with pytest.raises(TypeError, match="start_dirty"):
         record.pin_start_commit(_record_doc(), None, "no")
     record.write_record(moved, path)
     assert recorded.record_header(recorded.load_record("recmini")).endswith(
-        "torch 2.14.1 (the repository moved on during the run).")
+        "torch 2.14.1 (the repository moved on during the run)."
+    )
     path.write_text(json.dumps({**_record_doc(), "notebook": "other"}))
     with pytest.raises(RecordError, match="not of 'recmini'"):
         recorded.load_record("recmini")
@@ -298,18 +373,23 @@ def test_tables_and_ci_formatting(capsys: pytest.CaptureFixture[str]) -> None:
     assert recorded.format_ci(s) == "0.54 [0.50, 0.59]"
     assert recorded.format_ci(s, digits=1, scale=100) == "54.3 [50.0, 58.6]"
     assert recorded.format_ci(None) == "-"
-    rows = [{"loss": "SupAP", "mAP@R": recorded.format_ci(s, 1, 100), "n": 5},
-            {"loss": "Smooth-AP", "mAP@R": 0.5, "extra": None}]
+    rows = [
+        {"loss": "SupAP", "mAP@R": recorded.format_ci(s, 1, 100), "n": 5},
+        {"loss": "Smooth-AP", "mAP@R": 0.5, "extra": None},
+    ]
     assert recorded.table_text(rows) == (
         "loss                   mAP@R  n  extra\n"
         "---------  -----------------  -  -----\n"
         "SupAP      54.3 [50.0, 58.6]  5      -\n"
-        "Smooth-AP               0.50  -      -")
+        "Smooth-AP               0.50  -      -"
+    )
     html = recorded.table_html(rows, columns=["loss", "mAP@R"], caption="a <b>")
     assert html.startswith('<div class="rank-lab-table"><table><caption>a &lt;b&gt;</caption>')
     assert "<th>mAP@R</th>" in html and "extra" not in html and html.endswith("</table></div>")
     recorded.show_table(rows, columns=["loss", "n"], caption="cap")
-    assert capsys.readouterr().out == "cap\nloss       n\n---------  -\nSupAP      5\nSmooth-AP  -\n"
+    assert (
+        capsys.readouterr().out == "cap\nloss       n\n---------  -\nSupAP      5\nSmooth-AP  -\n"
+    )
     with pytest.raises(TypeError, match="rows"):
         recorded.table_text({"a": 1})
     with pytest.raises(TypeError, match="summary"):
@@ -322,7 +402,9 @@ def test_display_in_a_kernel_publishes_html_and_markdown(monkeypatch: pytest.Mon
     import IPython.display
 
     monkeypatch.setattr(IPython, "get_ipython", lambda: object())
-    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: published.append((obj, raw)))
+    monkeypatch.setattr(
+        IPython.display, "display", lambda obj, raw=False: published.append((obj, raw))
+    )
     recorded.show_table([{"a": 1.0}])
     recorded.show_markdown("**x**")
     assert published[0][1] and set(published[0][0]) == {"text/html", "text/plain"}
@@ -333,8 +415,13 @@ def test_ci_errorbar_plots_mean_and_asymmetric_interval() -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
-    bars = recorded.ci_errorbar(ax, [0, 1], [{"mean": 0.5, "lo": 0.4, "hi": 0.7}, {"mean": 0.2, "lo": 0.1, "hi": 0.25}],
-                                scale=100, label="x")
+    bars = recorded.ci_errorbar(
+        ax,
+        [0, 1],
+        [{"mean": 0.5, "lo": 0.4, "hi": 0.7}, {"mean": 0.2, "lo": 0.1, "hi": 0.25}],
+        scale=100,
+        label="x",
+    )
     line = bars.lines[0]
     assert list(line.get_ydata()) == [50.0, 20.0]
     segs = bars.lines[2][0].get_segments()
@@ -350,44 +437,66 @@ CLAIM = "Sup-AP beats Smooth-AP on SOP and iNaturalist (SupRank Tab. II)"
 
 
 def test_reading_a_resolved_effect_in_the_claimed_direction() -> None:
-    d = paired_difference([0.55, 0.56, 0.57], [0.54, 0.54, 0.55])  # d = [1, 2, 2] points: CI [0.23, 3.10]
+    # d = [1, 2, 2] points: CI [0.23, 3.10]
+    d = paired_difference([0.55, 0.56, 0.57], [0.54, 0.54, 0.55])
     assert readings.effect_sentence(d, claim=CLAIM, scale=100, unit=" points", **KW) == (
-        "SupAP beats Smooth-AP by 1.67 points in mAP@R (95 % CI of SupAP − Smooth-AP: [0.23, 3.10], 3 seeds): "
-        "the CI excludes zero, as the source claims: Sup-AP beats Smooth-AP on SOP and iNaturalist "
-        "(SupRank Tab. II).")
-    assert readings.effect_sentence(d, claim=None, scale=100, **KW).endswith("3 seeds): the CI excludes zero.")
+        "SupAP beats Smooth-AP by 1.67 points in mAP@R (95 % CI of SupAP − Smooth-AP: [0.23, "
+        "3.10], 3 seeds): the CI excludes zero, as the source claims: Sup-AP beats Smooth-AP on "
+        "SOP and iNaturalist (SupRank Tab. II)."
+    )
+    assert readings.effect_sentence(d, claim=None, scale=100, **KW).endswith(
+        "3 seeds): the CI excludes zero."
+    )
 
 
 def test_reading_an_unresolved_effect() -> None:
     d = paired_difference([0.55, 0.53, 0.57], [0.54, 0.54, 0.55])
     text = readings.effect_sentence(d, claim=CLAIM + ".", scale=100, **KW)
-    assert text.startswith("No difference between SupAP and Smooth-AP in mAP@R that we can resolve with 3 seeds: "
-                           "SupAP − Smooth-AP = 0.67 (95 % CI [-3.13, 4.46]), and the CI holds zero.")
-    assert text.endswith("The source claims that Sup-AP beats Smooth-AP on SOP and iNaturalist (SupRank Tab. II); "
-                         "likely reasons why this run cannot show it: toy data; small MLP.")
-    assert readings.effect_sentence(d, claim=None, **KW).endswith("Likely reasons: toy data; small MLP.")
+    assert text.startswith(
+        "No difference between SupAP and Smooth-AP in mAP@R that we can resolve with 3 seeds: "
+        "SupAP − Smooth-AP = 0.67 (95 % CI [-3.13, 4.46]), and the CI holds zero."
+    )
+    assert text.endswith(
+        "The source claims that Sup-AP beats Smooth-AP on SOP and iNaturalist (SupRank Tab. II); "
+        "likely reasons why this run cannot show it: toy data; small MLP."
+    )
+    assert readings.effect_sentence(d, claim=None, **KW).endswith(
+        "Likely reasons: toy data; small MLP."
+    )
 
 
 def test_reading_a_reversed_effect_names_the_claim_and_the_reasons() -> None:
     d = paired_difference([0.45, 0.46, 0.47], [0.54, 0.54, 0.55])  # A - B = [-9, -8, -8]
     assert readings.effect_sentence(d, claim=CLAIM, scale=100, **KW) == (
-        "Smooth-AP beats SupAP by 8.33 in mAP@R (95 % CI of Smooth-AP − SupAP: [6.90, 9.77], 3 seeds): the CI "
-        "excludes zero, against the source's claim that Sup-AP beats Smooth-AP on SOP and iNaturalist "
-        "(SupRank Tab. II); likely reasons: toy data; small MLP.")
+        "Smooth-AP beats SupAP by 8.33 in mAP@R (95 % CI of Smooth-AP − SupAP: [6.90, 9.77], 3 "
+        "seeds): the CI excludes zero, against the source's claim that Sup-AP beats Smooth-AP on "
+        "SOP and iNaturalist (SupRank Tab. II); likely reasons: toy data; small MLP."
+    )
     assert readings.effect_sentence(d, claim=None, scale=100, **KW).endswith(
-        "against the expectation that SupAP beats Smooth-AP; likely reasons: toy data; small MLP.")
+        "against the expectation that SupAP beats Smooth-AP; likely reasons: toy data; small MLP."
+    )
 
 
 def test_reading_a_metric_where_lower_is_better() -> None:
     d = paired_difference([5.0, 6.0, 5.5], [8.0, 9.0, 8.7])  # A - B < 0: A wins on FPR95
-    assert readings.effect_sentence(d, a="HEAT", b="GMM", metric="FPR95", claim=None, reasons="toy",
-                                    higher_is_better=False) == (
-        "HEAT beats GMM by 3.07 in FPR95, lower is better (95 % CI of HEAT − GMM: [-3.35, -2.78], 3 seeds): "
-        "the CI excludes zero.")
-    worse = readings.effect_sentence(paired_difference([8.0, 9.0, 8.7], [5.0, 6.0, 5.5]), a="HEAT", b="GMM",
-                                     metric="FPR95", claim="HEAT beats the GMM", reasons="toy",
-                                     higher_is_better=False)
-    assert worse.startswith("GMM beats HEAT by 3.07 in FPR95, lower is better (95 % CI of GMM − HEAT: [-3.35, -2.78]")
+    assert readings.effect_sentence(
+        d, a="HEAT", b="GMM", metric="FPR95", claim=None, reasons="toy", higher_is_better=False
+    ) == (
+        "HEAT beats GMM by 3.07 in FPR95, lower is better (95 % CI of HEAT − GMM: [-3.35, -2.78], "
+        "3 seeds): the CI excludes zero."
+    )
+    worse = readings.effect_sentence(
+        paired_difference([8.0, 9.0, 8.7], [5.0, 6.0, 5.5]),
+        a="HEAT",
+        b="GMM",
+        metric="FPR95",
+        claim="HEAT beats the GMM",
+        reasons="toy",
+        higher_is_better=False,
+    )
+    assert worse.startswith(
+        "GMM beats HEAT by 3.07 in FPR95, lower is better (95 % CI of GMM − HEAT: [-3.35, -2.78]"
+    )
     assert "against the source's claim that HEAT beats the GMM; likely reasons: toy." in worse
 
 
@@ -403,20 +512,25 @@ def test_reading_refuses_incomplete_input() -> None:
 
 def test_reading_box_is_a_myst_admonition(rec_book: Path) -> None:
     text = readings.reading_markdown(["one.", "two."])
-    assert text == ("````{admonition} What this run shows\n:class: tip\n\n- one.\n- two.\n\n"
-                    "*Read from the live smoke run above.*\n````")
+    assert text == (
+        "````{admonition} What this run shows\n:class: tip\n\n- one.\n- two.\n\n"
+        "*Read from the live smoke run above.*\n````"
+    )
     missing = readings.reading_markdown(["one."], recorded.load_record("recmini"))
     assert "*No recorded run of recmini yet" in missing
     path = rec_book / "part" / "recorded" / "recmini.json"
     path.parent.mkdir()
     record.write_record(_record_doc(), path)
     assert "*Recorded run (CPU, toy scale): 3 seeds on 2026-11-26" in readings.reading_markdown(
-        ["one."], recorded.load_record("recmini"))
+        ["one."], recorded.load_record("recmini")
+    )
     with pytest.raises(TypeError, match="sentences"):
         readings.reading_markdown("one.")
 
 
-def test_without_the_book_folder_every_record_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_book_folder_every_record_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An installed rank_lab without book/ (a Colab twin) shows the 'no record' header, no crash."""
     monkeypatch.setenv("RANK_LAB_BOOK", str(tmp_path / "nowhere"))
     run = recorded.load_record("smooth_rank_surrogates")

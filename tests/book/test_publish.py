@@ -1,5 +1,5 @@
-"""Publishing: the refusals of ``make publish``, and a real publish of a minimal site to a bare repository
-whose every "Open in Colab" link names a twin on the ``gh-pages`` branch."""
+"""Publishing: the refusals of ``make publish``, and a real publish of a minimal site to a bare
+repository whose every "Open in Colab" link names a twin on the ``gh-pages`` branch."""
 
 from __future__ import annotations
 
@@ -45,7 +45,9 @@ smoke = True
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def _repo(tmp: Path, url: str | None = URL) -> Path:
@@ -54,13 +56,23 @@ def _repo(tmp: Path, url: str | None = URL) -> Path:
     (root / "book" / "ch").mkdir(parents=True)
     (root / "book" / "_ext").mkdir()
     shutil.copy(ROOT / "book" / "_ext" / "colab_links.py", root / "book" / "_ext")
-    config = {"title": "mini", "author": "t", "only_build_toc_files": True, "execute": {"execute_notebooks": "off"},
-              "html": {"use_repository_button": True},
-              "sphinx": {"local_extensions": {"colab_links": "book/_ext"}, "config": {"colab_notebooks_branch": "gh-pages"}}}
+    config = {
+        "title": "mini",
+        "author": "t",
+        "only_build_toc_files": True,
+        "execute": {"execute_notebooks": "off"},
+        "html": {"use_repository_button": True},
+        "sphinx": {
+            "local_extensions": {"colab_links": "book/_ext"},
+            "config": {"colab_notebooks_branch": "gh-pages"},
+        },
+    }
     if url is not None:
         config["repository"] = {"url": url, "branch": "main"}
     (root / "_config.yml").write_text(yaml.safe_dump(config))
-    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/ch/one\n  - file: book/two\n")
+    (root / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nchapters:\n  - file: book/ch/one\n  - file: book/two\n"
+    )
     (root / "book" / "intro.md").write_text("# Intro\n\nNot a notebook: no Colab link.\n")
     (root / "book" / "ch" / "one.md").write_text(PAGE.format(title="One"))
     (root / "book" / "two.md").write_text(PAGE.format(title="Two"))
@@ -74,17 +86,38 @@ def _repo(tmp: Path, url: str | None = URL) -> Path:
 
 
 def _build(root: Path) -> Path:
-    """What `make book` does: jupyter-book build, then the .ipynb twins into _build/html/_notebooks."""
+    """What `make book` does: jupyter-book build, then the .ipynb twins into
+    _build/html/_notebooks."""
     jb = shutil.which("jupyter-book") or str(Path(sys.executable).with_name("jupyter-book"))
-    subprocess.run([jb, "build", str(root), "--path-output", str(root), "--builder", "html"], check=True,
-                   capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [jb, "build", str(root), "--path-output", str(root), "--builder", "html"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     env = {**os.environ, "RANK_LAB_BOOK": str(root / "book"), "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "rank_lab.book", "twins", "--out", str(root / "_build/html/_notebooks")],
-                   check=True, capture_output=True, text=True, env=env, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rank_lab.book",
+            "twins",
+            "--out",
+            str(root / "_build/html/_notebooks"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     return root / "_build" / "html"
 
 
-def test_refuses_without_url_or_with_uncommitted_changes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_refuses_without_url_or_with_uncommitted_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = _repo(tmp_path / "a", url=None)
     with pytest.raises(PublishError, match="repository.url is unset"):
         check_publishable(root)
@@ -109,15 +142,24 @@ def test_publish_to_a_bare_repository_and_every_colab_link_names_a_twin(tmp_path
     root = _repo(tmp_path)
     html = _build(root)
     links = colab_links(html)
-    expected = {f"https://colab.research.google.com/github/test-org/test-repo/blob/gh-pages/_notebooks/{p}.ipynb"
-                for p in ("ch/one", "two")}
-    assert {link for ls in links.values() for link in ls} == expected and "book/intro.html" not in links
+    expected = {
+        f"https://colab.research.google.com/github/test-org/test-repo/blob/gh-pages/_notebooks/{p}.ipynb"
+        for p in ("ch/one", "two")
+    }
+    assert {
+        link for ls in links.values() for link in ls
+    } == expected and "book/intro.html" not in links
     bare = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
     checked = publish(root, html, remote=str(bare), check_dir=bare)
     assert set(checked) == expected
     files = branch_files(bare, "gh-pages")
-    assert {"_notebooks/ch/one.ipynb", "_notebooks/two.ipynb", ".nojekyll", "book/ch/one.html"} <= files
+    assert {
+        "_notebooks/ch/one.ipynb",
+        "_notebooks/two.ipynb",
+        ".nojekyll",
+        "book/ch/one.html",
+    } <= files
     assert missing_twins(html, files, "test-org/test-repo") == []
     assert missing_twins(html, files, "someone/else") != []  # links naming another repository fail
     # a twin missing from the site: the push happens, the check fails and names the link
@@ -138,4 +180,8 @@ def test_workflow_tests_builds_and_publishes_on_main() -> None:
     publish_step = next(s for s in steps if "make publish" in str(s.get("run", "")))
     assert "refs/heads/main" in publish_step["if"]
     makefile = (ROOT / "Makefile").read_text()
-    assert "\npublish:" in makefile and "rank_lab.book.publish check" in makefile and "\ngpu-check:" in makefile
+    assert (
+        "\npublish:" in makefile
+        and "rank_lab.book.publish check" in makefile
+        and "\ngpu-check:" in makefile
+    )

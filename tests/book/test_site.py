@@ -3,8 +3,8 @@
 ``make test`` (CI) builds no book, so this test builds a sample with the book's own ``_config.yml``,
 extensions and styles: the intro's map, a notebook page with every piece of a chapter's apparatus
 (opening boxes, a wide table from ``show_table``, display and inline math, an exercise with a gated
-code solution and one with a text solution in dropdowns, a ``{repo}`` link, the rerun box), and a page
-with each defect the check must catch (a wide element that does not scroll, raw TeX, a broken
+code solution and one with a text solution in dropdowns, a ``{repo}`` link, the rerun box), and a
+page with each defect the check must catch (a wide element that does not scroll, raw TeX, a broken
 image, an open solution, internal language, an unlinked repository file). It runs the check in
 headless Chromium at 1280 and 390 px: the good pages pass, the bad page fails on each defect.
 Without Chromium the test fails and says how to install it (``.ci/run`` installs it).
@@ -35,7 +35,7 @@ parts:
       - file: book/part/bad
 """
 
-GOOD = '''---
+GOOD = """---
 jupytext:
   text_representation:
     extension: .md
@@ -60,7 +60,8 @@ rank_lab:
 ```{admonition} What you will learn
 :class: tip
 
-- that $\\mathrm{AP} = \\frac{1}{|\\Omega^+|}\\sum_k \\operatorname{rank}^+(k)/\\operatorname{rank}(k)$ renders.
+- that $\\mathrm{AP} = \\frac{1}{|\\Omega^+|}\\sum_k \
+\\operatorname{rank}^+(k)/\\operatorname{rank}(k)$ renders.
 ```
 
 $$
@@ -112,12 +113,13 @@ print("2 + 2 = 4")
 
 ````{solution-end}
 ````
-'''
+"""
 
-BAD = '''(bad)=
+BAD = """(bad)=
 # A bad page
 
-<div style="width: 2400px">A line of text that runs far past the right edge of the column without a scrollbar.</div>
+<div style="width: 2400px">A line of text that runs far past the right edge of the column without \
+a scrollbar.</div>
 
 The bound $\\frac{1}{2$ is broken TeX.
 
@@ -135,7 +137,7 @@ Why?
 
 Shown open: no dropdown.
 ```
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -145,40 +147,78 @@ def sample_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(ROOT / "_config.yml", project / "_config.yml")
     (project / "_toc.yml").write_text(TOC)
     for folder in ("_ext", "_static"):
-        shutil.copytree(ROOT / "book" / folder, project / "book" / folder,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / "book" / folder,
+            project / "book" / folder,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     shutil.copy(ROOT / "book" / "references.bib", project / "book" / "references.bib")
     (project / "book" / "intro.md").write_text(
-        "# Sample\n\n```{figure} _static/book_map.svg\n:alt: the map\n\nThe map of the book.\n```\n\n"
-        "{ref}`good` and {ref}`bad`.\n")
+        "# Sample\n\n```{figure} _static/book_map.svg\n:alt: the map\n\nThe map of the "
+        "book.\n```\n\n{ref}`good` and {ref}`bad`.\n"
+    )
     (project / "book" / "part" / "good.md").write_text(GOOD)
     (project / "book" / "part" / "bad.md").write_text(BAD)
     env = {**os.environ, "RANK_LAB_BOOK": str(project / "book"), "PYTHONPATH": str(ROOT)}
-    build = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", str(project), "--path-output",
-                            str(project), "--builder", "html"], capture_output=True, text=True, env=env, timeout=900)
+    build = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "jupyter-book"),
+            "build",
+            str(project),
+            "--path-output",
+            str(project),
+            "--builder",
+            "html",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-2000:]
     return project / "_build" / "html"
 
 
 def _browser() -> None:
     if find_browser() is None:
-        pytest.fail("no Chromium for the site check: install Debian's chromium (apt-get install -y chromium; "
-                    ".ci/run does) or set RANK_LAB_CHROMIUM")
+        pytest.fail(
+            "no Chromium for the site check: install Debian's chromium (apt-get install -y "
+            "chromium; .ci/run does) or set RANK_LAB_CHROMIUM"
+        )
 
 
 def test_good_pages_pass_the_site_check(sample_site: Path, tmp_path: Path) -> None:
     _browser()
     pages = [sample_site / "book" / "intro.html", sample_site / "book" / "part" / "good.html"]
-    assert sorted(p.name for p in site_pages(sample_site)) == ["bad.html", "good.html", "intro.html"]
+    assert sorted(p.name for p in site_pages(sample_site)) == [
+        "bad.html",
+        "good.html",
+        "intro.html",
+    ]
     problems = check_site(sample_site, tmp_path / "shots", pages=pages)
     assert not problems, "\n".join(map(str, problems))
-    shots = sorted(p.relative_to(tmp_path / "shots").as_posix() for p in (tmp_path / "shots").rglob("*.jpg"))
-    assert shots == ["1280/book__intro.jpg", "1280/book__part__good.jpg", "390/book__intro.jpg",
-                     "390/book__part__good.jpg"]
+    shots = sorted(
+        p.relative_to(tmp_path / "shots").as_posix() for p in (tmp_path / "shots").rglob("*.jpg")
+    )
+    assert shots == [
+        "1280/book__intro.jpg",
+        "1280/book__part__good.jpg",
+        "390/book__intro.jpg",
+        "390/book__part__good.jpg",
+    ]
     html = (sample_site / "book" / "part" / "good.html").read_text()
-    assert "solution dropdown" in html and "Exercise 1.1" in html and "1. </span>A good page" in html
-    assert "_static/mathjax/tex-mml-chtml.js" in html and (sample_site / "_static" / "mathjax").is_dir()
-    assert "Rerun at full scale" in html and "https://github.com/" in html and "benchmarks/README.md" in html
+    assert (
+        "solution dropdown" in html and "Exercise 1.1" in html and "1. </span>A good page" in html
+    )
+    assert (
+        "_static/mathjax/tex-mml-chtml.js" in html
+        and (sample_site / "_static" / "mathjax").is_dir()
+    )
+    assert (
+        "Rerun at full scale" in html
+        and "https://github.com/" in html
+        and "benchmarks/README.md" in html
+    )
 
 
 def test_the_site_check_catches_each_defect(sample_site: Path) -> None:
@@ -190,11 +230,17 @@ def test_the_site_check_catches_each_defect(sample_site: Path) -> None:
             assert (width, kind) in kinds, (width, kind, problems)
     texts = " ".join(p.detail for p in problems if p.kind == "internal language")
     assert "HEAD" in texts and "of this project" in texts
-    assert [p.detail for p in problems if p.kind == "repository file not linked"] == ["benchmarks/README.md"]
+    assert [p.detail for p in problems if p.kind == "repository file not linked"] == [
+        "benchmarks/README.md"
+    ]
 
 
-def test_the_command_line_exit_codes(sample_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_line_exit_codes(
+    sample_site: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     _browser()
     assert main([str(sample_site), "--out", str(tmp_path), "--page", "book/part/good.html"]) == 0
     assert "site check: 1 pages at 1280 px, 390 px: 0 problem(s)" in capsys.readouterr().out

@@ -79,7 +79,9 @@ def test_errors_name_the_layout_and_where_the_data_is_published(
 def test_every_source_is_used_and_phrased() -> None:
     used = {k for k, _ in CASES}
     assert used == set(DATASET_SOURCES)
-    assert published("sop") == "Published at https://cvgl.stanford.edu/projects/lifted_struct/ (Song et al., CVPR 2016)."
+    assert published("sop") == (
+        "Published at https://cvgl.stanford.edu/projects/lifted_struct/ (Song et al., CVPR 2016)."
+    )
     assert published("alegoria").startswith("The data is not publicly distributed")
     with pytest.raises(ValueError, match="unknown dataset key 'nope'"):
         published("nope")

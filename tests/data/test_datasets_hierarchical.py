@@ -24,20 +24,38 @@ from rank_lab.metrics.hierarchy.relevance import shared_level
 # ---------------------------------------------------------------------------- SOP and iNat
 def test_sop_and_inat_through_the_hierarchical_entry_point(tmp_path):
     sop = tmp_path / "Stanford_Online_Products"
-    rows = [(1, 1, 1, "bicycle_final/1_0.JPG"), (2, 1, 1, "bicycle_final/1_1.JPG"), (3, 2, 1, "bicycle_final/2_0.JPG"),
-            (4, 3, 2, "chair_final/3_0.JPG")]
+    rows = [
+        (1, 1, 1, "bicycle_final/1_0.JPG"),
+        (2, 1, 1, "bicycle_final/1_1.JPG"),
+        (3, 2, 1, "bicycle_final/2_0.JPG"),
+        (4, 3, 2, "chair_final/3_0.JPG"),
+    ]
     write_sop(sop, rows, [])
     ds = load_hierarchical_dataset("sop", tmp_path, "train", transform=None)
-    assert ds.labels.tolist() == [[1, 1], [1, 1], [2, 1], [3, 2]] and ds.level_names == ["product", "category"]
+    assert ds.labels.tolist() == [[1, 1], [1, 1], [2, 1], [3, 2]] and ds.level_names == [
+        "product",
+        "category",
+    ]
     assert shared_level(ds.labels[:1], ds.labels).tolist() == [[2, 2, 1, 0]]
 
     inat = tmp_path / "inat"
-    cats = [(10, "Plantae", "Quercus", "Fagaceae"), (11, "Plantae", "Fagus", "Fagaceae"), (20, "Aves", "Parus", "Paridae")]
-    tax = {10: ("Fagales", "Magnoliopsida", "Tracheophyta", "Plantae"), 11: ("Fagales", "Magnoliopsida", "Tracheophyta", "Plantae"),
-           20: ("Passeriformes", "Aves", "Chordata", "Animalia")}
-    write_inaturalist(inat, [(*c, *tax[c[0]]) for c in cats], [(c[0], str(i)) for i, c in enumerate(cats)], None)
+    cats = [
+        (10, "Plantae", "Quercus", "Fagaceae"),
+        (11, "Plantae", "Fagus", "Fagaceae"),
+        (20, "Aves", "Parus", "Paridae"),
+    ]
+    tax = {
+        10: ("Fagales", "Magnoliopsida", "Tracheophyta", "Plantae"),
+        11: ("Fagales", "Magnoliopsida", "Tracheophyta", "Plantae"),
+        20: ("Passeriformes", "Aves", "Chordata", "Animalia"),
+    }
+    write_inaturalist(
+        inat, [(*c, *tax[c[0]]) for c in cats], [(c[0], str(i)) for i, c in enumerate(cats)], None
+    )
     base = load_hierarchical_dataset("inat_base", inat, "train", transform=None)
-    assert base.labels.shape == (3, 2) and shared_level(base.labels[:1], base.labels).tolist() == [[2, 1, 0]]
+    assert base.labels.shape == (3, 2) and shared_level(base.labels[:1], base.labels).tolist() == [
+        [2, 1, 0]
+    ]
     full = load_hierarchical_dataset("inat-full", inat, "train", transform=None)
     assert full.labels.shape == (3, 7) and full.level_names[-1] == "kingdom"
     # Quercus vs Fagus: same family .. kingdom (5 levels), different genus; Parus: nothing shared
@@ -49,8 +67,17 @@ def test_sop_and_inat_through_the_hierarchical_entry_point(tmp_path):
 
 # ---------------------------------------------------------------------------- DyML
 def _write_dyml(root: Path, glued: bool = True) -> Path:
-    train = [("0.jpg", 1, 10, 100), ("1.jpg", 1, 10, 100), ("2.jpg", 1, 11, 101), ("3.jpg", 2, 20, 200)]  # coarse, middle, fine
-    bmk = {level: {"query": [("0.jpg", 5)], "gallery": [("0.jpg", 5), ("1.jpg", 6)]} for level in ("fine", "middle", "coarse")}
+    # coarse, middle, fine
+    train = [
+        ("0.jpg", 1, 10, 100),
+        ("1.jpg", 1, 10, 100),
+        ("2.jpg", 1, 11, 101),
+        ("3.jpg", 2, 20, 200),
+    ]
+    bmk = {
+        level: {"query": [("0.jpg", 5)], "gallery": [("0.jpg", 5), ("1.jpg", 6)]}
+        for level in ("fine", "middle", "coarse")
+    }
     return write_dyml(root, train, bmk, glued=glued)
 
 
@@ -69,9 +96,14 @@ def test_dyml_benchmarks_and_protocol(tmp_path):
     root = _write_dyml(tmp_path / "dyml_animal")
     q = load_dyml(tmp_path, "query", level="middle", variant="animal", transform=None)
     g = load_dyml(root, "gallery", level="middle", transform=None)
-    assert q.labels.tolist() == [5] and g.labels.tolist() == [5, 6] and g.benchmark_level == "middle"
+    assert (
+        q.labels.tolist() == [5] and g.labels.tolist() == [5, 6] and g.benchmark_level == "middle"
+    )
     assert g.paths[1] == root / "bmk_middle" / "gallery" / "1.jpg"
-    per = {lvl: {"mAP": v, "ASI": v, "R@1": 1.0} for lvl, v in (("fine", 0.2), ("middle", 0.4), ("coarse", 0.6))}
+    per = {
+        lvl: {"mAP": v, "ASI": v, "R@1": 1.0}
+        for lvl, v in (("fine", 0.2), ("middle", 0.4), ("coarse", 0.6))
+    }
     assert dyml_average(per) == pytest.approx({"mAP": 0.4, "ASI": 0.4, "R@1": 1.0})
     with pytest.raises(ValueError, match="sub-benchmarks"):
         dyml_average({"fine": per["fine"]})
@@ -84,10 +116,14 @@ def test_dyml_errors(tmp_path):
     (root / "train" / "label.csv").write_text("name, a, b, c\n0.jpg, 1, 2, 3\n")
     with pytest.raises(DatasetFolderError, match="header"):
         load_dyml(root, "train")
-    (root / "train" / "label.csv").write_text("fname, coarse_id, middle_id, fine_id\n0.jpg, 1, x, 3\n")
+    (root / "train" / "label.csv").write_text(
+        "fname, coarse_id, middle_id, fine_id\n0.jpg, 1, x, 3\n"
+    )
     with pytest.raises(DatasetFolderError, match="non-integer"):
         read_dyml_csv(root / "train" / "label.csv", ("fname", "coarse_id", "middle_id", "fine_id"))
-    (root / "train" / "label.csv").write_text("fname, coarse_id, middle_id, fine_id\n9.jpg, 1, 2, 3\n")
+    (root / "train" / "label.csv").write_text(
+        "fname, coarse_id, middle_id, fine_id\n9.jpg, 1, 2, 3\n"
+    )
     with pytest.raises(DatasetFolderError, match="missing"):
         load_dyml(root, "train")
     with pytest.raises(DatasetFolderError, match="missing"):
@@ -100,15 +136,22 @@ def test_dyml_errors(tmp_path):
 
 # ---------------------------------------------------------------------------- H-GLDv2
 def _write_gldv2(root: Path, meta: str = "") -> Path:
-    ids = {"00a1": 7, "00a2": 7, "01b3": 8, "02c4": 9, "03d5": 5}  # landmark 5 has no hierarchical label
+    # landmark 5 has no hierarchical label
+    ids = {"00a1": 7, "00a2": 7, "01b3": 8, "02c4": 9, "03d5": 5}
     return write_gldv2(root, ids, {7: ["00a1", "00a2"], 8: ["01b3"], 5: ["03d5"]}, meta=meta)
 
 
 @pytest.mark.parametrize("meta", ["", "metadata"])
 def test_gldv2_hierarchical_labels(tmp_path, meta):
     root = _write_gldv2(tmp_path / "gldv2", meta)
-    tr = load_gldv2_hierarchical(root, "train", transform=None)  # clean list: 00a1, 00a2, 01b3 (+03d5 dropped)
-    assert tr.level_vocab["hierarchical_label"] == ["Castle", "Christian religious building", "Lake", "Waterfall"]
+    # clean list: 00a1, 00a2, 01b3 (+03d5 dropped)
+    tr = load_gldv2_hierarchical(root, "train", transform=None)
+    assert tr.level_vocab["hierarchical_label"] == [
+        "Castle",
+        "Christian religious building",
+        "Lake",
+        "Waterfall",
+    ]
     assert tr.level_vocab["natural_or_human_made"] == ["human-made", "natural"]
     assert tr.labels.tolist() == [[7, 2, 1], [7, 2, 1], [8, 1, 0]] and tr.n_dropped == 1
     assert tr.paths[0] == root / "train" / "0" / "0" / "a" / "00a1.jpg"
@@ -140,7 +183,14 @@ def _tree(n_super: int = 5, per_super: int = 6, per_class: int = 5) -> torch.Ten
 
 def test_hierarchical_sampler_batches_hold_two_super_classes():
     lab = _tree()
-    s = HierarchicalSampler(lab, batch_size=24, samples_per_class=4, super_classes_per_batch=2, batches_per_super_tuple=3, seed=1)
+    s = HierarchicalSampler(
+        lab,
+        batch_size=24,
+        samples_per_class=4,
+        super_classes_per_batch=2,
+        batches_per_super_tuple=3,
+        seed=1,
+    )
     batches = list(s)
     assert len(batches) == len(s) == 10 * 3  # C(5, 2) combinations x 3
     pairs = set()

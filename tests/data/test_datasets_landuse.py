@@ -13,11 +13,17 @@ from rank_lab.fixtures.search import write_class_folders, write_landuse
 
 
 def _ucm(root: Path) -> Path:
-    return write_landuse(root, "UCMerced_LandUse/Images", {"agricultural": 3, "airplane": 4, "beach": 5})
+    return write_landuse(
+        root, "UCMerced_LandUse/Images", {"agricultural": 3, "airplane": 4, "beach": 5}
+    )
 
 
 def _rsicb(root: Path) -> Path:
-    classes = {"agricultural land/farmland": 4, "agricultural land/green_farmland": 2, "transportation/airport_runway": 5}
+    classes = {
+        "agricultural land/farmland": 4,
+        "agricultural land/green_farmland": 2,
+        "transportation/airport_runway": 5,
+    }
     return write_landuse(root, "RSI-CB256", classes)
 
 
@@ -27,7 +33,9 @@ def test_ucm_layout_from_parent_and_dataset_folders(tmp_path):
         d = load_landuse(tmp_path, "UC Merced")
     assert d.name == "ucm" and d.class_names == ["agricultural", "airplane", "beach"]
     assert len(d) == 3 + 4 + 5 and d.labels.tolist() == [0] * 3 + [1] * 4 + [2] * 5
-    assert all(p.parent.name == d.class_names[int(lab)] for p, lab in zip(d.paths, d.labels, strict=True))
+    assert all(
+        p.parent.name == d.class_names[int(lab)] for p, lab in zip(d.paths, d.labels, strict=True)
+    )
     with pytest.warns(UserWarning):
         d2 = load_landuse(tmp_path / "UCMerced_LandUse", "ucm")
     assert d2.paths == d.paths
@@ -56,7 +64,12 @@ def test_dataset_view_loads_images(tmp_path):
 
 def test_full_class_count_gives_no_warning(tmp_path, recwarn):
     root = tmp_path / "RSSCN7"
-    write_class_folders(root, dict.fromkeys(["aGrass", "bField", "cIndustry", "dRiverLake", "eForest", "fResident", "gParking"], 1))
+    write_class_folders(
+        root,
+        dict.fromkeys(
+            ["aGrass", "bField", "cIndustry", "dRiverLake", "eForest", "fResident", "gParking"], 1
+        ),
+    )
     d = load_landuse(tmp_path, "rsscn7", strict=True)
     assert len(d.class_names) == 7 == LANDUSE_DATASETS["rsscn7"][1]
     assert not [w for w in recwarn if "class folders" in str(w.message)]
@@ -76,7 +89,9 @@ def test_errors(tmp_path):
         load_landuse(tmp_path / "flat", "whurs19")
     with pytest.raises(DatasetFolderError, match="min_per_class"):
         load_landuse(_ucm(tmp_path / "u"), "ucm", min_per_class=50)
-    assert issubclass(DatasetFolderError, ValueError) and issubclass(DatasetFolderError, FileNotFoundError)
+    assert issubclass(DatasetFolderError, ValueError) and issubclass(
+        DatasetFolderError, FileNotFoundError
+    )
 
 
 def test_pool_and_leave_one_dataset_out(tmp_path):
@@ -95,7 +110,8 @@ def test_pool_and_leave_one_dataset_out(tmp_path):
     with pytest.raises(DatasetFolderError, match="aid"):
         load_landuse_pool(tmp_path, ["ucm", "aid"])
     with pytest.warns(UserWarning):
-        found = load_landuse_pool(tmp_path, min_per_class=4)  # every dataset present below the folder
+        # every dataset present below the folder
+        found = load_landuse_pool(tmp_path, min_per_class=4)
     assert found.names == ["ucm", "rsicb"] and len(found) == len(pool)
     with pytest.raises(DatasetFolderError, match="no known dataset"):
         load_landuse_pool(tmp_path / "UCMerced_LandUse" / "Images" / "beach")

@@ -47,8 +47,28 @@ def cifar10_root(tmp_path):
         if i == 1:
             data[0, 0] = 200  # red, row 0, col 0 of image 0
             data[0, 1024 + 32 * 1 + 2] = 77  # green, row 1, col 2
-        batches.append({b"batch_label": b"b", b"labels": [i % 10, (i + 1) % 10], b"data": data, b"filenames": [b"a.png", b"b.png"]})
-    meta = {b"label_names": [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]}
+        batches.append(
+            {
+                b"batch_label": b"b",
+                b"labels": [i % 10, (i + 1) % 10],
+                b"data": data,
+                b"filenames": [b"a.png", b"b.png"],
+            }
+        )
+    meta = {
+        b"label_names": [
+            b"airplane",
+            b"automobile",
+            b"bird",
+            b"cat",
+            b"deer",
+            b"dog",
+            b"frog",
+            b"horse",
+            b"ship",
+            b"truck",
+        ]
+    }
     return write_cifar10(tmp_path, batches, {b"labels": [3, 4, 5], b"data": _rows(3, 9)}, meta)
 
 
@@ -59,8 +79,13 @@ def test_cifar10_layout_pixels_and_labels(cifar10_root):
     assert ds.labels.tolist() == [1, 2, 2, 3, 3, 4, 4, 5, 5, 6]
     assert ds.class_names[0] == "airplane"
     x, y = ds[0]
-    assert x.shape == (3, 32, 32) and x.dtype == torch.float32 and x[0, 0, 0] == pytest.approx(200 / 255)
-    test = load_cifar(cifar10_root / "cifar-10-batches-py", "cifar10", "test")  # the folder itself works too
+    assert (
+        x.shape == (3, 32, 32)
+        and x.dtype == torch.float32
+        and x[0, 0, 0] == pytest.approx(200 / 255)
+    )
+    # the folder itself works too
+    test = load_cifar(cifar10_root / "cifar-10-batches-py", "cifar10", "test")
     assert test.labels.tolist() == [3, 4, 5]
 
 
@@ -75,7 +100,14 @@ def test_cifar_transform_gets_pil_and_dataloader_batches(cifar10_root):
 
 
 def test_cifar100_fine_coarse_both(tmp_path):
-    train, test = ({"data": _rows(n, n), "fine_labels": list(range(n)), "coarse_labels": [i // 2 for i in range(n)]} for n in (4, 2))
+    train, test = (
+        {
+            "data": _rows(n, n),
+            "fine_labels": list(range(n)),
+            "coarse_labels": [i // 2 for i in range(n)],
+        }
+        for n in (4, 2)
+    )
     write_cifar100(tmp_path, train, test)
     assert load_cifar100(tmp_path, "train").labels.tolist() == [0, 1, 2, 3]
     coarse = load_cifar100(tmp_path, "train", label="coarse")
@@ -139,12 +171,23 @@ def test_svhn_mat(tmp_path):
 
 
 def test_textures_dtd(tmp_path):
-    write_textures(tmp_path, {"banded": "red", "zigzagged": "blue"}, 3,
-                   {"test1.txt": ["banded/banded_0001.jpg", "zigzagged/zigzagged_0002.jpg"]})
+    write_textures(
+        tmp_path,
+        {"banded": "red", "zigzagged": "blue"},
+        3,
+        {"test1.txt": ["banded/banded_0001.jpg", "zigzagged/zigzagged_0002.jpg"]},
+    )
     all_ = load_textures(tmp_path)
-    assert len(all_) == 6 and all_.class_names == ["banded", "zigzagged"] and all_.labels.tolist() == [0, 0, 0, 1, 1, 1]
+    assert (
+        len(all_) == 6
+        and all_.class_names == ["banded", "zigzagged"]
+        and all_.labels.tolist() == [0, 0, 0, 1, 1, 1]
+    )
     test = load_textures(tmp_path, "test", partition=1)
-    assert [p.name for p in test.paths] == ["banded_0001.jpg", "zigzagged_0002.jpg"] and test.labels.tolist() == [0, 1]
+    assert [p.name for p in test.paths] == [
+        "banded_0001.jpg",
+        "zigzagged_0002.jpg",
+    ] and test.labels.tolist() == [0, 1]
     img, _ = test[1]
     assert img.size == (8, 8) and img.getpixel((0, 0))[2] > 200
     with pytest.raises(DatasetFolderError, match="val2.txt"):
@@ -154,7 +197,11 @@ def test_textures_dtd(tmp_path):
 
 
 def test_places365_val_and_train(tmp_path):
-    write_places365(tmp_path, [("Places365_val_00000001.jpg", 165), ("Places365_val_00000002.jpg", 3)], ["/a/airfield", "/a/airplane_cabin"])
+    write_places365(
+        tmp_path,
+        [("Places365_val_00000001.jpg", 165), ("Places365_val_00000002.jpg", 3)],
+        ["/a/airfield", "/a/airplane_cabin"],
+    )
     ds = load_places365(tmp_path)
     assert ds.labels.tolist() == [165, 3] and ds.class_names[0] == "/a/airfield"
     (tmp_path / "places365_train_standard.txt").write_text("/a/airfield/00000001.jpg 0\n")
@@ -165,7 +212,12 @@ def test_places365_val_and_train(tmp_path):
 
 
 def test_tiny_imagenet(tmp_path):
-    write_tiny_imagenet(tmp_path, ["n01443537", "n01629819"], [("val_0.JPEG", "n01629819"), ("val_1.JPEG", "n01443537")], 2)
+    write_tiny_imagenet(
+        tmp_path,
+        ["n01443537", "n01629819"],
+        [("val_0.JPEG", "n01629819"), ("val_1.JPEG", "n01443537")],
+        2,
+    )
     assert load_tiny_imagenet(tmp_path).labels.tolist() == [1, 0]
     assert load_tiny_imagenet(tmp_path, "test").labels.tolist() == [-1, -1]
 

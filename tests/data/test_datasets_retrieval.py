@@ -37,11 +37,21 @@ def _one_thread():
 
 
 # ---------------------------------------------------------------------------- SOP
-SOP_TRAIN = [(1, 1, 1, "bicycle_final/111_0.JPG"), (2, 1, 1, "bicycle_final/111_1.JPG"),
-             (3, 2, 1, "bicycle_final/222_0.JPG"), (4, 2, 1, "bicycle_final/222_1.JPG"),
-             (5, 3, 2, "chair_final/333_0.JPG"), (6, 3, 2, "chair_final/333_1.JPG")]
-SOP_TEST = [(7, 4, 2, "chair_final/444_0.JPG"), (8, 4, 2, "chair_final/444_1.JPG"),
-            (9, 5, 3, "mug_final/555_0.JPG"), (10, 5, 3, "mug_final/555_1.JPG"), (11, 5, 3, "mug_final/555_2.JPG")]
+SOP_TRAIN = [
+    (1, 1, 1, "bicycle_final/111_0.JPG"),
+    (2, 1, 1, "bicycle_final/111_1.JPG"),
+    (3, 2, 1, "bicycle_final/222_0.JPG"),
+    (4, 2, 1, "bicycle_final/222_1.JPG"),
+    (5, 3, 2, "chair_final/333_0.JPG"),
+    (6, 3, 2, "chair_final/333_1.JPG"),
+]
+SOP_TEST = [
+    (7, 4, 2, "chair_final/444_0.JPG"),
+    (8, 4, 2, "chair_final/444_1.JPG"),
+    (9, 5, 3, "mug_final/555_0.JPG"),
+    (10, 5, 3, "mug_final/555_1.JPG"),
+    (11, 5, 3, "mug_final/555_2.JPG"),
+]
 
 
 def _write_sop(root: Path) -> Path:
@@ -59,7 +69,11 @@ def test_sop_counts_labels_and_hierarchy(tmp_path):
     assert set(tr.labels.tolist()).isdisjoint(set(te.labels[:, 0].tolist()))
     assert len(load_sop(root, "all")) == 11
     assert load_sop(tmp_path, "train").paths == tr.paths  # parent folder found too
-    assert load_sop(root, "all", hierarchical=True).super_class_names == {1: "bicycle", 2: "chair", 3: "mug"}
+    assert load_sop(root, "all", hierarchical=True).super_class_names == {
+        1: "bicycle",
+        2: "chair",
+        3: "mug",
+    }
     assert tr.paths[0] == root / "bicycle_final/111_0.JPG"
 
 
@@ -94,7 +108,9 @@ def test_sop_errors(tmp_path):
     assert len(load_sop(root, "train", check_files=False)) == 6
     with pytest.raises(ValueError, match="split"):
         load_sop(root, "val")
-    assert issubclass(DatasetFolderError, FileNotFoundError) and issubclass(DatasetFolderError, ValueError)
+    assert issubclass(DatasetFolderError, FileNotFoundError) and issubclass(
+        DatasetFolderError, ValueError
+    )
 
 
 # ---------------------------------------------------------------------------- CUB
@@ -123,7 +139,9 @@ def test_cub_errors(tmp_path):
     with pytest.raises(DatasetFolderError, match=r"image ids \[9\]"):
         load_cub(root)
     root = _write_cub(tmp_path / "d")
-    (root / "image_class_labels.txt").write_text("".join(f"{i} {201 if i == 8 else c}\n" for i, c in CUB_CLASSES.items()))
+    (root / "image_class_labels.txt").write_text(
+        "".join(f"{i} {201 if i == 8 else c}\n" for i, c in CUB_CLASSES.items())
+    )
     with pytest.raises(DatasetFolderError, match="class 201"):
         load_cub(root, "test")
     root = _write_cub(tmp_path / "e")
@@ -146,7 +164,13 @@ def test_cars_retrieval_split_from_mat(tmp_path):
     root = _write_cars(tmp_path)
     tr, te = load_cars(root, "train"), load_cars(root, "test")
     assert tr.labels.tolist() == [1, 1, 2, 98] and te.labels.tolist() == [99, 99, 150, 196, 196]
-    assert [p.name for p in te.paths] == ["000005.jpg", "000006.jpg", "000007.jpg", "000008.jpg", "000009.jpg"]
+    assert [p.name for p in te.paths] == [
+        "000005.jpg",
+        "000006.jpg",
+        "000007.jpg",
+        "000008.jpg",
+        "000009.jpg",
+    ]
     assert tr.class_names[98] == "Make Model 98" and len(tr.class_names) == 196
     assert len(load_cars(root, "all")) == 9
     x, y = load_cars(root, "train", transform=None)[3]
@@ -176,7 +200,16 @@ INAT_CATS = [  # id, supercategory, genus, family, order, class, phylum, kingdom
     (10, "Plantae", "Quercus", "Fagaceae", "Fagales", "Magnoliopsida", "Tracheophyta", "Plantae"),
     (11, "Plantae", "Fagus", "Fagaceae", "Fagales", "Magnoliopsida", "Tracheophyta", "Plantae"),
     (20, "Aves", "Parus", "Paridae", "Passeriformes", "Aves", "Chordata", "Animalia"),
-    (30, "Fungi", "Amanita", "Amanitaceae", "Agaricales", "Agaricomycetes", "Basidiomycota", "Fungi"),
+    (
+        30,
+        "Fungi",
+        "Amanita",
+        "Amanitaceae",
+        "Agaricales",
+        "Agaricomycetes",
+        "Basidiomycota",
+        "Fungi",
+    ),
 ]
 INAT_TRAIN = [(10, "a"), (10, "b"), (11, "c"), (20, "d")]
 INAT_TEST = [(30, "e"), (30, "f")]
@@ -184,13 +217,18 @@ LEVELS = INAT_LEVELS
 
 
 def _write_inat(root: Path, splits_dir: str = "Inat_dataset_splits", taxonomy: bool = True) -> Path:
-    return write_inaturalist(root, INAT_CATS, INAT_TRAIN, INAT_TEST, splits_dir=splits_dir, taxonomy=taxonomy)
+    return write_inaturalist(
+        root, INAT_CATS, INAT_TRAIN, INAT_TEST, splits_dir=splits_dir, taxonomy=taxonomy
+    )
 
 
 def test_inaturalist_levels(tmp_path):
     root = _write_inat(tmp_path)
     tr = load_inaturalist(root, "train")
-    assert tr.labels.tolist() == [10, 10, 11, 20] and tr.paths[0] == root / "train_val2018/Plantae/10/a.jpg"
+    assert (
+        tr.labels.tolist() == [10, 10, 11, 20]
+        and tr.paths[0] == root / "train_val2018/Plantae/10/a.jpg"
+    )
     base = load_inaturalist(root, "test", levels="base")
     assert base.level_vocab["supercategory"] == ["Aves", "Fungi", "Plantae"]
     assert base.labels.tolist() == [[30, 1], [30, 1]]
@@ -220,11 +258,17 @@ def test_inaturalist_errors(tmp_path):
     with pytest.raises(DatasetFolderError, match="taxonomy"):
         load_inaturalist(root, levels="full")
     assert len(load_inaturalist(root, levels="base")) == 4  # base needs no JSON
-    cats = [{"id": c[0], "name": f"sp{c[0]}", **dict(zip(LEVELS, c[2:], strict=True))} for c in INAT_CATS]
-    (root / "categories.json").write_text(json.dumps(cats))  # the separate taxonomy file is a fallback
+    cats = [
+        {"id": c[0], "name": f"sp{c[0]}", **dict(zip(LEVELS, c[2:], strict=True))}
+        for c in INAT_CATS
+    ]
+    # the separate taxonomy file is a fallback
+    (root / "categories.json").write_text(json.dumps(cats))
     assert load_inaturalist(root, levels="full").labels.shape == (4, 7)
     root = _write_inat(tmp_path / "bad")
-    (root / "Inat_dataset_splits/Inaturalist_test_set1.txt").write_text("train_val2018/Fungi/abc/e.jpg\n")
+    (root / "Inat_dataset_splits/Inaturalist_test_set1.txt").write_text(
+        "train_val2018/Fungi/abc/e.jpg\n"
+    )
     with pytest.raises(DatasetFolderError, match="integer category id"):
         load_inaturalist(root, "test")
     (root / "Inat_dataset_splits/Inaturalist_test_set1.txt").write_text("e.jpg\n")
@@ -255,7 +299,9 @@ def test_registry_and_default_transforms(tmp_path):
     expected = (1.0 - torch.tensor(IMAGENET_MEAN)) / torch.tensor(IMAGENET_STD)
     torch.testing.assert_close(out.mean(dim=(1, 2)), expected)
     torch.manual_seed(0)
-    a = default_transform(True, image_size=32)(Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 60, 3), dtype=np.uint8)))
+    a = default_transform(True, image_size=32)(
+        Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 60, 3), dtype=np.uint8))
+    )
     assert a.shape == (3, 32, 32)
 
 
@@ -269,9 +315,22 @@ def test_trainer_runs_on_an_image_dataset(tmp_path):
         def forward(self, e, y, *_):
             s = e @ e.T
             pos = (y[:, None] == y[None]) & ~torch.eye(len(y), dtype=torch.bool)
-            return torch.relu(0.9 - s)[pos].mean() + torch.relu(s - 0.6)[y[:, None] != y[None]].mean()
+            return (
+                torch.relu(0.9 - s)[pos].mean() + torch.relu(s - 0.6)[y[:, None] != y[None]].mean()
+            )
 
-    cfg = TrainConfig.from_dict(dict(backbone="tiny_cnn", in_channels=3, width=4, embed_dim=4, batch_size=4,
-                                     m_per_class=2, epochs=1, eval_ks=(1,), progress=False))
+    cfg = TrainConfig.from_dict(
+        dict(
+            backbone="tiny_cnn",
+            in_channels=3,
+            width=4,
+            embed_dim=4,
+            batch_size=4,
+            m_per_class=2,
+            epochs=1,
+            eval_ks=(1,),
+            progress=False,
+        )
+    )
     hist = Trainer(None, Pair(), ds, ds, cfg).fit()
     assert hist[-1]["n_batches"] >= 1 and hist[-1]["metrics"]["n_queries"] >= 1

@@ -1,5 +1,5 @@
-"""Image-search data: revisited Oxford/Paris, ALEGORIA-style and SF300-style loaders on tiny fixtures,
-the procedural multi-source images, and the resumable descriptor extractor."""
+"""Image-search data: revisited Oxford/Paris, ALEGORIA-style and SF300-style loaders on tiny
+fixtures, the procedural multi-source images, and the resumable descriptor extractor."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from rank_lab.data.datasets.sf300 import load_sf300
 from rank_lab.data.procedural import (
     SOURCES,
     make_multi_source_images,
+    make_two_factor_images,
     write_alegoria_folder,
     write_image_folder,
 )
@@ -31,7 +32,9 @@ from rank_lab.retrieval.extract import (
 )
 
 
-def _jpg(path: Path, size: tuple[int, int] = (20, 16), colour: tuple[int, int, int] = (120, 30, 200)) -> None:
+def _jpg(
+    path: Path, size: tuple[int, int] = (20, 16), colour: tuple[int, int, int] = (120, 30, 200)
+) -> None:
     write_image(path, colour, size)
 
 
@@ -122,7 +125,9 @@ def test_alegoria_loader(tmp_path: Path) -> None:
 
 
 def test_alegoria_semicolon_and_errors(tmp_path: Path) -> None:
-    ds = load_alegoria(_alegoria_fixture(tmp_path / "ok", ["Image;Class;Collection", "x.jpg;a;MRU"]))
+    ds = load_alegoria(
+        _alegoria_fixture(tmp_path / "ok", ["Image;Class;Collection", "x.jpg;a;MRU"])
+    )
     assert ds.class_names == ["a"]
     with pytest.raises(DatasetFolderError, match="annotations.csv"):
         load_alegoria(tmp_path / "nowhere")
@@ -145,7 +150,10 @@ def test_alegoria_semicolon_and_errors(tmp_path: Path) -> None:
 
 
 def test_sf300_loader(tmp_path: Path) -> None:
-    csv = "image,altitude,omega,phi,orientation,kappa,sun angle\nc001_0.jpg,1200,0,0,0,12.5,40\nc001_1.jpg,1180,0,-45,1,12.5,41\n"
+    csv = (
+        "image,altitude,omega,phi,orientation,kappa,sun "
+        "angle\nc001_0.jpg,1200,0,0,0,12.5,40\nc001_1.jpg,1180,0,-45,1,12.5,41\n"
+    )
     write_sf300(tmp_path, "test", {"c001": 2, "c002": 3}, {"c001": csv})
     ds = load_sf300(tmp_path, "test")
     assert len(ds) == 5 and ds.class_names == ["c001", "c002"]
@@ -165,12 +173,16 @@ def test_sf300_loader(tmp_path: Path) -> None:
 
 
 def test_procedural_images() -> None:
-    a = make_multi_source_images(n_classes=3, per_source=2, sources=SOURCES, image_size=24, border_prob=0.5, seed=3)
-    b = make_multi_source_images(n_classes=3, per_source=2, sources=SOURCES, image_size=24, border_prob=0.5, seed=3)
+    a = make_multi_source_images(
+        n_classes=3, per_source=2, sources=SOURCES, image_size=24, border_prob=0.5, seed=3
+    )
+    b = make_multi_source_images(
+        n_classes=3, per_source=2, sources=SOURCES, image_size=24, border_prob=0.5, seed=3
+    )
     assert torch.equal(a.images, b.images)
-    assert a.images.shape == (3 * 4 * 2, 3, 24, 24)
+    assert a.images.shape == (3 * len(SOURCES) * 2, 3, 24, 24)
     assert float(a.images.min()) >= 0 and float(a.images.max()) <= 1
-    assert a.labels.tolist() == [c for c in range(3) for _ in range(8)]
+    assert a.labels.tolist() == [c for c in range(3) for _ in range(2 * len(SOURCES))]
     assert a.domains.tolist()[:8] == [0, 0, 1, 1, 2, 2, 3, 3]
     grey = a.images[a.domains == SOURCES.index("greyscale")]
     assert torch.equal(grey[:, 0], grey[:, 1]) and torch.equal(grey[:, 1], grey[:, 2])
@@ -185,6 +197,83 @@ def test_procedural_images() -> None:
     assert len(a.subset(torch.tensor([0, 5]))) == 2
 
 
+def test_procedural_toned_sources_share_their_luminance_and_borders_have_their_width() -> None:
+    a = make_multi_source_images(
+        n_classes=2,
+        per_source=3,
+        sources=("greyscale", "cyanotype", "sepia"),
+        image_size=50,
+        seed=1,
+    )
+    cyan = a.images[a.domains == 1]
+    ink, paper = torch.tensor([0.05, 0.2, 0.42]), torch.tensor([0.88, 0.94, 1.0])
+    # every cyanotype pixel lies on the ink -> paper ramp: the same grey level in all three channels
+    level = (cyan - ink[None, :, None, None]) / (paper - ink)[None, :, None, None]
+    torch.testing.assert_close(level[:, 0], level[:, 1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(level[:, 1], level[:, 2], atol=1e-5, rtol=0)
+    assert float(level.min()) >= -1e-6 and float(level.max()) <= 1 + 1e-6
+    sepia = a.images[a.domains == 2]  # a multiple of the grey level per channel
+    torch.testing.assert_close(sepia[:, 1] / 0.85, sepia[:, 0], atol=1e-5, rtol=0)
+    # a scan border of 4 % of a 50-pixel side is 2 pixels wide, dark, and crop 0.9 removes it
+    b = make_multi_source_images(
+        n_classes=1,
+        per_source=2,
+        sources=("greyscale",),
+        image_size=50,
+        border_prob=1.0,
+        border_width=0.04,
+        seed=0,
+    )
+    assert bool((b.images[:, :, :2] == 0.08).all()) and bool((b.images[:, :, :, -2:] == 0.08).all())
+    assert not bool((b.images[:, :, 2:-2, 2:-2] == 0.08).all())
+    assert b.attributes["border"].tolist() == [1, 1]
+    with pytest.raises(ValueError, match="border_width"):
+        make_multi_source_images(border_width=0.0)
+    with pytest.raises(ValueError, match="border_width"):
+        make_multi_source_images(border_width=0.6)
+
+
+def test_two_factor_images() -> None:
+    d = make_two_factor_images(
+        n_shapes=3, n_hues=4, per_pair=2, image_size=16, paint="background", seed=2
+    )
+    assert d.images.shape == (24, 3, 16, 16) and len(d) == 24
+    assert d.shapes.tolist() == [s for s in range(3) for _ in range(8)]
+    assert d.hues.tolist() == [h for _ in range(3) for h in range(4) for _ in range(2)]
+    assert float(d.images.min()) >= 0 and float(d.images.max()) <= 1
+    gaps = torch.diff(torch.sort(d.hue_values).values)  # equally spaced on the colour circle
+    torch.testing.assert_close(gaps, torch.full((3,), 0.25), atol=1e-6, rtol=0)
+    again = make_two_factor_images(
+        n_shapes=3, n_hues=4, per_pair=2, image_size=16, paint="background", seed=2
+    )
+    assert torch.equal(d.images, again.images)
+    # the background corner takes the image's hue: equal hues give (nearly) equal chroma
+    corner = d.images[:, :, 0, 0]
+    chroma = corner - corner.mean(1, keepdim=True)
+    same = chroma[d.hues == 1]
+    other = chroma[d.hues == 3]
+    assert (
+        float((same - same[0]).abs().max())
+        < 0.1
+        < float((other.mean(0) - same.mean(0)).abs().max())
+    )
+    # "object" paint: the background is grey, the primitives carry the hue
+    o = make_two_factor_images(n_shapes=2, n_hues=2, image_size=16, noise=0.0, seed=2)
+    # soft edges reach it
+    assert float((o.images[:, :, 0, 0] - o.images[:, :1, 0, 0]).abs().max()) < 1e-3
+    other_shapes = make_two_factor_images(
+        n_shapes=2, n_hues=2, image_size=16, class_offset=5, seed=2
+    )
+    assert not torch.equal(
+        other_shapes.images,
+        make_two_factor_images(n_shapes=2, n_hues=2, image_size=16, seed=2).images,
+    )
+    with pytest.raises(ValueError, match="paint"):
+        make_two_factor_images(paint="both")
+    with pytest.raises(ValueError, match="n_hues"):
+        make_two_factor_images(n_hues=0)
+
+
 def test_procedural_alegoria_round_trip(tmp_path: Path) -> None:
     q = make_multi_source_images(n_classes=2, per_source=2, image_size=16, seed=0)
     d = make_multi_source_images(n_classes=1, per_source=2, image_size=16, seed=0, class_offset=7)
@@ -193,7 +282,10 @@ def test_procedural_alegoria_round_trip(tmp_path: Path) -> None:
     assert len(ds) == len(q) + len(d)
     assert int(ds.annotated.sum()) == len(q)
     assert ds.collection_names == ["colour", "greyscale", "drawing"]
-    assert ds.attributes["vertical_orientation"][: len(q)].tolist() == q.attributes["vertical_orientation"].tolist()
+    assert (
+        ds.attributes["vertical_orientation"][: len(q)].tolist()
+        == q.attributes["vertical_orientation"].tolist()
+    )
     img = np.asarray(Image.open(ds.paths[0])) / 255.0
     np.testing.assert_allclose(img, q.images[0].permute(1, 2, 0).numpy(), atol=1 / 255)
 
@@ -204,7 +296,9 @@ def test_procedural_alegoria_round_trip(tmp_path: Path) -> None:
 @pytest.fixture()
 def image_folder(tmp_path: Path) -> Path:
     data = make_multi_source_images(n_classes=3, per_source=2, image_size=20, seed=1)
-    write_image_folder(data.images, tmp_path / "imgs", [f"sub{i % 2}/im{i:03d}.png" for i in range(len(data))])
+    write_image_folder(
+        data.images, tmp_path / "imgs", [f"sub{i % 2}/im{i:03d}.png" for i in range(len(data))]
+    )
     return tmp_path / "imgs"
 
 
@@ -232,16 +326,22 @@ def test_extract_multiscale_flip_options(image_folder: Path) -> None:
     net = build_descriptor_net("tiny_cnn", "mac")
     paths = list_images(image_folder)[:4]
     one = extract_descriptors(paths, net, image_size=16, progress=False)
-    ms = extract_descriptors(paths, net, image_size=16, scales=(1.0, 0.5), flip=True, progress=False)
+    ms = extract_descriptors(
+        paths, net, image_size=16, scales=(1.0, 0.5), flip=True, progress=False
+    )
     assert ms.shape == one.shape and not torch.allclose(ms, one)
     torch.testing.assert_close(ms.norm(dim=1), torch.ones(4))
     # flip invariance by construction: the flipped image gives the same flip-averaged descriptor
-    imgs = torch.stack([preprocess_image(Image.open(p).convert("RGB"), image_size=16) for p in paths])
+    imgs = torch.stack(
+        [preprocess_image(Image.open(p).convert("RGB"), image_size=16) for p in paths]
+    )
     a = extract_descriptors(imgs, net, image_size=None, flip=True, progress=False)
     b = extract_descriptors(imgs.flip(-1), net, image_size=None, flip=True, progress=False)
     torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
     # grayscale: a colour image and its luminance give the same descriptor
-    lum = (0.299 * imgs[:, 0] + 0.587 * imgs[:, 1] + 0.114 * imgs[:, 2])[:, None].expand(-1, 3, -1, -1)
+    lum = (0.299 * imgs[:, 0] + 0.587 * imgs[:, 1] + 0.114 * imgs[:, 2])[:, None].expand(
+        -1, 3, -1, -1
+    )
     g1 = extract_descriptors(imgs, net, image_size=None, grayscale=True, progress=False)
     g2 = extract_descriptors(lum.contiguous(), net, image_size=None, progress=False)
     torch.testing.assert_close(g1, g2, atol=1e-6, rtol=0)
@@ -265,20 +365,49 @@ def test_extract_resumes_after_interruption(image_folder: Path, tmp_path: Path) 
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        extract_descriptors(image_folder, net, image_size=16, batch_size=4, out_path=out, on_batch=stop_after_two, progress=False)
+        extract_descriptors(
+            image_folder,
+            net,
+            image_size=16,
+            batch_size=4,
+            out_path=out,
+            on_batch=stop_after_two,
+            progress=False,
+        )
     assert (tmp_path / "desc.npy.progress.json").is_file()
     resumed: list[int] = []
-    got = extract_descriptors(image_folder, net, image_size=16, batch_size=4, out_path=out, on_batch=resumed.append, progress=False)
+    got = extract_descriptors(
+        image_folder,
+        net,
+        image_size=16,
+        batch_size=4,
+        out_path=out,
+        on_batch=resumed.append,
+        progress=False,
+    )
     assert resumed[0] == 12  # batches 1-2 were not recomputed
     torch.testing.assert_close(got, full)
     assert not (tmp_path / "desc.npy.progress.json").exists()
     # a complete file is loaded, not recomputed; other settings refuse to mix
     again: list[int] = []
-    torch.testing.assert_close(extract_descriptors(image_folder, net, image_size=16, batch_size=4, out_path=out, on_batch=again.append, progress=False), full)
+    torch.testing.assert_close(
+        extract_descriptors(
+            image_folder,
+            net,
+            image_size=16,
+            batch_size=4,
+            out_path=out,
+            on_batch=again.append,
+            progress=False,
+        ),
+        full,
+    )
     assert again == []
     with pytest.raises(ValueError, match="resume=False"):
         extract_descriptors(image_folder, net, image_size=12, out_path=out, progress=False)
-    redo = extract_descriptors(image_folder, net, image_size=12, out_path=out, resume=False, progress=False)
+    redo = extract_descriptors(
+        image_folder, net, image_size=12, out_path=out, resume=False, progress=False
+    )
     assert redo.shape == full.shape
 
 
@@ -292,7 +421,9 @@ def test_extract_timm_backbone_and_weights(image_folder: Path, tmp_path: Path) -
     paths = list_images(image_folder)[:3]
     a = extract_descriptors(paths, build_descriptor_net(bb, "gem"), image_size=32, progress=False)
     torch.manual_seed(123)  # a different random init, then the saved weights
-    b = extract_descriptors(paths, "resnet10t", pooling="gem", weights=wfile, image_size=32, progress=False)
+    b = extract_descriptors(
+        paths, "resnet10t", pooling="gem", weights=wfile, image_size=32, progress=False
+    )
     torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     assert a.shape == (3, bb.num_features)
 

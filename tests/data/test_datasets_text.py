@@ -34,11 +34,17 @@ def test_lmdb_text_dataset_reads_images_and_labels(tmp_path: Path) -> None:
     assert len(ds) == 4 and ds.labels == labels and ds.indices == [1, 2, 3, 4]
     img, lab = ds[1]
     assert lab == "wörld" and img.mode == "L" and img.size == (100, 32)
-    assert ds[0][0].getpixel((0, 0)) == Image.new("RGB", (1, 1), (0, 0, 0)).convert("L").getpixel((0, 0))
+    assert ds[0][0].getpixel((0, 0)) == Image.new("RGB", (1, 1), (0, 0, 0)).convert("L").getpixel(
+        (0, 0)
+    )
     # the filters of the benchmark protocol: max length 25, case-insensitive alphanumerics
-    f = LmdbTextDataset(tmp_path, max_length=25, charset="abcdefghijklmnopqrstuvwxyz0123456789", lowercase=True)
+    f = LmdbTextDataset(
+        tmp_path, max_length=25, charset="abcdefghijklmnopqrstuvwxyz0123456789", lowercase=True
+    )
     assert f.labels == ["hello"] and f.indices == [1]
-    t = LmdbTextDataset(tmp_path, transform=lambda im: torch.tensor(np.asarray(im), dtype=torch.float32).mean())
+    t = LmdbTextDataset(
+        tmp_path, transform=lambda im: torch.tensor(np.asarray(im), dtype=torch.float32).mean()
+    )
     assert isinstance(t[2][0], torch.Tensor)
     import pickle
 
@@ -68,7 +74,10 @@ def test_lmdb_errors(tmp_path: Path) -> None:
         LmdbTextDataset(nokey)
 
 
-IC15 = "\ufeff377,117,463,117,465,130,378,130,Genaxis Theatre\r\n493,115,519,115,519,131,493,131,[06]\r\n374,155,409,155,409,170,374,170,###\r\n10,10,60,10,60,30,10,30,a,b\r\n"
+IC15 = (
+    "\ufeff377,117,463,117,465,130,378,130,Genaxis "
+    "Theatre\r\n493,115,519,115,519,131,493,131,[06]\r\n374,155,409,155,409,170,374,170,###\r\n10,10,60,10,60,30,10,30,a,b\r\n"
+)
 IC13_TEST = '38, 43, 920, 215, "Tiredness"\n275, 264, 665, 450, "kills"\n'
 IC13_TRAIN = '158 128 411 181 "Footpath"\n443 128 501 169 "To"\n'
 
@@ -91,14 +100,19 @@ def test_read_icdar13_files(tmp_path: Path) -> None:
     a = anns["7"]
     assert a.texts == ["Tiredness", "kills"]
     assert a.quads[0].tolist() == [[38, 43], [920, 43], [920, 215], [38, 215]]
-    assert anns["100"].texts == ["Footpath", "To"] and anns["100"].quads[1, 2].tolist() == [501, 169]
+    assert anns["100"].texts == ["Footpath", "To"] and anns["100"].quads[1, 2].tolist() == [
+        501,
+        169,
+    ]
 
 
 def test_read_results_with_confidence_and_evaluate(tmp_path: Path) -> None:
     gt = tmp_path / "gt_img_1.txt"
     gt.write_text(IC15)
     res = tmp_path / "res_img_1.txt"
-    res.write_text("377,117,463,117,465,130,378,130,0.9\n374,155,409,155,409,170,374,170,0.8\n0,200,30,200,30,220,0,220,0.3\n")
+    res.write_text(
+        "377,117,463,117,465,130,378,130,0.9\n374,155,409,155,409,170,374,170,0.8\n0,200,30,200,30,220,0,220,0.3\n"
+    )
     g, d = read_icdar_gt(gt), read_icdar_gt(res, has_text=False)
     assert d.scores is not None and d.scores.tolist() == [0.9, 0.8, 0.3]
     r = icdar15_evaluate([g.quads], [d.quads], [g.dont_care])

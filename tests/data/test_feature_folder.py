@@ -18,7 +18,9 @@ def _sets() -> tuple[dict[str, dict[str, torch.Tensor]], nn.Linear]:
     model = SmallConvNet(3, width=4).eval()
     x, y = torch.rand(6, 1, 8, 8), torch.tensor([0, 1, 2, 0, 1, 2])
     feats = extract_features(model, (x, y), layer="features", progress=False, device="cpu")
-    ood = extract_features(model, torch.rand(4, 1, 8, 8), layer="features", progress=False, device="cpu")
+    ood = extract_features(
+        model, torch.rand(4, 1, 8, 8), layer="features", progress=False, device="cpu"
+    )
     return {"train": feats, "test": feats, "ood/noise": ood}, model.fc
 
 
@@ -50,10 +52,15 @@ def test_errors_name_the_problem_and_the_layout(tmp_path: Path) -> None:
     torch.save({"features": torch.zeros(2, 3), "logits": torch.zeros(2, 3)}, root / "ood" / "x.pt")
     with pytest.raises(DatasetFolderError, match="disagree"):
         load_feature_folder(root)
-    torch.save({**sets["ood/noise"], "logits": sets["ood/noise"]["logits"][:3]}, root / "ood" / "x.pt")
+    torch.save(
+        {**sets["ood/noise"], "logits": sets["ood/noise"]["logits"][:3]}, root / "ood" / "x.pt"
+    )
     with pytest.raises(DatasetFolderError, match="rows"):
         load_feature_folder(root)
-    torch.save({**sets["ood/noise"], "features": sets["ood/noise"]["features"] * float("nan")}, root / "ood" / "x.pt")
+    torch.save(
+        {**sets["ood/noise"], "features": sets["ood/noise"]["features"] * float("nan")},
+        root / "ood" / "x.pt",
+    )
     with pytest.raises(DatasetFolderError, match="NaN"):
         load_feature_folder(root)
     torch.save(sets["ood/noise"], root / "ood" / "x.pt")

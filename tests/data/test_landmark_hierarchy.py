@@ -52,7 +52,9 @@ castle,Castle,human-made,
 
 def test_normalisation_and_cleaning():
     assert normalize_category("Category:Church_building (1172–1954)") == "church building"
-    assert normalize_category("https://commons.wikimedia.org/wiki/Category:Waterfalls") == "waterfalls"
+    assert (
+        normalize_category("https://commons.wikimedia.org/wiki/Category:Waterfalls") == "waterfalls"
+    )
     assert normalize_category("  Lighthouse of the 19th century ") == "lighthouse of the century"
     assert is_irrelevant(normalize_category("Wikimedia disambiguation page")) and is_irrelevant("")
     assert not is_irrelevant("lake")
@@ -84,10 +86,16 @@ def test_mapping_rules(tmp_path: Path):
     path.write_text(MAPPING)
     rules = read_mapping(path)
     assert rules[0] == MappingRule("church", "Christian religious building", "human-made", None)
-    out = apply_mapping(["stone bridge", "bridgewater", "mosque"], np.zeros(3, dtype=np.int64), rules)
-    assert out == [("Bridge", "human-made"), ("unassigned", ""), ("unassigned", "")]  # whole words only
+    out = apply_mapping(
+        ["stone bridge", "bridgewater", "mosque"], np.zeros(3, dtype=np.int64), rules
+    )
+    # whole words only
+    assert out == [("Bridge", "human-made"), ("unassigned", ""), ("unassigned", "")]
     restricted = [MappingRule("lake", "Lake", "natural", cluster=2)]
-    assert apply_mapping(["lake", "lake"], np.array([1, 2]), restricted) == [("unassigned", ""), ("Lake", "natural")]
+    assert apply_mapping(["lake", "lake"], np.array([1, 2]), restricted) == [
+        ("unassigned", ""),
+        ("Lake", "natural"),
+    ]
     path.write_text("keyword,super_category,natural_or_human_made\nlake,Lake,water\n")
     with pytest.raises(ValueError, match="natural / human-made"):
         read_mapping(path)
@@ -106,7 +114,10 @@ def test_pipeline_end_to_end_and_export(tmp_path: Path):
     assert h.removed == {8: "irrelevant", 9: "several categories", 14: "no category"}
     assert h.landmarks[1][0] == h.landmarks[2][0] == "church building"  # de-duplicated
     assert h.landmarks[1][2] == h.landmarks[3][2] == "Christian religious building"
-    assert h.landmarks[10][2:] == ("Mountain", "natural") and h.landmarks[11][2:] == ("Bridge", "human-made")
+    assert h.landmarks[10][2:] == ("Mountain", "natural") and h.landmarks[11][2:] == (
+        "Bridge",
+        "human-made",
+    )
     assert h.unassigned == ["mosque"]
     assert len(h.categories) == len(set(h.categories)) == 10
     lab = h.labels([1, 4, 11])

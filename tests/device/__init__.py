@@ -1,1 +1,2 @@
-"""Device checks without a GPU: the fake-CUDA harness, autocast, determinism, host syncs (issue 27)."""
+"""Device checks without a GPU: the fake-CUDA harness, autocast, determinism, host syncs (issue
+27)."""

@@ -2,26 +2,26 @@
 
 No GPU runs our tests, so the CUDA paths are checked by emulation. Inside :func:`fake_cuda`:
 
-* ``torch.cuda.is_available()`` is True (so :func:`rank_lab.utils.get_device` picks ``"cuda"``) and the
-  ``torch.cuda`` helpers the package calls (seeding, RNG states, capability, names) answer as one
-  device would;
+* ``torch.cuda.is_available()`` is True (so :func:`rank_lab.utils.get_device` picks ``"cuda"``) and
+  the ``torch.cuda`` helpers the package calls (seeding, RNG states, capability, names) answer as
+  one device would;
 * a tensor "moved to CUDA" (``.to("cuda")``, ``.cuda()``, a factory called with ``device="cuda"``,
   ``Module.to("cuda")``, ``torch.load(map_location="cuda")``) stays on the CPU but is **marked**;
-  the result of an op is marked when one of its inputs is (or when it was asked for ``device="cuda"``);
-  a marked tensor reports ``device == cuda:0`` and ``is_cuda``; ``.cpu()`` / ``.to("cpu")`` give an
-  unmarked copy;
-* what CUDA refuses raises :class:`DeviceMismatch`: an op that mixes a marked tensor with an unmarked
-  tensor of one or more dimensions (CUDA accepts CPU *scalars*: 0-dim tensors), a CPU tensor indexed
-  by (or assigned through) marked indices, ``.numpy()`` of a marked tensor, a random op whose generator
-  sits on the other device;
+  the result of an op is marked when one of its inputs is (or when it was asked for
+  ``device="cuda"``); a marked tensor reports ``device == cuda:0`` and ``is_cuda``; ``.cpu()`` /
+  ``.to("cpu")`` give an unmarked copy;
+* what CUDA refuses raises :class:`DeviceMismatch`: an op that mixes a marked tensor with an
+  unmarked tensor of one or more dimensions (CUDA accepts CPU *scalars*: 0-dim tensors), a CPU
+  tensor indexed by (or assigned through) marked indices, ``.numpy()`` of a marked tensor, a random
+  op whose generator sits on the other device;
 * host synchronisations are counted (:attr:`FakeCuda.syncs`): ``.item()``, ``bool()``, ``int()``,
-  ``float()``, ``__index__``, ``.tolist()``, printing, and ``.cpu()`` / ``.to("cpu")`` / ``copy_`` of a
-  marked tensor into a CPU one.
+  ``float()``, ``__index__``, ``.tolist()``, printing, and ``.cpu()`` / ``.to("cpu")`` / ``copy_``
+  of a marked tensor into a CPU one.
 
 Autograd's engine runs backward passes without the active torch-function modes, so the harness also
-re-enters itself in the ``backward`` of every ``torch.autograd.Function`` defined in ``rank_lab`` (the
-custom backwards of the rank kernels are checked like the forwards). Autocast on ``"cuda"`` is a no-op
-here (the tensors are CPU tensors): autocast is tested apart, on the CPU (``tests/device``).
+re-enters itself in the ``backward`` of every ``torch.autograd.Function`` defined in ``rank_lab``
+(the custom backwards of the rank kernels are checked like the forwards). Autocast on ``"cuda"`` is
+a no-op here (the tensors are CPU tensors): autocast is tested apart, on the CPU (``tests/device``).
 
 Usage::
 
@@ -94,7 +94,8 @@ def _is_cuda(device: object) -> bool | None:
 
 
 class FakeGenerator(torch.Generator):
-    """``torch.Generator(device="cuda")`` inside :func:`fake_cuda`: a CPU generator that knows it is "CUDA"."""
+    """``torch.Generator(device="cuda")`` inside :func:`fake_cuda`: a CPU generator that knows it is
+    "CUDA"."""
 
     def __new__(cls, device: Any = "cpu") -> FakeGenerator:
         return super().__new__(cls, device="cpu")
@@ -112,7 +113,9 @@ def _generator_is_cuda(g: object) -> bool:
 
 
 def _shape(t: torch.Tensor) -> str:
-    return f"{'cuda' if is_marked(t) else 'cpu'} {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
+    return (
+        f"{'cuda' if is_marked(t) else 'cpu'} {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
+    )
 
 
 def _name(func: Any) -> str:
@@ -123,10 +126,34 @@ def _name(func: Any) -> str:
 
 
 #: Ops that legitimately take tensors of both devices (copies across devices).
-_CROSS_DEVICE = {"to", "cuda", "cpu", "copy_", "new_tensor", "tensor", "as_tensor", "_has_compatible_shallow_copy_type",
-                 "is_same_size", "is_set_to", "__deepcopy__", "__reduce_ex__", "_make_subclass", "broadcast_tensors"}
-_SYNCS = {"item": "item", "__bool__": "bool", "__int__": "int", "__float__": "float", "__index__": "index",
-          "__complex__": "complex", "tolist": "tolist", "__repr__": "print", "__format__": "print", "__str__": "print"}
+_CROSS_DEVICE = {
+    "to",
+    "cuda",
+    "cpu",
+    "copy_",
+    "new_tensor",
+    "tensor",
+    "as_tensor",
+    "_has_compatible_shallow_copy_type",
+    "is_same_size",
+    "is_set_to",
+    "__deepcopy__",
+    "__reduce_ex__",
+    "_make_subclass",
+    "broadcast_tensors",
+}
+_SYNCS = {
+    "item": "item",
+    "__bool__": "bool",
+    "__int__": "int",
+    "__float__": "float",
+    "__index__": "index",
+    "__complex__": "complex",
+    "tolist": "tolist",
+    "__repr__": "print",
+    "__format__": "print",
+    "__str__": "print",
+}
 _BASIC_INDEX = (int, slice, type(None), type(Ellipsis), bool)
 
 
@@ -139,7 +166,8 @@ class FakeCuda(TorchFunctionMode):
     """The torch-function mode of :func:`fake_cuda` (see the module docstring).
 
     Attributes:
-        syncs: host synchronisations of marked tensors, by kind (``"item"``, ``"bool"``, ``"cpu"`` ...).
+        syncs: host synchronisations of marked tensors, by kind (``"item"``, ``"bool"``,
+            ``"cpu"`` ...).
         where: for each kind, the first few ops that synced (for messages).
     """
 
@@ -166,16 +194,22 @@ class FakeCuda(TorchFunctionMode):
         self.where.clear()
 
     # ------------------------------------------------------------------ dispatch
-    def __torch_function__(self, func: Any, types_: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_function__(
+        self, func: Any, types_: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = dict(kwargs or {})
         fname = getattr(func, "__name__", "")
-        if fname in ("__get__", "__set__") and isinstance(getattr(func, "__self__", None), types.GetSetDescriptorType):
+        if fname in ("__get__", "__set__") and isinstance(
+            getattr(func, "__self__", None), types.GetSetDescriptorType
+        ):
             return self._attribute(func, fname, args)
         name = fname
         if name in ("to", "cuda", "cpu"):
             return self._move(func, name, args, kwargs)
         if name in ("numpy", "__array__") and args and is_marked(args[0]):
-            raise DeviceMismatch(f"{_name(func)}() of a CUDA tensor ({_shape(args[0])}): call .cpu() first")
+            raise DeviceMismatch(
+                f"{_name(func)}() of a CUDA tensor ({_shape(args[0])}): call .cpu() first"
+            )
         if name == "get_device" and args and is_marked(args[0]):
             return 0
         if name == "pin_memory" and args and isinstance(args[0], torch.Tensor):
@@ -204,8 +238,14 @@ class FakeCuda(TorchFunctionMode):
         if fname == "__set__":
             if attr == "data" and isinstance(t, torch.Tensor):
                 t.__dict__[_MARK] = is_marked(args[1])
-            elif attr == "grad" and isinstance(args[1], torch.Tensor) and is_marked(t) != is_marked(args[1]):
-                raise DeviceMismatch(f"assigning a {_shape(args[1])} gradient to a {_shape(t)} tensor")
+            elif (
+                attr == "grad"
+                and isinstance(args[1], torch.Tensor)
+                and is_marked(t) != is_marked(args[1])
+            ):
+                raise DeviceMismatch(
+                    f"assigning a {_shape(args[1])} gradient to a {_shape(t)} tensor"
+                )
             return func(*args)
         if is_marked(t):
             if attr == "device":
@@ -215,7 +255,11 @@ class FakeCuda(TorchFunctionMode):
             if attr == "is_cpu":
                 return False
         out = func(*args)
-        if is_marked(t) and isinstance(out, torch.Tensor) and attr in ("grad", "data", "real", "imag", "T", "mT", "H", "mH"):
+        if (
+            is_marked(t)
+            and isinstance(out, torch.Tensor)
+            and attr in ("grad", "data", "real", "imag", "T", "mT", "H", "mH")
+        ):
             mark(out)
         return out
 
@@ -260,9 +304,13 @@ class FakeCuda(TorchFunctionMode):
 
     def _getitem(self, func: Any, args: tuple, kwargs: dict) -> Any:
         t, idx = args[0], args[1]
-        idx_marked = [i for i in _tensors(idx if isinstance(idx, tuple) else (idx,)) if is_marked(i)]
+        idx_marked = [
+            i for i in _tensors(idx if isinstance(idx, tuple) else (idx,)) if is_marked(i)
+        ]
         if not is_marked(t) and idx_marked:
-            raise DeviceMismatch(f"a CPU tensor ({_shape(t)}) indexed by CUDA indices ({_shape(idx_marked[0])})")
+            raise DeviceMismatch(
+                f"a CPU tensor ({_shape(t)}) indexed by CUDA indices ({_shape(idx_marked[0])})"
+            )
         out = func(*args, **kwargs)
         if is_marked(t):
             mark(out)
@@ -275,7 +323,9 @@ class FakeCuda(TorchFunctionMode):
             raise DeviceMismatch(f"a CPU tensor ({_shape(t)}) assigned through CUDA indices")
         if isinstance(value, torch.Tensor) and value.dim() > 0 and is_marked(value) != is_marked(t):
             if _index_has_tensor(idx):
-                raise DeviceMismatch(f"index_put of {_shape(value)} values into a {_shape(t)} tensor")
+                raise DeviceMismatch(
+                    f"index_put of {_shape(value)} values into a {_shape(t)} tensor"
+                )
             if is_marked(value):
                 self.sync("cpu", f"Tensor.__setitem__ of {_shape(value)} into a CPU tensor")
         return func(*args, **kwargs)
@@ -285,8 +335,10 @@ class FakeCuda(TorchFunctionMode):
         marked = [t for t in tensors if is_marked(t)]
         other = [t for t in tensors if not is_marked(t) and t.dim() > 0]
         if marked and other:
-            raise DeviceMismatch(f"{_name(func)} mixes a CUDA tensor ({_shape(marked[0])}) with a CPU tensor "
-                                 f"({_shape(other[0])}): Expected all tensors to be on the same device")
+            raise DeviceMismatch(
+                f"{_name(func)} mixes a CUDA tensor ({_shape(marked[0])}) with a CPU tensor "
+                f"({_shape(other[0])}): Expected all tensors to be on the same device"
+            )
 
     def _op(self, func: Any, name: str, args: tuple, kwargs: dict) -> Any:
         device = kwargs.get("device")
@@ -300,10 +352,18 @@ class FakeCuda(TorchFunctionMode):
         gen = kwargs.get("generator")
         out_cuda = target if target is not None else bool(marked)
         if isinstance(gen, torch.Generator) and _generator_is_cuda(gen) != out_cuda:
-            raise DeviceMismatch(f"{_name(func)}: a {'CUDA' if _generator_is_cuda(gen) else 'CPU'} generator for a "
-                                 f"{'CUDA' if out_cuda else 'CPU'} tensor")
-        if name == "copy_" and args and isinstance(args[0], torch.Tensor) and not is_marked(args[0]) and len(args) > 1 \
-                and is_marked(args[1]):
+            raise DeviceMismatch(
+                f"{_name(func)}: a {'CUDA' if _generator_is_cuda(gen) else 'CPU'} generator for a "
+                f"{'CUDA' if out_cuda else 'CPU'} tensor"
+            )
+        if (
+            name == "copy_"
+            and args
+            and isinstance(args[0], torch.Tensor)
+            and not is_marked(args[0])
+            and len(args) > 1
+            and is_marked(args[1])
+        ):
             self.sync("cpu", f"copy_ of {_shape(args[1])} into a CPU tensor")
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
@@ -328,7 +388,8 @@ def _is_device_like(a: object) -> bool:
 
 
 def _rank_lab_functions() -> list[type]:
-    """Every ``torch.autograd.Function`` subclass defined in ``rank_lab`` (after importing it all)."""
+    """Every ``torch.autograd.Function`` subclass defined in ``rank_lab`` (after importing it
+    all)."""
     import rank_lab
 
     for info in pkgutil.walk_packages(rank_lab.__path__, "rank_lab."):
@@ -357,7 +418,9 @@ def _wrap_function(mode: FakeCuda, fn_cls: type) -> list[tuple[str, Any]]:
     @functools.wraps(fwd)
     def forward(ctx: Any, *args: Any, **kwargs: Any) -> Any:
         out = fwd(ctx, *args, **kwargs)
-        ctx._fake_cuda = any(is_marked(o) for o in _tensors(out if isinstance(out, tuple) else (out,)))
+        ctx._fake_cuda = any(
+            is_marked(o) for o in _tensors(out if isinstance(out, tuple) else (out,))
+        )
         ctx._fake_saved = [is_marked(t) for t in (getattr(ctx, "to_save", None) or ())]
         return out
 
@@ -368,10 +431,16 @@ def _wrap_function(mode: FakeCuda, fn_cls: type) -> list[tuple[str, Any]]:
         with mode:
             out = bwd(ctx, *grads)
         if getattr(ctx, "_fake_cuda", False):
-            wrong = [g for g in _tensors(out if isinstance(out, tuple) else (out,)) if not is_marked(g) and g.dim() > 0]
+            wrong = [
+                g
+                for g in _tensors(out if isinstance(out, tuple) else (out,))
+                if not is_marked(g) and g.dim() > 0
+            ]
             if wrong:
-                raise DeviceMismatch(f"{fn_cls.__qualname__}.backward returned a CPU gradient ({_shape(wrong[0])}) "
-                                     "for CUDA inputs")
+                raise DeviceMismatch(
+                    f"{fn_cls.__qualname__}.backward returned a CPU gradient ({_shape(wrong[0])}) "
+                    "for CUDA inputs"
+                )
         return out
 
     def saved_tensors(ctx: Any) -> tuple:
@@ -406,7 +475,8 @@ class _Props:
 
 @contextlib.contextmanager
 def fake_cuda(capability: tuple[int, int] = (8, 0)) -> Iterator[FakeCuda]:
-    """Emulate one CUDA device on the CPU (see the module docstring); yields the :class:`FakeCuda` mode.
+    """Emulate one CUDA device on the CPU (see the module docstring); yields the :class:`FakeCuda`
+    mode.
 
     Args:
         capability: what ``torch.cuda.get_device_capability()`` answers (a T4 is ``(7, 5)``).
@@ -430,7 +500,9 @@ def fake_cuda(capability: tuple[int, int] = (8, 0)) -> Iterator[FakeCuda]:
         "get_device_name": lambda device=None: "Fake CUDA device (rank_lab tests)",
         "get_device_capability": lambda device=None: capability,
         "get_device_properties": lambda device=None: _Props(*capability),
-        "is_bf16_supported": lambda including_emulation=True: capability >= (8, 0) or including_emulation,
+        "is_bf16_supported": lambda including_emulation=True: (
+            capability >= (8, 0) or including_emulation
+        ),
         "manual_seed": lambda seed: None,
         "manual_seed_all": lambda seed: None,
         "seed_all": lambda: None,
@@ -452,16 +524,33 @@ def fake_cuda(capability: tuple[int, int] = (8, 0)) -> Iterator[FakeCuda]:
     with contextlib.ExitStack() as stack:
         for name, value in patches.items():
             stack.enter_context(mock.patch.object(torch.cuda, name, value))
-        stack.enter_context(mock.patch.object(torch.accelerator, "current_stream", lambda device=None: _Stream()))
+        stack.enter_context(
+            mock.patch.object(torch.accelerator, "current_stream", lambda device=None: _Stream())
+        )
         stack.enter_context(mock.patch.object(torch, "Generator", FakeGenerator))
         param_deepcopy = torch.nn.Parameter.__deepcopy__
-        stack.enter_context(mock.patch.object(torch.nn.Parameter, "__deepcopy__", lambda self, memo: (
-            mark(param_deepcopy(self, memo)) if is_marked(self) else param_deepcopy(self, memo))))
+        stack.enter_context(
+            mock.patch.object(
+                torch.nn.Parameter,
+                "__deepcopy__",
+                lambda self, memo: (
+                    mark(param_deepcopy(self, memo))
+                    if is_marked(self)
+                    else param_deepcopy(self, memo)
+                ),
+            )
+        )
         # cuDNN's packed RNN weights need the driver; the CPU RNN kernels take the same weights
-        stack.enter_context(mock.patch.object(torch.nn.RNNBase, "flatten_parameters", lambda self: None))
+        stack.enter_context(
+            mock.patch.object(torch.nn.RNNBase, "flatten_parameters", lambda self: None)
+        )
         stack.enter_context(mock.patch.object(torch, "load", load))
         for fn_cls in functions:
-            if "backward" in fn_cls.__dict__ and "forward" in fn_cls.__dict__ and "setup_context" not in fn_cls.__dict__:
+            if (
+                "backward" in fn_cls.__dict__
+                and "forward" in fn_cls.__dict__
+                and "setup_context" not in fn_cls.__dict__
+            ):
                 for attr, original in _wrap_function(mode, fn_cls):
                     stack.callback(setattr, fn_cls, attr, original)
                 stack.callback(delattr, fn_cls._backward_cls, "saved_tensors")

@@ -1,4 +1,5 @@
-"""Every registered loss, built with the training-set facts it needs, and a batch for it (shared by the device tests)."""
+"""Every registered loss, built with the training-set facts it needs, and a batch for it (shared by
+the device tests)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from torch import nn
 from rank_lab.losses import build_loss, list_losses, loss_info
 
 N_CLASSES, DIM = 8, 16
-#: constructor arguments beyond the registry's ``needs`` (CSL: the number of label levels; Σ: its base)
+#: constructor arguments beyond the registry's ``needs`` (CSL: the number of label levels; Σ: its
+#: base)
 EXTRA = {"csl": {"n_levels": 3}, "sigma": {"base": "sup_ap", "n_levels": 3}}
 NAMES = list_losses()
 
@@ -20,9 +22,11 @@ def build(name: str) -> nn.Module:
     return build_loss(name, **{k: facts[k] for k in info.needs}, **EXTRA.get(name, {}))
 
 
-def batch(name: str, seed: int = 0, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(embeddings (32, 16) requires grad, labels, refs (64, 16), ref_labels)``: 8 classes of 4, hierarchical
-    ``(B, 3)`` labels for the hierarchical losses."""
+def batch(
+    name: str, seed: int = 0, device: str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(embeddings (32, 16) requires grad, labels, refs (64, 16), ref_labels)``: 8 classes of 4,
+    hierarchical ``(B, 3)`` labels for the hierarchical losses."""
     g = torch.Generator().manual_seed(seed)
     fine = torch.arange(N_CLASSES).repeat_interleave(4)
 

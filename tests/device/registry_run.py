@@ -56,10 +56,12 @@ def _cuda_args(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_on_cuda(entry: Entry) -> Any:
-    """Run ``entry``'s valid call as a CUDA user would (every tensor, module and ``device`` on CUDA).
+    """Run ``entry``'s valid call as a CUDA user would (every tensor, module and ``device`` on
+    CUDA).
 
     Inside :func:`~.fake_cuda.fake_cuda` the moves are the harness' marks; on a machine with a GPU
-    (the ``cuda``-marked tests of ``make gpu-check``) they are real. Returns the last stage's result.
+    (the ``cuda``-marked tests of ``make gpu-check``) they are real. Returns the last stage's
+    result.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

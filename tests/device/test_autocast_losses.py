@@ -1,6 +1,7 @@
-"""Autocast cannot change a rank loss (issue 27): every registered loss gives the same value and gradient
-inside ``torch.autocast`` as outside, to float32 rounding, because the losses compute their scores and
-ranks in float32 with autocast off (:func:`rank_lab.losses.prepared_batch.full_precision`)."""
+"""Autocast cannot change a rank loss (issue 27): every registered loss gives the same value and
+gradient inside ``torch.autocast`` as outside, to float32 rounding, because the losses compute their
+scores and ranks in float32 with autocast off
+(:func:`rank_lab.losses.prepared_batch.full_precision`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from rank_lab.losses.prepared_batch import prepare_batch
 from .registered_losses import NAMES, batch, build
 
 
-def _value_and_grad(loss: torch.nn.Module, args: tuple, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _value_and_grad(
+    loss: torch.nn.Module, args: tuple, autocast: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     emb = args[0]
     emb.grad = None
     torch.manual_seed(0)
@@ -34,8 +37,12 @@ def test_every_registered_loss_ignores_autocast(name: str) -> None:
         plain, grad = _value_and_grad(loss, args, autocast=False)
         inside, grad_inside = _value_and_grad(loss, args, autocast=True)
         assert inside.dtype == torch.float32, name
-        torch.testing.assert_close(inside, plain, msg=f"{name}: the loss changes under bf16 autocast")
-        torch.testing.assert_close(grad_inside, grad, msg=f"{name}: the gradient changes under bf16 autocast")
+        torch.testing.assert_close(
+            inside, plain, msg=f"{name}: the loss changes under bf16 autocast"
+        )
+        torch.testing.assert_close(
+            grad_inside, grad, msg=f"{name}: the gradient changes under bf16 autocast"
+        )
 
 
 def test_half_precision_embeddings_are_scored_in_float32() -> None:
@@ -53,7 +60,8 @@ def test_half_precision_embeddings_are_scored_in_float32() -> None:
 
 
 def test_autocast_would_change_smooth_ap_without_the_guard() -> None:
-    """The guard is needed: the same scores computed by a bf16 matmul move Smooth-AP (the issue's 0.84375 vs
+    """The guard is needed: the same scores computed by a bf16 matmul move Smooth-AP (the issue's
+    0.84375 vs
     0.84267 kind of change), so the invariance above is not vacuous."""
     torch.manual_seed(0)
     emb = torch.nn.functional.normalize(torch.randn(32, 16), dim=1)
@@ -64,7 +72,9 @@ def test_autocast_would_change_smooth_ap_without_the_guard() -> None:
     rel = labels[:, None] == labels[None, :]
     valid = ~torch.eye(32, dtype=torch.bool)
     loss = SmoothAP(tau=0.01)
-    assert not torch.equal(loss.forward_scores(half_scores, rel, valid), loss.forward_scores(full_scores, rel, valid))
+    assert not torch.equal(
+        loss.forward_scores(half_scores, rel, valid), loss.forward_scores(full_scores, rel, valid)
+    )
     with torch.autocast("cpu", dtype=torch.bfloat16):
         guarded = loss(emb, labels)
     torch.testing.assert_close(guarded, loss.forward_scores(full_scores, rel, valid))
@@ -86,28 +96,42 @@ class _LossMatmuls(torch.overrides.TorchFunctionMode):
                 frame = frame.f_back
             if frame is not None and "/rank_lab/losses/" in frame.f_code.co_filename:
                 dtypes = tuple(a.dtype for a in args if isinstance(a, torch.Tensor))
-                self.seen.append((f"{frame.f_code.co_filename.rsplit('/', 1)[1]}:{frame.f_lineno}",
-                                  torch.is_autocast_enabled("cpu"), dtypes))
+                self.seen.append(
+                    (
+                        f"{frame.f_code.co_filename.rsplit('/', 1)[1]}:{frame.f_lineno}",
+                        torch.is_autocast_enabled("cpu"),
+                        dtypes,
+                    )
+                )
         return func(*args, **(kwargs or {}))
 
 
 #: the engine loops that compute a rank loss (their registry entries' valid calls, a few steps each)
-LOOPS = ["rank_lab.train.trainer.Trainer", "rank_lab.train.distributed.trainer.DistributedTrainer",
-         "rank_lab.train.multistage.fit_multistage", "rank_lab.fewshot.rcnaps_train.fit_rcnaps",
-         "rank_lab.train.classification.fit_classifier", "rank_lab.fewshot.multi_dataset.fit_multi_dataset"]
+LOOPS = [
+    "rank_lab.train.trainer.Trainer",
+    "rank_lab.train.distributed.trainer.DistributedTrainer",
+    "rank_lab.train.multistage.fit_multistage",
+    "rank_lab.fewshot.rcnaps_train.fit_rcnaps",
+    "rank_lab.train.classification.fit_classifier",
+    "rank_lab.fewshot.multi_dataset.fit_multi_dataset",
+]
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-def test_engine_loops_with_amp_compute_the_rank_loss_on_float32_scores(loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``amp=True`` on CUDA puts every step (or the model's forward) under autocast; emulated here with CPU
-    bfloat16 autocast in the engine's :meth:`~rank_lab.engine.Engine.autocast`: every product the losses
-    run must run with autocast off, on float32 (or float64) operands."""
+def test_engine_loops_with_amp_compute_the_rank_loss_on_float32_scores(
+    loop: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``amp=True`` on CUDA puts every step (or the model's forward) under autocast; emulated here
+    with CPU bfloat16 autocast in the engine's :meth:`~rank_lab.engine.Engine.autocast`: every
+    product the losses run must run with autocast off, on float32 (or float64) operands."""
     from bad_inputs.framework import run
     from bad_inputs.registry import ENTRIES
 
     from rank_lab.engine import Engine
 
-    monkeypatch.setattr(Engine, "autocast", lambda self: torch.autocast("cpu", dtype=torch.bfloat16))
+    monkeypatch.setattr(
+        Engine, "autocast", lambda self: torch.autocast("cpu", dtype=torch.bfloat16)
+    )
     entry = next(e for e in ENTRIES if e.name == loop)
     with warnings.catch_warnings(), _LossMatmuls() as spy:
         warnings.simplefilter("ignore")

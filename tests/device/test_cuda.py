@@ -3,8 +3,8 @@
 * the certified float16 / bfloat16 search at a size where ``precision="auto"`` would pick a
   reduced format (20,000 x 512: ``Q N d`` far above 2^33) gives, per query, the CPU exact route's
   neighbours and scores bit for bit;
-* every registered loss gives the same value and gradient inside ``torch.autocast("cuda")`` (float16,
-  and bfloat16 where the GPU has it) as outside, to float32 rounding;
+* every registered loss gives the same value and gradient inside ``torch.autocast("cuda")``
+  (float16, and bfloat16 where the GPU has it) as outside, to float32 rounding;
 * an interrupted and resumed 2-epoch Trainer run on CUDA ends with the straight run's weights, bit
   for bit. Scope of that assertion (``docs/decisions.md``): ``deterministic=True``, one process, one
   GPU, the same GPU model, driver and library versions for both runs; nothing is promised across
@@ -28,7 +28,10 @@ from rank_lab.metrics import knn_search
 
 from .registered_losses import NAMES, batch, build
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,11 +50,16 @@ def cpu_exact() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32", "auto"])
-def test_certified_search_on_cuda_is_the_cpu_exact_route_per_query(precision: str, cpu_exact) -> None:  # noqa: ANN001
+def test_certified_search_on_cuda_is_the_cpu_exact_route_per_query(
+    precision: str, cpu_exact
+) -> None:  # noqa: ANN001
     x, scores, idx = cpu_exact
     s, i = knn_search(x, x, 100, exclude_self=True, precision=precision, device="cuda")
     same = (i.cpu() == idx).all(1) & (s.cpu() == scores).all(1)
-    assert bool(same.all()), f"precision={precision}: {int((~same).sum())} of {same.numel()} queries differ from CPU exact"
+    assert bool(same.all()), (
+        f"precision={precision}: {int((~same).sum())} of {same.numel()} queries differ from CPU "
+        "exact"
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -66,7 +74,9 @@ def test_every_registered_loss_ignores_autocast_on_cuda(name: str, dtype: torch.
         emb.grad = None
         torch.manual_seed(0)
         with torch.autocast("cuda", dtype=dtype, enabled=enabled):
-            value = loss(emb, labels, refs, ref_labels) if loss_takes_refs(loss) else loss(emb, labels)
+            value = (
+                loss(emb, labels, refs, ref_labels) if loss_takes_refs(loss) else loss(emb, labels)
+            )
         value.backward()
         out.append((value.detach(), emb.grad.clone()))
     torch.testing.assert_close(out[1][0], out[0][0])
@@ -109,12 +119,17 @@ except Stop:
 resumed = run(str(tmp / "b"))
 print(json.dumps({"same": all(torch.equal(straight[k], resumed[k]) for k in straight),
                   "deterministic": torch.are_deterministic_algorithms_enabled()}))
-"""
+"""  # noqa: E501
 
 
 def test_an_interrupted_trainer_run_resumes_bit_exactly_on_cuda() -> None:
-    """In a fresh interpreter: deterministic=True must set CUBLAS_WORKSPACE_CONFIG before CUDA starts."""
-    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"} | {"PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", RESUME], env=env, capture_output=True, text=True, timeout=900)
+    """In a fresh interpreter: deterministic=True must set CUBLAS_WORKSPACE_CONFIG before CUDA
+    starts."""
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"} | {
+        "PYTHONPATH": str(ROOT)
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", RESUME], env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"same": True, "deterministic": True}

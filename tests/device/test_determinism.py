@@ -5,7 +5,8 @@
   ``CUBLAS_WORKSPACE_CONFIG`` set before CUDA starts (checked in fresh interpreters), and the rank
   kernel's backward accumulating without atomic adds (bit-identical to the CPU's serial order);
 * DataLoader workers seed NumPy and ``random`` from the loader's generator;
-* ``num_workers`` never above the machine's CPUs; bfloat16 autocast refused below compute capability 8.0.
+* ``num_workers`` never above the machine's CPUs; bfloat16 autocast refused below compute capability
+  8.0.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def deterministic():
     """Deterministic algorithms on for one test (restored after)."""
-    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    before, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     torch.use_deterministic_algorithms(True, warn_only=False)
     yield
     torch.use_deterministic_algorithms(before, warn_only=warn_only)
@@ -50,15 +54,19 @@ def test_index_add_in_order_is_the_serial_cpu_sum(shape: tuple[int, ...]) -> Non
     expect = base.clone().index_add_(0, index, src)  # CPU: serial, in row order
     got = RK.index_add_in_order(base.clone(), index, src)
     assert torch.equal(got, expect)
-    # the order matters in float32: another order gives other bits, so the equality above is not vacuous
+    # the order matters in float32: another order gives other bits, so the equality above is not
+    # vacuous
     perm = torch.randperm(200, generator=g)
     assert not torch.equal(base.clone().index_add_(0, index[perm], src[perm]), expect)
     assert torch.equal(RK.index_add_in_order(base.clone(), index[:0], src[:0]), base)
 
 
-@pytest.mark.parametrize("loss", [SmoothAP(), SupAP(), SupRecallAtK(), SmoothHAP()], ids=lambda m: type(m).__name__)
-def test_deterministic_backward_equals_the_default_bit_for_bit(loss: torch.nn.Module, deterministic: None,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "loss", [SmoothAP(), SupAP(), SupRecallAtK(), SmoothHAP()], ids=lambda m: type(m).__name__
+)
+def test_deterministic_backward_equals_the_default_bit_for_bit(
+    loss: torch.nn.Module, deterministic: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     g = torch.Generator().manual_seed(1)
     emb = torch.randn(48, 8, generator=g)
     fine = torch.arange(48) % 12
@@ -85,36 +93,47 @@ def test_deterministic_backward_equals_the_default_bit_for_bit(loss: torch.nn.Mo
 def _python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
     full.update({"PYTHONPATH": str(ROOT), **(env or {})})
-    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_deterministic_seeding_sets_cublas_before_cuda_starts() -> None:
-    """A fresh interpreter: the variable is set, CUDA not started, warn_only off (errors, not warnings)."""
-    proc = _python("import json, os, torch\n"
-                   "from rank_lab.utils import seed_everything\n"
-                   "seed_everything(0, deterministic=True)\n"
-                   "print(json.dumps([os.environ.get('CUBLAS_WORKSPACE_CONFIG'), torch.cuda.is_initialized(),\n"
-                   "                  torch.are_deterministic_algorithms_enabled(),\n"
-                   "                  torch.is_deterministic_algorithms_warn_only_enabled()]))")
+    """A fresh interpreter: the variable is set, CUDA not started, warn_only off (errors, not
+    warnings)."""
+    proc = _python(
+        "import json, os, torch\n"
+        "from rank_lab.utils import seed_everything\n"
+        "seed_everything(0, deterministic=True)\n"
+        "print(json.dumps([os.environ.get('CUBLAS_WORKSPACE_CONFIG'), "
+        "torch.cuda.is_initialized(),\n                  "
+        "torch.are_deterministic_algorithms_enabled(),\n                  "
+        "torch.is_deterministic_algorithms_warn_only_enabled()]))"
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [":4096:8", False, True, False]
 
 
 def test_deterministic_seeding_refuses_after_cuda_started() -> None:
-    """CUDA already initialised (simulated) without the variable: refused, naming the fix; with the user's
-    valid value it is kept."""
-    code = ("import os, torch\n"
-            "torch.cuda.is_initialized = lambda: True\n"
-            "from rank_lab.utils import seed_everything\n"
-            "try:\n"
-            "    seed_everything(0, deterministic=True)\n"
-            "except RuntimeError as exc:\n"
-            "    print('refused:', exc)\n"
-            "else:\n"
-            "    print('kept', os.environ.get('CUBLAS_WORKSPACE_CONFIG'), torch.are_deterministic_algorithms_enabled())\n")
+    """CUDA already initialised (simulated) without the variable: refused, naming the fix; with the
+    user's valid value it is kept."""
+    code = (
+        "import os, torch\n"
+        "torch.cuda.is_initialized = lambda: True\n"
+        "from rank_lab.utils import seed_everything\n"
+        "try:\n"
+        "    seed_everything(0, deterministic=True)\n"
+        "except RuntimeError as exc:\n"
+        "    print('refused:', exc)\n"
+        "else:\n"
+        "    print('kept', os.environ.get('CUBLAS_WORKSPACE_CONFIG'), "
+        "torch.are_deterministic_algorithms_enabled())\n"
+    )
     refused = _python(code)
     assert refused.returncode == 0, refused.stderr
-    assert "refused:" in refused.stdout and "export CUBLAS_WORKSPACE_CONFIG=:4096:8" in refused.stdout
+    assert (
+        "refused:" in refused.stdout and "export CUBLAS_WORKSPACE_CONFIG=:4096:8" in refused.stdout
+    )
     kept = _python(code, {"CUBLAS_WORKSPACE_CONFIG": ":16:8"})
     assert kept.stdout.strip() == "kept :16:8 True", kept.stdout + kept.stderr
 
@@ -133,7 +152,9 @@ class _NumpyDraws(Dataset):
 
 def _draws(seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    loader = DataLoader(_NumpyDraws(), batch_size=2, num_workers=2, generator=gen, worker_init_fn=TD.seed_worker)
+    loader = DataLoader(
+        _NumpyDraws(), batch_size=2, num_workers=2, generator=gen, worker_init_fn=TD.seed_worker
+    )
     return torch.cat(list(loader))
 
 
@@ -141,7 +162,8 @@ def test_workers_seed_numpy_and_random_from_the_loader_generator() -> None:
     a, b, c = _draws(0), _draws(0), _draws(1)
     assert torch.equal(a, b)  # the same generator seed: the same draws
     assert not torch.equal(a, c)
-    assert len({round(float(v), 12) for v in a[:, 0]}) == 8  # the two workers draw different numbers
+    # the two workers draw different numbers
+    assert len({round(float(v), 12) for v in a[:, 0]}) == 8
 
 
 def test_num_workers_never_above_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,12 +173,16 @@ def test_num_workers_never_above_the_cpus(monkeypatch: pytest.MonkeyPatch) -> No
         warnings.simplefilter("always")
         assert TD.loader_workers(8) == 2 and TD.loader_workers(8) == 2  # Colab: 2 vCPUs
         assert TD.loader_workers(2) == 2 and TD.loader_workers(0) == 0
-    assert [str(w.message) for w in seen] == ["num_workers=8 but this machine gives the process 2 CPU(s): using 2 "
-                                              "DataLoader worker(s)"]  # once
+    assert [str(w.message) for w in seen] == [
+        "num_workers=8 but this machine gives the process 2 CPU(s): using 2 DataLoader worker(s)"
+    ]  # once
     monkeypatch.setattr(TD, "_cpu_count", lambda: 8)
     monkeypatch.setattr(TD, "_WARNED_WORKERS", set())
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun, 4 processes on this machine: 2 CPUs each
-    with pytest.warns(UserWarning, match=r"2 CPU\(s\) \(its share among 4 processes on this machine\)"):
+    # torchrun, 4 processes on this machine: 2 CPUs each
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    with pytest.warns(
+        UserWarning, match=r"2 CPU\(s\) \(its share among 4 processes on this machine\)"
+    ):
         assert TD.loader_workers(8) == 2
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     with pytest.raises(ValueError, match="num_workers must be >= 0"):
@@ -180,9 +206,24 @@ def test_the_trainer_clamps_its_workers(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(TT, "loader_workers", spy)
     monkeypatch.setattr(TD, "_cpu_count", lambda: 1)
     x, y = torch.randn(16, 6), torch.arange(16) % 4
-    tr = Trainer(None, SmoothAP(), (x, y), None, dict(backbone="mlp", hidden_dims=(8,), embed_dim=4, batch_size=8,
-                                                      m_per_class=4, epochs=1, batches_per_epoch=1, num_workers=8,
-                                                      progress=False, device="cpu"))
+    tr = Trainer(
+        None,
+        SmoothAP(),
+        (x, y),
+        None,
+        dict(
+            backbone="mlp",
+            hidden_dims=(8,),
+            embed_dim=4,
+            batch_size=8,
+            m_per_class=4,
+            epochs=1,
+            batches_per_epoch=1,
+            num_workers=8,
+            progress=False,
+            device="cpu",
+        ),
+    )
     with pytest.warns(UserWarning, match="num_workers=8 but this machine gives the process 1 CPU"):
         tr.fit()
     assert seen["asked"] == 8
@@ -194,10 +235,21 @@ def test_bfloat16_autocast_refused_below_compute_capability_8(capability: tuple[
     with fake_cuda(capability):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         if capability < (8, 0):
-            with pytest.raises(ValueError, match=r"amp_dtype='bfloat16' needs a GPU of compute capability 8\.0.*"
-                                                 r"has 7\.5.*use amp_dtype='float16'"):
+            with pytest.raises(
+                ValueError,
+                match=r"amp_dtype='bfloat16' needs a GPU of compute capability 8\.0.*"
+                r"has 7\.5.*use amp_dtype='float16'",
+            ):
                 Engine(model, opt, EngineConfig(amp=True, amp_dtype="bfloat16"), device="cuda")
         else:
-            assert Engine(model, opt, EngineConfig(amp=True, amp_dtype="bfloat16"), device="cuda").amp
-        Engine(model, opt, EngineConfig(amp=True, amp_dtype="float16"), device="cuda")  # float16 everywhere
-    Engine(model, torch.optim.SGD(model.parameters(), lr=0.1), EngineConfig(amp=True, amp_dtype="bfloat16"), device="cpu")
+            assert Engine(
+                model, opt, EngineConfig(amp=True, amp_dtype="bfloat16"), device="cuda"
+            ).amp
+        # float16 everywhere
+        Engine(model, opt, EngineConfig(amp=True, amp_dtype="float16"), device="cuda")
+    Engine(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        EngineConfig(amp=True, amp_dtype="bfloat16"),
+        device="cpu",
+    )

@@ -55,7 +55,8 @@ def test_on_the_fake_device(name: str) -> None:
 
 
 def test_pca_whitening_shrinkage_on_the_fake_device() -> None:
-    """``torch.eye`` of the shrinkage target made on the data's device (the registry's call has none)."""
+    """``torch.eye`` of the shrinkage target made on the data's device (the registry's call has
+    none)."""
     with fake_cuda():
         w = learn_pca_whitening(torch.randn(30, 5).cuda(), shrinkage=0.3)
         assert all(t.is_cuda for t in vars(w).values() if isinstance(t, torch.Tensor))

@@ -1,4 +1,5 @@
-"""The fake-CUDA harness itself (tests/device/fake_cuda.py): it fails where CUDA would, and only there."""
+"""The fake-CUDA harness itself (tests/device/fake_cuda.py): it fails where CUDA would, and only
+there."""
 
 from __future__ import annotations
 
@@ -12,11 +13,23 @@ from .fake_cuda import DeviceMismatch, fake_cuda, is_marked
 
 
 def test_moves_mark_and_report_cuda() -> None:
-    originals = (torch.cuda.is_available, torch.Generator, torch.load, torch.nn.RNNBase.flatten_parameters)
+    originals = (
+        torch.cuda.is_available,
+        torch.Generator,
+        torch.load,
+        torch.nn.RNNBase.flatten_parameters,
+    )
     with fake_cuda():
         x = torch.randn(4, 3).to("cuda")
-        assert is_marked(x) and x.is_cuda and x.device == torch.device("cuda", 0) and x.get_device() == 0
-        assert is_marked(torch.zeros(2, device="cuda")) and is_marked(torch.zeros(2, device=x.device))
+        assert (
+            is_marked(x)
+            and x.is_cuda
+            and x.device == torch.device("cuda", 0)
+            and x.get_device() == 0
+        )
+        assert is_marked(torch.zeros(2, device="cuda")) and is_marked(
+            torch.zeros(2, device=x.device)
+        )
         assert is_marked(x + 1) and is_marked(x.sum()) and is_marked(x.T) and is_marked(x[0])
         assert is_marked(torch.randn(3).cuda()) and is_marked(torch.randn(3).to(x))
         assert is_marked(x.to(torch.float64)) and x.to(torch.float64).dtype == torch.float64
@@ -27,12 +40,30 @@ def test_moves_mark_and_report_cuda() -> None:
         assert is_marked(m.weight) and is_marked(m.bias) and is_marked(m(x))
         assert is_marked(copy.deepcopy(m).weight)
         assert torch.cuda.is_available() and torch.cuda.get_device_capability() == (8, 0)
-    assert (torch.cuda.is_available, torch.Generator, torch.load, torch.nn.RNNBase.flatten_parameters) == originals
+    assert (
+        torch.cuda.is_available,
+        torch.Generator,
+        torch.load,
+        torch.nn.RNNBase.flatten_parameters,
+    ) == originals
     assert not torch._C._is_torch_function_mode_enabled()  # everything restored on exit
 
 
-@pytest.mark.parametrize("case", ["op", "matmul_weight", "cat", "cpu_indexed", "cpu_assigned", "index_put_values",
-                                  "numpy", "array", "generator", "cuda_scalar_cpu_tensor"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "op",
+        "matmul_weight",
+        "cat",
+        "cpu_indexed",
+        "cpu_assigned",
+        "index_put_values",
+        "numpy",
+        "array",
+        "generator",
+        "cuda_scalar_cpu_tensor",
+    ],
+)
 def test_planted_mismatches_raise(case: str) -> None:
     """Each planted mismatch is one CUDA would refuse: the harness must raise on it."""
     with fake_cuda(), pytest.raises(DeviceMismatch):
@@ -61,7 +92,8 @@ def test_planted_mismatches_raise(case: str) -> None:
 
 
 def test_planted_cpu_gradient_in_a_custom_backward_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rank kernel's custom backward that builds its gradient on the CPU (checked under the harness too)."""
+    """A rank kernel's custom backward that builds its gradient on the CPU (checked under the
+    harness too)."""
     from rank_lab.ranking.row_kernel import _RowStepSum, row_step_sums
 
     original = _RowStepSum.backward
@@ -85,8 +117,12 @@ def test_what_cuda_accepts_passes() -> None:
         x[torch.tensor([True, False, True, False])]
         x[0:2] = torch.ones(2, 3)  # a copy across devices
         torch.as_tensor(torch.arange(3.0), device=x.device)
-        torch.nn.functional.ctc_loss(torch.randn(5, 2, 4, device="cuda").log_softmax(-1), torch.ones(2, 2, dtype=torch.long,
-                                     device="cuda"), torch.tensor([5, 5]), torch.tensor([2, 2]))
+        torch.nn.functional.ctc_loss(
+            torch.randn(5, 2, 4, device="cuda").log_softmax(-1),
+            torch.ones(2, 2, dtype=torch.long, device="cuda"),
+            torch.tensor([5, 5]),
+            torch.tensor([2, 2]),
+        )
         torch.rand(3, generator=torch.Generator(device="cuda"), device="cuda")
 
 
@@ -105,5 +141,6 @@ def test_autograd_gradients_stay_on_the_device() -> None:
 
     with fake_cuda():
         emb = torch.randn(12, 4, device="cuda", requires_grad=True)
-        SupAP()(emb, torch.arange(12, device="cuda") % 3).backward()  # the custom backward of the rank kernel
+        # the custom backward of the rank kernel
+        SupAP()(emb, torch.arange(12, device="cuda") % 3).backward()
         assert is_marked(emb.grad)

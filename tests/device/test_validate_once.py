@@ -1,4 +1,5 @@
-"""Validate once (issues 27 and 29): a loss call checks each input once and blocks the host at most 3 times.
+"""Validate once (issues 27 and 29): a loss call checks each input once and blocks the host at most
+3 times.
 
 Public entry points check their inputs; the kernels they call trust them. Two counts per registered
 loss and per form of the common call (in-batch, against references, against a memory holding the
@@ -27,8 +28,9 @@ from .fake_cuda import fake_cuda
 from .registered_losses import NAMES, batch, build
 
 CEILING = 3
-#: losses above the ceiling: (host syncs per call, reason); none since the hierarchical losses call the trusted
-#: kernels of rank_lab.metrics.hierarchy.relevance and the Σ-loss checks every level's no-positive rule in one sync
+#: losses above the ceiling: (host syncs per call, reason); none since the hierarchical losses call
+#: the trusted kernels of rank_lab.metrics.hierarchy.relevance and the Σ-loss checks every level's
+#: no-positive rule in one sync
 OVER_CEILING: dict[str, tuple[int, str]] = {}
 
 
@@ -39,9 +41,15 @@ EXTRA_FINITE_CHECKS: dict[str, tuple[int, str]] = {}
 def _calls(name: str, device: str) -> list[tuple[str, tuple, dict]]:
     emb, labels, refs, ref_labels = batch(name, device=device)
     own = torch.cat([emb.detach(), refs])
-    return [("in-batch", (emb, labels), {}), ("references", (emb, labels, refs, ref_labels), {}),
-            ("memory", (emb, labels, own, torch.cat([labels, ref_labels])),
-             {"ref_self_index": torch.arange(emb.shape[0], device=device)})]
+    return [
+        ("in-batch", (emb, labels), {}),
+        ("references", (emb, labels, refs, ref_labels), {}),
+        (
+            "memory",
+            (emb, labels, own, torch.cat([labels, ref_labels])),
+            {"ref_self_index": torch.arange(emb.shape[0], device=device)},
+        ),
+    ]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -62,7 +70,9 @@ def test_host_syncs_per_loss_call(name: str) -> None:
     detail = {form: where for form, (n, where) in counts.items() if n == worst}
     assert worst <= allowed, f"{name}: {worst} host syncs in one call (ceiling {allowed}): {detail}"
     if name in OVER_CEILING:
-        assert worst == allowed, f"{name} now syncs {worst} times: lower OVER_CEILING[{name!r}] ({reason})"
+        assert worst == allowed, (
+            f"{name} now syncs {worst} times: lower OVER_CEILING[{name!r}] ({reason})"
+        )
 
 
 class _FiniteChecks(TorchFunctionMode):
@@ -90,16 +100,24 @@ def test_finite_checks_per_loss_call(name: str) -> None:
             with _FiniteChecks() as spy:
                 loss(*args, **kwargs)
             repeated = [k for k, c in Counter(spy.seen).items() if c > 1]
-            assert not repeated, f"{name} ({form}): a tensor is checked for finite values {max(Counter(spy.seen).values())} times"
-            assert len(spy.seen) <= n_inputs + extra, f"{name} ({form}): {len(spy.seen)} finite checks for {n_inputs} input tensors"
+            assert not repeated, (
+                f"{name} ({form}): a tensor is checked for finite values "
+                f"{max(Counter(spy.seen).values())} times"
+            )
+            assert len(spy.seen) <= n_inputs + extra, (
+                f"{name} ({form}): {len(spy.seen)} finite checks for {n_inputs} input tensors"
+            )
             most = max(most, len(spy.seen) - n_inputs)
     if extra:
-        assert most == extra, f"{name}: fewer finite checks now, lower EXTRA_FINITE_CHECKS[{name!r}] ({reason})"
+        assert most == extra, (
+            f"{name}: fewer finite checks now, lower EXTRA_FINITE_CHECKS[{name!r}] ({reason})"
+        )
 
 
 def test_one_sup_ap_call_checks_finite_values_once() -> None:
-    """The issue's case: SupAP checked the same tensor three times; now one check covers the call (on the scores,
-    which are finite exactly when the embeddings are and their products do not overflow)."""
+    """The issue's case: SupAP checked the same tensor three times; now one check covers the call
+    (on the scores, which are finite exactly when the embeddings are and their products do not
+    overflow)."""
     emb, labels = torch.randn(24, 8), torch.arange(24) % 6
     with _FiniteChecks() as spy:
         SupAP()(emb, labels)
@@ -112,16 +130,20 @@ def test_one_sup_ap_call_checks_finite_values_once() -> None:
         SupAP()(emb, labels, bad, labels)
     with pytest.raises(ValueError, match="overflow"):
         SupAP(normalize=False)(emb * 1e20, labels)  # finite embeddings whose products are not
-    with pytest.raises(ValueError, match=r"ref_self_index must hold -1 or column indices in \[0, 24\)"):
+    with pytest.raises(
+        ValueError, match=r"ref_self_index must hold -1 or column indices in \[0, 24\)"
+    ):
         SupAP()(emb, labels, emb, labels, ref_self_index=torch.full((24,), 24))
 
 
 def test_sigma_checks_every_level_no_positive_rule_in_one_sync() -> None:
-    """Σ-loss: each level's no-positive rule keeps its own message (level order), fetched in one host sync."""
+    """Σ-loss: each level's no-positive rule keeps its own message (level order), fetched in one
+    host sync."""
     from rank_lab.losses import build_loss
 
     emb = torch.randn(8, 16)
-    lab = torch.stack([torch.arange(8) // 2, torch.arange(8), torch.arange(8) // 4], 1)  # level 1: no positive at all
+    # level 1: no positive at all
+    lab = torch.stack([torch.arange(8) // 2, torch.arange(8), torch.arange(8) // 4], 1)
     with pytest.raises(ValueError, match="^no query has a positive in its retrieval set"):
         build_loss("sigma", base="sup_ap", n_levels=3, dim=16)(emb, lab)
     lab[0, 0] = 100  # level 0: queries 0 and 1 lose their positive, before level 1's failure

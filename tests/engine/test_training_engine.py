@@ -1,10 +1,11 @@
-"""The one training engine (issue 17): every training loop of the package resumes bit-exactly through it,
-stops on a NaN with the one error type, and shares the one schedule, optimiser builder and resume rule.
+"""The one training engine (issue 17): every training loop of the package resumes bit-exactly
+through it, stops on a NaN with the one error type, and shares the one schedule, optimiser builder
+and resume rule.
 
-The loop cases below are tiny (a fraction of a second each). Each is run three times: straight; interrupted
-(``KeyboardInterrupt`` raised inside the engine after some steps, past at least one checkpoint); resumed in
-a fresh model from that checkpoint after the global RNGs were disturbed. The resumed weights (and losses)
-must equal the straight run's bit for bit (``torch.equal``).
+The loop cases below are tiny (a fraction of a second each). Each is run three times: straight;
+interrupted (``KeyboardInterrupt`` raised inside the engine after some steps, past at least one
+checkpoint); resumed in a fresh model from that checkpoint after the global RNGs were disturbed. The
+resumed weights (and losses) must equal the straight run's bit for bit (``torch.equal``).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def _one_thread():
 
 
 # ---------------------------------------------------------------------------------- the loops
-# Each case: run(ckpt) trains fresh models (fixed seeds) with the checkpoint file ``ckpt`` (or None) and returns
-# (modules, losses); ``steps`` is the run's number of engine steps.
+# Each case: run(ckpt) trains fresh models (fixed seeds) with the checkpoint file ``ckpt`` (or None)
+# and returns (modules, losses); ``steps`` is the run's number of engine steps.
 def _trainer(ckpt: Path | None, distributed: bool = False):
     from rank_lab.data import make_open_set
     from rank_lab.losses import SmoothAP
@@ -52,10 +53,27 @@ def _trainer(ckpt: Path | None, distributed: bool = False):
     from rank_lab.train.distributed import DistributedTrainer
 
     s = make_open_set(n_classes=8, per_class=8, dim=8, input_dim=12, seed=0)
-    cfg = TrainConfig.from_dict(dict(backbone="mlp", hidden_dims=(16,), embed_dim=8, batch_size=8, m_per_class=4, epochs=3,
-                                     lr=3e-3, eval_ks=(1, 4), progress=False, batches_per_epoch=3, warmup_epochs=1, grad_clip=1.0,
-                                     device="cpu", checkpoint_dir=None if ckpt is None else str(ckpt.parent / ckpt.stem)))
-    tr = (DistributedTrainer if distributed else Trainer)(None, SmoothAP(), (s.x_train, s.y_train), None, cfg)
+    cfg = TrainConfig.from_dict(
+        dict(
+            backbone="mlp",
+            hidden_dims=(16,),
+            embed_dim=8,
+            batch_size=8,
+            m_per_class=4,
+            epochs=3,
+            lr=3e-3,
+            eval_ks=(1, 4),
+            progress=False,
+            batches_per_epoch=3,
+            warmup_epochs=1,
+            grad_clip=1.0,
+            device="cpu",
+            checkpoint_dir=None if ckpt is None else str(ckpt.parent / ckpt.stem),
+        )
+    )
+    tr = (DistributedTrainer if distributed else Trainer)(
+        None, SmoothAP(), (s.x_train, s.y_train), None, cfg
+    )
     hist = tr.fit()
     return tr.model, [r["loss"] for r in hist]
 
@@ -68,8 +86,18 @@ def _multistage(ckpt):
     y = torch.arange(6).repeat_interleave(6)
     x = torch.randn(6, 10)[y] + 0.3 * torch.randn(36, 10)
     model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 8))
-    losses = fit_multistage(model, SmoothAP(), x, y, batch_size=12, m_per_class=3, steps=6, chunk_size=5, lr=1e-2,
-                            engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2))
+    losses = fit_multistage(
+        model,
+        SmoothAP(),
+        x,
+        y,
+        batch_size=12,
+        m_per_class=3,
+        steps=6,
+        chunk_size=5,
+        lr=1e-2,
+        engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2),
+    )
     return model, losses
 
 
@@ -78,10 +106,21 @@ def _classifier(ckpt):
 
     torch.manual_seed(0)
     x, y = torch.randn(24, 1, 5, 5), torch.arange(4).repeat_interleave(6)
-    model = ContrastiveClassifier(nn.Sequential(nn.Flatten(), nn.Linear(25, 12)), n_classes=4, dim=12,
-                                  method="supcon+ce")
-    hist = fit_classifier(model, x, y, epochs=2, stage2_epochs=2, batch_size=8, lr=3e-3, seed=1, device="cpu",
-                          engine=EngineConfig(checkpoint=ckpt))
+    model = ContrastiveClassifier(
+        nn.Sequential(nn.Flatten(), nn.Linear(25, 12)), n_classes=4, dim=12, method="supcon+ce"
+    )
+    hist = fit_classifier(
+        model,
+        x,
+        y,
+        epochs=2,
+        stage2_epochs=2,
+        batch_size=8,
+        lr=3e-3,
+        seed=1,
+        device="cpu",
+        engine=EngineConfig(checkpoint=ckpt),
+    )
     return model, [h["loss"] for h in hist]
 
 
@@ -92,11 +131,33 @@ def _multi_dataset(ckpt):
 
     data = make_multi_dataset(n_datasets=2, classes_per_dataset=4, per_class=8, seed=0)
     torch.manual_seed(0)
-    model = build_model({"backbone": "mlp", "input_dim": data.x.shape[1], "hidden_dims": (16,), "embed_dim": 8, "layer_norm": False})
+    model = build_model(
+        {
+            "backbone": "mlp",
+            "input_dim": data.x.shape[1],
+            "hidden_dims": (16,),
+            "embed_dim": 8,
+            "layer_norm": False,
+        }
+    )
     noisy = lambda x: x + 0.01 * torch.randn_like(x)  # noqa: E731 - a random augmentation: the global RNG is checkpointed
-    hist = fit_multi_dataset(model, data.x, data.dataset_ids, data.labels, n_classes=4, k=3, epochs=3, batches_per_epoch=2,
-                             niter=1, niter_decay=2, lr=3e-3, seed=0,
-                                 engine=EngineConfig(checkpoint=ckpt), transform=noisy, device="cpu")
+    hist = fit_multi_dataset(
+        model,
+        data.x,
+        data.dataset_ids,
+        data.labels,
+        n_classes=4,
+        k=3,
+        epochs=3,
+        batches_per_epoch=2,
+        niter=1,
+        niter_decay=2,
+        lr=3e-3,
+        seed=0,
+        engine=EngineConfig(checkpoint=ckpt),
+        transform=noisy,
+        device="cpu",
+    )
     return model, hist
 
 
@@ -104,12 +165,24 @@ def _rcnaps(ckpt):
     from rank_lab.data.procedural import make_multi_source_images
     from rank_lab.fewshot import build_rcnaps, fit_rcnaps
 
-    data = make_multi_source_images(n_classes=6, per_source=3, sources=("colour",), image_size=16, seed=0)
+    data = make_multi_source_images(
+        n_classes=6, per_source=3, sources=("colour",), image_size=16, seed=0
+    )
     torch.manual_seed(0)
     model = build_rcnaps("tiny", widths=(8,), encoder_width=8, encoder_depth=2)
-    losses = fit_rcnaps(model, data.images, data.labels, episodes=5, k=1, m=2, n_classes=3, lr=1e-3, seed=1,
-                        engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2),
-                        device="cpu")
+    losses = fit_rcnaps(
+        model,
+        data.images,
+        data.labels,
+        episodes=5,
+        k=1,
+        m=2,
+        n_classes=3,
+        lr=1e-3,
+        seed=1,
+        engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2),
+        device="cpu",
+    )
     return model, losses
 
 
@@ -128,17 +201,36 @@ def _surrogate(ckpt, feds: bool = False):
 
     images, boxes = make_box_dataset(32, size=16, seed=0)
     torch.manual_seed(0)
-    model, sur = BoxRegressor(16, channels=(4, 4, 4), hidden=8), EmbeddingSurrogate(BoxMLP(hidden=(8, 8, 8, 8), out_dim=4))
+    model, sur = (
+        BoxRegressor(16, channels=(4, 4, 4), hidden=8),
+        EmbeddingSurrogate(BoxMLP(hidden=(8, 8, 8, 8), out_dim=4)),
+    )
     task = BoxIoUTask(images, boxes, batch_size=8, device="cpu")
     kw = dict(epochs=3, surrogate_steps=2, model_steps=2, first_surrogate_steps=3)
     if feds:
-        tr = FEDSTrainer(model, sur, task, FEDSConfig(lam=0.2, **kw), device="cpu", seed=5,
-                         engine=EngineConfig(checkpoint=ckpt))
+        tr = FEDSTrainer(
+            model,
+            sur,
+            task,
+            FEDSConfig(lam=0.2, **kw),
+            device="cpu",
+            seed=5,
+            engine=EngineConfig(checkpoint=ckpt),
+        )
     else:
-        tr = SurrogateTrainer(model, sur, task, LSConfig(source="local", grad_clip=1.0, **kw), device="cpu", seed=5,
-                              engine=EngineConfig(checkpoint=ckpt))
+        tr = SurrogateTrainer(
+            model,
+            sur,
+            task,
+            LSConfig(source="local", grad_clip=1.0, **kw),
+            device="cpu",
+            seed=5,
+            engine=EngineConfig(checkpoint=ckpt),
+        )
     hist = tr.fit()
-    return nn.ModuleDict({"model": model, "surrogate": sur}), [h["loss"] for h in hist["surrogate"] + hist["model"]]
+    return nn.ModuleDict({"model": model, "surrogate": sur}), [
+        h["loss"] for h in hist["surrogate"] + hist["model"]
+    ]
 
 
 def _ctc(ckpt):
@@ -149,8 +241,17 @@ def _ctc(ckpt):
     x, w = make_word_dataset(16, "abc", 2, 3, 16, 32, seed=0)
     torch.manual_seed(0)
     model = CRNN(alphabet.n_classes, channels=(4, 4, 4), hidden=4)
-    return model, fit_ctc(model, x, w, alphabet, steps=6, batch_size=4, lr=1e-2, device="cpu",
-                          engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2, grad_clip=5.0))
+    return model, fit_ctc(
+        model,
+        x,
+        w,
+        alphabet,
+        steps=6,
+        batch_size=4,
+        lr=1e-2,
+        device="cpu",
+        engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2, grad_clip=5.0),
+    )
 
 
 def _box_regressor(ckpt):
@@ -160,8 +261,17 @@ def _box_regressor(ckpt):
     images, boxes = make_box_dataset(24, size=16, seed=0)
     torch.manual_seed(0)
     model = BoxRegressor(16, channels=(4, 4, 4), hidden=8)
-    return model, fit_box_regressor(model, images, boxes, steps=6, batch_size=8, lr=3e-3, device="cpu", seed=2,
-                                    engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2))
+    return model, fit_box_regressor(
+        model,
+        images,
+        boxes,
+        steps=6,
+        batch_size=8,
+        lr=3e-3,
+        device="cpu",
+        seed=2,
+        engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2),
+    )
 
 
 def _toy(ckpt):
@@ -169,8 +279,16 @@ def _toy(ckpt):
 
     g = torch.Generator().manual_seed(3)
     x, y = torch.rand(18, 1, 6, 6, generator=g), torch.arange(3).repeat_interleave(6)
-    model = train_classifier(SmallConvNet(3, width=4), x, y, epochs=3, batch_size=8, seed=1, device="cpu",
-                             engine=EngineConfig(checkpoint=ckpt))
+    model = train_classifier(
+        SmallConvNet(3, width=4),
+        x,
+        y,
+        epochs=3,
+        batch_size=8,
+        seed=1,
+        device="cpu",
+        engine=EngineConfig(checkpoint=ckpt),
+    )
     return model, []
 
 
@@ -181,8 +299,9 @@ def _heat(ckpt):
     y = torch.arange(3).repeat_interleave(10)
     z = torch.randn(30, 4, generator=g) + y[:, None].float()
     cfg = HEATConfig(hidden_dim=8, n_layers=3, epochs=3, batch_size=12, lr=1e-3, sgld_steps=2)
-    h = HybridEnergy(ClassGaussianEnergy(1.0), 4, cfg).fit(z, y, seed=0,
-        engine=EngineConfig(checkpoint=ckpt), device="cpu")
+    h = HybridEnergy(ClassGaussianEnergy(1.0), 4, cfg).fit(
+        z, y, seed=0, engine=EngineConfig(checkpoint=ckpt), device="cpu"
+    )
     return h.residual, [r["loss"] for r in h.history]
 
 
@@ -192,8 +311,15 @@ def _resflow(ckpt):
     g = torch.Generator().manual_seed(0)
     y = torch.arange(2).repeat_interleave(20)
     z = torch.randn(40, 3, generator=g) + 2 * y[:, None].float()
-    r = ResFlow(n_blocks=1, hidden_dim=8, epochs=3, batch_size=16, seed=3, device="cpu",
-                engine=EngineConfig(checkpoint=ckpt))
+    r = ResFlow(
+        n_blocks=1,
+        hidden_dim=8,
+        epochs=3,
+        batch_size=16,
+        seed=3,
+        device="cpu",
+        engine=EngineConfig(checkpoint=ckpt),
+    )
     r.fit({"features": z, "labels": y})
     return r.flow, r.history
 
@@ -220,8 +346,11 @@ class _Stop(KeyboardInterrupt):
     pass
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch, at: int | None, poison: bool = False) -> dict[str, Any]:
-    """Patch Engine.train_step: count the steps; at step ``at`` (1-based) raise _Stop (or poison the loss with NaN)."""
+def _counting(
+    monkeypatch: pytest.MonkeyPatch, at: int | None, poison: bool = False
+) -> dict[str, Any]:
+    """Patch Engine.train_step: count the steps; at step ``at`` (1-based) raise _Stop (or poison the
+    loss with NaN)."""
     seen: dict[str, Any] = {"n": 0, "before": None}
     orig = Engine.train_step
 
@@ -230,11 +359,15 @@ def _counting(monkeypatch: pytest.MonkeyPatch, at: int | None, poison: bool = Fa
         if at is not None and seen["n"] == at:
             if not poison:
                 raise _Stop
-            seen["before"] = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in self.modules.values()]
+            seen["before"] = [
+                {k: v.detach().clone() for k, v in m.state_dict().items()}
+                for m in self.modules.values()
+            ]
 
             def nan_fn(data):
                 out = step_fn(data)
                 return (out[0] * math.nan, out[1]) if isinstance(out, tuple) else out * math.nan
+
             return orig(self, nan_fn, batch)
         return orig(self, step_fn, batch)
 
@@ -271,7 +404,8 @@ def test_every_loop_resumes_bit_exactly_through_the_engine(name, tmp_path, monke
     a, b = _state(straight), _state(resumed)
     assert a.keys() == b.keys()
     for k in a:
-        assert torch.equal(a[k], b[k]), k  # ... and ends with the straight run's weights, bit for bit
+        # ... and ends with the straight run's weights, bit for bit
+        assert torch.equal(a[k], b[k]), k
     assert resumed_losses == losses
 
 
@@ -280,27 +414,39 @@ def test_every_loop_stops_on_a_nan_loss_with_the_one_error(name, tmp_path, monke
     run, steps, stop_at = LOOPS[name]
     ckpt = tmp_path / "run.pt"
     _counting(monkeypatch, stop_at, poison=True)
-    with pytest.raises(NonFiniteTrainingError, match=r"the loss is nan.*training stopped before applying it and nothing was saved") as info:
+    with pytest.raises(
+        NonFiniteTrainingError,
+        match=r"the loss is nan.*training stopped before applying it and nothing was saved",
+    ) as info:
         run(ckpt)
     err = info.value
     assert isinstance(err, FloatingPointError) and err.step == stop_at - 1
-    assert err.checkpoint is not None and Path(err.checkpoint).is_file()  # the last good checkpoint, named
+    # the last good checkpoint, named
+    assert err.checkpoint is not None and Path(err.checkpoint).is_file()
     assert "last good checkpoint is" in str(err)
     saved = torch.load(err.checkpoint, map_location="cpu", weights_only=True)
     assert saved["step"] < stop_at  # written before the NaN step ...
-    assert all(bool(torch.isfinite(v).all()) for v in saved["model"].values() if v.is_floating_point())  # ... and finite
+    # ... and finite
+    assert all(
+        bool(torch.isfinite(v).all()) for v in saved["model"].values() if v.is_floating_point()
+    )
 
 
 def test_the_nan_step_is_not_applied(monkeypatch):
     seen = _counting(monkeypatch, 4, poison=True)
     with pytest.raises(NonFiniteTrainingError) as info:
         _toy(None)
-    assert info.value.batch_indices is not None and len(info.value.batch_indices) == 8 and info.value.checkpoint is None
+    assert (
+        info.value.batch_indices is not None
+        and len(info.value.batch_indices) == 8
+        and info.value.checkpoint is None
+    )
     assert "no checkpoint was written yet" in str(info.value)
     assert seen["before"] is not None
 
 
-# ---------------------------------------------------------------------------------- the engine's parts
+# ---------------------------------------------------------------------------------- the engine's
+# parts
 def _legacy_tail_cosine(t: int, steps: int) -> float:
     start = int(0.7 * steps)
     tail = max(steps - start, 1)
@@ -311,31 +457,53 @@ def test_the_one_schedule_reproduces_the_former_ones_exactly():
     # learned.recognizer's tail cosine (a LambdaLR): lr = base * factor, bit for bit
     for steps in (1, 7, 500):
         for t in range(steps):
-            assert lr_at(t, 3e-3, total_steps=steps, schedule="tail_cosine") == 3e-3 * _legacy_tail_cosine(t, steps)
+            assert lr_at(
+                t, 3e-3, total_steps=steps, schedule="tail_cosine"
+            ) == 3e-3 * _legacy_tail_cosine(t, steps)
     # the Gominski author code's per-epoch linear decay (niter=10, niter_decay=5; 7 steps per epoch)
     for t in range(15 * 7):
         e = t // 7
-        assert lr_at(t, 1e-4, total_steps=105, schedule="linear", hold_steps=10, decay_steps=5, step_unit=7) == \
-            1e-4 * (1.0 - max(0, e + 1 - 10) / float(5 + 1))
+        assert lr_at(
+            t, 1e-4, total_steps=105, schedule="linear", hold_steps=10, decay_steps=5, step_unit=7
+        ) == 1e-4 * (1.0 - max(0, e + 1 - 10) / float(5 + 1))
     # cosine with warm-up equals torch's cosine annealing after the warm-up
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=16)
     for t in range(16):
-        assert lr_at(t + 4, 0.1, total_steps=20, warmup_steps=4) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12)
+        assert lr_at(t + 4, 0.1, total_steps=20, warmup_steps=4) == pytest.approx(
+            opt.param_groups[0]["lr"], rel=1e-12
+        )
         opt.step()
         sched.step()
     # torch's MultiStepLR (the RS@k recipes), bit for bit, in units of 3 steps
     opt = torch.optim.Adam([nn.Parameter(torch.zeros(1))], lr=3e-4)
     sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[2, 5, 5], gamma=0.3)
     for e in range(8):
-        assert all(lr_at(3 * e + j, 3e-4, total_steps=24, schedule="step", milestones=(2, 5, 5), gamma=0.3, step_unit=3)
-                   == opt.param_groups[0]["lr"] for j in range(3))
+        assert all(
+            lr_at(
+                3 * e + j,
+                3e-4,
+                total_steps=24,
+                schedule="step",
+                milestones=(2, 5, 5),
+                gamma=0.3,
+                step_unit=3,
+            )
+            == opt.param_groups[0]["lr"]
+            for j in range(3)
+        )
         opt.step()
         sched.step()
-    assert Schedule("constant", 5).length_free and Schedule("linear", 5, hold_steps=1, decay_steps=1).length_free
-    assert Schedule("step", 5, milestones=[2]).length_free and Schedule("step", 5, milestones=[2]).milestones == (2,)
+    assert (
+        Schedule("constant", 5).length_free
+        and Schedule("linear", 5, hold_steps=1, decay_steps=1).length_free
+    )
+    assert Schedule("step", 5, milestones=[2]).length_free and Schedule(
+        "step", 5, milestones=[2]
+    ).milestones == (2,)
     assert not Schedule("cosine", 5).length_free and not Schedule("tail_cosine", 5).length_free
-    assert Schedule("cosine", 10, min_lr=1e-3, ref_lr=1e-2).lr(10, 2e-2) == pytest.approx(2e-3)  # the floor keeps the ratio
+    # the floor keeps the ratio
+    assert Schedule("cosine", 10, min_lr=1e-3, ref_lr=1e-2).lr(10, 2e-2) == pytest.approx(2e-3)
     with pytest.raises(ValueError, match="hold_steps and decay_steps"):
         lr_at(0, 0.1, total_steps=3, schedule="linear")
     with pytest.raises(ValueError, match="kind"):
@@ -351,13 +519,22 @@ def test_build_optimizer_and_the_engine_step():
     with pytest.raises(ValueError, match="kind"):
         build_optimizer(a.parameters(), "lamb")
     x = torch.randn(4, 3)
-    eng = Engine({"a": a, "b": b}, {"opt_a": build_optimizer(a.parameters(), "sgd", lr=1.0, momentum=0.0),
-                                    "opt_b": build_optimizer(b.parameters(), "sgd", lr=1.0, momentum=0.0)},
-                 EngineConfig(grad_clip={"opt_a": 1e-3}), device="cpu")
+    eng = Engine(
+        {"a": a, "b": b},
+        {
+            "opt_a": build_optimizer(a.parameters(), "sgd", lr=1.0, momentum=0.0),
+            "opt_b": build_optimizer(b.parameters(), "sgd", lr=1.0, momentum=0.0),
+        },
+        EngineConfig(grad_clip={"opt_a": 1e-3}),
+        device="cpu",
+    )
     wa, wb = a.weight.detach().clone(), b.weight.detach().clone()
-    r = eng.train_step(lambda i: 100 * (a(x[i]) + b(x[i])).pow(2).mean(), Batch(torch.arange(4), optimizer="opt_a"))
+    r = eng.train_step(
+        lambda i: 100 * (a(x[i]) + b(x[i])).pow(2).mean(), Batch(torch.arange(4), optimizer="opt_a")
+    )
     assert r.grad_norm is not None and r.grad_norm > 1e-3
-    assert float((a.weight - wa).norm()) <= 1e-3 * (1 + 1e-5) and torch.equal(b.weight, wb)  # only opt_a stepped, clipped
+    # only opt_a stepped, clipped
+    assert float((a.weight - wa).norm()) <= 1e-3 * (1 + 1e-5) and torch.equal(b.weight, wb)
     r = eng.train_step(lambda i: (b(x[i])).pow(2).mean(), Batch(torch.arange(4), optimizer="opt_b"))
     assert r.grad_norm is None and not torch.equal(b.weight, wb) and eng.step == 2
     with pytest.raises(ValueError, match="reserved"):
@@ -372,12 +549,21 @@ def test_fit_core_checkpoints_generators_and_refuses_another_run(tmp_path):
 
         def data(e: int):
             perm = torch.randperm(12, generator=g)
-            return [Batch(perm[i:i + 4], indices=perm[i:i + 4]) for i in range(0, 12, 4)]
+            return [Batch(perm[i : i + 4], indices=perm[i : i + 4]) for i in range(0, 12, 4)]
 
-        eng = fit(model, lambda i: model(x[i]).pow(2).mean(), data, EngineConfig(epochs=epochs, checkpoint=tmp_path / "c.pt"),
-                  lr=lr, device="cpu", generators={"batches": g}, run_key={"lr": lr},
-                  schedule=Schedule(kind, epochs * 3), steps_per_epoch=3,
-                  on_epoch_end=lambda e, res: eng_hist.append([r.loss for r in res]))
+        eng = fit(
+            model,
+            lambda i: model(x[i]).pow(2).mean(),
+            data,
+            EngineConfig(epochs=epochs, checkpoint=tmp_path / "c.pt"),
+            lr=lr,
+            device="cpu",
+            generators={"batches": g},
+            run_key={"lr": lr},
+            schedule=Schedule(kind, epochs * 3),
+            steps_per_epoch=3,
+            on_epoch_end=lambda e, res: eng_hist.append([r.loss for r in res]),
+        )
         return model, eng
 
     eng_hist: list = []
@@ -388,30 +574,62 @@ def test_fit_core_checkpoints_generators_and_refuses_another_run(tmp_path):
     (tmp_path / "c.pt").rename(tmp_path / "keep.pt")
     straight, _ = run(4)
     assert torch.equal(longer.weight, straight.weight) and torch.equal(longer.bias, straight.bias)
-    with pytest.raises(ValueError, match=r"different config \(lr: 0.1 -> 0.2\); to start a new run set resume=False"):
+    with pytest.raises(
+        ValueError,
+        match=r"different config \(lr: 0.1 -> 0.2\); to start a new run set resume=False",
+    ):
         run(4, lr=0.2)
     (tmp_path / "c.pt").unlink()
     run(2, kind="cosine")
-    with pytest.raises(ValueError, match=r"epochs: 2 -> 4.*cosine learning rate of every completed step"):
+    with pytest.raises(
+        ValueError, match=r"epochs: 2 -> 4.*cosine learning rate of every completed step"
+    ):
         run(4, kind="cosine")
 
 
 def test_the_resume_rule_in_steps():
-    state = {"config": {"lr": 0.1}, "epoch": 5, "step": 5, "schedule": {"epochs": 5, "total_steps": 5, "scheduler": "constant"}}
-    check_resume(state, {"lr": 0.1}, {"epochs": 8, "total_steps": 8, "scheduler": "constant"}, unit="step", length_free=True)
+    state = {
+        "config": {"lr": 0.1},
+        "epoch": 5,
+        "step": 5,
+        "schedule": {"epochs": 5, "total_steps": 5, "scheduler": "constant"},
+    }
+    check_resume(
+        state,
+        {"lr": 0.1},
+        {"epochs": 8, "total_steps": 8, "scheduler": "constant"},
+        unit="step",
+        length_free=True,
+    )
     with pytest.raises(ValueError, match="already done 5 steps"):
-        check_resume(state, {"lr": 0.1}, {"epochs": 3, "total_steps": 3, "scheduler": "constant"}, unit="step", length_free=True)
+        check_resume(
+            state,
+            {"lr": 0.1},
+            {"epochs": 3, "total_steps": 3, "scheduler": "constant"},
+            unit="step",
+            length_free=True,
+        )
     with pytest.raises(ValueError, match="the batches and learning rates would change mid-run"):
-        check_resume(state, {"lr": 0.1}, {"epochs": 5, "total_steps": 5, "scheduler": "cosine"}, unit="step")
+        check_resume(
+            state, {"lr": 0.1}, {"epochs": 5, "total_steps": 5, "scheduler": "cosine"}, unit="step"
+        )
 
 
 def test_a_longer_tail_cosine_proxy_run_is_refused(tmp_path):
     from rank_lab.learned.proxy_training import fit_proxy
 
     model, x = nn.Linear(2, 1), torch.randn(6, 2)
-    kw = dict(batch_size=3, lr=1e-2, device="cpu", engine=EngineConfig(checkpoint=tmp_path / "p.pt"))
+    kw = dict(
+        batch_size=3, lr=1e-2, device="cpu", engine=EngineConfig(checkpoint=tmp_path / "p.pt")
+    )
     fit_proxy(model, 6, lambda i, d: model(x[i]).pow(2).mean(), steps=3, **kw)
-    with pytest.raises(ValueError, match=r"epochs: 3 -> 5.*tail_cosine learning rate.*set resume=False or use another checkpoint file"):
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"epochs: 3 -> 5.*tail_cosine learning rate.*set resume=False or use another "
+            r"checkpoint file"
+        ),
+    ):
         fit_proxy(model, 6, lambda i, d: model(x[i]).pow(2).mean(), steps=5, **kw)
     kw["engine"] = EngineConfig(checkpoint=tmp_path / "p.pt", resume=False)
     assert len(fit_proxy(model, 6, lambda i, d: model(x[i]).pow(2).mean(), steps=5, **kw)) == 5
@@ -431,14 +649,21 @@ def test_amp_on_cuda_through_the_engine(amp_dtype):
         dtypes.append(out.dtype)
         return out.float().pow(2).mean()
 
-    eng = fit(model, step, lambda e: [torch.arange(16), torch.arange(16, 32)], EngineConfig(epochs=2, amp=True, amp_dtype=amp_dtype),
-              device="cuda", lr=1e-2)
+    eng = fit(
+        model,
+        step,
+        lambda e: [torch.arange(16), torch.arange(16, 32)],
+        EngineConfig(epochs=2, amp=True, amp_dtype=amp_dtype),
+        device="cuda",
+        lr=1e-2,
+    )
     assert eng.amp and eng.scaler.is_enabled() == (amp_dtype == "float16")
     assert set(dtypes) == {torch.float16 if amp_dtype == "float16" else torch.bfloat16}
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
 
 
-# ---------------------------------------------------------------------------------- validate once: trusted inputs
+# ---------------------------------------------------------------------------------- validate once:
+# trusted inputs
 def test_trusted_modules_skip_only_their_finite_check_and_nest():
     from rank_lab._validation import (
         check_finite_input,
@@ -471,12 +696,14 @@ def test_trusted_modules_skip_only_their_finite_check_and_nest():
     with shape_only():
         check_finite_input(torch.empty(2, device="meta"), "x")  # shape-only runs (FLOP counting)
     with pytest.raises(ValueError, match="x is a meta tensor"):
-        check_finite_input(torch.empty(2, device="meta"), "x", trusted=True)  # elsewhere refused (issue 26)
+        # elsewhere refused (issue 26)
+        check_finite_input(torch.empty(2, device="meta"), "x", trusted=True)
 
 
 def test_a_nan_produced_inside_a_model_reaches_the_engine_guard():
-    """No thread-local switch: the engine's step trusts its modules' inputs, so a NaN that appears inside the
-    model (here: between two layers, on the third step) reaches the guard, which names the step and its batch."""
+    """No thread-local switch: the engine's step trusts its modules' inputs, so a NaN that appears
+    inside the model (here: between two layers, on the third step) reaches the guard, which names
+    the step and its batch."""
     from rank_lab.models import EmbeddingHead
 
     class Overflow(nn.Module):
@@ -492,8 +719,13 @@ def test_a_nan_produced_inside_a_model_reaches_the_engine_guard():
     model = nn.Sequential(nn.Linear(4, 4), Overflow(), EmbeddingHead(4, 2))
     x = torch.randn(8, 4)
     with pytest.raises(NonFiniteTrainingError, match=r"the loss is nan at epoch 3, step 3") as info:
-        fit(model, lambda i: model(x[i]).pow(2).mean(), lambda e: [Batch(torch.arange(8), indices=list(range(8)))],
-            EngineConfig(epochs=4), device="cpu")
+        fit(
+            model,
+            lambda i: model(x[i]).pow(2).mean(),
+            lambda e: [Batch(torch.arange(8), indices=list(range(8)))],
+            EngineConfig(epochs=4),
+            device="cpu",
+        )
     assert info.value.batch_indices == list(range(8))
     model[1].calls = 2
     with pytest.raises(ValueError, match="x contains 32 NaN"):

@@ -1,4 +1,5 @@
-"""Tests for classification by retrieval (Gominski thesis chapter 5): sampler, training, protocols."""
+"""Tests for classification by retrieval (Gominski thesis chapter 5): sampler, training,
+protocols."""
 
 from __future__ import annotations
 
@@ -86,7 +87,18 @@ def test_sampler_errors():
 
 # ----------------------------------------------------------------------------- training
 def test_lr_schedule_of_the_author_code():
-    f = [lr_at(3 * e + 1, 1.0, total_steps=45, schedule="linear", hold_steps=10, decay_steps=5, step_unit=3) for e in range(15)]
+    f = [
+        lr_at(
+            3 * e + 1,
+            1.0,
+            total_steps=45,
+            schedule="linear",
+            hold_steps=10,
+            decay_steps=5,
+            step_unit=3,
+        )
+        for e in range(15)
+    ]
     assert f[:10] == [1.0] * 10
     np.testing.assert_allclose(f[10:], [5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
 
@@ -95,19 +107,36 @@ def _mlp(seed=0):
     from rank_lab.models import build_model
 
     torch.manual_seed(seed)
-    return build_model({"backbone": "mlp", "input_dim": 32, "hidden_dims": (32,), "embed_dim": 16, "layer_norm": False})
+    return build_model(
+        {
+            "backbone": "mlp",
+            "input_dim": 32,
+            "hidden_dims": (32,),
+            "embed_dim": 16,
+            "layer_norm": False,
+        }
+    )
 
 
 def test_multi_dataset_training_lowers_the_loss_and_resumes(tmp_path):
     data = make_multi_dataset(n_datasets=3, classes_per_dataset=6, per_class=12, seed=0)
-    kw = dict(n_classes=6, k=4, epochs=4, batches_per_epoch=10, niter=2, niter_decay=2, lr=3e-3, seed=0)
+    kw = dict(
+        n_classes=6, k=4, epochs=4, batches_per_epoch=10, niter=2, niter_decay=2, lr=3e-3, seed=0
+    )
     hist = fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels, **kw)
     assert hist[-1] < hist[0] - 0.05
     ckpt = tmp_path / "ckpt.pt"
-    fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels,
-                      engine=EngineConfig(checkpoint=ckpt), **{**kw, "epochs": 2})
-    resumed = fit_multi_dataset(_mlp(), data.x, data.dataset_ids, data.labels,
-                                engine=EngineConfig(checkpoint=ckpt), **kw)
+    fit_multi_dataset(
+        _mlp(),
+        data.x,
+        data.dataset_ids,
+        data.labels,
+        engine=EngineConfig(checkpoint=ckpt),
+        **{**kw, "epochs": 2},
+    )
+    resumed = fit_multi_dataset(
+        _mlp(), data.x, data.dataset_ids, data.labels, engine=EngineConfig(checkpoint=ckpt), **kw
+    )
     np.testing.assert_allclose(resumed, hist, rtol=1e-5)
 
 
@@ -125,7 +154,9 @@ def _clusters(seed=0, c=6, n=10, d=8, noise=0.05):
     g = torch.Generator().manual_seed(seed)
     centres = torch.nn.functional.normalize(torch.randn(c, d, generator=g), dim=1)
     y = torch.arange(c).repeat_interleave(n)
-    return torch.nn.functional.normalize(centres[y] + noise * torch.randn(c * n, d, generator=g), dim=1), y
+    return torch.nn.functional.normalize(
+        centres[y] + noise * torch.randn(c * n, d, generator=g), dim=1
+    ), y
 
 
 @pytest.mark.parametrize("method", ["mahalanobis", "euclidean", "cosine", "knn", "diffusion"])
@@ -142,11 +173,12 @@ def test_alpha_qe_post_processing_is_applied_to_the_queries_only():
     x, y = _clusters(noise=0.6)
     s, q = allways_split(y, 2, seed=1)
     allv = torch.cat([x[s], x[q]])
-    expanded = alpha_qe(allv, n=10, alpha=3.0, include_self=False)[len(s):]
+    expanded = alpha_qe(allv, n=10, alpha=3.0, include_self=False)[len(s) :]
     want = classify_by_retrieval(expanded, x[s], y[s], aqe=None)
     got = classify_by_retrieval(x[q], x[s], y[s], aqe=(3.0, 10))
     assert torch.equal(got, want)
-    assert not torch.equal(classify_by_retrieval(x[q], x[s], y[s], aqe=None), got)  # it matters here
+    # it matters here
+    assert not torch.equal(classify_by_retrieval(x[q], x[s], y[s], aqe=None), got)
 
 
 def test_shortlist_of_one_neighbour_is_nearest_support_classification():
@@ -156,7 +188,9 @@ def test_shortlist_of_one_neighbour_is_nearest_support_classification():
     s, q = allways_split(y, 3, seed=0)
     one_nn = knn_classify(x[q], x[s], y[s], k=1).labels
     for method in ("mahalanobis", "euclidean"):
-        assert torch.equal(classify_by_retrieval(x[q], x[s], y[s], method=method, aqe=None, shortlist=1), one_nn)
+        assert torch.equal(
+            classify_by_retrieval(x[q], x[s], y[s], method=method, aqe=None, shortlist=1), one_nn
+        )
     free = classify_by_retrieval(x[q], x[s], y[s], aqe=None)
     wide = classify_by_retrieval(x[q], x[s], y[s], aqe=None, shortlist=len(s))
     assert torch.equal(free, wide)
@@ -178,7 +212,10 @@ def test_allways_evaluate_matches_a_manual_run():
     for r, a in enumerate(accs):
         s, q = allways_split(y, 2, seed=7 + r)
         means = torch.stack([x[s][y[s] == c].mean(0) for c in range(6)])
-        pred = (torch.nn.functional.normalize(x[q], dim=1) @ torch.nn.functional.normalize(means, dim=1).T).argmax(1)
+        pred = (
+            torch.nn.functional.normalize(x[q], dim=1)
+            @ torch.nn.functional.normalize(means, dim=1).T
+        ).argmax(1)
         assert a == pytest.approx(float((pred == y[q]).double().mean()))
 
 
@@ -197,8 +234,8 @@ def test_input_errors():
 
 
 def test_a_new_rule_is_one_registration():
-    """A rule registered in METHODS is called with the checked, alpha-QE'd descriptors and the options;
-    nearest_class gives it the shortlist."""
+    """A rule registered in METHODS is called with the checked, alpha-QE'd descriptors and the
+    options; nearest_class gives it the shortlist."""
     from rank_lab.fewshot import METHODS, RuleOptions, classify_by_retrieval, nearest_class
 
     seen = {}
@@ -211,12 +248,19 @@ def test_a_new_rule_is_one_registration():
         return nearest_class(classes, torch.cdist(q, means), q, s, ys, options)
 
     try:
-        q, s, ys = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -0.5]]), torch.tensor([0, 1, 2])
+        q, s, ys = (
+            torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
+            torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -0.5]]),
+            torch.tensor([0, 1, 2]),
+        )
         # distances to the class means: query 0 (0, 1.41, 2.06), query 1 (1.41, 0, 1.80)
         assert classify_by_retrieval(q, s, ys, method="farthest_mean", aqe=None).tolist() == [2, 2]
         assert seen["options"] == RuleOptions()
-        # each query's 2 nearest supports (cosine) are those of classes 0 and 1: class 2 is not a candidate
-        assert classify_by_retrieval(q, s, ys, method="Farthest-Mean", aqe=None, shortlist=2).tolist() == [1, 0]
+        # each query's 2 nearest supports (cosine) are those of classes 0 and 1: class 2 is not a
+        # candidate
+        assert classify_by_retrieval(
+            q, s, ys, method="Farthest-Mean", aqe=None, shortlist=2
+        ).tolist() == [1, 0]
         assert seen["options"].shortlist == 2
     finally:
         METHODS.unregister("farthest_mean")

@@ -1,4 +1,5 @@
-"""Tests for rank_lab.fewshot: FiLM extractors, rCNAPS, class-specific Smooth-AP, episodes, setups."""
+"""Tests for rank_lab.fewshot: FiLM extractors, rCNAPS, class-specific Smooth-AP, episodes,
+setups."""
 
 from __future__ import annotations
 
@@ -45,7 +46,11 @@ def test_resnet18_parameter_counts_match_the_thesis():
     model = build_rcnaps("resnet18")
     n = model.parameter_counts()
     assert n["backbone"] == 11_176_512  # "~11.2M parameters of ResNet18" (thesis §4.3.5)
-    assert n["adaptation"] == adaptation_parameter_count([64, 128, 256, 512], [2, 2, 2, 2], 64) == 8_448_960
+    assert (
+        n["adaptation"]
+        == adaptation_parameter_count([64, 128, 256, 512], [2, 2, 2, 2], 64)
+        == 8_448_960
+    )
     # set encoder: conv(3->64) + 4 conv(64->64), each with a BN (2 x 64)
     assert n["set_encoder"] == (3 * 64 * 9 + 64 + 128) + 4 * (64 * 64 * 9 + 64 + 128) == 150_144
     assert n["added"] == 8_599_104
@@ -108,7 +113,10 @@ def test_per_task_parameters_in_one_batch_equal_separate_passes():
     s1, s2 = torch.rand(2, 3, 16, 16), torch.rand(3, 3, 16, 16)
     with torch.no_grad():
         p1, p2 = model.film_params(s1), model.film_params(s2)
-        stacked = [[{k: torch.stack([a[k], b[k]]) for k in a} for a, b in zip(st1, st2, strict=True)] for st1, st2 in zip(p1, p2, strict=True)]
+        stacked = [
+            [{k: torch.stack([a[k], b[k]]) for k in a} for a, b in zip(st1, st2, strict=True)]
+            for st1, st2 in zip(p1, p2, strict=True)
+        ]
         task = torch.tensor([0, 1, 1, 0])
         both = model(x, params=select_film_params(stacked, task))
         sep1, sep2 = model(x, params=p1), model(x, params=p2)
@@ -118,7 +126,9 @@ def test_per_task_parameters_in_one_batch_equal_separate_passes():
 
 def test_identity_initialisation_of_the_adaptation_network():
     torch.manual_seed(0)
-    exact = build_rcnaps("tiny", widths=(8, 16), encoder_width=16, encoder_depth=3, init_std=0.0).eval()
+    exact = build_rcnaps(
+        "tiny", widths=(8, 16), encoder_width=16, encoder_depth=3, init_std=0.0
+    ).eval()
     x, s = torch.rand(3, 3, 16, 16), torch.rand(5, 3, 16, 16)
     with torch.no_grad():
         torch.testing.assert_close(exact(x, s), exact(x), rtol=0, atol=0)
@@ -126,10 +136,15 @@ def test_identity_initialisation_of_the_adaptation_network():
         params = near.film_params(s)
     for stage in params:
         for blk in stage:
-            assert float((blk["gamma1"] - 1).abs().max()) < 0.05 and float(blk["beta2"].abs().max()) < 0.05
+            assert (
+                float((blk["gamma1"] - 1).abs().max()) < 0.05
+                and float(blk["beta2"].abs().max()) < 0.05
+            )
     # the regulariser still gets a gradient at r = 0, so an exactly-identity start can learn
     exact.train()
-    loss = class_specific_smooth_ap(exact(torch.rand(6, 3, 16, 16), s), torch.tensor([0, 0, 0, 1, 1, 1]), 0)
+    loss = class_specific_smooth_ap(
+        exact(torch.rand(6, 3, 16, 16), s), torch.tensor([0, 0, 0, 1, 1, 1]), 0
+    )
     loss.backward()
     grads = [p.grad for n, p in exact.named_parameters() if "regularizers" in n]
     assert any(g is not None and float(g.abs().sum()) > 0 for g in grads)
@@ -190,7 +205,9 @@ def test_class_specific_smooth_ap_matches_eq_4_13_brute_force():
     emb = torch.nn.functional.normalize(torch.randn(12, 5, generator=g, dtype=torch.float64), dim=1)
     y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2])
     for tau in (0.01, 0.1):
-        want = torch.stack([1 - _brute_smooth_ap(emb, y, q, tau) for q in range(12) if y[q] == 2]).mean()
+        want = torch.stack(
+            [1 - _brute_smooth_ap(emb, y, q, tau) for q in range(12) if y[q] == 2]
+        ).mean()
         got = class_specific_smooth_ap(emb, y, 2, tau=tau)
         torch.testing.assert_close(got, want)
 
@@ -218,7 +235,9 @@ def test_class_specific_loss_is_the_target_rows_of_eq_4_12():
     y = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
     per_query = SmoothAP(tau=0.5, reduction="none")(emb, y)  # eq. 4.12 terms, every query
     for c in range(3):
-        torch.testing.assert_close(class_specific_smooth_ap(emb, y, c, tau=0.5), per_query[y == c].mean())
+        torch.testing.assert_close(
+            class_specific_smooth_ap(emb, y, c, tau=0.5), per_query[y == c].mean()
+        )
     assert abs(float(per_query.mean()) - float(class_specific_smooth_ap(emb, y, 0, tau=0.5))) > 1e-4
     with pytest.raises(ValueError, match="at least 2"):
         class_specific_smooth_ap(emb, y, 7)
@@ -227,13 +246,20 @@ def test_class_specific_loss_is_the_target_rows_of_eq_4_12():
 # ----------------------------------------------------------------------------- episodes
 @settings(max_examples=25, deadline=None)
 @given(
-    n_cls=st.integers(6, 12), per=st.integers(4, 12), k=st.integers(1, 3), m=st.integers(1, 4),
-    n=st.integers(2, 6), seed=st.integers(0, 10**6), i=st.integers(0, 50),
+    n_cls=st.integers(6, 12),
+    per=st.integers(4, 12),
+    k=st.integers(1, 3),
+    m=st.integers(1, 4),
+    n=st.integers(2, 6),
+    seed=st.integers(0, 10**6),
+    i=st.integers(0, 50),
 )
 def test_episode_sampler_invariants(n_cls, per, k, m, n, seed, i):
     rng = np.random.default_rng(seed)
     sizes = rng.integers(1, per + 1, n_cls)
-    labels = torch.from_numpy(np.concatenate([np.full(s, c) for c, s in enumerate(sizes)] + [np.full(3, -1)]))
+    labels = torch.from_numpy(
+        np.concatenate([np.full(s, c) for c, s in enumerate(sizes)] + [np.full(3, -1)])
+    )
     labels = labels[torch.from_numpy(rng.permutation(len(labels)))]
     try:
         sampler = EpisodeSampler(labels, k, m, n, episodes=60, seed=seed)
@@ -267,6 +293,45 @@ def test_episode_sampler_defaults_and_errors():
         EpisodeSampler(torch.zeros(4, 2, dtype=torch.long))
 
 
+def test_episode_sampler_groups_keep_each_episode_in_one_group():
+    # two tasks over the same 24 items: copy 0 labelled by 4 "shapes", copy 1 by 3 "colours"
+    shapes = torch.arange(4).repeat_interleave(6)
+    colours = torch.arange(3).repeat(8)
+    labels = torch.cat([shapes, colours + 4])
+    groups = torch.arange(2).repeat_interleave(24)
+    sampler = EpisodeSampler(labels, k=2, m=3, n_classes=3, episodes=200, seed=7, groups=groups)
+    seen = set()
+    for ep in sampler:
+        g = groups[ep.batch]
+        assert bool((g == g[0]).all()) and bool((groups[ep.support] == g[0]).all())
+        assert int(groups[labels == ep.target][0]) == int(g[0])
+        seen.add(int(g[0]))
+    assert seen == {0, 1}  # both tasks are drawn
+    counts = [
+        sum(int(groups[sampler.episode(i).batch[0]]) == g for i in range(200)) for g in (0, 1)
+    ]
+    assert min(counts) > 60  # each group about half of the episodes (binomial 200, 1/2)
+    # one group draws exactly the episodes of no group
+    one = EpisodeSampler(
+        shapes, k=2, m=3, n_classes=3, episodes=5, seed=3, groups=torch.zeros(24, dtype=torch.long)
+    )
+    none = EpisodeSampler(shapes, k=2, m=3, n_classes=3, episodes=5, seed=3)
+    for i in range(5):
+        assert torch.equal(one.episode(i).batch, none.episode(i).batch)
+        assert torch.equal(one.episode(i).support, none.episode(i).support)
+
+
+def test_episode_sampler_groups_errors():
+    labels = torch.arange(4).repeat_interleave(6)
+    with pytest.raises(ValueError, match="class 0 has items in groups"):
+        EpisodeSampler(labels, k=2, m=3, n_classes=2, groups=torch.arange(24) % 2)
+    groups = (labels >= 3).long()  # group 1 holds one class: fewer than n_classes
+    with pytest.raises(ValueError, match="in group 1"):
+        EpisodeSampler(labels, k=2, m=3, n_classes=2, groups=groups)
+    with pytest.raises(ValueError, match="groups"):
+        EpisodeSampler(labels, k=2, m=3, n_classes=2, groups=torch.zeros(5, dtype=torch.long))
+
+
 # ----------------------------------------------------------------------------- evaluation setups
 def _toy_base():
     g = torch.Generator().manual_seed(0)
@@ -293,7 +358,9 @@ def test_setup_c_equals_plain_all_vs_all_retrieval():
     t = labels[q][:, None] == labels[None]
     keep = torch.ones_like(t)
     keep[torch.arange(len(q)), q] = False
-    aps = torch.stack([average_precision(s[i][keep[i]][None], t[i][keep[i]][None])[0] for i in range(len(q))])
+    aps = torch.stack(
+        [average_precision(s[i][keep[i]][None], t[i][keep[i]][None])[0] for i in range(len(q))]
+    )
     assert abs(rep.summary["mAP"] - 100 * float(aps.mean())) < 1e-4
 
 
@@ -328,14 +395,20 @@ def test_adapted_rankings_use_each_class_support_and_exclusion():
         out[labels == c] = torch.nn.functional.normalize(torch.ones(6), dim=0)
         return out
 
-    scores, q = fewshot_retrieval_scores(describe, labels, setup_supports("B", images, labels, k=2)[0])
+    scores, q = fewshot_retrieval_scores(
+        describe, labels, setup_supports("B", images, labels, k=2)[0]
+    )
     assert seen == [2, 2, 2] and scores.shape == (9, 11)
     rep = evaluate_fewshot_retrieval(describe, images, labels, setup="B", k=2)
     assert rep.summary["mAP"] == pytest.approx(100.0)
     # supports leave the queries and the rankings: with k = 1, two queries per class remain
-    rep_x = evaluate_fewshot_retrieval(describe, images, labels, setup="B", k=1, exclude_support=True)
+    rep_x = evaluate_fewshot_retrieval(
+        describe, images, labels, setup="B", k=1, exclude_support=True
+    )
     assert rep_x.summary["n_queries"] == 6 and rep_x.summary["mAP"] == pytest.approx(100.0)
-    rep_2 = evaluate_fewshot_retrieval(describe, images, labels, setup="B", k=2, exclude_support=True)
+    rep_2 = evaluate_fewshot_retrieval(
+        describe, images, labels, setup="B", k=2, exclude_support=True
+    )
     assert rep_2.summary["n_queries"] == 0  # the last query of each class has no positive left
     with pytest.raises(ValueError, match="domains"):
         evaluate_fewshot_retrieval(describe, images, labels, torch.zeros(3), setup="B")
@@ -345,20 +418,29 @@ def test_adapted_rankings_use_each_class_support_and_exclusion():
 def _episode_data():
     from rank_lab.data.procedural import make_multi_source_images
 
-    data = make_multi_source_images(n_classes=8, per_source=4, sources=("colour", "greyscale"), image_size=16, seed=0)
+    data = make_multi_source_images(
+        n_classes=8, per_source=4, sources=("colour", "greyscale"), image_size=16, seed=0
+    )
     return data.images, data.labels
 
 
 def test_short_episodic_training_lowers_the_loss():
     images, labels = _episode_data()
     torch.manual_seed(0)
-    model = build_rcnaps("tiny", widths=(8, 16), encoder_width=16, encoder_depth=3, train_backbone=True)
+    model = build_rcnaps(
+        "tiny", widths=(8, 16), encoder_width=16, encoder_depth=3, train_backbone=True
+    )
     sampler = EpisodeSampler(labels, k=2, m=4, n_classes=4, episodes=8, seed=123)
 
     def held_out_loss() -> float:
         model.eval()
         with torch.no_grad():
-            vals = [class_specific_smooth_ap(model(images[e.batch], images[e.support]), e.batch_labels, e.target) for e in sampler]
+            vals = [
+                class_specific_smooth_ap(
+                    model(images[e.batch], images[e.support]), e.batch_labels, e.target
+                )
+                for e in sampler
+            ]
         return float(torch.stack(vals).mean())
 
     before = held_out_loss()
@@ -379,12 +461,62 @@ def test_training_resumes_exactly_from_a_checkpoint(tmp_path):
     full = fit_rcnaps(fresh(), images, labels, **kw)
     ckpt = tmp_path / "run.pt"
     model = fresh()
-    fit_rcnaps(model, images, labels,
-               engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2), **{**kw, "episodes": 2})
+    fit_rcnaps(
+        model,
+        images,
+        labels,
+        engine=EngineConfig(checkpoint=ckpt, checkpoint_every=2),
+        **{**kw, "episodes": 2},
+    )
     resumed = fit_rcnaps(fresh(), images, labels, engine=EngineConfig(checkpoint=ckpt), **kw)
     np.testing.assert_allclose(resumed, full, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="mode"):
         fit_rcnaps(model, images, labels, mode="meta", **kw)
+
+
+def test_fit_rcnaps_with_groups_trains_on_one_task_per_episode(tmp_path):
+    images, labels = _episode_data()
+    n = labels.shape[0]
+    # two tasks over the same images: a second copy labelled by other (disjoint) classes
+    two = torch.cat([images, images])
+    both = torch.cat([labels, labels.flip(0) + int(labels.max()) + 1])
+    groups = torch.arange(2).repeat_interleave(n)
+    torch.manual_seed(0)
+    model = build_rcnaps("tiny", widths=(8,), encoder_width=8, encoder_depth=2)
+    losses = fit_rcnaps(
+        model,
+        two,
+        both,
+        groups=groups,
+        episodes=3,
+        k=2,
+        m=3,
+        n_classes=3,
+        lr=1e-3,
+        seed=2,
+        progress=False,
+        checkpoint_path=tmp_path / "g.pt",
+    )
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    # the checkpoint knows it was grouped: resuming without groups refuses to mix the runs
+    with pytest.raises(ValueError, match=r"different config \(groups: 2 -> None\)"):
+        fit_rcnaps(
+            model,
+            two,
+            both,
+            episodes=4,
+            k=2,
+            m=3,
+            n_classes=3,
+            lr=1e-3,
+            seed=2,
+            progress=False,
+            checkpoint_path=tmp_path / "g.pt",
+        )
+    with pytest.raises(ValueError, match="groups"):
+        fit_rcnaps(
+            model, two, both, groups=groups[:5], episodes=1, k=2, m=3, n_classes=3, progress=False
+        )
 
 
 def test_plain_mode_trains_the_backbone_and_restores_the_freeze():

@@ -19,7 +19,9 @@ from rank_lab.fewshot import (
 from rank_lab.fewshot.synthetic import anisotropic_classes
 
 
-def _closed_form_logits(x: np.ndarray, s: np.ndarray, y: np.ndarray, one_shot: str = "zero") -> tuple[np.ndarray, np.ndarray]:
+def _closed_form_logits(
+    x: np.ndarray, s: np.ndarray, y: np.ndarray, one_shot: str = "zero"
+) -> tuple[np.ndarray, np.ndarray]:
     """Eqs. 5.1-5.2 written directly with numpy (np.cov, np.linalg.inv)."""
     classes = np.unique(y)
     task = np.cov(s, rowvar=False, ddof=1)
@@ -44,7 +46,10 @@ def _closed_form_logits(x: np.ndarray, s: np.ndarray, y: np.ndarray, one_shot: s
 def _data(seed: int, shots: list[int], d: int = 4, n_query: int = 7):
     rng = np.random.default_rng(seed)
     y = np.concatenate([np.full(k, c) for c, k in zip([3, 7, 9], shots, strict=True)])
-    s = rng.normal(size=(len(y), d)) * rng.uniform(0.3, 2.0, size=d) + 2 * rng.normal(size=(3, d))[np.searchsorted([3, 7, 9], y)]
+    s = (
+        rng.normal(size=(len(y), d)) * rng.uniform(0.3, 2.0, size=d)
+        + 2 * rng.normal(size=(3, d))[np.searchsorted([3, 7, 9], y)]
+    )
     x = rng.normal(size=(n_query, d)) * 2
     return x, s, y
 
@@ -54,12 +59,15 @@ def test_logits_match_the_closed_form(shots):
     x, s, y = _data(0, shots)
     for one_shot in ("zero", "simplecnaps"):
         classes, want = _closed_form_logits(x, s, y, one_shot)
-        got_c, got = mahalanobis_logits(torch.from_numpy(x), torch.from_numpy(s), torch.from_numpy(y), one_shot=one_shot)
+        got_c, got = mahalanobis_logits(
+            torch.from_numpy(x), torch.from_numpy(s), torch.from_numpy(y), one_shot=one_shot
+        )
         np.testing.assert_array_equal(got_c.numpy(), classes)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-9, atol=1e-9)
     classes, want = _closed_form_logits(x, s, y)
     clf = MahalanobisClassifier(half=False).fit(torch.from_numpy(s), torch.from_numpy(y))
-    np.testing.assert_allclose(clf.logits(torch.from_numpy(x)).numpy(), 2 * want, rtol=1e-9)  # the code's logits
+    # the code's logits
+    np.testing.assert_allclose(clf.logits(torch.from_numpy(x)).numpy(), 2 * want, rtol=1e-9)
     np.testing.assert_array_equal(clf.predict(torch.from_numpy(x)).numpy(), classes[want.argmax(1)])
 
 
@@ -78,9 +86,13 @@ def test_lambda_and_regularised_covariances_for_k1_and_k5():
     assert counts.tolist() == [5, 5, 1]
     torch.testing.assert_close(means[1], torch.from_numpy(s[y == 7].mean(0)))
     # the public code's 1-shot quirk adds the scalar variance of the vector's entries everywhere
-    _, _, q_quirk, _ = MahalanobisClassifier(one_shot="simplecnaps").regularized_covariances(s_t, y_t)
+    _, _, q_quirk, _ = MahalanobisClassifier(one_shot="simplecnaps").regularized_covariances(
+        s_t, y_t
+    )
     v = float(np.var(s[y == 9][0], ddof=1))
-    torch.testing.assert_close(q_quirk[2], 0.5 * v * torch.ones(4, 4, dtype=torch.float64) + 0.5 * task + eye)
+    torch.testing.assert_close(
+        q_quirk[2], 0.5 * v * torch.ones(4, 4, dtype=torch.float64) + 0.5 * task + eye
+    )
     # a fixed shrinkage overrides k / (k + 1)
     _, _, q_fix, _ = MahalanobisClassifier(shrinkage=1.0).regularized_covariances(s_t, y_t)
     torch.testing.assert_close(q_fix[0], cov0 + eye)
@@ -92,7 +104,8 @@ def test_covariance_estimators():
     torch.testing.assert_close(covariance(x), torch.from_numpy(np.cov(x.numpy(), rowvar=False)))
     torch.testing.assert_close(simplecnaps_estimate_cov(x), covariance(x))
     one = x[:1]
-    with pytest.raises(ValueError, match="n=1 row"):  # undefined (n - 1 = 0), never a silent zero matrix
+    # undefined (n - 1 = 0), never a silent zero matrix
+    with pytest.raises(ValueError, match="n=1 row"):
         covariance(one)
     quirk = simplecnaps_estimate_cov(one)
     assert quirk.ndim == 0 and float(quirk) == pytest.approx(float(np.var(one.numpy()[0], ddof=1)))
@@ -108,7 +121,11 @@ def test_tiny_covariances_reduce_to_half_squared_euclidean():
     c2, eucl = nearest_mean_logits(xs, ss, torch.from_numpy(y))
     assert torch.equal(c1, c2)
     torch.testing.assert_close(maha, eucl, rtol=1e-6, atol=1e-14)
-    torch.testing.assert_close(eucl, -0.5 * torch.cdist(xs, torch.stack([ss[torch.from_numpy(y) == c].mean(0) for c in c2])) ** 2)
+    torch.testing.assert_close(
+        eucl,
+        -0.5
+        * torch.cdist(xs, torch.stack([ss[torch.from_numpy(y) == c].mean(0) for c in c2])) ** 2,
+    )
 
 
 @settings(max_examples=20, deadline=None)
@@ -130,7 +147,12 @@ def test_mahalanobis_beats_euclidean_only_when_covariance_matters():
 
     def acc(x, y, method, k=5, seed=0):
         rng = np.random.default_rng(seed)
-        sup = np.concatenate([rng.choice(np.flatnonzero(y.numpy() == c), k, replace=False) for c in range(int(y.max()) + 1)])
+        sup = np.concatenate(
+            [
+                rng.choice(np.flatnonzero(y.numpy() == c), k, replace=False)
+                for c in range(int(y.max()) + 1)
+            ]
+        )
         q = np.setdiff1d(np.arange(len(y)), sup)
         fn = mahalanobis_logits if method == "maha" else nearest_mean_logits
         classes, logits = fn(x[q], x[sup], y[sup])
@@ -172,6 +194,9 @@ def test_cosine_prototypes_and_chunking():
     xt, st_, yt = (torch.from_numpy(a) for a in (x, s, y))
     classes, cos = nearest_mean_logits(xt, st_, yt, metric="cosine")
     means = torch.stack([st_[yt == c].mean(0) for c in classes])
-    torch.testing.assert_close(cos, torch.nn.functional.normalize(xt, dim=1) @ torch.nn.functional.normalize(means, dim=1).T)
+    torch.testing.assert_close(
+        cos,
+        torch.nn.functional.normalize(xt, dim=1) @ torch.nn.functional.normalize(means, dim=1).T,
+    )
     clf = MahalanobisClassifier().fit(st_, yt)
     torch.testing.assert_close(clf.logits(xt, chunk_size=4), clf.logits(xt))

@@ -19,6 +19,7 @@ from rank_lab.learned.boxes import (
     RotatedBoxPairBank,
     evaluate_box_regressor,
     fit_box_regressor,
+    metric_tracking,
     perturb_boxes,
     predict_boxes,
 )
@@ -48,6 +49,7 @@ def smooth_surrogate(in_dim: int = 4, seed: int = 0) -> EmbeddingSurrogate:
 
 
 # --- the surrogate and its loss (eq. 3.3, 3.6) ----------------------------------------------------
+
 
 def test_embedding_surrogate_is_a_distance() -> None:
     s = smooth_surrogate()
@@ -79,7 +81,10 @@ def test_surrogate_loss_matches_formula_and_finite_differences() -> None:
         for k in range(4):
             dz = torch.zeros(1, 4, dtype=torch.float64)
             dz[0, k] = h
-            g.append((s(z[b : b + 1] + dz, y[b : b + 1]) - s(z[b : b + 1] - dz, y[b : b + 1])).item() / (2 * h))
+            g.append(
+                (s(z[b : b + 1] + dz, y[b : b + 1]) - s(z[b : b + 1] - dz, y[b : b + 1])).item()
+                / (2 * h)
+            )
         gn.append(math.sqrt(sum(v * v for v in g)))
     gn = torch.tensor(gn, dtype=torch.float64)
     e_hat = s(z, y).detach()
@@ -135,7 +140,8 @@ def test_embedding_architectures() -> None:
     assert sum(isinstance(m, nn.Linear) for m in mlp.modules()) == 5
 
 
-# --- FEDS (eq. 4.7) ---------------------------------------------------------------------------------
+# --- FEDS (eq. 4.7) -------------------------------------------------------------------------------
+
 
 def test_feds_filter_values_and_gradients() -> None:
     e = torch.tensor([0.0, 1.0, 2.0, 3.0])
@@ -144,7 +150,8 @@ def test_feds_filter_values_and_gradients() -> None:
     assert feds_mask(e_hat, e, 0.25).tolist() == [True, True, False, True]
     loss, stats = feds_loss(e_hat, e, 0.25, "literal")
     (g,) = torch.autograd.grad(loss, e_hat)
-    assert torch.allclose(g, torch.tensor([1.0, -1.0, 0.0, -1.0]) / 4)  # sign(e_hat - e) in band, 0 outside
+    # sign(e_hat - e) in band, 0 outside
+    assert torch.allclose(g, torch.tensor([1.0, -1.0, 0.0, -1.0]) / 4)
     assert stats["in_band"] == 0.75
     loss, _ = feds_loss(e_hat, e, 0.25, "masked")
     (g,) = torch.autograd.grad(loss, e_hat)
@@ -160,13 +167,18 @@ def test_feds_filter_values_and_gradients() -> None:
         feds_filter(e_hat, e[:2])
 
 
-# --- CTC helpers --------------------------------------------------------------------------------------
+# --- CTC helpers ----------------------------------------------------------------------------------
+
 
 def test_ctc_collapse_and_greedy_decode() -> None:
     paths = torch.tensor([[0, 1, 1, 0, 1, 2, 2, 0], [3, 3, 3, 0, 0, 0, 0, 0], [0] * 8])
     codes, lengths = ctc_collapse(paths)
     assert lengths.tolist() == [3, 1, 0]
-    assert codes[0, :3].tolist() == [1, 1, 2] and codes[1, :1].tolist() == [3] and bool((codes[2] == -1).all())
+    assert (
+        codes[0, :3].tolist() == [1, 1, 2]
+        and codes[1, :1].tolist() == [3]
+        and bool((codes[2] == -1).all())
+    )
     a = Alphabet("abc")
     assert greedy_decode(nn.functional.one_hot(paths, 4).float(), a) == ["aab", "c", ""]
     assert a.decode(*a.encode(["cab", "", "a"])) == ["cab", "", "a"]
@@ -189,27 +201,46 @@ def test_ctc_best_path_is_the_viterbi_path() -> None:
         assert codes[b, : lens[b]].tolist() == tgt
         # brute force over every path of length T that collapses to the target
         best = max(
-            (p for p in itertools.product(range(c), repeat=t) if ctc_collapse(torch.tensor([p]))[0][0, : len(tgt)].tolist() == tgt
-             and int(ctc_collapse(torch.tensor([p]))[1]) == len(tgt)),
+            (
+                p
+                for p in itertools.product(range(c), repeat=t)
+                if ctc_collapse(torch.tensor([p]))[0][0, : len(tgt)].tolist() == tgt
+                and int(ctc_collapse(torch.tensor([p]))[1]) == len(tgt)
+            ),
             key=lambda p: sum(logp[b, k, p[k]].item() for k in range(t)),
         )
         score = sum(logp[b, k, best[k]].item() for k in range(t))
-        assert sum(logp[b, k, path[b, k]].item() for k in range(t)) == pytest.approx(score, abs=1e-12)
+        assert sum(logp[b, k, path[b, k]].item() for k in range(t)) == pytest.approx(
+            score, abs=1e-12
+        )
     with pytest.raises(ValueError, match="frames"):
         ctc_best_path(logp[:, :2], torch.tensor([[1, 1, 1]] * 4), torch.tensor([3] * 4))
 
 
 def test_crnn_shapes_and_ctc_training_reduces_the_loss() -> None:
     a = Alphabet("ab")
-    images, words = make_word_dataset(48, alphabet="ab", min_len=1, max_len=3, height=16, width=32, seed=0)
+    images, words = make_word_dataset(
+        48, alphabet="ab", min_len=1, max_len=3, height=16, width=32, seed=0
+    )
     model = CRNN(a.n_classes, channels=(4, 8, 8), hidden=8)
     assert model(images[:2]).shape == (2, 8, 3)
-    losses = fit_ctc(model, images, words, a, steps=40, batch_size=16, lr=1e-2, seed=0, device="cpu",
-                     engine=EngineConfig(grad_clip=5.0))
+    losses = fit_ctc(
+        model,
+        images,
+        words,
+        a,
+        steps=40,
+        batch_size=16,
+        lr=1e-2,
+        seed=0,
+        device="cpu",
+        engine=EngineConfig(grad_clip=5.0),
+    )
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
 
 
-# --- rendering -----------------------------------------------------------------------------------------
+# --- rendering ------------------------------------------------------------------------------------
+
 
 def test_word_rendering_is_deterministic() -> None:
     x1, w1 = make_word_dataset(6, height=20, width=60, seed=3)
@@ -219,13 +250,16 @@ def test_word_rendering_is_deterministic() -> None:
     assert w1 != w3 and not torch.equal(x1, x3)
     assert x1.shape == (6, 1, 20, 60) and float(x1.min()) >= 0 and float(x1.max()) <= 1
     assert all(3 <= len(w) <= 8 for w in random_words(50, seed=0))
-    img = WordRenderer(16, 48, noise=0, blur=0, perspective=0).render("ab", np.random.default_rng(0))
+    img = WordRenderer(16, 48, noise=0, blur=0, perspective=0).render(
+        "ab", np.random.default_rng(0)
+    )
     assert img.std() > 0.05  # the word is visible
     with pytest.raises(ValueError):
         random_words(3, "", 1, 2)
 
 
-# --- the edit-distance task -----------------------------------------------------------------------------
+# --- the edit-distance task -----------------------------------------------------------------------
+
 
 def test_random_ctc_paths_collapse_to_their_words() -> None:
     g = torch.Generator().manual_seed(0)
@@ -257,7 +291,9 @@ def test_edit_pair_generator_true_distances_and_spread() -> None:
 
 def test_edit_distance_task_metric_and_target() -> None:
     a = Alphabet("abc")
-    images, words = make_word_dataset(20, alphabet="abc", min_len=1, max_len=4, height=16, width=40, seed=0)
+    images, words = make_word_dataset(
+        20, alphabet="abc", min_len=1, max_len=4, height=16, width=40, seed=0
+    )
     task = EditDistanceTask(images, words, a, batch_size=8, device="cpu")
     model = CRNN(a.n_classes, channels=(4, 8, 8), hidden=8)
     batch = task.sample_batch(torch.Generator().manual_seed(0))
@@ -273,7 +309,8 @@ def test_edit_distance_task_metric_and_target() -> None:
         task.sample_global(2, torch.Generator())
 
 
-# --- fitting the surrogate, Algorithm 1, FEDS, checkpoints --------------------------------------------
+# --- fitting the surrogate, Algorithm 1, FEDS, checkpoints ----------------------------------------
+
 
 @pytest.fixture(scope="module")
 def box_setup() -> tuple:
@@ -299,7 +336,14 @@ def test_surrogate_fit_improves_during_training(box_setup: tuple) -> None:
     sur = EmbeddingSurrogate(BoxMLP())
     model = BoxRegressor(16, channels=(4, 8, 8), hidden=16)
     before = evaluate_surrogate(None, sur, task, source="global", n_batches=8, seed=123)
-    cfg = LSConfig(epochs=1, surrogate_steps=300, model_steps=0, surrogate_lr=3e-3, source="global", grad_penalty=0.0)
+    cfg = LSConfig(
+        epochs=1,
+        surrogate_steps=300,
+        model_steps=0,
+        surrogate_lr=3e-3,
+        source="global",
+        grad_penalty=0.0,
+    )
     hist = SurrogateTrainer(model, sur, task, cfg, device="cpu").fit()
     after = evaluate_surrogate(None, sur, task, source="global", n_batches=8, seed=123)
     assert after["l1"] < 0.5 * before["l1"]
@@ -312,7 +356,9 @@ def test_surrogate_fit_improves_during_training(box_setup: tuple) -> None:
 def test_edit_surrogate_fit_improves_during_training() -> None:
     gen = CTCEditPairGenerator(n_chars=5, frames=12, min_len=1, max_len=5)
     a = Alphabet("abcde")
-    images, words = make_word_dataset(8, alphabet="abcde", min_len=1, max_len=5, height=16, width=48, seed=0)
+    images, words = make_word_dataset(
+        8, alphabet="abcde", min_len=1, max_len=5, height=16, width=48, seed=0
+    )
     task = EditDistanceTask(images, words, a, batch_size=64, generator=gen, device="cpu")
     torch.manual_seed(0)
     sur = EmbeddingSurrogate(CharCNN(6, 12, channels=32, hidden=64, out_dim=32))
@@ -353,8 +399,9 @@ def test_feds_trainer_checkpoint_resume_is_exact(box_setup: tuple, tmp_path) -> 
         model = BoxRegressor(16, channels=(4, 8, 8), hidden=16)
         sur = EmbeddingSurrogate(BoxMLP())
         cfg = FEDSConfig(epochs=epochs, surrogate_steps=3, model_steps=2, lam=0.1)
-        tr = FEDSTrainer(model, sur, task, cfg, device="cpu", seed=5,
-                         engine=EngineConfig(checkpoint=ckpt))
+        tr = FEDSTrainer(
+            model, sur, task, cfg, device="cpu", seed=5, engine=EngineConfig(checkpoint=ckpt)
+        )
         tr.fit()
         return tr
 
@@ -394,7 +441,9 @@ def test_box_regressor_and_evaluation(box_setup: tuple) -> None:
     # the vectorised protocol equals the per-image ICDAR'15 protocol (one box per image)
     pred = predict_boxes(model, images[:50])
     for thr in (0.5, 0.7):
-        ref = icdar15_evaluate([b[None] for b in boxes[:50].double()], [p[None] for p in pred], iou_threshold=thr)
+        ref = icdar15_evaluate(
+            [b[None] for b in boxes[:50].double()], [p[None] for p in pred], iou_threshold=thr
+        )
         assert r[f"f1@{thr}"] == pytest.approx(ref["f1"], abs=1e-12)
         assert ref["precision"] == pytest.approx(ref["recall"], abs=1e-12)
     # the matching rule on pairs whose IoU covers [0, 1]: matched iff IoU > threshold
@@ -402,13 +451,46 @@ def test_box_regressor_and_evaluation(box_setup: tuple) -> None:
     iou = rotated_iou(moved, boxes[:60].double())
     assert iou.min() < 0.5 < iou.max()
     for thr in (0.5, 0.7):
-        ref = icdar15_evaluate([b[None] for b in boxes[:60].double()], [p[None] for p in moved], iou_threshold=thr)
+        ref = icdar15_evaluate(
+            [b[None] for b in boxes[:60].double()], [p[None] for p in moved], iou_threshold=thr
+        )
         assert float((iou > thr).double().mean()) == pytest.approx(ref["f1"], abs=1e-12)
     task = BoxIoUTask(images, boxes, batch_size=8, device="cpu")
     batch = task.sample_batch(torch.Generator().manual_seed(0))
     zz = task.predict(model, batch)
-    assert torch.allclose(task.metric(zz, batch).double(), 1 - rotated_iou(decode_box6(zz.detach().double()), batch["boxes"].double()), atol=1e-6)
-    assert torch.allclose(task.metric(task.encode_target(zz, batch), batch), torch.zeros(8), atol=1e-5)
+    assert torch.allclose(
+        task.metric(zz, batch).double(),
+        1 - rotated_iou(decode_box6(zz.detach().double()), batch["boxes"].double()),
+        atol=1e-6,
+    )
+    assert torch.allclose(
+        task.metric(task.encode_target(zz, batch), batch), torch.zeros(8), atol=1e-5
+    )
+
+
+class _ExactIoUSurrogate(nn.Module):
+    """A 'surrogate' that is the metric itself: ``1 - IoU`` of the decoded codes."""
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (1 - rotated_iou(decode_box6(z.double()), decode_box6(y.double()))).to(z.dtype)
+
+
+def test_metric_tracking_against_a_brute_force_correlation(box_setup: tuple) -> None:
+    images, boxes, _ = box_setup
+    torch.manual_seed(3)
+    model = BoxRegressor(16, channels=(4, 8, 8), hidden=16)
+    fit_box_regressor(model, images, boxes, steps=20, batch_size=32, lr=3e-3, device="cpu")
+    out = metric_tracking(model, _ExactIoUSurrogate(), images[:80], boxes[:80])
+    assert out["n"] == 80 and out["surrogate"] == pytest.approx(1.0, abs=1e-6) and out["l1"] < 1e-5
+    with torch.no_grad():  # brute force: numpy's correlation of the per-box smooth-L1 with 1 - IoU
+        z = model.eval()(images[:80]).double()
+        y = encode_box6(boxes[:80].double())
+        d = (z - y).abs()
+        sl1 = torch.where(d < 0.1, 0.5 * d**2 / 0.1, d - 0.05).mean(1)
+        e = 1 - rotated_iou(decode_box6(z), boxes[:80].double())
+    assert out["proxy"] == pytest.approx(float(np.corrcoef(sl1.numpy(), e.numpy())[0, 1]), abs=1e-5)
+    with pytest.raises(ValueError, match="at least 2"):
+        metric_tracking(model, _ExactIoUSurrogate(), images[:1], boxes[:1])
 
 
 #: where the proxy-training test interrupts its run: a module global, not a value the loss function
@@ -430,12 +512,24 @@ def test_proxy_training_resumes_exactly_from_a_checkpoint(box_setup: tuple, tmp_
 
         def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
             _PROXY_INTERRUPT["n"] += 1
-            if _PROXY_INTERRUPT["at"] is not None and _PROXY_INTERRUPT["n"] == _PROXY_INTERRUPT["at"]:
+            if (
+                _PROXY_INTERRUPT["at"] is not None
+                and _PROXY_INTERRUPT["n"] == _PROXY_INTERRUPT["at"]
+            ):
                 raise KeyboardInterrupt  # an interrupted run
             return nn.functional.smooth_l1_loss(model(images[idx]), target[idx])
 
-        losses = fit_proxy(model, len(images), batch_loss, steps=20, batch_size=16, lr=1e-3, seed=3,
-                           device="cpu", engine=EngineConfig(checkpoint=ckpt, checkpoint_every=10))
+        losses = fit_proxy(
+            model,
+            len(images),
+            batch_loss,
+            steps=20,
+            batch_size=16,
+            lr=1e-3,
+            seed=3,
+            device="cpu",
+            engine=EngineConfig(checkpoint=ckpt, checkpoint_every=10),
+        )
         return model, losses
 
     full_model, full_losses = run(None)

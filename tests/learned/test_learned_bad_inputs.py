@@ -1,9 +1,9 @@
 """Bad inputs of rank_lab.learned (issue 16): one direct test per rule the matrix cannot spell out.
 
-The generated matrix (tests/bad_inputs) checks that every bad variant raises a ValueError / TypeError
-naming the argument; these tests pin the subtle rules: float64 accepted and cast to the weights'
-dtype with the same result, integer metric values legal, non-finite losses stopping training before
-the step, the tasks' shared base class.
+The generated matrix (tests/bad_inputs) checks that every bad variant raises a ValueError /
+TypeError naming the argument; these tests pin the subtle rules: float64 accepted and cast to the
+weights' dtype with the same result, integer metric values legal, non-finite losses stopping
+training before the step, the tasks' shared base class.
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ def test_check_input_batch_rules() -> None:
 @pytest.mark.parametrize(
     ("make", "x"),
     [
-        (lambda: CharCNN(4, 8, channels=4, hidden=8, out_dim=4, kernel_sizes=(3,) * 5), torch.rand(2, 8, 4)),
+        (
+            lambda: CharCNN(4, 8, channels=4, hidden=8, out_dim=4, kernel_sizes=(3,) * 5),
+            torch.rand(2, 8, 4),
+        ),
         (lambda: BoxMLP(hidden=(8, 8, 8, 8), out_dim=4), torch.rand(3, 6)),
         (lambda: CRNN(4, channels=(4, 8, 8), hidden=8), torch.rand(2, 1, 16, 24)),
         (lambda: BoxRegressor(16, (4, 4, 4), 8), torch.rand(2, 1, 16, 16)),
@@ -146,7 +149,10 @@ def test_tasks_share_the_surrogate_task_base() -> None:
         BoxIoUTask(images, _poke(boxes, NAN), batch_size=2)
     with pytest.raises(TypeError, match=r"\bimages must be a floating tensor"):
         EditDistanceTask((images * 255).to(torch.uint8), ["a"] * 4, Alphabet("abc"))
-    assert isinstance(EditDistanceTask(images, ["a", "b", "c", "ab"], Alphabet("abc"), device="cpu"), SurrogateTask)
+    assert isinstance(
+        EditDistanceTask(images, ["a", "b", "c", "ab"], Alphabet("abc"), device="cpu"),
+        SurrogateTask,
+    )
 
 
 def test_ctc_best_path_refuses_non_finite_log_probs() -> None:
@@ -159,26 +165,44 @@ def test_ctc_best_path_refuses_non_finite_log_probs() -> None:
         ctc_best_path(logp, torch.tensor([[3]]), torch.tensor([1]))
 
 
+#: whether the proxy-training test's loss turns NaN: a module global, not a value the loss function
+#: captures (a captured value that changes makes the checkpoint another run's: the data fingerprint)
+_POISON = {"on": False}
+
+
 def test_fit_proxy_stops_on_a_non_finite_loss_and_keeps_the_checkpoint(tmp_path) -> None:
     model = nn.Linear(2, 1)
     x = torch.randn(6, 2)
-    state = {"poison": False}
+    state = _POISON
+    state["on"] = False
 
     def batch_loss(idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
         out = model(x[idx]).pow(2).mean()
-        return out * NAN if state["poison"] else out
+        return out * NAN if _POISON["on"] else out
 
     ckpt = tmp_path / "p.pt"
-    kw = dict(batch_size=3, lr=1e-2, device="cpu", schedule="constant", engine=EngineConfig(checkpoint=ckpt))
+    kw = dict(
+        batch_size=3,
+        lr=1e-2,
+        device="cpu",
+        schedule="constant",
+        engine=EngineConfig(checkpoint=ckpt),
+    )
     fit_proxy(model, 6, batch_loss, steps=2, **kw)
     good = ckpt.read_bytes()
     weights = [p.detach().clone() for p in model.parameters()]
-    state["poison"] = True  # resume for two more steps: the third one is NaN
-    with pytest.raises(FloatingPointError, match=r"the loss is nan at proxy step 3, batch indices \[.*\] \(3 items\); training "
-                       r"stopped before applying it and nothing was saved; the last good checkpoint is '.*p.pt' \(step 2\)") as info:
-        fit_proxy(model, 6, batch_loss, steps=4, **kw)  # the engine's NonFiniteTrainingError, a FloatingPointError
+    state["on"] = True  # resume for two more steps: the third one is NaN
+    with pytest.raises(
+        FloatingPointError,
+        match=r"the loss is nan at proxy step 3, batch indices \[.*\] \(3 items\); training "
+        r"stopped before applying it and nothing was saved; the last good checkpoint is '.*p.pt' "
+        r"\(step 2\)",
+    ) as info:
+        # the engine's NonFiniteTrainingError, a FloatingPointError
+        fit_proxy(model, 6, batch_loss, steps=4, **kw)
     assert (info.value.step, len(info.value.batch_indices), info.value.checkpoint) == (2, 3, ckpt)
-    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))  # no update applied
+    # no update applied
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
     assert ckpt.read_bytes() == good
     with pytest.raises(ValueError, match="lr must be finite"):
         fit_proxy(model, 6, batch_loss, steps=2, batch_size=3, lr=math.inf)
@@ -192,11 +216,21 @@ def test_surrogate_trainer_stops_before_a_non_finite_update() -> None:
     task = BoxIoUTask(images, boxes, batch_size=4, device="cpu")
     model = BoxRegressor(16, (4, 4, 4), 8)
     sur = EmbeddingSurrogate(BoxMLP(hidden=(8, 8, 8, 8), out_dim=4))
-    trainer = SurrogateTrainer(model, sur, task, LSConfig(epochs=1, surrogate_steps=1, model_steps=1, source="local"),
-                               model_loss=lambda e_hat, e: e_hat.mean() * NAN, device="cpu")
+    trainer = SurrogateTrainer(
+        model,
+        sur,
+        task,
+        LSConfig(epochs=1, surrogate_steps=1, model_steps=1, source="local"),
+        model_loss=lambda e_hat, e: e_hat.mean() * NAN,
+        device="cpu",
+    )
     before = [p.detach().clone() for p in model.parameters()]
-    with pytest.raises(FloatingPointError, match=r"the loss is nan in the model phase at epoch 1, step 2; training stopped "
-                       r"before applying it and nothing was saved"):  # the engine's NonFiniteTrainingError
+    with pytest.raises(
+        FloatingPointError,
+        match=r"the loss is nan in the model phase at epoch 1, step 2; training stopped "
+        # the engine's NonFiniteTrainingError
+        r"before applying it and nothing was saved",
+    ):
         trainer.fit()
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     with pytest.raises(TypeError, match="config must be an LSConfig"):
@@ -209,7 +243,8 @@ def test_evaluate_surrogate_warns_on_an_undefined_correlation() -> None:
     task = BoxIoUTask(images, boxes, batch_size=1, device="cpu")
     sur = EmbeddingSurrogate(BoxMLP(hidden=(8, 8, 8, 8), out_dim=4))
     with pytest.warns(UserWarning, match="Pearson correlation is undefined"):
-        out = evaluate_surrogate(BoxRegressor(16, (4, 4, 4), 8), sur, task, n_batches=1)  # one pair: no correlation
+        # one pair: no correlation
+        out = evaluate_surrogate(BoxRegressor(16, (4, 4, 4), 8), sur, task, n_batches=1)
     assert math.isnan(out["pearson"]) and math.isfinite(out["l1"])
     with pytest.raises(ValueError, match="n_batches must be >= 1"):
         evaluate_surrogate(None, sur, task, source="global", n_batches=0)

@@ -1,4 +1,5 @@
-"""Tests of the chapter-6 losses (rank_lab.losses.contrastive), Eqs. 6.1-6.17 of the Patel thesis."""
+"""Tests of the chapter-6 losses (rank_lab.losses.contrastive), Eqs. 6.1-6.17 of the Patel
+thesis."""
 
 from __future__ import annotations
 
@@ -45,9 +46,13 @@ def test_supcon_matches_loops_and_reduces_to_simclr():
         den = sum(math.exp(float(z[i] @ z[k]) / tau) for k in range(2 * n) if k != i)
         loops.append(-math.log(math.exp(float(z[i] @ z[j]) / tau) / den))
     assert float(nt_xent_loss(z, tau)) == pytest.approx(sum(loops) / (2 * n), abs=1e-12)
-    assert float(SimCLRLoss(tau)(z)) == pytest.approx(float(supcon_loss(z, torch.arange(n).repeat(2), tau)), abs=1e-14)
+    assert float(SimCLRLoss(tau)(z)) == pytest.approx(
+        float(supcon_loss(z, torch.arange(n).repeat(2), tau)), abs=1e-14
+    )
     # the public-code scaling tau / base_tau
-    assert float(SupConLoss(tau, base_temperature=0.07)(z, labels)) == pytest.approx(expect * tau / 0.07, abs=1e-10)
+    assert float(SupConLoss(tau, base_temperature=0.07)(z, labels)) == pytest.approx(
+        expect * tau / 0.07, abs=1e-10
+    )
 
 
 def test_cross_entropy_and_cosine_variant():
@@ -118,10 +123,15 @@ def test_esupcon_identity_eq_6_17(seed, tau, m):
         c2 = sum(math.exp(float(z[i] @ z[j]) / tau) for j in range(m) if j != i)
         l_sc = -t_i + math.log(c2 + math.exp(t_i))
         lhs = float(l_pt[i])
-        assert lhs == pytest.approx(math.log(math.exp(float(l_ce[i])) + math.exp(l_sc) - 1), rel=1e-10, abs=1e-10)
-        assert lhs == pytest.approx(float(smooth_max_ce_supcon(l_ce[i], torch.tensor(l_sc, dtype=torch.float64))), rel=1e-10)
+        assert lhs == pytest.approx(
+            math.log(math.exp(float(l_ce[i])) + math.exp(l_sc) - 1), rel=1e-10, abs=1e-10
+        )
+        assert lhs == pytest.approx(
+            float(smooth_max_ce_supcon(l_ce[i], torch.tensor(l_sc, dtype=torch.float64))), rel=1e-10
+        )
         assert lhs >= max(float(l_ce[i]), l_sc) - 1e-12  # a smooth max: above both
-    assert float(smooth_max_ce_supcon(torch.tensor(0.0), torch.tensor(0.0))) == 0.0  # l_pt = 0 iff both 0
+    # l_pt = 0 iff both 0
+    assert float(smooth_max_ce_supcon(torch.tensor(0.0), torch.tensor(0.0))) == 0.0
 
 
 def naive_esupcon(z, labels, theta, tau, all_den=False):
@@ -149,7 +159,8 @@ def naive_esupcon(z, labels, theta, tau, all_den=False):
 @pytest.mark.parametrize("all_den", [False, True])
 def test_esupcon_matches_loops(all_den):
     z = feats(9, 4, seed=5)
-    labels = torch.tensor([0, 0, 1, 1, 1, 3, 3, 0, 2])  # class 2 has no sample positive; class 4 absent
+    # class 2 has no sample positive; class 4 absent
+    labels = torch.tensor([0, 0, 1, 1, 1, 3, 3, 0, 2])
     theta = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
     got = esupcon_loss(z, labels, theta, 0.5, prototypes_in_all_denominators=all_den)
     assert float(got) == pytest.approx(naive_esupcon(z, labels, theta, 0.5, all_den), abs=1e-12)
@@ -162,7 +173,10 @@ def test_esupcon_module_prototypes_learn_and_posterior():
     loss_mod = ESupConLoss(n_classes=3, dim=6, temperature=0.2)
     loss = loss_mod(z, labels)
     loss.backward()
-    assert loss_mod.classifier.prototypes.grad is not None and float(loss_mod.classifier.prototypes.grad.abs().sum()) > 0
+    assert (
+        loss_mod.classifier.prototypes.grad is not None
+        and float(loss_mod.classifier.prototypes.grad.abs().sum()) > 0
+    )
     p = loss_mod.predict_proba(z.detach())
     torch.testing.assert_close(p.sum(1), torch.ones(12, dtype=p.dtype))
     clf = PrototypeClassifier(n_classes=3, dim=6)
@@ -214,16 +228,22 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
         tightness_loss(z, y, torch.randn(3, 4))  # was an IndexError
     with pytest.raises(ValueError, match="prototypes contains 1 NaN"):
-        esupcon_loss(z, y % 3, torch.tensor([[float("nan"), 0, 0, 0], [1.0, 0, 0, 0], [0, 1.0, 0, 0]]))  # was a NaN loss
+        # was a NaN loss
+        esupcon_loss(
+            z, y % 3, torch.tensor([[float("nan"), 0, 0, 0], [1.0, 0, 0, 0], [0, 1.0, 0, 0]])
+        )
     with pytest.raises(ValueError, match="reduction must be one of"):
         supcon_loss(z, y % 3, reduction="bogus")  # was silently "mean"
     with pytest.raises(ValueError, match="l_ce must be >= 0"):
-        smooth_max_ce_supcon(torch.tensor([-2.0]), torch.tensor([-2.0]))  # was log of a negative number: NaN
+        # was log of a negative number: NaN
+        smooth_max_ce_supcon(torch.tensor([-2.0]), torch.tensor([-2.0]))
 
 
-# ------------------------------------------------------------------ the common 4-argument call (issue 17)
+# ------------------------------------------------------------------ the common 4-argument call
+# (issue 17)
 def naive_supcon_refs(q, labels, ref, ref_labels, tau, self_slot=None):
-    """Eq. 6.5 per anchor with the positives and the denominator taken from a reference set (loops)."""
+    """Eq. 6.5 per anchor with the positives and the denominator taken from a reference set
+    (loops)."""
     out = []
     for i in range(len(q)):
         pool = [j for j in range(len(ref)) if self_slot is None or j != self_slot[i]]
@@ -237,16 +257,24 @@ def naive_supcon_refs(q, labels, ref, ref_labels, tau, self_slot=None):
 
 def test_supcon_module_takes_a_reference_set_like_every_loss():
     q, ref = feats(6, 5, seed=20), feats(10, 5, seed=21)
-    labels, ref_labels = torch.tensor([0, 1, 2, 0, 1, 3]), torch.tensor([0, 0, 1, 1, 2, 2, 0, 1, 3, 4])
+    labels, ref_labels = (
+        torch.tensor([0, 1, 2, 0, 1, 3]),
+        torch.tensor([0, 0, 1, 1, 2, 2, 0, 1, 3, 4]),
+    )
     loss = SupConLoss(0.5)
-    assert float(loss(q, labels, ref, ref_labels)) == pytest.approx(naive_supcon_refs(q, labels, ref, ref_labels, 0.5), abs=1e-12)
+    assert float(loss(q, labels, ref, ref_labels)) == pytest.approx(
+        naive_supcon_refs(q, labels, ref, ref_labels, 0.5), abs=1e-12
+    )
     # the batch given as its own reference set, each anchor's slot removed: the in-batch call
     z, y = feats(8, 5), torch.tensor([0, 0, 1, 1, 1, 2, 2, 0])
     slots = torch.arange(8)
-    assert float(loss(z, y, z, y, ref_self_index=slots)) == pytest.approx(float(supcon_loss(z, y, 0.5)), abs=1e-12)
+    assert float(loss(z, y, z, y, ref_self_index=slots)) == pytest.approx(
+        float(supcon_loss(z, y, 0.5)), abs=1e-12
+    )
     assert float(loss(z, y)) == pytest.approx(float(supcon_loss(z, y, 0.5)), abs=1e-14)
-    assert float(loss.forward_scores(z @ z.T, y[:, None] == y[None, :], ~torch.eye(8, dtype=torch.bool))) == pytest.approx(
-        float(supcon_loss(z, y, 0.5)), abs=1e-12)
+    assert float(
+        loss.forward_scores(z @ z.T, y[:, None] == y[None, :], ~torch.eye(8, dtype=torch.bool))
+    ) == pytest.approx(float(supcon_loss(z, y, 0.5)), abs=1e-12)
     with pytest.raises(ValueError, match="ref_labels"):
         loss(q, labels, ref, ref_labels + 100)  # no anchor has a positive among the refs
 
@@ -258,7 +286,9 @@ def test_esupcon_module_takes_a_reference_set_like_every_loss():
     z, y = feats(8, 5, seed=22), torch.tensor([0, 0, 1, 1, 1, 2, 2, 0])
     expect = float(esupcon_loss(z, y, theta, 0.5))
     assert loss(z, y).item() == pytest.approx(expect, abs=1e-14)
-    assert float(loss(z, y, z, y, ref_self_index=torch.arange(8))) == pytest.approx(expect, abs=1e-12)
+    assert float(loss(z, y, z, y, ref_self_index=torch.arange(8))) == pytest.approx(
+        expect, abs=1e-12
+    )
     # against a memory that does not hold the anchors: Eq. 6.15 with the pool = the refs (loops)
     ref, ref_y = feats(7, 5, seed=23), torch.tensor([0, 1, 2, 3, 0, 1, 1])
     tn = F.normalize(theta, dim=1)
@@ -281,8 +311,11 @@ def test_esupcon_module_takes_a_reference_set_like_every_loss():
         ESupConLoss(5, 4)(z, y)  # the old (dim, n_classes) order
 
 
-@pytest.mark.parametrize("make", [lambda: SupConLoss(0.2), lambda: ESupConLoss(n_classes=3, dim=6, temperature=0.2)],
-                         ids=["supcon", "esupcon"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: SupConLoss(0.2), lambda: ESupConLoss(n_classes=3, dim=6, temperature=0.2)],
+    ids=["supcon", "esupcon"],
+)
 def test_contrastive_losses_work_behind_a_cross_batch_memory(make):
     from rank_lab.memory import CrossBatchMemory, MemoryLoss
 

@@ -81,7 +81,8 @@ def test_single_level_reduces_to_sup_ap():
     ref_emb, ref_lab = _batch(3, b=30)
     a = SupHAP()(emb, y[:, None], ref_emb, ref_lab[:, :1])
     assert float(a) == pytest.approx(float(SupAP()(emb, y, ref_emb, ref_lab[:, 0])), abs=1e-12)
-    assert float(SupHAP()(emb, y)) == pytest.approx(float(SupAP()(emb, y)), abs=1e-12)  # (B,) is L = 1
+    # (B,) is L = 1
+    assert float(SupHAP()(emb, y)) == pytest.approx(float(SupAP()(emb, y)), abs=1e-12)
 
 
 def test_perfect_separation_gives_small_loss_and_exact_h_rank():
@@ -93,7 +94,14 @@ def test_perfect_separation_gives_small_loss_and_exact_h_rank():
     # the exact H-rank numerator: weighted sum over less relevant positives ranked above
     rel = hap_relevance(lv, 3)
     s_bad = torch.tensor([[0.1, 0.8, 0.6, 0.5, 0.2, -0.5, -0.6]], dtype=torch.float64)
-    w = weighted_lower_sums(s_bad, rel, torch.ones_like(lv, dtype=torch.bool), torch.tensor([0]), torch.tensor([0]), Heaviside())
+    w = weighted_lower_sums(
+        s_bad,
+        rel,
+        torch.ones_like(lv, dtype=torch.bool),
+        torch.tensor([0]),
+        torch.tensor([0]),
+        Heaviside(),
+    )
     assert float(w) == pytest.approx(2 * float(rel[0, 2]) + float(rel[0, 4]))
 
 
@@ -101,14 +109,18 @@ def test_perfect_separation_gives_small_loss_and_exact_h_rank():
 def test_gradcheck_float64(cls):
     g = torch.Generator().manual_seed(7)
     lv = torch.tensor([[2, 2, 1, 0, 1, 0], [2, 1, 1, 2, 0, 0]])
-    s = (torch.rand(2, 6, generator=g, dtype=torch.float64) * 0.06).requires_grad_(True)  # inside the sigmoid region
+    # inside the sigmoid region
+    s = (torch.rand(2, 6, generator=g, dtype=torch.float64) * 0.06).requires_grad_(True)
     loss = cls(tau=0.05)
-    assert torch.autograd.gradcheck(lambda x: loss.forward_levels(x, lv, n_levels=2), (s,), eps=1e-7, atol=1e-5)
+    assert torch.autograd.gradcheck(
+        lambda x: loss.forward_levels(x, lv, n_levels=2), (s,), eps=1e-7, atol=1e-5
+    )
 
 
 def test_gradients_push_less_relevant_items_down():
     lv = torch.tensor([[2, 1, 0]])
-    s = torch.tensor([[0.50, 0.55, 0.60]], dtype=torch.float64, requires_grad=True)  # both inversions
+    # both inversions
+    s = torch.tensor([[0.50, 0.55, 0.60]], dtype=torch.float64, requires_grad=True)
     SupHAP().forward_levels(s, lv, n_levels=2).backward()
     assert s.grad[0, 0] < 0 and s.grad[0, 2] > 0  # fine positive up, negative down
     s2 = s.detach().clone().requires_grad_(True)
@@ -126,7 +138,9 @@ def test_reference_call_equals_explicit_levels_and_memory_wrapper():
     e, r = F.normalize(emb, dim=1), F.normalize(ref_emb, dim=1)
     valid = torch.ones(12, 25, dtype=torch.bool)
     valid[torch.arange(3), slots[:3]] = False
-    assert float(got) == pytest.approx(float(loss.forward_levels(e @ r.T, shared_level(lab, ref_lab), valid, 3)), abs=1e-12)
+    assert float(got) == pytest.approx(
+        float(loss.forward_levels(e @ r.T, shared_level(lab, ref_lab), valid, 3)), abs=1e-12
+    )
     mem = MemoryLoss(SupHAP(), CrossBatchMemory(40, 5, n_levels=3))
     x = emb.float().requires_grad_(True)
     out = mem(x, lab)
@@ -136,8 +150,13 @@ def test_reference_call_equals_explicit_levels_and_memory_wrapper():
 
 def test_presets_and_build_loss():
     h = happier(n_classes=8, dim=5)
-    assert isinstance(h, ROD) and h.weights == pytest.approx((0.9, 0.1)) and h.rank_loss.alpha == 1.0
-    assert happier_f(8, 5, dataset="sop").rank_loss.alpha == 5.0 and happier_f(8, 5, dataset="inat_base").rank_loss.alpha == 3.0
+    assert (
+        isinstance(h, ROD) and h.weights == pytest.approx((0.9, 0.1)) and h.rank_loss.alpha == 1.0
+    )
+    assert (
+        happier_f(8, 5, dataset="sop").rank_loss.alpha == 5.0
+        and happier_f(8, 5, dataset="inat_base").rank_loss.alpha == 3.0
+    )
     assert isinstance(rod_ndcg(8, 5).rank_loss, SupNDCG)
     emb, lab = _batch(5)
     for name in ("happier", "happier_f", "rod_ndcg"):
@@ -165,7 +184,8 @@ def test_sigma_loss_is_the_sum_over_levels():
     assert torch.isfinite(nsm(emb.float(), lab))
     ref_emb, ref_lab = _batch(7, b=30)
     assert torch.isfinite(sigma_loss("triplet", 3, mining="semihard")(emb, lab, ref_emb, ref_lab))
-    via_name = build_loss("sigma", base="sup_ap", n_levels=3, dim=5)  # dim only reaches proxy losses
+    # dim only reaches proxy losses
+    via_name = build_loss("sigma", base="sup_ap", n_levels=3, dim=5)
     assert float(via_name(emb, lab)) == pytest.approx(ref, abs=1e-12)
     with pytest.raises(ValueError, match="level_classes"):
         sigma_loss("norm_softmax", 3, level_classes=[8, 4], dim=5)
@@ -180,7 +200,11 @@ def _csl_reference(emb, lab, proxies, table, margins, scale):
         for i in range(emb.shape[0]):
             pos = float(v[i] @ p[lab[i, 0]])
             negs = [float(v[i] @ p[c]) for c in range(p.shape[0]) if table[c, lev] != lab[i, lev]]
-            lse = torch.logsumexp(scale * torch.tensor(negs, dtype=torch.float64), 0) if negs else torch.tensor(-1e9)
+            lse = (
+                torch.logsumexp(scale * torch.tensor(negs, dtype=torch.float64), 0)
+                if negs
+                else torch.tensor(-1e9)
+            )
             per.append(float(F.softplus(lse - scale * pos + scale * margins[lev])))
         total += sum(per) / len(per)
     return total
@@ -191,7 +215,9 @@ def test_csl_matches_independent_formula_and_learns_paths():
     table = torch.tensor([[c, c // 2, c // 4] for c in range(8)])
     loss = CSLLoss(8, 5, hierarchy=table)
     got = loss(emb.float(), lab).item()
-    ref = _csl_reference(emb.double(), lab, loss.proxies.detach().double(), table, loss.margins, loss.scale)
+    ref = _csl_reference(
+        emb.double(), lab, loss.proxies.detach().double(), table, loss.margins, loss.scale
+    )
     assert got == pytest.approx(ref, rel=1e-4)
     lazy = CSLLoss(8, 5, n_levels=3)
     lazy.proxies.data.copy_(loss.proxies.data)

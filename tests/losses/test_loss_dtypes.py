@@ -13,7 +13,8 @@ import torch
 from rank_lab.losses import build_loss, list_losses, loss_info
 
 N_CLASSES, DIM = 8, 16
-#: constructor arguments beyond the registry's ``needs`` (CSL: the number of label levels; Σ: its base)
+#: constructor arguments beyond the registry's ``needs`` (CSL: the number of label levels; Σ: its
+#: base)
 EXTRA = {"csl": {"n_levels": 3}, "sigma": {"base": "sup_ap", "n_levels": 3}}
 
 
@@ -40,11 +41,25 @@ def test_every_registered_loss_works_after_double(name: str) -> None:
         args64 = (x, labels) if len(args32) == 2 else (x, labels, refs.double(), ref_labels)
         value = loss64(*args64)
         assert value.dtype == torch.float64, f"{name}: a float64 module returns {value.dtype}"
-        torch.testing.assert_close(value, expected.double(), rtol=1e-5, atol=1e-6, msg=f"{name} with {len(args32)} arguments")
+        torch.testing.assert_close(
+            value,
+            expected.double(),
+            rtol=1e-5,
+            atol=1e-6,
+            msg=f"{name} with {len(args32)} arguments",
+        )
         value.backward()
-        assert x.grad is not None and bool(torch.isfinite(x.grad).all()) and x.grad.abs().sum() > 0, name
+        assert (
+            x.grad is not None and bool(torch.isfinite(x.grad).all()) and x.grad.abs().sum() > 0
+        ), name
         for p in loss64.parameters():
             assert p.grad is None or bool(torch.isfinite(p.grad).all()), name
-        # float32 embeddings into the float64 module: accepted, the same value up to float32 rounding
-        torch.testing.assert_close(loss64(emb, labels).detach(), loss64(emb.double(), labels).detach(), check_dtype=False,
-                                   rtol=1e-5, atol=1e-6)
+        # float32 embeddings into the float64 module: accepted, the same value up to float32
+        # rounding
+        torch.testing.assert_close(
+            loss64(emb, labels).detach(),
+            loss64(emb.double(), labels).detach(),
+            check_dtype=False,
+            rtol=1e-5,
+            atol=1e-6,
+        )

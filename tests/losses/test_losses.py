@@ -1,4 +1,5 @@
-"""Tests of rank_lab.losses: SmoothAP, SupAP, R@k surrogates, DG losses and tools, presets, baselines."""
+"""Tests of rank_lab.losses: SmoothAP, SupAP, R@k surrogates, DG losses and tools, presets,
+baselines."""
 
 from __future__ import annotations
 
@@ -71,13 +72,15 @@ def test_toy_smooth_ap_pushes_a_positive_the_wrong_way():
     s, y = _toy()
     loss = SmoothAP(tau=0.01).forward_scores(s, y)
     loss.backward()
-    assert 1 - average_precision(s.detach(), y).item() == pytest.approx(5 / 12, abs=1e-12)  # L_AP = 0.4167
+    # L_AP = 0.4167
+    assert 1 - average_precision(s.detach(), y).item() == pytest.approx(5 / 12, abs=1e-12)
     assert loss.item() == pytest.approx(0.4034, abs=5e-5)  # below L_AP: not an upper bound
     g = s.grad[0]
     assert g.tolist() == pytest.approx([-0.5916, 0.5915, 0.0], abs=5e-5)
     assert g[0].item() == pytest.approx(-g[1].item(), rel=1e-3)  # dL/ds1 = -dL/ds2 (App. A.1.1)
     assert g[1] > 0  # gradient descent lowers s2: the higher positive is pushed down
-    assert abs(g[2].item()) < 1e-4 * abs(g[0].item()) * 10  # the negative far above: saturated, ~4e-5
+    # the negative far above: saturated, ~4e-5
+    assert abs(g[2].item()) < 1e-4 * abs(g[0].item()) * 10
 
 
 def test_toy_sup_ap_has_correct_gradient_signs_and_bounds_the_ap_loss():
@@ -103,15 +106,26 @@ def test_sup_ap_hand_worked_value():
     r2 = 2 / (2 + h)
     want = 1 - (r1 + r2) / 2
     assert SupAP(delta=0.05).forward_scores(s, y).item() == pytest.approx(want, abs=1e-12)
-    assert SupAP(delta=0.05, impl="direct").forward_scores(s, y).item() == pytest.approx(want, abs=1e-12)
-    # Sup-R@1 of the same query: sigma((1 - rank(p)) / 1) for rank(0.8) = 1 + sigma(-30), rank(0.2) = 2 + h
-    want_r = 1 - (torch.sigmoid(torch.tensor(-sig(-0.3), dtype=torch.float64)).item() + 1 / (1 + math.exp(1 + h))) / 1
+    assert SupAP(delta=0.05, impl="direct").forward_scores(s, y).item() == pytest.approx(
+        want, abs=1e-12
+    )
+    # Sup-R@1 of the same query: sigma((1 - rank(p)) / 1) for rank(0.8) = 1 + sigma(-30), rank(0.2)
+    # = 2 + h
+    want_r = (
+        1
+        - (
+            torch.sigmoid(torch.tensor(-sig(-0.3), dtype=torch.float64)).item()
+            + 1 / (1 + math.exp(1 + h))
+        )
+        / 1
+    )
     got_r = SupRecallAtK(ks=(1,), tau_star=1.0, delta=0.05).forward_scores(s, y).item()
     assert got_r == pytest.approx(want_r, abs=1e-12)
 
 
 def test_smooth_recall_hand_worked_value_with_clip():
-    # one query, positives 0.9, 0.8, negative 0.1: smooth ranks 1 + sig(-0.1) + sig(-0.8) and 1 + sig(0.1) + sig(-0.7)
+    # one query, positives 0.9, 0.8, negative 0.1: smooth ranks 1 + sig(-0.1) + sig(-0.8) and 1 +
+    # sig(0.1) + sig(-0.7)
     s = torch.tensor([[0.9, 0.8, 0.1]], dtype=torch.float64)
     y = torch.tensor([[1, 1, 0]])
     sig = lambda x: 1 / (1 + math.exp(-x / 0.01))  # noqa: E731
@@ -147,14 +161,19 @@ LOSS_CASES = [
 @pytest.mark.parametrize("mode", ["batch", "batch_keep_self", "refs", "hier"])
 def test_efficient_equals_direct_values_and_gradients(cls, kw, mode):
     emb, lab = _data(5, hier=mode == "hier")
-    extra = {"query_role": "positive" if mode == "batch_keep_self" else "excluded", "hierarchy_level": 1 if mode == "hier" else 0}
+    extra = {
+        "query_role": "positive" if mode == "batch_keep_self" else "excluded",
+        "hierarchy_level": 1 if mode == "hier" else 0,
+    }
     results = []
     for impl in ("efficient", "direct"):
         e = emb.clone().requires_grad_()
         loss = cls(impl=impl, max_elements=37, reduction="none", **kw, **extra)
         if mode == "refs":
             gen = torch.Generator().manual_seed(9)
-            ref = torch.cat([e.detach(), torch.randn(20, e.shape[1], generator=gen, dtype=torch.float64)])
+            ref = torch.cat(
+                [e.detach(), torch.randn(20, e.shape[1], generator=gen, dtype=torch.float64)]
+            )
             ref_lab = torch.cat([lab, torch.randint(0, 4, (20,), generator=gen)])
             out = loss(e[:6], lab[:6], ref, ref_lab, ref_self_index=torch.arange(6))
         else:
@@ -180,12 +199,18 @@ GRADCHECK = [
 ]
 
 
-@pytest.mark.parametrize("loss", GRADCHECK, ids=lambda m: f"{type(m).__name__}-{getattr(m, 'impl', '')}")
+@pytest.mark.parametrize(
+    "loss", GRADCHECK, ids=lambda m: f"{type(m).__name__}-{getattr(m, 'impl', '')}"
+)
 def test_gradcheck_listwise_losses_float64(loss):
     gen = torch.Generator().manual_seed(11)
     scores = (torch.rand(3, 8, generator=gen, dtype=torch.float64) * 1.6 - 0.8).requires_grad_()
-    targets = torch.tensor([[1, 0, 1, 0, 0, 1, 0, 0], [0, 1, 1, 1, 0, 0, 0, 1], [1, 1, 0, 0, 0, 0, 0, 0]])
-    assert torch.autograd.gradcheck(lambda s: loss.forward_scores(s, targets), (scores,), eps=1e-7, atol=1e-5)
+    targets = torch.tensor(
+        [[1, 0, 1, 0, 0, 1, 0, 0], [0, 1, 1, 1, 0, 0, 0, 1], [1, 1, 0, 0, 0, 0, 0, 0]]
+    )
+    assert torch.autograd.gradcheck(
+        lambda s: loss.forward_scores(s, targets), (scores,), eps=1e-7, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize(
@@ -213,7 +238,9 @@ def test_gradcheck_embedding_losses_float64(loss):
 # ----------------------------------------------------------------------------- upper bounds
 @SETTINGS
 @given(
-    vals=st.lists(st.sampled_from([-0.3, 0.0, 0.1, 0.12, 0.2, 0.5, 0.51, 0.9]), min_size=2, max_size=10),
+    vals=st.lists(
+        st.sampled_from([-0.3, 0.0, 0.1, 0.12, 0.2, 0.5, 0.51, 0.9]), min_size=2, max_size=10
+    ),
     bits=st.lists(st.booleans(), min_size=10, max_size=10),
     tau=st.sampled_from([0.005, 0.01, 0.05]),
     rho=st.sampled_from([0.0, 1.0, 100.0, 1e3]),
@@ -239,7 +266,13 @@ def test_sup_ap_upper_bounds_one_minus_metric_ap_on_tie_free_scores(seed, n, n_q
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10_000), n=st.integers(2, 30), k=st.integers(1, 8), tau_star=st.sampled_from([0.1, 1.0, 4.0]), clip=st.booleans())
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(2, 30),
+    k=st.integers(1, 8),
+    tau_star=st.sampled_from([0.1, 1.0, 4.0]),
+    clip=st.booleans(),
+)
 def test_sup_recall_bounds_the_same_outer_sigmoid_on_exact_ranks(seed, n, k, tau_star, clip):
     gen = torch.Generator().manual_seed(seed)
     s = torch.rand(1, n, generator=gen, dtype=torch.float64)
@@ -255,8 +288,9 @@ def test_sup_recall_bounds_the_same_outer_sigmoid_on_exact_ranks(seed, n, k, tau
 
 
 def test_sup_recall_is_not_an_upper_bound_of_one_minus_true_recall():
-    # the positive is ranked 2nd (a negative 1e-4 above it): TR@1 = 0, so 1 - TR@1 = 1, but the outer
-    # sigmoid still credits it sigma((1 - rank_s) / tau*) = sigma(-1) with rank_s ~ 2 (thesis Sec. 3.3.2 note)
+    # the positive is ranked 2nd (a negative 1e-4 above it): TR@1 = 0, so 1 - TR@1 = 1, but the
+    # outer sigmoid still credits it sigma((1 - rank_s) / tau*) = sigma(-1) with rank_s ~ 2 (thesis
+    # Sec. 3.3.2 note)
     s = torch.tensor([[0.5, 0.5001, 0.0]], dtype=torch.float64)
     y = torch.tensor([[1, 0, 0]])
     sup = SupRecallAtK(ks=(1,)).forward_scores(s, y).item()
@@ -306,7 +340,9 @@ def test_reductions_and_no_positive_handling():
     none = SupAP(reduction="none").forward_scores(s, y)
     assert none.shape == (3,) and none[1].item() == 0.0
     assert SupAP().forward_scores(s, y).item() == pytest.approx((none[0] + none[2]).item() / 2)
-    assert SupAP(reduction="sum").forward_scores(s, y).item() == pytest.approx((none[0] + none[2]).item())
+    assert SupAP(reduction="sum").forward_scores(s, y).item() == pytest.approx(
+        (none[0] + none[2]).item()
+    )
     with pytest.raises(ValueError, match="no positive"):
         SupAP(no_positive="raise").forward_scores(s, y)
     with pytest.raises(ValueError, match="no query has a positive"):
@@ -343,7 +379,8 @@ def test_float16_embeddings_are_scored_in_float32():
     assert out.dtype == torch.float32 and torch.isfinite(out)
 
 
-# ----------------------------------------------------------------------------- pair / proxy / triplet
+# ----------------------------------------------------------------------------- pair / proxy /
+# triplet
 def test_pair_dg_loss_hand_worked():
     # query 0: positives 0.95, 0.7 and negatives 0.65, 0.1 (alpha 0.9, beta 0.6)
     s = torch.tensor([[0.95, 0.7, 0.65, 0.1]], dtype=torch.float64)
@@ -352,8 +389,12 @@ def test_pair_dg_loss_hand_worked():
     from rank_lab.losses import pair_margin_loss
 
     assert pair_margin_loss(s, y, valid, 0.9, 0.6).item() == pytest.approx(0.2 / 2 + 0.05 / 2)
-    assert pair_margin_loss(s, y, valid, 0.9, 0.6, "avg_nonzero").item() == pytest.approx(0.2 + 0.05)
-    assert pair_margin_loss(s, y, valid, 1.0, 0.5, "per_query_sum").item() == pytest.approx(0.05 + 0.3 + 0.15)
+    assert pair_margin_loss(s, y, valid, 0.9, 0.6, "avg_nonzero").item() == pytest.approx(
+        0.2 + 0.05
+    )
+    assert pair_margin_loss(s, y, valid, 1.0, 0.5, "per_query_sum").item() == pytest.approx(
+        0.05 + 0.3 + 0.15
+    )
     with pytest.raises(ValueError, match="beta must be < alpha"):
         PairDGLoss(alpha=0.5, beta=0.6)
 
@@ -389,7 +430,8 @@ def test_triplet_against_brute_force(mining):
 
 
 def test_triplet_semihard_picks_negatives_inside_the_margin():
-    # anchor (0 deg), positive at 40 deg, negatives at 45 deg (semi-hard), 10 deg (hard), 120 deg (easy)
+    # anchor (0 deg), positive at 40 deg, negatives at 45 deg (semi-hard), 10 deg (hard), 120 deg
+    # (easy)
     ang = torch.tensor([0.0, 40.0, 45.0, 10.0, 120.0], dtype=torch.float64) * math.pi / 180
     emb = torch.stack([ang.cos(), ang.sin()], 1)
     lab = torch.tensor([0, 0, 1, 2, 3])
@@ -415,15 +457,20 @@ def test_proxy_losses_against_cross_entropy_and_each_other():
     assert dg(emb, lab, emb[:3], lab[:3]).item() == pytest.approx(dg(emb, lab).item())
 
 
-# ----------------------------------------------------------------------------- histogram / blackbox baselines
+# ----------------------------------------------------------------------------- histogram / blackbox
+# baselines
 def test_fastap_and_softbin_equal_ap_when_scores_sit_on_distinct_bin_centres():
     # FastAP: distances 2 - 2s on centres l * 4 / L; SoftBin: scores on centres of [-1, 1]
     y = torch.tensor([[1, 0, 1, 1, 0, 0, 1, 0]])
     fl = torch.tensor([[0, 1, 2, 4, 5, 7, 8, 9]], dtype=torch.float64)
     s_fast = 1 - (fl * 0.4) / 2  # L = 10 -> Delta = 0.4
-    assert FastAP(num_bins=10).forward_scores(s_fast, y).item() == pytest.approx(1 - average_precision(s_fast, y).item(), abs=1e-12)
+    assert FastAP(num_bins=10).forward_scores(s_fast, y).item() == pytest.approx(
+        1 - average_precision(s_fast, y).item(), abs=1e-12
+    )
     s_soft = 1 - fl * (2 / 19)  # M = 20 bins on [-1, 1]
-    assert SoftBinAP(num_bins=20).forward_scores(s_soft, y).item() == pytest.approx(1 - average_precision(s_soft, y).item(), abs=1e-12)
+    assert SoftBinAP(num_bins=20).forward_scores(s_soft, y).item() == pytest.approx(
+        1 - average_precision(s_soft, y).item(), abs=1e-12
+    )
 
 
 def _brute_fastap(s, y, bins):
@@ -448,7 +495,9 @@ def test_fastap_against_loops():
     s = torch.rand(3, 9, generator=gen, dtype=torch.float64) * 2 - 1
     y = torch.rand(3, 9, generator=gen) < 0.4
     y[:, 0] = True
-    assert FastAP(num_bins=7).forward_scores(s, y).item() == pytest.approx(_brute_fastap(s, y.int(), 7), abs=1e-12)
+    assert FastAP(num_bins=7).forward_scores(s, y).item() == pytest.approx(
+        _brute_fastap(s, y.int(), 7), abs=1e-12
+    )
 
 
 def test_blackbox_ap_forward_is_exact_and_backward_follows_the_interpolation_formula():
@@ -463,10 +512,14 @@ def test_blackbox_ap_forward_is_exact_and_backward_follows_the_interpolation_for
     BlackBoxRank.apply(x, 4.0).backward(g)
     want = -(normalised_rank(s) - normalised_rank(s + 4.0 * g)) / 4.0
     assert torch.allclose(x.grad, want)
-    # the margin lowers positives / raises negatives: a positive 0.005 above a negative drops below it
+    # the margin lowers positives / raises negatives: a positive 0.005 above a negative drops below
+    # it
     s2 = torch.tensor([[0.5, 0.495, 0.1]], dtype=torch.float64)
     y2 = torch.tensor([[1, 0, 1]])
-    assert BlackBoxAP(margin=0.02).forward_scores(s2, y2).item() > BlackBoxAP(margin=0.0).forward_scores(s2, y2).item()
+    assert (
+        BlackBoxAP(margin=0.02).forward_scores(s2, y2).item()
+        > BlackBoxAP(margin=0.0).forward_scores(s2, y2).item()
+    )
 
 
 # ----------------------------------------------------------------------------- decomposability gap
@@ -496,7 +549,9 @@ def test_decomposability_gap_against_brute_force(seed):
     y = torch.rand(24, generator=gen) < 0.3
     y[0] = True
     ids = random_batches(24, 6, seed=seed, targets=y)
-    assert decomposability_gap(s, y, ids).item() == pytest.approx(_brute_dg(s, y.int(), ids), abs=1e-12)
+    assert decomposability_gap(s, y, ids).item() == pytest.approx(
+        _brute_dg(s, y.int(), ids), abs=1e-12
+    )
     # several queries at once share the partition
     s2 = torch.stack([s, s.flip(0)])
     y2 = torch.stack([y, y.flip(0)])
@@ -509,7 +564,9 @@ def test_dg_is_zero_for_one_batch_and_when_calibrated():
     s = torch.rand(20, generator=gen, dtype=torch.float64)
     y = torch.zeros(20, dtype=torch.bool)
     y[torch.randperm(20, generator=gen)[:8]] = True  # 2 positives in each of the 4 balanced batches
-    assert decomposability_gap(s, y, torch.zeros(20, dtype=torch.long)).item() == pytest.approx(0.0, abs=1e-15)
+    assert decomposability_gap(s, y, torch.zeros(20, dtype=torch.long)).item() == pytest.approx(
+        0.0, abs=1e-15
+    )
     # L_DG = 0 on every batch (positives >= alpha > beta >= negatives) => DG = 0 (thesis Sec. 3.4.2)
     cal = torch.where(y, 0.9 + 0.1 * s, 0.6 * s)
     for seed in range(3):
@@ -522,7 +579,13 @@ def test_dg_is_zero_for_one_batch_and_when_calibrated():
 
 @pytest.mark.parametrize(
     "pos,neg,want",
-    [([2, 2], [2, 2], 0.1833), ([1, 1], [3, 3], 0.3), ([2, 2, 2], [2, 2, 2], 0.263), ([1, 1, 1], [2, 2, 2], 0.3571), ([2, 2], [5, 5], 0.2951)],
+    [
+        ([2, 2], [2, 2], 0.1833),
+        ([1, 1], [3, 3], 0.3),
+        ([2, 2, 2], [2, 2, 2], 0.263),
+        ([1, 1, 1], [2, 2, 2], 0.3571),
+        ([2, 2], [5, 5], 0.2951),
+    ],
 )
 def test_worst_case_bound_is_attained_by_juxtaposed_batches(pos, neg, want):
     bound = dg_upper_bound(pos, neg)
@@ -538,7 +601,9 @@ def test_bounds_hand_values_and_refined_bound_relations():
     # K = 2, B = 32 with 4 positives per batch (digest: 0.406)
     assert dg_upper_bound([4, 4], [28, 28]) == pytest.approx(0.4062, abs=1e-4)
     # every item violating its threshold: Eq. 3.19 reduces to Eq. 3.18
-    assert dg_calibrated_bound([0, 0], [4, 4], [0, 0], [28, 28]) == pytest.approx(dg_upper_bound([4, 4], [28, 28]))
+    assert dg_calibrated_bound([0, 0], [4, 4], [0, 0], [28, 28]) == pytest.approx(
+        dg_upper_bound([4, 4], [28, 28])
+    )
     # fewer violations -> tighter bound
     assert dg_calibrated_bound([3, 3], [1, 1], [20, 20], [8, 8]) < dg_upper_bound([4, 4], [28, 28])
     with pytest.raises(ValueError, match="batches"):
@@ -562,7 +627,8 @@ def test_random_batches_and_expected_dg():
     contiguous = torch.arange(40) // 10  # batches 1-3 hold no positive
     with pytest.raises(ValueError, match="no positive"):
         decomposability_gap(s, y, contiguous, empty_batch="raise")
-    assert decomposability_gap(s, y, contiguous).item() == pytest.approx(0.0)  # skipped: only batch 0 counts
+    # skipped: only batch 0 counts
+    assert decomposability_gap(s, y, contiguous).item() == pytest.approx(0.0)
 
 
 def test_embedding_decomposability_gap_matches_a_per_query_brute_force():
@@ -581,14 +647,22 @@ def test_embedding_decomposability_gap_matches_a_per_query_brute_force():
         for q in queries:
             s = torch.stack([unit[q] @ unit[j] for j in rest])
             y = torch.tensor([int(lab[j] == lab[q]) for j in rest])
-            batch_aps = [average_precision(s[ids == b][None], y[ids == b][None]).item()
-                         for b in range(4) if y[ids == b].any()]
-            gaps.append(sum(batch_aps) / len(batch_aps) - average_precision(s[None], y[None]).item())
+            batch_aps = [
+                average_precision(s[ids == b][None], y[ids == b][None]).item()
+                for b in range(4)
+                if y[ids == b].any()
+            ]
+            gaps.append(
+                sum(batch_aps) / len(batch_aps) - average_precision(s[None], y[None]).item()
+            )
         draws.append(sum(gaps) / len(gaps))
     assert mean == pytest.approx(sum(draws) / 3, abs=1e-12)
     assert std == pytest.approx(torch.tensor(draws, dtype=torch.float64).std().item(), abs=1e-12)
     # one batch = the whole retrieval set: no gap; a perfect embedding: no gap at any B
-    assert embedding_decomposability_gap(emb, lab, 12, n_draws=2) == (pytest.approx(0.0), pytest.approx(0.0))
+    assert embedding_decomposability_gap(emb, lab, 12, n_draws=2) == (
+        pytest.approx(0.0),
+        pytest.approx(0.0),
+    )
     onehot = torch.nn.functional.one_hot(lab, 4).double()
     assert embedding_decomposability_gap(onehot, lab, 3, n_draws=2)[0] == pytest.approx(0.0)
     with pytest.raises(ValueError, match="batch_size"):
@@ -602,14 +676,20 @@ def test_rod_combination_and_presets():
     emb, lab = _data(22, n=12, d=5, n_cls=3)
     sup, dg = SupAP().double(), PairDGLoss().double()
     rod = ROD(sup, dg, lam=0.25)
-    assert rod(emb, lab).item() == pytest.approx(0.75 * sup(emb, lab).item() + 0.25 * dg(emb, lab).item())
+    assert rod(emb, lab).item() == pytest.approx(
+        0.75 * sup(emb, lab).item() + 0.25 * dg(emb, lab).item()
+    )
     neur = roadmap_neurips()
     assert neur.weights == (0.5, 0.5) and neur.dg_loss.alpha == 0.9 and neur.dg_loss.beta == 0.6
     assert neur.rank_loss.step.rho == 100.0 and neur.rank_loss.step.tau == 0.01
     tp = roadmap_tpami(n_classes=3, dim=5)
     assert tp.weights == pytest.approx((0.9, 0.1)) and tp.dg_loss.temperature == 0.05
     rr = rod_recall(n_classes=3, dim=5)
-    assert rr.rank_loss.ks == (1, 2, 4, 8, 16) and rr.rank_loss.tau_star == (1.0,) * 5 and not rr.rank_loss.clip
+    assert (
+        rr.rank_loss.ks == (1, 2, 4, 8, 16)
+        and rr.rank_loss.tau_star == (1.0,) * 5
+        and not rr.rank_loss.clip
+    )
     assert len(list(tp.parameters())) == 1  # the proxies
     with pytest.raises(ValueError, match="n_classes"):
         roadmap_tpami()
@@ -620,14 +700,29 @@ def test_rod_combination_and_presets():
 def test_build_loss_names_every_loss_and_preset():
     needs = {"proxy_dg", "norm_softmax", "proxy_nca_pp", "roadmap_tpami", "rod_recall"}
     names = [
-        "smooth_ap", "sup_ap", "smooth_recall", "sup_recall", "pair_dg", "proxy_dg",
-        "norm_softmax", "proxy_nca_pp", "fast_ap", "softbin_ap", "blackbox_ap", "contrastive",
-        "triplet", "roadmap_neurips", "roadmap_tpami", "rod_recall",
+        "smooth_ap",
+        "sup_ap",
+        "smooth_recall",
+        "sup_recall",
+        "pair_dg",
+        "proxy_dg",
+        "norm_softmax",
+        "proxy_nca_pp",
+        "fast_ap",
+        "softbin_ap",
+        "blackbox_ap",
+        "contrastive",
+        "triplet",
+        "roadmap_neurips",
+        "roadmap_tpami",
+        "rod_recall",
     ]  # the names of this module's losses (other modules register more in LOSSES)
     assert set(names) <= set(LOSSES)
     emb, lab = _data(23, n=8, d=4, n_cls=2)
     for name in names:
-        loss = build_loss(name.upper().replace("_", "-"), **({"n_classes": 2, "dim": 4} if name in needs else {})).double()
+        loss = build_loss(
+            name.upper().replace("_", "-"), **({"n_classes": 2, "dim": 4} if name in needs else {})
+        ).double()
         e = emb.clone().requires_grad_()
         out = loss(e, lab)
         out.backward()
@@ -658,11 +753,15 @@ def _train_and_check(sp):
 
     for use_memory in (False, True):
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)
+        )
 
         def evaluate(net: torch.nn.Module) -> float:
             with torch.no_grad():
-                return retrieval_metrics(net(sp.x_test), sp.y_test, metrics=("mAP@R",), ks=(1,))["mAP@R"]
+                return retrieval_metrics(net(sp.x_test), sp.y_test, metrics=("mAP@R",), ks=(1,))[
+                    "mAP@R"
+                ]
 
         before = evaluate(model)
         loss_fn = SupAP()
@@ -702,12 +801,14 @@ def test_references_are_checked_by_every_loss_of_the_common_call():
     emb, lab = torch.randn(6, 4), torch.arange(6) % 3
     bad_ref = torch.randn(8, 4)
     bad_ref[0, 0] = float("nan")
-    for loss in (SmoothAP(), NormSoftmaxLoss(3, 4)):  # a proxy loss ignores the references, but checks them
+    # a proxy loss ignores the references, but checks them
+    for loss in (SmoothAP(), NormSoftmaxLoss(3, 4)):
         with pytest.raises(ValueError, match="ref_embeddings contains 1 NaN"):
             loss(emb, lab, bad_ref, torch.arange(8) % 3)
         with pytest.raises(ValueError, match="ref_labels has 7 rows"):
             loss(emb, lab, torch.randn(8, 4), torch.arange(7) % 3)
-    with pytest.raises(ValueError, match="ref_labels"):  # no query shares a label with the references
+    # no query shares a label with the references
+    with pytest.raises(ValueError, match="ref_labels"):
         SmoothAP()(emb, lab, torch.randn(8, 4), torch.arange(8) + 100)
 
 
@@ -718,7 +819,8 @@ def test_public_kernels_validate_their_inputs():
     from rank_lab.losses.recall import recall_surrogate_from_ranks
 
     values, keep = torch.tensor([0.5, float("nan"), 0.2]), torch.tensor([True, False, True])
-    assert float(reduce_per_query(values, keep, "mean")) == pytest.approx(0.35)  # a dropped query may hold anything
+    # a dropped query may hold anything
+    assert float(reduce_per_query(values, keep, "mean")) == pytest.approx(0.35)
     with pytest.raises(ValueError, match="values contains 1 NaN"):
         reduce_per_query(values, torch.tensor([True, True, True]), "mean")
     with pytest.raises(TypeError, match="keep must be a bool tensor"):
@@ -728,9 +830,13 @@ def test_public_kernels_validate_their_inputs():
     with pytest.raises(ValueError, match="scores contains 1 NaN"):
         blackbox_rank(torch.tensor([[0.1, float("nan")]]))  # NaN was ranked silently
     with pytest.raises(ValueError, match="width must be > 0"):
-        triangular_histogram(torch.rand(2, 3), torch.ones(2, 3), torch.linspace(0, 1, 3), 0.0)  # was a 0/0
+        # was a 0/0
+        triangular_histogram(torch.rand(2, 3), torch.ones(2, 3), torch.linspace(0, 1, 3), 0.0)
     with pytest.raises(TypeError, match="ks must be a positive int"):
-        recall_surrogate_from_ranks(torch.ones(2), torch.tensor([0, 1]), 2, ks=(1.5,))  # was int(1.5) = 1
+        # was int(1.5) = 1
+        recall_surrogate_from_ranks(torch.ones(2), torch.tensor([0, 1]), 2, ks=(1.5,))
     s = torch.tensor([[0.3, 0.1, 0.2]])
     # the autograd Function behind blackbox_rank stays importable for .apply (it is not in __all__)
-    assert torch.equal(BlackBoxRank.apply(s, 4.0), blackbox_rank(s)) and torch.equal(blackbox_rank(s), normalised_rank(s))
+    assert torch.equal(BlackBoxRank.apply(s, 4.0), blackbox_rank(s)) and torch.equal(
+        blackbox_rank(s), normalised_rank(s)
+    )

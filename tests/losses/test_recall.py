@@ -1,5 +1,5 @@
-"""Tests of RS@k / Smooth-R@k (rank_lab.losses.recall.SmoothRecallAtK and the score-level functions of
-rank_lab.losses.recall_at_k), Eqs. 5.1-5.7 of the Patel thesis, and of the former names."""
+"""Tests of RS@k / Smooth-R@k (rank_lab.losses.recall.SmoothRecallAtK and the score-level functions
+of rank_lab.losses.recall_at_k), Eqs. 5.1-5.7 of the Patel thesis, and of the former names."""
 
 from __future__ import annotations
 
@@ -20,7 +20,17 @@ def sig(u: float) -> float:
 
 
 # ---------------------------------------------------------------- brute force (independent) ---
-def brute_rs_at_k(emb, labels, ks, tau1s, tau2, include_query=False, normalization="min", ref=None, ref_labels=None):
+def brute_rs_at_k(
+    emb,
+    labels,
+    ks,
+    tau1s,
+    tau2,
+    include_query=False,
+    normalization="min",
+    ref=None,
+    ref_labels=None,
+):
     """Triple loop over queries q, positives x, database items z, straight from Eq. 5.5."""
     emb = F.normalize(emb, dim=1)
     if ref is None:
@@ -56,14 +66,18 @@ def brute_rs_at_k(emb, labels, ks, tau1s, tau2, include_query=False, normalizati
 def batch(n_classes=4, m=4, d=8, seed=0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
     labels = torch.arange(n_classes).repeat_interleave(m)
-    emb = torch.randn(n_classes * m, d, generator=g, dtype=dtype) + 0.8 * torch.randn(n_classes, d, generator=g, dtype=dtype)[labels]
+    emb = (
+        torch.randn(n_classes * m, d, generator=g, dtype=dtype)
+        + 0.8 * torch.randn(n_classes, d, generator=g, dtype=dtype)[labels]
+    )
     return emb, labels
 
 
 # ------------------------------------------------------------------------ hand-worked values ---
 def test_hand_worked_three_items():
     # one query; database: a negative at 0.9, positives at 0.8 and 0.1. With tau2 -> 0 the ranks
-    # are exactly 2 and 3: L^1 = 1 - (s(-1) + s(-2)) / min(1, 2),  L^2 = 1 - min(2, s(0) + s(-1)) / 2
+    # are exactly 2 and 3: L^1 = 1 - (s(-1) + s(-2)) / min(1, 2),  L^2 = 1 - min(2, s(0) + s(-1)) /
+    # 2
     scores = torch.tensor([[0.9, 0.8, 0.1]], dtype=torch.float64)
     pos = torch.tensor([[False, True, True]])
     l1 = recall_at_k_surrogate(scores, pos, ks=(1,), tau=1e-4)
@@ -95,11 +109,18 @@ def test_hand_worked_soft_ranks():
 def test_fig_5_1_row4_low_temperature():
     # Fig. 5.1 row 4: positives at 0.880 (rank 2) and 0.820 (rank 5) and one of the top three
     # (0.940 here); recall@4 = 2/3 and recall@8 = 1. tau -> 0 gives recall with rank-k counted 1/2.
-    sims = torch.tensor([[0.940, 0.880, 0.870, 0.850, 0.820, 0.800, 0.775, 0.570, 0.430, 0.320]], dtype=torch.float64)
+    sims = torch.tensor(
+        [[0.940, 0.880, 0.870, 0.850, 0.820, 0.800, 0.775, 0.570, 0.430, 0.320]],
+        dtype=torch.float64,
+    )
     pos = torch.zeros_like(sims, dtype=torch.bool)
     pos[0, [0, 1, 4]] = True
-    l4 = recall_at_k_surrogate(sims, pos, ks=(4,), tau_star=1e-3, tau=1e-4, normalization="positives")
-    l8 = recall_at_k_surrogate(sims, pos, ks=(8,), tau_star=1e-3, tau=1e-4, normalization="positives")
+    l4 = recall_at_k_surrogate(
+        sims, pos, ks=(4,), tau_star=1e-3, tau=1e-4, normalization="positives"
+    )
+    l8 = recall_at_k_surrogate(
+        sims, pos, ks=(8,), tau_star=1e-3, tau=1e-4, normalization="positives"
+    )
     assert 1 - float(l4) == pytest.approx(2 / 3, abs=1e-6)
     assert 1 - float(l8) == pytest.approx(1.0, abs=1e-6)
 
@@ -110,7 +131,13 @@ def test_fig_5_1_row4_low_temperature():
 def test_module_matches_brute_force(include_query, normalization):
     emb, labels = batch(n_classes=3, m=4, d=6, seed=1)
     ks, tau1 = (1, 2, 4, 8), (1.0, 2.0, 0.5, 1.0)
-    loss = SmoothRecallAtK(ks=ks, tau_star=tau1, tau=0.05, query_role="competitor" if include_query else "excluded", normalization=normalization)
+    loss = SmoothRecallAtK(
+        ks=ks,
+        tau_star=tau1,
+        tau=0.05,
+        query_role="competitor" if include_query else "excluded",
+        normalization=normalization,
+    )
     expect = brute_rs_at_k(emb, labels, ks, tau1, 0.05, include_query, normalization)
     assert float(loss(emb, labels)) == pytest.approx(float(expect), abs=1e-12)
 
@@ -123,9 +150,13 @@ def test_uneven_classes_and_ref_set_match_brute_force():
     ref_labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 3])
     for inc in (False, True):
         loss = SmoothRecallAtK(ks=(1, 3), tau=0.1, query_role="competitor" if inc else "excluded")
-        assert float(loss(emb, labels)) == pytest.approx(float(brute_rs_at_k(emb, labels, (1, 3), (1.0, 1.0), 0.1, inc)), abs=1e-12)
+        assert float(loss(emb, labels)) == pytest.approx(
+            float(brute_rs_at_k(emb, labels, (1, 3), (1.0, 1.0), 0.1, inc)), abs=1e-12
+        )
         got = loss(emb, labels, ref, ref_labels)
-        expect = brute_rs_at_k(emb, labels, (1, 3), (1.0, 1.0), 0.1, inc, ref=ref, ref_labels=ref_labels)
+        expect = brute_rs_at_k(
+            emb, labels, (1, 3), (1.0, 1.0), 0.1, inc, ref=ref, ref_labels=ref_labels
+        )
         assert float(got) == pytest.approx(float(expect), abs=1e-12)
 
 
@@ -143,7 +174,9 @@ def test_efficient_equals_direct_and_the_score_call(role):
     s = torch.tensor([[0.9, 0.8, 0.1]], dtype=torch.float64)
     t = torch.tensor([[0, 1, 1]])
     ours = SmoothRecallAtK(ks=(1, 2, 4), tau=0.05)
-    assert float(ours.forward_scores(s, t)) == pytest.approx(float(recall_at_k_surrogate(s, t.bool(), ks=(1, 2, 4), tau=0.05)), abs=1e-14)
+    assert float(ours.forward_scores(s, t)) == pytest.approx(
+        float(recall_at_k_surrogate(s, t.bool(), ks=(1, 2, 4), tau=0.05)), abs=1e-14
+    )
 
 
 def test_memory_call_with_self_index_and_reduction_none():
@@ -155,7 +188,9 @@ def test_memory_call_with_self_index_and_reduction_none():
         got = loss(emb, labels, emb, labels, ref_self_index=slots)
         assert float(got) == pytest.approx(float(loss(emb, labels)), abs=1e-12)
     per_q = SmoothRecallAtK(reduction="none")(emb, labels)
-    assert per_q.shape == (12,) and float(per_q.mean()) == pytest.approx(float(SmoothRecallAtK()(emb, labels)), abs=1e-12)
+    assert per_q.shape == (12,) and float(per_q.mean()) == pytest.approx(
+        float(SmoothRecallAtK()(emb, labels)), abs=1e-12
+    )
 
 
 def test_query_as_competitor_adds_the_self_term_to_every_rank():
@@ -179,7 +214,10 @@ def exact_recall(scores, pos, k):
     counting 1/2 as sigma(0) does in the limit."""
     out = []
     for q in range(scores.shape[0]):
-        ranks = [1 + int((scores[q] > scores[q, x]).sum()) for x in torch.nonzero(pos[q]).flatten().tolist()]
+        ranks = [
+            1 + int((scores[q] > scores[q, x]).sum())
+            for x in torch.nonzero(pos[q]).flatten().tolist()
+        ]
         out.append(sum(1.0 if r < k else 0.5 if r == k else 0.0 for r in ranks) / len(ranks))
     return torch.tensor(out, dtype=torch.float64)
 
@@ -190,7 +228,9 @@ def test_low_temperature_limit_is_recall_at_k():
     pos = torch.rand(6, 30, generator=g) < 0.3
     pos[:, 0] = True
     for k in (1, 2, 5, 10):
-        got = 1 - recall_at_k_surrogate(scores, pos, ks=(k,), tau_star=1e-4, tau=1e-6, normalization="positives")
+        got = 1 - recall_at_k_surrogate(
+            scores, pos, ks=(k,), tau_star=1e-4, tau=1e-6, normalization="positives"
+        )
         torch.testing.assert_close(got, exact_recall(scores, pos, k), atol=1e-6, rtol=0)
 
 
@@ -213,19 +253,24 @@ def test_bounds_and_permutation_invariance(seed, n_classes, m, tau_star, normali
 
 def test_clip_keeps_the_loss_non_negative():
     # with a hot tau1 and many positives the smooth count exceeds k = 1: the clip makes L^1 = 0
-    scores = torch.tensor([[0.5, 0.49, 0.48, 0.47, 0.46, 0.0]], dtype=torch.float64, requires_grad=True)
+    scores = torch.tensor(
+        [[0.5, 0.49, 0.48, 0.47, 0.46, 0.0]], dtype=torch.float64, requires_grad=True
+    )
     pos = torch.tensor([[True, True, True, True, True, False]])
     loss = recall_at_k_surrogate(scores, pos, ks=(1,), tau_star=10.0, tau=0.01)
     assert float(loss.detach()) == pytest.approx(0.0, abs=1e-12)
     ranks, valid, _ = smooth_positive_ranks(scores.detach(), pos, tau=0.01)
     assert float(torch.sigmoid((1 - ranks) / 10.0).sum()) > 1.0  # the count really exceeds k
     loss.sum().backward()
-    assert float(scores.grad.abs().max()) == 0.0  # clipped: no gradient, as torch.minimum in the code
+    # clipped: no gradient, as torch.minimum in the code
+    assert float(scores.grad.abs().max()) == 0.0
 
 
 def test_better_ranking_gives_lower_loss():
     # moving a positive above the negatives lowers the loss (Fig. 5.1, row 1 -> row 4)
-    sims = torch.tensor([[0.94, 0.87, 0.85, 0.80, 0.775, 0.65, 0.57, 0.43, 0.40, 0.32]], dtype=torch.float64)
+    sims = torch.tensor(
+        [[0.94, 0.87, 0.85, 0.80, 0.775, 0.65, 0.57, 0.43, 0.40, 0.32]], dtype=torch.float64
+    )
     pos = torch.zeros_like(sims, dtype=torch.bool)
     pos[0, [0, 5, 8]] = True
     before = recall_at_k_surrogate(sims, pos, ks=(4, 8))
@@ -239,7 +284,9 @@ def test_gradcheck_float64():
     emb.requires_grad_(True)
     loss = SmoothRecallAtK(ks=(1, 2, 4), tau_star=(1.0, 1.0, 2.0), tau=0.2)
     assert torch.autograd.gradcheck(lambda e: loss(e, labels), (emb,), eps=1e-6, atol=1e-6)
-    loss_inc = SmoothRecallAtK(ks=(1, 2), tau=0.2, query_role="competitor", normalization="positives")
+    loss_inc = SmoothRecallAtK(
+        ks=(1, 2), tau=0.2, query_role="competitor", normalization="positives"
+    )
     assert torch.autograd.gradcheck(lambda e: loss_inc(e, labels), (emb,), eps=1e-6, atol=1e-6)
 
 
@@ -312,12 +359,19 @@ def test_errors():
     with pytest.raises(ValueError, match="together"):
         loss(emb, labels, emb)
     with pytest.raises(ValueError, match="database"):
-        recall_at_k_surrogate(torch.rand(2, 3), torch.ones(2, 3, dtype=torch.bool), torch.zeros(2, 3, dtype=torch.bool))
+        recall_at_k_surrogate(
+            torch.rand(2, 3),
+            torch.ones(2, 3, dtype=torch.bool),
+            torch.zeros(2, 3, dtype=torch.bool),
+        )
 
 
 # ------------------------------------------------------------------ bad inputs (issue 16)
 def test_surrogate_options_are_checked():
-    s, p = torch.randn(2, 5), torch.tensor([[True, False, True, False, False], [False, True, True, False, False]])
+    s, p = (
+        torch.randn(2, 5),
+        torch.tensor([[True, False, True, False, False], [False, True, True, False, False]]),
+    )
     with pytest.raises(ValueError, match=r"no_positive must be one of \('raise', 'zero'\)"):
-        recall_at_k_surrogate(s, p, ks=(1,), no_positive="bogus")  # was accepted while every query has a positive
-
+        # was accepted while every query has a positive
+        recall_at_k_surrogate(s, p, ks=(1,), no_positive="bogus")

@@ -22,10 +22,19 @@ from rank_lab.losses.base import MetricLoss, RankLoss
 from rank_lab.ranking import SigmoidStep
 
 N_CLASSES, DIM = 8, 16
-#: constructor arguments beyond the registry's ``needs`` (CSL: the number of label levels; Σ: its base)
+#: constructor arguments beyond the registry's ``needs`` (CSL: the number of label levels; Σ: its
+#: base)
 EXTRA = {"csl": {"n_levels": 3}, "sigma": {"base": "sup_ap", "n_levels": 3}}
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                                     reason="needs CUDA")])]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+        ],
+    ),
+]
 
 
 def _build(name: str) -> torch.nn.Module:
@@ -46,7 +55,8 @@ def test_every_registered_loss_takes_both_calls_and_backpropagates(name: str, de
     fine = torch.arange(N_CLASSES).repeat_interleave(4)
     labels = _labels(fine, info.hierarchical).to(device)
     emb = torch.randn(len(fine), DIM, device=device, requires_grad=True)
-    refs = torch.randn(2 * len(fine), DIM, device=device)  # a reference set, e.g. a cross-batch memory
+    # a reference set, e.g. a cross-batch memory
+    refs = torch.randn(2 * len(fine), DIM, device=device)
     ref_labels = _labels(fine.repeat(2), info.hierarchical).to(device)
     loss = _build(name).to(device)
     for args in ((emb, labels), (emb, labels, refs, ref_labels)):
@@ -57,14 +67,21 @@ def test_every_registered_loss_takes_both_calls_and_backpropagates(name: str, de
         assert emb.grad is not None and torch.isfinite(emb.grad).all() and emb.grad.abs().sum() > 0
     # the memory call: the refs hold the queries' own copies at known slots
     own = torch.cat([emb.detach(), refs])
-    value = loss(emb, labels, own, torch.cat([labels, ref_labels]), ref_self_index=torch.arange(len(fine), device=device))
+    value = loss(
+        emb,
+        labels,
+        own,
+        torch.cat([labels, ref_labels]),
+        ref_self_index=torch.arange(len(fine), device=device),
+    )
     assert torch.isfinite(value)
 
 
 @pytest.mark.parametrize("name", list_losses())
 def test_metadata_matches_the_constructor_and_the_built_loss(name: str) -> None:
     info = loss_info(name)
-    params = inspect.signature(info.build).parameters  # tests may read signatures; callers read the registry
+    # tests may read signatures; callers read the registry
+    params = inspect.signature(info.build).parameters
     assert set(info.needs) == {"n_classes", "dim"} & set(params), name
     loss = _build(name)
     assert getattr(loss, "uses_references", True) == info.uses_references or name == "sigma", name
@@ -96,12 +113,26 @@ def test_every_registered_loss_is_on_the_loss_base_class(name: str) -> None:
 
 
 def test_names_and_listing() -> None:
-    assert {"smooth_ap", "sup_ap", "smooth_recall", "roadmap_tpami", "happier", "supcon", "esupcon"} <= set(list_losses())
+    assert {
+        "smooth_ap",
+        "sup_ap",
+        "smooth_recall",
+        "roadmap_tpami",
+        "happier",
+        "supcon",
+        "esupcon",
+    } <= set(list_losses())
     assert type(build_loss("pair_dg")) is L.PairDGLoss
     assert loss_info("Sup-AP").name == "sup_ap"
     assert list_losses("*_hap") == ["smooth_hap", "sup_hap"]
-    assert set(list_losses(presets=True)) == {"roadmap_neurips", "roadmap_tpami", "rod_recall", "happier", "happier_f",
-                                                "rod_ndcg"}
+    assert set(list_losses(presets=True)) == {
+        "roadmap_neurips",
+        "roadmap_tpami",
+        "rod_recall",
+        "happier",
+        "happier_f",
+        "rod_ndcg",
+    }
     assert set(list_losses(presets=False)) | set(list_losses(presets=True)) == set(list_losses())
     assert set(LOSSES) == set(list_losses()) and LOSSES["sup_ap"] is L.SupAP
     with pytest.raises(TypeError):
@@ -134,7 +165,9 @@ def test_adding_a_loss_is_one_class_with_one_decorator() -> None:
         emb, labels = torch.randn(12, 4), torch.arange(3).repeat(4)
         expect = L.SmoothAP(tau=0.1, reduction="sum")(emb, labels)
         torch.testing.assert_close(loss(emb, labels), expect)
-        torch.testing.assert_close(loss(emb, labels, emb, labels, ref_self_index=torch.arange(12)), expect)
+        torch.testing.assert_close(
+            loss(emb, labels, emb, labels, ref_self_index=torch.arange(12)), expect
+        )
         with pytest.raises(ValueError, match="already registered"):
             register_loss("throwaway_sigmoid_ap")(ThrowawayAP)
     finally:

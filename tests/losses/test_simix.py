@@ -23,7 +23,9 @@ from rank_lab.losses.simix import (
 
 
 def unit(n, d, seed, dtype=torch.float64):
-    return F.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=dtype), dim=1)
+    return F.normalize(
+        torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=dtype), dim=1
+    )
 
 
 def test_virtual_counts():
@@ -34,29 +36,43 @@ def test_virtual_counts():
     uneven = torch.tensor([0, 0, 0, 1, 2, 2, 2, 2, 2, 2])  # C(3,2) + C(1,2) + C(6,2) = 3 + 0 + 15
     pairs = same_class_pairs(uneven)
     assert pairs.shape == (18, 2)
-    assert bool((uneven[pairs[:, 0]] == uneven[pairs[:, 1]]).all()) and bool((pairs[:, 0] < pairs[:, 1]).all())
+    assert bool((uneven[pairs[:, 0]] == uneven[pairs[:, 1]]).all()) and bool(
+        (pairs[:, 0] < pairs[:, 1]).all()
+    )
 
 
 def test_eqs_5_9_and_5_10_by_hand():
     e = unit(4, 3, seed=0)
     labels = torch.tensor([0, 0, 1, 1])
-    alphas = torch.tensor([0.3, 0.8], dtype=torch.float64)  # virtual 4 = (0, 1, 0.3), 5 = (2, 3, 0.8)
+    # virtual 4 = (0, 1, 0.3), 5 = (2, 3, 0.8)
+    alphas = torch.tensor([0.3, 0.8], dtype=torch.float64)
     b = simix(e, labels, alphas=alphas)
     s = e @ e.T
     assert b.labels.tolist() == [0, 0, 1, 1, 0, 1]
     # Eq. 5.9: original w = 2 against virtual xz = (0, 1)
-    assert float(b.scores[2, 4]) == pytest.approx(0.3 * float(s[2, 0]) + 0.7 * float(s[2, 1]), abs=1e-14)
+    assert float(b.scores[2, 4]) == pytest.approx(
+        0.3 * float(s[2, 0]) + 0.7 * float(s[2, 1]), abs=1e-14
+    )
     assert float(b.scores[4, 2]) == pytest.approx(float(b.scores[2, 4]), abs=1e-14)
     # Eq. 5.10: virtual (0, 1, a1 = 0.3) against virtual (2, 3, a2 = 0.8): x=0, z=1, y=2, w=3
     a1, a2 = 0.3, 0.8
-    expect = a1 * a2 * s[0, 2] + (1 - a1) * (1 - a2) * s[1, 3] + a1 * (1 - a2) * s[0, 3] + (1 - a1) * a2 * s[1, 2]
+    expect = (
+        a1 * a2 * s[0, 2]
+        + (1 - a1) * (1 - a2) * s[1, 3]
+        + a1 * (1 - a2) * s[0, 3]
+        + (1 - a1) * a2 * s[1, 2]
+    )
     assert float(b.scores[4, 5]) == pytest.approx(float(expect), abs=1e-14)
     # the original block is untouched
     torch.testing.assert_close(b.scores[:4, :4], s, atol=0, rtol=0)
 
 
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 10_000), sizes=st.lists(st.integers(1, 5), min_size=1, max_size=5), d=st.integers(1, 6))
+@given(
+    seed=st.integers(0, 10_000),
+    sizes=st.lists(st.integers(1, 5), min_size=1, max_size=5),
+    d=st.integers(1, 6),
+)
 def test_matrix_form_equals_explicit_mixing(seed, sizes, d):
     labels = torch.cat([torch.full((n,), c) for c, n in enumerate(sizes)])
     e = unit(labels.shape[0], d, seed)
@@ -69,7 +85,9 @@ def test_matrix_form_equals_explicit_mixing(seed, sizes, d):
     torch.testing.assert_close(b.scores, a @ (e @ e.T) @ a.T, atol=1e-12, rtol=0)
     torch.testing.assert_close(a @ e, v, atol=1e-14, rtol=0)
     # virtual labels are the parents' labels
-    assert bool((b.labels == labels[b.parents[:, 0]]).all()) and bool((b.labels == labels[b.parents[:, 1]]).all())
+    assert bool((b.labels == labels[b.parents[:, 0]]).all()) and bool(
+        (b.labels == labels[b.parents[:, 1]]).all()
+    )
 
 
 def _explicit_rs_at_k(e, labels, alphas, ks, exclude_self_mixtures=False):
@@ -99,11 +117,17 @@ def test_rs_at_k_with_simix_equals_explicit_mixing_value_and_gradient(exclude_se
     ks = DEFAULT_KS_SIMIX
     e1 = e0.clone().requires_grad_(True)
     e2 = e0.clone().requires_grad_(True)
-    loss = SmoothRecallAtK(ks=ks, simix=True, exclude_self_mixtures=exclude_self_mixtures, normalize=False)
+    loss = SmoothRecallAtK(
+        ks=ks, simix=True, exclude_self_mixtures=exclude_self_mixtures, normalize=False
+    )
     # feed the same alphas as the explicit path: the module draws them from its generator, so
     # compute the module's problem with fixed alphas through the functional API instead
     b = simix(e1, labels, alphas=alphas)
-    excl = b.shared_parent_mask() if exclude_self_mixtures else torch.eye(b.scores.shape[0], dtype=torch.bool)
+    excl = (
+        b.shared_parent_mask()
+        if exclude_self_mixtures
+        else torch.eye(b.scores.shape[0], dtype=torch.bool)
+    )
     pos = (b.labels[:, None] == b.labels[None, :]) & ~excl
     got = recall_at_k_surrogate(b.scores, pos, ~excl, ks=ks).mean()
     expect = _explicit_rs_at_k(e2, labels, alphas, ks, exclude_self_mixtures)
@@ -113,7 +137,9 @@ def test_rs_at_k_with_simix_equals_explicit_mixing_value_and_gradient(exclude_se
     torch.testing.assert_close(e1.grad, e2.grad, atol=1e-12, rtol=0)
     # and the module's own problem has the same structure
     s, p, dmask = loss.similarity_problem(e0, labels)
-    assert s.shape == (10 + n_virtual,) * 2 and torch.equal(p, (b.labels[:, None] == b.labels[None, :]) & ~excl)
+    assert s.shape == (10 + n_virtual,) * 2 and torch.equal(
+        p, (b.labels[:, None] == b.labels[None, :]) & ~excl
+    )
 
 
 def test_module_is_deterministic_given_seed_and_gradcheck():
@@ -167,14 +193,17 @@ def test_mixed_norms_are_below_one():
     assert torch.allclose(diag[:4], torch.ones(4, dtype=torch.float64))
     assert bool((diag[4:] < 1).all())
     assert float(diag[4]) == pytest.approx(0.5 + 0.5 * float(e[0] @ e[1]), abs=1e-12)
-    assert math.isclose(float(diag[5]), 0.0625 + 0.5625 + 2 * 0.1875 * float(e[2] @ e[3]), abs_tol=1e-12)
+    assert math.isclose(
+        float(diag[5]), 0.0625 + 0.5625 + 2 * 0.1875 * float(e[2] @ e[3]), abs_tol=1e-12
+    )
 
 
 # ------------------------------------------------------------------ bad inputs (issue 16)
 def test_mixing_inputs_are_checked():
     parents, alphas = torch.tensor([[0, 0], [1, 1], [0, 1]]), torch.tensor([1.0, 1.0, 0.3])
     with pytest.raises(ValueError, match=r"parents must index the 2 rows of scores"):
-        simix_scores(torch.eye(2), torch.tensor([[0, 0], [1, 1], [0, 5]]), alphas)  # was an IndexError
+        # was an IndexError
+        simix_scores(torch.eye(2), torch.tensor([[0, 0], [1, 1], [0, 5]]), alphas)
     with pytest.raises(ValueError, match="alphas must lie in"):
         mixing_matrix(parents, torch.tensor([1.0, 1.0, 1.3]), 2)
     with pytest.raises(ValueError, match=r"alphas must have shape \(3,\)"):

@@ -1,7 +1,9 @@
-"""Losses normalise with ``unit_rows`` (issue 26 item 2): the same value and gradient as ``F.normalize`` on ordinary
-rows, bit for bit, and the value of the unscaled rows where ``F.normalize`` under- or overflowed (rows x 1e-30, x 1e20).
+"""Losses normalise with ``unit_rows`` (issue 26 item 2): the same value and gradient as
+``F.normalize`` on ordinary rows, bit for bit, and the value of the unscaled rows where
+``F.normalize`` under- or overflowed (rows x 1e-30, x 1e20).
 
-The "before" of every comparison is the loss with ``unit_rows`` swapped back to ``F.normalize`` in its module.
+The "before" of every comparison is the loss with ``unit_rows`` swapped back to ``F.normalize`` in
+its module.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ def _value_grad(name: str, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tens
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_unit_rows_is_f_normalize_on_ordinary_rows(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unit_rows_is_f_normalize_on_ordinary_rows(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     value, grad = _value_grad(name)
     for module in CASES[name][1]:
         monkeypatch.setattr(module, "unit_rows", _f_normalize)
@@ -55,12 +59,15 @@ def test_unit_rows_is_f_normalize_on_ordinary_rows(name: str, monkeypatch: pytes
 
 @pytest.mark.parametrize("scale", [1e-30, 1e20])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_scaled_rows_give_the_unscaled_value(name: str, scale: float, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scaled_rows_give_the_unscaled_value(
+    name: str, scale: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ref, _ = _value_grad(name)
     value, grad = _value_grad(name, scale)
     assert torch.isfinite(value) and torch.isfinite(grad).all()
     torch.testing.assert_close(value, ref, rtol=1e-5, atol=1e-6)
-    for module in CASES[name][1]:  # what F.normalize gave: zero (x 1e20: infinite norm) or tiny (x 1e-30) rows
+    # what F.normalize gave: zero (x 1e20: infinite norm) or tiny (x 1e-30) rows
+    for module in CASES[name][1]:
         monkeypatch.setattr(module, "unit_rows", _f_normalize)
     before, _ = _value_grad(name, scale)
     assert not torch.isfinite(before) or abs(float(before) - float(ref)) > 1e-3

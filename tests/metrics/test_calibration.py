@@ -1,5 +1,5 @@
-"""Tests of calibration metrics and temperature scaling (rank_lab.metrics.calibration), Section 6.5.8
-of the Patel thesis."""
+"""Tests of calibration metrics and temperature scaling (rank_lab.metrics.calibration), Section
+6.5.8 of the Patel thesis."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def test_hand_worked_ece():
     probs = two_class([0.95, 0.95, 0.65, 0.55])
     targets = torch.tensor([0, 1, 0, 0])
     d = reliability_diagram(probs, targets, n_bins=10)
-    # bin (0.9, 1]: acc 1/2, conf 0.95; bin (0.6, 0.7]: acc 1, conf 0.65; bin (0.5, 0.6]: acc 1, conf 0.55
+    # bin (0.9, 1]: acc 1/2, conf 0.95; bin (0.6, 0.7]: acc 1, conf 0.65; bin (0.5, 0.6]: acc 1,
+    # conf 0.55
     expect = (2 / 4) * abs(0.5 - 0.95) + (1 / 4) * abs(1 - 0.65) + (1 / 4) * abs(1 - 0.55)
     assert d.ece == pytest.approx(expect, abs=1e-12)
     assert d.counts.tolist() == [0, 0, 0, 0, 0, 1, 1, 0, 0, 2]
@@ -60,7 +61,9 @@ def test_temperature_scaling_recovers_the_temperature_and_lowers_ece():
     hold, rest = holdout_split(n, 0.2, seed=0)
     t = fit_temperature(over[hold], targets[hold])
     assert t == pytest.approx(3.0, rel=0.15)
-    assert negative_log_likelihood(over[rest], targets[rest], t) < negative_log_likelihood(over[rest], targets[rest])
+    assert negative_log_likelihood(over[rest], targets[rest], t) < negative_log_likelihood(
+        over[rest], targets[rest]
+    )
     before = expected_calibration_error(over[rest].softmax(1), targets[rest])
     after = expected_calibration_error((over[rest] / t).softmax(1), targets[rest])
     assert after < before / 3 and after < 0.03
@@ -92,7 +95,8 @@ def test_errors():
 def test_bad_inputs_name_the_argument():
     logits = torch.tensor([[2.0, 0.5, -1.0], [0.1, 1.5, 0.3]])
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        negative_log_likelihood(logits, torch.tensor([0, 1]), temperature=0.0)  # was a silent inf / NaN
+        # was a silent inf / NaN
+        negative_log_likelihood(logits, torch.tensor([0, 1]), temperature=0.0)
     with pytest.raises(ValueError, match="temperature must be finite"):
         negative_log_likelihood(logits, torch.tensor([0, 1]), temperature=float("nan"))
     with pytest.raises(ValueError, match=r"targets must be \(N,\) classes in \[0, 3\)"):

@@ -47,8 +47,11 @@ def _tree_reference(q: np.ndarray, g: np.ndarray) -> np.ndarray:
     return out
 
 
-def _brute_lists(q: torch.Tensor, g: torch.Tensor, k: int, exclude_self: bool) -> list[list[tuple[float, int]]]:
-    """Per query: every (score, index) with canonical score >= the k-th, by score desc then index."""
+def _brute_lists(
+    q: torch.Tensor, g: torch.Tensor, k: int, exclude_self: bool
+) -> list[list[tuple[float, int]]]:
+    """Per query: every (score, index) with canonical score >= the k-th, by score desc then
+    index."""
     s = _tree_reference(q.numpy(), g.numpy())
     out = []
     for i in range(q.shape[0]):
@@ -119,10 +122,25 @@ def _stage1_error_ok(q: torch.Tensor, x: torch.Tensor, fmt: torch.dtype) -> tupl
         s, out_fmt = reduced_matmul(qr, gr)
     s = torch.ldexp(s.to(torch.float64), -(qs[:, None] + gs[None, :]).to(torch.float64))
     rows, cols = torch.meshgrid(torch.arange(q.shape[0]), torch.arange(x.shape[0]), indexing="ij")
-    canon = canonical_scores(q, x, rows.flatten(), cols.flatten()).view(q.shape[0], -1).to(torch.float64)
+    canon = (
+        canonical_scores(q, x, rows.flatten(), cols.flatten())
+        .view(q.shape[0], -1)
+        .to(torch.float64)
+    )
     flush = torch.ldexp(torch.ones_like(qn), -(qs + gs[0]).to(torch.float64))
-    a, c, eta = score_bound(q.to(torch.float64).norm(dim=1), qn, qe, float(x.to(torch.float64).norm(dim=1).max()),
-                            float(gn.max()), float(ge.max()), q.shape[1], q.dtype, fmt, out_fmt, flush)
+    a, c, eta = score_bound(
+        q.to(torch.float64).norm(dim=1),
+        qn,
+        qe,
+        float(x.to(torch.float64).norm(dim=1).max()),
+        float(gn.max()),
+        float(ge.max()),
+        q.shape[1],
+        q.dtype,
+        fmt,
+        out_fmt,
+        flush,
+    )
     lo = s - c * s.abs() - eta[:, None] - a[:, None]
     hi = s + c * s.abs() + eta[:, None] + a[:, None]
     ok = bool(((canon >= lo) & (canon <= hi)).all())
@@ -152,12 +170,15 @@ def test_bound_holds_under_cancellation_and_for_float64_inputs() -> None:
 
 
 def test_probe_rejects_a_short_accumulator(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A matmul whose partial sums are rounded to bfloat16 breaks the bound: the probe must see it."""
+    """A matmul whose partial sums are rounded to bfloat16 breaks the bound: the probe must see
+    it."""
 
     def short_acc(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
         acc = torch.zeros(a.shape[0], b.shape[0], dtype=torch.bfloat16)
         for i in range(a.shape[1]):
-            acc = (acc.float() + a[:, i : i + 1].float() * b[:, i].float()[None, :]).to(torch.bfloat16)
+            acc = (acc.float() + a[:, i : i + 1].float() * b[:, i].float()[None, :]).to(
+                torch.bfloat16
+            )
         return acc, torch.bfloat16
 
     sb._probe.cache_clear()
@@ -177,31 +198,51 @@ def test_probe_rejects_a_short_accumulator(monkeypatch: pytest.MonkeyPatch) -> N
 def test_exact_matmul_pins_and_restores_the_settings() -> None:
     cm = torch.backends.cuda.matmul
     mk = torch.backends.mkldnn.matmul
-    before = (cm.fp32_precision, mk.fp32_precision, cm.allow_fp16_reduced_precision_reduction,
-              cm.allow_bf16_reduced_precision_reduction)
+    before = (
+        cm.fp32_precision,
+        mk.fp32_precision,
+        cm.allow_fp16_reduced_precision_reduction,
+        cm.allow_bf16_reduced_precision_reduction,
+    )
     cm.fp32_precision, mk.fp32_precision = "tf32", "bf16"
     cm.allow_fp16_reduced_precision_reduction = True
     try:
         with exact_matmul():
             assert cm.fp32_precision == "ieee" and mk.fp32_precision == "ieee"
-            assert not cm.allow_fp16_reduced_precision_reduction and not cm.allow_bf16_reduced_precision_reduction
-        assert (cm.fp32_precision, mk.fp32_precision, cm.allow_fp16_reduced_precision_reduction) == ("tf32", "bf16", True)
+            assert (
+                not cm.allow_fp16_reduced_precision_reduction
+                and not cm.allow_bf16_reduced_precision_reduction
+            )
+        assert (
+            cm.fp32_precision,
+            mk.fp32_precision,
+            cm.allow_fp16_reduced_precision_reduction,
+        ) == ("tf32", "bf16", True)
     finally:
         cm.fp32_precision, mk.fp32_precision = before[0], before[1]
         cm.allow_fp16_reduced_precision_reduction = before[2]
-    assert (cm.fp32_precision, mk.fp32_precision, cm.allow_fp16_reduced_precision_reduction,
-            cm.allow_bf16_reduced_precision_reduction) == before
+    assert (
+        cm.fp32_precision,
+        mk.fp32_precision,
+        cm.allow_fp16_reduced_precision_reduction,
+        cm.allow_bf16_reduced_precision_reduction,
+    ) == before
 
 
 def test_exact_route_ignores_an_implicit_bfloat16_matmul_setting() -> None:
-    """With oneDNN's float32 matmuls set to bfloat16 by the user, the exact route must not change."""
+    """With oneDNN's float32 matmuls set to bfloat16 by the user, the exact route must not
+    change."""
     x, y = _data("clustered", 200, 32, seed=11)
-    ref = retrieval_metrics(x, y, ks=(1, 5), metrics=KNN + ("mAP",), precision="exact", per_query=True, device="cpu")
+    ref = retrieval_metrics(
+        x, y, ks=(1, 5), metrics=KNN + ("mAP",), precision="exact", per_query=True, device="cpu"
+    )
     mk = torch.backends.mkldnn.matmul
     before = mk.fp32_precision
     mk.fp32_precision = "bf16"
     try:
-        got = retrieval_metrics(x, y, ks=(1, 5), metrics=KNN + ("mAP",), precision="exact", per_query=True, device="cpu")
+        got = retrieval_metrics(
+            x, y, ks=(1, 5), metrics=KNN + ("mAP",), precision="exact", per_query=True, device="cpu"
+        )
     finally:
         mk.fp32_precision = before
     for name, v in ref["per_query"].items():
@@ -220,7 +261,9 @@ def test_certified_lists_equal_the_brute_force(kind: str) -> None:
             lists = certified_neighbours(x, x, 6, exclude_self=True, precision=prec, tile=tile)
             for i in range(160):
                 a, b = int(lists.offsets[i]), int(lists.offsets[i + 1])
-                got = list(zip(lists.scores[a:b].tolist(), lists.indices[a:b].tolist(), strict=True))
+                got = list(
+                    zip(lists.scores[a:b].tolist(), lists.indices[a:b].tolist(), strict=True)
+                )
                 assert got == want[i], (prec, tile, i)
 
 
@@ -228,18 +271,43 @@ def test_certified_lists_equal_the_brute_force(kind: str) -> None:
 def test_knn_search_identical_across_precisions_backends_and_shapes(kind: str) -> None:
     x, _ = _data(kind, 200, 16, seed=6)
     q = x[:50].clone()
-    ref_self = knn_search(x, x, 9, exclude_self=True, precision="exact", backend="torch", device="cpu")
+    ref_self = knn_search(
+        x, x, 9, exclude_self=True, precision="exact", backend="torch", device="cpu"
+    )
     ref_q = knn_search(q, x, 9, precision="exact", backend="torch", device="cpu")
     for prec in PRECISIONS:
         for backend in BACKENDS:
             if backend == "faiss" and prec != "exact":
                 continue
             for cs in (None, 64):
-                a = knn_search(x, x, 9, exclude_self=True, precision=prec, backend=backend, device="cpu", chunk_size=cs)
-                b = knn_search(x, x.clone(), 9, exclude_self=True, precision=prec, backend=backend, device="cpu")
-                c = knn_search(q, x, 9, precision=prec, backend=backend, device="cpu", chunk_size=cs)
+                a = knn_search(
+                    x,
+                    x,
+                    9,
+                    exclude_self=True,
+                    precision=prec,
+                    backend=backend,
+                    device="cpu",
+                    chunk_size=cs,
+                )
+                b = knn_search(
+                    x,
+                    x.clone(),
+                    9,
+                    exclude_self=True,
+                    precision=prec,
+                    backend=backend,
+                    device="cpu",
+                )
+                c = knn_search(
+                    q, x, 9, precision=prec, backend=backend, device="cpu", chunk_size=cs
+                )
                 for got, want in ((a, ref_self), (b, ref_self), (c, ref_q)):
-                    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (prec, backend, cs)
+                    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (
+                        prec,
+                        backend,
+                        cs,
+                    )
     # and the list is the brute-force top 9 (scores desc, ties by index)
     brute = _brute_lists(x, x, 9, True)
     assert ref_self[1].tolist() == [[j for _, j in row[:9]] for row in brute]
@@ -251,7 +319,9 @@ def test_float64_inputs_use_float64_canonical_scores() -> None:
     for prec in ("fp32", "bf16"):
         b = knn_search(x, x, 5, exclude_self=True, precision=prec, device="cpu")
         assert a[0].dtype == torch.float64 and torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    assert [r[:5] for r in a[1].tolist()] == [[j for _, j in row[:5]] for row in _brute_lists(x, x, 5, True)]
+    assert [r[:5] for r in a[1].tolist()] == [
+        [j for _, j in row[:5]] for row in _brute_lists(x, x, 5, True)
+    ]
 
 
 @pytest.mark.parametrize("kind", ["random", "clustered", "tied", "ulp"])
@@ -266,28 +336,47 @@ def test_long_lists_and_unordered_sets(kind: str) -> None:
         assert sets.n_candidates <= lists.n_candidates
         for i in range(60):
             a, b = int(lists.offsets[i]), int(lists.offsets[i + 1])
-            assert list(zip(lists.scores[a:b].tolist(), lists.indices[a:b].tolist(), strict=True)) == want[i], (prec, i)
+            assert (
+                list(zip(lists.scores[a:b].tolist(), lists.indices[a:b].tolist(), strict=True))
+                == want[i]
+            ), (prec, i)
             a2, b2 = int(sets.offsets[i]), int(sets.offsets[i + 1])
             assert sets.indices[a2:b2].tolist() == sorted(j for _, j in want[i]), (prec, i)
             exact = dict((j, sc) for sc, j in want[i])
-            assert all(sc <= exact[j] for sc, j in zip(sets.scores[a2:b2].tolist(), sets.indices[a2:b2].tolist(), strict=True))
+            assert all(
+                sc <= exact[j]
+                for sc, j in zip(
+                    sets.scores[a2:b2].tolist(), sets.indices[a2:b2].tolist(), strict=True
+                )
+            )
     # small k, self excluded, unordered
     for prec in PRECISIONS:
         sets = certified_neighbours(x, x, 7, exclude_self=True, precision=prec, ordered=False)
         brute = _brute_lists(x, x, 7, True)
-        assert [sets.indices[int(sets.offsets[i]) : int(sets.offsets[i + 1])].tolist() for i in range(400)] == \
-            [sorted(j for _, j in row) for row in brute]
+        assert [
+            sets.indices[int(sets.offsets[i]) : int(sets.offsets[i + 1])].tolist()
+            for i in range(400)
+        ] == [sorted(j for _, j in row) for row in brute]
 
 
 def test_dense_neighbourhoods_are_rescanned_exactly() -> None:
     """700 items within 1e-4 of each other: bfloat16 cannot separate them, the exact route must."""
     g = torch.Generator().manual_seed(8)
     base = F.normalize(torch.randn(1, 32, generator=g), dim=1)
-    x = F.normalize(torch.cat([base + 1e-4 * torch.randn(700, 32, generator=g), torch.randn(300, 32, generator=g)]), dim=1)
+    x = F.normalize(
+        torch.cat(
+            [base + 1e-4 * torch.randn(700, 32, generator=g), torch.randn(300, 32, generator=g)]
+        ),
+        dim=1,
+    )
     bf = certified_neighbours(x, x, 5, exclude_self=True, precision="bf16")
     ex = certified_neighbours(x, x, 5, exclude_self=True, precision="exact")
     assert bf.n_rescanned > 0 and ex.n_rescanned == 0
-    assert torch.equal(bf.offsets, ex.offsets) and torch.equal(bf.indices, ex.indices) and torch.equal(bf.scores, ex.scores)
+    assert (
+        torch.equal(bf.offsets, ex.offsets)
+        and torch.equal(bf.indices, ex.indices)
+        and torch.equal(bf.scores, ex.scores)
+    )
 
 
 @settings(max_examples=15, deadline=None)
@@ -304,6 +393,7 @@ def test_knn_search_precision_invariance_property(seed: int, n: int, d: int, k: 
 
 # ----------------------------------------------------------------------------- the engine
 
+
 @pytest.mark.parametrize("kind", ["random", "clustered", "tied", "ulp", "norms"])
 @pytest.mark.parametrize("normalize", [True, False])
 def test_engine_per_query_values_bit_identical_across_routes(kind: str, normalize: bool) -> None:
@@ -314,13 +404,24 @@ def test_engine_per_query_values_bit_identical_across_routes(kind: str, normaliz
         for backend in BACKENDS:
             if backend == "faiss" and prec != "exact":
                 continue
-            runs[(prec, backend)] = retrieval_metrics(x, y, ks=ks, metrics=KNN, normalize=normalize, precision=prec,
-                                                      backend=backend, device="cpu", per_query=True)
+            runs[(prec, backend)] = retrieval_metrics(
+                x,
+                y,
+                ks=ks,
+                metrics=KNN,
+                normalize=normalize,
+                precision=prec,
+                backend=backend,
+                device="cpu",
+                per_query=True,
+            )
     ref = runs[("exact", "torch")]
     for key, res in runs.items():
         for name, v in ref["per_query"].items():
             assert torch.equal(res["per_query"][name], v), (key, name)
-        assert {n: res[n] for n in ref if n != "per_query"} == {n: ref[n] for n in ref if n != "per_query"}
+        assert {n: res[n] for n in ref if n != "per_query"} == {
+            n: ref[n] for n in ref if n != "per_query"
+        }
     # against the per-query metrics of the explicit canonical score matrix (self column removed)
     xe = F.normalize(x, dim=1) if normalize else x
     s = torch.from_numpy(_tree_reference(xe.numpy(), xe.numpy())).double()
@@ -330,19 +431,26 @@ def test_engine_per_query_values_bit_identical_across_routes(kind: str, normaliz
     has = t.any(1)
     pq = ref["per_query"]
     assert torch.allclose(pq["mAP@R"][has], map_at_r(s[has], t[has]).double(), atol=1e-12, rtol=0)
-    assert torch.allclose(pq["MRR"][has], reciprocal_rank(s[has], t[has]).double(), atol=1e-12, rtol=0)
+    assert torch.allclose(
+        pq["MRR"][has], reciprocal_rank(s[has], t[has]).double(), atol=1e-12, rtol=0
+    )
     for k in ks:
         assert torch.equal(pq[f"R@{k}"][has], recall_at_k(s[has], t[has], k).double())
-        assert torch.allclose(pq[f"P@{k}"][has], precision_at_k(s[has], t[has], k).double(), atol=1e-12, rtol=0)
+        assert torch.allclose(
+            pq[f"P@{k}"][has], precision_at_k(s[has], t[has], k).double(), atol=1e-12, rtol=0
+        )
 
 
 def test_mrr_beyond_the_lists_is_counted_exactly() -> None:
-    """Two large classes far apart and one item per query whose positives are all ranked far away."""
+    """Two large classes far apart and one item per query whose positives are all ranked far
+    away."""
     g = torch.Generator().manual_seed(10)
     x = torch.randn(300, 8, generator=g)
     y = torch.arange(300) % 150  # pairs of positives, at random places
     got = retrieval_metrics(x, y, ks=(1,), metrics=("MRR",), per_query=True, device="cpu")
-    bf = retrieval_metrics(x, y, ks=(1,), metrics=("MRR",), per_query=True, device="cpu", precision="bf16")
+    bf = retrieval_metrics(
+        x, y, ks=(1,), metrics=("MRR",), per_query=True, device="cpu", precision="bf16"
+    )
     xe = F.normalize(x, dim=1)
     s = torch.from_numpy(_tree_reference(xe.numpy(), xe.numpy())).double()
     keep = ~torch.eye(300, dtype=torch.bool)
@@ -370,15 +478,17 @@ def test_smallest_galleries_take_every_other_item(n: int) -> None:
     x = torch.randn(n, 3, generator=g)
     for prec in PRECISIONS:
         s, i = knn_search(x, x, n - 1, exclude_self=True, precision=prec, device="cpu")
-        assert i.tolist() == [[j for _, j in row[: n - 1]] for row in _brute_lists(x, x, n - 1, True)]
+        assert i.tolist() == [
+            [j for _, j in row[: n - 1]] for row in _brute_lists(x, x, n - 1, True)
+        ]
         assert all(r not in row for r, row in enumerate(i.tolist()))
 
 
 @pytest.mark.parametrize("exclude_self", [False, True])
 def test_long_lists_when_the_column_sample_overestimates_the_kth(exclude_self: bool) -> None:
-    """Whole-row stage 1 takes a lower bound of the k-th score from every stride-th column; a gallery
-    whose best items sit exactly on the sampled columns defeats it, and the rows must fall back to a
-    full selection with the same certified lists."""
+    """Whole-row stage 1 takes a lower bound of the k-th score from every stride-th column; a
+    gallery whose best items sit exactly on the sampled columns defeats it, and the rows must fall
+    back to a full selection with the same certified lists."""
     g = torch.Generator().manual_seed(21)
     n, d, k = 420, 12, 150
     centre = torch.randn(1, d, generator=g)
@@ -394,9 +504,14 @@ def test_long_lists_when_the_column_sample_overestimates_the_kth(exclude_self: b
     want = _brute_lists(queries, x, k, exclude_self)
     for prec in PRECISIONS:
         lists = certified_neighbours(queries, x, k, exclude_self=exclude_self, precision=prec)
-        sets = certified_neighbours(queries, x, k, exclude_self=exclude_self, precision=prec, ordered=False)
+        sets = certified_neighbours(
+            queries, x, k, exclude_self=exclude_self, precision=prec, ordered=False
+        )
         for i in range(queries.shape[0]):
             a, b = int(lists.offsets[i]), int(lists.offsets[i + 1])
-            assert list(zip(lists.scores[a:b].tolist(), lists.indices[a:b].tolist(), strict=True)) == want[i], (prec, i)
+            assert (
+                list(zip(lists.scores[a:b].tolist(), lists.indices[a:b].tolist(), strict=True))
+                == want[i]
+            ), (prec, i)
             a2, b2 = int(sets.offsets[i]), int(sets.offsets[i + 1])
             assert sets.indices[a2:b2].tolist() == sorted(j for _, j in want[i]), (prec, i)

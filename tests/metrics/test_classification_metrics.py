@@ -46,7 +46,9 @@ def test_hand_worked_votes():
     soft = knn_classify(q, gallery, glab, k=3, vote="softmax", temperature=0.01, backend="torch")
     assert soft.labels.tolist() == [1]  # a cold softmax follows the nearest neighbour
     one = knn_classify(q, gallery, glab, k=1, backend="torch")
-    assert one.labels.tolist() == [1] and float(one.confidence[0]) == pytest.approx(float(s[0]), abs=1e-12)
+    assert one.labels.tolist() == [1] and float(one.confidence[0]) == pytest.approx(
+        float(s[0]), abs=1e-12
+    )
     torch.testing.assert_close(maj.class_scores.sum(1), torch.ones(1, dtype=maj.class_scores.dtype))
 
 
@@ -106,7 +108,8 @@ def test_observation_aggregation_rules():
     assert mean.tolist() == [0, 1]  # obs 7: class 1 has 1.3 > 0.9
     with pytest.raises(ValueError, match="class_scores"):
         aggregate_observations(preds, conf, obs, rule="mean_scores")
-    for bad in (torch.complex(conf, conf), conf.to("meta")):  # refused naming the argument (issue 26)
+    # refused naming the argument (issue 26)
+    for bad in (torch.complex(conf, conf), conf.to("meta")):
         with pytest.raises((TypeError, ValueError), match="confidence"):
             aggregate_observations(preds, bad, obs)
     for bad in (torch.complex(scores, scores), scores.to("meta")):
@@ -129,7 +132,9 @@ def test_metrics_match_sklearn(seed, n, c):
     rng = np.random.default_rng(seed)
     y = rng.integers(0, c, n)
     p = rng.integers(0, c, n)
-    assert macro_f1(torch.tensor(p), torch.tensor(y)) == pytest.approx(f1_score(y, p, average="macro", zero_division=0))
+    assert macro_f1(torch.tensor(p), torch.tensor(y)) == pytest.approx(
+        f1_score(y, p, average="macro", zero_division=0)
+    )
     assert accuracy(torch.tensor(p), torch.tensor(y)) == pytest.approx(float((p == y).mean()))
     cm = confusion_matrix(torch.tensor(p), torch.tensor(y), n_classes=c)
     assert cm.tolist() == sk_confusion(y, p, labels=list(range(c))).tolist()
@@ -163,7 +168,13 @@ def test_bad_inputs_name_the_argument():
         confusion_matrix(torch.tensor([0, -1, 2, 1]), target)  # was counted in another cell
     g, q = torch.randn(6, 4), torch.randn(2, 4)
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        knn_classify(q, g, torch.tensor([0, 0, 1, 1, 2, 2]), k=3, temperature=0.0, backend="torch")  # checked for every vote
+        # checked for every vote
+        knn_classify(q, g, torch.tensor([0, 0, 1, 1, 2, 2]), k=3, temperature=0.0, backend="torch")
     with pytest.raises(ValueError, match="class_scores contains 1 NaN"):
-        aggregate_observations(pred, torch.ones(4), torch.tensor([0, 0, 1, 1]),
-                               class_scores=torch.tensor([[float("nan"), 0.0, 1.0]] + [[1.0, 0.0, 0.0]] * 3), rule="mean_scores")
+        aggregate_observations(
+            pred,
+            torch.ones(4),
+            torch.tensor([0, 0, 1, 1]),
+            class_scores=torch.tensor([[float("nan"), 0.0, 1.0]] + [[1.0, 0.0, 0.0]] * 3),
+            rule="mean_scores",
+        )

@@ -1,4 +1,5 @@
-"""The certified counting route (issue 28) and one canonical score on every route (issue 26, item 1).
+"""The certified counting route (issue 28) and one canonical score on every route (issue 26, item
+1).
 
 Per-query values of ``retrieval_metrics`` are compared **bit for bit** with an independent brute
 force: the canonical score matrix from a numpy pairwise tree, worst-case positions from a Python
@@ -56,7 +57,8 @@ def _data(kind: str, n: int = 240, d: int = 24, seed: int = 0, n_cls: int | None
 
 
 def canonical_matrix(q: torch.Tensor, g: torch.Tensor) -> np.ndarray:
-    """Independent canonical scores: numpy products in float32, then the pairwise tree (float64 out)."""
+    """Independent canonical scores: numpy products in float32, then the pairwise tree (float64
+    out)."""
     qn, gn = q.numpy(), g.numpy()
     width = 1
     while width < qn.shape[1]:
@@ -72,8 +74,11 @@ def canonical_matrix(q: torch.Tensor, g: torch.Tensor) -> np.ndarray:
     return out
 
 
-def brute_binary(s: np.ndarray, yq: torch.Tensor, yg: torch.Tensor, exclude_self: bool) -> BinaryPositions:
-    """Worst-case positions of every relevant item by a Python sort of each row (irrelevant first on ties)."""
+def brute_binary(
+    s: np.ndarray, yq: torch.Tensor, yg: torch.Tensor, exclude_self: bool
+) -> BinaryPositions:
+    """Worst-case positions of every relevant item by a Python sort of each row (irrelevant first on
+    ties)."""
     rows, n_pos = [], []
     for i in range(s.shape[0]):
         items = [j for j in range(s.shape[1]) if not (exclude_self and j == i)]
@@ -89,8 +94,11 @@ def brute_binary(s: np.ndarray, yq: torch.Tensor, yg: torch.Tensor, exclude_self
     return BinaryPositions(pos, valid, torch.tensor(n_pos))
 
 
-def brute_levels(s: np.ndarray, lq: torch.Tensor, lg: torch.Tensor, exclude_self: bool, alpha: float) -> LevelPositions:
-    """Positives sorted by (score desc, level asc), with the negatives ranked before each (negatives first on ties)."""
+def brute_levels(
+    s: np.ndarray, lq: torch.Tensor, lg: torch.Tensor, exclude_self: bool, alpha: float
+) -> LevelPositions:
+    """Positives sorted by (score desc, level asc), with the negatives ranked before each (negatives
+    first on ties)."""
     n_levels = lq.shape[1]
     lv_all = shared_level(lq, lg).numpy()
     lvs, ges, keys, counts = [], [], [], []
@@ -115,13 +123,21 @@ def brute_levels(s: np.ndarray, lq: torch.Tensor, lg: torch.Tensor, exclude_self
     out_key = torch.full((len(lvs), width), -torch.inf, dtype=torch.float64)
     for i in range(len(lvs)):
         m = len(lvs[i])
-        out_lv[i, :m], out_ge[i, :m] = torch.tensor(lvs[i], dtype=torch.long), torch.tensor(ges[i], dtype=torch.long)
+        out_lv[i, :m], out_ge[i, :m] = (
+            torch.tensor(lvs[i], dtype=torch.long),
+            torch.tensor(ges[i], dtype=torch.long),
+        )
         out_key[i, :m] = torch.tensor(keys[i], dtype=torch.float64)
-    return LevelPositions(out_lv, out_lv > 0, out_ge, out_key, torch.tensor(counts), n_levels, alpha)
+    return LevelPositions(
+        out_lv, out_lv > 0, out_ge, out_key, torch.tensor(counts), n_levels, alpha
+    )
 
 
-def brute_metrics(x, lab, ks, metrics, normalize=True, ref=None, ref_lab=None, alpha=1.0) -> dict[str, torch.Tensor]:
-    """Per-query values of ``metrics`` from the brute-force positions and the registered formulas."""
+def brute_metrics(
+    x, lab, ks, metrics, normalize=True, ref=None, ref_lab=None, alpha=1.0
+) -> dict[str, torch.Tensor]:
+    """Per-query values of ``metrics`` from the brute-force positions and the registered
+    formulas."""
     same = ref is None
     q = normalize_rows(x.float()) if normalize else x.float()
     g = q if same else (normalize_rows(ref.float()) if normalize else ref.float())
@@ -131,7 +147,11 @@ def brute_metrics(x, lab, ks, metrics, normalize=True, ref=None, ref_lab=None, a
     lgl = gl[:, None] if gl.ndim == 1 else gl
     out: dict[str, torch.Tensor] = {}
     bp = brute_binary(s, lq[:, 0], lgl[:, 0], same)
-    lp = brute_levels(s, lq, lgl, same, alpha) if any(get_metric(m).family == "hierarchical" for m in metrics) else None
+    lp = (
+        brute_levels(s, lq, lgl, same, alpha)
+        if any(get_metric(m).family == "hierarchical" for m in metrics)
+        else None
+    )
     for name in metrics:
         metric = get_metric(name)
         vals = metric.compute(bp if metric.family == "binary" else lp, tuple(ks))
@@ -141,9 +161,12 @@ def brute_metrics(x, lab, ks, metrics, normalize=True, ref=None, ref_lab=None, a
     return out
 
 
-def engine(x, lab, route: str, monkeypatch, small: int | None = None, **kw) -> dict[str, torch.Tensor]:
-    """Per-query values of the engine on one route: ``"counting"``, ``"lists"`` or ``"auto"``; ``small``:
-    the counting route's limit of its one-pass form for rows with few positives (0: the general form)."""
+def engine(
+    x, lab, route: str, monkeypatch, small: int | None = None, **kw
+) -> dict[str, torch.Tensor]:
+    """Per-query values of the engine on one route: ``"counting"``, ``"lists"`` or ``"auto"``;
+    ``small``: the counting route's limit of its one-pass form for rows with few positives (0: the
+    general form)."""
     import rank_lab.metrics.engine.routes.counting as C
 
     if route != "auto":
@@ -163,13 +186,17 @@ def assert_same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], whe
 
 
 @pytest.mark.parametrize("kind", ["random", "clustered", "tied", "ulp", "norms"])
-def test_binary_metrics_bit_identical_to_the_brute_force_every_precision_and_route(kind, monkeypatch):
+def test_binary_metrics_bit_identical_to_the_brute_force_every_precision_and_route(
+    kind, monkeypatch
+):
     x, y = _data(kind, 240, 24, seed=3)
     ks = (1, 4, 17, 120)
     want = brute_metrics(x, y, ks, BINARY)
     for prec in PRECISIONS:
         for small in (0, 64):
-            got = engine(x, y, "counting", monkeypatch, small=small, ks=ks, metrics=BINARY, precision=prec)
+            got = engine(
+                x, y, "counting", monkeypatch, small=small, ks=ks, metrics=BINARY, precision=prec
+            )
             assert_same(got, want, (kind, prec, "counting", small))
         lists = engine(x, y, "lists", monkeypatch, ks=ks, metrics=BINARY[:6], precision=prec)
         assert_same(lists, {k: v for k, v in want.items() if k in lists}, (kind, prec, "lists"))
@@ -183,8 +210,18 @@ def test_query_gallery_form_and_unnormalised_scores(kind, monkeypatch):
     for normalize in (True, False):
         want = brute_metrics(q, ql, ks, BINARY, normalize=normalize, ref=g, ref_lab=gl)
         for prec in PRECISIONS:
-            got = engine(q, ql, "counting", monkeypatch, ref_embeddings=g, ref_labels=gl, ks=ks, metrics=BINARY,
-                         precision=prec, normalize=normalize)
+            got = engine(
+                q,
+                ql,
+                "counting",
+                monkeypatch,
+                ref_embeddings=g,
+                ref_labels=gl,
+                ks=ks,
+                metrics=BINARY,
+                precision=prec,
+                normalize=normalize,
+            )
             assert_same(got, want, (kind, prec, normalize))
 
 
@@ -197,31 +234,56 @@ def test_hierarchical_metrics_bit_identical_to_the_brute_force(kind, n_levels, m
     for alpha in (1.0, 0.3):  # 0.3: Eq. 4.7 not monotone for some queries
         want = brute_metrics(x, lab, ks, HIER + BINARY, alpha=alpha)
         for prec in PRECISIONS:
-            for small in (0, 64):  # the general form (intervals against intervals, bulk counted) and the one-pass form
-                got = engine(x, lab, "auto", monkeypatch, small=small, ks=ks, metrics=HIER + BINARY, precision=prec,
-                             hap_alpha=alpha)
+            # the general form (intervals against intervals, bulk counted) and the one-pass form
+            for small in (0, 64):
+                got = engine(
+                    x,
+                    lab,
+                    "auto",
+                    monkeypatch,
+                    small=small,
+                    ks=ks,
+                    metrics=HIER + BINARY,
+                    precision=prec,
+                    hap_alpha=alpha,
+                )
                 assert_same(got, want, (kind, n_levels, alpha, prec, small))
 
 
 @pytest.mark.parametrize("chunk_size", [1, 7, 300])
 def test_no_figure_depends_on_the_chunk_size_or_the_other_figures(chunk_size, monkeypatch):
-    """Issue 26: asking for "mAP" with R@1 changed R@1, R@5 and mAP@R (the counting route ranked by the
-    matmul); 1-row and 300-row chunks gave different scores. Now one canonical score everywhere."""
+    """Issue 26: asking for "mAP" with R@1 changed R@1, R@5 and mAP@R (the counting route ranked by
+    the matmul); 1-row and 300-row chunks gave different scores. Now one canonical score
+    everywhere."""
     x, y = _data("ulp", 300, 24, seed=6)
     ref = engine(x, y, "auto", monkeypatch, ks=(1, 5), metrics=("R@k", "mAP@R"))
     for extra in ((), ("mAP",), ("NDCG", "MRR"), ("H-AP",)):
-        got = engine(x, y, "auto", monkeypatch, ks=(1, 5), metrics=("R@k", "mAP@R", *extra), chunk_size=chunk_size)
+        got = engine(
+            x,
+            y,
+            "auto",
+            monkeypatch,
+            ks=(1, 5),
+            metrics=("R@k", "mAP@R", *extra),
+            chunk_size=chunk_size,
+        )
         assert_same(got, ref, (extra, chunk_size))
 
 
 def test_any_k_costs_one_pass_and_agrees_with_short_lists(monkeypatch):
-    """R@k for k up to the gallery size from the counting route equals the neighbour lists' R@k for small k."""
+    """R@k for k up to the gallery size from the counting route equals the neighbour lists' R@k for
+    small k."""
     x, y = _data("clustered", 300, 16, seed=7)
     ks = (1, 10, 100, 299)
-    counted = engine(x, y, "counting", monkeypatch, ks=ks, metrics=("R@k", "mAP@R"), precision="bf16")
-    lists = engine(x, y, "lists", monkeypatch, ks=ks[:2], metrics=("R@k", "mAP@R"), precision="bf16")
+    counted = engine(
+        x, y, "counting", monkeypatch, ks=ks, metrics=("R@k", "mAP@R"), precision="bf16"
+    )
+    lists = engine(
+        x, y, "lists", monkeypatch, ks=ks[:2], metrics=("R@k", "mAP@R"), precision="bf16"
+    )
     assert_same(counted, lists, "k")
-    assert bool((counted["R@299"] == 1).all())  # every query with a positive finds it within the whole gallery
+    # every query with a positive finds it within the whole gallery
+    assert bool((counted["R@299"] == 1).all())
 
 
 def test_a_registered_metric_comes_out_of_retrieval_metrics(monkeypatch):
@@ -247,7 +309,9 @@ def test_a_registered_metric_comes_out_of_retrieval_metrics(monkeypatch):
         unregister_metric("RP")
     assert "RP" not in list_metrics()
     with pytest.raises(ValueError, match="unknown metrics"):
-        retrieval_metrics(torch.randn(5, 3), torch.tensor([0, 0, 1, 1, 1]), ks=(1,), metrics=("RP",))
+        retrieval_metrics(
+            torch.randn(5, 3), torch.tensor([0, 0, 1, 1, 1]), ks=(1,), metrics=("RP",)
+        )
 
 
 def test_metric_definitions_are_checked():
@@ -261,23 +325,43 @@ def test_metric_definitions_are_checked():
 
 @pytest.mark.parametrize("kind", ["random", "clustered", "tied", "ulp", "norms"])
 def test_list_depth_cut_keeps_every_figure(kind, monkeypatch):
-    """Metrics of depth "k" / "R" only: the route cuts each row at its K-th stage-1 score (a verified
-    sample bound) and places the positives below the cut after the K items above it."""
+    """Metrics of depth "k" / "R" only: the route cuts each row at its K-th stage-1 score (a
+    verified sample bound) and places the positives below the cut after the K items above it."""
     x, y = _data(kind, 300, 16, seed=9, n_cls=20)  # classes of ~15: many positives beyond small k
     shallow = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R")
     for ks in ((1,), (1, 4, 17), (2, 3, 5, 8, 13, 21, 34)):
         want = brute_metrics(x, y, ks, shallow)
         # cut-offs only (positions resolved only where they straddle a k), with R, with k, all five
-        for metrics in (("R@k",), ("R@k", "P@k", "TR@k"), ("R@k", "mAP@R"), ("TR@k", "AP@k"), shallow):
+        for metrics in (
+            ("R@k",),
+            ("R@k", "P@k", "TR@k"),
+            ("R@k", "mAP@R"),
+            ("TR@k", "AP@k"),
+            shallow,
+        ):
             for prec in PRECISIONS:
                 for small in (0, 64):
-                    got = engine(x, y, "counting", monkeypatch, small=small, ks=ks, metrics=metrics, precision=prec)
-                    assert_same(got, {k: v for k, v in want.items() if k in got}, (kind, ks, metrics, prec, small))
+                    got = engine(
+                        x,
+                        y,
+                        "counting",
+                        monkeypatch,
+                        small=small,
+                        ks=ks,
+                        metrics=metrics,
+                        precision=prec,
+                    )
+                    assert_same(
+                        got,
+                        {k: v for k, v in want.items() if k in got},
+                        (kind, ks, metrics, prec, small),
+                    )
 
 
 @pytest.mark.parametrize("kind", ["clustered", "tied", "ulp"])
 def test_the_torch_form_of_the_route_equals_the_compiled_one(kind, monkeypatch):
-    """GPUs run the torch form of the route (no compiled kernels): on the CPU both give the same bits."""
+    """GPUs run the torch form of the route (no compiled kernels): on the CPU both give the same
+    bits."""
     import rank_lab.metrics.engine.routes.counting as C
 
     x, fine = _data(kind, 200, 12, seed=10, n_cls=24)
@@ -285,8 +369,18 @@ def test_the_torch_form_of_the_route_equals_the_compiled_one(kind, monkeypatch):
     for labels, metrics in ((fine, BINARY), (lab, HIER + ("R@k", "mAP@R"))):
         for prec in ("exact", "bf16"):
             monkeypatch.setattr(C, "USE_KERNELS", False)
-            plain = engine(x, labels, "counting", monkeypatch, ks=(1, 5), metrics=metrics, precision=prec)
+            plain = engine(
+                x, labels, "counting", monkeypatch, ks=(1, 5), metrics=metrics, precision=prec
+            )
             for small in (0, 64):
-                compiled = engine(x, labels, "counting", monkeypatch, small=small, ks=(1, 5), metrics=metrics,
-                                  precision=prec)
+                compiled = engine(
+                    x,
+                    labels,
+                    "counting",
+                    monkeypatch,
+                    small=small,
+                    ks=(1, 5),
+                    metrics=metrics,
+                    precision=prec,
+                )
                 assert_same(plain, compiled, (kind, prec, metrics[0], small))

@@ -37,7 +37,12 @@ def _reference(q, ql, g, gl, ks, exclude_self):
         t = t[keep].view(n, n - 1)
     has = t.any(1)
     s, t = s[has], t[has]
-    out = {"mAP@R": map_at_r(s, t), "mAP": average_precision(s, t), "MRR": reciprocal_rank(s, t), "NDCG": ndcg(s, t.double())}
+    out = {
+        "mAP@R": map_at_r(s, t),
+        "mAP": average_precision(s, t),
+        "MRR": reciprocal_rank(s, t),
+        "NDCG": ndcg(s, t.double()),
+    }
     for k in ks:
         out[f"R@{k}"] = recall_at_k(s, t, k)
         out[f"P@{k}"] = precision_at_k(s, t, k)
@@ -58,11 +63,15 @@ ROUTES = [("torch", ALL), ("torch", KNN)] + ([("faiss", KNN)] if faiss_available
 
 @pytest.mark.parametrize(("backend", "metrics"), ROUTES, ids=[f"{b}-{len(m)}" for b, m in ROUTES])
 @pytest.mark.parametrize("seed", range(4))
-def test_engine_matches_per_query_metrics_with_ties(backend: str, metrics: tuple, seed: int) -> None:
+def test_engine_matches_per_query_metrics_with_ties(
+    backend: str, metrics: tuple, seed: int
+) -> None:
     """Counting route (full-list metrics) and neighbour-list route (torch, faiss) vs sorting."""
     x, y = _tied_data(60, 4, 6, seed)
     ks = (1, 3, 10)
-    got = retrieval_metrics(x, y, ks=ks, metrics=metrics, normalize=False, backend=backend, device="cpu", chunk_size=7)
+    got = retrieval_metrics(
+        x, y, ks=ks, metrics=metrics, normalize=False, backend=backend, device="cpu", chunk_size=7
+    )
     ref, skipped = _reference(x, y, x, y, ks, exclude_self=True)
     assert got["n_skipped"] == skipped
     for name, value in got.items():
@@ -75,7 +84,9 @@ def test_engine_matches_per_query_metrics_with_ties(backend: str, metrics: tuple
 def test_engine_query_gallery_form(backend: str) -> None:
     q, ql = _tied_data(25, 5, 4, 10)
     g, gl = _tied_data(40, 5, 4, 11)
-    got = retrieval_metrics(q, ql, g, gl, ks=(1, 5), metrics=KNN, normalize=False, backend=backend, device="cpu")
+    got = retrieval_metrics(
+        q, ql, g, gl, ks=(1, 5), metrics=KNN, normalize=False, backend=backend, device="cpu"
+    )
     ref, _ = _reference(q, ql, g, gl, (1, 5), exclude_self=False)
     for name in ("R@1", "R@5", "P@5", "mAP@R", "MRR"):
         assert got[name] == pytest.approx(ref[name], abs=1e-9), name
@@ -86,9 +97,12 @@ def test_self_excluded_by_index_not_by_dropping_first_neighbour(backend: str) ->
     # items 0 and 1 are identical but of different classes; item 2 is item 0's true positive.
     x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
     y = torch.tensor([0, 1, 0, 1])
-    res = retrieval_metrics(x, y, ks=(1,), metrics=("R@k",), backend=backend, device="cpu", per_query=True)
+    res = retrieval_metrics(
+        x, y, ks=(1,), metrics=("R@k",), backend=backend, device="cpu", per_query=True
+    )
     # query 0: its duplicate (class 1) ties with itself; removing "the first neighbour" could drop
-    # the duplicate instead of the query; by index, query 0's first neighbour is the wrong-class duplicate.
+    # the duplicate instead of the query; by index, query 0's first neighbour is the wrong-class
+    # duplicate.
     assert res["per_query"]["R@1"].tolist()[0] == 0.0
     scores, idx = knn_search(x, x, 1, exclude_self=True, backend=backend, device="cpu")
     assert idx[:, 0].tolist()[:2] == [1, 0]
@@ -109,7 +123,9 @@ def test_chunk_size_does_not_change_results() -> None:
     torch.manual_seed(1)
     x, y = torch.randn(123, 8), torch.randint(0, 9, (123,))
     a = retrieval_metrics(x, y, metrics=ALL, ks=(1, 2), backend="torch", device="cpu", chunk_size=1)
-    b = retrieval_metrics(x, y, metrics=ALL, ks=(1, 2), backend="torch", device="cpu", chunk_size=1000)
+    b = retrieval_metrics(
+        x, y, metrics=ALL, ks=(1, 2), backend="torch", device="cpu", chunk_size=1000
+    )
     assert a == pytest.approx(b)
 
 
@@ -117,7 +133,9 @@ def test_hierarchical_labels_use_the_fine_column() -> None:
     torch.manual_seed(2)
     x, fine = torch.randn(50, 4), torch.randint(0, 5, (50,))
     labels = torch.stack([fine, fine // 2], 1)
-    assert retrieval_metrics(x, labels, ks=(1,)) == pytest.approx(retrieval_metrics(x, fine, ks=(1,)))
+    assert retrieval_metrics(x, labels, ks=(1,)) == pytest.approx(
+        retrieval_metrics(x, fine, ks=(1,))
+    )
 
 
 def test_no_positive_queries_skipped_or_raised() -> None:
@@ -159,11 +177,15 @@ def test_cuda_matches_cpu() -> None:  # pragma: no cover - run on the GPU machin
     torch.manual_seed(3)
     x, y = torch.randn(3000, 32), torch.randint(0, 100, (3000,))
     a = retrieval_metrics(x, y, metrics=ALL, ks=(1, 10), backend="torch", device="cpu")
-    b = retrieval_metrics(x.cuda(), y.cuda(), metrics=ALL, ks=(1, 10), backend="torch", device="cuda")
+    b = retrieval_metrics(
+        x.cuda(), y.cuda(), metrics=ALL, ks=(1, 10), backend="torch", device="cuda"
+    )
     for name in a:
         assert a[name] == pytest.approx(b[name], abs=1e-4), name
     if faiss_available():
-        c = retrieval_metrics(x.cuda(), y.cuda(), metrics=KNN, ks=(1, 10), backend="faiss", device="cuda")
+        c = retrieval_metrics(
+            x.cuda(), y.cuda(), metrics=KNN, ks=(1, 10), backend="faiss", device="cuda"
+        )
         assert c["R@1"] == pytest.approx(a["R@1"], abs=1e-4)
 
 

@@ -1,5 +1,5 @@
-"""rank_lab.metrics.engine.scores.exact: the canonical score's fixed pairwise tree on hand-worked float32
-sums and the tree depth.
+"""rank_lab.metrics.engine.scores.exact: the canonical score's fixed pairwise tree on hand-worked
+float32 sums and the tree depth.
 
 The canonical score against an independent pairwise tree, its batching invariance and the
 ``exact_matmul`` guard are tested with the certified search in test_certified.py.

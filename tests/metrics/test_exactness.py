@@ -50,18 +50,21 @@ def _clusters(n=200, d=32, seed=0):
 
 # ----------------------------------------------------------------------------- underflow
 def test_products_that_underflow_give_the_exact_route_at_every_precision():
-    """Entries around 1e-25: the products (1e-50) underflow float32, every canonical score is 0, every
-    item ties. fp16 stage 1 (scaled, no underflow) gave mAP@R 0.0051 where the exact route gives 0."""
+    """Entries around 1e-25: the products (1e-50) underflow float32, every canonical score is 0,
+    every item ties. fp16 stage 1 (scaled, no underflow) gave mAP@R 0.0051 where the exact route
+    gives 0."""
     x, y = _clusters()
     x = x * 1e-25
     with pytest.warns(UserWarning, match="underflows torch.float32"):
         retrieval_metrics(x, y, ks=(1,), normalize=False, device="cpu")
     ref = _all_precisions_equal(x, y, ks=(1, 5), metrics=METRICS, normalize=False)
-    assert float(ref["mAP@R"].max()) == 0.0 and float(ref["R@5"].max()) == 0.0  # all tied: worst case
+    # all tied: worst case
+    assert float(ref["mAP@R"].max()) == 0.0 and float(ref["R@5"].max()) == 0.0
 
 
 def test_subnormal_entries_are_ranked_as_their_canonical_scores():
-    """Entries around 1e-20: products are subnormal (around 1e-40), rounded to the subnormal grid."""
+    """Entries around 1e-20: products are subnormal (around 1e-40), rounded to the subnormal
+    grid."""
     x, y = _clusters(seed=1)
     x = x * 1e-20
     ref = _all_precisions_equal(x, y, ks=(1, 5), metrics=METRICS, normalize=False)
@@ -69,18 +72,20 @@ def test_subnormal_entries_are_ranked_as_their_canonical_scores():
 
 
 def test_crafted_fma_chain_case_d64():
-    """d = 64, q = 2^-70 (1, ..., 1) and gallery entries 2^-70 (1 + m 2^-10), m in 0..63: every product is a
-    whole or half number of units of the subnormal grid (2^-149), and the scores stay subnormal. The
-    canonical score rounds each product (half units to even) before the tree adds them; a batched float32
-    matmul (MKL's FMA chain) adds the exact products to its running sum, whose parity decides every half
-    unit. Items 18 and 5 of the seeded gallery come out in opposite orders (canonical 33756 > 33751 units,
-    the chain 33754 < 33755), and the relative bound (an eighth of a unit here) cannot see it: R@1 flipped
-    between "exact" (0.0) and "bf16" (1.0). The bound's absolute term covers it."""
+    """d = 64, q = 2^-70 (1, ..., 1) and gallery entries 2^-70 (1 + m 2^-10), m in 0..63: every
+    product is a whole or half number of units of the subnormal grid (2^-149), and the scores stay
+    subnormal. The canonical score rounds each product (half units to even) before the tree adds
+    them; a batched float32 matmul (MKL's FMA chain) adds the exact products to its running sum,
+    whose parity decides every half unit. Items 18 and 5 of the seeded gallery come out in opposite
+    orders (canonical 33756 > 33751 units, the chain 33754 < 33755), and the relative bound (an
+    eighth of a unit here) cannot see it: R@1 flipped between "exact" (0.0) and "bf16" (1.0). The
+    bound's absolute term covers it."""
     d = 64
     m = torch.randint(0, 64, (50, d), generator=torch.Generator().manual_seed(1))
     gallery = 2.0**-70 * (1 + m.float() * 2.0**-10)
     q = torch.full((1, d), 2.0**-70)
-    fillers = -gallery[20:37]  # 17 more rows (the batched kernel needs 16 or more columns), scoring below zero
+    # 17 more rows (the batched kernel needs 16 or more columns), scoring below zero
+    fillers = -gallery[20:37]
     x = torch.cat([q, gallery[18:19], gallery[5:6], fillers])
     y = torch.tensor([0, 0, 1, *range(2, 19)])
     s = canonical_scores(x[:1], x, torch.zeros(3, dtype=torch.long), torch.arange(3))
@@ -88,27 +93,42 @@ def test_crafted_fma_chain_case_d64():
     with exact_matmul():
         batched = x @ x.T
     if not float(batched[0, 2]) > float(batched[0, 1]):  # pragma: no cover - another BLAS
-        pytest.skip("this BLAS rounds these products as the canonical tree does (no counter-example here)")
+        pytest.skip(
+            "this BLAS rounds these products as the canonical tree does (no counter-example here)"
+        )
     for prec in PRECISIONS:
         got = _per_query(x, y, ks=(1,), metrics=("R@k", "mAP@R"), normalize=False, precision=prec)
         assert float(got["R@1"][0]) == 1.0 and float(got["mAP@R"][0]) == 1.0, prec
     for backend in BACKENDS:
-        _, i = knn_search(x, x, 1, exclude_self=True, backend=backend, precision="exact", device="cpu")
+        _, i = knn_search(
+            x, x, 1, exclude_self=True, backend=backend, precision="exact", device="cpu"
+        )
         assert int(i[0, 0]) == 1, backend
 
 
 def test_the_bound_has_an_absolute_term():
     """score_bound covers d products that underflow: at least (1 + gamma) d 2^-150 in float32."""
     one = torch.ones(1)
-    a, _, _ = score_bound(one * 1e-30, one * 1e-30, 0 * one, 1e-30, 1e-30, 0.0, 64, torch.float32, torch.float32,
-                          torch.float32)
+    a, _, _ = score_bound(
+        one * 1e-30,
+        one * 1e-30,
+        0 * one,
+        1e-30,
+        1e-30,
+        0.0,
+        64,
+        torch.float32,
+        torch.float32,
+        torch.float32,
+    )
     assert float(a) >= 64 * 2.0**-150
 
 
 # ----------------------------------------------------------------------------- cosine is cosine
 @pytest.mark.parametrize("power", [-140, -60, -40, 0, 40, 60, 100])
 def test_cosine_is_the_same_for_any_power_of_two_scaling_bit_for_bit(power):
-    """Rows on a coarse grid scale exactly by 2^p (even into the subnormal range): identical per-query values."""
+    """Rows on a coarse grid scale exactly by 2^p (even into the subnormal range): identical
+    per-query values."""
     g = torch.Generator().manual_seed(2)
     x = torch.randint(-8, 9, (120, 16), generator=g).float() / 8
     x[x.abs().sum(1) == 0, 0] = 1.0
@@ -121,8 +141,8 @@ def test_cosine_is_the_same_for_any_power_of_two_scaling_bit_for_bit(power):
 
 @pytest.mark.parametrize("scale", [1e-40, 1e-13, 1e-6, 1e6, 1e19, 1e30])
 def test_cosine_figures_do_not_depend_on_the_scale_of_the_rows(scale):
-    """x 1e-13 changed R@5; x 1e-40 and x 1e19 gave R@1 = mAP@R = 0 with no warning (F.normalize's 1e-12 floor,
-    a float32 norm overflowing above 1.8e19)."""
+    """x 1e-13 changed R@5; x 1e-40 and x 1e19 gave R@1 = mAP@R = 0 with no warning (F.normalize's
+    1e-12 floor, a float32 norm overflowing above 1.8e19)."""
     x, y = _clusters(240, 24, seed=3)
     ref = retrieval_metrics(x, y, ks=(1, 5), device="cpu")
     got = retrieval_metrics(x * scale, y, ks=(1, 5), device="cpu")
@@ -137,25 +157,40 @@ def test_zero_rows_warn_with_their_cause():
         retrieval_metrics(x, y, ks=(1,), device="cpu")
 
 
-# ----------------------------------------------------------------------------- every input gets an answer
+# ----------------------------------------------------------------------------- every input gets an
+# answer
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_products_that_overflow_are_refused_naming_the_argument(backend):
-    """x 1e20, normalize=False: IndexError in the certified route, an internal name in the counting route,
-    and with backend='faiss' the call never returned."""
+    """x 1e20, normalize=False: IndexError in the certified route, an internal name in the counting
+    route, and with backend='faiss' the call never returned."""
     x, y = _clusters(seed=5)
     for metrics in (("R@k", "mAP@R"), ("mAP",)):
         with pytest.raises(ValueError, match="embeddings.*overflow"):
-            retrieval_metrics(x * 1e20, y, ks=(1,), metrics=metrics, normalize=False, backend=backend, device="cpu")
+            retrieval_metrics(
+                x * 1e20,
+                y,
+                ks=(1,),
+                metrics=metrics,
+                normalize=False,
+                backend=backend,
+                device="cpu",
+            )
     with pytest.raises(ValueError, match="queries and gallery.*overflow"):
         knn_search(x * 1e20, x * 1e20, 3, backend=backend, device="cpu")
-    assert retrieval_metrics(x * 1e20, y, ks=(1,), backend=backend, device="cpu")["R@1"] > 0  # cosine: fine
+    # cosine: fine
+    assert retrieval_metrics(x * 1e20, y, ks=(1,), backend=backend, device="cpu")["R@1"] > 0
 
 
 def test_requires_grad_inputs_are_evaluated_as_if_detached():
     x, y = _clusters(seed=6)
     xg = x.clone().requires_grad_(True)
-    assert retrieval_metrics(xg, y, ks=(1, 5), device="cpu") == retrieval_metrics(x, y, ks=(1, 5), device="cpu")
-    a, b = knn_search(xg, xg, 3, exclude_self=True, device="cpu"), knn_search(x, x, 3, exclude_self=True, device="cpu")
+    assert retrieval_metrics(xg, y, ks=(1, 5), device="cpu") == retrieval_metrics(
+        x, y, ks=(1, 5), device="cpu"
+    )
+    a, b = (
+        knn_search(xg, xg, 3, exclude_self=True, device="cpu"),
+        knn_search(x, x, 3, exclude_self=True, device="cpu"),
+    )
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and not a[0].requires_grad
 
 
@@ -196,12 +231,14 @@ def test_nan_stage1_scores_raise_in_words(monkeypatch, route_metrics):
 
 
 def test_a_violated_bound_says_so(monkeypatch):
-    """A stage-1 matmul far off its bound: an item the route must re-score lies outside its interval."""
+    """A stage-1 matmul far off its bound: an item the route must re-score lies outside its
+    interval."""
     x, y = _clusters(seed=10)
     original = Stage1.product
 
     def off(self, a, b, flat=None):
-        return original(self, a, b, flat).fill_(0.3)  # every stage-1 score equal, far from most canonical ones
+        # every stage-1 score equal, far from most canonical ones
+        return original(self, a, b, flat).fill_(0.3)
 
     monkeypatch.setattr(Stage1, "product", off)
     with pytest.raises(RuntimeError, match="broke its error bound"):
@@ -211,11 +248,16 @@ def test_a_violated_bound_says_so(monkeypatch):
 # ----------------------------------------------------------------------------- autocast (issue 27)
 @pytest.mark.parametrize("prec", PRECISIONS)
 def test_autocast_changes_no_figure_and_no_neighbour(prec):
-    """Inside torch.autocast("cpu", bfloat16) the matmuls would run in bfloat16 (mAP 0.036911 -> 0.036742)."""
+    """Inside torch.autocast("cpu", bfloat16) the matmuls would run in bfloat16 (mAP 0.036911 ->
+    0.036742)."""
     x, y = _clusters(300, 32, seed=11)
     y2 = torch.stack([y, y // 5], 1)
     kw = dict(ks=(1, 5), per_query=True, device="cpu", precision=prec)
-    for labels, metrics in ((y, ("R@k", "mAP@R")), (y, ("R@k", "mAP")), (y2, ("H-AP", "ASI", "R@k"))):
+    for labels, metrics in (
+        (y, ("R@k", "mAP@R")),
+        (y, ("R@k", "mAP")),
+        (y2, ("H-AP", "ASI", "R@k")),
+    ):
         out = retrieval_metrics(x, labels, metrics=metrics, **kw)["per_query"]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             ins = retrieval_metrics(x, labels, metrics=metrics, **kw)["per_query"]

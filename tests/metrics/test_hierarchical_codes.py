@@ -16,15 +16,23 @@ from rank_lab.metrics.hierarchy.metrics import h_average_precision
 
 
 def test_multilabel_relevance_algorithm_1():
-    assert lca_distance("1.1.1", "1.1.1") == 0 and lca_distance("1.1.1", "1.1.2") == 1 and lca_distance("1.1.1", "1.2.1") == 2
-    # query {1.1.1, 2.1.1}, item {1.1.2, 3.1.1}: label 1 earns L - 1 = 2, label 2 earns 0 -> 2 / (2 * 3)
+    assert (
+        lca_distance("1.1.1", "1.1.1") == 0
+        and lca_distance("1.1.1", "1.1.2") == 1
+        and lca_distance("1.1.1", "1.2.1") == 2
+    )
+    # query {1.1.1, 2.1.1}, item {1.1.2, 3.1.1}: label 1 earns L - 1 = 2, label 2 earns 0 -> 2 /
+    # (2 * 3)
     assert multilabel_relevance(["1.1.1", "2.1.1"], ["1.1.2", "3.1.1"], 3) == pytest.approx(1 / 3)
-    assert multilabel_relevance(["1.1.1", "2.1.1"], ["2.1.1", "1.1.1", "4.4.4"], 3) == pytest.approx(1.0)
+    assert multilabel_relevance(
+        ["1.1.1", "2.1.1"], ["2.1.1", "1.1.1", "4.4.4"], 3
+    ) == pytest.approx(1.0)
     assert multilabel_relevance([(1, 1, 1)], [(2, 1, 1)], 3) == 0.0
     m = multilabel_relevance_matrix([["1.1.1"], ["2.1.1"]], [["1.1.1"], ["1.2.1"], ["2.1.2"]], 3)
     assert torch.allclose(m, torch.tensor([[1, 1 / 3, 0], [0, 0, 2 / 3]], dtype=torch.float64))
     s = torch.tensor([[3.0, 2.0, 1.0]])
-    assert float(h_average_precision(s, m[:1])) == pytest.approx(1.0)  # ranked by decreasing relevance
+    # ranked by decreasing relevance
+    assert float(h_average_precision(s, m[:1])) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="levels"):
         lca_distance("1.1", "1.1.1")
 

@@ -54,7 +54,9 @@ def _order_metrics(rel_order: list[float], lv_order: list[int], n_levels: int) -
     n_pos = sum(1 for v in lv_order if v >= 1)
     asi = 0.0
     for n in range(1, n_pos + 1):
-        inter = sum(min(lv_order[:n].count(lev), ideal[:n].count(lev)) for lev in range(1, n_levels + 1))
+        inter = sum(
+            min(lv_order[:n].count(lev), ideal[:n].count(lev)) for lev in range(1, n_levels + 1)
+        )
         asi += inter / n
     gains = [2.0**v - 1 for v in lv_order]
     dcg = sum(g / math.log2(2 + i) for i, g in enumerate(gains))
@@ -68,7 +70,12 @@ def _order_metrics(rel_order: list[float], lv_order: list[int], n_levels: int) -
                 hits += 1
                 acc += hits / (i + 1)
         aps.append(acc / max(sum(pos), 1))
-    return {"hap": hap / total, "asi": asi / n_pos, "ndcg": dcg / idcg, **{f"ap{lev}": a for lev, a in enumerate(aps, 1)}}
+    return {
+        "hap": hap / total,
+        "asi": asi / n_pos,
+        "ndcg": dcg / idcg,
+        **{f"ap{lev}": a for lev, a in enumerate(aps, 1)},
+    }
 
 
 def _tie_orderings(scores: list[float]):
@@ -81,8 +88,10 @@ def _tie_orderings(scores: list[float]):
 
 # ------------------------------------------------------------------ hand-worked examples (seeds)
 def test_lada_example_h_rank_and_h_ap():
-    """Figs. 4.3-4.5 and SupRank App. B (Figs. 13-14): H-rank(2) = 5/3 vs 4/3, H-AP 0.78 vs 0.67, AP 0.45."""
-    # toy relevances 1 (Lada #2), 2/3 (other Lada), 1/3 (other car), 0 (other vehicle) = levels 3, 2, 1, 0
+    """Figs. 4.3-4.5 and SupRank App. B (Figs. 13-14): H-rank(2) = 5/3 vs 4/3, H-AP 0.78 vs 0.67, AP
+    0.45."""
+    # toy relevances 1 (Lada #2), 2/3 (other Lada), 1/3 (other car), 0 (other vehicle) = levels 3,
+    # 2, 1, 0
     top = torch.tensor([[2, 3, 0, 1, 3]])
     bottom = torch.tensor([[1, 3, 0, 1, 3]])
     s = torch.tensor([[5.0, 4.0, 3.0, 2.0, 1.0]])
@@ -93,14 +102,17 @@ def test_lada_example_h_rank_and_h_ap():
     assert float(h_average_precision(s, r_top)) == pytest.approx(2.35 / 3)  # 0.7833 -> "0.78"
     assert round(float(h_average_precision(s, r_bot)), 2) == 0.67
     for lv in (top, bottom):
-        assert float(average_precision(s, lv == 3)) == pytest.approx(0.45)  # binary AP "0.45" for both
+        # binary AP "0.45" for both
+        assert float(average_precision(s, lv == 3)) == pytest.approx(0.45)
 
 
 def test_asi_and_severity_hand_examples():
     s = torch.tensor([[5.0, 4, 3, 2, 1]])
     lv = torch.tensor([[1, 3, 2, 0, 3]])
     # SI(1..4) = 0, 1/2, 2/3, 3/4 over N+ = 4
-    assert float(average_set_intersection(s, lv, 3)) == pytest.approx((0 + 1 / 2 + 2 / 3 + 3 / 4) / 4)
+    assert float(average_set_intersection(s, lv, 3)) == pytest.approx(
+        (0 + 1 / 2 + 2 / 3 + 3 / 4) / 4
+    )
     sev, n = mistake_severity(s, lv, 3, k=4)  # top-4 mistakes: levels 1, 2, 0 -> heights 2, 1, 3
     assert float(sev) == 6.0 and int(n) == 3
     assert mistake_levels(s, lv, 3, k=4).tolist() == [[1, 1, 1, 1]]
@@ -150,7 +162,9 @@ def test_binary_reduction_area_identity_and_scale(levels, seed):
     s = torch.randint(0, 4, lv.shape, generator=g).double()  # many ties
     binary = (lv == 3).double()
     if bool(binary.any()):
-        assert float(h_average_precision(s, binary)) == pytest.approx(float(average_precision(s, binary)), abs=1e-12)
+        assert float(h_average_precision(s, binary)) == pytest.approx(
+            float(average_precision(s, binary)), abs=1e-12
+        )
     r = hap_relevance(lv, 3)
     hap = float(h_average_precision(s, r))
     assert 0.0 <= hap <= 1.0 + 1e-12
@@ -175,7 +189,9 @@ def test_perfect_ranking_gives_one(levels):
             assert float(h_average_precision(s, r)) == pytest.approx(1.0)
     assert float(average_set_intersection(s, lv, 3)) == pytest.approx(1.0)
     assert float(hierarchical_ndcg(s, lv)) == pytest.approx(1.0)
-    assert ap_per_level(s, lv, 3, no_positive="zero")[0].tolist() == pytest.approx([1.0 if bool((lv >= lev).any()) else 0.0 for lev in (1, 2, 3)])
+    assert ap_per_level(s, lv, 3, no_positive="zero")[0].tolist() == pytest.approx(
+        [1.0 if bool((lv >= lev).any()) else 0.0 for lev in (1, 2, 3)]
+    )
 
 
 def _monotone(r: torch.Tensor, lv: torch.Tensor) -> bool:
@@ -207,7 +223,10 @@ def test_worst_case_ties_equal_brute_force_minimum(seed):
     lv[0, 0] = 3
     s = torch.randint(0, 3, (1, n), generator=g).double()
     r = hap_relevance(lv, 3)
-    brute = [_order_metrics([float(r[0, i]) for i in o], [int(lv[0, i]) for i in o], 3) for o in _tie_orderings(s[0].tolist())]
+    brute = [
+        _order_metrics([float(r[0, i]) for i in o], [int(lv[0, i]) for i in o], 3)
+        for o in _tie_orderings(s[0].tolist())
+    ]
     worst = {name: min(b[name] for b in brute) for name in brute[0]}
     assert float(h_average_precision(s, r)) == pytest.approx(worst["hap"], abs=1e-12)
     assert float(average_set_intersection(s, lv, 3)) == pytest.approx(worst["asi"], abs=1e-12)
@@ -231,9 +250,15 @@ def test_h_rank_matches_eq_4_2_without_ties():
         for k in range(9):
             if r[q, k] == 0:
                 continue
-            ref = float(r[q, k]) + sum(min(float(r[q, k]), float(r[q, j])) for j in range(9) if j != k and s[q, j] >= s[q, k])
+            ref = float(r[q, k]) + sum(
+                min(float(r[q, k]), float(r[q, j]))
+                for j in range(9)
+                if j != k and s[q, j] >= s[q, k]
+            )
             assert float(hr[q, k]) == pytest.approx(ref)
-            assert float(rank[q, k]) == 1 + sum(1 for j in range(9) if j != k and s[q, j] >= s[q, k])
+            assert float(rank[q, k]) == 1 + sum(
+                1 for j in range(9) if j != k and s[q, j] >= s[q, k]
+            )
 
 
 def test_ndcg_h_is_ndcg_with_exponential_gains():
@@ -241,12 +266,15 @@ def test_ndcg_h_is_ndcg_with_exponential_gains():
     lv = torch.randint(0, 3, (4, 10), generator=g)
     lv[:, 0] = 2
     s = torch.randn(4, 10, generator=g)
-    assert torch.allclose(hierarchical_ndcg(s, lv), ndcg(s.double(), 2.0 ** lv.double() - 1).double())
+    assert torch.allclose(
+        hierarchical_ndcg(s, lv), ndcg(s.double(), 2.0 ** lv.double() - 1).double()
+    )
 
 
 def test_ndcg_h_names_its_levels():
     """Float levels (x1e20 overflowed the gains to NaN), levels beyond float32's gains, negative
-    levels and queries without a positive are refused naming ``levels`` (issue 26, bad-input matrix)."""
+    levels and queries without a positive are refused naming ``levels`` (issue 26, bad-input
+    matrix)."""
     s = torch.randn(2, 5, dtype=torch.float64)
     lv = torch.tensor([[2, 0, 1, 0, 0], [1, 1, 0, 0, 0]])
     with pytest.raises(TypeError, match="levels"):

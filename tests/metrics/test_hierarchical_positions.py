@@ -2,7 +2,8 @@
 query (Ramzi thesis ch. 4), against the per-query functions of rank_lab.metrics.hierarchy.metrics on
 the explicit row.
 
-The formulas at scale are tested through the route (test_hierarchical_route.py, test_counting_route.py).
+The formulas at scale are tested through the route (test_hierarchical_route.py,
+test_counting_route.py).
 """
 
 from __future__ import annotations
@@ -54,4 +55,6 @@ def test_hand_worked_query_in_both_forms() -> None:
         assert (float(out["MS_sum@3"]), float(out["MS_n@3"])) == (3.0, 2.0)
         row = torch.tensor([[5.0, 4.0, 3.0, 2.0, 1.0]], dtype=torch.float64)
         levels = torch.tensor([[2, 0, 1, 1, 0]])
-        assert float(out["ASI"]) == pytest.approx(float(average_set_intersection(row, levels, 2)), abs=1e-15)
+        assert float(out["ASI"]) == pytest.approx(
+            float(average_set_intersection(row, levels, 2)), abs=1e-15
+        )

@@ -1,5 +1,5 @@
-"""rank_lab.metrics.engine.search.knn: knn_search against a brute force on tied integer data (both backends) and
-its helpers on hand-worked values.
+"""rank_lab.metrics.engine.search.knn: knn_search against a brute force on tied integer data (both
+backends) and its helpers on hand-worked values.
 
 The invariance across precisions, shapes and devices is tested with the certified search in
 test_certified.py; the engine's use of the search in test_engine.py.
@@ -22,11 +22,15 @@ BACKENDS = ["torch"] + (["faiss"] if faiss_available() else [])
 
 
 def _brute_force(q: torch.Tensor, g: torch.Tensor, k: int, exclude_self: bool) -> tuple[list, list]:
-    """Top k by decreasing score, ties by increasing index, in plain Python (exact integer scores)."""
+    """Top k by decreasing score, ties by increasing index, in plain Python (exact integer
+    scores)."""
     scores, indices = [], []
     for i, row in enumerate(q.tolist()):
-        cand = [(-sum(a * b for a, b in zip(row, item, strict=True)), j) for j, item in enumerate(g.tolist())
-                if not (exclude_self and j == i)]
+        cand = [
+            (-sum(a * b for a, b in zip(row, item, strict=True)), j)
+            for j, item in enumerate(g.tolist())
+            if not (exclude_self and j == i)
+        ]
         top = sorted(cand)[:k]
         scores.append([-s for s, _ in top])
         indices.append([j for _, j in top])

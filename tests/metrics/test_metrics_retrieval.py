@@ -119,7 +119,12 @@ def test_ap_small_example() -> None:
 
 @pytest.mark.parametrize(
     ("top5", "expected"),
-    [([1, 1, 1, 1, 1], 1.0), ([0, 0, 0, 0, 0], 0.0), ([1, 1, 0, 0, 0], 0.4), ([0, 0, 1, 1, 1], 0.2867)],
+    [
+        ([1, 1, 1, 1, 1], 1.0),
+        ([0, 0, 0, 0, 0], 0.0),
+        ([1, 1, 0, 0, 0], 0.4),
+        ([0, 0, 1, 1, 1], 0.2867),
+    ],
 )
 def test_gominski_fig_3_15_ap_at_5(top5: list[int], expected: float) -> None:
     """Fig. 3.15 of the Gominski thesis: 5 positives exist, AP@5 looks at the top 5 only."""
@@ -132,10 +137,15 @@ def test_gominski_fig_3_15_ap_at_5(top5: list[int], expected: float) -> None:
 
 @pytest.mark.parametrize(
     ("m", "row"),
-    [(3, [0.417, 0.167, 0.000]), (4, [0.361, 0.194, 0.083, 0.000]), (5, [0.321, 0.196, 0.113, 0.050, 0.000])],
+    [
+        (3, [0.417, 0.167, 0.000]),
+        (4, [0.361, 0.194, 0.083, 0.000]),
+        (5, [0.321, 0.196, 0.113, 0.050, 0.000]),
+    ],
 )
 def test_gominski_appendix_a_position_of_one_negative(m: int, row: list[float]) -> None:
-    """Appendix A (Eq. A.3) of the Gominski thesis: 1 - AP when position p of M holds the negative."""
+    """Appendix A (Eq. A.3) of the Gominski thesis: 1 - AP when position p of M holds the
+    negative."""
     for p, one_minus_ap in enumerate(row, start=1):
         rel = [1] * m
         rel[p - 1] = 0
@@ -148,10 +158,30 @@ def test_patel_fig_5_1_true_recall() -> None:
 
     The thesis' "recall@k" there is the true recall (#positives in top k / |P|)."""
     rows = [
-        ([0.940, 0.870, 0.850, 0.800, 0.775, 0.650, 0.570, 0.430, 0.400, 0.320], [0, 5, 8], 1 / 3, 2 / 3),
-        ([0.940, 0.870, 0.850, 0.800, 0.775, 0.774, 0.570, 0.430, 0.400, 0.320], [0, 5, 8], 1 / 3, 2 / 3),
-        ([0.940, 0.870, 0.850, 0.800, 0.790, 0.775, 0.570, 0.430, 0.400, 0.320], [0, 4, 8], 1 / 3, 2 / 3),
-        ([0.940, 0.880, 0.870, 0.850, 0.820, 0.800, 0.775, 0.570, 0.430, 0.320], [0, 1, 4], 2 / 3, 1.0),
+        (
+            [0.940, 0.870, 0.850, 0.800, 0.775, 0.650, 0.570, 0.430, 0.400, 0.320],
+            [0, 5, 8],
+            1 / 3,
+            2 / 3,
+        ),
+        (
+            [0.940, 0.870, 0.850, 0.800, 0.775, 0.774, 0.570, 0.430, 0.400, 0.320],
+            [0, 5, 8],
+            1 / 3,
+            2 / 3,
+        ),
+        (
+            [0.940, 0.870, 0.850, 0.800, 0.790, 0.775, 0.570, 0.430, 0.400, 0.320],
+            [0, 4, 8],
+            1 / 3,
+            2 / 3,
+        ),
+        (
+            [0.940, 0.880, 0.870, 0.850, 0.820, 0.800, 0.775, 0.570, 0.430, 0.320],
+            [0, 1, 4],
+            2 / 3,
+            1.0,
+        ),
     ]
     for sims, positives, r4, r8 in rows:
         targets = torch.zeros(1, 10, dtype=torch.bool)
@@ -188,7 +218,11 @@ def test_ndcg_hand_worked() -> None:
     st.integers(1, 5).flatmap(
         lambda q: st.integers(2, 25).flatmap(
             lambda n: st.tuples(
-                st.lists(st.lists(st.floats(-1, 1, width=32), min_size=n, max_size=n), min_size=q, max_size=q),
+                st.lists(
+                    st.lists(st.floats(-1, 1, width=32), min_size=n, max_size=n),
+                    min_size=q,
+                    max_size=q,
+                ),
                 st.lists(st.lists(st.booleans(), min_size=n, max_size=n), min_size=q, max_size=q),
             )
         )

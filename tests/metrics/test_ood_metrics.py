@@ -35,7 +35,8 @@ def brute_fpr(s_in, s_out, tpr=0.95):
 
 
 def brute_ap(scores, positive):
-    """sum over distinct thresholds t (descending) of (R(t) - R(prev)) * P(t), predicted = score >= t."""
+    """sum over distinct thresholds t (descending) of (R(t) - R(prev)) * P(t), predicted = score >=
+    t."""
     n_pos = sum(positive)
     ap, prev_r = 0.0, 0.0
     for t in sorted(set(scores), reverse=True):
@@ -79,12 +80,14 @@ def test_fpr95_hand_worked_exact_and_percentile():
 def test_aupr_hand_worked():
     # descending: 0.8 (OOD), 0.4 (ID), 0.35 (OOD), 0.1 (ID): AP = 0.5 * 1 + 0.5 * 2/3
     assert aupr_out([0.1, 0.4], [0.35, 0.8]) == pytest.approx(0.5 + 0.5 * 2 / 3)
-    # ID positive with score -E: order -0.1 (ID), -0.35 (OOD), -0.4 (ID), -0.8: AP = 0.5 * 1 + 0.5 * 2/3
+    # ID positive with score -E: order -0.1 (ID), -0.35 (OOD), -0.4 (ID), -0.8: AP = 0.5 * 1 + 0.5 *
+    # 2/3
     assert aupr_in([0.1, 0.4], [0.35, 0.8]) == pytest.approx(0.5 + 0.5 * 2 / 3)
     assert aupr_out([0.0, 0.1], [1.0, 2.0]) == 1.0 and aupr_in([0.0, 0.1], [1.0, 2.0]) == 1.0
 
 
-# ------------------------------------------------------------------ brute force / sklearn (property tests)
+# ------------------------------------------------------------------ brute force / sklearn (property
+# tests)
 
 scores = st.lists(st.integers(-6, 6).map(float), min_size=1, max_size=25)  # small ints: many ties
 
@@ -117,7 +120,10 @@ def test_aupr_matches_brute_force_and_sklearn(s_in, s_out):
 
 
 @settings(max_examples=30, deadline=None)
-@given(s_in=st.lists(st.integers(-40, 40), min_size=2, max_size=30), s_out=st.lists(st.integers(-40, 40), min_size=2, max_size=30))
+@given(
+    s_in=st.lists(st.integers(-40, 40), min_size=2, max_size=30),
+    s_out=st.lists(st.integers(-40, 40), min_size=2, max_size=30),
+)
 def test_invariant_to_increasing_maps_and_bounded(s_in, s_out):
     a, b = torch.tensor(s_in, dtype=torch.float64), torch.tensor(s_out, dtype=torch.float64)
     m1 = ood_metrics(a, b)
@@ -138,7 +144,9 @@ def test_sign_convention_higher_is_ood():
 def test_evaluate_ood_average_and_keys():
     g = torch.Generator().manual_seed(0)
     s_in = torch.randn(200, generator=g)
-    res = evaluate_ood(s_in, {"near": torch.randn(100, generator=g) + 0.5, "far": torch.randn(80, generator=g) + 3})
+    res = evaluate_ood(
+        s_in, {"near": torch.randn(100, generator=g) + 0.5, "far": torch.randn(80, generator=g) + 3}
+    )
     assert set(res) == {"near", "far", "Average"}
     assert res["far"]["AUROC"] > res["near"]["AUROC"]
     for k in ("AUROC", "FPR95", "AUPR-In", "AUPR-Out"):

@@ -27,8 +27,14 @@ from rank_lab.metrics.rotated_iou import (
 
 def random_boxes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    b1 = torch.cat([torch.rand(n, 2, generator=g, dtype=torch.float64), 0.05 + 0.5 * torch.rand(n, 2, generator=g, dtype=torch.float64),
-                    (torch.rand(n, 1, generator=g, dtype=torch.float64) - 0.5) * 2 * math.pi], 1)
+    b1 = torch.cat(
+        [
+            torch.rand(n, 2, generator=g, dtype=torch.float64),
+            0.05 + 0.5 * torch.rand(n, 2, generator=g, dtype=torch.float64),
+            (torch.rand(n, 1, generator=g, dtype=torch.float64) - 0.5) * 2 * math.pi,
+        ],
+        1,
+    )
     b2 = b1.clone()
     b2[:, :2] += 0.1 * torch.randn(n, 2, generator=g, dtype=torch.float64)
     b2[:, 2:4] *= torch.exp(0.3 * torch.randn(n, 2, generator=g, dtype=torch.float64))
@@ -101,8 +107,14 @@ def test_axis_aligned_agrees_with_interval_formula() -> None:
     b = torch.rand(200, 4, generator=g, dtype=torch.float64)
     a[:, 2:] += 0.05
     b[:, 2:] += 0.05
-    ix = (torch.minimum(a[:, 0] + a[:, 2] / 2, b[:, 0] + b[:, 2] / 2) - torch.maximum(a[:, 0] - a[:, 2] / 2, b[:, 0] - b[:, 2] / 2)).clamp_min(0)
-    iy = (torch.minimum(a[:, 1] + a[:, 3] / 2, b[:, 1] + b[:, 3] / 2) - torch.maximum(a[:, 1] - a[:, 3] / 2, b[:, 1] - b[:, 3] / 2)).clamp_min(0)
+    ix = (
+        torch.minimum(a[:, 0] + a[:, 2] / 2, b[:, 0] + b[:, 2] / 2)
+        - torch.maximum(a[:, 0] - a[:, 2] / 2, b[:, 0] - b[:, 2] / 2)
+    ).clamp_min(0)
+    iy = (
+        torch.minimum(a[:, 1] + a[:, 3] / 2, b[:, 1] + b[:, 3] / 2)
+        - torch.maximum(a[:, 1] - a[:, 3] / 2, b[:, 1] - b[:, 3] / 2)
+    ).clamp_min(0)
     inter = ix * iy
     ref = inter / (a[:, 2] * a[:, 3] + b[:, 2] * b[:, 3] - inter)
     z = torch.zeros(200, 1, dtype=torch.float64)
@@ -110,7 +122,11 @@ def test_axis_aligned_agrees_with_interval_formula() -> None:
 
 
 box = st.tuples(
-    st.floats(-2, 2), st.floats(-2, 2), st.floats(0.05, 2), st.floats(0.05, 2), st.floats(-math.pi, math.pi)
+    st.floats(-2, 2),
+    st.floats(-2, 2),
+    st.floats(0.05, 2),
+    st.floats(0.05, 2),
+    st.floats(-math.pi, math.pi),
 )
 
 
@@ -155,11 +171,15 @@ def test_matrix_and_polygon_forms_agree() -> None:
     assert m.shape == (6, 4)
     for i in range(6):
         for j in range(4):
-            assert m[i, j].item() == pytest.approx(rotated_iou(b1[i : i + 1], b2[j : j + 1]).item(), abs=1e-12)
+            assert m[i, j].item() == pytest.approx(
+                rotated_iou(b1[i : i + 1], b2[j : j + 1]).item(), abs=1e-12
+            )
     p1, p2 = boxes_to_polygons(b1), boxes_to_polygons(b2[:4])
     assert torch.allclose(polygon_iou_matrix(p1, p2), m, atol=1e-12)
     # clockwise vertex order and (N, 8) rows are accepted
-    assert torch.allclose(polygon_iou(p1.flip(1), p1.reshape(-1, 8)), torch.ones(6, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(
+        polygon_iou(p1.flip(1), p1.reshape(-1, 8)), torch.ones(6, dtype=torch.float64), atol=1e-12
+    )
     assert torch.allclose(polygon_area(p1), b1[:, 2] * b1[:, 3], atol=1e-12)
     assert torch.allclose(convex_intersection_area(p1, p1), b1[:, 2] * b1[:, 3], atol=1e-12)
 
@@ -193,4 +213,6 @@ def test_non_finite_geometry_is_refused():
     with pytest.raises(ValueError, match="poly contains 1 NaN"):
         polygon_area(torch.tensor([[[0.0, 0.0], [1.0, 0.0], [float("inf"), 1.0]]]))
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
-        rotated_iou_matrix(torch.tensor([[0.0, 0, 1, 1, 0]]), torch.tensor([[0.0, 0, 1, 1, 0]]), chunk_size=0)
+        rotated_iou_matrix(
+            torch.tensor([[0.0, 0, 1, 1, 0]]), torch.tensor([[0.0, 0, 1, 1, 0]]), chunk_size=0
+        )

@@ -26,7 +26,8 @@ POSITIONS = [2, 3, 2, 3]
 
 
 def route(monkeypatch: pytest.MonkeyPatch, name: str, *args, **kwargs) -> dict:
-    """``retrieval_metrics`` on one route: ``"counting"`` or ``"lists"`` (for the metrics lists can serve)."""
+    """``retrieval_metrics`` on one route: ``"counting"`` or ``"lists"`` (for the metrics lists can
+    serve)."""
     monkeypatch.setattr(E, "NEIGHBOUR_LIST_MAX_K", 0 if name == "counting" else 10**9)
     try:
         return retrieval_metrics(*args, per_query=True, device="cpu", **kwargs)["per_query"]
@@ -35,7 +36,9 @@ def route(monkeypatch: pytest.MonkeyPatch, name: str, *args, **kwargs) -> dict:
 
 
 def test_counting_route_hand_worked(monkeypatch) -> None:
-    out = route(monkeypatch, "counting", X, Y, ks=(1, 2), metrics=("R@k", "mAP@R", "MRR", "mAP", "NDCG"))
+    out = route(
+        monkeypatch, "counting", X, Y, ks=(1, 2), metrics=("R@k", "mAP@R", "MRR", "mAP", "NDCG")
+    )
     assert out["R@1"].tolist() == [0.0] * 4
     assert out["R@2"].tolist() == [float(p <= 2) for p in POSITIONS]
     assert out["mAP@R"].tolist() == [0.0] * 4  # R = 1 and no query has its positive first
@@ -45,7 +48,8 @@ def test_counting_route_hand_worked(monkeypatch) -> None:
 
 
 def test_neighbour_list_route_hand_worked_and_equal_to_counting(monkeypatch) -> None:
-    """Lists of length K = max(k, R) = 2: queries 1 and 3 get their MRR from the exact count beyond the list."""
+    """Lists of length K = max(k, R) = 2: queries 1 and 3 get their MRR from the exact count beyond
+    the list."""
     kw = dict(ks=(1, 2), metrics=("R@k", "mAP@R", "MRR"), precision="exact")
     lists = route(monkeypatch, "lists", X, Y, **kw)
     assert lists["MRR"].tolist() == [1 / p for p in POSITIONS]

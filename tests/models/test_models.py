@@ -1,4 +1,5 @@
-"""Tests of rank_lab.models backbones / heads / build_model (pooling layers have their own tests)."""
+"""Tests of rank_lab.models backbones / heads / build_model (pooling layers have their own
+tests)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,12 @@ def _unit_rows(z: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------- small backbones
 @pytest.mark.parametrize(
     ("shape", "in_ch", "map_hw"),
-    [((5, 1, 8, 8), 1, (2, 2)), ((3, 1, 28, 28), 1, (7, 7)), ((2, 3, 32, 32), 3, (8, 8)), ((2, 3, 7, 5), 3, (2, 2))],
+    [
+        ((5, 1, 8, 8), 1, (2, 2)),
+        ((3, 1, 28, 28), 1, (7, 7)),
+        ((2, 3, 32, 32), 3, (8, 8)),
+        ((2, 3, 7, 5), 3, (2, 2)),
+    ],
 )
 def test_tiny_cnn_map_shapes(shape, in_ch, map_hw):
     net = TinyCNN(in_channels=in_ch, width=8)
@@ -47,10 +53,20 @@ def test_tiny_cnn_map_shapes(shape, in_ch, map_hw):
     assert net.num_features == 32
 
 
-@pytest.mark.parametrize(("shape", "in_ch"), [((5, 1, 8, 8), 1), ((3, 1, 28, 28), 1), ((2, 3, 32, 32), 3)])
+@pytest.mark.parametrize(
+    ("shape", "in_ch"), [((5, 1, 8, 8), 1), ((3, 1, 28, 28), 1), ((2, 3, 32, 32), 3)]
+)
 @pytest.mark.parametrize("pooling", ["avg", "max", "gem"])
 def test_tiny_cnn_model_embeddings_are_unit_norm(shape, in_ch, pooling):
-    model = build_model({"backbone": "tiny_cnn", "in_channels": in_ch, "width": 8, "pooling": pooling, "embed_dim": 12})
+    model = build_model(
+        {
+            "backbone": "tiny_cnn",
+            "in_channels": in_ch,
+            "width": 8,
+            "pooling": pooling,
+            "embed_dim": 12,
+        }
+    )
     z = model(torch.rand(shape))
     assert z.shape == (shape[0], 12) and z.dtype == torch.float32
     _unit_rows(z)
@@ -77,7 +93,8 @@ def test_mlp_model_matches_manual_composition():
     x = torch.randn(7, 10)
     lin1 = model.backbone.net[0]
     h = torch.relu(x @ lin1.weight.T + lin1.bias)
-    h = (h - h.mean(1, keepdim=True)) / torch.sqrt(h.var(1, unbiased=False, keepdim=True) + 1e-5)  # LayerNorm, no affine
+    # LayerNorm, no affine
+    h = (h - h.mean(1, keepdim=True)) / torch.sqrt(h.var(1, unbiased=False, keepdim=True) + 1e-5)
     z = h @ model.head.proj.weight.T + model.head.proj.bias
     z = z / z.norm(dim=1, keepdim=True)
     torch.testing.assert_close(model(x), z, atol=1e-5, rtol=1e-5)
@@ -117,7 +134,9 @@ def test_timm_features_only_gives_the_same_last_map():
     torch.manual_seed(0)
     a = TimmBackbone("resnet18")
     b = TimmBackbone("resnet18", features_only=True)
-    b.model.load_state_dict({k: v for k, v in a.model.state_dict().items() if k in b.model.state_dict()})
+    b.model.load_state_dict(
+        {k: v for k, v in a.model.state_dict().items() if k in b.model.state_dict()}
+    )
     a.eval(), b.eval()
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
@@ -126,7 +145,9 @@ def test_timm_features_only_gives_the_same_last_map():
 
 
 def test_timm_transformer_gives_vectors():
-    model = build_model({"backbone": "deit_tiny_patch16_224", "embed_dim": 8, "timm_kwargs": {"img_size": 32}})
+    model = build_model(
+        {"backbone": "deit_tiny_patch16_224", "embed_dim": 8, "timm_kwargs": {"img_size": 32}}
+    )
     z = model(torch.randn(2, 3, 32, 32))
     assert z.shape == (2, 8)
     _unit_rows(z)
@@ -200,15 +221,28 @@ def test_weight_file_for_tiny_cnn(tmp_path):
     a = build_model({"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "embed_dim": 4})
     torch.save(a.backbone.state_dict(), tmp_path / "tiny.pth")
     torch.manual_seed(1)
-    b = build_model({"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "embed_dim": 4, "weights": str(tmp_path / "tiny.pth")})
-    for (ka, va), (kb, vb) in zip(a.backbone.state_dict().items(), b.backbone.state_dict().items(), strict=True):
+    b = build_model(
+        {
+            "backbone": "tiny_cnn",
+            "in_channels": 1,
+            "width": 4,
+            "embed_dim": 4,
+            "weights": str(tmp_path / "tiny.pth"),
+        }
+    )
+    for (ka, va), (kb, vb) in zip(
+        a.backbone.state_dict().items(), b.backbone.state_dict().items(), strict=True
+    ):
         assert ka == kb and torch.equal(va, vb)
 
 
-# ---------------------------------------------------------------------------- BatchNorm freezing, parameter groups
+# ---------------------------------------------------------------------------- BatchNorm freezing,
+# parameter groups
 def test_freeze_bn_keeps_running_stats():
     torch.manual_seed(0)
-    model = build_model({"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "embed_dim": 4, "freeze_bn": True})
+    model = build_model(
+        {"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "embed_dim": 4, "freeze_bn": True}
+    )
     model.train()
     bns = [m for m in model.backbone.modules() if isinstance(m, nn.BatchNorm2d)]
     assert bns and all(not m.training for m in bns)
@@ -221,7 +255,9 @@ def test_freeze_bn_keeps_running_stats():
     model(torch.rand(8, 1, 8, 8)).sum().backward()
     assert bns[0].weight.grad is not None
     # without the option the statistics move
-    free = build_model({"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "embed_dim": 4}).train()
+    free = build_model(
+        {"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "embed_dim": 4}
+    ).train()
     bn = next(m for m in free.backbone.modules() if isinstance(m, nn.BatchNorm2d))
     free(torch.rand(8, 1, 8, 8) * 5)
     assert not torch.allclose(bn.running_mean, torch.zeros_like(bn.running_mean))
@@ -229,7 +265,9 @@ def test_freeze_bn_keeps_running_stats():
 
 
 def test_parameter_groups_cover_the_model_once():
-    model = build_model({"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "pooling": "gem", "embed_dim": 4})
+    model = build_model(
+        {"backbone": "tiny_cnn", "in_channels": 1, "width": 4, "pooling": "gem", "embed_dim": 4}
+    )
     bb = {id(p) for p in model.backbone_parameters()}
     hd = {id(p) for p in model.head_parameters()}
     assert bb.isdisjoint(hd)

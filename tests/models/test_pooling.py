@@ -1,4 +1,5 @@
-"""Global pooling layers: MAC, SPoC, GeM limits, R-MAC regions (Gominski thesis §3.4.1, digest §2.2)."""
+"""Global pooling layers: MAC, SPoC, GeM limits, R-MAC regions (Gominski thesis §3.4.1, digest
+§2.2)."""
 
 from __future__ import annotations
 
@@ -84,7 +85,10 @@ def test_gem_monotone_in_p(p1: float, p2: float, seed: int) -> None:
 def test_gem_gradient_wrt_p() -> None:
     x = torch.rand(2, 3, 4, 4, dtype=torch.float64) + 0.1
     layer = GeM(p=3.0).double()
-    torch.autograd.gradcheck(lambda p: x.clamp(min=1e-6).pow(p).mean(dim=(-2, -1)).pow(1 / p), (layer.p.detach().clone().requires_grad_(),))
+    torch.autograd.gradcheck(
+        lambda p: x.clamp(min=1e-6).pow(p).mean(dim=(-2, -1)).pow(1 / p),
+        (layer.p.detach().clone().requires_grad_(),),
+    )
     out = layer(x).sum()
     out.backward()
     assert layer.p.grad is not None and torch.isfinite(layer.p.grad)
@@ -112,7 +116,9 @@ def test_rmac_region_count_square() -> None:
     torch.testing.assert_close(with_global - without, global_only)
 
 
-@pytest.mark.parametrize("hw", [(7, 7), (7, 10), (10, 7), (3, 17), (12, 5), (1, 1), (2, 9), (30, 40)])
+@pytest.mark.parametrize(
+    "hw", [(7, 7), (7, 10), (10, 7), (3, 17), (12, 5), (1, 1), (2, 9), (30, 40)]
+)
 def test_rmac_regions_inside_map(hw: tuple[int, int]) -> None:
     h, w = hw
     for top, left, side in rmac_regions(h, w):
@@ -122,7 +128,8 @@ def test_rmac_regions_inside_map(hw: tuple[int, int]) -> None:
 
 
 def test_rmac_region_count_rectangular() -> None:
-    # 7 x 10: w = 7, b = 3/(steps-1); overlap criterion picks steps = 2 -> one extra region per level
+    # 7 x 10: w = 7, b = 3/(steps-1); overlap criterion picks steps = 2 -> one extra region per
+    # level
     # along the long side: (1x2) + (2x3) + (3x4) = 20 regions
     assert len(rmac_regions(7, 10)) == 20
     assert len(rmac_regions(10, 7)) == 20

@@ -1,4 +1,5 @@
-"""``weights`` = "imagenet" | "none" | a file, with timm's Hugging Face download monkeypatched (no network)."""
+"""``weights`` = "imagenet" | "none" | a file, with timm's Hugging Face download monkeypatched (no
+network)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from rank_lab.train import TrainConfig, Trainer
 
 
 class FakeHub:
-    """Stands in for ``huggingface_hub.hf_hub_download`` as timm calls it: serves a known state dict."""
+    """Stands in for ``huggingface_hub.hf_hub_download`` as timm calls it: serves a known state
+    dict."""
 
     def __init__(self, tmp: Path, error: Exception | None = None) -> None:
         self.tmp, self.error, self.calls = tmp, error, []
@@ -37,16 +39,27 @@ class FakeHub:
     def weights_of(self, arch: str) -> dict[str, torch.Tensor]:
         if arch not in self.state:
             torch.manual_seed(123)
-            self.state[arch] = {k: v.clone() for k, v in timm.create_model(arch).state_dict().items()}
+            self.state[arch] = {
+                k: v.clone() for k, v in timm.create_model(arch).state_dict().items()
+            }
         return self.state[arch]
 
-    def __call__(self, repo_id: str, filename: str, revision: str | None = None, cache_dir: object = None, **kw: object) -> str:
+    def __call__(
+        self,
+        repo_id: str,
+        filename: str,
+        revision: str | None = None,
+        cache_dir: object = None,
+        **kw: object,
+    ) -> str:
         self.calls.append((repo_id, filename))
         if self.error is not None:
             raise self.error
         arch = repo_id.split("/", 1)[1].split(".", 1)[0]
         path = self.tmp / f"{repo_id.replace('/', '_')}.safetensors"
-        safetensors.torch.save_file({k: v.contiguous() for k, v in self.weights_of(arch).items()}, str(path))
+        safetensors.torch.save_file(
+            {k: v.contiguous() for k, v in self.weights_of(arch).items()}, str(path)
+        )
         return str(path)
 
 
@@ -89,7 +102,10 @@ def test_pretrained_names_follow_the_papers() -> None:
     assert timm_pretrained_name("resnet50") == "resnet50.tv_in1k"
     assert timm_pretrained_name("resnet18") == "resnet18.tv_in1k"
     assert timm_pretrained_name("resnet50.a1_in1k") == "resnet50.a1_in1k"
-    assert timm_pretrained_name("resnet10t") == f"resnet10t.{timm.models.get_pretrained_cfg('resnet10t').tag}"
+    assert (
+        timm_pretrained_name("resnet10t")
+        == f"resnet10t.{timm.models.get_pretrained_cfg('resnet10t').tag}"
+    )
     with pytest.raises(ValueError, match="no pretrained weights"):
         timm_pretrained_name("resnet50.no_such_tag")
 
@@ -130,14 +146,27 @@ def test_offline_imagenet_fails_before_training_naming_both_alternatives(offline
         check_weights("imagenet", "resnet50")
     # the Trainer builds its model in its constructor: nothing has trained when it fails
     x, y = torch.randn(16, 3, 32, 32), torch.arange(4).repeat_interleave(4)
-    cfg = TrainConfig.from_dict({"backbone": "resnet18", "weights": "imagenet", "batch_size": 8, "m_per_class": 2,
-                                 "epochs": 1, "progress": False, "eval_every": 0})
+    cfg = TrainConfig.from_dict(
+        {
+            "backbone": "resnet18",
+            "weights": "imagenet",
+            "batch_size": 8,
+            "m_per_class": 2,
+            "epochs": 1,
+            "progress": False,
+            "eval_every": 0,
+        }
+    )
     with pytest.raises(WeightsUnavailableError):
         Trainer(None, None, (x, y), None, cfg)
 
 
-def test_connection_errors_are_reported_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(timm_hub, "hf_hub_download", FakeHub(tmp_path, error=ConnectionError("connection refused")))
+def test_connection_errors_are_reported_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        timm_hub, "hf_hub_download", FakeHub(tmp_path, error=ConnectionError("connection refused"))
+    )
     with pytest.raises(WeightsUnavailableError, match="ConnectionError: connection refused"):
         create_timm_model("resnet10t", "imagenet", num_classes=0)
 
@@ -153,8 +182,11 @@ def test_weight_file_is_strict_and_recorded(tmp_path: Path) -> None:
     path = tmp_path / "r18.pth"
     torch.save(src.state_dict(), path)
     bb = build_backbone("resnet18", weights=str(path))
-    assert bb.weights_record == {"weights": "file", "path": str(path.resolve()),
-                                 "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    assert bb.weights_record == {
+        "weights": "file",
+        "path": str(path.resolve()),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }
     _assert_same(bb.model, {k: v for k, v in src.state_dict().items() if not k.startswith("fc.")})
     # a ResNet-18 file into a ResNet-34: an error naming the file (never a partial load)
     with pytest.raises(ValueError, match=r"r18\.pth"):
@@ -174,7 +206,9 @@ def test_weight_file_is_strict_and_recorded(tmp_path: Path) -> None:
 
 def test_defaults_and_conflicts(tmp_path: Path) -> None:
     assert build_backbone("resnet10t").weights_record == {"weights": "none"}
-    assert find_weights_record(build_model({"backbone": "mlp", "input_dim": 4, "embed_dim": 2})) == {"weights": "none"}
+    assert find_weights_record(
+        build_model({"backbone": "mlp", "input_dim": 4, "embed_dim": 2})
+    ) == {"weights": "none"}
     with pytest.raises(TypeError, match="model.weights"):
         ModelConfig(backbone="resnet18", weights=3)  # type: ignore[arg-type]
     assert ModelConfig(weights=tmp_path).weights == str(tmp_path)
@@ -187,7 +221,10 @@ def test_check_weights_records(tmp_path: Path, hub: FakeHub) -> None:
     f = tmp_path / "w.pth"
     torch.save({"a": torch.zeros(2)}, f)
     assert check_weights(f, "resnet50")["sha256"] == file_sha256(f)
-    assert check_weights("imagenet", "timm:resnet50", fetch=False) == {"weights": "imagenet", "source": "timm:resnet50.tv_in1k"}
+    assert check_weights("imagenet", "timm:resnet50", fetch=False) == {
+        "weights": "imagenet",
+        "source": "timm:resnet50.tv_in1k",
+    }
     assert hub.calls == []
     assert check_weights("imagenet", "resnet18")["source"] == "timm:resnet18.tv_in1k"
     assert hub.calls and hub.calls[0][0] == "timm/resnet18.tv_in1k"

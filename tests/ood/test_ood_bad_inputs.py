@@ -1,9 +1,9 @@
 """Bad inputs of rank_lab.ood (issue 16): one direct test per rule the matrix cannot spell out.
 
-The generated matrix (tests/bad_inputs) checks that every bad variant raises a ValueError / TypeError
-naming the argument; these tests pin the subtle rules: the energies' shared NaN check, SGLD stopping
-at the first non-finite iterate, float64 accepted with the float32 result, the legal limits
-(``beta = +inf``, any number of spatial dims, an elementwise activation on any shape), and
+The generated matrix (tests/bad_inputs) checks that every bad variant raises a ValueError /
+TypeError naming the argument; these tests pin the subtle rules: the energies' shared NaN check,
+SGLD stopping at the first non-finite iterate, float64 accepted with the float32 result, the legal
+limits (``beta = +inf``, any number of spatial dims, an elementwise activation on any shape), and
 ``save_feature_folder`` writing nothing when its input is bad.
 """
 
@@ -50,11 +50,17 @@ def _energies() -> dict[str, nn.Module]:
     torch.manual_seed(0)
     z, y = torch.randn(24, 4), torch.arange(24) % 3
     hybrid = HybridEnergy(ClassGaussianEnergy(), 4, **SMALL).fit(z, y, device="cpu")
-    return {"LogitEnergy": LogitEnergy(torch.randn(3, 4)), "ClassGaussianEnergy": ClassGaussianEnergy().fit(z, y),
-            "ZeroEnergy": ZeroEnergy().fit(z), "HybridEnergy": hybrid}
+    return {
+        "LogitEnergy": LogitEnergy(torch.randn(3, 4)),
+        "ClassGaussianEnergy": ClassGaussianEnergy().fit(z, y),
+        "ZeroEnergy": ZeroEnergy().fit(z),
+        "HybridEnergy": hybrid,
+    }
 
 
-@pytest.mark.parametrize("name", ["LogitEnergy", "ClassGaussianEnergy", "ZeroEnergy", "HybridEnergy"])
+@pytest.mark.parametrize(
+    "name", ["LogitEnergy", "ClassGaussianEnergy", "ZeroEnergy", "HybridEnergy"]
+)
 @pytest.mark.parametrize("bad", [NAN, math.inf, -math.inf])
 def test_every_energy_refuses_non_finite_features(name: str, bad: float) -> None:
     energy = _energies()[name]
@@ -133,7 +139,10 @@ def test_extract_features_checks_data_and_model_outputs() -> None:
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3)).train()
     x = torch.rand(5, 3, 2, 2)
     ref = extract_features(model, x, batch_size=2, progress=False, device="cpu")["logits"]
-    assert torch.equal(extract_features(model, x.double(), batch_size=2, progress=False, device="cpu")["logits"], ref)
+    assert torch.equal(
+        extract_features(model, x.double(), batch_size=2, progress=False, device="cpu")["logits"],
+        ref,
+    )
     bad = x.clone()
     bad[3, 0, 0, 0] = NAN
     with pytest.raises(ValueError, match=r"data \(items 2\.\.3\) contains 1 NaN"):
@@ -144,18 +153,26 @@ def test_extract_features_checks_data_and_model_outputs() -> None:
     poisoned = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
     with torch.no_grad():
         poisoned[1].bias[0] = math.inf
-    with pytest.raises(ValueError, match=r"model returned NaN or inf \['logits'\] on finite data items 0\.\.1"):
+    with pytest.raises(
+        ValueError, match=r"model returned NaN or inf \['logits'\] on finite data items 0\.\.1"
+    ):
         extract_features(poisoned, x, batch_size=2, progress=False, device="cpu")
 
 
 def test_float64_features_give_the_float32_scores() -> None:
     torch.manual_seed(0)
-    q, bank = torch.nn.functional.normalize(torch.randn(4, 5), dim=1), torch.nn.functional.normalize(torch.randn(9, 5), dim=1)
-    mixed = kth_neighbour_distance(q.double(), bank, 3)  # was "expected m1 and m2 to have the same dtype"
+    q, bank = (
+        torch.nn.functional.normalize(torch.randn(4, 5), dim=1),
+        torch.nn.functional.normalize(torch.randn(9, 5), dim=1),
+    )
+    # was "expected m1 and m2 to have the same dtype"
+    mixed = kth_neighbour_distance(q.double(), bank, 3)
     assert mixed.dtype == torch.float64
     assert torch.allclose(mixed, kth_neighbour_distance(q.double(), bank.double(), 3))
     z, y = torch.randn(30, 3), torch.arange(30) % 2
-    flow = ResFlow(n_blocks=1, hidden_dim=8, epochs=1, batch_size=16).fit({"features": z, "labels": y})
+    flow = ResFlow(n_blocks=1, hidden_dim=8, epochs=1, batch_size=16).fit(
+        {"features": z, "labels": y}
+    )
     assert torch.equal(flow.score(z[:5].double()), flow.score(z[:5]))
 
 
@@ -170,7 +187,11 @@ def test_save_feature_folder_writes_nothing_on_bad_input(tmp_path) -> None:
     z, y = torch.randn(6, 4), torch.arange(6) % 3
     head = nn.Linear(4, 3)
     good = {"features": z, "logits": head(z).detach(), "labels": y}
-    sets = {"train": good, "test": good, "ood/noise": {"features": z[:2], "logits": good["logits"][:2]}}
+    sets = {
+        "train": good,
+        "test": good,
+        "ood/noise": {"features": z[:2], "logits": good["logits"][:2]},
+    }
     root = save_feature_folder(tmp_path / "f", sets, head)
     before = {p: p.read_bytes() for p in root.rglob("*.pt")}
     nan_set = {**good, "features": _poke(z, NAN)}

@@ -15,7 +15,11 @@ from rank_lab.ood.resflow import InvertibleResidualBlock, ResFlow, ResidualFlow
 def _blobs(n: int, seed: int, shift: float = 0.0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, 3, (n,), generator=g)
-    z = 0.5 * torch.randn(n, 6, generator=g) + 3.0 * torch.nn.functional.one_hot(y, 6).float() + shift
+    z = (
+        0.5 * torch.randn(n, 6, generator=g)
+        + 3.0 * torch.nn.functional.one_hot(y, 6).float()
+        + shift
+    )
     return {"features": z, "labels": y}
 
 
@@ -38,7 +42,9 @@ def test_block_is_contractive_and_invertible() -> None:
 def test_flow_inverse_recovers_input() -> None:
     torch.manual_seed(1)
     flow = ResidualFlow(3, n_blocks=3, hidden_dim=16).double().eval()
-    data = torch.randn(200, 3, dtype=torch.double) @ torch.tensor([[2.0, 0.5, 0], [0, 1, 0], [0, 0.3, 0.2]], dtype=torch.double)
+    data = torch.randn(200, 3, dtype=torch.double) @ torch.tensor(
+        [[2.0, 0.5, 0], [0, 1, 0], [0, 0.3, 0.2]], dtype=torch.double
+    )
     flow.set_whitening(data)
     x = data[:20]
     with torch.no_grad():
@@ -54,11 +60,19 @@ def test_exact_logdet_matches_brute_force_and_hutchinson() -> None:
     eps, eye = 1e-6, torch.eye(4, dtype=torch.double)
     with torch.no_grad():
         for i in range(6):
-            cols = [(b.g(x[i:i + 1] + eps * eye[j]) - b.g(x[i:i + 1] - eps * eye[j]))[0] / (2 * eps) for j in range(4)]
+            cols = [
+                (b.g(x[i : i + 1] + eps * eye[j]) - b.g(x[i : i + 1] - eps * eye[j]))[0] / (2 * eps)
+                for j in range(4)
+            ]
             jac = torch.stack(cols, 1)
-            assert math.isclose(float(torch.linalg.det(eye + jac).log()), float(exact[i]), abs_tol=1e-7)
+            assert math.isclose(
+                float(torch.linalg.det(eye + jac).log()), float(exact[i]), abs_tol=1e-7
+            )
             # truncated power series with exact traces (Chen et al. Eq. 4)
-            series = sum((-1) ** (k + 1) / k * torch.trace(torch.linalg.matrix_power(jac, k)) for k in range(1, 40))
+            series = sum(
+                (-1) ** (k + 1) / k * torch.trace(torch.linalg.matrix_power(jac, k))
+                for k in range(1, 40)
+            )
             assert math.isclose(float(series), float(exact[i]), abs_tol=1e-4)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -78,12 +92,19 @@ def test_series_logdet_is_differentiable() -> None:
     ld.sum().backward()
     # every weight matters (the last bias does not enter the Jacobian, hence no gradient there)
     grads = [p.grad for n, p in b.named_parameters() if "weight" in n]
-    assert len(grads) == 3 and all(gr is not None and torch.isfinite(gr).all() and gr.abs().sum() > 0 for gr in grads)
+    assert len(grads) == 3 and all(
+        gr is not None and torch.isfinite(gr).all() and gr.abs().sum() > 0 for gr in grads
+    )
 
 
-@pytest.mark.parametrize("kw", [{"class_conditional": True, "reduction": "max"},
-                                {"class_conditional": True, "reduction": "logsumexp"},
-                                {"class_conditional": False}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"class_conditional": True, "reduction": "max"},
+        {"class_conditional": True, "reduction": "logsumexp"},
+        {"class_conditional": False},
+    ],
+)
 def test_fitted_flow_scores_shifted_data_higher(kw: dict) -> None:
     train, test_in, test_out = _blobs(300, 0), _blobs(150, 1), _blobs(150, 2, shift=2.0)
     s = ResFlow(n_blocks=2, hidden_dim=32, epochs=4, device="cpu", **kw).fit(train)
@@ -98,7 +119,9 @@ def test_exact_logdet_training_and_nll_is_a_density() -> None:
     # 1-D sanity: NLL of a flow with exact log-det on N(0, 4) data is close to the true NLL
     g = torch.Generator().manual_seed(0)
     z = 2.0 * torch.randn(400, 1, generator=g)
-    s = ResFlow(n_blocks=1, hidden_dim=8, epochs=3, logdet="exact", class_conditional=False, device="cpu").fit(z)
+    s = ResFlow(
+        n_blocks=1, hidden_dim=8, epochs=3, logdet="exact", class_conditional=False, device="cpu"
+    ).fit(z)
     nll = s.score(z).mean()
     true = 0.5 * math.log(2 * math.pi * 4) + 0.5
     assert abs(float(nll) - true) < 0.15
@@ -113,10 +136,22 @@ def test_determinism_with_seed(tmp_path) -> None:
     assert not torch.allclose(a, c)
     # interrupted + resumed training equals one uninterrupted run
     ck = tmp_path / "rf.pt"
-    ResFlow(n_blocks=1, hidden_dim=16, epochs=1, seed=3, device="cpu",
-            engine=EngineConfig(checkpoint=ck)).fit(train)
-    r = ResFlow(n_blocks=1, hidden_dim=16, epochs=2, seed=3, device="cpu",
-                engine=EngineConfig(checkpoint=ck)).fit(train)
+    ResFlow(
+        n_blocks=1,
+        hidden_dim=16,
+        epochs=1,
+        seed=3,
+        device="cpu",
+        engine=EngineConfig(checkpoint=ck),
+    ).fit(train)
+    r = ResFlow(
+        n_blocks=1,
+        hidden_dim=16,
+        epochs=2,
+        seed=3,
+        device="cpu",
+        engine=EngineConfig(checkpoint=ck),
+    ).fit(train)
     torch.testing.assert_close(r.score(test), a)
 
 

@@ -39,10 +39,14 @@ def test_delta_from_epsilon_thesis_value():
     step = SupRankStep()
     assert step.delta == pytest.approx(0.045951, abs=1e-6)
     # sigma(delta / tau) = 1 - eps: the sigmoid is saturated at delta
-    assert torch.sigmoid(torch.tensor(step.delta / step.tau, dtype=torch.float64)).item() == pytest.approx(0.99, abs=1e-9)
+    assert torch.sigmoid(
+        torch.tensor(step.delta / step.tau, dtype=torch.float64)
+    ).item() == pytest.approx(0.99, abs=1e-9)
     # continuous offset sigma(delta/tau) + 0.5 (= 1.49 for delta = 0.0459, 1.4933 for 0.05)
     assert step.offset == pytest.approx(1.49, abs=1e-9)
-    assert SupRankStep(delta=0.05).offset == pytest.approx(1.0 / (1 + math.exp(-5)) + 0.5, abs=1e-12)
+    assert SupRankStep(delta=0.05).offset == pytest.approx(
+        1.0 / (1 + math.exp(-5)) + 0.5, abs=1e-12
+    )
     with pytest.raises(ValueError, match="eps"):
         delta_from_epsilon(0.01, 0.7)
     with pytest.raises(ValueError, match="tau"):
@@ -54,14 +58,23 @@ def test_h_minus_pieces_hand_values():
     t = torch.tensor([-0.2, -0.01, 0.0, 0.02, 0.05, 0.3], dtype=torch.float64)
     got = h_minus(t, tau=tau, rho=rho, delta=delta)
     sig = lambda x: 1 / (1 + math.exp(-x / tau))  # noqa: E731
-    want = [sig(-0.2), sig(-0.01), sig(0.0) + 0.5, sig(0.02) + 0.5, sig(0.05) + 0.5, rho * (0.3 - delta) + sig(delta) + 0.5]
+    want = [
+        sig(-0.2),
+        sig(-0.01),
+        sig(0.0) + 0.5,
+        sig(0.02) + 0.5,
+        sig(0.05) + 0.5,
+        rho * (0.3 - delta) + sig(delta) + 0.5,
+    ]
     assert got.tolist() == pytest.approx(want, abs=1e-12)
     # t = 0 belongs to the upper branch by default (H^-(0) = 1 >= H(0) = 1) ...
     assert got[2].item() == pytest.approx(1.0)
     # ... and to the lower one with the official code's `t > 0` test (0.5 < H(0) = 1)
     assert h_minus(torch.tensor([0.0]), zero_branch="lower").item() == pytest.approx(0.5)
     # left limit at 0 is 0.5: the +0.5 jump is by design
-    assert h_minus(torch.tensor([-1e-9], dtype=torch.float64)).item() == pytest.approx(0.5, abs=1e-6)
+    assert h_minus(torch.tensor([-1e-9], dtype=torch.float64)).item() == pytest.approx(
+        0.5, abs=1e-6
+    )
 
 
 def test_h_minus_continuity_at_delta_and_code_variants():
@@ -71,11 +84,15 @@ def test_h_minus_continuity_at_delta_and_code_variants():
     assert left.item() == pytest.approx(right.item(), abs=1e-8)
     # official offset 1.44: downward jump of 0.0533 at delta
     code = SupRankStep(delta=0.05, offset=1.44)
-    jump = code(torch.tensor([0.05 + 1e-12], dtype=torch.float64)) - code(torch.tensor([0.05], dtype=torch.float64))
+    jump = code(torch.tensor([0.05 + 1e-12], dtype=torch.float64)) - code(
+        torch.tensor([0.05], dtype=torch.float64)
+    )
     assert jump.item() == pytest.approx(1.44 - (1 / (1 + math.exp(-5)) + 0.5), abs=1e-8)
     # ROADMAP NeurIPS code: rho * t + offset (no -delta)
     neurips = SupRankStep(delta=0.05, offset=1.44, linear_origin="zero")
-    assert neurips(torch.tensor([0.3], dtype=torch.float64)).item() == pytest.approx(100 * 0.3 + 1.44)
+    assert neurips(torch.tensor([0.3], dtype=torch.float64)).item() == pytest.approx(
+        100 * 0.3 + 1.44
+    )
     with pytest.raises(ValueError, match="linear_origin"):
         SupRankStep(linear_origin="bad")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="rho"):
@@ -86,13 +103,17 @@ def test_h_minus_upper_bound_dense_grid_and_inat_variant_breaks_it():
     t = torch.linspace(-1, 1, 20001, dtype=torch.float64)
     t = torch.cat([t, torch.zeros(1, dtype=torch.float64)])
     assert bool((h_minus(t) >= heaviside(t)).all())
-    assert bool((h_minus(t, delta=0.05, offset=1.44) >= heaviside(t)).all())  # 1.44 >= 1: still a bound
+    # 1.44 >= 1: still a bound
+    assert bool((h_minus(t, delta=0.05, offset=1.44) >= heaviside(t)).all())
     # iNat configs of the official code: start = 0, offset = 1 -> below H on (0, delta]
     inat = SupRankStep(delta=0.05, start=0.0, offset=1.0)
     inside = torch.tensor([0.01, 0.03, 0.05], dtype=torch.float64)
     assert bool((inat(inside) < 1.0).all())
     # the code's tie rule breaks the bound at exactly t = 0
-    assert h_minus(torch.tensor([0.0]), zero_branch="lower").item() < heaviside(torch.tensor([0.0])).item()
+    assert (
+        h_minus(torch.tensor([0.0]), zero_branch="lower").item()
+        < heaviside(torch.tensor([0.0])).item()
+    )
 
 
 @SETTINGS
@@ -108,12 +129,19 @@ def test_h_minus_is_an_upper_bound_of_heaviside(t, tau, rho, eps):
 
 
 @pytest.mark.parametrize(
-    "step", [SigmoidStep(0.01), SigmoidStep(0.3), SupRankStep(), SupRankStep(delta=0.05, offset=1.44, linear_origin="zero", rho=7.0)]
+    "step",
+    [
+        SigmoidStep(0.01),
+        SigmoidStep(0.3),
+        SupRankStep(),
+        SupRankStep(delta=0.05, offset=1.44, linear_origin="zero", rho=7.0),
+    ],
 )
 def test_analytic_derivative_matches_autograd(step):
     gen = torch.Generator().manual_seed(0)
     t = (torch.rand(500, generator=gen, dtype=torch.float64) - 0.5) * 0.6
-    t = t[(t - step.delta if hasattr(step, "delta") else t).abs() > 1e-6]  # away from the kink at delta
+    # away from the kink at delta
+    t = t[(t - step.delta if hasattr(step, "delta") else t).abs() > 1e-6]
     t = t[t.abs() > 1e-6].requires_grad_()
     (auto,) = torch.autograd.grad(step(t).sum(), t)
     assert torch.allclose(step.derivative(t.detach()), auto, rtol=1e-10, atol=1e-10)
@@ -179,11 +207,14 @@ def test_exact_rank_and_split_against_brute_force(with_ties):
     assert torch.equal(exact_rank(scores, valid), r)
     got_p, got_n = rank_split(scores, rel, valid, max_elements=7)
     assert torch.equal(got_p, rp) and torch.equal(got_n, rn)
-    assert torch.equal(exact_rank(scores), _brute_ranks(scores, rel, torch.ones(4, 9, dtype=torch.bool))[0])
+    assert torch.equal(
+        exact_rank(scores), _brute_ranks(scores, rel, torch.ones(4, 9, dtype=torch.bool))[0]
+    )
 
 
 def test_hand_worked_ranks():
-    # scores 0.9 (pos), 0.7 (neg), 0.7 (pos), 0.1 (neg): the tie at 0.7 counts as ranked before (H(0) = 1)
+    # scores 0.9 (pos), 0.7 (neg), 0.7 (pos), 0.1 (neg): the tie at 0.7 counts as ranked before
+    # (H(0) = 1)
     s = torch.tensor([[0.9, 0.7, 0.7, 0.1]])
     y = torch.tensor([[1.0, 0.0, 1.0, 0.0]])
     assert exact_rank(s).tolist() == [[1.0, 3.0, 3.0, 4.0]]
@@ -193,7 +224,11 @@ def test_hand_worked_ranks():
 
 def test_retrieval_mask_choices_and_errors():
     m = retrieval_mask(3, 5, torch.tensor([0, -1, 4]))
-    assert m.tolist() == [[False, True, True, True, True], [True] * 5, [True, True, True, True, False]]
+    assert m.tolist() == [
+        [False, True, True, True, True],
+        [True] * 5,
+        [True, True, True, True, False],
+    ]
     assert bool(retrieval_mask(3, 5, torch.tensor([0, 1, 2]), exclude_self=False).all())
     assert bool(retrieval_mask(3, 5).all())
     with pytest.raises(ValueError, match="self_index"):
@@ -222,10 +257,14 @@ def test_row_kernel_matches_direct_tensor_values_and_gradients(step):
     q, k = positive_rows(rel, valid)
     w = torch.randn(q.numel(), 3, generator=gen, dtype=torch.float64)
     s1 = scores.clone().requires_grad_()
-    out = row_step_sums(s1, q, k, step, ("all", "geq", "lower"), valid=valid, relevance=rel, max_elements=13)
+    out = row_step_sums(
+        s1, q, k, step, ("all", "geq", "lower"), valid=valid, relevance=rel, max_elements=13
+    )
     (out * w).sum().backward()
     s2 = scores.clone().requires_grad_()
-    direct = torch.stack([_direct_sums(s2, rel, valid, step, r)[q, k] for r in ("all", "geq", "lower")], 1)
+    direct = torch.stack(
+        [_direct_sums(s2, rel, valid, step, r)[q, k] for r in ("all", "geq", "lower")], 1
+    )
     (direct * w).sum().backward()
     assert torch.allclose(out, direct, atol=1e-12)
     assert torch.allclose(s1.grad, s2.grad, atol=1e-10)
@@ -293,4 +332,6 @@ def test_bad_inputs_raise_named_errors():
     with pytest.raises(ValueError, match="relevance"):
         rank_split(torch.zeros(2, 3), torch.zeros(2, 4))
     with pytest.raises(ValueError, match="q_idx"):
-        row_step_sums(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), torch.zeros(3, dtype=torch.long))
+        row_step_sums(
+            torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), torch.zeros(3, dtype=torch.long)
+        )

@@ -1,4 +1,5 @@
-"""Graph diffusion (Iscen et al., conjugate gradient) and multi-descriptor diffusion MD / cMD (eqs. 4.2-4.9)."""
+"""Graph diffusion (Iscen et al., conjugate gradient) and multi-descriptor diffusion MD / cMD (eqs.
+4.2-4.9)."""
 
 from __future__ import annotations
 
@@ -109,7 +110,8 @@ def test_diffusion_matches_dense_linear_solve(alpha: float, kq: int) -> None:
     y, _ = query_vectors(g, q, kq, backend="torch")
     s = _dense_normalized(_dense_affinity(x.numpy(), 8, 3.0, True))
     ref = (1 - alpha) * np.linalg.solve(np.eye(80) - alpha * s, y.toarray().T).T
-    got = diffusion_search(g, q, alpha=alpha, kq=kq, iters=2000, tol=1e-13, device="cpu")  # R = 1000 >= n
+    # R = 1000 >= n
+    got = diffusion_search(g, q, alpha=alpha, kq=kq, iters=2000, tol=1e-13, device="cpu")
     np.testing.assert_allclose(got.numpy(), ref, atol=1e-6 * np.abs(ref).max())
     # query vector: [s]^gamma on the kq nearest items
     sims = (q @ x.T).numpy()
@@ -193,7 +195,9 @@ def test_graph_helpers() -> None:
     assert got.tolist() == [True, False, True, True, False]
     a = sp.csr_matrix(np.array([[0, 1.0, 0], [0, 0, 1.0], [1.0, 1.0, 0]]))
     np.testing.assert_allclose(symmetrize(a, "mean").toarray(), (a + a.T).toarray() / 2)
-    np.testing.assert_allclose(symmetrize(a, "min").toarray(), np.minimum(a.toarray(), a.T.toarray()))
+    np.testing.assert_allclose(
+        symmetrize(a, "min").toarray(), np.minimum(a.toarray(), a.T.toarray())
+    )
     v, i = sparse_row_topk(sp.csr_matrix(np.array([[0.5, 0, 0.2], [0, 0, 0], [0.1, 0.3, 0.9]])), 2)
     assert i.tolist() == [[0, 2], [-1, -1], [2, 1]]
     assert torch.isinf(v[1]).all()
@@ -204,8 +208,21 @@ def test_graph_helpers() -> None:
 # ----------------------------------------------------------------------------- MD / cMD
 
 
-def _md_brute(mats, k1, k2, alpha, *, include_self=False, knn_self="keep", norm="row", second="rows",
-              lam=0.0, dom=None, stage="both", clamp=True):
+def _md_brute(
+    mats,
+    k1,
+    k2,
+    alpha,
+    *,
+    include_self=False,
+    knn_self="keep",
+    norm="row",
+    second="rows",
+    lam=0.0,
+    dom=None,
+    stage="both",
+    clamp=True,
+):
     """Eqs. 4.2-4.9 with dense adjacency matrices and explicit loops (independent of the module)."""
     n = mats[0].shape[0]
     t = None if dom is None else (dom[:, None] != dom[None, :]).astype(float)
@@ -252,7 +269,9 @@ def _md_brute(mats, k1, k2, alpha, *, include_self=False, knn_self="keep", norm=
 def test_md_hand_worked() -> None:
     s = torch.tensor([[1.0, 0.8, 0.1], [0.8, 1.0, 0.2], [0.1, 0.2, 1.0]], dtype=torch.float64)
     got = md([s], k1=2, k2=1, alpha=1.0, norm="none")
-    expected = torch.tensor([[0.64, 0.512, 0.064], [0.512, 0.64, 0.128], [0.04, 0.032, 0.004]], dtype=torch.float64)
+    expected = torch.tensor(
+        [[0.64, 0.512, 0.064], [0.512, 0.64, 0.128], [0.04, 0.032, 0.004]], dtype=torch.float64
+    )
     torch.testing.assert_close(got, expected)
     # cMD: image 2 is in another domain; lambda = 0.5 raises its cross-domain neighbour weight
     got_c = md([s], k1=2, k2=1, alpha=1.0, norm="none", domains=[0, 0, 1], lam=0.5)
@@ -265,17 +284,53 @@ def test_md_matches_brute_force_on_every_decision_point() -> None:
     xs = [l2n(torch.from_numpy(rng.normal(size=(24, 5)))) for _ in range(2)]
     mats = [(x @ x.T).numpy() for x in xs]
     dom = rng.integers(0, 3, 24)
-    combos = list(itertools.product([False, True], ["keep", "exclude"], ["row", "fro", "none"], ["rows", "row_cosine"],
-                                    ["both", "merged", "per_descriptor"]))
+    combos = list(
+        itertools.product(
+            [False, True],
+            ["keep", "exclude"],
+            ["row", "fro", "none"],
+            ["rows", "row_cosine"],
+            ["both", "merged", "per_descriptor"],
+        )
+    )
     for include_self, knn_self, norm, second, stage in combos[::3] + [combos[-1]]:
-        kw = dict(include_self=include_self, knn_self=knn_self, norm=norm, second_stage_knn=second, cmd_stage=stage)
-        got = md([torch.from_numpy(m) for m in mats], 6, 3, 2.0, domains=torch.from_numpy(dom), lam=0.4, **kw)
-        ref = _md_brute(mats, 6, 3, 2.0, include_self=include_self, knn_self=knn_self, norm=norm, second=second,
-                        lam=0.4, dom=dom, stage=stage)
+        kw = dict(
+            include_self=include_self,
+            knn_self=knn_self,
+            norm=norm,
+            second_stage_knn=second,
+            cmd_stage=stage,
+        )
+        got = md(
+            [torch.from_numpy(m) for m in mats],
+            6,
+            3,
+            2.0,
+            domains=torch.from_numpy(dom),
+            lam=0.4,
+            **kw,
+        )
+        ref = _md_brute(
+            mats,
+            6,
+            3,
+            2.0,
+            include_self=include_self,
+            knn_self=knn_self,
+            norm=norm,
+            second=second,
+            lam=0.4,
+            dom=dom,
+            stage=stage,
+        )
         np.testing.assert_allclose(got.numpy(), ref, atol=1e-10, err_msg=str(kw))
     # no clamping, integer alpha: negative similarities enter with their sign
-    got = md([torch.from_numpy(m) for m in mats], 6, 3, 3.0, clamp_negative=False, include_self=True)
-    np.testing.assert_allclose(got.numpy(), _md_brute(mats, 6, 3, 3.0, include_self=True, clamp=False), atol=1e-10)
+    got = md(
+        [torch.from_numpy(m) for m in mats], 6, 3, 3.0, clamp_negative=False, include_self=True
+    )
+    np.testing.assert_allclose(
+        got.numpy(), _md_brute(mats, 6, 3, 3.0, include_self=True, clamp=False), atol=1e-10
+    )
 
 
 def test_md_identity_k2_one_with_self() -> None:
@@ -285,7 +340,9 @@ def test_md_identity_k2_one_with_self() -> None:
     out = md([s], k1=5, k2=1, alpha=4.0, include_self=True, norm="none")
     torch.testing.assert_close(out, s)
     out_row = md([s], k1=5, k2=1, alpha=4.0, include_self=True)
-    assert torch.equal(torch.argsort(out_row, 1, descending=True), torch.argsort(s, 1, descending=True))
+    assert torch.equal(
+        torch.argsort(out_row, 1, descending=True), torch.argsort(s, 1, descending=True)
+    )
 
 
 def test_cmd_lambda_zero_is_md() -> None:
@@ -307,7 +364,15 @@ def test_md_permutation_equivariant(seed: int, lam: float, include_self: bool) -
     perm = torch.from_numpy(rng.permutation(20))
     mats = [x @ x.T for x in xs]
     out = md(mats, 5, 2, 3.0, domains=dom, lam=lam, include_self=include_self)
-    out_p = md([m[perm][:, perm] for m in mats], 5, 2, 3.0, domains=dom[perm], lam=lam, include_self=include_self)
+    out_p = md(
+        [m[perm][:, perm] for m in mats],
+        5,
+        2,
+        3.0,
+        domains=dom[perm],
+        lam=lam,
+        include_self=include_self,
+    )
     torch.testing.assert_close(out_p, out[perm][:, perm])
 
 
@@ -318,7 +383,9 @@ def test_mean_of_cosines_equals_cosine_of_concatenation() -> None:
     torch.testing.assert_close(c @ c.T, mean_similarity(feats))
     # un-normalised views: the identity needs each view L2-normalised first
     raw = [f * (v + 1) for v, f in enumerate(feats)]
-    torch.testing.assert_close(concat_descriptors(raw) @ concat_descriptors(raw).T, mean_similarity(feats))
+    torch.testing.assert_close(
+        concat_descriptors(raw) @ concat_descriptors(raw).T, mean_similarity(feats)
+    )
 
 
 def test_md_sparse_equals_dense_when_nothing_is_truncated() -> None:
@@ -385,10 +452,13 @@ def test_md_errors() -> None:
         md([s, sp.csr_matrix(s.numpy())], 2, 1)
 
 
-# ----------------------------------------------------------------------------- batched truncated diffusion (issue 19)
+# ----------------------------------------------------------------------------- batched truncated
+# diffusion (issue 19)
 
 
-def _old_truncated(g, y_dense: np.ndarray, cand: np.ndarray, cos: np.ndarray, alpha: float, iters: int, tol: float) -> np.ndarray:
+def _old_truncated(
+    g, y_dense: np.ndarray, cand: np.ndarray, cos: np.ndarray, alpha: float, iters: int, tol: float
+) -> np.ndarray:
     """The per-item implementation the batched one replaces (one sub-graph, one CG, dense row)."""
     sub = g.affinity[cand][:, cand]
     s_sub = torch.from_numpy(normalize_graph(sub).toarray())
@@ -405,7 +475,8 @@ def _old_truncated(g, y_dense: np.ndarray, cand: np.ndarray, cos: np.ndarray, al
 
 def _top_r(cos_row: np.ndarray, r: int) -> np.ndarray:
     order = np.argsort(-cos_row, kind="stable")
-    assert cos_row[order[r - 1]] - cos_row[order[r]] > 1e-6  # no near-tie at the cut: one candidate set
+    # no near-tie at the cut: one candidate set
+    assert cos_row[order[r - 1]] - cos_row[order[r]] > 1e-6
     return order[:r]
 
 
@@ -414,7 +485,9 @@ def test_batched_offline_truncation_matches_the_per_item_solves(iters: int, tol:
     x = _x(150, d=8, seed=21)
     g = build_graph(x, k=9, backend="torch")
     kq, alpha, r = 4, 0.95, 40
-    dense = offline_diffusion(g, alpha=alpha, kq=kq, truncate=r, iters=iters, tol=tol).double().numpy()
+    dense = (
+        offline_diffusion(g, alpha=alpha, kq=kq, truncate=r, iters=iters, tol=tol).double().numpy()
+    )
     cos = (x @ x.T).numpy()
     for i in range(150):
         y = np.zeros(150)
@@ -422,9 +495,14 @@ def test_batched_offline_truncation_matches_the_per_item_solves(iters: int, tol:
         y[nn] = np.maximum(cos[i, nn], 0) ** 3
         cand = np.unique(np.concatenate([_top_r(cos[i], r), nn]))
         ref = _old_truncated(g, y, cand, cos[i], alpha, iters, tol)
-        np.testing.assert_allclose(dense[i], ref.astype(np.float32), rtol=0, atol=1e-6 * max(1.0, np.abs(ref).max()))
+        np.testing.assert_allclose(
+            dense[i], ref.astype(np.float32), rtol=0, atol=1e-6 * max(1.0, np.abs(ref).max())
+        )
         # same ranking wherever two scores differ by more than the CG tolerance
-        top_new, top_ref = np.argsort(-dense[i], kind="stable")[:30], np.argsort(-ref, kind="stable")[:30]
+        top_new, top_ref = (
+            np.argsort(-dense[i], kind="stable")[:30],
+            np.argsort(-ref, kind="stable")[:30],
+        )
         gaps = np.abs(np.diff(np.sort(ref)[::-1][:31]))
         if (gaps > 1e-5).all():
             assert np.array_equal(top_new, top_ref), i
@@ -435,7 +513,9 @@ def test_batched_offline_truncation_matches_the_per_item_solves(iters: int, tol:
     np.testing.assert_allclose(v2.numpy(), np.sort(dense, 1)[:, ::-1][:, :60], atol=1e-6)
 
 
-def test_batched_truncation_does_not_depend_on_batching_or_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batched_truncation_does_not_depend_on_batching_or_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     x = _x(200, d=6, seed=22)
     g = build_graph(x, k=8, backend="torch")
     a = offline_diffusion(g, kq=5, truncate=50, topk=20, batch_size=256)
@@ -454,7 +534,9 @@ def test_truncated_diffusion_search_matches_the_per_query_solves() -> None:
     y, _ = query_vectors(g, q, 5, backend="torch")
     cos = (q @ x.T).numpy()
     for i in range(9):
-        ref = _old_truncated(g, y[i].toarray().ravel(), np.sort(_top_r(cos[i], 30)), cos[i], 0.9, 20, 1e-6)
+        ref = _old_truncated(
+            g, y[i].toarray().ravel(), np.sort(_top_r(cos[i], 30)), cos[i], 0.9, 20, 1e-6
+        )
         np.testing.assert_allclose(got[i], ref.astype(np.float32), rtol=0, atol=1e-6)
     v, ix = diffusion_search(g, q, alpha=0.9, kq=5, truncate=30, iters=20, topk=12, batch_size=4)
     np.testing.assert_allclose(v.numpy(), np.sort(got, 1)[:, ::-1][:, :12], atol=1e-6)
@@ -463,7 +545,9 @@ def test_truncated_diffusion_search_matches_the_per_query_solves() -> None:
 def test_build_graph_progress_bar_is_optional(capsys: pytest.CaptureFixture[str]) -> None:
     """The kNN search of a large graph draws a bar by default; ``progress=False`` keeps stderr clean
     (benchmarks print tables)."""
-    x = torch.nn.functional.normalize(torch.randn(17_000, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    x = torch.nn.functional.normalize(
+        torch.randn(17_000, 4, generator=torch.Generator().manual_seed(0)), dim=1
+    )
     build_graph(x, k=3, backend="torch", progress=False)
     assert "certified search" not in capsys.readouterr().err
     build_graph(x, k=3, backend="torch", progress=True)

@@ -21,7 +21,9 @@ from rank_lab.retrieval.diffusion_graph import build_graph
 
 def _x(n: int, d: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.nn.functional.normalize(torch.randn(n, d, generator=g, dtype=torch.float64), dim=1).float()
+    return torch.nn.functional.normalize(
+        torch.randn(n, d, generator=g, dtype=torch.float64), dim=1
+    ).float()
 
 
 def _sets(n: int, sizes: list[int], seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -99,30 +101,47 @@ def test_block_cg_equals_per_set_cg(iters: int, tol: float) -> None:
     sizes = [50, 37, 50, 9]
     offsets, nodes = _sets(120, sizes, seed=5)
     layout = BlockLayout(offsets, nodes)
-    m_neg = block_operator(NeighbourTable(g.affinity), layout, np.full(121, -1, dtype=np.int32), 0.95)
+    m_neg = block_operator(
+        NeighbourTable(g.affinity), layout, np.full(121, -1, dtype=np.int32), 0.95
+    )
     rng = np.random.default_rng(6)
     rhs = np.zeros(layout.shape)
     for b, s in enumerate(sizes):
         rhs[b, :s] = rng.random(s)
-    got = block_cg(m_neg.indptr, m_neg.indices, m_neg.data, rhs.reshape(-1), layout.sizes, layout.width, iters,
-                   tol).reshape(layout.shape)
+    got = block_cg(
+        m_neg.indptr,
+        m_neg.indices,
+        m_neg.data,
+        rhs.reshape(-1),
+        layout.sizes,
+        layout.width,
+        iters,
+        tol,
+    ).reshape(layout.shape)
     for b, s in enumerate(sizes):
         c = nodes[offsets[b] : offsets[b + 1]]
         a = np.eye(s) + _dense_block(g.affinity, c, 0.95)
-        np.testing.assert_allclose(got[b, :s], _cg_reference(a, rhs[b, :s], iters, tol), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(
+            got[b, :s], _cg_reference(a, rhs[b, :s], iters, tol), rtol=1e-9, atol=1e-12
+        )
         assert (got[b, s:] == 0).all()  # the padding stays zero
 
 
 def test_a_set_gives_the_same_bits_whatever_its_group() -> None:
-    """Padding to the group's widest set must not change a set's result (dot products over its own entries)."""
+    """Padding to the group's widest set must not change a set's result (dot products over its own
+    entries)."""
     x = _x(200, 6, seed=7)
     g = build_graph(x, k=8, backend="torch")
     offsets, nodes = _sets(200, [40, 90, 40, 61, 40], seed=8)
     y_rows = np.repeat(np.arange(5), 3)
     y_cols = np.concatenate([nodes[offsets[b] : offsets[b] + 3] for b in range(5)])
     y_vals = np.linspace(0.2, 1.0, 15)
-    outs = [truncated_solve(g.affinity, offsets, nodes, y_rows, y_cols, y_vals, 0.99, 20, 1e-6, threads, group=grp)
-            for grp, threads in ((1, 1), (2, 1), (5, 1), (2, 2))]
+    outs = [
+        truncated_solve(
+            g.affinity, offsets, nodes, y_rows, y_cols, y_vals, 0.99, 20, 1e-6, threads, group=grp
+        )
+        for grp, threads in ((1, 1), (2, 1), (5, 1), (2, 2))
+    ]
     for other in outs[1:]:
         assert np.array_equal(outs[0], other)
 
@@ -143,10 +162,23 @@ def test_candidate_sets_are_the_top_r_with_ties_and_extras() -> None:
 
 
 def test_graph_without_edges_keeps_every_item_isolated() -> None:
-    """No mutual neighbour at all: every sub-graph is empty, the diffusion is the query vector itself."""
+    """No mutual neighbour at all: every sub-graph is empty, the diffusion is the query vector
+    itself."""
     w = sp.csr_matrix((6, 6))
     table = NeighbourTable(w)
     assert table.cols is None and table.width == 0
     offsets, nodes = np.array([0, 3, 6]), np.array([0, 2, 4, 1, 3, 5])
-    f = truncated_solve(w, offsets, nodes, np.array([0, 1]), np.array([2, 3]), np.array([0.5, 2.0]), 0.9, 20, 1e-6, 1)
-    np.testing.assert_allclose(f, (1 - 0.9) * np.array([0, 0.5, 0, 0, 2.0, 0]), rtol=1e-12)  # aligned with nodes
+    f = truncated_solve(
+        w,
+        offsets,
+        nodes,
+        np.array([0, 1]),
+        np.array([2, 3]),
+        np.array([0.5, 2.0]),
+        0.9,
+        20,
+        1e-6,
+        1,
+    )
+    # aligned with nodes
+    np.testing.assert_allclose(f, (1 - 0.9) * np.array([0, 0.5, 0, 0, 2.0, 0]), rtol=1e-12)

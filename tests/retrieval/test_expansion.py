@@ -38,8 +38,11 @@ def test_alpha_qe_hand_worked() -> None:
     expected = l2n(q + 0.64 * g[1] + 0.36 * g[0])
     torch.testing.assert_close(alpha_qe(q, g, n=2, alpha=2.0), expected)
     # without the query itself
-    torch.testing.assert_close(alpha_qe(q, g, n=2, alpha=2.0, include_self=False), l2n(0.64 * g[1:2] + 0.36 * g[0:1]))
-    # AQE = plain mean of the query and its top-n (c has a negative similarity but is not in the top 2)
+    torch.testing.assert_close(
+        alpha_qe(q, g, n=2, alpha=2.0, include_self=False), l2n(0.64 * g[1:2] + 0.36 * g[0:1])
+    )
+    # AQE = plain mean of the query and its top-n (c has a negative similarity but is not in the top
+    # 2)
     torch.testing.assert_close(average_qe(q, g, n=2), l2n(q + g[0] + g[1]))
     # clamping: with n = 3 the negative neighbour gets weight 0 for alpha > 0
     torch.testing.assert_close(alpha_qe(q, g, n=3, alpha=1.0), l2n(q + 0.8 * g[1] + 0.6 * g[0]))
@@ -126,7 +129,8 @@ def test_k_reciprocal_matches_dense_definition() -> None:
     torch.testing.assert_close(d1, (dist / dist.amax(1, keepdim=True))[:15, 15:])
 
 
-@pytest.mark.parametrize("k1,k2", [(6, 1), (5, 3), (3, 9)])  # k2 > k1 + 1: the local QE reads past the k1 lists
+# k2 > k1 + 1: the local QE reads past the k1 lists
+@pytest.mark.parametrize("k1,k2", [(6, 1), (5, 3), (3, 9)])
 def test_k_reciprocal_all_vs_all(k1: int, k2: int) -> None:
     x = _x(30, seed=3)
     got = -k_reciprocal_rerank(None, x, k1=k1, k2=k2, backend="torch")
@@ -136,7 +140,9 @@ def test_k_reciprocal_all_vs_all(k1: int, k2: int) -> None:
 # ----------------------------------------------------------------------------- GQE
 
 
-def _gqe_dense(x: np.ndarray, k1: int, k2: int, alpha: float, layers: int, variant: str) -> np.ndarray:
+def _gqe_dense(
+    x: np.ndarray, k1: int, k2: int, alpha: float, layers: int, variant: str
+) -> np.ndarray:
     n = len(x)
     s = x @ x.T
     order = np.argsort(-s, axis=1, kind="stable")
@@ -156,11 +162,16 @@ def _gqe_dense(x: np.ndarray, k1: int, k2: int, alpha: float, layers: int, varia
     return h @ h.T
 
 
-@pytest.mark.parametrize("variant,layers,alpha", [("thesis", 1, 1.0), ("thesis", 2, 3.0), ("code", 2, 2.0), ("thesis", 0, 1.0)])
+@pytest.mark.parametrize(
+    "variant,layers,alpha",
+    [("thesis", 1, 1.0), ("thesis", 2, 3.0), ("code", 2, 2.0), ("thesis", 0, 1.0)],
+)
 def test_gqe_matches_dense(variant: str, layers: int, alpha: float) -> None:
     x = _x(40, seed=4)
     got = gqe(x, k1=8, k2=3, alpha=alpha, layers=layers, variant=variant, backend="torch")
-    np.testing.assert_allclose(got.numpy(), _gqe_dense(x.numpy(), 8, 3, alpha, layers, variant), atol=1e-10)
+    np.testing.assert_allclose(
+        got.numpy(), _gqe_dense(x.numpy(), 8, 3, alpha, layers, variant), atol=1e-10
+    )
 
 
 def test_gqe_queries_topk_and_permutation() -> None:

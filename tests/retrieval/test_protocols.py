@@ -22,11 +22,14 @@ from rank_lab.stats import mean_ci
 
 
 def test_p1_apd_toy_example_of_the_thesis() -> None:
-    """Fig. 4.2 / digest §3.4: query red; list [red+, blue-, red+, green-, blue+, green+] -> P1 = 5, APD = 1.75."""
+    """Fig. 4.2 / digest §3.4: query red; list [red+, blue-, red+, green-, blue+, green+] -> P1 = 5,
+    APD = 1.75."""
     red, blue, green = 0, 1, 2
     scores = torch.tensor([[6.0, 5, 4, 3, 2, 1]])
     pos = torch.tensor([[True, False, True, False, True, True]])
-    rep = cross_domain_evaluate(scores, pos, torch.tensor([red]), torch.tensor([red, blue, red, green, blue, green]))
+    rep = cross_domain_evaluate(
+        scores, pos, torch.tensor([red]), torch.tensor([red, blue, red, green, blue, green])
+    )
     assert rep.p1.tolist() == [5.0]
     assert rep.apd.tolist() == [1.75]
     assert rep.summary["mP1"] == 5.0 and rep.summary["qP1"] == 5.0 and rep.summary["mAPD"] == 1.75
@@ -43,13 +46,20 @@ def test_worst_case_ties_for_inter_domain_measures() -> None:
     assert rep.p1.item() == 2.0
     assert rep.apd.item() == pytest.approx(2 - 1.5)
     # a negative tied with the cross positive comes first (worst case)
-    rep2 = cross_domain_evaluate(torch.tensor([[1.0, 0.7, 0.7]]), torch.tensor([[True, True, False]]),
-                                 torch.tensor([0]), torch.tensor([0, 1, 1]))
+    rep2 = cross_domain_evaluate(
+        torch.tensor([[1.0, 0.7, 0.7]]),
+        torch.tensor([[True, True, False]]),
+        torch.tensor([0]),
+        torch.tensor([0, 1, 1]),
+    )
     assert rep2.p1.item() == 3.0
 
 
-def _brute(scores: np.ndarray, pos: np.ndarray, qd: np.ndarray, gd: np.ndarray, self_idx: np.ndarray):
-    """Explicit sorting with the worst-case tie order (negatives, then same-domain positives, then cross)."""
+def _brute(
+    scores: np.ndarray, pos: np.ndarray, qd: np.ndarray, gd: np.ndarray, self_idx: np.ndarray
+):
+    """Explicit sorting with the worst-case tie order (negatives, then same-domain positives, then
+    cross)."""
     aps, p1s, apds = [], [], []
     for i in range(len(scores)):
         keep = np.ones(scores.shape[1], dtype=bool)
@@ -91,8 +101,14 @@ def test_cross_domain_matches_brute_force_with_ties(seed: int, n_levels: int) ->
     pos = qlab[:, None] == labels[None]
     gd = rng.integers(0, 3, size=n)
     qd = np.where(qidx >= 0, gd[qidx], 0)
-    rep = cross_domain_evaluate(torch.from_numpy(scores), torch.from_numpy(pos), torch.from_numpy(qd), torch.from_numpy(gd),
-                                self_index=torch.from_numpy(qidx), chunk_size=3)
+    rep = cross_domain_evaluate(
+        torch.from_numpy(scores),
+        torch.from_numpy(pos),
+        torch.from_numpy(qd),
+        torch.from_numpy(gd),
+        self_index=torch.from_numpy(qidx),
+        chunk_size=3,
+    )
     ap, p1, apd = _brute(scores, pos, qd, gd, qidx)
     np.testing.assert_allclose(rep.ap.numpy(), ap, equal_nan=True)
     np.testing.assert_allclose(rep.p1.numpy(), p1, equal_nan=True)
@@ -119,13 +135,22 @@ def test_cross_domain_ap_equals_average_precision_without_self() -> None:
 def test_groups_and_skipped_queries() -> None:
     scores = torch.tensor([[3.0, 2.0, 1.0], [1.0, 2.0, 3.0], [1.0, 1.0, 1.0]])
     pos = torch.tensor([[False, True, False], [True, True, False], [False, False, False]])
-    rep = cross_domain_evaluate(scores, pos, torch.tensor([0, 1, 0]), torch.tensor([0, 0, 1]),
-                                query_groups={"scale": torch.tensor([0, 1, -1])}, group_names={"scale": {0: "close", 1: "far"}})
+    rep = cross_domain_evaluate(
+        scores,
+        pos,
+        torch.tensor([0, 1, 0]),
+        torch.tensor([0, 0, 1]),
+        query_groups={"scale": torch.tensor([0, 1, -1])},
+        group_names={"scale": {0: "close", 1: "far"}},
+    )
     assert rep.summary["n_skipped"] == 1.0 and torch.isnan(rep.ap[2])
     assert rep.summary["mAP[scale=close]"] == pytest.approx(50.0)  # positive at position 2
     assert rep.summary["mAP[scale=far]"] == pytest.approx(100 * (1 / 2 + 2 / 3) / 2)
     assert rep.summary["n_inter"] == 1.0  # query 0: its positive is from its own domain
-    assert grouped_map(torch.tensor([0.5, float("nan"), 1.0]), torch.tensor([1, 1, 2])) == {"1": 50.0, "2": 100.0}
+    assert grouped_map(torch.tensor([0.5, float("nan"), 1.0]), torch.tensor([1, 1, 2])) == {
+        "1": 50.0,
+        "2": 100.0,
+    }
 
 
 def test_multilabel_targets() -> None:
@@ -159,7 +184,9 @@ def test_cross_domain_errors() -> None:
     with pytest.raises(ValueError, match="query_domains"):
         cross_domain_evaluate(s, p, torch.zeros(3), torch.zeros(3))
     with pytest.raises(ValueError, match="both be"):
-        cross_domain_evaluate(s, torch.zeros(2, 2, dtype=torch.bool), torch.zeros(2), torch.zeros(3))
+        cross_domain_evaluate(
+            s, torch.zeros(2, 2, dtype=torch.bool), torch.zeros(2), torch.zeros(3)
+        )
     with pytest.raises(ValueError, match="NaN"):
         cross_domain_evaluate(torch.full((2, 3), float("nan")), p, torch.zeros(2), torch.zeros(3))
     with pytest.raises(ValueError, match="self_index"):
@@ -170,7 +197,8 @@ def test_cross_domain_errors() -> None:
 
 
 def _revisitop_brute(scores: np.ndarray, gnd: list[dict], proto: str, ks=(1, 5, 10)):
-    """The protocol written out: rank, drop ignored images, trapezoidal AP, mP@k (worst-case ties)."""
+    """The protocol written out: rank, drop ignored images, trapezoidal AP, mP@k (worst-case
+    ties)."""
     aps, prs = [], []
     for i, g in enumerate(gnd):
         easy, hard, junk = set(g["easy"]), set(g["hard"]), set(g["junk"])
@@ -201,7 +229,13 @@ def _random_gnd(rng: np.random.Generator, n_q: int, n_db: int) -> list[dict]:
     for _ in range(n_q):
         perm = rng.permutation(n_db)
         a, b, c = rng.integers(0, 4, 3)
-        gnd.append({"easy": perm[:a].tolist(), "hard": perm[a : a + b].tolist(), "junk": perm[a + b : a + b + c].tolist()})
+        gnd.append(
+            {
+                "easy": perm[:a].tolist(),
+                "hard": perm[a : a + b].tolist(),
+                "junk": perm[a + b : a + b + c].tolist(),
+            }
+        )
     return gnd
 
 

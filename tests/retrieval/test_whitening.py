@@ -1,4 +1,5 @@
-"""PCA / PCA-whitening with shrinkage, learned Lw whitening, L2 renormalisation (digest 004 §2.3)."""
+"""PCA / PCA-whitening with shrinkage, learned Lw whitening, L2 renormalisation (digest 004
+§2.3)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from rank_lab.retrieval.whitening import (
 def _data(n: int = 200, d: int = 6, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(d, d, generator=g, dtype=torch.float64)
-    return torch.randn(n, d, generator=g, dtype=torch.float64) @ a + torch.randn(d, generator=g, dtype=torch.float64)
+    return torch.randn(n, d, generator=g, dtype=torch.float64) @ a + torch.randn(
+        d, generator=g, dtype=torch.float64
+    )
 
 
 def test_l2n() -> None:
@@ -139,8 +142,13 @@ def test_lw_removes_a_nuisance_direction() -> None:
     n_cls, per = 20, 6
     y = torch.arange(n_cls).repeat_interleave(per)
     centres = torch.randn(n_cls, 2, generator=g, dtype=torch.float64)
-    sig = torch.cat([centres[y] + 0.05 * torch.randn(len(y), 2, generator=g, dtype=torch.float64),
-                     3.0 * torch.randn(len(y), 6, generator=g, dtype=torch.float64)], 1)
+    sig = torch.cat(
+        [
+            centres[y] + 0.05 * torch.randn(len(y), 2, generator=g, dtype=torch.float64),
+            3.0 * torch.randn(len(y), 6, generator=g, dtype=torch.float64),
+        ],
+        1,
+    )
     x = l2n(sig)
     train, test = y < 10, y >= 10
     w = learn_lw_whitening(x[train], _pairs(y[train]), dim=2)

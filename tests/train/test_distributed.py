@@ -46,18 +46,29 @@ def _split():
 
 
 def _cfg(**kw) -> dict:
-    base = dict(backbone="mlp", hidden_dims=[32], embed_dim=8, batch_size=16, m_per_class=4, epochs=2,
-                lr=3e-3, eval_ks=[1, 4], progress=False, loss="roadmap_tpami")
+    base = dict(
+        backbone="mlp",
+        hidden_dims=[32],
+        embed_dim=8,
+        batch_size=16,
+        m_per_class=4,
+        epochs=2,
+        lr=3e-3,
+        eval_ks=[1, 4],
+        progress=False,
+        loss="roadmap_tpami",
+    )
     base.update(kw)
     return base
 
 
-# Run A: proxies (ROADMAP L*_DG), a memory switched on at epoch 2, clipping; interrupted after epoch 2 of 3.
+# Run A: proxies (ROADMAP L*_DG), a memory switched on at epoch 2, clipping; interrupted after epoch
+# 2 of 3.
 CFG_A = _cfg(epochs=3, memory_size=24, memory_activate_epoch=1, grad_clip=5.0)
 # Run B (through the launcher): multistage back-propagation in chunks of 3 under DDP.
 CFG_B = _cfg(multistage_chunk_size=3, eval_every=0)
-# Run C: each rank ranks its own queries ("local"), backbone frozen for the first epoch (unused DDP params),
-# hierarchical (N, 2) labels.
+# Run C: each rank ranks its own queries ("local"), backbone frozen for the first epoch (unused DDP
+# params), hierarchical (N, 2) labels.
 CFG_C = _cfg(dist_loss="local", freeze_backbone_epochs=1, eval_every=0)
 
 
@@ -84,7 +95,10 @@ def _gradient_checks(rank: int) -> dict:
 
     emb, x, y = _grad_problem()
     out: dict = {}
-    for name, (a, b) in {"equal": (8 * rank, 8 * rank + 8), "unequal": ((0, 11), (11, 16))[rank]}.items():
+    for name, (a, b) in {
+        "equal": (8 * rank, 8 * rank + 8),
+        "unequal": ((0, 11), (11, 16))[rank],
+    }.items():
         e = emb[a:b].clone().requires_grad_(True)
         loss = SupAP()(all_gather_with_grad(e), all_gather_tensor(y[a:b]))
         loss.backward()
@@ -104,8 +118,13 @@ def _gradient_checks(rank: int) -> dict:
 
 
 def _worker(rank: int, port: int, tmp: str) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(WORLD),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     torch.set_num_threads(1)
     tmp_p = Path(tmp)
     env = init_distributed(timeout_s=60)
@@ -134,9 +153,14 @@ def _worker(rank: int, port: int, tmp: str) -> None:
         from rank_lab.train import embed_dataset
 
         emb_local, _ = embed_dataset(tr.model, data[1])
-        out["A"] = {"history": tr.history, "memory": tr.memory.embeddings.clone(), "steps": tr.steps_per_epoch,
-                    "embed": (emb_dist, lab_dist, emb_local), "sampler_len": len(tr.sampler),
-                    "local_batch": tr.sampler.local_batch_size}
+        out["A"] = {
+            "history": tr.history,
+            "memory": tr.memory.embeddings.clone(),
+            "steps": tr.steps_per_epoch,
+            "embed": (emb_dist, lab_dist, emb_local),
+            "sampler_len": len(tr.sampler),
+            "local_batch": tr.sampler.local_batch_size,
+        }
         tr.save_checkpoint(tmp_p / f"explicit_{rank}.pt")  # only rank 0 writes
 
         from rank_lab.train.distributed.launch import main
@@ -146,11 +170,17 @@ def _worker(rank: int, port: int, tmp: str) -> None:
             cfg_path.write_text(json.dumps({**CFG_B, "dataset": "synthetic", "data": _DATA}))
         torch.distributed.barrier()
         trb = main(["--config", str(cfg_path), "--set", f"log_path={tmp_p / 'B_log.json'}"])
-        out["B"] = {"history": trb.history, "params": {k: v.clone() for k, v in trb.model.state_dict().items()}}
+        out["B"] = {
+            "history": trb.history,
+            "params": {k: v.clone() for k, v in trb.model.state_dict().items()},
+        }
 
         trc = DistributedTrainer(None, None, _hier_train(split), None, TrainConfig.from_dict(CFG_C))
         trc.fit()
-        out["C"] = {"history": trc.history, "params": {k: v.clone() for k, v in trc.model.state_dict().items()}}
+        out["C"] = {
+            "history": trc.history,
+            "params": {k: v.clone() for k, v in trc.model.state_dict().items()},
+        }
     finally:
         torch.save(out, tmp_p / f"rank{rank}.pt")
         cleanup_distributed(env)
@@ -164,7 +194,9 @@ def _free_port() -> int:
 
 def _launch(tmp: Path) -> None:
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    mp.start_processes(_worker, args=(_free_port(), str(tmp)), nprocs=WORLD, start_method=method, join=True)
+    mp.start_processes(
+        _worker, args=(_free_port(), str(tmp)), nprocs=WORLD, start_method=method, join=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +209,8 @@ def two_ranks(tmp_path_factory):
     else:
         from filelock import FileLock
 
-        tmp = tmp_path_factory.getbasetemp().parent / "rank_lab_ddp"  # shared by this session's workers
+        # shared by this session's workers
+        tmp = tmp_path_factory.getbasetemp().parent / "rank_lab_ddp"
         with FileLock(str(tmp) + ".lock"):
             if not (tmp / "done").is_file():
                 tmp.mkdir(exist_ok=True)
@@ -212,7 +245,11 @@ def _close_history(h1, h2, rel=1e-5):
     assert [r["epoch"] for r in h1] == [r["epoch"] for r in h2]
     for a, b in zip(h1, h2, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=rel), (a["epoch"], a["loss"], b["loss"])
-        assert a["step"] == b["step"] and a["n_batches"] == b["n_batches"] and a["lr"] == pytest.approx(b["lr"])
+        assert (
+            a["step"] == b["step"]
+            and a["n_batches"] == b["n_batches"]
+            and a["lr"] == pytest.approx(b["lr"])
+        )
         if a.get("metrics") is not None:
             for k in ("R@1", "R@4", "mAP@R", "n_queries"):
                 assert a["metrics"][k] == pytest.approx(b["metrics"][k], abs=1e-6), k
@@ -221,7 +258,10 @@ def _close_history(h1, h2, rel=1e-5):
 def _close_params(p1, p2, atol=2e-5):
     assert p1.keys() == p2.keys()
     for k in p1:
-        assert torch.allclose(p1[k], p2[k], atol=atol, rtol=1e-4), (k, float((p1[k] - p2[k]).abs().max()))
+        assert torch.allclose(p1[k], p2[k], atol=atol, rtol=1e-4), (
+            k,
+            float((p1[k] - p2[k]).abs().max()),
+        )
 
 
 # ---------------------------------------------------------------------------- multi-process tests
@@ -235,12 +275,17 @@ def test_gathered_loss_and_gradients_equal_the_single_process_batch(two_ranks):
     for r, out in enumerate(res):
         assert out["env"] == DistEnv(r, WORLD, r, "gloo", owns_group=True)
         g = out["grads"]
-        for name, (a, b) in {"equal": (8 * r, 8 * r + 8), "unequal": ((0, 11), (11, 16))[r]}.items():
+        for name, (a, b) in {
+            "equal": (8 * r, 8 * r + 8),
+            "unequal": ((0, 11), (11, 16))[r],
+        }.items():
             loss, grad = g[name]
             assert float(loss) == pytest.approx(float(ref), abs=1e-12)
-            # documented scale: the local rows get W * dL/dE (DDP's mean over ranks restores dL/dtheta)
+            # documented scale: the local rows get W * dL/dE (DDP's mean over ranks restores
+            # dL/dtheta)
             torch.testing.assert_close(grad, WORLD * g_ref[a:b], rtol=1e-10, atol=1e-12)
-        loss, grad = g["local"]  # each rank ranks its queries: same mean loss, same gradient convention
+        # each rank ranks its queries: same mean loss, same gradient convention
+        loss, grad = g["local"]
         assert float(loss) == pytest.approx(float(ref), abs=1e-12)
         torch.testing.assert_close(grad, WORLD * g_ref[8 * r : 8 * r + 8], rtol=1e-10, atol=1e-12)
         model = _linear()
@@ -248,7 +293,8 @@ def test_gathered_loss_and_gradients_equal_the_single_process_batch(two_ranks):
         ref_grads = torch.autograd.grad(ref_loss, list(model.parameters()))
         loss, grads = g["ddp"]
         assert float(loss) == pytest.approx(float(ref_loss.detach()), abs=1e-12)
-        for a, b in zip(grads, ref_grads, strict=True):  # DDP parameter gradients = single-process ones
+        # DDP parameter gradients = single-process ones
+        for a, b in zip(grads, ref_grads, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
         assert g["broadcast"] == {"from": 0}
 
@@ -274,11 +320,16 @@ def test_two_process_training_equals_one_process(two_ranks, ref_a):
         assert a["steps"] == ref.steps_per_epoch == a["sampler_len"] and a["local_batch"] == 8
         _close_history(a["history"], ref.history[:2])
         assert [r["memory_active"] for r in a["history"]] == [False, True]
-    # the memory holds the gathered batches: the same on both ranks, equal to the 1-process memory after epoch 2
+    # the memory holds the gathered batches: the same on both ranks, equal to the 1-process memory
+    # after epoch 2
     assert torch.equal(res[0]["A"]["memory"], res[1]["A"]["memory"])
     assert torch.allclose(res[0]["A"]["memory"], snaps["memory2"], atol=2e-5)
     ckpt = load_checkpoint(tmp / "A" / "last.pt")
-    assert ckpt["epoch"] == 2 and ckpt["distributed"] == {"world_size": 2, "global_batch_size": 16, "local_batch_size": 8}
+    assert ckpt["epoch"] == 2 and ckpt["distributed"] == {
+        "world_size": 2,
+        "global_batch_size": 16,
+        "local_batch_size": 8,
+    }
     assert not any(k.startswith("module.") for k in ckpt["model"])  # unwrapped: rank-agnostic
     _close_params(ckpt["model"], snaps[2])
     log = json.loads((tmp / "A" / "log.json").read_text())
@@ -292,14 +343,18 @@ def test_resume_on_one_rank_from_a_two_rank_checkpoint(two_ranks, ref_a, tmp_pat
     ref, _ = ref_a
     ck = tmp_path / "A"  # a private copy: the shared run folder is never written by the tests
     shutil.copytree(tmp / "A", ck)
-    resumed = Trainer(None, None, *data, TrainConfig.from_dict({**CFG_A, "checkpoint_dir": str(ck)}))
+    resumed = Trainer(
+        None, None, *data, TrainConfig.from_dict({**CFG_A, "checkpoint_dir": str(ck)})
+    )
     hist = resumed.fit()
     assert [r["epoch"] for r in hist] == [1, 2, 3]
     _close_history(hist, ref.history)
     _close_params(resumed.model.state_dict(), ref.model.state_dict())
     assert torch.allclose(resumed.memory.embeddings, ref.memory.embeddings, atol=2e-5)
     # the single-process DistributedTrainer resumes the same checkpoint too
-    again = DistributedTrainer(None, None, *data, TrainConfig.from_dict({**CFG_A, "checkpoint_dir": str(ck)}))
+    again = DistributedTrainer(
+        None, None, *data, TrainConfig.from_dict({**CFG_A, "checkpoint_dir": str(ck)})
+    )
     assert again.env.world_size == 1
     again.resume_from(ck / "last.pt")
     _close_params(again.model.state_dict(), resumed.model.state_dict(), atol=0)
@@ -308,7 +363,9 @@ def test_resume_on_one_rank_from_a_two_rank_checkpoint(two_ranks, ref_a, tmp_pat
 def test_multistage_composes_with_ddp_and_the_launcher(two_ranks):
     tmp, res = two_ranks
     split = _split()
-    ref, _ = _ref_run({**CFG_B, "multistage_chunk_size": None}, ((split.x_train, split.y_train), None))
+    ref, _ = _ref_run(
+        {**CFG_B, "multistage_chunk_size": None}, ((split.x_train, split.y_train), None)
+    )
     for out in res:
         _close_history(out["B"]["history"], ref.history)
         _close_params(out["B"]["params"], ref.model.state_dict())
@@ -339,16 +396,25 @@ def test_rank_zero_writes_and_evaluation_gathers_the_shards(two_ranks):
 
 # ---------------------------------------------------------------------------- single process
 @settings(max_examples=25, deadline=None)
-@given(world=st.sampled_from([1, 2, 4]), m=st.sampled_from([2, 4]), groups=st.integers(1, 2),
-       seed=st.integers(0, 10), epoch=st.integers(0, 3))
+@given(
+    world=st.sampled_from([1, 2, 4]),
+    m=st.sampled_from([2, 4]),
+    groups=st.integers(1, 2),
+    seed=st.integers(0, 10),
+    epoch=st.integers(0, 3),
+)
 def test_distributed_sampler_invariants(world, m, groups, seed, epoch):
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, 12, (150,), generator=g)
     labels[:12] = torch.arange(12)  # 12 classes, some smaller than m
     batch = m * world * groups
     glob = MPerClassSampler(labels, m=m, batch_size=batch, seed=seed, epoch=epoch)
-    ranks = [DistributedMPerClassSampler(labels, m=m, batch_size=batch, seed=seed, num_replicas=world, rank=r)
-             for r in range(world)]
+    ranks = [
+        DistributedMPerClassSampler(
+            labels, m=m, batch_size=batch, seed=seed, num_replicas=world, rank=r
+        )
+        for r in range(world)
+    ]
     for s in ranks:
         s.set_epoch(epoch)
     ref = list(glob)
@@ -408,7 +474,8 @@ def test_single_process_distributed_trainer_equals_trainer(tmp_path):
     for a, b in zip(plain.history, dist_tr.history, strict=True):
         assert a["loss"] == b["loss"]
         assert {k: v for k, v in a["metrics"].items() if k != "eval_time"} == {
-            k: v for k, v in b["metrics"].items() if k != "eval_time"}
+            k: v for k, v in b["metrics"].items() if k != "eval_time"
+        }
     assert load_checkpoint(tmp_path / "d" / "last.pt")["distributed"]["world_size"] == 1
     with pytest.raises(ValueError, match="does not support a cross-batch memory"):
         DistributedTrainer(None, None, *data, cfg.replace(dist_loss="local"))
@@ -435,7 +502,12 @@ def test_launcher_config_and_data(tmp_path):
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({**CFG_B, "dataset": "synthetic", "data": _DATA}))
     cfg, data = load_config(path, ["epochs=5", "lr=0.01", "loss=sup_ap"])
-    assert (cfg.epochs, cfg.lr, cfg.loss, cfg.multistage_chunk_size) == (5, 0.01, "sup_ap", 3) and data == _DATA
+    assert (cfg.epochs, cfg.lr, cfg.loss, cfg.multistage_chunk_size) == (
+        5,
+        0.01,
+        "sup_ap",
+        3,
+    ) and data == _DATA
     (xtr, ytr), (xte, yte) = build_data(cfg, data)
     split = _split()
     assert torch.equal(xtr, split.x_train) and torch.equal(yte, split.y_test)
@@ -451,12 +523,15 @@ def test_launcher_config_and_data(tmp_path):
         build_data(cfg.replace(dataset="no_such_set", data_dir=str(tmp_path)))
 
 
-# ---------------------------------------------------------------------------- sharded faiss evaluation
+# ---------------------------------------------------------------------------- sharded faiss
+# evaluation
 def _tied_set(n=240, d=8, n_protos=40, n_classes=10, seed=0):
     """Embeddings drawn from a few prototypes (exact duplicates: ties in every backend) + labels."""
     g = torch.Generator().manual_seed(seed)
     protos = torch.randn(n_protos, d, generator=g)
-    return protos[torch.randint(0, n_protos, (n,), generator=g)], torch.randint(0, n_classes, (n,), generator=g)
+    return protos[torch.randint(0, n_protos, (n,), generator=g)], torch.randint(
+        0, n_classes, (n,), generator=g
+    )
 
 
 @pytest.mark.parametrize(("cpu_shards", "mode"), [(1, "shard"), (3, "shard"), (4, "replicate")])
@@ -467,17 +542,26 @@ def test_sharded_metrics_equal_the_engine(cpu_shards, mode):
 
     x, y = _tied_set()
     names = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R", "MRR")
-    got = sharded_retrieval_metrics(x, y, ks=(1, 5, 10), metrics=names, n_gpus=0, cpu_shards=cpu_shards, mode=mode)
+    got = sharded_retrieval_metrics(
+        x, y, ks=(1, 5, 10), metrics=names, n_gpus=0, cpu_shards=cpu_shards, mode=mode
+    )
     for backend in ("torch", "faiss"):
         assert got == retrieval_metrics(x, y, ks=(1, 5, 10), metrics=names, backend=backend)
     q, ql = _tied_set(n=50, seed=1)  # separate queries, hierarchical labels (fine level first)
     hl, hql = torch.stack([y, y // 2], 1), torch.stack([ql, ql // 2], 1)
-    got = sharded_retrieval_metrics(q, hql, x, hl, ks=(1, 5), metrics=names, n_gpus=0, cpu_shards=cpu_shards, mode=mode)
+    got = sharded_retrieval_metrics(
+        q, hql, x, hl, ks=(1, 5), metrics=names, n_gpus=0, cpu_shards=cpu_shards, mode=mode
+    )
     assert got == retrieval_metrics(q, hql, x, hl, ks=(1, 5), metrics=names, backend="torch")
-    full = sharded_retrieval_metrics(x, y, ks=(1,), metrics=("R@k", "mAP"), n_gpus=0, cpu_shards=cpu_shards)
-    assert full == retrieval_metrics(x, y, ks=(1,), metrics=("R@k", "mAP"), backend="torch")  # counting route
+    full = sharded_retrieval_metrics(
+        x, y, ks=(1,), metrics=("R@k", "mAP"), n_gpus=0, cpu_shards=cpu_shards
+    )
+    # counting route
+    assert full == retrieval_metrics(x, y, ks=(1,), metrics=("R@k", "mAP"), backend="torch")
     placement = build_index(x, n_gpus=0, cpu_shards=cpu_shards, mode=mode).placement
-    assert placement == ("cpu" if cpu_shards == 1 else f"cpu-{'shards' if mode == 'shard' else 'replicas'}")
+    assert placement == (
+        "cpu" if cpu_shards == 1 else f"cpu-{'shards' if mode == 'shard' else 'replicas'}"
+    )
 
 
 def test_sharded_knn_against_brute_force():
@@ -491,7 +575,9 @@ def test_sharded_knn_against_brute_force():
     s.fill_diagonal_(-torch.inf)
     ref_vals, ref_idx = torch.topk(s, 7, dim=1)
     for shards in (1, 3, 5):
-        vals, idx = sharded_knn_search(x, x, 7, exclude_self=True, n_gpus=0, cpu_shards=shards, chunk_size=20)
+        vals, idx = sharded_knn_search(
+            x, x, 7, exclude_self=True, n_gpus=0, cpu_shards=shards, chunk_size=20
+        )
         assert torch.equal(idx, ref_idx) and torch.allclose(vals, ref_vals, atol=1e-5)
         vals, idx = sharded_knn_search(q, x, 4, n_gpus=0, cpu_shards=shards)
         assert torch.equal(idx, torch.topk(q @ x.T, 4, dim=1).indices)
@@ -514,7 +600,8 @@ def test_sharded_index_errors_and_fallbacks():
         sharded_knn_search(x[:3], x, 2, exclude_self=True)
     with pytest.raises(ValueError, match="NaN|finite"):
         sharded_knn_search(x, torch.full((10, 4), float("nan")), 2)
-    with pytest.warns(UserWarning, match="using"):  # more GPUs than visible: clamped, clean fallback
+    # more GPUs than visible: clamped, clean fallback
+    with pytest.warns(UserWarning, match="using"):
         idx = build_index(x, n_gpus=faiss_gpu_count() + 1)
     assert idx.index.ntotal == 10
 
@@ -531,7 +618,9 @@ def test_sharded_index_on_gpus():
     ref = sharded_knn_search(x, x, 5, exclude_self=True, n_gpus=0)
     for mode in ("shard", "replicate"):
         index = build_index(x, n_gpus=n, mode=mode)
-        assert index.placement == ("gpu" if n == 1 else f"gpu-{'shards' if mode == 'shard' else 'replicas'}")
+        assert index.placement == (
+            "gpu" if n == 1 else f"gpu-{'shards' if mode == 'shard' else 'replicas'}"
+        )
         vals, idx = sharded_knn_search(x, x, 5, exclude_self=True, index=index)
         assert torch.equal(idx, ref[1]) and torch.allclose(vals, ref[0], atol=1e-4)
 
@@ -552,13 +641,17 @@ def test_local_batch_loss_is_the_mean_of_the_slice_losses_and_differs_from_the_g
     (g_hand,) = torch.autograd.grad(by_hand, emb)
     assert torch.allclose(g_local, g_hand, atol=1e-12)
     # one slice is the wrapped loss itself; two slices are not the loss of the whole batch
-    assert LocalBatchLoss(base, 1)(emb, lab).item() == pytest.approx(base(emb, lab).item(), abs=1e-12)
+    assert LocalBatchLoss(base, 1)(emb, lab).item() == pytest.approx(
+        base(emb, lab).item(), abs=1e-12
+    )
     assert abs(local.item() - base(emb, lab).item()) > 1e-3
     # references (a memory) reach every slice unchanged
     ref, ref_lab = emb.detach()[::2], lab[::2]  # 2 items of every class
     with_ref = LocalBatchLoss(base, 2)(emb, lab, ref, ref_lab)
     assert with_ref.item() == pytest.approx(
-        ((base(emb[:8], lab[:8], ref, ref_lab) + base(emb[8:], lab[8:], ref, ref_lab)) / 2).item(), abs=1e-12)
+        ((base(emb[:8], lab[:8], ref, ref_lab) + base(emb[8:], lab[8:], ref, ref_lab)) / 2).item(),
+        abs=1e-12,
+    )
     with pytest.raises(ValueError, match="n_slices"):
         LocalBatchLoss(base, 3)(emb, lab)
     with pytest.raises(TypeError, match="loss"):

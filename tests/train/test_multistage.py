@@ -1,4 +1,5 @@
-"""Tests of multistage back-propagation (rank_lab.train.multistage), Section 5.3.2 of the Patel thesis."""
+"""Tests of multistage back-propagation (rank_lab.train.multistage), Section 5.3.2 of the Patel
+thesis."""
 
 from __future__ import annotations
 
@@ -81,7 +82,9 @@ def test_chunk_size_does_not_matter_and_grads_accumulate():
 
 
 def test_dropout_rng_replay_matches_chunked_graph_and_leaves_rng_in_place():
-    model = nn.Sequential(nn.Flatten(), nn.Linear(36, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 8)).double()
+    model = nn.Sequential(
+        nn.Flatten(), nn.Linear(36, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 8)
+    ).double()
     model.train()
     x, y = data(seed=2)
     loss_fn = SmoothRecallAtK(tau=0.1)
@@ -98,7 +101,9 @@ def test_dropout_rng_replay_matches_chunked_graph_and_leaves_rng_in_place():
 
     torch.manual_seed(123)
     model.zero_grad()
-    out = multistage_backward(model, x, y, loss_fn, chunk_size=chunk, check_consistency=True, atol=1e-12)
+    out = multistage_backward(
+        model, x, y, loss_fn, chunk_size=chunk, check_consistency=True, atol=1e-12
+    )
     after_ms = torch.rand(3)
     assert float(out.loss) == pytest.approx(float(loss.detach()), abs=1e-12)
     for name in g_ref:
@@ -107,7 +112,9 @@ def test_dropout_rng_replay_matches_chunked_graph_and_leaves_rng_in_place():
 
     # without replaying the RNG the second forward draws other masks: detected
     with pytest.raises(RuntimeError, match="differs"):
-        multistage_backward(model, x, y, loss_fn, chunk_size=chunk, restore_rng=False, check_consistency=True)
+        multistage_backward(
+            model, x, y, loss_fn, chunk_size=chunk, restore_rng=False, check_consistency=True
+        )
 
 
 def test_training_mode_batchnorm_updates_running_stats_once():
@@ -194,13 +201,25 @@ def test_large_cpu_batch_step_and_embed_in_chunks():
 def test_errors():
     model = nn.Linear(4, 2)
     with pytest.raises(ValueError, match="labels"):
-        multistage_backward(model, torch.randn(6, 4), torch.zeros(5, dtype=torch.long), lambda e, y: e.sum())
+        multistage_backward(
+            model, torch.randn(6, 4), torch.zeros(5, dtype=torch.long), lambda e, y: e.sum()
+        )
     with pytest.raises(ValueError, match="non-empty"):
-        multistage_backward(model, torch.randn(0, 4), torch.zeros(0, dtype=torch.long), lambda e, y: e.sum())
+        multistage_backward(
+            model, torch.randn(0, 4), torch.zeros(0, dtype=torch.long), lambda e, y: e.sum()
+        )
     with pytest.raises(ValueError, match="scalar"):
-        multistage_backward(model, torch.randn(6, 4), torch.zeros(6, dtype=torch.long), lambda e, y: e)
+        multistage_backward(
+            model, torch.randn(6, 4), torch.zeros(6, dtype=torch.long), lambda e, y: e
+        )
     with pytest.raises(ValueError, match="chunk_size"):
-        multistage_backward(model, torch.randn(6, 4), torch.zeros(6, dtype=torch.long), lambda e, y: e.sum(), chunk_size=0)
+        multistage_backward(
+            model,
+            torch.randn(6, 4),
+            torch.zeros(6, dtype=torch.long),
+            lambda e, y: e.sum(),
+            chunk_size=0,
+        )
     with pytest.raises(TypeError, match="inputs"):
         multistage_backward(model, [1, 2], torch.zeros(2, dtype=torch.long), lambda e, y: e.sum())
 
@@ -227,6 +246,7 @@ def test_fit_multistage_trains():
     y = torch.arange(20).repeat_interleave(6)
     x = torch.randn(20, 16)[y] + 0.3 * torch.randn(120, 16)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
-    hist = fit_multistage(model, SmoothRecallAtK(ks=(1, 2, 4)), x, y, batch_size=40, steps=30,
-                          chunk_size=16, lr=1e-2)
+    hist = fit_multistage(
+        model, SmoothRecallAtK(ks=(1, 2, 4)), x, y, batch_size=40, steps=30, chunk_size=16, lr=1e-2
+    )
     assert len(hist) == 30 and sum(hist[-5:]) / 5 < sum(hist[:5]) / 5

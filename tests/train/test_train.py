@@ -1,4 +1,5 @@
-"""Tests of rank_lab.train: config validation and presets, LR schedule, trainer, checkpoint/resume, log."""
+"""Tests of rank_lab.train: config validation and presets, LR schedule, trainer, checkpoint/resume,
+log."""
 
 from __future__ import annotations
 
@@ -52,8 +53,17 @@ def split():
 
 
 def _cfg(**kw):
-    base = dict(backbone="mlp", hidden_dims=(32,), embed_dim=8, batch_size=16, m_per_class=4,
-                epochs=3, lr=3e-3, eval_ks=(1, 4), progress=False)
+    base = dict(
+        backbone="mlp",
+        hidden_dims=(32,),
+        embed_dim=8,
+        batch_size=16,
+        m_per_class=4,
+        epochs=3,
+        lr=3e-3,
+        eval_ks=(1, 4),
+        progress=False,
+    )
     base.update(kw)
     return TrainConfig.from_dict(base)
 
@@ -64,11 +74,20 @@ def _params(model):
 
 # ---------------------------------------------------------------------------- config
 def test_config_roundtrip_and_key_forms():
-    cfg = TrainConfig.from_dict({"lr": 1e-2, "backbone": "tiny_cnn", "model": {"embed_dim": 16}, "model.width": 8})
-    assert cfg.lr == 1e-2 and cfg.model.backbone == "tiny_cnn" and cfg.model.embed_dim == 16 and cfg.model.width == 8
+    cfg = TrainConfig.from_dict(
+        {"lr": 1e-2, "backbone": "tiny_cnn", "model": {"embed_dim": 16}, "model.width": 8}
+    )
+    assert (
+        cfg.lr == 1e-2
+        and cfg.model.backbone == "tiny_cnn"
+        and cfg.model.embed_dim == 16
+        and cfg.model.width == 8
+    )
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     assert TrainConfig.from_dict(json.loads(cfg.to_json())) == cfg
-    assert TrainConfig.from_dict({"lr": 0.1, "smoke": True, "seed": 3}, ignore_unknown=True).seed == 3
+    assert (
+        TrainConfig.from_dict({"lr": 0.1, "smoke": True, "seed": 3}, ignore_unknown=True).seed == 3
+    )
     new = cfg.replace(epochs=7, embed_dim=4)
     assert new.epochs == 7 and new.model.embed_dim == 4 and cfg.epochs == 10
 
@@ -102,11 +121,27 @@ def test_config_validation_errors(bad, err, match):
 
 def test_recipes_transcribe_the_papers():
     sop = TrainConfig.recipe("roadmap_sop")
-    assert (sop.lr, sop.batch_size, sop.m_per_class, sop.epochs, sop.scheduler) == (5e-5, 256, 4, 100, "cosine")
-    assert (sop.model.backbone, sop.model.pooling, sop.model.embed_dim, sop.model.layer_norm) == ("resnet50", "avg", 512, True)
+    assert (sop.lr, sop.batch_size, sop.m_per_class, sop.epochs, sop.scheduler) == (
+        5e-5,
+        256,
+        4,
+        100,
+        "cosine",
+    )
+    assert (sop.model.backbone, sop.model.pooling, sop.model.embed_dim, sop.model.layer_norm) == (
+        "resnet50",
+        "avg",
+        512,
+        True,
+    )
     assert sop.model.weights is None and sop.recipe_name == "roadmap_sop"
     inat = TrainConfig.recipe("roadmap_inat")
-    assert (inat.lr, inat.weight_decay, inat.min_lr, inat.eval_ks) == (1e-5, 4e-4, 1e-6, (1, 4, 16, 32))
+    assert (inat.lr, inat.weight_decay, inat.min_lr, inat.eval_ks) == (
+        1e-5,
+        4e-4,
+        1e-6,
+        (1, 4, 16, 32),
+    )
     cub = TrainConfig.recipe("roadmap_cub")
     assert (cub.model.pooling, cub.image_size, cub.eval_ks) == ("max", 256, (1, 2, 4, 8))
     assert TrainConfig.recipe("roadmap_sop_sota").model.pooling == "gem"
@@ -115,7 +150,9 @@ def test_recipes_transcribe_the_papers():
     over = TrainConfig.recipe("roadmap_sop", epochs=2, weights="/x/r50.pth")
     assert over.epochs == 2 and over.model.weights == "/x/r50.pth" and over.lr == 5e-5
     assert TrainConfig.from_dict({"recipe": "roadmap_inat", "epochs": 3}).lr == 1e-5
-    assert list_recipes() == sorted(RECIPES) and all(RECIPES.entry(n).summary for n in list_recipes())
+    assert list_recipes() == sorted(RECIPES) and all(
+        RECIPES.entry(n).summary for n in list_recipes()
+    )
     with pytest.raises(ValueError, match="unknown recipe"):
         TrainConfig.recipe("roadmap_xyz")
 
@@ -126,18 +163,27 @@ def test_lr_schedule_matches_torch_cosine_and_warmup():
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=base)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total, eta_min=0.01)
     for step in range(total):
-        assert lr_at(step, base, total_steps=total, min_lr=0.01) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-9)
+        assert lr_at(step, base, total_steps=total, min_lr=0.01) == pytest.approx(
+            opt.param_groups[0]["lr"], rel=1e-9
+        )
         opt.step()
         sched.step()
     warm = [lr_at(s, base, total_steps=total, warmup_steps=4) for s in range(total)]
     assert warm[:4] == pytest.approx([0.025, 0.05, 0.075, 0.1])
-    assert warm[4] == pytest.approx(base) and all(a >= b for a, b in zip(warm[4:], warm[5:], strict=False))
+    assert warm[4] == pytest.approx(base) and all(
+        a >= b for a, b in zip(warm[4:], warm[5:], strict=False)
+    )
     assert lr_at(7, base, total_steps=total, schedule="constant") == base
 
 
 # ---------------------------------------------------------------------------- training
 def test_short_run_lowers_the_loss_and_logs(split, tmp_path):
-    cfg = _cfg(epochs=4, eval_at_start=True, log_path=str(tmp_path / "log.json"), eval_metrics=("R@k", "mAP@R", "mAP"))
+    cfg = _cfg(
+        epochs=4,
+        eval_at_start=True,
+        log_path=str(tmp_path / "log.json"),
+        eval_metrics=("R@k", "mAP@R", "mAP"),
+    )
     loss = PairLoss()
     tr = Trainer(None, loss, (split.x_train, split.y_train), (split.x_test, split.y_test), cfg)
     with torch.no_grad():
@@ -206,7 +252,9 @@ def test_step_scheduler_follows_multisteplr_and_resumes_longer(split, tmp_path):
     kw = dict(scheduler="step", milestones=(1, 2), gamma=0.5, head_lr=6e-3, eval_every=0)
     tr = Trainer(None, PairLoss(), *data, _cfg(epochs=3, **kw))
     tr.fit()
-    assert [r["lrs"] for r in tr.history] == [{"backbone": 3e-3 * f, "head": 6e-3 * f} for f in (1.0, 0.5, 0.25)]
+    assert [r["lrs"] for r in tr.history] == [
+        {"backbone": 3e-3 * f, "head": 6e-3 * f} for f in (1.0, 0.5, 0.25)
+    ]
     short = _cfg(epochs=2, checkpoint_dir=str(tmp_path), **kw)
     Trainer(None, PairLoss(), *data, short).fit()
     longer = Trainer(None, PairLoss(), *data, short.replace(epochs=3))
@@ -218,7 +266,10 @@ def test_step_scheduler_follows_multisteplr_and_resumes_longer(split, tmp_path):
 
 
 def test_same_seed_same_model_different_seed_differs(split):
-    runs = [Trainer(None, PairLoss(), (split.x_train, split.y_train), None, _cfg(epochs=1, seed=s)) for s in (0, 0, 1)]
+    runs = [
+        Trainer(None, PairLoss(), (split.x_train, split.y_train), None, _cfg(epochs=1, seed=s))
+        for s in (0, 0, 1)
+    ]
     for r in runs:
         r.fit()
     p = [_params(r.model) for r in runs]
@@ -229,17 +280,32 @@ def test_same_seed_same_model_different_seed_differs(split):
 def test_param_groups_and_head_lr(split):
     loss = PairLoss()
     loss.scale = nn.Parameter(torch.ones(()))  # a learnable loss parameter (like proxies)
-    tr = Trainer(None, loss, (split.x_train, split.y_train), None,
-                 _cfg(lr=1e-3, head_lr=4e-3, loss_lr=9e-3, scheduler="constant", epochs=1))
+    tr = Trainer(
+        None,
+        loss,
+        (split.x_train, split.y_train),
+        None,
+        _cfg(lr=1e-3, head_lr=4e-3, loss_lr=9e-3, scheduler="constant", epochs=1),
+    )
     groups = {g["name"]: g for g in tr.optimizer.param_groups}
     assert set(groups) == {"backbone", "head", "loss"}
     tr.fit()
-    assert (groups["backbone"]["lr"], groups["head"]["lr"], groups["loss"]["lr"]) == (1e-3, 4e-3, 9e-3)
+    assert (groups["backbone"]["lr"], groups["head"]["lr"], groups["loss"]["lr"]) == (
+        1e-3,
+        4e-3,
+        9e-3,
+    )
     assert tr.history[-1]["lrs"] == {"backbone": 1e-3, "head": 4e-3, "loss": 9e-3}
 
 
 def test_freeze_backbone_epochs(split):
-    tr = Trainer(None, PairLoss(), (split.x_train, split.y_train), None, _cfg(epochs=2, freeze_backbone_epochs=1))
+    tr = Trainer(
+        None,
+        PairLoss(),
+        (split.x_train, split.y_train),
+        None,
+        _cfg(epochs=2, freeze_backbone_epochs=1),
+    )
     bb0, hd0 = _params(tr.model.backbone), _params(tr.model.head)
     tr.train_epoch()
     tr.epoch += 1
@@ -250,7 +316,15 @@ def test_freeze_backbone_epochs(split):
 
 
 def test_gradient_clipping_bounds_the_step(split):
-    cfg = _cfg(optimizer="sgd", momentum=0.0, lr=1.0, scheduler="constant", grad_clip=1e-3, epochs=1, batches_per_epoch=1)
+    cfg = _cfg(
+        optimizer="sgd",
+        momentum=0.0,
+        lr=1.0,
+        scheduler="constant",
+        grad_clip=1e-3,
+        epochs=1,
+        batches_per_epoch=1,
+    )
     tr = Trainer(None, PairLoss(), (split.x_train, split.y_train), None, cfg)
     before = torch.cat([p.detach().flatten().clone() for p in tr.model.parameters()])
     rec = tr.train_epoch()
@@ -267,7 +341,8 @@ def test_memory_is_used_after_activation(split):
     cfg = _cfg(epochs=2, memory_activate_epoch=1, batches_per_epoch=3)
     tr = Trainer(None, loss, (split.x_train, split.y_train), None, cfg, memory=mem)
     assert isinstance(tr.loss_fn, MemoryLoss) and tr.memory is mem
-    assert (tr.loss_fn.batch_weight, tr.loss_fn.memory_weight) == (0.5, 0.5)  # official (batch + memory) / 2
+    # official (batch + memory) / 2
+    assert (tr.loss_fn.batch_weight, tr.loss_fn.memory_weight) == (0.5, 0.5)
     tr.fit()
     assert loss.calls[:3] == [0, 0, 0]  # epoch 1: batch loss only, nothing enqueued
     assert loss.calls[3:] == [0, 16, 0, 32, 0, 40]  # epoch 2: batch + memory (enqueue, then read)
@@ -280,10 +355,13 @@ def test_memory_from_config_checkpoints_and_resumes(split, tmp_path):
     full = Trainer(None, PairLoss(), *data, _cfg(checkpoint_dir=str(tmp_path / "a"), **kw))
     full.fit()
     assert len(full.memory) == 24
+
     def stop(trainer, rec):
         raise KeyboardInterrupt
 
-    part = Trainer(None, PairLoss(), *data, _cfg(checkpoint_dir=str(tmp_path / "b"), **kw), callbacks=[stop])
+    part = Trainer(
+        None, PairLoss(), *data, _cfg(checkpoint_dir=str(tmp_path / "b"), **kw), callbacks=[stop]
+    )
     with pytest.raises(KeyboardInterrupt):
         part.fit()
     assert load_checkpoint(tmp_path / "b" / "last.pt")["epoch"] == 1
@@ -292,7 +370,12 @@ def test_memory_from_config_checkpoints_and_resumes(split, tmp_path):
     assert torch.equal(resumed.memory.embeddings, full.memory.embeddings)
     for k, v in full.model.state_dict().items():
         assert torch.equal(v, resumed.model.state_dict()[k])
-    uniq = Trainer(None, PairLoss(), *data, _cfg(memory_size=1, memory_unique=True, epochs=1, batches_per_epoch=2))
+    uniq = Trainer(
+        None,
+        PairLoss(),
+        *data,
+        _cfg(memory_size=1, memory_unique=True, epochs=1, batches_per_epoch=2),
+    )
     assert uniq.memory.size == len(split.y_train) and uniq.memory.unique
     uniq.fit()
     assert len(uniq.memory) == 32  # two batches of 16 distinct items, one slot each
@@ -306,7 +389,9 @@ def test_memory_loss_combination_formula(split):
             return emb.sum() * 0 + (1.0 if ref is None else 4.0)
 
     cfg = _cfg(epochs=1, memory_weight=3.0, batches_per_epoch=1)
-    tr = Trainer(None, Const(), (split.x_train, split.y_train), None, cfg, memory=CrossBatchMemory(64, 8))
+    tr = Trainer(
+        None, Const(), (split.x_train, split.y_train), None, cfg, memory=CrossBatchMemory(64, 8)
+    )
     rec = tr.train_epoch()
     assert rec["loss"] == pytest.approx((1.0 + 3.0 * 4.0) / 4.0)
     with pytest.raises(TypeError, match="CrossBatchMemory"):
@@ -337,7 +422,13 @@ def test_input_checks(split):
     with pytest.raises(ValueError, match=r"eval_ks holds k=\[4\] but data has 4 items"):
         tr.evaluate((split.x_test[:4], split.y_test[:4]))
     with pytest.raises(ValueError, match=r"eval_ks holds k=\[4\] but test_data has 4 items"):
-        Trainer(None, PairLoss(), (split.x_train, split.y_train), (split.x_test[:4], split.y_test[:4]), _cfg())
+        Trainer(
+            None,
+            PairLoss(),
+            (split.x_train, split.y_train),
+            (split.x_test[:4], split.y_test[:4]),
+            _cfg(),
+        )
 
 
 def test_tiny_cnn_on_images_and_a_given_model():
@@ -368,8 +459,17 @@ def test_supap_training_improves_map_at_r_on_unseen_classes():
     from rank_lab.losses import SupAP
 
     split = make_open_set(n_classes=40, per_class=16, dim=16, input_dim=64, obs_noise=0.5, seed=0)
-    cfg = _cfg(hidden_dims=(128,), embed_dim=32, batch_size=32, epochs=4, eval_at_start=True, eval_ks=(1, 10))
-    hist = Trainer(None, SupAP(), (split.x_train, split.y_train), (split.x_test, split.y_test), cfg).fit()
+    cfg = _cfg(
+        hidden_dims=(128,),
+        embed_dim=32,
+        batch_size=32,
+        epochs=4,
+        eval_at_start=True,
+        eval_ks=(1, 10),
+    )
+    hist = Trainer(
+        None, SupAP(), (split.x_train, split.y_train), (split.x_test, split.y_test), cfg
+    ).fit()
     first, last = hist[0]["metrics"], hist[-1]["metrics"]
     assert first["n_queries"] == split.x_test.shape[0]
     assert last["mAP@R"] > first["mAP@R"] + 0.02, (first["mAP@R"], last["mAP@R"])
@@ -388,7 +488,13 @@ def test_loss_by_name_gets_classes_dim_and_relabelled_labels(split):
     before = proxies.detach().clone()
     tr.fit()
     assert not torch.equal(before, proxies.detach())
-    nr = Trainer(None, None, (split.x_train, split.y_train), None, _cfg(loss="roadmap_neurips", epochs=1, batches_per_epoch=1))
+    nr = Trainer(
+        None,
+        None,
+        (split.x_train, split.y_train),
+        None,
+        _cfg(loss="roadmap_neurips", epochs=1, batches_per_epoch=1),
+    )
     assert "loss" not in {g["name"] for g in nr.optimizer.param_groups}  # pair L_DG: no parameter
     with pytest.raises(ValueError, match="unknown loss"):
         Trainer(None, None, (split.x_train, split.y_train), None, _cfg(loss="no_such_loss"))
@@ -398,7 +504,13 @@ def test_loss_by_name_gets_classes_dim_and_relabelled_labels(split):
 def test_mixed_precision_on_cuda(split):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    tr = Trainer(None, PairLoss(), (split.x_train, split.y_train), (split.x_test, split.y_test), _cfg(epochs=1, device="cuda", amp=True))
+    tr = Trainer(
+        None,
+        PairLoss(),
+        (split.x_train, split.y_train),
+        (split.x_test, split.y_test),
+        _cfg(epochs=1, device="cuda", amp=True),
+    )
     assert tr.amp and tr.scaler.is_enabled()
     hist = tr.fit()
     assert math.isfinite(hist[-1]["loss"])
@@ -410,8 +522,16 @@ def test_hierarchical_sampler_option_draws_super_classes() -> None:
     from rank_lab.train import TrainConfig, Trainer
 
     data = make_hierarchical_open_set(n_coarse=6, fine_per_coarse=4, per_class=8, seed=0)
-    cfg = TrainConfig(epochs=1, batch_size=16, m_per_class=4, sampler="hierarchical", super_classes_per_batch=2,
-                      batches_per_epoch=3, device="cpu", eval_every=0)
+    cfg = TrainConfig(
+        epochs=1,
+        batch_size=16,
+        m_per_class=4,
+        sampler="hierarchical",
+        super_classes_per_batch=2,
+        batches_per_epoch=3,
+        device="cpu",
+        eval_every=0,
+    )
     from rank_lab.losses import SupAP
     from rank_lab.models import EmbeddingHead, EmbeddingModel, MLPBackbone
 

@@ -18,27 +18,66 @@ def _loss(cfg: TrainConfig) -> SmoothRecallAtK:
 
 def test_rs_at_k_recipes():
     names = list_recipes("recall_*")
-    assert {"recall_sop_resnet50", "recall_cars196_resnet50", "recall_inaturalist_vit_b16", "recall_gldv1_resnet101"} <= set(names)
-    assert {n for n in names if not n.endswith("_simix")} == {n[: -len("_simix")] for n in names if n.endswith("_simix")}
+    assert {
+        "recall_sop_resnet50",
+        "recall_cars196_resnet50",
+        "recall_inaturalist_vit_b16",
+        "recall_gldv1_resnet101",
+    } <= set(names)
+    assert {n for n in names if not n.endswith("_simix")} == {
+        n[: -len("_simix")] for n in names if n.endswith("_simix")
+    }
     cars = TrainConfig.recipe("recall_cars196_resnet50")
     assert (cars.batch_size, cars.lr, cars.epochs, cars.milestones) == (392, 1e-4, 170, (80, 140))
-    assert (cars.loss_kwargs["tau_star"], cars.loss_kwargs["tau"]) == (1.0, 0.01)  # the thesis' tau_1, tau_2
-    assert (cars.m_per_class, cars.multistage_chunk_size, cars.recipe_name) == (4, 98, "recall_cars196_resnet50")
+    # the thesis' tau_1, tau_2
+    assert (cars.loss_kwargs["tau_star"], cars.loss_kwargs["tau"]) == (1.0, 0.01)
+    assert (cars.m_per_class, cars.multistage_chunk_size, cars.recipe_name) == (
+        4,
+        98,
+        "recall_cars196_resnet50",
+    )
     loss = _loss(cars)
     assert isinstance(loss, SmoothRecallAtK) and loss.ks == (1, 2, 4, 8, 16)
     assert loss.tau_star == (1.0,) * 5 and loss.tau == 0.01 and not loss.simix
     simix_loss = _loss(TrainConfig.recipe("recall_cars196_resnet50_simix"))
     assert simix_loss.simix and simix_loss.ks == (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
-    gld, gld_simix = TrainConfig.recipe("recall_gldv1_resnet101"), TrainConfig.recipe("recall_gldv1_resnet101_simix")
-    assert _loss(gld).ks == (1, 2, 4) and _loss(gld_simix).ks == (1, 2, 4, 8) and _loss(gld_simix).simix
-    assert (gld.epochs * gld.batches_per_epoch, gld.batch_size, gld.model.embed_dim, gld.model.layer_norm) == (500, 4096, 2048, False)
+    gld, gld_simix = (
+        TrainConfig.recipe("recall_gldv1_resnet101"),
+        TrainConfig.recipe("recall_gldv1_resnet101_simix"),
+    )
+    assert (
+        _loss(gld).ks == (1, 2, 4)
+        and _loss(gld_simix).ks == (1, 2, 4, 8)
+        and _loss(gld_simix).simix
+    )
+    assert (
+        gld.epochs * gld.batches_per_epoch,
+        gld.batch_size,
+        gld.model.embed_dim,
+        gld.model.layer_norm,
+    ) == (500, 4096, 2048, False)
     assert TrainConfig.recipe("recall_sop_resnet50", batch_size=384).batch_size == 384
     vit = TrainConfig.recipe("recall_sop_vit_b16")
     assert vit.model.backbone == "vit_base_patch16_224" and vit.dataset == "sop"
-    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], vit.optimizer, lr=vit.lr, weight_decay=vit.weight_decay)
+    opt = build_optimizer(
+        [torch.nn.Parameter(torch.zeros(2))],
+        vit.optimizer,
+        lr=vit.lr,
+        weight_decay=vit.weight_decay,
+    )
     sched = vit.schedule(steps_per_epoch=3)
-    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["lr"] == 5e-5 and opt.defaults["weight_decay"] == 4e-4
-    assert (sched.kind, sched.milestones, sched.gamma, sched.step_unit, sched.total_steps) == ("step", (25, 50), 0.3, 3, 165)
+    assert (
+        isinstance(opt, torch.optim.AdamW)
+        and opt.defaults["lr"] == 5e-5
+        and opt.defaults["weight_decay"] == 4e-4
+    )
+    assert (sched.kind, sched.milestones, sched.gamma, sched.step_unit, sched.total_steps) == (
+        "step",
+        (25, 50),
+        0.3,
+        3,
+        165,
+    )
     with pytest.raises(ValueError, match="unknown recipe 'recall_nope'"):
         TrainConfig.recipe("recall_nope")
 
@@ -62,7 +101,9 @@ def test_recipes_are_checked():
 
 
 def test_train_config_recipes():
-    assert list_recipes() == sorted(RECIPES) and all(RECIPES.entry(n).summary for n in list_recipes())
+    assert list_recipes() == sorted(RECIPES) and all(
+        RECIPES.entry(n).summary for n in list_recipes()
+    )
     for name in RECIPES:
         cfg = TrainConfig.recipe(name)
         assert cfg.recipe_name == name and cfg.lr == RECIPES[name]["lr"]
@@ -70,15 +111,25 @@ def test_train_config_recipes():
     assert "recall_sop_resnet50" in RECIPES and "roadmap_sop" in RECIPES  # one schema, one table
 
 
-@pytest.mark.parametrize("name", ["recall_sop_vit_b16", "recall_cars196_vit_b32", "recall_gldv1_resnet101"])
+@pytest.mark.parametrize(
+    "name", ["recall_sop_vit_b16", "recall_cars196_vit_b32", "recall_gldv1_resnet101"]
+)
 def test_recall_recipe_schedule_is_torch_multisteplr(name):
     """The trainer's schedule of a recipe gives, at every optimiser step, the rate that torch's
-    MultiStepLR(milestones, gamma) stepped once per epoch gives (the recipe's original scheduler)."""
+    MultiStepLR(milestones, gamma) stepped once per epoch gives (the recipe's original
+    scheduler)."""
     recipe, per_epoch = TrainConfig.recipe(name), 2
-    opt = build_optimizer([torch.nn.Parameter(torch.zeros(1))], recipe.optimizer, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    opt = build_optimizer(
+        [torch.nn.Parameter(torch.zeros(1))],
+        recipe.optimizer,
+        lr=recipe.lr,
+        weight_decay=recipe.weight_decay,
+    )
     sched = recipe.schedule(per_epoch)
     gamma = recipe.gamma if recipe.scheduler == "step" else 1.0
-    reference = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(recipe.milestones), gamma=gamma)
+    reference = torch.optim.lr_scheduler.MultiStepLR(
+        opt, milestones=list(recipe.milestones), gamma=gamma
+    )
     for epoch in range(min(sched.total_steps // per_epoch, 60)):
         expected = reference.get_last_lr()[0]
         for s in range(per_epoch):

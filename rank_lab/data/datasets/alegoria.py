@@ -89,7 +89,9 @@ class AlegoriaDataset:
 
     def dataset(self, transform: Callable[[Any], Any] | None = None) -> ImageListDataset:
         """All images as a dataset; the label is the first class (-1 for distractors)."""
-        first = torch.where(self.labels.any(1), self.labels.float().argmax(1), torch.full((len(self),), -1))
+        first = torch.where(
+            self.labels.any(1), self.labels.float().argmax(1), torch.full((len(self),), -1)
+        )
         return ImageListDataset(self.paths, first, transform)
 
 
@@ -97,7 +99,9 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace(" ", "_").replace("-", "_")
 
 
-def load_alegoria(root: str | Path, annotations: str = "annotations.csv", *, check_files: bool = True) -> AlegoriaDataset:
+def load_alegoria(
+    root: str | Path, annotations: str = "annotations.csv", *, check_files: bool = True
+) -> AlegoriaDataset:
     """Load an ALEGORIA-style folder (layout in the module docstring).
 
     Args:
@@ -120,7 +124,10 @@ def load_alegoria(root: str | Path, annotations: str = "annotations.csv", *, che
     cols = {_norm(c): c for c in reader.fieldnames}
     for need in ("image", "class", "collection"):
         if need not in cols:
-            raise DatasetFolderError(f"ALEGORIA: {str(ann)!r} has no {need!r} column (columns: {reader.fieldnames}). {_LAYOUT}")
+            raise DatasetFolderError(
+                f"ALEGORIA: {str(ann)!r} has no {need!r} column (columns: {reader.fieldnames}). "
+                f"{_LAYOUT}"
+            )
     rows = list(reader)
     if not rows:
         raise DatasetFolderError(f"ALEGORIA: {str(ann)!r} lists no image")
@@ -132,11 +139,17 @@ def load_alegoria(root: str | Path, annotations: str = "annotations.csv", *, che
     entries = [e for e in entries if e[0]] + [e for e in entries if not e[0]]
     class_names = sorted({c for cl, _ in entries for c in cl})
     if not class_names:
-        raise DatasetFolderError(f"ALEGORIA: {str(ann)!r} has no annotated image (every 'class' is empty)")
+        raise DatasetFolderError(
+            f"ALEGORIA: {str(ann)!r} has no annotated image (every 'class' is empty)"
+        )
     cidx = {c: i for i, c in enumerate(class_names)}
     coll_names: list[str] = []
     paths, coll, labels = [], [], torch.zeros(len(entries), len(class_names), dtype=torch.bool)
-    attrs = {a: torch.full((len(entries),), -1, dtype=torch.long) for a in ALEGORIA_ATTRIBUTES if a in cols}
+    attrs = {
+        a: torch.full((len(entries),), -1, dtype=torch.long)
+        for a in ALEGORIA_ATTRIBUTES
+        if a in cols
+    }
     for i, (classes, r) in enumerate(entries):
         p = Path(root) / r[cols["image"]].strip()
         paths.append(p)
@@ -152,12 +165,21 @@ def load_alegoria(root: str | Path, annotations: str = "annotations.csv", *, che
                 try:
                     code = int(float(v))
                 except ValueError as exc:
-                    raise DatasetFolderError(f"ALEGORIA: row {i} ({p.name}): {a}={v!r} is not an integer code") from exc
+                    raise DatasetFolderError(
+                        f"ALEGORIA: row {i} ({p.name}): {a}={v!r} is not an integer code"
+                    ) from exc
                 if not 0 <= code < ALEGORIA_ATTRIBUTES[a]:
-                    raise DatasetFolderError(f"ALEGORIA: row {i} ({p.name}): {a}={code} outside [0, {ALEGORIA_ATTRIBUTES[a]})")
+                    raise DatasetFolderError(
+                        f"ALEGORIA: row {i} ({p.name}): {a}={code} outside [0, "
+                        f"{ALEGORIA_ATTRIBUTES[a]})"
+                    )
                 attrs[a][i] = code
     if check_files:
         missing = [p for p in paths if not p.is_file()]
         if missing:
-            raise DatasetFolderError(f"ALEGORIA: {len(missing)} listed images are missing, e.g. {str(missing[0])!r}")
-    return AlegoriaDataset(paths, class_names, labels, torch.tensor(coll), coll_names, attrs, labels.any(1))
+            raise DatasetFolderError(
+                f"ALEGORIA: {len(missing)} listed images are missing, e.g. {str(missing[0])!r}"
+            )
+    return AlegoriaDataset(
+        paths, class_names, labels, torch.tensor(coll), coll_names, attrs, labels.any(1)
+    )

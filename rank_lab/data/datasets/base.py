@@ -21,7 +21,8 @@ __all__ = ["DatasetFolderError", "require_path", "ImageListDataset", "pil_loader
 
 
 class DatasetFolderError(FileNotFoundError, ValueError):
-    """A dataset folder is missing or malformed. Both a ``ValueError`` and a ``FileNotFoundError``."""
+    """A dataset folder is missing or malformed. Both a ``ValueError`` and a
+    ``FileNotFoundError``."""
 
 
 def require_path(root: str | Path, relative: str | Path, dataset: str, layout: str = "") -> Path:
@@ -35,11 +36,15 @@ def require_path(root: str | Path, relative: str | Path, dataset: str, layout: s
     """
     root = Path(root)
     if not root.is_dir():
-        raise DatasetFolderError(f"{dataset}: root folder {str(root)!r} does not exist or is not a folder. {layout}".strip())
+        raise DatasetFolderError(
+            f"{dataset}: root folder {str(root)!r} does not exist or is not a folder. "
+            f"{layout}".strip()
+        )
     p = root / relative
     if not p.exists():
         raise DatasetFolderError(
-            f"{dataset}: expected {str(relative)!r} inside {str(root)!r} but it is missing. {layout}".strip()
+            f"{dataset}: expected {str(relative)!r} inside {str(root)!r} but it is missing. "
+            f"{layout}".strip()
         )
     return p
 
@@ -63,11 +68,14 @@ def pil_loader(path: str | Path) -> Any:
             img = Image.open(f)
             return img.convert("RGB")
         except (UnidentifiedImageError, OSError, ValueError) as exc:
-            raise DatasetFolderError(f"{str(path)!r} is not a readable image ({type(exc).__name__}: {exc})") from exc
+            raise DatasetFolderError(
+                f"{str(path)!r} is not a readable image ({type(exc).__name__}: {exc})"
+            ) from exc
 
 
 class ImageListDataset(Dataset):
-    """A dataset from a list of image paths and integer labels (``(N,)`` or hierarchical ``(N, L)``).
+    """A dataset from a list of image paths and integer labels (``(N,)`` or hierarchical
+    ``(N, L)``).
 
     Args:
         paths: image file paths.

@@ -12,7 +12,7 @@ annotations (a classification split) is not used. Expected layout (``car_ims.tgz
       car_ims/000001.jpg ...
 
 The file is read with :func:`scipy.io.loadmat`. Labels keep the file's class ids (1..196).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -61,13 +61,16 @@ def read_cars_annos(path: str | Path) -> tuple[list[str], list[int], dict[int, s
     try:
         mat = loadmat(str(path))
     except Exception as exc:  # noqa: BLE001 - scipy raises several types for a bad file
-        raise DatasetFolderError(f"Cars196: could not read {str(path)!r} as a MATLAB file: {exc}") from exc
+        raise DatasetFolderError(
+            f"Cars196: could not read {str(path)!r} as a MATLAB file: {exc}"
+        ) from exc
     ann = mat.get("annotations")
     fields = getattr(getattr(ann, "dtype", None), "names", None) or ()
     if ann is None or "relative_im_path" not in fields or "class" not in fields:
         raise DatasetFolderError(
-            f"Cars196: {str(path)!r} has no 'annotations' struct with fields 'relative_im_path' and "
-            f"'class' (found keys {sorted(k for k in mat if not k.startswith('__'))}, fields {list(fields)}). {CARS_LAYOUT}"
+            f"Cars196: {str(path)!r} has no 'annotations' struct with fields 'relative_im_path' "
+            f"and 'class' (found keys {sorted(k for k in mat if not k.startswith('__'))}, fields "
+            f"{list(fields)}). {CARS_LAYOUT}"
         )
     ann = ann.ravel()
     try:
@@ -111,11 +114,15 @@ def load_cars(
             missing images.
     """
     check_split(split)
-    root = find_root(root, "cars_annos.mat", ("cars196", "stanford_cars", "CARS196"), "Cars196", CARS_LAYOUT)
+    root = find_root(
+        root, "cars_annos.mat", ("cars196", "stanford_cars", "CARS196"), "Cars196", CARS_LAYOUT
+    )
     rel, cls, names = read_cars_annos(root / "cars_annos.mat")
     bad = [c for c in cls if not 1 <= c <= _N_CLASSES]
     if bad:
-        raise DatasetFolderError(f"Cars196: class ids {sorted(set(bad))[:5]} are outside 1..{_N_CLASSES}")
+        raise DatasetFolderError(
+            f"Cars196: class ids {sorted(set(bad))[:5]} are outside 1..{_N_CLASSES}"
+        )
     half = _N_CLASSES // 2
     keep = [i for i, c in enumerate(cls) if split == "all" or (split == "train") == (c <= half)]
     if not keep:
@@ -123,7 +130,9 @@ def load_cars(
     paths = [root / rel[i] for i in keep]
     if check_files:
         check_files_exist(paths, "Cars196", "cars_annos.mat")
-    ds = ImageListDataset(paths, [cls[i] for i in keep], transform=resolve_transform(transform, split, image_size))
+    ds = ImageListDataset(
+        paths, [cls[i] for i in keep], transform=resolve_transform(transform, split, image_size)
+    )
     ds.split = split  # type: ignore[attr-defined]
     ds.name = "cars"  # type: ignore[attr-defined]
     ds.class_names = names  # type: ignore[attr-defined]

@@ -52,9 +52,15 @@ CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 
 _LAYOUTS = {
-    "cifar10": ("cifar-10-batches-py", "Expected root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}. "
-                + published("cifar")),
-    "cifar100": ("cifar-100-python", "Expected root/cifar-100-python/{train, test, meta}. " + published("cifar")),
+    "cifar10": (
+        "cifar-10-batches-py",
+        "Expected root/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}. "
+        + published("cifar"),
+    ),
+    "cifar100": (
+        "cifar-100-python",
+        "Expected root/cifar-100-python/{train, test, meta}. " + published("cifar"),
+    ),
 }
 
 
@@ -62,21 +68,28 @@ _HAS_NUMPY_CORE_RENAMED = importlib.util.find_spec("numpy._core") is not None
 
 
 class _SafeUnpickler(pickle.Unpickler):
-    """Accepts numpy arrays (and their dtypes/scalars) plus plain containers; refuses other globals."""
+    """Accepts numpy arrays (and their dtypes/scalars) plus plain containers; refuses other
+    globals."""
 
     _ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-        ("numpy", "ndarray"), ("numpy", "dtype"),
-        ("copy_reg", "_reconstructor"), ("copyreg", "_reconstructor"),
-        ("__builtin__", "object"), ("builtins", "object"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("copy_reg", "_reconstructor"),
+        ("copyreg", "_reconstructor"),
+        ("__builtin__", "object"),
+        ("builtins", "object"),
         ("_codecs", "encode"),  # protocol-2 pickles written by Python 3 encode bytes with it
     }
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self._ALLOWED:
             raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}")
-        if module.startswith("numpy.core") and _HAS_NUMPY_CORE_RENAMED:  # numpy >= 2 renamed numpy.core
+        # numpy >= 2 renamed numpy.core
+        if module.startswith("numpy.core") and _HAS_NUMPY_CORE_RENAMED:
             module = module.replace("numpy.core", "numpy._core", 1)
         if module == "copy_reg":
             module = "copyreg"
@@ -95,9 +108,13 @@ def read_cifar_batch(path: str | Path) -> dict[str, Any]:
         with open(path, "rb") as f:
             obj = _SafeUnpickler(f, encoding="latin1").load()
     except (pickle.UnpicklingError, EOFError, ValueError) as exc:
-        raise DatasetFolderError(f"CIFAR: {str(path)!r} is not a valid CIFAR pickle ({exc})") from exc
+        raise DatasetFolderError(
+            f"CIFAR: {str(path)!r} is not a valid CIFAR pickle ({exc})"
+        ) from exc
     if not isinstance(obj, dict):
-        raise DatasetFolderError(f"CIFAR: {str(path)!r} should hold a dict, got {type(obj).__name__}")
+        raise DatasetFolderError(
+            f"CIFAR: {str(path)!r} should hold a dict, got {type(obj).__name__}"
+        )
     out: dict[str, Any] = {}
     for k, v in obj.items():
         key = k.decode("latin1") if isinstance(k, bytes) else str(k)
@@ -110,7 +127,9 @@ def read_cifar_batch(path: str | Path) -> dict[str, Any]:
 def _images_from_rows(data: Any, path: Path) -> torch.Tensor:
     arr = np.asarray(data)
     if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] != 3072:
-        raise DatasetFolderError(f"CIFAR: 'data' in {str(path)!r} should be uint8 (N, 3072), got {arr.dtype} {arr.shape}")
+        raise DatasetFolderError(
+            f"CIFAR: 'data' in {str(path)!r} should be uint8 (N, 3072), got {arr.dtype} {arr.shape}"
+        )
     return torch.from_numpy(arr.reshape(-1, 3, 32, 32).copy())
 
 
@@ -128,11 +147,23 @@ class ArrayImageDataset(Dataset):
         TypeError: floating or bool ``labels``, a non-callable ``transform``.
     """
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, transform: Callable[[Any], Any] | None = None,
-                 *, class_names: list[str] | None = None, name: str = "", split: str = "") -> None:
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        transform: Callable[[Any], Any] | None = None,
+        *,
+        class_names: list[str] | None = None,
+        name: str = "",
+        split: str = "",
+    ) -> None:
         if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.dtype != torch.uint8:
-            shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-            raise ValueError(f"images must be uint8 (N, C, H, W), got {getattr(images, 'dtype', '')} {shape}")
+            shape = (
+                tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+            )
+            raise ValueError(
+                f"images must be uint8 (N, C, H, W), got {getattr(images, 'dtype', '')} {shape}"
+            )
         if images.shape[0] == 0 or images.shape[2] == 0 or images.shape[3] == 0:
             raise ValueError(f"images is empty (shape {tuple(images.shape)})")
         if images.shape[1] not in (1, 3):
@@ -209,7 +240,9 @@ def load_cifar(
     for fname in files:
         path = base / fname
         if not path.is_file():
-            raise DatasetFolderError(f"{name}: expected {fname!r} inside {str(base)!r} but it is missing. {layout}")
+            raise DatasetFolderError(
+                f"{name}: expected {fname!r} inside {str(base)!r} but it is missing. {layout}"
+            )
         batch = read_cifar_batch(path)
         key = "labels" if name == "cifar10" else "fine_labels"
         if "data" not in batch or key not in batch:
@@ -217,7 +250,9 @@ def load_cifar(
         imgs = _images_from_rows(batch["data"], path)
         labs = torch.as_tensor(np.asarray(batch[key]), dtype=torch.long)
         if labs.shape != (imgs.shape[0],):
-            raise DatasetFolderError(f"{name}: {str(path)!r} has {imgs.shape[0]} images but {labs.numel()} labels")
+            raise DatasetFolderError(
+                f"{name}: {str(path)!r} has {imgs.shape[0]} images but {labs.numel()} labels"
+            )
         images.append(imgs)
         fine.append(labs)
         if name == "cifar100":
@@ -228,22 +263,39 @@ def load_cifar(
     class_names = None
     if (base / meta_name).is_file():
         meta = read_cifar_batch(base / meta_name)
-        names_key = "label_names" if name == "cifar10" else ("coarse_label_names" if label == "coarse" else "fine_label_names")
+        names_key = (
+            "label_names"
+            if name == "cifar10"
+            else ("coarse_label_names" if label == "coarse" else "fine_label_names")
+        )
         class_names = meta.get(names_key)
     y = torch.cat(fine)
     if name == "cifar100" and label != "fine":
         yc = torch.cat(coarse)
         y = yc if label == "coarse" else torch.stack([y, yc], 1)
-    return ArrayImageDataset(torch.cat(images), y, transform, class_names=class_names, name=name, split=split)
+    return ArrayImageDataset(
+        torch.cat(images), y, transform, class_names=class_names, name=name, split=split
+    )
 
 
-def load_cifar10(root: str | Path, split: str = "train", transform: Callable[[Any], Any] | None = None,
-                 *, download: bool = False) -> ArrayImageDataset:
+def load_cifar10(
+    root: str | Path,
+    split: str = "train",
+    transform: Callable[[Any], Any] | None = None,
+    *,
+    download: bool = False,
+) -> ArrayImageDataset:
     """:func:`load_cifar` with ``name="cifar10"``."""
     return load_cifar(root, "cifar10", split, transform, download=download)
 
 
-def load_cifar100(root: str | Path, split: str = "train", transform: Callable[[Any], Any] | None = None,
-                  *, label: str = "fine", download: bool = False) -> ArrayImageDataset:
+def load_cifar100(
+    root: str | Path,
+    split: str = "train",
+    transform: Callable[[Any], Any] | None = None,
+    *,
+    label: str = "fine",
+    download: bool = False,
+) -> ArrayImageDataset:
     """:func:`load_cifar` with ``name="cifar100"``."""
     return load_cifar(root, "cifar100", split, transform, label=label, download=download)

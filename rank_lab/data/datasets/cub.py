@@ -12,7 +12,7 @@ the **first 100 classes train, the last 100 test** (5,864 / 5,924 images); the o
       images/001.Black_footed_Albatross/...jpg
 
 Labels keep the file's class ids (1..200; never re-indexed).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -47,11 +47,15 @@ def _read_pairs(path: Path, what: str) -> dict[int, str]:
             continue
         parts = line.split(maxsplit=1)
         if len(parts) != 2:
-            raise DatasetFolderError(f"CUB: line {i} of {str(path)!r} should be '<image_id> <{what}>', got {line!r}")
+            raise DatasetFolderError(
+                f"CUB: line {i} of {str(path)!r} should be '<image_id> <{what}>', got {line!r}"
+            )
         try:
             key = int(parts[0])
         except ValueError:
-            raise DatasetFolderError(f"CUB: line {i} of {str(path)!r} has a non-integer id: {line!r}") from None
+            raise DatasetFolderError(
+                f"CUB: line {i} of {str(path)!r} has a non-integer id: {line!r}"
+            ) from None
         out[key] = parts[1].strip()
     if not out:
         raise DatasetFolderError(f"CUB: {str(path)!r} is empty")
@@ -87,25 +91,34 @@ def load_cub(
     root = find_root(root, "images.txt", ("CUB_200_2011",), "CUB", CUB_LAYOUT)
     for name in ("image_class_labels.txt", "images"):
         if not (root / name).exists():
-            raise DatasetFolderError(f"CUB: expected {name!r} inside {str(root)!r} but it is missing. {CUB_LAYOUT}")
+            raise DatasetFolderError(
+                f"CUB: expected {name!r} inside {str(root)!r} but it is missing. {CUB_LAYOUT}"
+            )
     images = _read_pairs(root / "images.txt", "relative path")
     classes = _read_pairs(root / "image_class_labels.txt", "class_id")
     missing = sorted(set(images) - set(classes))
     if missing:
-        raise DatasetFolderError(f"CUB: image ids {missing[:5]} of images.txt have no class in image_class_labels.txt")
+        raise DatasetFolderError(
+            f"CUB: image ids {missing[:5]} of images.txt have no class in image_class_labels.txt"
+        )
     paths, labels = [], []
     for image_id in sorted(images):
         try:
             c = int(classes[image_id])
         except ValueError:
-            raise DatasetFolderError(f"CUB: image {image_id} has a non-integer class {classes[image_id]!r}") from None
+            raise DatasetFolderError(
+                f"CUB: image {image_id} has a non-integer class {classes[image_id]!r}"
+            ) from None
         if not 1 <= c <= 200:
             raise DatasetFolderError(f"CUB: image {image_id} has class {c}, expected 1..200")
         if split == "all" or (split == "train") == (c in CUB_TRAIN_CLASSES):
             paths.append(root / "images" / images[image_id])
             labels.append(c)
     if not paths:
-        raise DatasetFolderError(f"CUB: no image of the {split!r} split (classes {'1-100' if split == 'train' else '101-200'})")
+        raise DatasetFolderError(
+            f"CUB: no image of the {split!r} split (classes "
+            f"{'1-100' if split == 'train' else '101-200'})"
+        )
     if check_files:
         check_files_exist(paths, "CUB", "images.txt")
     ds = ImageListDataset(paths, labels, transform=resolve_transform(transform, split, image_size))

@@ -26,7 +26,7 @@ official DyML loader recovers the first record from it (``split('_id')[-1]``), w
 loader's ``pandas.read_csv`` drops it. This loader accepts both the glued and a separate header
 line and keeps every record. Labels keep the files' ids; the training labels are returned
 **fine to coarse** ``(N, 3)`` (the file order is coarse, middle, fine).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -40,15 +40,22 @@ from rank_lab.data.datasets.base import DatasetFolderError, ImageListDataset
 from rank_lab.data.datasets.sources import published
 from rank_lab.data.datasets.transforms import check_files_exist, resolve_transform
 
-__all__ = ["load_dyml", "read_dyml_csv", "dyml_average", "DYML_LAYOUT", "DYML_VARIANTS", "DYML_LEVELS"]
+__all__ = [
+    "load_dyml",
+    "read_dyml_csv",
+    "dyml_average",
+    "DYML_LAYOUT",
+    "DYML_VARIANTS",
+    "DYML_LEVELS",
+]
 
 DYML_VARIANTS = ("vehicle", "animal", "product")
 #: Test sub-benchmarks, fine to coarse.
 DYML_LEVELS = ("fine", "middle", "coarse")
 DYML_LAYOUT = (
-    "Expected the DyML layout: train/label.csv ('fname, coarse_id, middle_id, fine_id') with train/imgs/, "
-    "and bmk_<fine|middle|coarse>/<query|gallery>.csv ('fname, labels') with bmk_<level>/<query|gallery>/ "
-    "(DyML-P: mini-bmk_all_in_one/label.csv + imgs/)."
+    "Expected the DyML layout: train/label.csv ('fname, coarse_id, middle_id, fine_id') with "
+    "train/imgs/, and bmk_<fine|middle|coarse>/<query|gallery>.csv ('fname, labels') with "
+    "bmk_<level>/<query|gallery>/ (DyML-P: mini-bmk_all_in_one/label.csv + imgs/)."
     " " + published("dyml")
 )
 _TRAIN_HEADER = ("fname", "coarse_id", "middle_id", "fine_id")
@@ -68,7 +75,10 @@ def read_dyml_csv(path: str | Path, header: tuple[str, ...]) -> list[tuple[str, 
     first = re.sub(r"\s", "", lines[0]) if lines else ""
     head = ",".join(header)
     if not first.startswith(head):
-        raise DatasetFolderError(f"DyML: {str(path)!r} must start with the header {', '.join(header)!r}, got {lines[0] if lines else '(empty file)'!r}")
+        raise DatasetFolderError(
+            f"DyML: {str(path)!r} must start with the header {', '.join(header)!r}, got "
+            f"{lines[0] if lines else '(empty file)'!r}"
+        )
     rest = first[len(head) :]
     records = ([rest] if rest else []) + lines[1:]
     out = []
@@ -77,11 +87,16 @@ def read_dyml_csv(path: str | Path, header: tuple[str, ...]) -> list[tuple[str, 
             continue
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != len(header):
-            raise DatasetFolderError(f"DyML: record {i} of {str(path)!r} has {len(parts)} fields, expected {len(header)}: {line!r}")
+            raise DatasetFolderError(
+                f"DyML: record {i} of {str(path)!r} has {len(parts)} fields, expected "
+                f"{len(header)}: {line!r}"
+            )
         try:
             out.append((parts[0], [int(p) for p in parts[1:]]))
         except ValueError:
-            raise DatasetFolderError(f"DyML: record {i} of {str(path)!r} has non-integer labels: {line!r}") from None
+            raise DatasetFolderError(
+                f"DyML: record {i} of {str(path)!r} has non-integer labels: {line!r}"
+            ) from None
     if not out:
         raise DatasetFolderError(f"DyML: {str(path)!r} lists no image")
     return out
@@ -115,8 +130,8 @@ def load_dyml(
     Args:
         root: a DyML dataset folder (or its parent with ``variant``).
         split: ``"train"`` (labels ``(N, 3)`` fine, middle, coarse), ``"query"`` / ``"gallery"`` of
-            the ``level`` sub-benchmark (labels ``(N,)``), or ``"all_in_one"`` (DyML-P's 3-level test
-            set ``mini-bmk_all_in_one``, labels ``(N, 3)``).
+            the ``level`` sub-benchmark (labels ``(N,)``), or ``"all_in_one"`` (DyML-P's 3-level
+            test set ``mini-bmk_all_in_one``, labels ``(N, 3)``).
         transform: a callable, ``None`` or ``"default"``.
         level: ``"fine"``, ``"middle"`` or ``"coarse"`` for ``"query"`` / ``"gallery"``.
         variant: ``"vehicle"``, ``"animal"`` or ``"product"`` to pick ``root/dyml_<variant>``.
@@ -124,7 +139,8 @@ def load_dyml(
         check_files: check that every listed image exists.
 
     Returns:
-        The dataset with attributes ``split``, ``name`` ("dyml"), ``level_names``, ``benchmark_level``.
+        The dataset with attributes ``split``, ``name`` ("dyml"), ``level_names``,
+        ``benchmark_level``.
     """
     base = _resolve_root(root, variant)
     if split in ("train", "all_in_one"):
@@ -142,10 +158,16 @@ def load_dyml(
         labels = [r[1][0] for r in rows]
         names = [level]
     else:
-        raise ValueError(f"split must be 'train', 'query', 'gallery' or 'all_in_one', got {split!r}")
+        raise ValueError(
+            f"split must be 'train', 'query', 'gallery' or 'all_in_one', got {split!r}"
+        )
     if check_files:
         check_files_exist(paths, "DyML", f"{folder}")
-    ds = ImageListDataset(paths, labels, transform=resolve_transform(transform, "train" if split == "train" else "test", image_size))
+    ds = ImageListDataset(
+        paths,
+        labels,
+        transform=resolve_transform(transform, "train" if split == "train" else "test", image_size),
+    )
     ds.split = split  # type: ignore[attr-defined]
     ds.name = "dyml"  # type: ignore[attr-defined]
     ds.level_names = names  # type: ignore[attr-defined]
@@ -153,11 +175,14 @@ def load_dyml(
     return ds
 
 
-def dyml_average(per_level: Mapping[str, Mapping[str, float]], metrics: tuple[str, ...] = ("mAP", "ASI", "R@1")) -> dict[str, float]:
+def dyml_average(
+    per_level: Mapping[str, Mapping[str, float]], metrics: tuple[str, ...] = ("mAP", "ASI", "R@1")
+) -> dict[str, float]:
     """The DyML protocol (thesis §4.4.1): the mean over the fine / middle / coarse sub-benchmarks.
 
     Args:
-        per_level: ``{"fine": {"mAP": ..., "ASI": ..., "R@1": ...}, "middle": {...}, "coarse": {...}}``
+        per_level:
+            ``{"fine": {"mAP": ..., "ASI": ..., "R@1": ...}, "middle": {...}, "coarse": {...}}``
             (e.g. from :func:`rank_lab.metrics.retrieval_metrics` on each query/gallery pair with
             ``metrics=("R@k", "mAP", "ASI")``; with 1-D labels ASI is the binary one).
         metrics: names to average.
@@ -178,7 +203,9 @@ def dyml_average(per_level: Mapping[str, Mapping[str, float]], metrics: tuple[st
     for m in metrics:
         vals = [float(per_level[lvl][m]) for lvl in DYML_LEVELS if m in per_level[lvl]]
         if len(vals) != len(DYML_LEVELS):
-            raise ValueError(f"metric {m!r} (metrics) is missing for some sub-benchmark of per_level")
+            raise ValueError(
+                f"metric {m!r} (metrics) is missing for some sub-benchmark of per_level"
+            )
         if not all(math.isfinite(v) for v in vals):
             raise ValueError(f"per_level holds a NaN or inf {m!r}: {vals}")
         out[m] = sum(vals) / len(vals)

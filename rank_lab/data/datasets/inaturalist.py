@@ -1,4 +1,5 @@
-"""iNaturalist 2018 with the retrieval split of Smooth-AP (Brown et al., ECCV 2020), used by ROADMAP,
+"""iNaturalist 2018 with the retrieval split of Smooth-AP (Brown et al., ECCV 2020), used by
+ROADMAP,
 SupRank and the Ramzi thesis (§3.5.1, chapter 4).
 
 461,939 images of 8,142 species. The retrieval split puts 70 % of the species in train (325,846
@@ -24,7 +25,7 @@ of each listed image is also checked against the ``annotations`` of the two JSON
 Labels: species keep their category ids; coarser levels get integer ids from the sorted names
 (over the whole taxonomy, or over both split files for the super-categories), so train and test
 agree.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -75,8 +76,8 @@ def _read_split(path: Path) -> list[tuple[str, str, int]]:
             cid = int(parts[-2])
         except ValueError:
             raise DatasetFolderError(
-                f"iNaturalist: line {i} of {str(path)!r}: the folder before the file name must be the "
-                f"integer category id, got {parts[-2]!r} in {line!r}"
+                f"iNaturalist: line {i} of {str(path)!r}: the folder before the file name must be "
+                f"the integer category id, got {parts[-2]!r} in {line!r}"
             ) from None
         rows.append((line, parts[-3], cid))
     if not rows:
@@ -88,7 +89,9 @@ def _load_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise DatasetFolderError(f"iNaturalist: could not read {str(path)!r} as JSON: {exc}") from exc
+        raise DatasetFolderError(
+            f"iNaturalist: could not read {str(path)!r} as JSON: {exc}"
+        ) from exc
 
 
 def _taxonomy(root: Path) -> dict[int, dict[str, str]]:
@@ -102,15 +105,17 @@ def _taxonomy(root: Path) -> dict[int, dict[str, str]]:
         if isinstance(cats, list) and cats and all(k in cats[0] for k in INAT_TAXONOMY[1:]):
             return {int(c["id"]): {lvl: str(c[lvl]) for lvl in INAT_TAXONOMY[1:]} for c in cats}
     raise DatasetFolderError(
-        f"iNaturalist: levels='full' needs the taxonomy (categories with {list(INAT_TAXONOMY[1:])}) in "
-        f"{[str(s) for s in sources]}, none found. {INAT_LAYOUT}"
+        "iNaturalist: levels='full' needs the taxonomy (categories with "
+        f"{list(INAT_TAXONOMY[1:])}) in {[str(s) for s in sources]}, none found. {INAT_LAYOUT}"
     )
 
 
 def _check_against_json(root: Path, rows: list[tuple[str, str, int]]) -> None:
     files = [root / "train2018.json", root / "val2018.json"]
     if not all(f.is_file() for f in files):
-        raise DatasetFolderError(f"iNaturalist: check_json=True needs {[str(f) for f in files]}. {INAT_LAYOUT}")
+        raise DatasetFolderError(
+            f"iNaturalist: check_json=True needs {[str(f) for f in files]}. {INAT_LAYOUT}"
+        )
     cat_of: dict[str, int] = {}
     for f in files:
         data = _load_json(f)
@@ -119,13 +124,20 @@ def _check_against_json(root: Path, rows: list[tuple[str, str, int]]) -> None:
             for a in data["annotations"]:
                 cat_of[fname[int(a["image_id"])]] = int(a["category_id"])
         except (KeyError, TypeError) as exc:
-            raise DatasetFolderError(f"iNaturalist: {str(f)!r} is not COCO-style (images/annotations): {exc}") from exc
+            raise DatasetFolderError(
+                f"iNaturalist: {str(f)!r} is not COCO-style (images/annotations): {exc}"
+            ) from exc
     absent = [r[0] for r in rows if r[0] not in cat_of]
     if absent:
-        raise DatasetFolderError(f"iNaturalist: {len(absent)} split paths are in neither JSON file, e.g. {absent[:3]}")
+        raise DatasetFolderError(
+            f"iNaturalist: {len(absent)} split paths are in neither JSON file, e.g. {absent[:3]}"
+        )
     wrong = [r[0] for r in rows if cat_of[r[0]] != r[2]]
     if wrong:
-        raise DatasetFolderError(f"iNaturalist: the folder id of {len(wrong)} paths disagrees with the JSON category_id, e.g. {wrong[:3]}")
+        raise DatasetFolderError(
+            f"iNaturalist: the folder id of {len(wrong)} paths disagrees with the JSON "
+            f"category_id, e.g. {wrong[:3]}"
+        )
 
 
 def load_inaturalist(
@@ -163,7 +175,9 @@ def load_inaturalist(
         raise ValueError(f"levels must be 'species', 'base' or 'full', got {levels!r}")
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise DatasetFolderError(f"iNaturalist: root folder {str(root)!r} does not exist. {INAT_LAYOUT}")
+        raise DatasetFolderError(
+            f"iNaturalist: root folder {str(root)!r} does not exist. {INAT_LAYOUT}"
+        )
     wanted = ["train", "test"] if split == "all" else [split]
     rows: list[tuple[str, str, int]] = []
     all_rows: list[tuple[str, str, int]] = []
@@ -172,8 +186,8 @@ def load_inaturalist(
         if f is None:
             if s in wanted:
                 raise DatasetFolderError(
-                    f"iNaturalist: expected 'Inat_dataset_splits/{SPLIT_FILES[s]}' inside {str(root)!r} "
-                    f"but it is missing. {INAT_LAYOUT}"
+                    f"iNaturalist: expected 'Inat_dataset_splits/{SPLIT_FILES[s]}' inside "
+                    f"{str(root)!r} but it is missing. {INAT_LAYOUT}"
                 )
             continue
         r = _read_split(f)
@@ -198,7 +212,9 @@ def load_inaturalist(
         tax = _taxonomy(root)
         unknown = sorted({r[2] for r in rows} - set(tax))
         if unknown:
-            raise DatasetFolderError(f"iNaturalist: category ids {unknown[:5]} are not in the taxonomy of train2018.json")
+            raise DatasetFolderError(
+                f"iNaturalist: category ids {unknown[:5]} are not in the taxonomy of train2018.json"
+            )
         for lvl in INAT_TAXONOMY[1:]:
             vocab[lvl] = sorted({t[lvl] for t in tax.values()})
         index = {lvl: {n: i for i, n in enumerate(vocab[lvl])} for lvl in INAT_TAXONOMY[1:]}

@@ -39,33 +39,52 @@ from rank_lab.data.datasets.sources import published
 from rank_lab.registry import Registry
 
 __all__ = [
-    "LANDUSE_DATASETS", "LANDUSE_PUBLISHED_NAMES", "LandUseDataset", "LandUsePool", "load_landuse", "load_landuse_pool",
+    "LANDUSE_DATASETS",
+    "LANDUSE_PUBLISHED_NAMES",
+    "LandUseDataset",
+    "LandUsePool",
+    "load_landuse",
+    "load_landuse_pool",
 ]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")
 
 #: name -> (top folders tried below the given root, number of classes of the published dataset).
-LANDUSE_DATASETS: Registry[tuple[tuple[str, ...], int]] = Registry("land-use dataset", {
-    "ucm": (("UCMerced_LandUse/Images", "Images", "UCMerced_LandUse"), 21),
-    "aid": (("AID",), 30),
-    "resisc45": (("NWPU-RESISC45", "RESISC45"), 45),
-    "patternnet": (("PatternNet/images", "images", "PatternNet"), 38),
-    "rsicb": (("RSI-CB256", "RSI-CB"), 35),
-    "rsscn7": (("RSSCN7",), 7),
-    "siriwhu": (("12class_tif", "Google dataset of SIRI-WHU_earth_im_tiff/12class_tif", "SIRI-WHU"), 12),
-    "whurs19": (("WHU-RS19", "RSDataset"), 19),
-})
+LANDUSE_DATASETS: Registry[tuple[tuple[str, ...], int]] = Registry(
+    "land-use dataset",
+    {
+        "ucm": (("UCMerced_LandUse/Images", "Images", "UCMerced_LandUse"), 21),
+        "aid": (("AID",), 30),
+        "resisc45": (("NWPU-RESISC45", "RESISC45"), 45),
+        "patternnet": (("PatternNet/images", "images", "PatternNet"), 38),
+        "rsicb": (("RSI-CB256", "RSI-CB"), 35),
+        "rsscn7": (("RSSCN7",), 7),
+        "siriwhu": (
+            ("12class_tif", "Google dataset of SIRI-WHU_earth_im_tiff/12class_tif", "SIRI-WHU"),
+            12,
+        ),
+        "whurs19": (("WHU-RS19", "RSDataset"), 19),
+    },
+)
 #: The datasets' published names (spaces removed, lower case) -> their names here: ``"UC Merced"``
-#: (the UC Merced Land Use dataset), ``"NWPU-RESISC45"``, ``"RSI-CB256"``, ``"SIRI-WHU"``, ``"WHU-RS19"``.
-LANDUSE_PUBLISHED_NAMES: dict[str, str] = {"ucmerced": "ucm", "nwpu-resisc45": "resisc45", "rsi-cb256": "rsicb",
-                                           "siri-whu": "siriwhu", "whu-rs19": "whurs19"}
+#: (the UC Merced Land Use dataset), ``"NWPU-RESISC45"``, ``"RSI-CB256"``, ``"SIRI-WHU"``,
+#: ``"WHU-RS19"``.
+LANDUSE_PUBLISHED_NAMES: dict[str, str] = {
+    "ucmerced": "ucm",
+    "nwpu-resisc45": "resisc45",
+    "rsi-cb256": "rsicb",
+    "siri-whu": "siriwhu",
+    "whu-rs19": "whurs19",
+}
 
 
 def _canonical(name: str, arg: str = "name") -> str:
     key = str(name).lower().replace(" ", "")
     key = LANDUSE_PUBLISHED_NAMES.get(key, key)
     if key not in LANDUSE_DATASETS:
-        raise ValueError(f"unknown land-use dataset {name!r} ({arg}); known: {sorted(LANDUSE_DATASETS)}")
+        raise ValueError(
+            f"unknown land-use dataset {name!r} ({arg}); known: {sorted(LANDUSE_DATASETS)}"
+        )
     return key
 
 
@@ -100,13 +119,17 @@ def _is_image(p: Path) -> bool:
 
 
 def _layout(key: str) -> str:
-    return (f"Expected one folder per class holding the images, e.g. {LANDUSE_DATASETS[key][0][0]}/<class>/*.jpg. "
-            f"{published('landuse')}")
+    return (
+        "Expected one folder per class holding the images, e.g. "
+        f"{LANDUSE_DATASETS[key][0][0]}/<class>/*.jpg. {published('landuse')}"
+    )
 
 
 def _find_root(root: Path, key: str) -> Path:
     if not root.is_dir():
-        raise DatasetFolderError(f"{key}: root folder {str(root)!r} does not exist or is not a folder. {_layout(key)}")
+        raise DatasetFolderError(
+            f"{key}: root folder {str(root)!r} does not exist or is not a folder. {_layout(key)}"
+        )
     for sub in LANDUSE_DATASETS[key][0]:
         if (root / sub).is_dir():
             return root / sub
@@ -121,10 +144,12 @@ def load_landuse(
     Args:
         root: the dataset folder, or its parent (the archive's top folder names are tried).
         name: ``"ucm"``, ``"aid"``, ``"resisc45"``, ``"patternnet"``, ``"rsicb"``, ``"rsscn7"``,
-            ``"siriwhu"``, ``"whurs19"``, or the dataset's published name (:data:`LANDUSE_PUBLISHED_NAMES`,
-            e.g. ``"UC Merced"``, ``"NWPU-RESISC45"``; case and spaces do not matter).
+            ``"siriwhu"``, ``"whurs19"``, or the dataset's published name
+            (:data:`LANDUSE_PUBLISHED_NAMES`, e.g. ``"UC Merced"``, ``"NWPU-RESISC45"``; case and
+            spaces do not matter).
         min_per_class: drop classes with fewer images (the author's code: 5); a positive int.
-        strict: raise (instead of warning) when the number of classes differs from the published one.
+        strict: raise (instead of warning) when the number of classes differs from the published
+            one.
 
     Raises:
         ValueError: unknown ``name``.
@@ -139,19 +164,29 @@ def load_landuse(
         imgs = sorted(p for p in d.iterdir() if _is_image(p))
         if imgs:
             if d == base:
-                raise DatasetFolderError(f"{key}: images lie directly in {str(base)!r}, not in class folders. {layout}")
+                raise DatasetFolderError(
+                    f"{key}: images lie directly in {str(base)!r}, not in class folders. {layout}"
+                )
             classes[d.relative_to(base).as_posix()] = imgs
     if not classes:
-        raise DatasetFolderError(f"{key}: no class folder with images ({', '.join(IMAGE_EXTENSIONS)}) under {str(base)!r}. {layout}")
+        raise DatasetFolderError(
+            f"{key}: no class folder with images ({', '.join(IMAGE_EXTENSIONS)}) under "
+            f"{str(base)!r}. {layout}"
+        )
     names = {c: c.rsplit("/", 1)[-1] for c in classes}
     if len(set(names.values())) == len(names):  # leaf names are unique: use them
         classes = {names[c]: v for c, v in classes.items()}
     kept = {c: v for c, v in sorted(classes.items()) if len(v) >= min_per_class}
     if not kept:
-        raise DatasetFolderError(f"{key}: no class has min_per_class={min_per_class} images under {str(base)!r}")
+        raise DatasetFolderError(
+            f"{key}: no class has min_per_class={min_per_class} images under {str(base)!r}"
+        )
     expected = LANDUSE_DATASETS[key][1]
     if len(classes) != expected:
-        msg = f"{key}: found {len(classes)} class folders under {str(base)!r}, the published dataset has {expected}"
+        msg = (
+            f"{key}: found {len(classes)} class folders under {str(base)!r}, the published dataset "
+            f"has {expected}"
+        )
         if strict:
             raise DatasetFolderError(msg)
         warnings.warn(msg, stacklevel=2)
@@ -186,7 +221,13 @@ class LandUsePool:
     def subset(self, keep: torch.Tensor) -> LandUsePool:
         """Rows where ``keep`` (``(n,)`` bool) is True (dataset ids unchanged)."""
         idx = torch.nonzero(keep).flatten().tolist()
-        return LandUsePool([self.paths[i] for i in idx], self.labels[keep], self.dataset_ids[keep], self.names, self.class_names)
+        return LandUsePool(
+            [self.paths[i] for i in idx],
+            self.labels[keep],
+            self.dataset_ids[keep],
+            self.names,
+            self.class_names,
+        )
 
     def leave_one_out(self, target: str) -> tuple[LandUsePool, LandUsePool]:
         """``(sources, target)``: train on every other dataset, test on ``target`` (§5.4)."""
@@ -202,7 +243,11 @@ class LandUsePool:
 
 
 def load_landuse_pool(
-    roots: Mapping[str, str | Path] | str | Path, names: Sequence[str] | None = None, *, min_per_class: int = 5, strict: bool = False
+    roots: Mapping[str, str | Path] | str | Path,
+    names: Sequence[str] | None = None,
+    *,
+    min_per_class: int = 5,
+    strict: bool = False,
 ) -> LandUsePool:
     """Load several datasets: ``roots`` maps names to folders, or is one parent folder of them all.
 
@@ -216,8 +261,10 @@ def load_landuse_pool(
     else:
         parent = Path(roots).expanduser()
         if not parent.is_dir():
-            raise DatasetFolderError(f"land-use pool: {str(parent)!r} does not exist or is not a folder. "
-                                     f"Expected the dataset folders inside it. {published('landuse')}")
+            raise DatasetFolderError(
+                f"land-use pool: {str(parent)!r} does not exist or is not a folder. "
+                f"Expected the dataset folders inside it. {published('landuse')}"
+            )
 
         def present(key: str) -> bool:
             return any((parent / sub).is_dir() for sub in LANDUSE_DATASETS[key][0])
@@ -225,15 +272,19 @@ def load_landuse_pool(
         if names is None:
             items = [(key, parent) for key in LANDUSE_DATASETS if present(key)]
             if not items:
-                raise DatasetFolderError(f"land-use pool: no known dataset folder inside {str(parent)!r} "
-                                         f"(expected one of {[v[0][0] for v in LANDUSE_DATASETS.values()]}). "
-                                         f"{published('landuse')}")
+                raise DatasetFolderError(
+                    f"land-use pool: no known dataset folder inside {str(parent)!r} "
+                    f"(expected one of {[v[0][0] for v in LANDUSE_DATASETS.values()]}). "
+                    f"{published('landuse')}"
+                )
         else:
             items = [(_canonical(n, "names"), parent) for n in names]
             for key, _ in items:
                 if not present(key):
-                    raise DatasetFolderError(f"{key}: none of {list(LANDUSE_DATASETS[key][0])} found inside {str(parent)!r}. "
-                                             f"{_layout(key)}")
+                    raise DatasetFolderError(
+                        f"{key}: none of {list(LANDUSE_DATASETS[key][0])} found inside "
+                        f"{str(parent)!r}. {_layout(key)}"
+                    )
     paths: list[Path] = []
     labels, ds_ids, names_out, cls = [], [], [], []
     for i, (key, root) in enumerate(items):

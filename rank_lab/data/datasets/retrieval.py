@@ -1,4 +1,5 @@
-"""One entry point for the retrieval datasets of the papers: ``load_retrieval_dataset(name, root, split)``.
+"""One entry point for the retrieval datasets of the papers:
+``load_retrieval_dataset(name, root, split)``.
 
 Names (one per dataset): ``"sop"`` (:func:`~rank_lab.data.datasets.sop.load_sop`), ``"cub"``
 (:func:`~rank_lab.data.datasets.cub.load_cub`), ``"cars196"``
@@ -25,13 +26,16 @@ from rank_lab.registry import Registry
 __all__ = ["load_retrieval_dataset", "RETRIEVAL_DATASETS"]
 
 #: name -> its loader ``loader(root, split, transform, **kwargs)`` (a new dataset registers here).
-RETRIEVAL_DATASETS: Registry[Callable[..., ImageListDataset]] = Registry("retrieval dataset", {
-    "sop": load_sop,
-    "cub": load_cub,
-    "cars196": load_cars,
-    "inaturalist": load_inaturalist,
-    "vehicleid": load_vehicleid,
-})
+RETRIEVAL_DATASETS: Registry[Callable[..., ImageListDataset]] = Registry(
+    "retrieval dataset",
+    {
+        "sop": load_sop,
+        "cub": load_cub,
+        "cars196": load_cars,
+        "inaturalist": load_inaturalist,
+        "vehicleid": load_vehicleid,
+    },
+)
 
 
 def load_retrieval_dataset(
@@ -49,7 +53,9 @@ def load_retrieval_dataset(
     """
     key = str(name).lower()
     if key not in RETRIEVAL_DATASETS:
-        raise ValueError(f"unknown retrieval dataset name {name!r}; known: {sorted(RETRIEVAL_DATASETS)}")
+        raise ValueError(
+            f"unknown retrieval dataset name {name!r}; known: {sorted(RETRIEVAL_DATASETS)}"
+        )
     if root is None:
         raise ValueError(f"dataset {name!r} needs a data folder (root / data_dir), got None")
     return RETRIEVAL_DATASETS[key](root, split, transform, **kwargs)

@@ -38,7 +38,10 @@ from rank_lab.data.datasets.sources import published
 __all__ = ["RevisitedDataset", "load_revisited", "load_r1m_list", "REVISITED_NAMES"]
 
 REVISITED_NAMES = ("roxford5k", "rparis6k")
-_LAYOUT = "Expected <root>/<name>/gnd_<name>.pkl and <root>/<name>/jpg/*.jpg (revisitop layout). " + published("revisited")
+_LAYOUT = (
+    "Expected <root>/<name>/gnd_<name>.pkl and <root>/<name>/jpg/*.jpg (revisitop layout). "
+    + published("revisited")
+)
 
 
 @dataclass
@@ -73,8 +76,11 @@ class RevisitedDataset:
         """The database images as a dataset (labels = database index)."""
         return ImageListDataset(self.db_paths, torch.arange(self.n_db), transform)
 
-    def queries(self, transform: Callable[[Any], Any] | None = None, crop: bool = True) -> ImageListDataset:
-        """The query images, cropped to their box (the protocol's convention) unless ``crop=False``."""
+    def queries(
+        self, transform: Callable[[Any], Any] | None = None, crop: bool = True
+    ) -> ImageListDataset:
+        """The query images, cropped to their box (the protocol's convention) unless
+        ``crop=False``."""
         boxes = self.query_bboxes
         paths = self.query_paths
         index_of = {str(p): i for i, p in enumerate(paths)}
@@ -91,10 +97,14 @@ class RevisitedDataset:
 
     def distractors(self, transform: Callable[[Any], Any] | None = None) -> ImageListDataset:
         """The R1M distractors as a dataset (labels = -1)."""
-        return ImageListDataset(self.distractor_paths, torch.full((len(self.distractor_paths),), -1), transform)
+        return ImageListDataset(
+            self.distractor_paths, torch.full((len(self.distractor_paths),), -1), transform
+        )
 
 
-def load_r1m_list(root: str | Path, list_file: str | Path = "revisitop1m.txt", check_files: bool = False) -> list[Path]:
+def load_r1m_list(
+    root: str | Path, list_file: str | Path = "revisitop1m.txt", check_files: bool = False
+) -> list[Path]:
     """Read the R1M distractor list: one image path per line, relative to ``root``.
 
     Args:
@@ -103,7 +113,11 @@ def load_r1m_list(root: str | Path, list_file: str | Path = "revisitop1m.txt", c
         check_files: verify that every listed image exists (slow for 1M files).
     """
     lst = Path(list_file)
-    lst = lst if lst.is_absolute() else require_path(root, list_file, "R1M", "Expected a text file listing the images.")
+    lst = (
+        lst
+        if lst.is_absolute()
+        else require_path(root, list_file, "R1M", "Expected a text file listing the images.")
+    )
     paths = []
     for line in lst.read_text(encoding="utf-8").splitlines():
         name = line.strip()
@@ -118,7 +132,9 @@ def load_r1m_list(root: str | Path, list_file: str | Path = "revisitop1m.txt", c
     if check_files:
         missing = [p for p in paths if not p.is_file()]
         if missing:
-            raise DatasetFolderError(f"R1M: {len(missing)} listed images are missing, e.g. {str(missing[0])!r}")
+            raise DatasetFolderError(
+                f"R1M: {len(missing)} listed images are missing, e.g. {str(missing[0])!r}"
+            )
     return paths
 
 
@@ -144,7 +160,12 @@ def load_revisited(
     """
     if name not in REVISITED_NAMES:
         raise ValueError(f"name must be one of {REVISITED_NAMES}, got {name!r}")
-    pkl = require_path(Path(root) / name if (Path(root) / name).is_dir() else root, f"gnd_{name}.pkl", name, _LAYOUT)
+    pkl = require_path(
+        Path(root) / name if (Path(root) / name).is_dir() else root,
+        f"gnd_{name}.pkl",
+        name,
+        _LAYOUT,
+    )
     data_dir = pkl.parent
     try:
         with open(pkl, "rb") as f:
@@ -155,7 +176,9 @@ def load_revisited(
         if not isinstance(cfg, dict) or key not in cfg:
             raise DatasetFolderError(f"{name}: {str(pkl)!r} has no {key!r} entry. {_LAYOUT}")
     if len(cfg["gnd"]) != len(cfg["qimlist"]):
-        raise DatasetFolderError(f"{name}: gnd has {len(cfg['gnd'])} entries but qimlist has {len(cfg['qimlist'])}")
+        raise DatasetFolderError(
+            f"{name}: gnd has {len(cfg['gnd'])} entries but qimlist has {len(cfg['qimlist'])}"
+        )
     img_dir = require_path(data_dir, "jpg", name, _LAYOUT)
 
     def path(n: str) -> Path:
@@ -167,19 +190,29 @@ def load_revisited(
     if check_files:
         missing = [p for p in db + qs if not p.is_file()]
         if missing:
-            raise DatasetFolderError(f"{name}: {len(missing)} images are missing, e.g. {str(missing[0])!r}. {_LAYOUT}")
+            raise DatasetFolderError(
+                f"{name}: {len(missing)} images are missing, e.g. {str(missing[0])!r}. {_LAYOUT}"
+            )
     n_db = len(db)
     gnd, boxes = [], []
     for i, g in enumerate(cfg["gnd"]):
-        entry = {k: np.asarray(g.get(k, []), dtype=np.int64).ravel() for k in ("easy", "hard", "junk")}
+        entry = {
+            k: np.asarray(g.get(k, []), dtype=np.int64).ravel() for k in ("easy", "hard", "junk")
+        }
         for k, v in entry.items():
             if v.size and (v.min() < 0 or v.max() >= n_db):
                 raise DatasetFolderError(f"{name}: gnd[{i}][{k!r}] has indices outside [0, {n_db})")
         bbx = np.asarray(g.get("bbx", [np.nan] * 4), dtype=np.float64).ravel()
         if bbx.shape != (4,):
-            raise DatasetFolderError(f"{name}: gnd[{i}]['bbx'] must hold 4 numbers, got {bbx.tolist()}")
+            raise DatasetFolderError(
+                f"{name}: gnd[{i}]['bbx'] must hold 4 numbers, got {bbx.tolist()}"
+            )
         entry["bbx"] = bbx
         gnd.append(entry)
         boxes.append(bbx)
-    distractors = [] if distractors_root is None else load_r1m_list(distractors_root, distractors_list)
-    return RevisitedDataset(name, db, qs, np.stack(boxes) if boxes else np.zeros((0, 4)), gnd, distractors)
+    distractors = (
+        [] if distractors_root is None else load_r1m_list(distractors_root, distractors_list)
+    )
+    return RevisitedDataset(
+        name, db, qs, np.stack(boxes) if boxes else np.zeros((0, 4)), gnd, distractors
+    )

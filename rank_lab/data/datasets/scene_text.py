@@ -37,9 +37,19 @@ from rank_lab.data.datasets.base import (
 )
 from rank_lab.data.datasets.sources import published
 
-__all__ = ["LmdbTextDataset", "load_lmdb_words", "IcdarAnnotation", "read_icdar_gt", "read_icdar_folder", "IcdarDetectionDataset"]
+__all__ = [
+    "LmdbTextDataset",
+    "load_lmdb_words",
+    "IcdarAnnotation",
+    "read_icdar_gt",
+    "read_icdar_folder",
+    "IcdarDetectionDataset",
+]
 
-_LMDB_LAYOUT = "Expected an LMDB environment (data.mdb) with keys num-samples, image-%09d and label-%09d. " + published("scene_text_lmdb")
+_LMDB_LAYOUT = (
+    "Expected an LMDB environment (data.mdb) with keys num-samples, image-%09d and label-%09d. "
+    + published("scene_text_lmdb")
+)
 _ENVS: dict[tuple[str, int], Any] = {}
 
 
@@ -51,17 +61,24 @@ def _open_env(root: Path) -> Any:
     key = (str(root.resolve()), os.getpid())
     if key not in _ENVS:
         try:
-            _ENVS[key] = lmdb.open(str(root), readonly=True, lock=False, readahead=False, meminit=False, max_readers=64)
+            _ENVS[key] = lmdb.open(
+                str(root), readonly=True, lock=False, readahead=False, meminit=False, max_readers=64
+            )
         except lmdb.Error as exc:
-            raise DatasetFolderError(f"LMDB scene-text set: {str(root / 'data.mdb')!r} is not a readable LMDB "
-                                     f"environment ({type(exc).__name__}: {exc}). {_LMDB_LAYOUT}") from exc
+            raise DatasetFolderError(
+                f"LMDB scene-text set: {str(root / 'data.mdb')!r} is not a readable LMDB "
+                f"environment ({type(exc).__name__}: {exc}). {_LMDB_LAYOUT}"
+            ) from exc
     return _ENVS[key]
 
 
 def _lmdb_error(root: Path, what: str, exc: Exception) -> DatasetFolderError:
-    """A read error of an opened environment (truncated or corrupt ``data.mdb``), naming file and layout."""
-    return DatasetFolderError(f"LMDB scene-text set: reading {what} from {str(root / 'data.mdb')!r} failed "
-                              f"({type(exc).__name__}: {exc}). {_LMDB_LAYOUT}")
+    """A read error of an opened environment (truncated or corrupt ``data.mdb``), naming file and
+    layout."""
+    return DatasetFolderError(
+        f"LMDB scene-text set: reading {what} from {str(root / 'data.mdb')!r} failed "
+        f"({type(exc).__name__}: {exc}). {_LMDB_LAYOUT}"
+    )
 
 
 class LmdbTextDataset(Dataset):
@@ -106,23 +123,31 @@ class LmdbTextDataset(Dataset):
         except (lmdb.Error, UnicodeDecodeError) as exc:
             raise _lmdb_error(root, "the labels", exc) from exc
 
-    def _read_labels(self, env: Any, max_length: int | None, charset: str | None, lowercase: bool) -> None:
+    def _read_labels(
+        self, env: Any, max_length: int | None, charset: str | None, lowercase: bool
+    ) -> None:
         root = self.root
         with env.begin(write=False) as txn:
             raw = txn.get(b"num-samples")
             if raw is None:
-                raise DatasetFolderError(f"LMDB scene-text set: {str(root)!r} has no 'num-samples' key. {_LMDB_LAYOUT}")
+                raise DatasetFolderError(
+                    f"LMDB scene-text set: {str(root)!r} has no 'num-samples' key. {_LMDB_LAYOUT}"
+                )
             try:
                 n = int(raw.decode("ascii").strip())
             except ValueError as exc:
-                raise DatasetFolderError(f"LMDB scene-text set: 'num-samples' is not an integer: {raw[:20]!r}") from exc
+                raise DatasetFolderError(
+                    f"LMDB scene-text set: 'num-samples' is not an integer: {raw[:20]!r}"
+                ) from exc
             self.indices: list[int] = []
             self.labels: list[str] = []
             allowed = set(charset) if charset is not None else None
             for i in range(1, n + 1):
                 lab = txn.get(b"label-%09d" % i)
                 if lab is None:
-                    raise DatasetFolderError(f"LMDB scene-text set: key label-{i:09d} is missing (num-samples = {n})")
+                    raise DatasetFolderError(
+                        f"LMDB scene-text set: key label-{i:09d} is missing (num-samples = {n})"
+                    )
                 text = lab.decode("utf-8")
                 if lowercase:
                     text = text.lower()
@@ -154,8 +179,10 @@ class LmdbTextDataset(Dataset):
         try:
             img = Image.open(io.BytesIO(buf)).convert(self.mode)
         except (OSError, ValueError) as exc:  # PIL.UnidentifiedImageError is an OSError
-            raise DatasetFolderError(f"LMDB scene-text set: image-{i:09d} of {str(self.root / 'data.mdb')!r} "
-                                     f"is not a readable image ({exc})") from exc
+            raise DatasetFolderError(
+                f"LMDB scene-text set: image-{i:09d} of {str(self.root / 'data.mdb')!r} "
+                f"is not a readable image ({exc})"
+            ) from exc
         if self.transform is not None:
             img = self.transform(img)
         return img, self.labels[index]
@@ -170,7 +197,8 @@ def load_lmdb_words(
     max_length: int | None = 25,
     lowercase: bool = True,
 ) -> tuple[torch.Tensor, list[str]]:
-    """Read an LMDB recognition set into memory as grey ``(N, 1, height, width)`` tensors in ``[0, 1]``.
+    """Read an LMDB recognition set into memory as grey ``(N, 1, height, width)`` tensors in
+    ``[0, 1]``.
 
     The images are resized to ``width x height`` (100 x 32 in the thesis, no aspect-ratio
     padding, as in Baek et al.'s default). Filtering as in :class:`LmdbTextDataset`.
@@ -179,7 +207,8 @@ def load_lmdb_words(
         The images and their labels.
 
     Raises:
-        TypeError / ValueError: ``height``, ``width``, ``max_items`` or ``max_length`` not a positive
+        TypeError / ValueError: ``height``, ``width``, ``max_items`` or ``max_length`` not a
+        positive
             int (``max_items`` and ``max_length`` may be None).
         DatasetFolderError: see :class:`LmdbTextDataset`; no sample passes the filters.
     """
@@ -187,14 +216,18 @@ def load_lmdb_words(
     if max_items is not None:
         max_items = check_positive_int(max_items, "max_items")
 
-    ds = LmdbTextDataset(root, mode="L", max_length=max_length, charset=charset, lowercase=lowercase)
+    ds = LmdbTextDataset(
+        root, mode="L", max_length=max_length, charset=charset, lowercase=lowercase
+    )
     n = len(ds) if max_items is None else min(len(ds), max_items)
     if n == 0:
         raise DatasetFolderError(f"LMDB scene-text set {str(root)!r}: no sample passes the filters")
     out = torch.empty(n, 1, height, width)
     for i in range(n):
         img, _ = ds[i]
-        out[i, 0] = torch.from_numpy(np.asarray(img.resize((width, height), Image.BILINEAR), dtype=np.float32) / 255.0)
+        out[i, 0] = torch.from_numpy(
+            np.asarray(img.resize((width, height), Image.BILINEAR), dtype=np.float32) / 255.0
+        )
     return out, ds.labels[:n]
 
 
@@ -260,7 +293,9 @@ def read_icdar_gt(path: str | Path, has_text: bool = True) -> IcdarAnnotation:
             coords = [x0, y0, x1, y0, x1, y1, x0, y1]
             rest = parts[4:]
         else:
-            raise DatasetFolderError(f"{p}:{k}: expected 8 (ICDAR'15) or 4 (ICDAR'13) coordinates, got {line[:80]!r}")
+            raise DatasetFolderError(
+                f"{p}:{k}: expected 8 (ICDAR'15) or 4 (ICDAR'13) coordinates, got {line[:80]!r}"
+            )
         sep = "," if "," in line else " "
         tail = sep.join(rest).strip()
         if has_text:
@@ -291,7 +326,9 @@ def read_icdar_folder(folder: str | Path, has_text: bool = True) -> dict[str, Ic
         raise DatasetFolderError(f"ICDAR annotation folder {str(folder)!r} does not exist")
     files = sorted(folder.glob("*.txt"))
     if not files:
-        raise DatasetFolderError(f"ICDAR annotation folder {str(folder)!r} holds no .txt files (expected gt_img_<n>.txt)")
+        raise DatasetFolderError(
+            f"ICDAR annotation folder {str(folder)!r} holds no .txt files (expected gt_img_<n>.txt)"
+        )
     return {_image_id(f.name): read_icdar_gt(f, has_text) for f in files}
 
 
@@ -307,15 +344,30 @@ class IcdarDetectionDataset(Dataset):
     Items are ``(image, IcdarAnnotation)``; ``.ids`` lists the image numbers.
     """
 
-    def __init__(self, root: str | Path, images_dir: str = "images", gt_dir: str = "gt", transform: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        images_dir: str = "images",
+        gt_dir: str = "gt",
+        transform: Callable[[Any], Any] | None = None,
+    ) -> None:
         check_transform(transform)
-        layout = f"Expected {images_dir}/img_<n>.jpg and {gt_dir}/gt_img_<n>.txt. {published('icdar')}"
+        layout = (
+            f"Expected {images_dir}/img_<n>.jpg and {gt_dir}/gt_img_<n>.txt. {published('icdar')}"
+        )
         img_root = require_path(root, images_dir, "ICDAR", layout)
         self.annotations = read_icdar_folder(require_path(root, gt_dir, "ICDAR", layout))
-        images = {_image_id(p.name): p for p in sorted(img_root.iterdir()) if p.suffix.lower() in (".jpg", ".jpeg", ".png")}
+        images = {
+            _image_id(p.name): p
+            for p in sorted(img_root.iterdir())
+            if p.suffix.lower() in (".jpg", ".jpeg", ".png")
+        }
         missing = sorted(set(self.annotations) - set(images))
         if missing:
-            raise DatasetFolderError(f"ICDAR: no image for ground-truth file(s) of image(s) {missing[:5]} in {str(img_root)!r}. {layout}")
+            raise DatasetFolderError(
+                f"ICDAR: no image for ground-truth file(s) of image(s) {missing[:5]} in "
+                f"{str(img_root)!r}. {layout}"
+            )
         self.ids = sorted(self.annotations, key=lambda s: (len(s), s))
         self.paths = [images[i] for i in self.ids]
         self.transform = transform

@@ -31,7 +31,10 @@ __all__ = ["SF300Dataset", "load_sf300", "SF300_ATTRIBUTES"]
 
 SF300_ATTRIBUTES = ("altitude", "omega", "phi", "orientation", "kappa", "sun_angle")
 _EXTS = (".jpg", ".jpeg", ".png")
-_LAYOUT = "Expected <root>/<split>/<class>/*.jpg with an optional per-class .csv (see rank_lab.data.datasets.sf300). " + published("sf300")
+_LAYOUT = (
+    "Expected <root>/<split>/<class>/*.jpg with an optional per-class .csv (see "
+    "rank_lab.data.datasets.sf300). " + published("sf300")
+)
 
 
 @dataclass
@@ -75,7 +78,9 @@ def _read_csv(path: Path) -> dict[str, dict[str, float]]:
         return {}
     cols = {c.strip().lower().replace(" ", "_"): c for c in reader.fieldnames}
     if "image" not in cols:
-        raise DatasetFolderError(f"SF300: {str(path)!r} has no 'image' column (columns: {reader.fieldnames})")
+        raise DatasetFolderError(
+            f"SF300: {str(path)!r} has no 'image' column (columns: {reader.fieldnames})"
+        )
     out = {}
     for row in reader:
         vals = {}
@@ -84,7 +89,9 @@ def _read_csv(path: Path) -> dict[str, dict[str, float]]:
             try:
                 vals[a] = float(v) if v else float("nan")
             except ValueError as exc:
-                raise DatasetFolderError(f"SF300: {str(path)!r}: {a}={v!r} is not a number") from exc
+                raise DatasetFolderError(
+                    f"SF300: {str(path)!r}: {a}={v!r} is not a number"
+                ) from exc
         out[Path(row[cols["image"]].strip()).name] = vals
     return out
 
@@ -92,14 +99,22 @@ def _read_csv(path: Path) -> dict[str, dict[str, float]]:
 def load_sf300(root: str | Path, split: str = "test") -> SF300Dataset:
     """Load one split of an SF300-style folder (layout in the module docstring).
 
-    ``split`` is ``"train"``, ``"test"`` (the assumed layout) or the name of another sub-folder of ``root``.
+    ``split`` is ``"train"``, ``"test"`` (the assumed layout) or the name of another sub-folder of
+    ``root``.
 
     Raises:
         ValueError: ``split`` is neither ``"train"`` / ``"test"`` nor a folder inside ``root``.
-        DatasetFolderError: missing root or ``train`` / ``test`` folder, no class folder or no image.
+        DatasetFolderError: missing root or ``train`` / ``test`` folder, no class folder or no
+            image.
     """
-    if split not in ("train", "test") and Path(root).is_dir() and not (Path(root) / str(split)).is_dir():
-        raise ValueError(f"split must be 'train', 'test' or a folder inside {str(root)!r}, got {split!r}")
+    if (
+        split not in ("train", "test")
+        and Path(root).is_dir()
+        and not (Path(root) / str(split)).is_dir()
+    ):
+        raise ValueError(
+            f"split must be 'train', 'test' or a folder inside {str(root)!r}, got {split!r}"
+        )
     split_dir = require_path(root, split, "SF300", _LAYOUT)
     class_dirs = sorted(p for p in split_dir.iterdir() if p.is_dir())
     if not class_dirs:

@@ -62,11 +62,15 @@ def read_sop_list(path: str | Path) -> list[tuple[int, int, int, str]]:
             continue
         parts = line.split()
         if len(parts) != 4:
-            raise DatasetFolderError(f"SOP: line {i} of {str(path)!r} has {len(parts)} fields, expected 4: {line!r}")
+            raise DatasetFolderError(
+                f"SOP: line {i} of {str(path)!r} has {len(parts)} fields, expected 4: {line!r}"
+            )
         try:
             rows.append((int(parts[0]), int(parts[1]), int(parts[2]), parts[3]))
         except ValueError:
-            raise DatasetFolderError(f"SOP: line {i} of {str(path)!r} has non-integer ids: {line!r}") from None
+            raise DatasetFolderError(
+                f"SOP: line {i} of {str(path)!r} has non-integer ids: {line!r}"
+            ) from None
     if not rows:
         raise DatasetFolderError(f"SOP: {str(path)!r} lists no image")
     return rows
@@ -100,13 +104,24 @@ def load_sop(
         DatasetFolderError: missing folder / list file / images, or a malformed list file.
     """
     check_split(split)
-    root = find_root(root, "Ebay_train.txt" if split != "test" else "Ebay_test.txt",
-                     ("Stanford_Online_Products",), "SOP", SOP_LAYOUT)
-    files = {"train": ["Ebay_train.txt"], "test": ["Ebay_test.txt"], "all": ["Ebay_train.txt", "Ebay_test.txt"]}[split]
+    root = find_root(
+        root,
+        "Ebay_train.txt" if split != "test" else "Ebay_test.txt",
+        ("Stanford_Online_Products",),
+        "SOP",
+        SOP_LAYOUT,
+    )
+    files = {
+        "train": ["Ebay_train.txt"],
+        "test": ["Ebay_test.txt"],
+        "all": ["Ebay_train.txt", "Ebay_test.txt"],
+    }[split]
     rows: list[tuple[int, int, int, str]] = []
     for name in files:
         if not (root / name).is_file():
-            raise DatasetFolderError(f"SOP: expected {name!r} inside {str(root)!r} but it is missing. {SOP_LAYOUT}")
+            raise DatasetFolderError(
+                f"SOP: expected {name!r} inside {str(root)!r} but it is missing. {SOP_LAYOUT}"
+            )
         rows.extend(read_sop_list(root / name))
     paths = [root / r[3] for r in rows]
     if check_files:

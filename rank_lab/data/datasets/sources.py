@@ -23,7 +23,10 @@ __all__ = ["DATASET_SOURCES", "TORCHVISION_DOWNLOADS", "published", "torchvision
 DATASET_SOURCES: dict[str, tuple[str, str]] = {
     "sop": ("https://cvgl.stanford.edu/projects/lifted_struct/", "Song et al., CVPR 2016"),
     "cub": ("https://www.vision.caltech.edu/datasets/cub_200_2011/", "Wah et al., 2011"),
-    "cars196": ("https://ai.stanford.edu/~jkrause/cars/car_dataset.html", "Krause et al., 3dRR 2013"),
+    "cars196": (
+        "https://ai.stanford.edu/~jkrause/cars/car_dataset.html",
+        "Krause et al., 3dRR 2013",
+    ),
     "inaturalist": (
         "https://github.com/visipedia/inat_comp/tree/master/2018 (images, JSON) and "
         "https://github.com/Andrew-Brown1/Smooth_AP (retrieval split files)",
@@ -32,31 +35,64 @@ DATASET_SOURCES: dict[str, tuple[str, str]] = {
     "vehicleid": ("https://www.pkuml.org/resources/pku-vehicleid.html", "Liu et al., CVPR 2016"),
     "dyml": ("https://github.com/SupetZYK/DynamicMetricLearning", "Sun et al., CVPR 2021"),
     "gldv2": ("https://github.com/cvdfoundation/google-landmark", "Weyand et al., CVPR 2020"),
-    "cifar": ("https://www.cs.toronto.edu/~kriz/cifar.html (or download=True: torchvision fetches it)", "Krizhevsky, 2009"),
-    "svhn": ("http://ufldl.stanford.edu/housenumbers/ (or download=True: torchvision fetches it)", "Netzer et al., 2011"),
-    "textures": ("https://www.robots.ox.ac.uk/~vgg/data/dtd/ (or download=True: torchvision fetches it)", "Cimpoi et al., CVPR 2014"),
-    "places365": ("http://places2.csail.mit.edu/download.html (or download=True: torchvision fetches it)", "Zhou et al., TPAMI 2017"),
+    "cifar": (
+        "https://www.cs.toronto.edu/~kriz/cifar.html (or download=True: torchvision fetches it)",
+        "Krizhevsky, 2009",
+    ),
+    "svhn": (
+        "http://ufldl.stanford.edu/housenumbers/ (or download=True: torchvision fetches it)",
+        "Netzer et al., 2011",
+    ),
+    "textures": (
+        "https://www.robots.ox.ac.uk/~vgg/data/dtd/ (or download=True: torchvision fetches it)",
+        "Cimpoi et al., CVPR 2014",
+    ),
+    "places365": (
+        "http://places2.csail.mit.edu/download.html (or download=True: torchvision fetches it)",
+        "Zhou et al., TPAMI 2017",
+    ),
     "lsun_lmdb": ("https://github.com/fyu/lsun", "Yu et al., 2015"),
-    "odin_crops": ("https://github.com/facebookresearch/odin (LSUN, LSUN_resize, iSUN crops)", "Liang et al., ICLR 2018"),
+    "odin_crops": (
+        "https://github.com/facebookresearch/odin (LSUN, LSUN_resize, iSUN crops)",
+        "Liang et al., ICLR 2018",
+    ),
     "tiny_imagenet": ("http://cs231n.stanford.edu/tiny-imagenet-200.zip", "Stanford CS231n"),
     "imagenet_ood": (
         "https://github.com/deeplearning-wisc/large_scale_ood (iNaturalist, SUN, Places subsets)",
         "Huang & Li, CVPR 2021",
     ),
     "openimage_o": ("https://github.com/haoqiwang/vim", "Wang et al., CVPR 2022"),
-    "imagenet_o": ("https://github.com/hendrycks/natural-adv-examples", "Hendrycks et al., CVPR 2021"),
+    "imagenet_o": (
+        "https://github.com/hendrycks/natural-adv-examples",
+        "Hendrycks et al., CVPR 2021",
+    ),
     "landuse": (
-        "UCM http://weegee.vision.ucmerced.edu/datasets/landuse.html, AID https://captain-whu.github.io/AID/, "
-        "NWPU-RESISC45 https://gcheng-nwpu.github.io/#Datasets, PatternNet https://sites.google.com/view/zhouwx/dataset, "
-        "RSI-CB https://github.com/lehaifeng/RSI-CB, RSSCN7 https://github.com/palewithout/RSSCN7, "
-        "SIRI-WHU http://www.lmars.whu.edu.cn/prof_web/zhongyanfei/e-code.html, WHU-RS19 https://captain-whu.github.io/BED4RS/",
+        "UCM http://weegee.vision.ucmerced.edu/datasets/landuse.html, AID "
+        "https://captain-whu.github.io/AID/, NWPU-RESISC45 "
+        "https://gcheng-nwpu.github.io/#Datasets, PatternNet "
+        "https://sites.google.com/view/zhouwx/dataset, RSI-CB https://github.com/lehaifeng/RSI-CB, "
+        "RSSCN7 https://github.com/palewithout/RSSCN7, SIRI-WHU "
+        "http://www.lmars.whu.edu.cn/prof_web/zhongyanfei/e-code.html, WHU-RS19 "
+        "https://captain-whu.github.io/BED4RS/",
         "the eight land-use datasets of the Gominski thesis, ch. 5",
     ),
     "revisited": ("http://cmp.felk.cvut.cz/revisitop/", "Radenović et al., CVPR 2018"),
-    "alegoria": ("", "not publicly distributed (Gominski thesis §3.2); rank_lab documents an assumed layout"),
-    "sf300": ("", "not publicly distributed (Gominski thesis §5.1); rank_lab documents an assumed layout"),
-    "scene_text_lmdb": ("https://github.com/clovaai/deep-text-recognition-benchmark", "Baek et al., ICCV 2019"),
-    "icdar": ("https://rrc.cvc.uab.es/ (ICDAR 2013 / 2015 Robust Reading, Challenge 2 and 4)", "Karatzas et al., ICDAR 2013, 2015"),
+    "alegoria": (
+        "",
+        "not publicly distributed (Gominski thesis §3.2); rank_lab documents an assumed layout",
+    ),
+    "sf300": (
+        "",
+        "not publicly distributed (Gominski thesis §5.1); rank_lab documents an assumed layout",
+    ),
+    "scene_text_lmdb": (
+        "https://github.com/clovaai/deep-text-recognition-benchmark",
+        "Baek et al., ICCV 2019",
+    ),
+    "icdar": (
+        "https://rrc.cvc.uab.es/ (ICDAR 2013 / 2015 Robust Reading, Challenge 2 and 4)",
+        "Karatzas et al., ICDAR 2013, 2015",
+    ),
 }
 
 #: Loader name -> the torchvision dataset class that ``download=True`` reuses.
@@ -93,7 +129,9 @@ def published(key: str) -> str:
     return f"Published at {url} ({ref})."
 
 
-def torchvision_download(name: str, root: str | Path, split: str | None = None, **kwargs: Any) -> Path:
+def torchvision_download(
+    name: str, root: str | Path, split: str | None = None, **kwargs: Any
+) -> Path:
     """Download dataset ``name`` into ``root`` with torchvision (a no-op when it is already there).
 
     Args:
@@ -107,7 +145,8 @@ def torchvision_download(name: str, root: str | Path, split: str | None = None, 
         ``root``.
 
     Raises:
-        ValueError: for a dataset torchvision does not download (``name``) or a ``split`` it has not.
+        ValueError: for a dataset torchvision does not download (``name``) or a ``split`` it has
+            not.
         DatasetFolderError: when the download or its check fails (e.g. no network); the message
             says where the data is published, to fetch it by hand.
     """
@@ -116,7 +155,10 @@ def torchvision_download(name: str, root: str | Path, split: str | None = None, 
 
     key = str(name).lower()
     if key not in TORCHVISION_DOWNLOADS:
-        raise ValueError(f"torchvision does not download {name!r} (name); it does: {sorted(TORCHVISION_DOWNLOADS)}")
+        raise ValueError(
+            f"torchvision does not download {name!r} (name); it does: "
+            f"{sorted(TORCHVISION_DOWNLOADS)}"
+        )
     splits = _DOWNLOAD_SPLITS[key]
     if split not in splits:
         raise ValueError(f"split must be one of {list(splits)} for {key}, got {split!r}")
@@ -137,7 +179,7 @@ def torchvision_download(name: str, root: str | Path, split: str | None = None, 
         src = "cifar" if key.startswith("cifar") else key
         where = published(src) if src in DATASET_SOURCES else ""
         raise DatasetFolderError(
-            f"{name}: torchvision could not download it into {str(root)!r} ({type(exc).__name__}: {exc}). "
-            f"Without network, fetch it by hand into that folder. {where}"
+            f"{name}: torchvision could not download it into {str(root)!r} ({type(exc).__name__}: "
+            f"{exc}). Without network, fetch it by hand into that folder. {where}"
         ) from exc
     return root

@@ -29,7 +29,9 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def default_transform(train: bool, image_size: int = 224, resize: int | None = None) -> Callable[[Any], Any]:
+def default_transform(
+    train: bool, image_size: int = 224, resize: int | None = None
+) -> Callable[[Any], Any]:
     """The papers' train / test transform (see the module docstring).
 
     Args:
@@ -47,15 +49,21 @@ def default_transform(train: bool, image_size: int = 224, resize: int | None = N
     from torchvision import transforms as T
 
     image_size = check_positive_int(image_size, "image_size")
-    resize = check_positive_int(resize, "resize") if resize is not None else round(image_size * 256 / 224)
+    resize = (
+        check_positive_int(resize, "resize")
+        if resize is not None
+        else round(image_size * 256 / 224)
+    )
     norm = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
     if train:
-        return T.Compose([
-            T.Resize(resize),
-            T.RandomResizedCrop(image_size, scale=(0.16, 1.0), ratio=(3 / 4, 4 / 3)),
-            T.RandomHorizontalFlip(p=0.5),
-            *norm,
-        ])
+        return T.Compose(
+            [
+                T.Resize(resize),
+                T.RandomResizedCrop(image_size, scale=(0.16, 1.0), ratio=(3 / 4, 4 / 3)),
+                T.RandomHorizontalFlip(p=0.5),
+                *norm,
+            ]
+        )
     return T.Compose([T.Resize(resize), T.CenterCrop(image_size), *norm])
 
 
@@ -86,21 +94,25 @@ def check_split(split: str, allowed: tuple[str, ...] = ("train", "test", "all"))
     return split
 
 
-def find_root(root: str | Path, marker: str, subdirs: tuple[str, ...], dataset: str, layout: str) -> Path:
+def find_root(
+    root: str | Path, marker: str, subdirs: tuple[str, ...], dataset: str, layout: str
+) -> Path:
     """Return ``root`` if ``root/marker`` exists, else ``root/<sub>`` for the first ``sub`` of
     ``subdirs`` holding ``marker`` (the archive's top folder); otherwise raise
     :class:`DatasetFolderError` with the expected ``layout``."""
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise DatasetFolderError(f"{dataset}: root folder {str(root)!r} does not exist or is not a folder. {layout}")
+        raise DatasetFolderError(
+            f"{dataset}: root folder {str(root)!r} does not exist or is not a folder. {layout}"
+        )
     if (root / marker).exists():
         return root
     for sub in subdirs:
         if (root / sub / marker).exists():
             return root / sub
     raise DatasetFolderError(
-        f"{dataset}: expected {marker!r} inside {str(root)!r} (or in {[str(root / s) for s in subdirs]}) "
-        f"but it is missing. {layout}"
+        f"{dataset}: expected {marker!r} inside {str(root)!r} (or in "
+        f"{[str(root / s) for s in subdirs]}) but it is missing. {layout}"
     )
 
 
@@ -109,6 +121,6 @@ def check_files_exist(paths: list[Path], dataset: str, listed_in: str) -> None:
     missing = [p for p in paths if not p.is_file()]
     if missing:
         raise DatasetFolderError(
-            f"{dataset}: {len(missing)} of the {len(paths)} images listed in {listed_in} are missing, "
-            f"e.g. {[str(p) for p in missing[:3]]}"
+            f"{dataset}: {len(missing)} of the {len(paths)} images listed in {listed_in} are "
+            f"missing, e.g. {[str(p) for p in missing[:3]]}"
         )

@@ -1,4 +1,5 @@
-"""The evaluation engine: exact retrieval metrics and neighbours at gallery scale, in bounded memory.
+"""The evaluation engine: exact retrieval metrics and neighbours at gallery scale, in bounded
+memory.
 
 Floors (each imports only the ones above it; ``docs/architecture.md``, metrics section):
 

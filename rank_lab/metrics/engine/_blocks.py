@@ -27,8 +27,14 @@ def progress(iterable: Iterable, total: int, show: bool, desc: str) -> Iterable:
     return tqdm(iterable, total=total, desc=desc, leave=False)
 
 
-def chunk_rows(n_cols: int, max_memory_mb: float, chunk_size: int | None = None, *, bytes_per_item: int = 24,
-               max_rows: int = 4096) -> int:
+def chunk_rows(
+    n_cols: int,
+    max_memory_mb: float,
+    chunk_size: int | None = None,
+    *,
+    bytes_per_item: int = 24,
+    max_rows: int = 4096,
+) -> int:
     """Rows per block: ``chunk_size`` when given, else as many as fit ``max_memory_mb``.
 
     Args:
@@ -63,8 +69,13 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(saved)
 
 
-def run_parallel(fn: Callable[[object], None], items: list, show: bool, dev: torch.device,
-                 desc: str = "certified search") -> None:
+def run_parallel(
+    fn: Callable[[object], None],
+    items: list,
+    show: bool,
+    dev: torch.device,
+    desc: str = "certified search",
+) -> None:
     """``fn`` on every item: on the CPU in ``torch.get_num_threads()`` Python threads, each with
     single-threaded torch (no OpenMP barrier per small op) and gradual underflow; in order on GPUs.
 

@@ -8,7 +8,8 @@ inner-product index, both used here:
   consecutive blocks, one per GPU; every query searches every block and the ``G`` top-k lists are
   merged (ids offset by the block start). Memory per GPU ``N d / G``.
 * **replicas** (``mode="replicate"``, :class:`faiss.IndexReplicas`): every GPU holds the whole
-  gallery and answers a share of the queries. Memory per GPU ``N d``; the faster layout when it fits.
+  gallery and answers a share of the queries. Memory per GPU ``N d``; the faster layout when it
+  fits.
 
 Placement falls back cleanly: several GPUs visible to faiss -> shards / replicas over them; one
 -> a single GPU index; none (or ``faiss-cpu``) -> a CPU index, optionally split into
@@ -44,7 +45,13 @@ from rank_lab.metrics.engine.search.knn import faiss_available
 from rank_lab.utils import DeviceLike
 from rank_lab.vocabulary import NoPositive
 
-__all__ = ["faiss_gpu_count", "ShardedIndex", "build_index", "sharded_knn_search", "sharded_retrieval_metrics"]
+__all__ = [
+    "faiss_gpu_count",
+    "ShardedIndex",
+    "build_index",
+    "sharded_knn_search",
+    "sharded_retrieval_metrics",
+]
 
 Mode = Literal["shard", "replicate"]
 
@@ -138,7 +145,9 @@ def build_index(
         for s in subs:
             index.addIndex(s)
     index.add(x)
-    return ShardedIndex(index, f"cpu-{'shards' if mode == 'shard' else 'replicas'}", cpu_shards, subs)
+    return ShardedIndex(
+        index, f"cpu-{'shards' if mode == 'shard' else 'replicas'}", cpu_shards, subs
+    )
 
 
 def sharded_knn_search(
@@ -153,7 +162,8 @@ def sharded_knn_search(
     chunk_size: int = 16384,
     index: ShardedIndex | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact inner-product k-NN with :func:`build_index` (same contract as :func:`rank_lab.metrics.knn_search`).
+    """Exact inner-product k-NN with :func:`build_index` (same contract as
+    :func:`rank_lab.metrics.knn_search`).
 
     Args:
         queries: ``(Q, d)``; gallery: ``(N, d)``.
@@ -171,16 +181,28 @@ def sharded_knn_search(
     if q.shape[1] != g.shape[1]:
         raise ValueError(f"queries have d={q.shape[1]} but gallery has d={g.shape[1]}")
     if exclude_self and q.shape[0] != g.shape[0]:
-        raise ValueError(f"exclude_self needs queries and gallery of the same length, got {q.shape[0]} and {g.shape[0]}")
+        raise ValueError(
+            f"exclude_self needs queries and gallery of the same length, got {q.shape[0]} and "
+            f"{g.shape[0]}"
+        )
     k = check_positive_int(k, "k")
     if k > g.shape[0] - int(exclude_self):
-        raise ValueError(f"k={k} is larger than the number of gallery items available ({g.shape[0] - int(exclude_self)})")
+        raise ValueError(
+            f"k={k} is larger than the number of gallery items available "
+            f"({g.shape[0] - int(exclude_self)})"
+        )
     chunk_size = check_positive_int(chunk_size, "chunk_size")
-    idx = index if index is not None else build_index(g, n_gpus=n_gpus, mode=mode, cpu_shards=cpu_shards)
+    idx = (
+        index
+        if index is not None
+        else build_index(g, n_gpus=n_gpus, mode=mode, cpu_shards=cpu_shards)
+    )
     kk = k + int(exclude_self)
     out_s, out_i = [], []
     for start in range(0, q.shape[0], chunk_size):
-        qn = np.ascontiguousarray(q[start : start + chunk_size].detach().to("cpu", torch.float32).numpy())
+        qn = np.ascontiguousarray(
+            q[start : start + chunk_size].detach().to("cpu", torch.float32).numpy()
+        )
         vals, ids = idx.index.search(qn, kk)
         vals, ids = torch.from_numpy(vals), torch.from_numpy(ids).long()
         if exclude_self:  # drop the query's own column when present, else the last column
@@ -207,7 +229,8 @@ def sharded_retrieval_metrics(
     device: DeviceLike = None,
     no_positive: NoPositive = "skip",
 ) -> dict[str, float]:
-    """:func:`rank_lab.metrics.retrieval_metrics` with the neighbour lists from a sharded faiss index.
+    """:func:`rank_lab.metrics.retrieval_metrics` with the neighbour lists from a sharded faiss
+    index.
 
     Neighbour-list metrics (R@k, P@k, TR@k, AP@k, mAP@R, MRR) use :func:`sharded_knn_search`;
     full-list metrics (mAP, NDCG) and a missing faiss fall back to the engine (torch on
@@ -224,13 +247,27 @@ def sharded_retrieval_metrics(
     """
     if isinstance(metrics, str) or not hasattr(metrics, "__iter__"):
         raise TypeError(f"metrics must be a sequence of metric names, got {type(metrics).__name__}")
-    lists_serve = all(get_metric(m).family == "binary" and get_metric(m).depth != "all" for m in metrics)
+    lists_serve = all(
+        get_metric(m).family == "binary" and get_metric(m).depth != "all" for m in metrics
+    )
     if not lists_serve or not faiss_available():
-        return retrieval_metrics(embeddings, labels, ref_embeddings, ref_labels, ks=ks, metrics=metrics,
-                                 normalize=normalize, backend="torch", device=device, no_positive=no_positive)
+        return retrieval_metrics(
+            embeddings,
+            labels,
+            ref_embeddings,
+            ref_labels,
+            ks=ks,
+            metrics=metrics,
+            normalize=normalize,
+            backend="torch",
+            device=device,
+            no_positive=no_positive,
+        )
     built: dict[int, ShardedIndex] = {}  # the gallery's index, built at the first call and reused
 
-    def knn(q: torch.Tensor, g: torch.Tensor, k: int, exclude_self: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def knn(
+        q: torch.Tensor, g: torch.Tensor, k: int, exclude_self: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if id(g) not in built:
             built.clear()
             built[id(g)] = build_index(g, n_gpus=n_gpus, mode=mode, cpu_shards=cpu_shards)
@@ -238,5 +275,15 @@ def sharded_retrieval_metrics(
 
     on_gpu = faiss_gpu_count() > 0 and n_gpus != 0
     stage1 = IndexStage1(knn, input_unit=2.0**-11 if on_gpu else 0.0, tensor_cores=on_gpu)
-    return retrieval_metrics(embeddings, labels, ref_embeddings, ref_labels, ks=ks, metrics=metrics,
-                             normalize=normalize, knn=stage1, device=device, no_positive=no_positive)
+    return retrieval_metrics(
+        embeddings,
+        labels,
+        ref_embeddings,
+        ref_labels,
+        ks=ks,
+        metrics=metrics,
+        normalize=normalize,
+        knn=stage1,
+        device=device,
+        no_positive=no_positive,
+    )

@@ -1,4 +1,5 @@
-"""The evaluation engine's entry point: from embeddings and labels to a dict of named retrieval figures.
+"""The evaluation engine's entry point: from embeddings and labels to a dict of named retrieval
+figures.
 
 :func:`retrieval_metrics` checks its inputs once, normalises the embeddings (cosine similarity),
 resolves the metrics asked in the registry (:mod:`rank_lab.metrics.engine.formulas.registry`),
@@ -52,12 +53,14 @@ from rank_lab.vocabulary import NoPositive
 
 __all__ = ["retrieval_metrics", "NEIGHBOUR_LIST_MAX_K"]
 
-#: Lists up to this length are cheaper than counting (queries = gallery: one product for both orientations).
+#: Lists up to this length are cheaper than counting (queries = gallery: one product for both
+#: orientations).
 NEIGHBOUR_LIST_MAX_K = 16
 
 
 def normalize_rows(x: torch.Tensor, block_rows: int = 8192) -> torch.Tensor:
-    """Rows of ``x`` scaled to unit norm, the same for any positive scaling of a row that the dtype represents.
+    """Rows of ``x`` scaled to unit norm, the same for any positive scaling of a row that the dtype
+    represents.
 
     Each row is first scaled by a power of two so that its largest entry lies in ``[0.5, 1)``
     (exact: no rounding), then divided by its norm (``torch.nn.functional.normalize``): the norm can
@@ -79,7 +82,8 @@ def normalize_rows(x: torch.Tensor, block_rows: int = 8192) -> torch.Tensor:
 def _warn_degenerate(q: torch.Tensor, g: torch.Tensor, normalize: bool, same: bool) -> None:
     """Warn when queries score 0 against every item (zero rows, or products that all underflow)."""
     info = torch.finfo(q.dtype)
-    tau = float(info.tiny) * float(info.eps) / 2  # half the subnormal spacing: smaller products round to 0
+    # half the subnormal spacing: smaller products round to 0
+    tau = float(info.tiny) * float(info.eps) / 2
     top_g = float(g.abs().max())
     top_q = q.abs().amax(1).to(torch.float64)
     dead = top_q * top_g <= tau
@@ -90,15 +94,23 @@ def _warn_degenerate(q: torch.Tensor, g: torch.Tensor, normalize: bool, same: bo
     if top_g == 0:
         causes.append(f"every row of {'embeddings' if same else 'ref_embeddings'} is zero")
     if bool(zero.any()) and top_g > 0:
-        causes.append(f"{int(zero.sum())} row(s) of embeddings are all zero"
-                      + (" (their cosine similarity is undefined)" if normalize else ""))
+        causes.append(
+            f"{int(zero.sum())} row(s) of embeddings are all zero"
+            + (" (their cosine similarity is undefined)" if normalize else "")
+        )
     tiny = dead & (top_q > 0)
     if bool(tiny.any()) and top_g > 0:
-        causes.append(f"{int(tiny.sum())} row(s) of embeddings are so small that every product with the gallery "
-                      f"underflows {q.dtype} (largest entry {float(top_q[tiny].max()):.3g}, gallery's {top_g:.3g}); "
-                      "pass normalize=True or rescale them")
-    warnings.warn(f"{int(dead.sum())} query(ies) score 0 against every gallery item: {'; '.join(causes)}. Every item "
-                  "ties with every other, and the worst-case tie rule ranks the irrelevant ones first.", stacklevel=3)
+        causes.append(
+            f"{int(tiny.sum())} row(s) of embeddings are so small that every product with the "
+            f"gallery underflows {q.dtype} (largest entry {float(top_q[tiny].max()):.3g}, "
+            f"gallery's {top_g:.3g}); pass normalize=True or rescale them"
+        )
+    warnings.warn(
+        f"{int(dead.sum())} query(ies) score 0 against every gallery item: {'; '.join(causes)}. "
+        "Every item ties with every other, and the worst-case tie rule ranks the irrelevant ones "
+        "first.",
+        stacklevel=3,
+    )
 
 
 def _check_tree(lab: torch.Tensor, ref_lab: torch.Tensor) -> None:
@@ -106,8 +118,10 @@ def _check_tree(lab: torch.Tensor, ref_lab: torch.Tensor) -> None:
     rows = torch.unique(torch.cat([lab, ref_lab]), dim=0)
     if torch.unique(rows[:, 0]).numel() != rows.shape[0]:
         fine, counts = torch.unique(rows[:, 0], return_counts=True)
-        raise ValueError(f"labels are not a tree: fine labels {fine[counts > 1][:3].tolist()} appear with several "
-                         "coarser labels (each column of hierarchical labels must refine the next)")
+        raise ValueError(
+            f"labels are not a tree: fine labels {fine[counts > 1][:3].tolist()} appear with "
+            "several coarser labels (each column of hierarchical labels must refine the next)"
+        )
 
 
 def retrieval_metrics(
@@ -147,10 +161,11 @@ def retrieval_metrics(
         ref_labels: ``(N,)`` gallery labels (required with ``ref_embeddings``).
         ks: cut-offs for the ``@k`` metrics; a k larger than the gallery (``N - 1`` items with
             self-exclusion) raises a ``ValueError``, as in :meth:`rank_lab.train.Trainer.evaluate`.
-        metrics: names of registered metrics (:func:`~rank_lab.metrics.engine.formulas.registry.list_metrics`):
-            ``"R@k"`` (recall rate), ``"P@k"``, ``"TR@k"`` (true recall), ``"AP@k"`` (reported as
-            ``mAP@k``), ``"mAP@R"``, ``"mAP"`` (full AP), ``"MRR"``, ``"NDCG"`` (binary gains), and
-            the hierarchical metrics of the Ramzi thesis ch. 4: ``"H-AP"`` (Eq. 4.3, relevance
+        metrics: names of registered metrics
+            (:func:`~rank_lab.metrics.engine.formulas.registry.list_metrics`): ``"R@k"`` (recall
+            rate), ``"P@k"``, ``"TR@k"`` (true recall), ``"AP@k"`` (reported as ``mAP@k``),
+            ``"mAP@R"``, ``"mAP"`` (full AP), ``"MRR"``, ``"NDCG"`` (binary gains), and the
+            hierarchical metrics of the Ramzi thesis ch. 4: ``"H-AP"`` (Eq. 4.3, relevance
             Eq. 4.7 with ``hap_alpha``), ``"ASI"`` (Eq. 4.16), ``"NDCG-h"`` (gains ``2^l - 1``),
             ``"AP@level"`` (reported as ``"AP@level{l}"`` for l = 1..L, Eq. 4.8; l = L is the fine
             AP, l = 1 the coarsest), ``"H-R@k"`` (Eq. 4.4) and ``"MS@k"`` (mean LCA height
@@ -162,12 +177,13 @@ def retrieval_metrics(
         exclude_self: default ``True`` when ``ref_embeddings`` is ``None``.
         backend: ``"auto"``, ``"torch"`` or ``"faiss"`` (a flat float32 CPU index as stage 1 of the
             neighbour lists); the values do not depend on it.
-        precision: stage-1 format (:func:`~rank_lab.metrics.knn_search`); the values do not depend on it.
+        precision: stage-1 format (:func:`~rank_lab.metrics.knn_search`); the values do not depend
+            on it.
         knn: a custom flat index ``knn(queries, gallery, k, exclude_self) -> (scores (Q, k), indices
             (Q, k))`` used as stage 1 of the neighbour lists (e.g. the sharded faiss index of
-            :mod:`rank_lab.metrics.engine.distributed`); it receives the normalised sets, must return
-            the top k of float32 inner products (any summation order) sorted by decreasing score,
-            and is called again with larger k until the lists are certified. An
+            :mod:`rank_lab.metrics.engine.distributed`); it receives the normalised sets, must
+            return the top k of float32 inner products (any summation order) sorted by decreasing
+            score, and is called again with larger k until the lists are certified. An
             :class:`~rank_lab.metrics.engine.search.index.IndexStage1` states another arithmetic.
         device: compute device (default: CUDA when present).
         chunk_size, max_memory_mb: query rows per block, or the memory budget that sets it (the
@@ -182,7 +198,8 @@ def retrieval_metrics(
         hap_alpha: alpha of the H-AP relevance (1 for the metric, thesis §4.2.2.2).
 
     Returns:
-        A dict such as ``{"R@1": 0.71, "R@10": 0.9, "mAP@R": 0.42, "n_queries": 1000, "n_skipped": 0}``.
+        A dict such as
+        ``{"R@1": 0.71, "R@10": 0.9, "mAP@R": 0.42, "n_queries": 1000, "n_skipped": 0}``.
 
     Raises:
         ValueError / TypeError: naming the argument (shapes, non-finite values, complex or meta
@@ -200,11 +217,17 @@ def retrieval_metrics(
     ref = emb if same else check_embeddings(ref_embeddings, "ref_embeddings").detach()
     ref_lab = lab if same else check_labels(ref_labels, ref.shape[0], "ref_labels")
     if ref.shape[1] != emb.shape[1]:
-        raise ValueError(f"embeddings have d={emb.shape[1]} but ref_embeddings have d={ref.shape[1]}")
+        raise ValueError(
+            f"embeddings have d={emb.shape[1]} but ref_embeddings have d={ref.shape[1]}"
+        )
     if lab.ndim != ref_lab.ndim:
-        raise ValueError(f"labels have shape {tuple(lab.shape)} but ref_labels have {tuple(ref_lab.shape)}")
+        raise ValueError(
+            f"labels have shape {tuple(lab.shape)} but ref_labels have {tuple(ref_lab.shape)}"
+        )
     if lab.ndim == 2 and lab.shape[1] != ref_lab.shape[1]:
-        raise ValueError(f"labels have {lab.shape[1]} levels but ref_labels have {ref_lab.shape[1]}")
+        raise ValueError(
+            f"labels have {lab.shape[1]} levels but ref_labels have {ref_lab.shape[1]}"
+        )
     lab, ref_lab = (lab[:, None], ref_lab[:, None]) if lab.ndim == 1 else (lab, ref_lab)
     lab, ref_lab = lab.cpu(), ref_lab.cpu()
     if isinstance(metrics, str) or not hasattr(metrics, "__iter__"):
@@ -212,7 +235,9 @@ def retrieval_metrics(
     names = list(metrics)
     unknown = [m for m in names if m not in METRICS]
     if unknown or not names:
-        raise ValueError(f"unknown metrics {sorted(map(str, unknown))}; choose among {list_metrics()}")
+        raise ValueError(
+            f"unknown metrics {sorted(map(str, unknown))}; choose among {list_metrics()}"
+        )
     if hierarchical:
         names += list_metrics(family="hierarchical")
     wanted: tuple[RetrievalMetric, ...] = tuple(dict.fromkeys(get_metric(m) for m in names))
@@ -220,24 +245,33 @@ def retrieval_metrics(
         raise TypeError(f"exclude_self must be a bool or None, got {type(exclude_self).__name__}")
     exclude_self = same if exclude_self is None else exclude_self
     if exclude_self and ref.shape[0] != emb.shape[0]:
-        raise ValueError("exclude_self=True needs the queries to be the reference set (same length)")
+        raise ValueError(
+            "exclude_self=True needs the queries to be the reference set (same length)"
+        )
     if isinstance(ks, (str, bytes)) or not hasattr(ks, "__iter__"):
         raise TypeError(f"ks must be a sequence of positive ints, got {type(ks).__name__}")
     ks = tuple(sorted({check_positive_int(k, "ks") for k in ks}))
     n_avail = ref.shape[0] - int(exclude_self)
-    if ks and ks[-1] > n_avail:  # one rule with Trainer.evaluate: refuse, never drop (docs/decisions.md)
-        raise ValueError(f"ks holds k={[k for k in ks if k > n_avail]}, larger than the number of gallery items "
-                         f"available ({n_avail}); pass ks <= {n_avail}")
+    # one rule with Trainer.evaluate: refuse, never drop (docs/decisions.md)
+    if ks and ks[-1] > n_avail:
+        raise ValueError(
+            f"ks holds k={[k for k in ks if k > n_avail]}, larger than the number of gallery items "
+            f"available ({n_avail}); pass ks <= {n_avail}"
+        )
     if no_positive not in ("raise", "skip"):
         raise ValueError(f"no_positive must be 'raise' or 'skip', got {no_positive!r}")
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
     if not isinstance(per_query, bool):
         raise TypeError(f"per_query must be a bool, got {type(per_query).__name__}")
-    backend, precision, chunk_size, max_memory_mb = check_search_options(backend, precision, chunk_size,
-                                                                         max_memory_mb, progress)
+    backend, precision, chunk_size, max_memory_mb = check_search_options(
+        backend, precision, chunk_size, max_memory_mb, progress
+    )
     if knn is not None and not (callable(knn) or isinstance(knn, IndexStage1)):
-        raise TypeError(f"knn must be a callable knn(queries, gallery, k, exclude_self) or None, got {type(knn).__name__}")
+        raise TypeError(
+            "knn must be a callable knn(queries, gallery, k, exclude_self) or None, got "
+            f"{type(knn).__name__}"
+        )
     hier = any(m.family == "hierarchical" for m in wanted)
     if hier:
         hap_alpha = check_float(hap_alpha, "hap_alpha", low=0.0, low_open=True)
@@ -251,8 +285,12 @@ def retrieval_metrics(
         if normalize:
             q = normalize_rows(q)
             g = q if same else normalize_rows(g)
-        check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
-                           ("embeddings", "embeddings" if same else "ref_embeddings"))
+        check_products_fit(
+            float(q.double().norm(dim=1).max()),
+            float(g.double().norm(dim=1).max()),
+            work,
+            ("embeddings", "embeddings" if same else "ref_embeddings"),
+        )
         _warn_degenerate(q, g, normalize, same)
 
     # number of relevant items of each query (same fine label), excluding the query itself
@@ -260,21 +298,42 @@ def retrieval_metrics(
     counts = torch.bincount(ref_inv, minlength=uniq.numel())
     idx_in = torch.searchsorted(uniq, lab[:, 0].contiguous()).clamp(max=uniq.numel() - 1)
     found = uniq[idx_in] == lab[:, 0]
-    n_pos = (torch.where(found, counts[idx_in], torch.zeros_like(idx_in)) - int(exclude_self)).clamp(min=0)
+    n_pos = (
+        torch.where(found, counts[idx_in], torch.zeros_like(idx_in)) - int(exclude_self)
+    ).clamp(min=0)
     empty = n_pos == 0
     if bool(empty.any()) and no_positive == "raise":
-        raise ValueError(f"{int(empty.sum())} query(ies) have no relevant item in the reference set "
-                         f"(first: {int(torch.nonzero(empty)[0])})")
+        raise ValueError(
+            f"{int(empty.sum())} query(ies) have no relevant item in the reference set "
+            f"(first: {int(torch.nonzero(empty)[0])})"
+        )
     if bool(empty.all()):
-        raise ValueError(f"no query has a relevant item: no label of labels occurs among the other items of "
-                         f"{'labels' if same else 'ref_labels'}, so every metric is undefined")
+        raise ValueError(
+            f"no query has a relevant item: no label of labels occurs among the other items of "
+            f"{'labels' if same else 'ref_labels'}, so every metric is undefined"
+        )
     index = None
     if knn is not None:
         index = knn if isinstance(knn, IndexStage1) else IndexStage1(knn)
     elif backend == "faiss":
         index = faiss_knn(chunk_size, max_memory_mb, progress)
-    req = MetricsRequest(q, g, lab, ref_lab, exclude_self, ks, wanted, n_pos, dev, precision, index, chunk_size,
-                         max_memory_mb, progress, float(hap_alpha))
+    req = MetricsRequest(
+        q,
+        g,
+        lab,
+        ref_lab,
+        exclude_self,
+        ks,
+        wanted,
+        n_pos,
+        dev,
+        precision,
+        index,
+        chunk_size,
+        max_memory_mb,
+        progress,
+        float(hap_alpha),
+    )
     with exact_matmul():
         per_q = _route(req)(req)
 
@@ -304,4 +363,3 @@ def _route(req: MetricsRequest):
     if req.index is not None or list_length(req) <= NEIGHBOUR_LIST_MAX_K:
         return neighbour_list_route
     return counting_route
-

@@ -36,8 +36,11 @@ def parse_code(code: str | Sequence[object]) -> tuple[str, ...]:
     return parts
 
 
-def lca_distance(a: str | Sequence[object], b: str | Sequence[object], n_levels: int | None = None) -> int:
-    """Tree distance to the lowest common ancestor, ``L - (common prefix length)`` (thesis §4.2.2.2).
+def lca_distance(
+    a: str | Sequence[object], b: str | Sequence[object], n_levels: int | None = None
+) -> int:
+    """Tree distance to the lowest common ancestor, ``L - (common prefix length)`` (thesis
+    §4.2.2.2).
 
     ``LCA(Lada#1, Lada#1) = 0``, ``LCA(Lada#1, Lada#2) = 1``, ``LCA(Lada#1, another car) = 2``.
 
@@ -61,7 +64,9 @@ def _parsed(code: object, name: str) -> tuple[str, ...]:
 
 def _check_depth(path: tuple[str, ...], depth: int, name: str) -> None:
     if len(path) != depth:
-        raise ValueError(f"{name} = {'.'.join(path)!r} has {len(path)} levels but n_levels = {depth}")
+        raise ValueError(
+            f"{name} = {'.'.join(path)!r} has {len(path)} levels but n_levels = {depth}"
+        )
 
 
 def _lca(pa: tuple[str, ...], pb: tuple[str, ...], depth: int) -> int:
@@ -74,7 +79,9 @@ def _lca(pa: tuple[str, ...], pb: tuple[str, ...], depth: int) -> int:
 
 
 def multilabel_relevance(
-    query_codes: Sequence[str | Sequence[object]], item_codes: Sequence[str | Sequence[object]], n_levels: int
+    query_codes: Sequence[str | Sequence[object]],
+    item_codes: Sequence[str | Sequence[object]],
+    n_levels: int,
 ) -> float:
     """Multi-label hierarchical relevance (Algorithm 1 of the Ramzi thesis, trademark logos).
 
@@ -91,8 +98,13 @@ def multilabel_relevance(
     Returns:
         A float in ``[0, 1]``.
     """
-    return _multilabel(_code_set(query_codes, "query_codes"), _code_set(item_codes, "item_codes"),
-                       check_positive_int(n_levels, "n_levels"), "query_codes", "item_codes")
+    return _multilabel(
+        _code_set(query_codes, "query_codes"),
+        _code_set(item_codes, "item_codes"),
+        check_positive_int(n_levels, "n_levels"),
+        "query_codes",
+        "item_codes",
+    )
 
 
 def _code_set(codes: object, name: str) -> list[tuple[str, ...]]:
@@ -104,7 +116,9 @@ def _code_set(codes: object, name: str) -> list[tuple[str, ...]]:
     return [_parsed(c, f"{name}[{i}]") for i, c in enumerate(codes)]
 
 
-def _multilabel(qs: list[tuple[str, ...]], its: list[tuple[str, ...]], n_levels: int, name_q: str, name_i: str) -> float:
+def _multilabel(
+    qs: list[tuple[str, ...]], its: list[tuple[str, ...]], n_levels: int, name_q: str, name_i: str
+) -> float:
     for path in qs:
         _check_depth(path, n_levels, name_q)
     for path in its:

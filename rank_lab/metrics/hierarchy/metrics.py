@@ -2,8 +2,8 @@
 
 Per-query functions on explicit ``(Q, N)`` score matrices, like :mod:`rank_lab.metrics.retrieval`,
 returning ``(Q,)`` tensors. Relevance is either a graded ``(Q, N)`` relevance (H-AP, H-R@k, H-P@k:
-build it with :mod:`rank_lab.metrics.hierarchy.relevance`) or the ``(Q, N)`` shared levels in ``[0, L]``
-(per-level AP, NDCG, ASI, mistake severity).
+build it with :mod:`rank_lab.metrics.hierarchy.relevance`) or the ``(Q, N)`` shared levels in
+``[0, L]`` (per-level AP, NDCG, ASI, mistake severity).
 
 **Ties.** The worst-case rule of every metric of the package (``docs/decisions.md``): among tied
 scores, less relevant items are ranked first. H-AP, AP^(l), NDCG and ASI are all monotone under
@@ -56,7 +56,9 @@ __all__ = [
 ]
 
 
-def _no_positive(values: torch.Tensor, n_pos: torch.Tensor, no_positive: NoPositive, metric: str, name: str) -> torch.Tensor:
+def _no_positive(
+    values: torch.Tensor, n_pos: torch.Tensor, no_positive: NoPositive, metric: str, name: str
+) -> torch.Tensor:
     """Queries without a relevant item: raise (``"raise"``) or score them 0 (``"zero"``)."""
     if no_positive not in ("raise", "zero"):
         raise ValueError(f"no_positive must be 'raise' or 'zero', got {no_positive!r}")
@@ -64,13 +66,17 @@ def _no_positive(values: torch.Tensor, n_pos: torch.Tensor, no_positive: NoPosit
     if bool(empty.any()):
         if no_positive == "raise":
             first = int(torch.nonzero(empty).flatten()[0])
-            raise ValueError(f"{metric}: {int(empty.sum())} query(ies) have no relevant item in {name} (first: row "
-                             f"{first}); pass no_positive='zero' to score them 0")
+            raise ValueError(
+                f"{metric}: {int(empty.sum())} query(ies) have no relevant item in {name} (first: "
+                f"row {first}); pass no_positive='zero' to score them 0"
+            )
         values = torch.where(empty, torch.zeros_like(values), values)
     return values
 
 
-def _graded_sorted(scores: object, relevance: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _graded_sorted(
+    scores: object, relevance: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(scores, order, r_sorted float64)`` with the worst-case order by relevance."""
     scores, relevance = check_scores_targets(scores, relevance, "scores", "relevance")
     rel = relevance.to(torch.float64)
@@ -79,7 +85,8 @@ def _graded_sorted(scores: object, relevance: object) -> tuple[torch.Tensor, tor
 
 
 def _prefix_min_sums(r: torch.Tensor) -> torch.Tensor:
-    """``out[q, k] = sum_{j <= k} min(r[q, j], r[q, k])`` for rows of non-negative values, ``(Q, N)``.
+    """``out[q, k] = sum_{j <= k} min(r[q, j], r[q, k])`` for rows of non-negative values,
+    ``(Q, N)``.
 
     Uses ``min(a, b) = sum_t (v_t - v_{t-1}) 1[a >= v_t] 1[b >= v_t]`` over the distinct values
     ``v_t`` of each row: ``O(Q N D)`` time for D distinct values per row, ``O(Q N)`` memory.
@@ -104,11 +111,13 @@ def _prefix_min_sums(r: torch.Tensor) -> torch.Tensor:
 
 
 def h_rank(scores: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Hierarchical rank of every item (Eq. 4.2 of the Ramzi thesis; SupRank Eq. 18), worst-case ties.
+    """Hierarchical rank of every item (Eq. 4.2 of the Ramzi thesis; SupRank Eq. 18), worst-case
+    ties.
 
     Args:
         scores: ``(Q, N)``.
-        relevance: ``(Q, N)`` non-negative graded relevance (e.g. :func:`~rank_lab.metrics.hierarchy.relevance.hap_relevance`).
+        relevance: ``(Q, N)`` non-negative graded relevance (e.g.
+            :func:`~rank_lab.metrics.hierarchy.relevance.hap_relevance`).
 
     Returns:
         ``(h_rank, rank)``, each ``(Q, N)`` float64 in the original column order: the H-rank
@@ -123,7 +132,9 @@ def h_rank(scores: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor,
     return hr, rank
 
 
-def h_average_precision(scores: torch.Tensor, relevance: torch.Tensor, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def h_average_precision(
+    scores: torch.Tensor, relevance: torch.Tensor, *, no_positive: NoPositive = "raise"
+) -> torch.Tensor:
     """H-AP per query (Eq. 4.3 of the Ramzi thesis; SupRank Eq. 19), worst-case ties.
 
     ``H-AP = (1 / sum_k r_k) sum_{k in Omega^+} H-rank(k) / rank(k)``. Equals AP for binary
@@ -146,11 +157,15 @@ def h_average_precision(scores: torch.Tensor, relevance: torch.Tensor, *, no_pos
     _, _, r = _graded_sorted(scores, relevance)
     pos = torch.arange(1, r.shape[1] + 1, dtype=torch.float64, device=r.device)
     total = r.sum(1)
-    val = (_prefix_min_sums(r) * (r > 0) / pos).sum(1) / torch.where(total > 0, total, torch.ones_like(total))
+    val = (_prefix_min_sums(r) * (r > 0) / pos).sum(1) / torch.where(
+        total > 0, total, torch.ones_like(total)
+    )
     return _no_positive(val, (r > 0).sum(1), no_positive, "h_average_precision", "relevance")
 
 
-def hierarchical_pr_curve(scores: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def hierarchical_pr_curve(
+    scores: torch.Tensor, relevance: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Hierarchical precision and recall after each position (Eqs. 4.4-4.5 of the Ramzi thesis).
 
     Returns:
@@ -161,12 +176,17 @@ def hierarchical_pr_curve(scores: torch.Tensor, relevance: torch.Tensor) -> tupl
     total = r.sum(1, keepdim=True)
     _no_positive(total[:, 0], (r > 0).sum(1), "raise", "hierarchical_pr_curve", "relevance")
     pos = torch.arange(1, r.shape[1] + 1, dtype=torch.float64, device=r.device)
-    hp = torch.where(r > 0, _prefix_min_sums(r) / (pos * torch.where(r > 0, r, torch.ones_like(r))), torch.zeros_like(r))
+    hp = torch.where(
+        r > 0,
+        _prefix_min_sums(r) / (pos * torch.where(r > 0, r, torch.ones_like(r))),
+        torch.zeros_like(r),
+    )
     return hp, r.cumsum(1) / total
 
 
 def h_ap_from_pr_curve(scores: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
-    """H-AP as the area under the hierarchical PR curve (Eq. 4.6): ``sum_k (H-R@k - H-R@(k-1)) H-P@k``."""
+    """H-AP as the area under the hierarchical PR curve (Eq. 4.6):
+    ``sum_k (H-R@k - H-R@(k-1)) H-P@k``."""
     hp, hr = hierarchical_pr_curve(scores, relevance)
     inc = torch.diff(hr, dim=1, prepend=torch.zeros_like(hr[:, :1]))
     return (inc * hp).sum(1)
@@ -196,19 +216,29 @@ def _levels_for(scores: object, levels: object, n_levels: int) -> tuple[torch.Te
     return scores, lv
 
 
-def ap_per_level(scores: torch.Tensor, levels: torch.Tensor, n_levels: int, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def ap_per_level(
+    scores: torch.Tensor, levels: torch.Tensor, n_levels: int, *, no_positive: NoPositive = "raise"
+) -> torch.Tensor:
     """``AP^(l)`` for l = 1..L (Eq. 4.8 of the Ramzi thesis; SupRank Eq. 34), ``(Q, L)`` float64.
 
     Column ``l - 1`` is the binary AP whose positives are the items of level ``>= l``: the last
     column (l = L) is the fine-grained AP, the first the coarsest ("Coarse AP", Tab. 4.3).
     """
     scores, lv = _levels_for(scores, levels, n_levels)
-    cols = [average_precision(scores, lv >= lev, no_positive=no_positive).to(torch.float64) for lev in range(1, n_levels + 1)]
+    cols = [
+        average_precision(scores, lv >= lev, no_positive=no_positive).to(torch.float64)
+        for lev in range(1, n_levels + 1)
+    ]
     return torch.stack(cols, dim=1)
 
 
 def weighted_sum_ap(
-    scores: torch.Tensor, levels: torch.Tensor, n_levels: int, weights: Sequence[float] | torch.Tensor, *, no_positive: NoPositive = "raise"
+    scores: torch.Tensor,
+    levels: torch.Tensor,
+    n_levels: int,
+    weights: Sequence[float] | torch.Tensor,
+    *,
+    no_positive: NoPositive = "raise",
 ) -> torch.Tensor:
     """``sum w AP = sum_l w_l AP^(l)`` (Property 1 of the Ramzi thesis, Eq. 4.9), ``(Q,)``."""
     w = level_weights(weights, n_levels)
@@ -216,7 +246,13 @@ def weighted_sum_ap(
     return apl @ w.to(apl.device)
 
 
-def hierarchical_ndcg(scores: torch.Tensor, levels: torch.Tensor, k: int | None = None, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def hierarchical_ndcg(
+    scores: torch.Tensor,
+    levels: torch.Tensor,
+    k: int | None = None,
+    *,
+    no_positive: NoPositive = "raise",
+) -> torch.Tensor:
     """NDCG with hierarchical gains ``2^l - 1`` (Eq. 4.12 of the Ramzi thesis), ``(Q,)`` float64.
 
     Args:
@@ -238,8 +274,10 @@ def hierarchical_ndcg(scores: torch.Tensor, levels: torch.Tensor, k: int | None 
         raise ValueError(f"levels must be >= 0, got {low}")
     limit = 126 - lv.shape[1].bit_length()  # N gains of 2^l summed stay below float32's 2^128
     if high > limit:
-        raise ValueError(f"levels reach {high}: the gains 2^l - 1 of {lv.shape[1]} items overflow float32 "
-                         f"(levels must stay <= {limit})")
+        raise ValueError(
+            f"levels reach {high}: the gains 2^l - 1 of {lv.shape[1]} items overflow float32 "
+            f"(levels must stay <= {limit})"
+        )
     val = ndcg(scores, (2.0 ** lv.to(torch.float64) - 1.0), k, no_positive="zero").to(torch.float64)
     return _no_positive(val, (lv >= 1).sum(1), no_positive, "hierarchical_ndcg", "levels")
 
@@ -248,7 +286,9 @@ def _level_sorted(scores: torch.Tensor, lv: torch.Tensor) -> torch.Tensor:
     return lv.gather(1, worst_case_order(scores, lv))
 
 
-def average_set_intersection(scores: torch.Tensor, levels: torch.Tensor, n_levels: int, *, no_positive: NoPositive = "raise") -> torch.Tensor:
+def average_set_intersection(
+    scores: torch.Tensor, levels: torch.Tensor, n_levels: int, *, no_positive: NoPositive = "raise"
+) -> torch.Tensor:
     """Average set intersection (Eq. 4.16 of the Ramzi thesis; SupRank App. C-A1), ``(Q,)`` float64.
 
     ``ASI = (1/N+) sum_{n=1}^{N+} SI(n)``, ``SI(n) = sum_{l>=1} min(#a_l(n), #b_l(n)) / n``, with
@@ -268,7 +308,9 @@ def average_set_intersection(scores: torch.Tensor, levels: torch.Tensor, n_level
     return _no_positive(val, n_pos, no_positive, "average_set_intersection", "levels")
 
 
-def mistake_levels(scores: torch.Tensor, levels: torch.Tensor, n_levels: int, k: int) -> torch.Tensor:
+def mistake_levels(
+    scores: torch.Tensor, levels: torch.Tensor, n_levels: int, k: int
+) -> torch.Tensor:
     """Shared levels of the top-k retrieved items, counted: ``(Q, L + 1)`` long (worst-case ties).
 
     Column l counts the top-k items of level l; columns ``0..L-1`` are the mistakes, column 0 the
@@ -282,8 +324,11 @@ def mistake_levels(scores: torch.Tensor, levels: torch.Tensor, n_levels: int, k:
     return torch.stack([(top == lev).sum(1) for lev in range(n_levels + 1)], dim=1)
 
 
-def mistake_severity(scores: torch.Tensor, levels: torch.Tensor, n_levels: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Severity of the top-k mistakes: height of the lowest common ancestor (Eq. 2.10 for retrieval).
+def mistake_severity(
+    scores: torch.Tensor, levels: torch.Tensor, n_levels: int, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Severity of the top-k mistakes: height of the lowest common ancestor (Eq. 2.10 for
+    retrieval).
 
     A mistake is a top-k item of level ``l < L``; its severity is ``L - l`` (1: a sibling fine
     class; L: nothing shared). The expected severity over mistakes (Eq. 2.10) pooled over queries is
@@ -293,5 +338,6 @@ def mistake_severity(scores: torch.Tensor, levels: torch.Tensor, n_levels: int, 
         ``(severity_sum (Q,) float64, n_mistakes (Q,) long)``.
     """
     counts = mistake_levels(scores, levels, n_levels, k)
-    heights = torch.arange(n_levels, 0, -1, dtype=torch.float64, device=counts.device)  # L - l, l = 0..L-1
+    # L - l, l = 0..L-1
+    heights = torch.arange(n_levels, 0, -1, dtype=torch.float64, device=counts.device)
     return (counts[:, :n_levels].to(torch.float64) * heights).sum(1), counts[:, :n_levels].sum(1)

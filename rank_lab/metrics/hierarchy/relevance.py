@@ -25,7 +25,7 @@ robust to ids reused under different parents; the official HAPPIER code counts m
 
 **Multi-label relevance** (Algorithm 1 of the thesis, trademark logos, a second representation):
 each image carries a *set* of hierarchical codes; see :mod:`rank_lab.metrics.hierarchy.codes`.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -63,7 +63,9 @@ LevelMode = Literal["lca", "count"]
 RelevanceKind = Literal["hap", "weighted_ap", "ndcg", "binary"]
 
 
-def as_hierarchical_labels(labels: object, n: int | None = None, name: str = "labels") -> torch.Tensor:
+def as_hierarchical_labels(
+    labels: object, n: int | None = None, name: str = "labels"
+) -> torch.Tensor:
     """Check integer labels and return them as ``(N, L)`` (a ``(N,)`` vector becomes ``(N, 1)``)."""
     y = check_labels(labels, n, name)
     return y[:, None] if y.ndim == 1 else y
@@ -90,7 +92,9 @@ def hierarchy_table(labels: torch.Tensor) -> torch.Tensor:
     return rows[torch.argsort(rows[:, 0])]
 
 
-def shared_level(labels: torch.Tensor, ref_labels: torch.Tensor, *, mode: LevelMode = "lca") -> torch.Tensor:
+def shared_level(
+    labels: torch.Tensor, ref_labels: torch.Tensor, *, mode: LevelMode = "lca"
+) -> torch.Tensor:
     """Level of the lowest common ancestor of each (query, item) pair (thesis §4.2.1).
 
     Args:
@@ -119,7 +123,8 @@ def shared_level(labels: torch.Tensor, ref_labels: torch.Tensor, *, mode: LevelM
 
 
 def _int_levels(levels: object) -> torch.Tensor:
-    """``(Q, N)`` long shared levels ``>= 0`` (a ``(N,)`` vector is one query), or raise naming ``levels``."""
+    """``(Q, N)`` long shared levels ``>= 0`` (a ``(N,)`` vector is one query), or raise naming
+    ``levels``."""
     lv = as_tensor(levels, "levels")
     if lv.ndim == 1:
         lv = lv[None]
@@ -147,8 +152,11 @@ def _valid_mask(valid: object, lv: torch.Tensor) -> torch.Tensor:
     return v.bool()
 
 
-def check_levels(levels: object, n_levels: int, valid: object = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check ``(Q, N)`` shared levels in ``[0, L]`` (a ``(N,)`` vector is one query) and a retrieval mask.
+def check_levels(
+    levels: object, n_levels: int, valid: object = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check ``(Q, N)`` shared levels in ``[0, L]`` (a ``(N,)`` vector is one query) and a retrieval
+    mask.
 
     Args:
         levels: non-empty integer levels.
@@ -164,11 +172,16 @@ def check_levels(levels: object, n_levels: int, valid: object = None) -> tuple[t
     lv = _int_levels(levels)
     n_levels = check_positive_int(n_levels, "n_levels")
     if int(lv.max()) > n_levels:
-        raise ValueError(f"levels must lie in [0, n_levels={n_levels}], got range [{int(lv.min())}, {int(lv.max())}]")
+        raise ValueError(
+            f"levels must lie in [0, n_levels={n_levels}], got range [{int(lv.min())}, "
+            f"{int(lv.max())}]"
+        )
     return lv, _valid_mask(valid, lv)
 
 
-def level_counts(levels: torch.Tensor, n_levels: int, valid: torch.Tensor | None = None) -> torch.Tensor:
+def level_counts(
+    levels: torch.Tensor, n_levels: int, valid: torch.Tensor | None = None
+) -> torch.Tensor:
     """``|Omega^(l)|`` for every query and level, ``(Q, L + 1)`` long (column l = level l).
 
     Args:
@@ -182,8 +195,9 @@ def level_counts(levels: torch.Tensor, n_levels: int, valid: torch.Tensor | None
 
 
 def level_counts_trusted(levels: torch.Tensor, n_levels: int, valid: torch.Tensor) -> torch.Tensor:
-    """:func:`level_counts` without the checks (no host sync): ``levels`` ``(Q, N)`` long in ``[0, n_levels]``,
-    ``valid`` ``(Q, N)`` bool on the same device, ``n_levels`` a positive int (the losses' inner call)."""
+    """:func:`level_counts` without the checks (no host sync): ``levels`` ``(Q, N)`` long in
+    ``[0, n_levels]``, ``valid`` ``(Q, N)`` bool on the same device, ``n_levels`` a positive int
+    (the losses' inner call)."""
     return torch.stack([((levels == lev) & valid).sum(1) for lev in range(n_levels + 1)], dim=1)
 
 
@@ -201,14 +215,17 @@ def level_set(levels: torch.Tensor, level: int, valid: torch.Tensor | None = Non
 
 
 def level_weights(weights: object, n_levels: int) -> torch.Tensor:
-    """Check the weights ``w_1..w_L`` of Property 1 (finite, > 0, summing to 1); ``(L,)`` float64."""
+    """Check the weights ``w_1..w_L`` of Property 1 (finite, > 0, summing to 1); ``(L,)``
+    float64."""
     n_levels = check_positive_int(n_levels, "n_levels")
     w = as_tensor(weights, "weights", torch.float64)
     if w.ndim > 1:
         raise ValueError(f"weights must have shape (L,), got {tuple(w.shape)}")
     w = w.reshape(-1)
     if w.numel() != n_levels:
-        raise ValueError(f"weights must hold one weight per level 1..L ({n_levels}), got {w.numel()}")
+        raise ValueError(
+            f"weights must hold one weight per level 1..L ({n_levels}), got {w.numel()}"
+        )
     if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
         raise ValueError("weights must be finite and > 0 (Property 1)")
     if abs(float(w.sum()) - 1.0) > 1e-6:
@@ -242,7 +259,10 @@ def relevance_table(
     n_levels = check_positive_int(n_levels, "n_levels")
     c = as_tensor(counts, "counts").to(torch.float64)
     if c.ndim != 2 or c.shape[1] != n_levels + 1 or c.shape[0] == 0:
-        raise ValueError(f"counts must have shape (Q, {n_levels + 1}) with Q > 0 (n_levels={n_levels}), got {tuple(c.shape)}")
+        raise ValueError(
+            f"counts must have shape (Q, {n_levels + 1}) with Q > 0 (n_levels={n_levels}), got "
+            f"{tuple(c.shape)}"
+        )
     check_finite(c, "counts")
     if bool((c < 0).any()):
         raise ValueError("counts must be >= 0 (level-set sizes)")
@@ -254,8 +274,14 @@ def relevance_table(
         weights = level_weights(weights, n_levels)
     elif kind not in ("ndcg", "binary"):
         raise ValueError(f"kind must be 'hap', 'weighted_ap', 'ndcg' or 'binary', got {kind!r}")
-    return relevance_table_trusted(c, n_levels, kind, alpha=float(alpha) if kind == "hap" else 1.0, weights=weights,  # type: ignore[arg-type]
-                                   normalize=normalize)
+    return relevance_table_trusted(
+        c,
+        n_levels,
+        kind,
+        alpha=float(alpha) if kind == "hap" else 1.0,
+        weights=weights,  # type: ignore[arg-type]
+        normalize=normalize,
+    )
 
 
 def relevance_table_trusted(
@@ -269,9 +295,9 @@ def relevance_table_trusted(
 ) -> torch.Tensor:
     """:func:`relevance_table` without the checks (no host sync; the losses' inner call).
 
-    ``counts`` ``(Q, L + 1)`` level-set sizes ``>= 0`` (:func:`level_counts_trusted`), ``n_levels`` a
-    positive int, ``kind`` one of the four kinds, ``alpha > 0``, ``weights`` the checked ``(L,)`` float64
-    weights of :func:`level_weights` for ``"weighted_ap"``.
+    ``counts`` ``(Q, L + 1)`` level-set sizes ``>= 0`` (:func:`level_counts_trusted`), ``n_levels``
+    a positive int, ``kind`` one of the four kinds, ``alpha > 0``, ``weights`` the checked ``(L,)``
+    float64 weights of :func:`level_weights` for ``"weighted_ap"``.
     """
     c = counts.to(torch.float64)
     lev = torch.arange(n_levels + 1, dtype=torch.float64, device=c.device)
@@ -307,18 +333,31 @@ def level_relevance(
     normalize: bool = True,
     valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Relevance ``(Q, N)`` float64 of every item from its shared level (see :func:`relevance_table`).
+    """Relevance ``(Q, N)`` float64 of every item from its shared level (see
+    :func:`relevance_table`).
 
     ``levels`` are ``(Q, N)`` integers in ``[0, n_levels]`` (a ``(N,)`` vector is one query). Level
     sets are counted over the valid items only; invalid items get relevance 0.
     """
     lv, v = check_levels(levels, n_levels, valid)
-    table = relevance_table(level_counts(lv, n_levels, v), n_levels, kind, alpha=alpha, weights=weights, normalize=normalize)
+    table = relevance_table(
+        level_counts(lv, n_levels, v),
+        n_levels,
+        kind,
+        alpha=alpha,
+        weights=weights,
+        normalize=normalize,
+    )
     return torch.where(v, table.gather(1, lv), torch.zeros_like(table.gather(1, lv)))
 
 
 def hap_relevance(
-    levels: torch.Tensor, n_levels: int, alpha: float = 1.0, *, valid: torch.Tensor | None = None, normalize: bool = True
+    levels: torch.Tensor,
+    n_levels: int,
+    alpha: float = 1.0,
+    *,
+    valid: torch.Tensor | None = None,
+    normalize: bool = True,
 ) -> torch.Tensor:
     """H-AP relevance ``(l/L)^alpha / |Omega^(l)|`` (Eq. 4.7 of the Ramzi thesis; SupRank Eq. 20).
 
@@ -337,9 +376,14 @@ def hap_relevance(
 
 
 def weighted_ap_relevance(
-    levels: torch.Tensor, n_levels: int, weights: Sequence[float] | torch.Tensor, *, valid: torch.Tensor | None = None
+    levels: torch.Tensor,
+    n_levels: int,
+    weights: Sequence[float] | torch.Tensor,
+    *,
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Relevance of Property 1, ``sum_{p<=l} w_p / |Omega^{+,p}|`` (Eq. 4.9 / SupRank Eq. 58), ``(Q, N)``.
+    """Relevance of Property 1, ``sum_{p<=l} w_p / |Omega^{+,p}|`` (Eq. 4.9 / SupRank Eq. 58),
+    ``(Q, N)``.
 
     With it, :func:`rank_lab.metrics.hierarchy.metrics.h_average_precision` equals
     ``sum_l w_l AP^(l)`` (:func:`rank_lab.metrics.hierarchy.metrics.weighted_sum_ap`).

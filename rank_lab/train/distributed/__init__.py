@@ -1,7 +1,7 @@
 """Multi-GPU retrieval training: the :class:`~rank_lab.train.trainer.Trainer` under ``torchrun``.
 
-* :mod:`~rank_lab.train.distributed.trainer` -- :class:`DistributedTrainer` (DDP, one global rank-loss
-  batch all-gathered over the ranks, rank-agnostic checkpoints);
+* :mod:`~rank_lab.train.distributed.trainer` -- :class:`DistributedTrainer` (DDP, one global
+  rank-loss batch all-gathered over the ranks, rank-agnostic checkpoints);
 * :mod:`~rank_lab.train.distributed.collectives` -- the process group, the differentiable all-gather
   and the other collectives; :mod:`~rank_lab.train.distributed.env` -- where this process stands
   (:class:`DistEnv`);
@@ -9,8 +9,8 @@
   m-per-class batch cut into whole class groups per rank;
 * :mod:`~rank_lab.train.distributed.launch` -- ``python -m rank_lab.train.distributed.launch`` (or
   ``torchrun -m ...``), the command-line entry point;
-* :mod:`~rank_lab.train.distributed.local_batches` -- :class:`LocalBatchLoss`, the objective of ranks
-  that skip the all-gather (for comparison).
+* :mod:`~rank_lab.train.distributed.local_batches` -- :class:`LocalBatchLoss`, the objective of
+  ranks that skip the all-gather (for comparison).
 """
 
 from rank_lab.train.distributed.collectives import all_gather_with_grad, init_distributed

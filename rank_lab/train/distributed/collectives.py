@@ -1,4 +1,5 @@
-"""Scale-out primitives: the process group, collectives with gradients, a distributed m-per-class sampler.
+"""Scale-out primitives: the process group, collectives with gradients, a distributed m-per-class
+sampler.
 
 Rank losses improve with the size of the batch they rank (the decomposability gap of Eq. 3.6 of the
 Ramzi thesis shrinks as ``B / N`` grows), so the batch of a multi-GPU run must be ranked as *one*
@@ -6,8 +7,8 @@ batch, not as ``W`` independent ones. This module gives the three pieces
 :class:`~rank_lab.train.distributed.trainer.DistributedTrainer` builds on:
 
 * :func:`init_distributed` -- joins the process group that ``torchrun`` describes in the environment
-  (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); NCCL on CUDA, gloo on
-  the CPU. Without those variables (or with ``WORLD_SIZE=1``) it returns a single-process
+  (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); NCCL on CUDA, gloo
+  on the CPU. Without those variables (or with ``WORLD_SIZE=1``) it returns a single-process
   :class:`DistEnv` and every collective below becomes the identity.
 * :func:`all_gather_with_grad` -- the embeddings of every rank, concatenated in rank order, with
   gradients flowing back to the local rows. **Scale convention**: the backward all-reduces (sums)
@@ -18,12 +19,12 @@ batch, not as ``W`` independent ones. This module gives the three pieces
   loss of the concatenated batch. More generally (ranks computing different losses ``L_r``) the
   parameters receive the gradient of ``(1/W) sum_r L_r``. (``torch.distributed.nn.all_gather`` has
   the same convention but needs ``reduce_scatter``, which gloo lacks.)
-* :class:`~rank_lab.train.distributed.sampler.DistributedMPerClassSampler` -- the global m-per-class batch of :class:`rank_lab.data.MPerClassSampler` (a function of
-  ``(seed, epoch)`` only), cut into ``W``
-  contiguous slices of whole class groups: the ``m`` images of a class sit on one rank, every rank
-  gets ``batch_size / W`` items and the same number of batches, and the concatenation of the slices
-  in rank order *is* the single-process batch. A run on ``W`` ranks therefore sees the same global
-  batches as a run on one, which is what makes checkpoints rank-agnostic.
+* :class:`~rank_lab.train.distributed.sampler.DistributedMPerClassSampler` -- the global m-per-class
+  batch of :class:`rank_lab.data.MPerClassSampler` (a function of ``(seed, epoch)`` only), cut into
+  ``W`` contiguous slices of whole class groups: the ``m`` images of a class sit on one rank, every
+  rank gets ``batch_size / W`` items and the same number of batches, and the concatenation of the
+  slices in rank order *is* the single-process batch. A run on ``W`` ranks therefore sees the same
+  global batches as a run on one, which is what makes checkpoints rank-agnostic.
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ def init_distributed(
         backend = "nccl" if dev.type == "cuda" else "gloo"
     if dev.type == "cuda":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s)
+    )
     return DistEnv(rank, world, local_rank, backend, owns_group=True)
 
 
@@ -108,7 +111,8 @@ _BACKENDS = ("nccl", "gloo", "mpi", "ucc", "xccl")
 
 
 def _check_backend(backend: object) -> None:
-    """``None``, a torch.distributed backend name, or a ``"cpu:gloo,cuda:nccl"`` device map of them."""
+    """``None``, a torch.distributed backend name, or a ``"cpu:gloo,cuda:nccl"`` device map of
+    them."""
     if backend is None:
         return
     if not isinstance(backend, str) or not backend:
@@ -116,7 +120,10 @@ def _check_backend(backend: object) -> None:
     known = tuple(getattr(getattr(dist, "Backend", None), "backend_list", ())) or _BACKENDS
     names = [part.split(":")[-1].strip().lower() for part in backend.split(",")]
     if not all(n in known for n in names):
-        raise ValueError(f"backend must be one of {sorted(set(known))} (or a 'cpu:gloo,cuda:nccl' map), got {backend!r}")
+        raise ValueError(
+            f"backend must be one of {sorted(set(known))} (or a 'cpu:gloo,cuda:nccl' map), got "
+            f"{backend!r}"
+        )
 
 
 def cleanup_distributed(env: DistEnv | None = None) -> None:
@@ -157,7 +164,8 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
 
 @torch.no_grad()
 def broadcast_module_state(module: nn.Module, src: int = 0) -> None:
-    """Overwrite every parameter and buffer of ``module`` with rank ``src``'s (e.g. loss proxies, a memory).
+    """Overwrite every parameter and buffer of ``module`` with rank ``src``'s (e.g. loss proxies, a
+    memory).
 
     Raises:
         TypeError, ValueError: ``module`` is not an ``nn.Module``, ``src`` not a rank of the run.
@@ -199,13 +207,15 @@ def _gather_rows(x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     return res.bool() if as_bool else res
 
 
-def all_gather_tensor(x: torch.Tensor, *, same_size: bool = False, trusted: bool = False) -> torch.Tensor:
+def all_gather_tensor(
+    x: torch.Tensor, *, same_size: bool = False, trusted: bool = False
+) -> torch.Tensor:
     """Concatenate every rank's ``x (n_r, ...)`` along dim 0 in rank order (no gradient).
 
     The ranks may hold different numbers of rows (exchanged first, padded internally);
     ``same_size=True`` promises equal ``n_r`` and skips that exchange. Identity in a single process.
-    Any real dtype (labels, indices, booleans); a floating ``x`` must be finite (``trusted=True`` skips
-    that check: a caller whose numerical guard checks the gathered result on every rank).
+    Any real dtype (labels, indices, booleans); a floating ``x`` must be finite (``trusted=True``
+    skips that check: a caller whose numerical guard checks the gathered result on every rank).
 
     Raises:
         TypeError: ``x`` not a tensor, complex. ValueError: a 0-d or ``meta`` tensor, NaN or inf.
@@ -233,7 +243,9 @@ class _AllGatherWithGrad(torch.autograd.Function):
         return grad[ctx.start : ctx.stop], None
 
 
-def all_gather_with_grad(x: torch.Tensor, *, same_size: bool = False, trusted: bool = False) -> torch.Tensor:
+def all_gather_with_grad(
+    x: torch.Tensor, *, same_size: bool = False, trusted: bool = False
+) -> torch.Tensor:
     """Differentiable all-gather: ``(sum_r n_r, ...)`` rows of every rank, in rank order.
 
     Backward: the gradient of the gathered tensor is summed over the ranks (all-reduce) and the
@@ -259,7 +271,10 @@ def all_gather_with_grad(x: torch.Tensor, *, same_size: bool = False, trusted: b
     """
     _check_rows(x)
     if not x.is_floating_point():
-        raise TypeError(f"x must be a floating tensor for all_gather_with_grad, got {x.dtype}; use all_gather_tensor")
+        raise TypeError(
+            f"x must be a floating tensor for all_gather_with_grad, got {x.dtype}; use "
+            "all_gather_tensor"
+        )
     check_finite_input(x, "x", trusted=trusted)
     if not _active():
         return x

@@ -1,4 +1,5 @@
-"""Where this process stands in a (possibly) distributed run: :class:`DistEnv` and :func:`current_env`.
+"""Where this process stands in a (possibly) distributed run: :class:`DistEnv` and
+:func:`current_env`.
 
 The environment of :mod:`rank_lab.train.distributed.collectives`, in a module of its own so that
 :mod:`rank_lab.train.distributed.sampler` can read the rank without importing the collectives.
@@ -38,7 +39,8 @@ class DistEnv:
     owns_group: bool = False
 
     def __post_init__(self) -> None:
-        """``world_size >= 1``, ``0 <= rank < world_size``, ``local_rank >= 0`` (errors name the field)."""
+        """``world_size >= 1``, ``0 <= rank < world_size``, ``local_rank >= 0`` (errors name the
+        field)."""
         world = check_positive_int(self.world_size, "world_size")
         rank = check_nonneg_int(self.rank, "rank")
         check_nonneg_int(self.local_rank, "local_rank")
@@ -87,4 +89,6 @@ def current_env() -> DistEnv:
     """The :class:`DistEnv` of an already initialised process group (single process if none)."""
     if not (dist.is_available() and dist.is_initialized()):
         return DistEnv()
-    return DistEnv(dist.get_rank(), dist.get_world_size(), env_int("LOCAL_RANK", 0), str(dist.get_backend()))
+    return DistEnv(
+        dist.get_rank(), dist.get_world_size(), env_int("LOCAL_RANK", 0), str(dist.get_backend())
+    )

@@ -63,25 +63,35 @@ def build_data(cfg: TrainConfig, data: Mapping[str, Any] | None = None) -> tuple
     kw = dict(data or {})
     name = (cfg.dataset or "").lower()
     if not name:
-        raise ValueError("cfg.dataset is not set (config.dataset): use 'synthetic', 'digits' or a retrieval dataset name")
+        raise ValueError(
+            "cfg.dataset is not set (config.dataset): use 'synthetic', 'digits' or a retrieval "
+            "dataset name"
+        )
     if name in ("synthetic", "digits"):
         kw.setdefault("seed", cfg.seed)
         split = make_open_set(**kw) if name == "synthetic" else load_digits(**kw)
         return (split.x_train, split.y_train), (split.x_test, split.y_test)
     kw.setdefault("image_size", cfg.image_size)
-    return (load_retrieval_dataset(name, cfg.data_dir, "train", **kw),
-            load_retrieval_dataset(name, cfg.data_dir, "test", **kw))
+    return (
+        load_retrieval_dataset(name, cfg.data_dir, "train", **kw),
+        load_retrieval_dataset(name, cfg.data_dir, "test", **kw),
+    )
 
 
-def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> tuple[TrainConfig, dict[str, Any]]:
-    """Read a JSON config file (``None``: defaults) and ``key=value`` overrides; return ``(config, data kwargs)``.
+def load_config(
+    path: str | Path | None, overrides: Sequence[str] = ()
+) -> tuple[TrainConfig, dict[str, Any]]:
+    """Read a JSON config file (``None``: defaults) and ``key=value`` overrides; return
+    ``(config, data kwargs)``.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ValueError: the file is not a JSON object, an override is not ``key=value``, an unknown key.
     """
     if isinstance(overrides, str):
-        raise TypeError(f"overrides must be a list of 'key=value' strings, got the str {overrides!r}")
+        raise TypeError(
+            f"overrides must be a list of 'key=value' strings, got the str {overrides!r}"
+        )
     raw: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -116,7 +126,8 @@ def run(
     eval_gpus: int | None = None,
     timeout_s: float = 1800.0,
 ) -> Any:
-    """Build the data (unless given) and a :class:`~rank_lab.train.distributed.DistributedTrainer`, fit it, return it.
+    """Build the data (unless given) and a :class:`~rank_lab.train.distributed.DistributedTrainer`,
+    fit it, return it.
 
     The process group is created from the ``torchrun`` environment (an existing one is reused and
     left alone; one created here is destroyed at the end).
@@ -131,7 +142,9 @@ def run(
         if train_data is None:
             train_data, built_test = build_data(cfg, data)
             test_data = built_test if test_data is None else test_data
-        trainer = DistributedTrainer(None, None, train_data, test_data, cfg, env=env, eval_gpus=eval_gpus)
+        trainer = DistributedTrainer(
+            None, None, train_data, test_data, cfg, env=env, eval_gpus=eval_gpus
+        )
         trainer.fit()
     finally:
         cleanup_distributed(env)
@@ -147,20 +160,43 @@ def _as_config(config: object) -> TrainConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
-    """``python -m rank_lab.train.distributed.launch --config cfg.json [--set key=value ...]``; returns the trainer."""
-    ap = argparse.ArgumentParser(prog="python -m rank_lab.train.distributed.launch", description=__doc__.split("\n\n")[0])
+    """``python -m rank_lab.train.distributed.launch --config cfg.json [--set key=value ...]``;
+    returns the trainer."""
+    ap = argparse.ArgumentParser(
+        prog="python -m rank_lab.train.distributed.launch", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--config", default=None, help="JSON TrainConfig (+ optional 'data' kwargs)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config key (repeatable)")
-    ap.add_argument("--eval-gpus", type=int, default=None, help="GPUs of the faiss evaluation index (default: all)")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (repeatable)",
+    )
+    ap.add_argument(
+        "--eval-gpus",
+        type=int,
+        default=None,
+        help="GPUs of the faiss evaluation index (default: all)",
+    )
     ap.add_argument("--timeout", type=float, default=1800.0, help="collective timeout in seconds")
     args = ap.parse_args(argv)
     cfg, data = load_config(args.config, args.overrides)
     trainer = run(cfg, data=data, eval_gpus=args.eval_gpus, timeout_s=args.timeout)
     if trainer.env.is_main and trainer.history:
         last = trainer.history[-1]
-        print(json.dumps({"epoch": last["epoch"], "loss": last.get("loss"), "metrics": last.get("metrics"),
-                          "world_size": trainer.env.world_size}, default=str))
+        print(
+            json.dumps(
+                {
+                    "epoch": last["epoch"],
+                    "loss": last.get("loss"),
+                    "metrics": last.get("metrics"),
+                    "world_size": trainer.env.world_size,
+                },
+                default=str,
+            )
+        )
     return trainer
 
 
@@ -174,7 +210,8 @@ def launch_local(
     timeout: float = 600.0,
     dry_run: bool = False,
 ) -> dict[str, Any]:
-    """Run ``torchrun --standalone --nproc_per_node=nproc -m rank_lab.train.distributed.launch`` and return its log.
+    """Run ``torchrun --standalone --nproc_per_node=nproc -m rank_lab.train.distributed.launch`` and
+    return its log.
 
     Args:
         config: the run's config (``log_path`` defaults to ``workdir/log.json``).
@@ -201,7 +238,9 @@ def launch_local(
         threads_per_proc = check_positive_int(threads_per_proc, "threads_per_proc")
     timeout = check_float(timeout, "timeout", low=0.0, low_open=True)
     cfg = _as_config(config)
-    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="rank_lab_launch_"))
+    work = (
+        Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="rank_lab_launch_"))
+    )
     work.mkdir(parents=True, exist_ok=True)
     if cfg.log_path is None and cfg.checkpoint_dir is None:
         cfg = cfg.replace(log_path=str(work / "log.json"))
@@ -212,12 +251,27 @@ def launch_local(
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "rank_lab.train.distributed.launch", "--config", str(cfg_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "rank_lab.train.distributed.launch",
+        "--config",
+        str(cfg_path),
+    ]
     if dry_run:
-        return {"command": cmd, "config_path": str(cfg_path), "log_path": str(log_path),
-                "env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"], "PYTHONPATH": env["PYTHONPATH"]}}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        return {
+            "command": cmd,
+            "config_path": str(cfg_path),
+            "log_path": str(log_path),
+            "env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"], "PYTHONPATH": env["PYTHONPATH"]},
+        }
+    proc = subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"torchrun exited with {proc.returncode}:\n{proc.stderr[-4000:]}")
     out = json.loads(log_path.read_text())

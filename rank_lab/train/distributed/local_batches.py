@@ -1,12 +1,14 @@
-"""What ``W`` ranks compute when each ranks only its own slice: the loss of independent local batches.
+"""What ``W`` ranks compute when each ranks only its own slice: the loss of independent local
+batches.
 
-A data-parallel run without the all-gather of :func:`rank_lab.train.distributed.all_gather_with_grad` (or
-gradient accumulation over ``W`` micro-batches) optimises the mean of ``W`` losses, each computed
-on one slice of ``B / W`` items, instead of the loss of the ``B`` items ranked together. For a loss
-that decomposes over items the two are the same; for a rank loss they are not: every query is
-ranked against ``B / W - 1`` items instead of ``B - 1``, and the decomposability gap of Eq. 3.6 of
-the Ramzi thesis is that of the smaller batch. :class:`LocalBatchLoss` computes that objective in
-one process, so that the two can be compared on the same batches, initialisation and data.
+A data-parallel run without the all-gather of
+:func:`rank_lab.train.distributed.all_gather_with_grad` (or gradient accumulation over ``W``
+micro-batches) optimises the mean of ``W`` losses, each computed on one slice of ``B / W`` items,
+instead of the loss of the ``B`` items ranked together. For a loss that decomposes over items the
+two are the same; for a rank loss they are not: every query is ranked against ``B / W - 1`` items
+instead of ``B - 1``, and the decomposability gap of Eq. 3.6 of the Ramzi thesis is that of the
+smaller batch. :class:`LocalBatchLoss` computes that objective in one process, so that the two can
+be compared on the same batches, initialisation and data.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ class LocalBatchLoss(nn.Module):
     """``(1/W) sum_r L(E_r, y_r)``: a loss averaged over ``W`` contiguous slices of the batch.
 
     With the batch of a (distributed) m-per-class sampler, the ``W`` contiguous slices are the
-    slices of the ``W`` ranks (whole class groups; :class:`rank_lab.train.distributed.DistributedMPerClassSampler`),
-    so this is the objective of ``W`` ranks that rank their own slice only: DDP averages their
-    parameter gradients into ``(1/W) sum_r dL(E_r)/dtheta`` (the scale convention of
-    :mod:`rank_lab.train.distributed.collectives` with ranks computing different losses), which is also the
-    gradient of accumulation over ``W`` micro-batches with the loss divided by ``W``.
+    slices of the ``W`` ranks (whole class groups;
+    :class:`rank_lab.train.distributed.DistributedMPerClassSampler`), so this is the objective of
+    ``W`` ranks that rank their own slice only: DDP averages their parameter gradients into
+    ``(1/W) sum_r dL(E_r)/dtheta`` (the scale convention of
+    :mod:`rank_lab.train.distributed.collectives` with ranks computing different losses), which is
+    also the gradient of accumulation over ``W`` micro-batches with the loss divided by ``W``.
 
     Args:
         loss: the wrapped loss, called as ``loss(embeddings, labels)`` (or with

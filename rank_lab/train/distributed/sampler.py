@@ -61,18 +61,27 @@ class DistributedMPerClassSampler(Sampler[list[int]]):
         epoch: int = 0,
     ) -> None:
         env = current_env()
-        self.num_replicas = check_positive_int(env.world_size if num_replicas is None else num_replicas, "num_replicas")
+        self.num_replicas = check_positive_int(
+            env.world_size if num_replicas is None else num_replicas, "num_replicas"
+        )
         self.rank = env.rank if rank is None else rank
-        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.num_replicas:
+        if (
+            isinstance(self.rank, bool)
+            or not isinstance(self.rank, (int, np.integer))
+            or not 0 <= self.rank < self.num_replicas
+        ):
             raise ValueError(f"rank must be an int in [0, {self.num_replicas}), got {rank!r}")
         y = check_labels(labels, name="labels")
         self._fine = (y if y.ndim == 1 else y[:, 0]).cpu().numpy()
-        self.global_sampler = MPerClassSampler(y, m=m, batch_size=batch_size, length=length, seed=seed, epoch=epoch)
+        self.global_sampler = MPerClassSampler(
+            y, m=m, batch_size=batch_size, length=length, seed=seed, epoch=epoch
+        )
         cpb = self.global_sampler.classes_per_batch
         if cpb % self.num_replicas:
             raise ValueError(
-                f"batch_size // m = {cpb} classes per global batch cannot be split over {self.num_replicas} ranks: "
-                f"choose batch_size = m * (a multiple of {self.num_replicas})"
+                f"batch_size // m = {cpb} classes per global batch cannot be split over "
+                f"{self.num_replicas} ranks: choose batch_size = m * (a multiple of "
+                f"{self.num_replicas})"
             )
         self.m, self.batch_size = self.global_sampler.m, self.global_sampler.batch_size
         self.local_batch_size = self.batch_size // self.num_replicas
@@ -106,6 +115,6 @@ class DistributedMPerClassSampler(Sampler[list[int]]):
     def __repr__(self) -> str:
         return (
             f"DistributedMPerClassSampler(rank={self.rank}, num_replicas={self.num_replicas}, "
-            f"batch_size={self.batch_size} (local {self.local_batch_size}), m={self.m}, batches={len(self)}, "
-            f"seed={self.seed}, epoch={self.epoch})"
+            f"batch_size={self.batch_size} (local {self.local_batch_size}), m={self.m}, "
+            f"batches={len(self)}, seed={self.seed}, epoch={self.epoch})"
         )

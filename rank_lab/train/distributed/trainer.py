@@ -8,14 +8,14 @@ reproduces the single-process run with the same **global** batch (``config.batch
    ``batch_size / W`` items of the global m-per-class batch (whole class groups).
 2. The model runs wrapped in :class:`torch.nn.parallel.DistributedDataParallel` on the local slice.
 3. The embeddings, labels and dataset indices are all-gathered
-   (:func:`~rank_lab.train.distributed.collectives.all_gather_with_grad`) and the rank loss ranks the whole
-   global batch (``dist_loss="full"``: every rank computes the same loss; ``"local"``: rank ``r``
-   ranks its own queries against the gathered batch, ``W`` times less loss compute, equal to
-   ``"full"`` for losses that are a mean over queries, e.g. SmoothAP / SupAP / ROADMAP).
+   (:func:`~rank_lab.train.distributed.collectives.all_gather_with_grad`) and the rank loss ranks
+   the whole global batch (``dist_loss="full"``: every rank computes the same loss; ``"local"``:
+   rank ``r`` ranks its own queries against the gathered batch, ``W`` times less loss compute, equal
+   to ``"full"`` for losses that are a mean over queries, e.g. SmoothAP / SupAP / ROADMAP).
    The gradient reaching the local embeddings is ``W * dL/dE_local``; DDP's average over ranks
    gives the parameters ``dL/dtheta`` of the single-process loss (module docstring of
-   :mod:`rank_lab.train.distributed.collectives`). Gradients of the loss' own parameters (proxies) are
-   averaged over the ranks by hand (the loss is not inside DDP).
+   :mod:`rank_lab.train.distributed.collectives`). Gradients of the loss' own parameters (proxies)
+   are averaged over the ranks by hand (the loss is not inside DDP).
 4. A cross-batch memory (XBM) enqueues the *gathered* batch on every rank, so all ranks hold the
    same memory, equal to the single-process one.
 5. Multistage back-propagation (``config.multistage_chunk_size``) composes with DDP: pass 1 embeds
@@ -92,8 +92,9 @@ class DistributedTrainer(Trainer):
         model, loss, train_data, test_data, config, memory, callbacks: as :class:`Trainer`;
             ``config.batch_size`` is the global batch, ``batch_size // m_per_class`` must be a
             multiple of ``W``. Every rank must pass the same data and config.
-        env: the process group (default: :func:`~rank_lab.train.distributed.collectives.init_distributed`
-            from the ``torchrun`` environment).
+        env: the process group (default:
+            :func:`~rank_lab.train.distributed.collectives.init_distributed` from the ``torchrun``
+            environment).
         find_unused_parameters: passed to DDP (default: True when ``freeze_backbone_epochs > 0``,
             whose frozen parameters receive no gradient).
         eval_gpus: GPUs of the faiss evaluation index on rank 0 (``None``: all faiss sees; 0: CPU).
@@ -128,16 +129,31 @@ class DistributedTrainer(Trainer):
         if not self.env.is_main:
             changes["progress"] = False
         self.eval_gpus, self.eval_index = eval_gpus, eval_index
-        super().__init__(model, loss, train_data, test_data, config.replace(**changes),
-                         memory=memory, callbacks=callbacks)
+        super().__init__(
+            model,
+            loss,
+            train_data,
+            test_data,
+            config.replace(**changes),
+            memory=memory,
+            callbacks=callbacks,
+        )
         cfg = self.config
         if cfg.dist_loss == "local" and self.memory is not None:
-            raise ValueError("dist_loss='local' does not support a cross-batch memory; use dist_loss='full'")
+            raise ValueError(
+                "dist_loss='local' does not support a cross-batch memory; use dist_loss='full'"
+            )
         self.ddp_model: nn.Module | None = None
         if self.env.is_distributed:
-            find = cfg.freeze_backbone_epochs > 0 if find_unused_parameters is None else bool(find_unused_parameters)
+            find = (
+                cfg.freeze_backbone_epochs > 0
+                if find_unused_parameters is None
+                else bool(find_unused_parameters)
+            )
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.ddp_model = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=find)
+            self.ddp_model = DistributedDataParallel(
+                self.model, device_ids=ids, find_unused_parameters=find
+            )
             if isinstance(self.loss_fn, nn.Module):
                 broadcast_module_state(self.loss_fn)  # proxies and memory: rank 0's on every rank
 
@@ -145,22 +161,31 @@ class DistributedTrainer(Trainer):
     def _build_sampler(self) -> DistributedMPerClassSampler:
         cfg = self.config
         length = None if cfg.batches_per_epoch is None else cfg.batches_per_epoch * cfg.batch_size
-        return DistributedMPerClassSampler(self.train_labels, m=cfg.m_per_class, batch_size=cfg.batch_size,
-                                           length=length, seed=cfg.seed, num_replicas=self.env.world_size,
-                                           rank=self.env.rank)
+        return DistributedMPerClassSampler(
+            self.train_labels,
+            m=cfg.m_per_class,
+            batch_size=cfg.batch_size,
+            length=length,
+            seed=cfg.seed,
+            num_replicas=self.env.world_size,
+            rank=self.env.rank,
+        )
 
     @property
     def _train_module(self) -> nn.Module:
         return self.ddp_model if self.ddp_model is not None else self.model
 
     def _batch_loss(self, emb: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """Loss of the gathered global batch (``"full"``) or of the local queries against it (``"local"``)."""
+        """Loss of the gathered global batch (``"full"``) or of the local queries against it
+        (``"local"``)."""
         if not self.env.is_distributed:
             return super()._batch_loss(emb, y, idx)
         n = emb.shape[0]  # the same on every rank (the sampler's local batch)
-        emb_all = all_gather_with_grad(emb, same_size=True, trusted=True)  # checked gathered, on every rank alike
+        # checked gathered, on every rank alike
+        emb_all = all_gather_with_grad(emb, same_size=True, trusted=True)
         meta = torch.cat([y.reshape(n, -1), torch.as_tensor(idx).to(y.device).reshape(n, 1)], 1)
-        meta_all = all_gather_tensor(meta, same_size=True)  # labels and dataset indices in one message
+        # labels and dataset indices in one message
+        meta_all = all_gather_tensor(meta, same_size=True)
         y_all = meta_all[:, 0] if y.ndim == 1 else meta_all[:, :-1]
         idx_all = meta_all[:, -1]
         if self.config.dist_loss == "full":
@@ -171,10 +196,14 @@ class DistributedTrainer(Trainer):
         finite = torch.tensor([float(torch.isfinite(loss.detach()))], device=emb.device)
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # every rank raises together
         if not bool(finite):
-            self._non_finite(f"the loss is not finite on some rank (here {float(loss.detach())})", idx_all)
+            self._non_finite(
+                f"the loss is not finite on some rank (here {float(loss.detach())})", idx_all
+            )
         return loss
 
-    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    def _forward_backward(
+        self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor
+    ) -> torch.Tensor:
         loss = super()._forward_backward(x, y, idx)
         if self.env.is_distributed:
             self._average_loss_grads()
@@ -196,7 +225,9 @@ class DistributedTrainer(Trainer):
         used = [p for p, h in zip(params, has.tolist(), strict=True) if h > 0]
         if not used:
             return
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in used])
+        flat = torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in used]
+        )
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat /= self.env.world_size
         pos = 0
@@ -211,7 +242,8 @@ class DistributedTrainer(Trainer):
     # ------------------------------------------------------------------ evaluation
     def embed(self, data: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Embeddings ``(N, d)`` (CPU, float32) and labels of ``data``: each rank embeds a
-        contiguous shard, the shards are all-gathered in rank order (every rank gets all of them)."""
+        contiguous shard, the shards are all-gathered in rank order (every rank gets all of
+        them)."""
         ds, labels = as_dataset(data)
         w, r = self.env.world_size, self.env.rank
         n = len(labels)
@@ -222,33 +254,55 @@ class DistributedTrainer(Trainer):
             shard: Any = TensorDataset(*(t[a:b] for t in ds.tensors))
         else:
             shard = _Shard(ds, labels, a, b)
-        emb, _ = embed_dataset(self.model, shard, batch_size=self.config.eval_batch_size, device=self.device,
-                               num_workers=self.config.num_workers, amp=self.amp, amp_dtype=self.amp_dtype)
+        emb, _ = embed_dataset(
+            self.model,
+            shard,
+            batch_size=self.config.eval_batch_size,
+            device=self.device,
+            num_workers=self.config.num_workers,
+            amp=self.amp,
+            amp_dtype=self.amp_dtype,
+        )
         return all_gather_tensor(emb.to(self.device)).cpu(), labels
 
-    def _metrics(self, emb: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]) -> dict[str, float]:
-        """Metrics on rank 0 with a faiss index over the visible GPUs (or the CPU), broadcast to all ranks."""
+    def _metrics(
+        self, emb: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]
+    ) -> dict[str, float]:
+        """Metrics on rank 0 with a faiss index over the visible GPUs (or the CPU), broadcast to all
+        ranks."""
         res = None
         if self.env.is_main:
-            res = sharded_retrieval_metrics(emb, labels, ks=ks, metrics=self.config.eval_metrics, device=self.device,
-                                            n_gpus=self.eval_gpus, mode=self.eval_index)  # type: ignore[arg-type]
+            res = sharded_retrieval_metrics(
+                emb,
+                labels,
+                ks=ks,
+                metrics=self.config.eval_metrics,
+                device=self.device,
+                n_gpus=self.eval_gpus,
+                mode=self.eval_index,
+            )  # type: ignore[arg-type]
         return broadcast_object(res)
 
     # ------------------------------------------------------------------ checkpoints and log
     def state_dict(self) -> dict[str, Any]:
-        """The :class:`Trainer` state (unwrapped model: rank-agnostic) plus the run's layout, for information."""
+        """The :class:`Trainer` state (unwrapped model: rank-agnostic) plus the run's layout, for
+        information."""
         state = super().state_dict()
-        state["distributed"] = {"world_size": self.env.world_size, "global_batch_size": self.config.batch_size,
-                                "local_batch_size": self.config.batch_size // self.env.world_size}
+        state["distributed"] = {
+            "world_size": self.env.world_size,
+            "global_batch_size": self.config.batch_size,
+            "local_batch_size": self.config.batch_size // self.env.world_size,
+        }
         return state
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Rank 0 writes the checkpoint (atomically, never a NaN model: see :meth:`Trainer.save_checkpoint`);
-        every rank waits for it."""
+        """Rank 0 writes the checkpoint (atomically, never a NaN model: see
+        :meth:`Trainer.save_checkpoint`); every rank waits for it."""
         path = Path(path) if path is not None else self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path: set config.checkpoint_dir or pass path")
-        self.engine.check_weights()  # on every rank (DDP keeps them equal), so that all ranks raise together
+        # on every rank (DDP keeps them equal), so that all ranks raise together
+        self.engine.check_weights()
         if self.env.is_main:
             super().save_checkpoint(path)
         barrier()

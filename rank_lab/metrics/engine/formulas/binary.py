@@ -1,4 +1,5 @@
-"""The binary metrics of the engine, from worst-case positions (Eqs. 2.1-2.6, 3.13-3.20 of the Ramzi thesis).
+"""The binary metrics of the engine, from worst-case positions (Eqs. 2.1-2.6, 3.13-3.20 of the Ramzi
+thesis).
 
 Each function takes :class:`~rank_lab.metrics.engine.formulas.positions.BinaryPositions` of a block
 of queries and the cut-offs ``ks``, and returns ``{name: (c,) float64}``; the definitions are those
@@ -32,7 +33,8 @@ def true_recall(p: BinaryPositions, ks: tuple[int, ...]) -> dict[str, torch.Tens
 
 
 def ap_at(p: BinaryPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """``mAP@k`` per query (AP@k of Weyand et al., GLDv2): ``(1/min(k, R)) sum_{j<=k} P(j) rel(j)``."""
+    """``mAP@k`` per query (AP@k of Weyand et al., GLDv2):
+    ``(1/min(k, R)) sum_{j<=k} P(j) rel(j)``."""
     return {f"mAP@{k}": row_sums(p.precision * p.hits(k)[0]) / p.r.clamp(max=k) for k in ks}
 
 
@@ -53,7 +55,8 @@ def reciprocal_rank(p: BinaryPositions, ks: tuple[int, ...]) -> dict[str, torch.
 
 
 def ndcg(p: BinaryPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """``NDCG`` with binary gains (Eq. 2.11): ``DCG / IDCG``, ``DCG = sum_j rel_j / log2(1 + j)``."""
+    """``NDCG`` with binary gains (Eq. 2.11): ``DCG / IDCG``,
+    ``DCG = sum_j rel_j / log2(1 + j)``."""
     zero = torch.zeros_like(p.posf)
     dcg = row_sums(torch.where(p.valid, 1.0 / torch.log2(p.posf + 1.0), zero))
     idcg = row_sums(torch.where(p.valid, 1.0 / torch.log2(p.ranks + 1.0), zero))

@@ -1,7 +1,8 @@
-"""The hierarchical metrics of the engine, from the sorted positives and their positions (Ramzi thesis ch. 4).
+"""The hierarchical metrics of the engine, from the sorted positives and their positions (Ramzi
+thesis ch. 4).
 
-Each function takes :class:`~rank_lab.metrics.engine.formulas.positions.LevelPositions` of a block of
-queries (the positives sorted by canonical score desc, level asc -- tied positives by increasing
+Each function takes :class:`~rank_lab.metrics.engine.formulas.positions.LevelPositions` of a block
+of queries (the positives sorted by canonical score desc, level asc -- tied positives by increasing
 level, the worst case -- and the negatives ranked before each) and the cut-offs ``ks``, and
 returns ``{name: (c,) float64}``: H-AP (Eq. 4.3, relevance Eq. 4.7), AP^(l) (Eq. 4.8), ASI
 (Eq. 4.16), NDCG-h (gains ``2^l - 1``), H-R@k (Eq. 4.4) and the top-k mistakes (Eq. 2.10). The
@@ -14,7 +15,8 @@ monotone case a level-1 positive has ``H-rank(i) = rel_1 i``; ASI's top level ne
 ``sum_{n >= pos} 1/n``. Rows whose relevance is not increasing with the level (possible with
 Eq. 4.7 when a coarse set is much smaller than a finer one) get H-AP from their own worst-case
 order (ties by increasing relevance); levels strictly between 1 and L (ASI, L >= 3) use the dense
-formula. Every sum along a row is sequential (:func:`~rank_lab.metrics.engine.formulas.positions.row_sums`).
+formula. Every sum along a row is sequential
+(:func:`~rank_lab.metrics.engine.formulas.positions.row_sums`).
 Registered in :mod:`rank_lab.metrics.engine.formulas.registry`.
 """
 
@@ -39,7 +41,9 @@ def _relevance(p: LevelPositions) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return rt, mono, total
 
 
-def _resort(keys: torch.Tensor, lv: torch.Tensor, valid: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _resort(
+    keys: torch.Tensor, lv: torch.Tensor, valid: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Positives already sorted by decreasing score: re-order ties by increasing ``key``."""
     big = torch.finfo(key.dtype).max if key.is_floating_point() else 1 << 30
     k = torch.where(valid, key, torch.full_like(key, big))
@@ -49,8 +53,13 @@ def _resort(keys: torch.Tensor, lv: torch.Tensor, valid: torch.Tensor, key: torc
     return lv.gather(1, order), valid.gather(1, order)
 
 
-def _hap_dense(lv: torch.Tensor, valid: torch.Tensor, rel_table: torch.Tensor, inv_pos: torch.Tensor,
-               n_levels: int) -> torch.Tensor:
+def _hap_dense(
+    lv: torch.Tensor,
+    valid: torch.Tensor,
+    rel_table: torch.Tensor,
+    inv_pos: torch.Tensor,
+    n_levels: int,
+) -> torch.Tensor:
     r = rel_table.gather(1, lv) * valid
     hrank = torch.zeros_like(r)
     for lev in range(1, n_levels + 1):
@@ -61,12 +70,15 @@ def _hap_dense(lv: torch.Tensor, valid: torch.Tensor, rel_table: torch.Tensor, i
 
 
 def h_ap(p: LevelPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """H-AP (Eq. 4.3): ``(1 / sum rel) sum_i H-rank(i) / pos_i``, ``H-rank(i) = sum_l min(rel_l, rel_i) #{level-l up to i}``."""
+    """H-AP (Eq. 4.3): ``(1 / sum rel) sum_i H-rank(i) / pos_i``,
+    ``H-rank(i) = sum_l min(rel_l, rel_i) #{level-l up to i}``."""
     rt, mono, total = _relevance(p)
     hlv, hrank, _, _ = p.high
     cnt_hi = {lev: torch.cumsum((hlv == lev).long(), 1) for lev in range(2, p.n_levels + 1)}
     r_i = rt.gather(1, hlv)
-    hr = torch.minimum(rt[:, 1:2], r_i) * (hrank - sum(cnt_hi.values(), torch.zeros_like(hrank))).to(_F64)
+    hr = torch.minimum(rt[:, 1:2], r_i) * (
+        hrank - sum(cnt_hi.values(), torch.zeros_like(hrank))
+    ).to(_F64)
     for lev, cnt in cnt_hi.items():
         hr = hr + torch.minimum(rt[:, lev : lev + 1], r_i) * cnt.to(_F64)
     num = rt[:, 1] * (p.s_all - p.s_high) + row_sums(hr * p.hinv)
@@ -102,7 +114,8 @@ def ap_per_level(p: LevelPositions, ks: tuple[int, ...]) -> dict[str, torch.Tens
 
 
 def ndcg_h(p: LevelPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """Hierarchical NDCG (thesis §4.2.4): gains ``2^l - 1``, the ideal list from the level counts."""
+    """Hierarchical NDCG (thesis §4.2.4): gains ``2^l - 1``, the ideal list from the level
+    counts."""
     dev = p.lv.device
     hlv, _, hpos, hval = p.high
     gains = 2.0 ** torch.arange(p.n_levels + 1, dtype=_F64, device=dev) - 1.0
@@ -138,8 +151,15 @@ def asi(p: LevelPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
     term = torch.minimum(a_all - a_hi, b_1).to(_F64) * inv_t[ranks][None, :] * in_range
     out = row_sums(term)
     harm = torch.cumsum(inv_t, 0)  # H(m) = sum_{n <= m} 1/n (sequential)
-    top_items = hval & (hlv == p.n_levels) & (hpos <= npos_c)  # top level: min(a_L(n), b_L(n)) = a_L(n)
-    out = out + row_sums(torch.where(top_items, harm[p.n_pos][:, None] - harm[hpos - 1], torch.zeros(1, dtype=_F64, device=dev)))
+    # top level: min(a_L(n), b_L(n)) = a_L(n)
+    top_items = hval & (hlv == p.n_levels) & (hpos <= npos_c)
+    out = out + row_sums(
+        torch.where(
+            top_items,
+            harm[p.n_pos][:, None] - harm[hpos - 1],
+            torch.zeros(1, dtype=_F64, device=dev),
+        )
+    )
     above = p.counts[:, p.n_levels].clone()
     for lev in range(p.n_levels - 1, 1, -1):  # intermediate levels (L >= 3): dense
         lh = torch.zeros(c, width + 2, dtype=torch.long, device=dev)
@@ -167,14 +187,17 @@ def mistakes(p: LevelPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
             height = p.n_levels * n_neg_top.to(_F64)
         else:
             mist = n_top_l1 + (top_hi & (hlv < p.n_levels)).sum(1) + n_neg_top
-            height = (p.n_levels - 1) * n_top_l1.to(_F64) + height_hi + p.n_levels * n_neg_top.to(_F64)
+            height = (
+                (p.n_levels - 1) * n_top_l1.to(_F64) + height_hi + p.n_levels * n_neg_top.to(_F64)
+            )
         out[f"MS_sum@{k}"] = height
         out[f"MS_n@{k}"] = mist.to(_F64)
     return out
 
 
-def reduce_mistakes(per_query: dict[str, torch.Tensor], keep: torch.Tensor,
-                    ks: tuple[int, ...]) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+def reduce_mistakes(
+    per_query: dict[str, torch.Tensor], keep: torch.Tensor, ks: tuple[int, ...]
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """``MS@k`` pools the mistakes of all queries (Eq. 2.10): ``sum heights / sum mistakes``; also
     ``"mistakes@k"``, the mean number of mistakes in the first k. Per query: the mean height (0
     without mistakes) and the number of mistakes."""

@@ -49,7 +49,8 @@ class BinaryPositions:
             known relevant items are ignored through ``valid``).
         valid: ``(c, P)`` bool, which entries of ``pos`` are real.
         n_pos: ``(c,)`` long, the number of relevant items of each query (R); the neighbour-list
-            route knows only the positions up to its list length, the others lie beyond every cut-off.
+            route knows only the positions up to its list length, the others lie beyond every
+            cut-off.
     """
 
     pos: torch.Tensor
@@ -64,11 +65,14 @@ class BinaryPositions:
     @cached_property
     def ranks(self) -> torch.Tensor:
         """``(1, P)`` float64 ``1..P``: the rank of each entry among the relevant items."""
-        return torch.arange(1, self.pos.shape[1] + 1, device=self.pos.device, dtype=torch.float64)[None, :]
+        return torch.arange(1, self.pos.shape[1] + 1, device=self.pos.device, dtype=torch.float64)[
+            None, :
+        ]
 
     @cached_property
     def precision(self) -> torch.Tensor:
-        """``(c, P)`` float64: the precision at each relevant item, ``i / pos_i`` (0 past ``valid``)."""
+        """``(c, P)`` float64: the precision at each relevant item, ``i / pos_i`` (0 past
+        ``valid``)."""
         return torch.where(self.valid, self.ranks / self.posf, torch.zeros_like(self.posf))
 
     @cached_property
@@ -84,7 +88,8 @@ class BinaryPositions:
 
 @dataclass(frozen=True)
 class LevelPositions:
-    """The positives of a block of queries sorted by (canonical score desc, level asc), with positions.
+    """The positives of a block of queries sorted by (canonical score desc, level asc), with
+    positions.
 
     Attributes:
         lv: ``(c, P)`` long levels of the sorted positives (0 for padding).
@@ -119,7 +124,9 @@ class LevelPositions:
         n_fine = fine.sum(1)
         width = max(int(n_fine.max()) if c else 1, 1)
         rank = torch.cumsum(fine.long(), 1) - 1
-        pos = torch.full((c, width), torch.iinfo(torch.long).max // 4, dtype=torch.long, device=self.lv.device)
+        pos = torch.full(
+            (c, width), torch.iinfo(torch.long).max // 4, dtype=torch.long, device=self.lv.device
+        )
         valid = torch.zeros(c, width, dtype=torch.bool, device=self.lv.device)
         rr, cc = torch.nonzero(fine, as_tuple=True)
         pos[rr, rank[rr, cc]] = pos_all[rr, cc]
@@ -157,11 +164,16 @@ class LevelPositions:
     @cached_property
     def inv(self) -> torch.Tensor:
         """``(c, P)`` float64 ``1 / pos`` (0 past ``valid``)."""
-        return torch.where(self.valid, self.inv_table[self.pos], torch.zeros(1, dtype=torch.float64, device=self.lv.device))
+        return torch.where(
+            self.valid,
+            self.inv_table[self.pos],
+            torch.zeros(1, dtype=torch.float64, device=self.lv.device),
+        )
 
     @cached_property
     def high(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The positives of level >= 2 of every row packed to the left: ``(level, rank, pos, valid)`` ``(c, P2)``.
+        """The positives of level >= 2 of every row packed to the left:
+        ``(level, rank, pos, valid)`` ``(c, P2)``.
 
         The level-1 positives are the bulk (a whole coarse class): every sum over them is a sum
         over *all* positives of a function of ``(rank, position)`` minus the same sum over the few
@@ -177,14 +189,20 @@ class LevelPositions:
         out_lv = torch.zeros(lv.shape[0], p2, dtype=torch.long, device=dev)
         out_rank = torch.ones(lv.shape[0], p2, dtype=torch.long, device=dev)
         out_pos = torch.ones(lv.shape[0], p2, dtype=torch.long, device=dev)
-        out_lv[rr, slot], out_rank[rr, slot], out_pos[rr, slot] = lv[rr, cc], rank[rr, cc], pos[rr, cc]
+        out_lv[rr, slot], out_rank[rr, slot], out_pos[rr, slot] = (
+            lv[rr, cc],
+            rank[rr, cc],
+            pos[rr, cc],
+        )
         return out_lv, out_rank, out_pos, out_lv >= 2
 
     @cached_property
     def hinv(self) -> torch.Tensor:
         """``(c, P2)`` float64 ``1 / pos`` of the packed higher levels."""
         hlv, _, hpos, hval = self.high
-        return torch.where(hval, self.inv_table[hpos], torch.zeros(1, dtype=torch.float64, device=hlv.device))
+        return torch.where(
+            hval, self.inv_table[hpos], torch.zeros(1, dtype=torch.float64, device=hlv.device)
+        )
 
     @cached_property
     def s_all(self) -> torch.Tensor:

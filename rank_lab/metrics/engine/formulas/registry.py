@@ -30,12 +30,22 @@ from rank_lab._validation import check_choice
 from rank_lab.metrics.engine.formulas import binary, levels
 from rank_lab.registry import Registry
 
-__all__ = ["RetrievalMetric", "METRICS", "register_metric", "unregister_metric", "get_metric", "list_metrics"]
+__all__ = [
+    "RetrievalMetric",
+    "METRICS",
+    "register_metric",
+    "unregister_metric",
+    "get_metric",
+    "list_metrics",
+]
 
 Family = Literal["binary", "hierarchical"]
 Depth = Literal["cutoff", "k", "R", "first", "all"]
 Compute = Callable[[Any, tuple[int, ...]], dict[str, torch.Tensor]]
-Reduce = Callable[[dict[str, torch.Tensor], torch.Tensor, tuple[int, ...]], tuple[dict[str, float], dict[str, torch.Tensor]]]
+Reduce = Callable[
+    [dict[str, torch.Tensor], torch.Tensor, tuple[int, ...]],
+    tuple[dict[str, float], dict[str, torch.Tensor]],
+]
 
 
 @dataclass(frozen=True)
@@ -48,9 +58,10 @@ class RetrievalMetric:
         family: ``"binary"`` (a function of ``BinaryPositions``) or ``"hierarchical"`` (of
             ``LevelPositions``; the labels' levels matter).
         depth: how far down each query's ranking the metric reads: ``"cutoff"`` (only whether each
-            relevant item lies within each cut-off k: R@k, P@k, TR@k), ``"k"`` (the exact positions of
-            the first ``max(ks)``), ``"R"`` (of the first R, the number of relevant items), ``"first"``
-            (the position of the first relevant item, however deep), ``"all"`` (every relevant item).
+            relevant item lies within each cut-off k: R@k, P@k, TR@k), ``"k"`` (the exact positions
+            of the first ``max(ks)``), ``"R"`` (of the first R, the number of relevant items),
+            ``"first"`` (the position of the first relevant item, however deep), ``"all"`` (every
+            relevant item).
             Neighbour lists serve all but ``"all"``; the counting route serves all, resolving only
             the positions a depth needs.
         compute: ``compute(positions, ks) -> {key: (c,) float64}`` per query.
@@ -70,7 +81,9 @@ class RetrievalMetric:
         if self.family not in ("binary", "hierarchical"):
             raise ValueError(f"family must be 'binary' or 'hierarchical', got {self.family!r}")
         if self.depth not in ("cutoff", "k", "R", "first", "all"):
-            raise ValueError(f"depth must be 'cutoff', 'k', 'R', 'first' or 'all', got {self.depth!r}")
+            raise ValueError(
+                f"depth must be 'cutoff', 'k', 'R', 'first' or 'all', got {self.depth!r}"
+            )
         if not callable(self.compute):
             raise TypeError(f"compute must be callable, got {type(self.compute).__name__}")
         if self.reduce is not None and not callable(self.reduce):
@@ -100,11 +113,18 @@ def register_metric(metric: RetrievalMetric, *, replace: bool = False) -> Retrie
         raise TypeError(f"metric must be a RetrievalMetric, got {type(metric).__name__}")
     if metric.name in METRICS:
         if not replace:
-            raise ValueError(f"a metric named {metric.name!r} is registered already (pass replace=True)")
+            raise ValueError(
+                f"a metric named {metric.name!r} is registered already (pass replace=True)"
+            )
         METRICS.unregister(metric.name)
     doc = (getattr(metric.compute, "__doc__", None) or "").strip().splitlines()
-    return METRICS.register(metric.name, metric, family=metric.family, depth=metric.depth,
-                            summary=doc[0] if doc else metric.name)
+    return METRICS.register(
+        metric.name,
+        metric,
+        family=metric.family,
+        depth=metric.depth,
+        summary=doc[0] if doc else metric.name,
+    )
 
 
 def unregister_metric(name: str) -> None:
@@ -113,7 +133,8 @@ def unregister_metric(name: str) -> None:
 
 
 def get_metric(name: str) -> RetrievalMetric:
-    """The registered metric called ``name`` (case-insensitive; ``ValueError`` listing the names when unknown)."""
+    """The registered metric called ``name`` (case-insensitive; ``ValueError`` listing the names
+    when unknown)."""
     return METRICS[name]
 
 
@@ -125,7 +146,8 @@ def list_metrics(filter: str = "", *, family: Family | None = None) -> list[str]
         family: ``"binary"`` or ``"hierarchical"`` only; ``None``: both.
 
     Returns:
-        The metrics' own spellings (``"mAP@R"``, ``"R@k"``), as ``retrieval_metrics(metrics=...)`` takes them.
+        The metrics' own spellings (``"mAP@R"``, ``"R@k"``), as ``retrieval_metrics(metrics=...)``
+        takes them.
     """
     if family is not None:
         family = check_choice(family, "family", ("binary", "hierarchical"))

@@ -1,4 +1,5 @@
-"""The routes of ``retrieval_metrics``: one request in, per-query values out, identical on every route.
+"""The routes of ``retrieval_metrics``: one request in, per-query values out, identical on every
+route.
 
 * :mod:`~rank_lab.metrics.engine.routes.request` -- the frozen request.
 * :mod:`~rank_lab.metrics.engine.routes.counting` -- certified counting (every metric, any k).

@@ -1,8 +1,9 @@
-"""Compiled CPU kernels of the certified counting route (numba; GPUs run the torch form of the route).
+"""Compiled CPU kernels of the certified counting route (numba; GPUs run the torch form of the
+route).
 
-Internal module of :mod:`rank_lab.metrics.engine.routes.counting` (inputs trusted). Each kernel works
-row by row on a block of queries, releases the GIL (blocks run in Python threads) and computes in one
-fixed order per row, so a row's result does not depend on its block or thread:
+Internal module of :mod:`rank_lab.metrics.engine.routes.counting` (inputs trusted). Each kernel
+works row by row on a block of queries, releases the GIL (blocks run in Python threads) and computes
+in one fixed order per row, so a row's result does not depend on its block or thread:
 
 * :func:`emit_above` -- one pass over a block of stage-1 scores: every item at or above its row's
   threshold, outside the row's positive range and not the query itself (blocks of 32 items whose
@@ -33,9 +34,9 @@ _SCAN = 64  # items per block of the counting route's scan
 
 @numba.njit(cache=True, nogil=True)
 def bf16_keys(bits: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """Order-preserving int64 keys of 16-bit float bit patterns (int16 views of bfloat16 or float16):
-    ``key(a) < key(b)`` iff ``a < b`` for non-NaN values (``-0`` just below ``+0``); NaN keys lie
-    above ``+inf``. The map is its own inverse on the int16 range."""
+    """Order-preserving int64 keys of 16-bit float bit patterns (int16 views of bfloat16 or
+    float16): ``key(a) < key(b)`` iff ``a < b`` for non-NaN values (``-0`` just below ``+0``); NaN
+    keys lie above ``+inf``. The map is its own inverse on the int16 range."""
     out = np.empty(bits.shape[0], dtype=np.int64)
     for i in range(bits.shape[0]):
         v = np.int64(bits[i])
@@ -44,12 +45,21 @@ def bf16_keys(bits: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def emit_above(s: np.ndarray, thr: np.ndarray, range_a: np.ndarray, range_b: np.ndarray, self_col: np.ndarray,
-               out_r: np.ndarray, out_c: np.ndarray, is_bits: bool) -> int:  # pragma: no cover - compiled
-    """Items ``(r, j)`` of ``s (c, N)`` with ``key(s[r, j]) >= thr[r]``, ``j`` outside ``[range_a[r],
-    range_b[r])`` and ``j != self_col[r]`` (-1: none), written to ``out_r``/``out_c`` up to their
-    length. ``s`` holds int16 bfloat16 bits (``thr``: int64 keys) or floats (``thr``: same dtype; NaN
-    scores are emitted). Returns the number of items found (more than the capacity: call again).
+def emit_above(
+    s: np.ndarray,
+    thr: np.ndarray,
+    range_a: np.ndarray,
+    range_b: np.ndarray,
+    self_col: np.ndarray,
+    out_r: np.ndarray,
+    out_c: np.ndarray,
+    is_bits: bool,
+) -> int:  # pragma: no cover - compiled
+    """Items ``(r, j)`` of ``s (c, N)`` with ``key(s[r, j]) >= thr[r]``, ``j`` outside
+    ``[range_a[r], range_b[r])`` and ``j != self_col[r]`` (-1: none), written to ``out_r``/``out_c``
+    up to their length. ``s`` holds int16 bfloat16 bits (``thr``: int64 keys) or floats (``thr``:
+    same dtype;
+    NaN scores are emitted). Returns the number of items found (more than the capacity: call again).
     """
     c, n = s.shape
     count = 0
@@ -85,12 +95,14 @@ def emit_above(s: np.ndarray, thr: np.ndarray, range_a: np.ndarray, range_b: np.
 
 
 @numba.njit(cache=True, nogil=True)
-def sample_kth(s: np.ndarray, is_bits: bool, stride: int, m: np.ndarray, self_col: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """Per row, the ``m[r]``-th largest of every ``stride``-th score (the query itself left out; ``-inf``
-    when the sample is shorter): a guess of a lower bound of the row's k-th largest score, which the
-    caller verifies (at least k items must reach it). For 16-bit scores (``is_bits``: int16 bits of
-    bfloat16 / float16) the result is the order key of that score (the caller maps it back), found by
-    a two-pass radix selection on the keys; floats take ``np.partition``."""
+def sample_kth(
+    s: np.ndarray, is_bits: bool, stride: int, m: np.ndarray, self_col: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled
+    """Per row, the ``m[r]``-th largest of every ``stride``-th score (the query itself left out;
+    ``-inf`` when the sample is shorter): a guess of a lower bound of the row's k-th largest score,
+    which the caller verifies (at least k items must reach it). For 16-bit scores (``is_bits``:
+    int16 bits of bfloat16 / float16) the result is the order key of that score (the caller maps it
+    back), found by a two-pass radix selection on the keys; floats take ``np.partition``."""
     c, n = s.shape
     out = np.full(c, -np.inf)
     cols = np.arange(0, n, stride)
@@ -143,11 +155,12 @@ def sample_kth(s: np.ndarray, is_bits: bool, stride: int, m: np.ndarray, self_co
 
 
 @numba.njit(cache=True, nogil=True)
-def canonical_cpu(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray, width: int,
-                  out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[m]`` = the canonical score of ``(q[rows[m]], g[cols[m]])``: products rounded to the inputs'
-    dtype, zero-padded to ``width = 2^h``, summed by the fixed pairwise tree (the first level adds the
-    two halves' products, each rounded first: no fused multiply-add)."""
+def canonical_cpu(
+    q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray, width: int, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``out[m]`` = the canonical score of ``(q[rows[m]], g[cols[m]])``: products rounded to the
+    inputs' dtype, zero-padded to ``width = 2^h``, summed by the fixed pairwise tree (the first
+    level adds the two halves' products, each rounded first: no fused multiply-add)."""
     d = q.shape[1]
     if width == 1:
         for m in range(rows.shape[0]):
@@ -174,20 +187,27 @@ def canonical_cpu(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
-def _interval(u: float, a: float, eta: float, c: float) -> tuple[float, float]:  # pragma: no cover - compiled
+def _interval(
+    u: float, a: float, eta: float, c: float
+) -> tuple[float, float]:  # pragma: no cover - compiled
     w = c * abs(u) + eta + a
     m = _MARGIN * (abs(u) + w)
     return u - w - m, u + w + m
 
 
 @numba.njit(cache=True, nogil=True)
-def _sure_limits(t: float, a: float, eta: float, c: float, scale: float) -> tuple[float, float]:  # pragma: no cover - compiled
-    """Stage-1 limits ``(A, B)`` (scaled units) of a canonical score ``t``: an item with stage-1 score
-    ``v > A`` has ``lo(v) > t`` (surely above), one with ``v < B`` has ``hi(v) < t`` (surely below).
+def _sure_limits(
+    t: float, a: float, eta: float, c: float, scale: float
+) -> tuple[float, float]:  # pragma: no cover - compiled
+    """Stage-1 limits ``(A, B)`` (scaled units) of a canonical score ``t``: an item with stage-1
+    score ``v > A`` has ``lo(v) > t`` (surely above), one with ``v < B`` has ``hi(v) < t`` (surely
+    below).
 
-    Inverses of the increasing :func:`_interval` ends ``lo(u) = u (1 -+ c') - E``, ``hi(u) = u (1 +- c')
+    Inverses of the increasing :func:`_interval` ends ``lo(u) = u (1 -+ c') - E``,
+    ``hi(u) = u (1 +- c')
     + E`` (``c' = c + m + c m``, ``E = (eta + a)(1 + m)``, ``m = 2^-40``; the sign follows ``u``),
-    widened by ``2^-30`` relative for this float64 arithmetic. ``scale`` takes unscaled to scaled units.
+    widened by ``2^-30`` relative for this float64 arithmetic. ``scale`` takes unscaled to scaled
+    units.
     """
     if t == -np.inf:
         return -np.inf, -np.inf
@@ -202,8 +222,17 @@ def _sure_limits(t: float, a: float, eta: float, c: float, scale: float) -> tupl
 
 
 @numba.njit(cache=True, nogil=True)
-def flag_rows(offsets: np.ndarray, u: np.ndarray, kind: np.ndarray, a: np.ndarray, eta: np.ndarray, c: float,
-              lo: np.ndarray, hi: np.ndarray, flag: np.ndarray) -> None:  # pragma: no cover - compiled
+def flag_rows(
+    offsets: np.ndarray,
+    u: np.ndarray,
+    kind: np.ndarray,
+    a: np.ndarray,
+    eta: np.ndarray,
+    c: float,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    flag: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     """For every row's items ``offsets[r]:offsets[r + 1]`` (unscaled stage-1 scores ``u``, kinds: 0
     negative, l >= 1 positive of level l): their intervals ``[lo, hi]`` and whether the interval
     overlaps one of an item of another kind (then ``flag``: re-score it)."""
@@ -221,7 +250,8 @@ def flag_rows(offsets: np.ndarray, u: np.ndarray, kind: np.ndarray, a: np.ndarra
         next_diff[m - 1] = m
         for j in range(m - 2, -1, -1):
             next_diff[j] = j + 1 if k_s[j + 1] != k_s[j] else next_diff[j + 1]
-        prev_diff = np.empty(m, dtype=np.int64)  # last position before j with another kind (-1: none)
+        # last position before j with another kind (-1: none)
+        prev_diff = np.empty(m, dtype=np.int64)
         prev_diff[0] = -1
         for j in range(1, m):
             prev_diff[j] = j - 1 if k_s[j - 1] != k_s[j] else prev_diff[j - 1]
@@ -238,10 +268,17 @@ def flag_rows(offsets: np.ndarray, u: np.ndarray, kind: np.ndarray, a: np.ndarra
 
 
 @numba.njit(cache=True, nogil=True)
-def order_rows(offsets: np.ndarray, key: np.ndarray, kind: np.ndarray, lv_out: np.ndarray, ge_out: np.ndarray,
-               key_out: np.ndarray, tied_levels: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Each row's positives in canonical order (key desc; ties: negatives first, then by level), with
-    the negatives ranked before each (``ge_out``) and their keys.
+def order_rows(
+    offsets: np.ndarray,
+    key: np.ndarray,
+    kind: np.ndarray,
+    lv_out: np.ndarray,
+    ge_out: np.ndarray,
+    key_out: np.ndarray,
+    tied_levels: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """Each row's positives in canonical order (key desc; ties: negatives first, then by level),
+    with the negatives ranked before each (``ge_out``) and their keys.
 
     ``key`` holds each item's canonical score where it was computed and its stage-1 score elsewhere:
     any two items of different kinds are then in canonical order. With a large level-1 bulk and few
@@ -325,8 +362,11 @@ def order_rows(offsets: np.ndarray, key: np.ndarray, kind: np.ndarray, lv_out: n
 
 
 @numba.njit(cache=True, nogil=True)
-def _canonical_one(qi: np.ndarray, gi: np.ndarray, a: np.ndarray, b: np.ndarray, width: int) -> float:  # pragma: no cover - compiled
-    """The canonical score of one pair (the tree of :func:`canonical_cpu`; ``a``, ``b``: work buffers)."""
+def _canonical_one(
+    qi: np.ndarray, gi: np.ndarray, a: np.ndarray, b: np.ndarray, width: int
+) -> float:  # pragma: no cover - compiled
+    """The canonical score of one pair (the tree of :func:`canonical_cpu`; ``a``, ``b``: work
+    buffers)."""
     d = qi.shape[0]
     if width == 1:
         return qi[0] * gi[0]
@@ -346,28 +386,60 @@ def _canonical_one(qi: np.ndarray, gi: np.ndarray, a: np.ndarray, b: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def small_scan(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray, range_a: np.ndarray,
-               range_b: np.ndarray, self_col: np.ndarray, pos_col: np.ndarray, pos_level: np.ndarray,
-               cut: np.ndarray, guess: np.ndarray, exact_depth: np.ndarray, cutoffs: np.ndarray, exp: np.ndarray,
-               bound_a: np.ndarray, bound_eta: np.ndarray, c_out: float, q: np.ndarray, q_rows: np.ndarray,
-               g: np.ndarray, width: int, keys: np.ndarray, lvs: np.ndarray, n_pos: np.ndarray, hist: np.ndarray,
-               amb_row: np.ndarray, amb_col: np.ndarray, amb_lo: np.ndarray, amb_hi: np.ndarray, amb_a: np.ndarray,
-               amb_b: np.ndarray, amb_need: np.ndarray, reach: np.ndarray, bad: np.ndarray) -> int:  # pragma: no cover - compiled
-    """First half of the rows with few positives: the positives in canonical order, each negative placed
-    or recorded as doubtful, and which doubtful negatives the metrics need resolved (no sort of a row).
+def small_scan(
+    s: np.ndarray,
+    is_bits: bool,
+    table: np.ndarray,
+    thr: np.ndarray,
+    range_a: np.ndarray,
+    range_b: np.ndarray,
+    self_col: np.ndarray,
+    pos_col: np.ndarray,
+    pos_level: np.ndarray,
+    cut: np.ndarray,
+    guess: np.ndarray,
+    exact_depth: np.ndarray,
+    cutoffs: np.ndarray,
+    exp: np.ndarray,
+    bound_a: np.ndarray,
+    bound_eta: np.ndarray,
+    c_out: float,
+    q: np.ndarray,
+    q_rows: np.ndarray,
+    g: np.ndarray,
+    width: int,
+    keys: np.ndarray,
+    lvs: np.ndarray,
+    n_pos: np.ndarray,
+    hist: np.ndarray,
+    amb_row: np.ndarray,
+    amb_col: np.ndarray,
+    amb_lo: np.ndarray,
+    amb_hi: np.ndarray,
+    amb_a: np.ndarray,
+    amb_b: np.ndarray,
+    amb_need: np.ndarray,
+    reach: np.ndarray,
+    bad: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """First half of the rows with few positives: the positives in canonical order, each negative
+    placed or recorded as doubtful, and which doubtful negatives the metrics need resolved (no sort
+    of a row).
 
-    Every positive of row ``r`` (columns ``pos_col[r]``, levels ``pos_level[r]`` > 0) gets its canonical
-    score -- or ``-inf`` when its stage-1 score is below ``cut[r]`` (it lies beyond the K-th score and
-    only has to come after the items above it) -- and the positives are ordered by (score desc, level
-    asc) into ``keys[r]``, ``lvs[r]`` (``n_pos[r]`` of them). Each negative at or above ``thr[r]`` (a scan
-    of the row, outside ``[range_a, range_b)`` and ``self_col``) is compared with per-positive stage-1
-    limits: the positives surely above it and surely below it are known (``hist[r, i]`` counts the
-    negatives placed just before slot ``i``); the positives in between are in doubt, and the negative
-    is recorded (``amb_*``: row, column, interval, first and end slot of the doubt). After the scan,
-    each positive's position lies in ``[min, max]``; a doubtful negative must be re-scored
-    (``amb_need``) when one of its doubtful positives needs an exact position -- ``min <=
+    Every positive of row ``r`` (columns ``pos_col[r]``, levels ``pos_level[r]`` > 0) gets its
+    canonical score -- or ``-inf`` when its stage-1 score is below ``cut[r]`` (it lies beyond the
+    K-th score and only has to come after the items above it) -- and the positives are ordered by
+    (score desc, level asc) into ``keys[r]``, ``lvs[r]`` (``n_pos[r]`` of them). Each negative at or
+    above ``thr[r]`` (a scan of the row, outside ``[range_a, range_b)`` and ``self_col``) is
+    compared with per-positive stage-1 limits: the positives surely above it and surely below it are
+    known (``hist[r, i]`` counts the negatives placed just before slot ``i``); the positives in
+    between are in doubt, and the negative is recorded (``amb_*``: row, column, interval, first and
+    end slot of the doubt).
+    After the scan, each positive's position lies in ``[min, max]``; a doubtful negative must be
+    re-scored (``amb_need``) when one of its doubtful positives needs an exact position -- ``min <=
     exact_depth[r]`` -- or a comparison with a cut-off ``k`` of ``cutoffs`` (``min <= k < max``).
-    ``reach[r]`` counts the negatives with stage-1 score ``>= guess[r]`` (the caller's check of the cut).
+    ``reach[r]`` counts the negatives with stage-1 score ``>= guess[r]`` (the caller's check of the
+    cut).
 
     ``s``: the block's stage-1 scores, int16 bits of bfloat16 / float16 (``is_bits``; ``table`` maps
     the bits, as uint16, to float32 values; ``thr`` int64 order keys) or floats (``thr`` in their
@@ -380,8 +452,10 @@ def small_scan(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
     wa = np.empty(max(width // 2, 1), dtype=q.dtype)
     wb = np.empty(max(width // 2, 1), dtype=q.dtype)
     n_max = pos_col.shape[1]
-    maybe = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives: +1 at their first doubtful slot, -1 after
-    pre = np.zeros(n_max + 1, dtype=np.int64)  # doubtful negatives surely before slot i: +1 at their end slot
+    # doubtful negatives: +1 at their first doubtful slot, -1 after
+    maybe = np.zeros(n_max + 1, dtype=np.int64)
+    # doubtful negatives surely before slot i: +1 at their end slot
+    pre = np.zeros(n_max + 1, dtype=np.int64)
     lim_a = np.empty(n_max)  # per positive: stage-1 scores above lim_a are surely above it
     lim_b = np.empty(n_max)  # ... below lim_b surely below it
     need = np.zeros(n_max, dtype=np.bool_)
@@ -486,7 +560,8 @@ def small_scan(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
                 maybe[ib] -= 1
                 pre[ib] += 1
         if n_amb > cap:
-            continue  # no room: the caller calls again with more (the counts of this call are discarded)
+            # no room: the caller calls again with more (the counts of this call are discarded)
+            continue
         # the bounds [lo_pos, hi_pos] of each position: decided negatives, the doubtful ones surely
         # before (end slot <= i), and the doubtful ones
         sure, doubt, surely_doubtful = 0, 0, 0
@@ -512,12 +587,23 @@ def small_scan(s: np.ndarray, is_bits: bool, table: np.ndarray, thr: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def small_finish(keys: np.ndarray, lvs: np.ndarray, n_pos: np.ndarray, hist: np.ndarray, amb_row: np.ndarray,
-                 amb_a: np.ndarray, amb_b: np.ndarray, amb_need: np.ndarray, amb_exact: np.ndarray,
-                 lv_out: np.ndarray, ge_out: np.ndarray, key_out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Second half: each doubtful negative placed -- by its canonical score ``amb_exact`` where it was
-    needed (before the positives whose score is at most its own), else after its doubtful positives --
-    and the positives' slots written (level, negatives before, key)."""
+def small_finish(
+    keys: np.ndarray,
+    lvs: np.ndarray,
+    n_pos: np.ndarray,
+    hist: np.ndarray,
+    amb_row: np.ndarray,
+    amb_a: np.ndarray,
+    amb_b: np.ndarray,
+    amb_need: np.ndarray,
+    amb_exact: np.ndarray,
+    lv_out: np.ndarray,
+    ge_out: np.ndarray,
+    key_out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """Second half: each doubtful negative placed -- by its canonical score ``amb_exact`` where it
+    was needed (before the positives whose score is at most its own), else after its doubtful
+    positives -- and the positives' slots written (level, negatives before, key)."""
     for m in range(amb_row.shape[0]):
         r, ia, ib = amb_row[m], amb_a[m], amb_b[m]
         if amb_need[m]:

@@ -10,7 +10,8 @@ above, ignore what is surely below, re-score exactly only what the bound cannot 
    coarsest label; for binary metrics the fine label is the only level) are one contiguous column
    range; the level-set sizes come from label counts alone.
 2. For a block of queries, the stage-1 scores ``(c, N)`` (bfloat16 on CPUs with native bfloat16
-   dot products, else the working precision; :class:`~rank_lab.metrics.engine.scores._stage1.Stage1`).
+   dot products, else the working precision;
+   :class:`~rank_lab.metrics.engine.scores._stage1.Stage1`).
    The positives' scores are read from their range. A negative can change a count only if it can
    reach the lowest positive: every negative below ``threshold(lowest positive)`` is dropped
    without a second look (one compare per item), the others are kept with their score.
@@ -23,7 +24,8 @@ above, ignore what is surely below, re-score exactly only what the bound cannot 
 4. The kept items are sorted by (key desc, kind asc) -- the key being the canonical score where it
    was computed, the stage-1 score elsewhere (both inside the item's interval, so every pair of
    different kinds is in canonical order, ties broken against relevance) -- and each positive's
-   position is its place in that order: :class:`~rank_lab.metrics.engine.formulas.positions.LevelPositions`.
+   position is its place in that order:
+   :class:`~rank_lab.metrics.engine.formulas.positions.LevelPositions`.
 
 The positions are those of the canonical ranking whatever the precision, the block size or the
 device; the registered metrics read them (:mod:`rank_lab.metrics.engine.formulas.registry`), so
@@ -57,11 +59,12 @@ from rank_lab.metrics.engine.scores.exact import canonical_pairs, exact_matmul, 
 
 __all__: list[str] = []  # a route of retrieval_metrics (which checks the request)
 
-#: The CPU runs the compiled kernels of :mod:`~rank_lab.metrics.engine.routes._kernels`; False runs the
-#: torch form (the GPU's) on the CPU too (the tests compare both).
+#: The CPU runs the compiled kernels of :mod:`~rank_lab.metrics.engine.routes._kernels`; False runs
+#: the torch form (the GPU's) on the CPU too (the tests compare both).
 USE_KERNELS = True
 #: Blocks whose rows have at most this many positives re-score every positive (one pass per row).
 SMALL_POSITIVES = 64
+
 
 def level_counts(lab: torch.Tensor, ref_lab: torch.Tensor, exclude_self: bool) -> torch.Tensor:
     """``|Omega^(l)|`` of every query, ``(Q, L + 1)`` long, from label counts (no scores).
@@ -99,7 +102,9 @@ class _Plan:
         self.ref_lab = ref_lab[self.g_order]
         coarse, sizes = torch.unique_consecutive(self.ref_lab[:, -1], return_counts=True)
         starts = torch.cumsum(sizes, 0) - sizes
-        k = torch.searchsorted(coarse, self.lab_q[:, -1].contiguous()).clamp(max=max(coarse.numel() - 1, 0))
+        k = torch.searchsorted(coarse, self.lab_q[:, -1].contiguous()).clamp(
+            max=max(coarse.numel() - 1, 0)
+        )
         present = coarse[k] == self.lab_q[:, -1]
         self.range_a = torch.where(present, starts[k], torch.zeros_like(k))
         self.range_b = torch.where(present, starts[k] + sizes[k], torch.zeros_like(k))
@@ -114,9 +119,11 @@ class _Plan:
         self.st = Stage1(self.qp, self.gp, fmt, req.same)
         self._tables: dict[torch.dtype, np.ndarray] = {}
         self.last_doubtful = 0  # capacity hint of the doubtful-negatives buffers
-        self.last_emitted = 0  # capacity hint of the emitted-items buffers (grows with what blocks kept)
-        # metrics of depth "k" / "R" read the first max(k, R) positions only: negatives below the K-th
-        # score cannot change them (positions beyond K then read as "beyond K", which is all they use)
+        # capacity hint of the emitted-items buffers (grows with what blocks kept)
+        self.last_emitted = 0
+        # metrics of depth "k" / "R" read the first max(k, R) positions only: negatives below the
+        # K-th score cannot change them (positions beyond K then read as "beyond K", which is all
+        # they use)
         depths = req.depths
         shallow = depths <= {"k", "R", "cutoff"} and not req.hierarchical
         self.list_depth = (max(req.ks) if req.ks else 1) if shallow else None
@@ -124,7 +131,9 @@ class _Plan:
         big = np.iinfo(np.int64).max // 4
         self.exact_depth = (max(req.ks) if req.ks and "k" in depths else 0) if shallow else big
         self.exact_to_r = shallow and "R" in depths
-        self.cutoffs = np.array(sorted(req.ks) if shallow and "cutoff" in depths else [], dtype=np.int64)
+        self.cutoffs = np.array(
+            sorted(req.ks) if shallow and "cutoff" in depths else [], dtype=np.int64
+        )
 
     def bits_table(self, dtype: torch.dtype) -> np.ndarray:
         """float32 value of every 16-bit pattern of ``dtype`` (indexed by the bits as uint16)."""
@@ -144,7 +153,9 @@ def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
     dev = req.device
     nq, n_g = plan.qp.shape[0], plan.gp.shape[0]
     threads = max(1, torch.get_num_threads()) if dev.type == "cpu" else 1
-    band = chunk_rows(n_g, req.max_memory_mb / threads, req.chunk_size, bytes_per_item=8, max_rows=1024)
+    band = chunk_rows(
+        n_g, req.max_memory_mb / threads, req.chunk_size, bytes_per_item=8, max_rows=1024
+    )
     starts = list(range(0, nq, band))
     show = len(starts) > 16 if req.progress is None else bool(req.progress)
     pool = BufferPool(band * n_g, plan.st.out_fmt, dev, len(starts))
@@ -155,9 +166,15 @@ def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
         with pool.take() as flat:
             positions = _block_positions(plan, req, r0, r1, flat)
         binary = positions.binary() if any(m.family == "binary" for m in req.metrics) else None
-        results[r0] = {m.name: {key: v.cpu() for key, v in m.compute(binary if m.family == "binary" else positions,
-                                                                        req.ks).items()}
-                       for m in req.metrics}
+        results[r0] = {
+            m.name: {
+                key: v.cpu()
+                for key, v in m.compute(
+                    binary if m.family == "binary" else positions, req.ks
+                ).items()
+            }
+            for m in req.metrics
+        }
 
     with exact_matmul():
         run_parallel(work, starts, show, dev, "retrieval metrics")
@@ -172,8 +189,11 @@ def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
     return out
 
 
-def _block_positions(plan: _Plan, req: MetricsRequest, r0: int, r1: int, flat: torch.Tensor | None) -> LevelPositions:
-    """The positives of queries ``r0:r1`` (permuted order) in canonical order, with their positions."""
+def _block_positions(
+    plan: _Plan, req: MetricsRequest, r0: int, r1: int, flat: torch.Tensor | None
+) -> LevelPositions:
+    """The positives of queries ``r0:r1`` (permuted order) in canonical order, with their
+    positions."""
     st = plan.st
     dev = req.device
     n_g = plan.gp.shape[0]
@@ -217,8 +237,11 @@ def _block_positions(plan: _Plan, req: MetricsRequest, r0: int, r1: int, flat: t
 
 def _check_no_nan(*values: torch.Tensor) -> None:
     if any(bool(torch.isnan(v).any()) for v in values):
-        raise RuntimeError("the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
-                           "overflow: the matmul is broken on this device; rerun with precision='exact' and report it")
+        raise RuntimeError(
+            "the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
+            "overflow: the matmul is broken on this device; rerun with precision='exact' and "
+            "report it"
+        )
 
 
 _BITS = (torch.bfloat16, torch.float16)  # scores read as int16 bit patterns by the kernels
@@ -234,22 +257,32 @@ def _from_keys(keys: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _thresholds_as(s: torch.Tensor, thr: torch.Tensor) -> np.ndarray:
-    """Row thresholds in the comparison form of :func:`~rank_lab.metrics.engine.routes._kernels.emit_above`:
-    int64 keys of the smallest 16-bit float >= ``thr`` for bfloat16 / float16 scores, else ``thr`` in
-    the scores' dtype rounded down (``s >= thr`` keeps its meaning). Rows without positives (``thr =
-    inf``) emit nothing."""
+    """Row thresholds in the comparison form of
+    :func:`~rank_lab.metrics.engine.routes._kernels.emit_above`: int64 keys of the smallest 16-bit
+    float >= ``thr`` for bfloat16 / float16 scores, else ``thr`` in the scores' dtype rounded down
+    (``s >= thr`` keeps its meaning). Rows without positives (``thr = inf``) emit nothing."""
     if s.dtype in _BITS:
         near = thr.to(s.dtype)
         keys = bf16_keys(near.view(torch.int16).numpy()) + (near.to(thr.dtype) < thr).numpy()
         return np.where(np.isfinite(thr.numpy()), keys, np.int64(1) << 40)
     down = thr.to(s.dtype)
-    down = torch.where(down.to(thr.dtype) > thr, torch.nextafter(down, torch.full_like(down, -torch.inf)), down)
+    down = torch.where(
+        down.to(thr.dtype) > thr, torch.nextafter(down, torch.full_like(down, -torch.inf)), down
+    )
     return down.numpy()
 
 
-def _emit(plan: _Plan, s: torch.Tensor, s_np: np.ndarray, thr: torch.Tensor, a: np.ndarray, b: np.ndarray,
-          own: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kept negatives ``(rows, cols)`` of a block: :func:`~rank_lab.metrics.engine.routes._kernels.emit_above`."""
+def _emit(
+    plan: _Plan,
+    s: torch.Tensor,
+    s_np: np.ndarray,
+    thr: torch.Tensor,
+    a: np.ndarray,
+    b: np.ndarray,
+    own: np.ndarray,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kept negatives ``(rows, cols)`` of a block:
+    :func:`~rank_lab.metrics.engine.routes._kernels.emit_above`."""
     thr_np = _thresholds_as(s, thr)
     cap = max(64 * s_np.shape[0], plan.last_emitted)
     while True:
@@ -262,48 +295,95 @@ def _emit(plan: _Plan, s: torch.Tensor, s_np: np.ndarray, thr: torch.Tensor, a: 
     return torch.from_numpy(out_r[:n]), torch.from_numpy(out_c[:n])
 
 
-def _resolve_cpu(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s: torch.Tensor, pv: torch.Tensor,
-                 level: torch.Tensor, idx: torch.Tensor, thr: torch.Tensor, has_pos: torch.Tensor, a: torch.Tensor,
-                 b: torch.Tensor) -> LevelPositions:
+def _resolve_cpu(
+    plan: _Plan,
+    req: MetricsRequest,
+    r0: int,
+    rows: torch.Tensor,
+    s: torch.Tensor,
+    pv: torch.Tensor,
+    level: torch.Tensor,
+    idx: torch.Tensor,
+    thr: torch.Tensor,
+    has_pos: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+) -> LevelPositions:
     """Steps 2-4 of the module docstring on one block, with the compiled kernels (CPU)."""
     st = plan.st
     c, width = pv.shape
     s_np = s.view(torch.int16).numpy() if s.dtype in _BITS else s.numpy()
-    own = plan.self_col[r0 : r0 + c].numpy() if plan.self_col is not None else np.full(c, -1, dtype=np.int64)
+    own = (
+        plan.self_col[r0 : r0 + c].numpy()
+        if plan.self_col is not None
+        else np.full(c, -1, dtype=np.int64)
+    )
     a_np, b_np = a.numpy(), b.numpy()
     is_pos = level > 0
     use = thr
     cap_rows = None
-    if plan.list_depth is not None:  # every metric reads the first K positions only: a cut at the K-th score
+    # every metric reads the first K positions only: a cut at the K-th score
+    if plan.list_depth is not None:
         k_row = torch.clamp(is_pos.sum(1), min=plan.list_depth)
-        # every 16th score: its m-th largest, m >= 8, estimates the (16 m)-th largest of the row, a lower
-        # bound of the K-th (checked below); for small K the cut sits a little below the K-th score
+        # every 16th score: its m-th largest, m >= 8, estimates the (16 m)-th largest of the row, a
+        # lower bound of the K-th (checked below); for small K the cut sits a little below the K-th
+        # score
         stride = max(1, min(16, s.shape[1] // 32))
         m = torch.clamp(-(-3 * k_row // (2 * stride)), min=8)
         guess = torch.from_numpy(sample_kth(s_np, s.dtype in _BITS, stride, m.numpy(), own))
         if s.dtype in _BITS:
             guess = _from_keys(guess, s.dtype)
-        cut = st.thresholds(torch.where(torch.isfinite(guess), guess, torch.zeros_like(guess)).to(st.cmp), rows)
+        cut = st.thresholds(
+            torch.where(torch.isfinite(guess), guess, torch.zeros_like(guess)).to(st.cmp), rows
+        )
         cut = torch.where(torch.isfinite(guess), cut, torch.full_like(cut, -torch.inf))
-        cap_rows = has_pos & (cut > thr)  # rows where the cut removes more than the lowest positive does
+        # rows where the cut removes more than the lowest positive does
+        cap_rows = has_pos & (cut > thr)
         use = torch.where(cap_rows, cut, thr)
     if width <= SMALL_POSITIVES:
-        return _small_rows(plan, req, r0, rows, s, s_np, pv, level, idx, thr, use,
-                           cut if cap_rows is not None else None, cap_rows, guess if cap_rows is not None else None,
-                           k_row if cap_rows is not None else None, own, a_np, b_np)
+        return _small_rows(
+            plan,
+            req,
+            r0,
+            rows,
+            s,
+            s_np,
+            pv,
+            level,
+            idx,
+            thr,
+            use,
+            cut if cap_rows is not None else None,
+            cap_rows,
+            guess if cap_rows is not None else None,
+            k_row if cap_rows is not None else None,
+            own,
+            a_np,
+            b_np,
+        )
     rr, cc = _emit(plan, s, s_np, use, a_np, b_np, own)
     nv = s[rr, cc].to(st.cmp)
     _check_no_nan(nv, pv)
     if cap_rows is not None and bool(cap_rows.any()):
         # the guess is a lower bound of the K-th score only if at least K items reach it
         g_row = guess.to(st.cmp)
-        reach = torch.bincount(rr[nv >= g_row[rr]], minlength=c) + (is_pos & (pv >= g_row[:, None])).sum(1)
+        reach = torch.bincount(rr[nv >= g_row[rr]], minlength=c) + (
+            is_pos & (pv >= g_row[:, None])
+        ).sum(1)
         bad = torch.nonzero(cap_rows & (reach < k_row)).flatten()
-        if bad.numel():  # those rows keep every negative that can reach their lowest positive, and no cut
+        # those rows keep every negative that can reach their lowest positive, and no cut
+        if bad.numel():
             cap_rows = cap_rows.clone()
             cap_rows[bad] = False
-            br, bc = _emit(plan, s[bad], s_np[bad.numpy()], thr[bad], a_np[bad.numpy()], b_np[bad.numpy()],
-                           own[bad.numpy()])
+            br, bc = _emit(
+                plan,
+                s[bad],
+                s_np[bad.numpy()],
+                thr[bad],
+                a_np[bad.numpy()],
+                b_np[bad.numpy()],
+                own[bad.numpy()],
+            )
             keep = ~torch.isin(rr, bad)
             rr, cc = torch.cat([rr[keep], bad[br]]), torch.cat([cc[keep], bc])
             order = torch.argsort(rr, stable=True)
@@ -323,20 +403,32 @@ def _resolve_cpu(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, 
     v = torch.empty(total, dtype=st.cmp)
     kind = torch.empty(total, dtype=torch.long)
     col = torch.empty(total, dtype=torch.long)
-    v[where], kind[where], col[where] = torch.cat([pv[pr, pc], nv]), torch.cat([level[pr, pc], torch.zeros_like(rr)]), \
-        torch.cat([idx[pr, pc], cc])
+    v[where], kind[where], col[where] = (
+        torch.cat([pv[pr, pc], nv]),
+        torch.cat([level[pr, pc], torch.zeros_like(rr)]),
+        torch.cat([idx[pr, pc], cc]),
+    )
     row_of = torch.repeat_interleave(torch.arange(c), counts)
     u = st.unscaled(v, rows[row_of])
-    # positives surely below the K-th score ("beyond"): their place among the negatives does not matter,
-    # only that they come after the K items above the cut (which are all kept)
+    # positives surely below the K-th score ("beyond"): their place among the negatives does not
+    # matter, only that they come after the K items above the cut (which are all kept)
     beyond = torch.zeros(total, dtype=torch.bool)
     if cap_rows is not None and bool(cap_rows.any()):
         beyond[where[: pr.numel()]] = (cap_rows[:, None] & (pv < cut[:, None].to(pv.dtype)))[pr, pc]
     kind_np = kind.numpy()
     lo, hi = np.empty(total), np.empty(total)
     flag = np.zeros(total, dtype=np.bool_)
-    flag_rows(offsets.numpy(), u.numpy(), np.where(beyond.numpy(), 0, kind_np), st.a[rows].numpy(), st.eta[rows].numpy(),
-              float(st.c), lo, hi, flag)
+    flag_rows(
+        offsets.numpy(),
+        u.numpy(),
+        np.where(beyond.numpy(), 0, kind_np),
+        st.a[rows].numpy(),
+        st.eta[rows].numpy(),
+        float(st.c),
+        lo,
+        hi,
+        flag,
+    )
     flag &= ~beyond.numpy()
     keys = u.numpy().copy()
     keys[beyond.numpy()] = -np.inf
@@ -345,8 +437,14 @@ def _resolve_cpu(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, 
         fi = fi[np.argsort(col.numpy()[fi], kind="stable")]
         exact = np.empty(fi.size, dtype=plan.qp.numpy().dtype)
         d = plan.qp.shape[1]
-        canonical_cpu(plan.qp.numpy(), plan.gp.numpy(), (r0 + row_of.numpy()[fi]).astype(np.int64), col.numpy()[fi],
-                      1 << tree_depth(d), exact)
+        canonical_cpu(
+            plan.qp.numpy(),
+            plan.gp.numpy(),
+            (r0 + row_of.numpy()[fi]).astype(np.int64),
+            col.numpy()[fi],
+            1 << tree_depth(d),
+            exact,
+        )
         exact = exact.astype(np.float64)
         bad = (exact < lo[fi]) | (exact > hi[fi])
         if bad.any():
@@ -359,17 +457,40 @@ def _resolve_cpu(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, 
     tied = np.zeros(c, dtype=np.bool_)
     order_rows(offsets.numpy(), keys, kind.numpy(), lv_out, ge_out, key_out, tied)
     lv_t = torch.from_numpy(lv_out)
-    return LevelPositions(lv_t, lv_t > 0, torch.from_numpy(ge_out), torch.from_numpy(key_out),
-                          plan.counts[r0 : r0 + c], plan.n_levels, req.alpha)
+    return LevelPositions(
+        lv_t,
+        lv_t > 0,
+        torch.from_numpy(ge_out),
+        torch.from_numpy(key_out),
+        plan.counts[r0 : r0 + c],
+        plan.n_levels,
+        req.alpha,
+    )
 
 
-def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s: torch.Tensor, s_np: np.ndarray,
-                pv: torch.Tensor, level: torch.Tensor, idx: torch.Tensor, thr: torch.Tensor, use: torch.Tensor,
-                cut: torch.Tensor | None, cap_rows: torch.Tensor | None, guess: torch.Tensor | None,
-                k_row: torch.Tensor | None, own: np.ndarray, a_np: np.ndarray, b_np: np.ndarray) -> LevelPositions:
-    """A block whose rows have few positives: every positive re-scored, each negative placed by the positives'
-    stage-1 limits, the doubtful ones re-scored in gallery order where the metrics need them
-    (:func:`~rank_lab.metrics.engine.routes._kernels.small_scan`, then ``small_finish``)."""
+def _small_rows(
+    plan: _Plan,
+    req: MetricsRequest,
+    r0: int,
+    rows: torch.Tensor,
+    s: torch.Tensor,
+    s_np: np.ndarray,
+    pv: torch.Tensor,
+    level: torch.Tensor,
+    idx: torch.Tensor,
+    thr: torch.Tensor,
+    use: torch.Tensor,
+    cut: torch.Tensor | None,
+    cap_rows: torch.Tensor | None,
+    guess: torch.Tensor | None,
+    k_row: torch.Tensor | None,
+    own: np.ndarray,
+    a_np: np.ndarray,
+    b_np: np.ndarray,
+) -> LevelPositions:
+    """A block whose rows have few positives: every positive re-scored, each negative placed by the
+    positives' stage-1 limits, the doubtful ones re-scored in gallery order where the metrics need
+    them (:func:`~rank_lab.metrics.engine.routes._kernels.small_scan`, then ``small_finish``)."""
     st = plan.st
     c, width = pv.shape
     is_bits = s.dtype in _BITS
@@ -380,11 +501,21 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
     reach = np.zeros(c, dtype=np.int64)
     bad = np.zeros(3)
     none = np.full(c, -np.inf)
-    cut_np = torch.where(cap_rows, cut, torch.full_like(cut, -torch.inf)).double().numpy() if cut is not None else none
+    cut_np = (
+        torch.where(cap_rows, cut, torch.full_like(cut, -torch.inf)).double().numpy()
+        if cut is not None
+        else none
+    )
     guess_np = guess.double().numpy() if guess is not None else none
     lev_np, col_np = level.numpy(), idx.numpy()
     q_rows = np.arange(r0, r0 + c, dtype=np.int64)
-    args = (st.exp[rows].numpy(), st.a[rows].numpy(), st.eta[rows].numpy(), float(st.c), plan.qp.numpy())
+    args = (
+        st.exp[rows].numpy(),
+        st.a[rows].numpy(),
+        st.eta[rows].numpy(),
+        float(st.c),
+        plan.qp.numpy(),
+    )
     width2 = 1 << tree_depth(plan.qp.shape[1])
     n_pos = level.gt(0).sum(1).numpy()
     depth = np.maximum(n_pos if plan.exact_to_r else np.zeros_like(n_pos), plan.exact_depth)
@@ -392,19 +523,53 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
     g_np = plan.gp.numpy()
 
     def run(sel: np.ndarray | slice, thr_rows: torch.Tensor, cut_rows: np.ndarray) -> None:
-        k = c if isinstance(sel, slice) else sel.size  # a slice: the whole block, without copying the scores
+        # a slice: the whole block, without copying the scores
+        k = c if isinstance(sel, slice) else sel.size
         keys_w, lvs_w = np.empty((k, width)), np.empty((k, width), dtype=np.int64)
         n_pos_w, hist_w = np.zeros(k, dtype=np.int64), np.zeros((k, width + 1), dtype=np.int64)
         reach_w = np.zeros(k, dtype=np.int64)
         cap = max(16 * k, plan.last_doubtful)
         while True:
-            amb = (np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap), np.empty(cap),
-                   np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.bool_))
+            amb = (
+                np.empty(cap, dtype=np.int64),
+                np.empty(cap, dtype=np.int64),
+                np.empty(cap),
+                np.empty(cap),
+                np.empty(cap, dtype=np.int64),
+                np.empty(cap, dtype=np.int64),
+                np.empty(cap, dtype=np.bool_),
+            )
             reach_w[:] = 0
-            n_amb = small_scan(s_np[sel], is_bits, table, _thresholds_as(s, thr_rows), a_np[sel], b_np[sel], own[sel],
-                               col_np[sel], lev_np[sel], cut_rows, guess_np[sel], depth[sel], plan.cutoffs,
-                               args[0][sel], args[1][sel], args[2][sel], args[3], args[4], q_rows[sel], g_np, width2,
-                               keys_w, lvs_w, n_pos_w, hist_w, *amb, reach_w, bad)
+            n_amb = small_scan(
+                s_np[sel],
+                is_bits,
+                table,
+                _thresholds_as(s, thr_rows),
+                a_np[sel],
+                b_np[sel],
+                own[sel],
+                col_np[sel],
+                lev_np[sel],
+                cut_rows,
+                guess_np[sel],
+                depth[sel],
+                plan.cutoffs,
+                args[0][sel],
+                args[1][sel],
+                args[2][sel],
+                args[3],
+                args[4],
+                q_rows[sel],
+                g_np,
+                width2,
+                keys_w,
+                lvs_w,
+                n_pos_w,
+                hist_w,
+                *amb,
+                reach_w,
+                bad,
+            )
             if n_amb == -1:
                 _check_no_nan(torch.tensor([float("nan")]))
             if n_amb == -2:
@@ -416,7 +581,8 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
         amb = tuple(x[:n_amb] for x in amb)
         exact = np.zeros(n_amb)
         todo = np.flatnonzero(amb[6])
-        if todo.size:  # the needed re-scores, in gallery order (each gallery row read once per block)
+        # the needed re-scores, in gallery order (each gallery row read once per block)
+        if todo.size:
             todo = todo[np.argsort(amb[1][todo], kind="stable")]
             vals = np.empty(todo.size, dtype=g_np.dtype)
             canonical_cpu(args[4], g_np, q_rows[sel][amb[0][todo]], amb[1][todo], width2, vals)
@@ -426,43 +592,74 @@ def _small_rows(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, s
                 i = int(np.flatnonzero(off)[0])
                 _bound_violated(float(vals[i]), float(lo[i]), float(hi[i]))
             exact[todo] = vals
-        small_finish(keys_w, lvs_w, n_pos_w, hist_w, amb[0], amb[4], amb[5], amb[6], exact, *out[:3])
+        small_finish(
+            keys_w, lvs_w, n_pos_w, hist_w, amb[0], amb[4], amb[5], amb[6], exact, *out[:3]
+        )
         out[3][:] = reach_w
 
     out = (lv, ge, keys, reach)
     run(slice(None), use, cut_np)
     if cap_rows is not None and bool(cap_rows.any()):
         # the guess is a lower bound of the K-th score only if at least K items reach it
-        reach_t = torch.from_numpy(reach) + (level.gt(0) & (pv >= guess.to(pv.dtype)[:, None])).sum(1)
+        reach_t = torch.from_numpy(reach) + (level.gt(0) & (pv >= guess.to(pv.dtype)[:, None])).sum(
+            1
+        )
         failed = torch.nonzero(cap_rows & (reach_t < k_row)).flatten().numpy()
         if failed.size:  # those rows keep every negative that can reach their lowest positive
             f = failed.size
-            out = (np.zeros((f, width), dtype=np.int64), np.zeros((f, width), dtype=np.int64), np.full((f, width), -np.inf),
-                   np.zeros(f, dtype=np.int64))
+            out = (
+                np.zeros((f, width), dtype=np.int64),
+                np.zeros((f, width), dtype=np.int64),
+                np.full((f, width), -np.inf),
+                np.zeros(f, dtype=np.int64),
+            )
             run(failed, thr[torch.from_numpy(failed)], none[failed])
             lv[failed], ge[failed], keys[failed] = out[0], out[1], out[2]
     lv_t = torch.from_numpy(lv)
-    return LevelPositions(lv_t, lv_t > 0, torch.from_numpy(ge), torch.from_numpy(keys), plan.counts[r0 : r0 + c],
-                          plan.n_levels, req.alpha)
+    return LevelPositions(
+        lv_t,
+        lv_t > 0,
+        torch.from_numpy(ge),
+        torch.from_numpy(keys),
+        plan.counts[r0 : r0 + c],
+        plan.n_levels,
+        req.alpha,
+    )
 
 
 def _bound_violated(exact: float, lo: float, hi: float) -> None:
     raise RuntimeError(
-        f"the canonical score {exact:.9g} of a query and a gallery item lies outside the interval [{lo:.9g}, "
-        f"{hi:.9g}] its stage-1 score certified: the stage-1 matmul broke its error bound (it does not accumulate "
-        "as the bound assumes); rerun with precision='exact' and report it")
+        f"the canonical score {exact:.9g} of a query and a gallery item lies outside the interval "
+        f"[{lo:.9g}, {hi:.9g}] its stage-1 score certified: the stage-1 matmul broke its error "
+        "bound (it does not accumulate as the bound assumes); rerun with precision='exact' and "
+        "report it"
+    )
 
 
 def _groups(a: torch.Tensor, b: torch.Tensor) -> list[tuple[int, int]]:
     """Runs of consecutive rows that share one positive range ``[a, b)``."""
     if a.numel() == 0:
         return []
-    cut = [0, *(torch.nonzero((a[1:] != a[:-1]) | (b[1:] != b[:-1])).flatten() + 1).tolist(), a.numel()]
+    cut = [
+        0,
+        *(torch.nonzero((a[1:] != a[:-1]) | (b[1:] != b[:-1])).flatten() + 1).tolist(),
+        a.numel(),
+    ]
     return list(zip(cut[:-1], cut[1:], strict=True))
 
 
-def _resolve(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, pv: torch.Tensor, level: torch.Tensor,
-             idx: torch.Tensor, rr: torch.Tensor, cc: torch.Tensor, nv: torch.Tensor) -> LevelPositions:
+def _resolve(
+    plan: _Plan,
+    req: MetricsRequest,
+    r0: int,
+    rows: torch.Tensor,
+    pv: torch.Tensor,
+    level: torch.Tensor,
+    idx: torch.Tensor,
+    rr: torch.Tensor,
+    cc: torch.Tensor,
+    nv: torch.Tensor,
+) -> LevelPositions:
     """Steps 3 and 4 of the module docstring on one block: re-score what overlaps, sort, count."""
     st = plan.st
     dev = pv.device
@@ -499,12 +696,16 @@ def _resolve(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, pv: 
     pref = onehot.cumsum(1)
     hi_idx = j_hi.clamp(max=m)[..., None].expand(c, m, n_kinds)
     lo_idx = j_lo.clamp(max=m)[..., None].expand(c, m, n_kinds)
-    in_window = pref.gather(1, hi_idx) - pref.gather(1, lo_idx)  # (c, m, kinds), window [j_lo, j_hi)
+    # (c, m, kinds), window [j_lo, j_hi)
+    in_window = pref.gather(1, hi_idx) - pref.gather(1, lo_idx)
     own = in_window.gather(2, kind_s.clamp(min=0)[..., None])[..., 0]
     flag_s = real_s & (in_window.sum(2) > own)
     flag = torch.zeros_like(flag_s).scatter_(1, order, flag_s)
-    keys = torch.where(real, st.unscaled(torch.where(real, v, torch.zeros_like(v)), row_ids),
-                       torch.full(v.shape, -torch.inf, dtype=torch.float64, device=dev))
+    keys = torch.where(
+        real,
+        st.unscaled(torch.where(real, v, torch.zeros_like(v)), row_ids),
+        torch.full(v.shape, -torch.inf, dtype=torch.float64, device=dev),
+    )
     fr, fc = torch.nonzero(flag, as_tuple=True)
     if fr.numel():
         exact = canonical_pairs(plan.qp, plan.gp, rows[fr], col[fr, fc]).to(torch.float64)
@@ -527,8 +728,7 @@ def _resolve(plan: _Plan, req: MetricsRequest, r0: int, rows: torch.Tensor, pv: 
     ge_out = torch.zeros(c, width, dtype=torch.long, device=dev)
     key_out = torch.full((c, width), -torch.inf, dtype=torch.float64, device=dev)
     lv_out[pr, slot] = kind_f[pr, pc]
-    ge_out[pr, slot] = (place.expand(c, m)[pr, pc] - rank[pr, pc])
+    ge_out[pr, slot] = place.expand(c, m)[pr, pc] - rank[pr, pc]
     key_out[pr, slot] = keys_f[pr, pc]
     counts = plan.counts[r0 : r0 + c].to(dev)
     return LevelPositions(lv_out, lv_out > 0, ge_out, key_out, counts, plan.n_levels, req.alpha)
-

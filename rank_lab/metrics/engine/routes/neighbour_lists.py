@@ -5,10 +5,10 @@ item whose canonical score reaches its K-th one, K = max(largest k, the query's 
 items R), ties at the K-th included; so the worst-case position of a relevant entry is its rank
 among the relevant ones plus the irrelevant entries up to the end of its group of tied scores,
 with no recount (``docs/decisions.md``: tied irrelevant items come first). Relevant items beyond
-the list lie beyond every cut-off and beyond R, which is all that metrics of depth ``"cutoff"``, ``"k"`` and
-``"R"`` read; a query whose list holds no relevant item gets the position of its first one by an
-exact count (depth ``"first"``, MRR). Stage 1 is the tiled matmul in the format of ``precision`` or
-a flat index (``backend="faiss"``, ``knn=``). Internal route of
+the list lie beyond every cut-off and beyond R, which is all that metrics of depth ``"cutoff"``,
+``"k"`` and ``"R"`` read; a query whose list holds no relevant item gets the position of its first
+one by an exact count (depth ``"first"``, MRR). Stage 1 is the tiled matmul in the format of
+``precision`` or a flat index (``backend="faiss"``, ``knn=``). Internal route of
 :func:`rank_lab.metrics.retrieval_metrics` (it checks the request).
 """
 
@@ -33,7 +33,8 @@ def list_length(req: MetricsRequest) -> int:
 
 
 def neighbour_list_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
-    """Per-query values of the binary metrics of ``req`` (depths ``"cutoff"``, ``"k"``, ``"R"``, ``"first"``).
+    """Per-query values of the binary metrics of ``req`` (depths ``"cutoff"``, ``"k"``, ``"R"``,
+    ``"first"``).
 
     Returns:
         ``{metric name: {key: (Q,) float64}}`` on the CPU.
@@ -42,9 +43,17 @@ def neighbour_list_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tenso
     ref_lab = req.gallery_labels[:, 0]
     n_pos = req.n_pos
     kq = n_pos.clamp(min=max(req.ks) if req.ks else 1)
-    lists = certified_lists(req.queries, req.gallery, kq, exclude_self=req.exclude_self, precision=req.precision,
-                            device=req.device, tile=search_tile(req.max_memory_mb, req.chunk_size),
-                            progress=req.progress, index=req.index)
+    lists = certified_lists(
+        req.queries,
+        req.gallery,
+        kq,
+        exclude_self=req.exclude_self,
+        precision=req.precision,
+        device=req.device,
+        tile=search_tile(req.max_memory_mb, req.chunk_size),
+        progress=req.progress,
+        index=req.index,
+    )
     rows = lists.rows
     rel = ref_lab[lists.indices] == lab[rows]
     n_q = req.queries.shape[0]
@@ -56,10 +65,15 @@ def neighbour_list_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tenso
     irr_through = torch.cumsum(torch.bincount(group, weights=(~rel).double()), 0)
     row_start = lists.offsets[:-1]
     zero = torch.zeros(n_q, dtype=torch.float64)
-    irr_before_row = (torch.where(row_start > 0, irr_through[group[(row_start - 1).clamp(min=0)]], zero)
-                      if rel.numel() else zero)
+    irr_before_row = (
+        torch.where(row_start > 0, irr_through[group[(row_start - 1).clamp(min=0)]], zero)
+        if rel.numel()
+        else zero
+    )
     rel_cum = torch.cumsum(rel.long(), 0)
-    rel_before_row = torch.where(row_start > 0, rel_cum[(row_start - 1).clamp(min=0)], torch.zeros_like(row_start))
+    rel_before_row = torch.where(
+        row_start > 0, rel_cum[(row_start - 1).clamp(min=0)], torch.zeros_like(row_start)
+    )
     rank_rel = rel_cum - rel_before_row[rows]
     position = rank_rel + (irr_through[group] - irr_before_row[rows]).long()
     n_rel = torch.bincount(rows[rel], minlength=n_q)
@@ -96,7 +110,9 @@ def first_relevant_positions(req: MetricsRequest, rows: torch.Tensor) -> torch.T
         keep = pair_g != rows_d[pair_q]
         pair_q, pair_g = pair_q[keep], pair_g[keep]
     sc = canonical_pairs(q, g, rows_d[pair_q], pair_g)
-    best = torch.full((rows.numel(),), -torch.inf, dtype=sc.dtype, device=dev).scatter_reduce(0, pair_q, sc, "amax")
+    best = torch.full((rows.numel(),), -torch.inf, dtype=sc.dtype, device=dev).scatter_reduce(
+        0, pair_q, sc, "amax"
+    )
     st = Stage1(q[rows_d], g, q.dtype, False)
     c = chunk_rows(g.shape[0], req.max_memory_mb, req.chunk_size, bytes_per_item=24)
     out = torch.empty(rows.numel(), dtype=torch.long)

@@ -1,4 +1,5 @@
-"""The one object a route of the engine receives: what to evaluate, built once by ``retrieval_metrics``.
+"""The one object a route of the engine receives: what to evaluate, built once by
+``retrieval_metrics``.
 
 :func:`rank_lab.metrics.retrieval_metrics` checks every argument once, normalises the embeddings,
 resolves the metrics in the registry (:mod:`rank_lab.metrics.engine.formulas.registry`) and hands a
@@ -33,7 +34,8 @@ class MetricsRequest:
         n_pos: ``(Q,)`` long, relevant items (same fine label) of each query, self excluded.
         device: the compute device.
         precision: the ``precision=`` option (stage-1 format, resolved by the route).
-        index: a flat index for stage 1 of the neighbour lists (``backend="faiss"`` or ``knn=``), or None.
+        index: a flat index for stage 1 of the neighbour lists (``backend="faiss"`` or ``knn=``), or
+            None.
         chunk_size: rows per block (None: from ``max_memory_mb``).
         max_memory_mb: memory budget of one block.
         progress: tqdm bars (None: by size).
@@ -73,5 +75,6 @@ class MetricsRequest:
 
     @property
     def depths(self) -> set[str]:
-        """The depths of the metrics asked (:class:`~rank_lab.metrics.engine.formulas.registry.RetrievalMetric`)."""
+        """The depths of the metrics asked
+        (:class:`~rank_lab.metrics.engine.formulas.registry.RetrievalMetric`)."""
         return {m.depth for m in self.metrics}

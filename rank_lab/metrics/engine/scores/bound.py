@@ -1,10 +1,10 @@
 r"""A rigorous bound between a fast (reduced-precision) score and the canonical score.
 
-Every route of the engine ranks by the **canonical score** ``s`` (:mod:`rank_lab.metrics.engine.scores.exact`:
-a fixed pairwise tree of depth ``h``, ``|s - q.g| <= gamma_{h+1} ||q|| ||g|| + mu_w``) and finds what
-it needs with a fast matmul whose error against that definition is bounded here
-(:func:`score_bound`): count what is surely above, ignore what is surely below, re-score exactly
-only what the bound cannot place.
+Every route of the engine ranks by the **canonical score** ``s``
+(:mod:`rank_lab.metrics.engine.scores.exact`: a fixed pairwise tree of depth ``h``,
+``|s - q.g| <= gamma_{h+1} ||q|| ||g|| + mu_w``) and finds what it needs with a fast matmul whose
+error against that definition is bounded here (:func:`score_bound`): count what is surely above,
+ignore what is surely below, re-score exactly only what the bound cannot place.
 
 **Stage-1 score.** The inputs are rounded to a format with ``p`` significand bits (bfloat16
 ``p = 8``, float16 ``p = 11``, float32 ``p = 24`` for float64 inputs) after an exact scaling by a
@@ -20,7 +20,8 @@ themselves (``dq = dg = 0``) and its accumulation unit roundoff. Four terms:
 1. *inputs*: ``q.g - q~.g~ = q~.dg + dq.g~ + dq.dg``, so by Cauchy-Schwarz
    ``|q.g - q~.g~| <= ||q~|| ||dg|| + ||dq|| ||g~|| + ||dq|| ||dg||``;
 2. *accumulation*: products of bfloat16/float16 numbers are exact in float32 unless they
-   underflow, so ``|v - q~.g~| <= gamma_d(u_a) sum_i |q~_i g~_i| + mu_a <= gamma_d(u_a) ||q~|| ||g~|| + mu_a``;
+   underflow, so
+   ``|v - q~.g~| <= gamma_d(u_a) sum_i |q~_i g~_i| + mu_a <= gamma_d(u_a) ||q~|| ||g~|| + mu_a``;
 3. *output*: ``|s^ - v| <= c |s^| + eta``, ``eta`` the smallest normal number of the output format;
 4. *canonical*: ``|s - q.g| <= gamma_{h+1} ||q|| ||g|| + mu_w``.
 
@@ -52,11 +53,12 @@ aligns the ``n_b + 1`` significands to the largest exponent, drops the bits beyo
 significand (truncation, no rounding) and normalises with truncation. Each of the ``n_b`` smaller
 terms loses less than one unit in the last place of the largest, ``2^-23 max|term|``, and the
 normalisation another ``2^-23 |result|``: one block step errs by at most ``(n_b + 1) 2^-23`` times
-the sum of the magnitudes it adds, and ``d / n_b`` steps by ``(1 + 1/n_b) d 2^-23 sum_i |q~_i g~_i|``
-to first order -- ``2 (1 + 1/n_b)`` times the IEEE term (2.5x for ``n_b = 4``). The bound uses
-``gamma_d(2^-22)``, which covers every ``n_b >= 1``. This model is published, not measured here:
-``precision="auto"`` therefore resolves to the exact route on CUDA (``docs/decisions.md``), and the
-identical-metrics promise on CUDA with an explicit reduced format rests on that model.
+the sum of the magnitudes it adds, and ``d / n_b`` steps by
+``(1 + 1/n_b) d 2^-23 sum_i |q~_i g~_i|`` to first order -- ``2 (1 + 1/n_b)`` times the IEEE term
+(2.5x for ``n_b = 4``). The bound uses ``gamma_d(2^-22)``, which covers every ``n_b >= 1``. This
+model is published, not measured here: ``precision="auto"`` therefore resolves to the exact route on
+CUDA (``docs/decisions.md``), and the identical-metrics promise on CUDA with an explicit reduced
+format rests on that model.
 
 **Model and guard.** The bound assumes the accumulation model above, which
 :func:`~rank_lab.metrics.engine.scores.exact.exact_matmul` pins (no TF32, no reduced-precision
@@ -64,7 +66,7 @@ reductions, no autocast). Before a reduced format is used on a device, :func:`ch
 runs a probe whose error would exceed the bound if the partial sums were rounded to the reduced
 format. :func:`check_products_fit` refuses inputs whose scores could overflow the working
 precision (no bound holds for infinite scores).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -77,7 +79,13 @@ import torch.nn.functional as F
 from rank_lab._validation import as_tensor, check_choice, check_finite, check_positive_int
 from rank_lab.metrics.engine.scores.exact import exact_matmul, scale_rows, tree_depth
 
-__all__ = ["PRECISIONS", "score_bound", "check_accumulation", "resolve_precision", "check_products_fit"]
+__all__ = [
+    "PRECISIONS",
+    "score_bound",
+    "check_accumulation",
+    "resolve_precision",
+    "check_products_fit",
+]
 
 #: Values of the ``precision=`` option of the engine and of :func:`rank_lab.metrics.knn_search`.
 PRECISIONS = ("auto", "exact", "fp32", "bf16", "fp16")
@@ -92,7 +100,9 @@ AUTO_MIN_WORK = 2**33
 def _gamma(n: int, u: float) -> float:
     nu = n * u
     if nu >= 0.5:
-        raise ValueError(f"d={n} is too large for a rigorous accumulation bound with unit roundoff {u:.3g}")
+        raise ValueError(
+            f"d={n} is too large for a rigorous accumulation bound with unit roundoff {u:.3g}"
+        )
     return nu / (1.0 - nu)
 
 
@@ -106,7 +116,8 @@ def _tiny(dtype: torch.dtype) -> float:
 
 
 def _subnormal_spacing(dtype: torch.dtype) -> float:
-    """Spacing of the subnormal numbers of ``dtype`` (``2^-149`` in float32, ``2^-1074`` in float64)."""
+    """Spacing of the subnormal numbers of ``dtype`` (``2^-149`` in float32, ``2^-1074`` in
+    float64)."""
     return _tiny(dtype) * 2.0 ** (1 - _BITS[dtype])
 
 
@@ -118,10 +129,14 @@ def _cpu_native_bf16() -> bool:
             flags = f.read()
     except OSError:  # pragma: no cover - not Linux
         return False
-    return ("avx512_bf16" in flags or "amx_bf16" in flags) and bool(torch.backends.mkldnn.is_available())
+    return ("avx512_bf16" in flags or "amx_bf16" in flags) and bool(
+        torch.backends.mkldnn.is_available()
+    )
 
 
-def check_products_fit(q_max_norm: float, g_max_norm: float, work: torch.dtype, names: tuple[str, str]) -> None:
+def check_products_fit(
+    q_max_norm: float, g_max_norm: float, work: torch.dtype, names: tuple[str, str]
+) -> None:
     """Refuse inputs whose inner products (or partial sums) could overflow the working precision.
 
     Every product and partial sum of ``q.g`` is at most ``||q|| ||g||`` (times ``1 + gamma``); with
@@ -139,16 +154,20 @@ def check_products_fit(q_max_norm: float, g_max_norm: float, work: torch.dtype, 
     limit = float(torch.finfo(work).max) / 2
     if not q_max_norm * g_max_norm < limit:
         raise ValueError(
-            f"{names[0]} and {names[1]}: their inner products can overflow {work} (largest row norms "
-            f"{q_max_norm:.3g} and {g_max_norm:.3g}, product above {limit:.3g}); scale the embeddings down, "
-            "pass normalize=True (cosine similarity) or use float64")
+            f"{names[0]} and {names[1]}: their inner products can overflow {work} (largest row "
+            f"norms {q_max_norm:.3g} and {g_max_norm:.3g}, product above {limit:.3g}); scale the "
+            "embeddings down, pass normalize=True (cosine similarity) or use float64"
+        )
 
 
-def resolve_precision(precision: str, dtype: torch.dtype, device: torch.device, *, work: int | None = None) -> torch.dtype:
+def resolve_precision(
+    precision: str, dtype: torch.dtype, device: torch.device, *, work: int | None = None
+) -> torch.dtype:
     """The stage-1 format of ``precision`` for ``dtype`` (float32/float64) inputs on ``device``.
 
     ``"exact"``: the working precision itself (no input rounding). ``"fp32"``, ``"bf16"``,
-    ``"fp16"``: that format (``"fp32"`` is ``"exact"`` for float32 inputs). ``"auto"``: bfloat16 on a
+    ``"fp16"``: that format (``"fp32"`` is ``"exact"`` for float32 inputs). ``"auto"``: bfloat16 on
+    a
     CPU with native bfloat16 dot products (AVX512-BF16 / AMX), else exact -- exact on CUDA too,
     until a recorded GPU check shows bit-identity there (the tensor-core bound of the module
     docstring is published, not measured); a reduced format whose probe fails
@@ -175,13 +194,16 @@ def resolve_precision(precision: str, dtype: torch.dtype, device: torch.device, 
     if _BITS[fmt] >= _BITS[dtype]:
         return dtype
     if not check_accumulation(fmt, device):
-        raise RuntimeError(f"precision={precision!r}: the {device.type} matmul in {fmt} does not accumulate in "
-                           "float32 (probe failed), so its error bound does not hold; use precision='exact'")
+        raise RuntimeError(
+            f"precision={precision!r}: the {device.type} matmul in {fmt} does not accumulate in "
+            "float32 (probe failed), so its error bound does not hold; use precision='exact'"
+        )
     return fmt
 
 
-def reduced_copy(x: torch.Tensor, fmt: torch.dtype, *, per_row_scale: bool,
-                 block_rows: int = 8192) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def reduced_copy(
+    x: torch.Tensor, fmt: torch.dtype, *, per_row_scale: bool, block_rows: int = 8192
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x`` rounded to ``fmt`` for stage 1, with the norms the bound needs (kernel: ``x`` finite).
 
     Returns:
@@ -205,8 +227,9 @@ def reduced_copy(x: torch.Tensor, fmt: torch.dtype, *, per_row_scale: bool,
     red_norm = torch.empty(n, dtype=torch.float64, device=dev)
     res_norm = torch.empty(n, dtype=torch.float64, device=dev)
     tiny = _tiny(fmt)
-    # the scaled rows: in float32 when every factor is a normal power of two (entries pushed below the
-    # subnormal range lose at most 2^-150 each, inside the bound's absolute term), else exactly in float64
+    # the scaled rows: in float32 when every factor is a normal power of two (entries pushed below
+    # the subnormal range lose at most 2^-150 each, inside the bound's absolute term), else exactly
+    # in float64
     direct = x.dtype == torch.float32 and bool((scale.abs() <= 100).all())
     for a in range(0, n, block_rows):
         xb = x[a : a + block_rows]
@@ -216,15 +239,27 @@ def reduced_copy(x: torch.Tensor, fmt: torch.dtype, *, per_row_scale: bool,
         red[a : a + block_rows] = r
         back = r.to(xs.dtype)
         red_norm[a : a + block_rows] = back.to(torch.float64).norm(dim=1)
-        res_norm[a : a + block_rows] = (xs - back).to(torch.float64).norm(dim=1)  # the difference is exact
+        # the difference is exact
+        res_norm[a : a + block_rows] = (xs - back).to(torch.float64).norm(dim=1)
     unscale = torch.ldexp(torch.ones(n, dtype=torch.float64, device=dev), -scale.to(torch.float64))
     return red, scale, red_norm * unscale * _SAFETY, res_norm * unscale * _SAFETY
 
 
-def bound_terms(q_norm: torch.Tensor, q_red_norm: torch.Tensor, q_res_norm: torch.Tensor, g_max_norm: float,
-                g_max_red_norm: float, g_max_res_norm: float, d: int, work: torch.dtype, fmt: torch.dtype,
-                out_fmt: torch.dtype, flush_scale: torch.Tensor | None = None, *,
-                tensor_cores: bool = False) -> tuple[torch.Tensor, float, torch.Tensor]:
+def bound_terms(
+    q_norm: torch.Tensor,
+    q_red_norm: torch.Tensor,
+    q_res_norm: torch.Tensor,
+    g_max_norm: float,
+    g_max_red_norm: float,
+    g_max_res_norm: float,
+    d: int,
+    work: torch.dtype,
+    fmt: torch.dtype,
+    out_fmt: torch.dtype,
+    flush_scale: torch.Tensor | None = None,
+    *,
+    tensor_cores: bool = False,
+) -> tuple[torch.Tensor, float, torch.Tensor]:
     """:func:`score_bound` without the input checks (kernel; float64 ``(Q,)`` norms)."""
     acc = work if fmt == work else torch.float32  # reduced formats accumulate in float32
     u_acc = _unit(acc) * (4.0 if tensor_cores and fmt != work else 1.0)
@@ -246,10 +281,21 @@ def bound_terms(q_norm: torch.Tensor, q_red_norm: torch.Tensor, q_res_norm: torc
     return a * _SAFETY, c, eta
 
 
-def score_bound(q_norm: torch.Tensor, q_red_norm: torch.Tensor, q_res_norm: torch.Tensor, g_max_norm: float,
-                g_max_red_norm: float, g_max_res_norm: float, d: int, work: torch.dtype, fmt: torch.dtype,
-                out_fmt: torch.dtype, flush_scale: torch.Tensor | None = None, *,
-                tensor_cores: bool = False) -> tuple[torch.Tensor, float, torch.Tensor]:
+def score_bound(
+    q_norm: torch.Tensor,
+    q_red_norm: torch.Tensor,
+    q_res_norm: torch.Tensor,
+    g_max_norm: float,
+    g_max_red_norm: float,
+    g_max_res_norm: float,
+    d: int,
+    work: torch.dtype,
+    fmt: torch.dtype,
+    out_fmt: torch.dtype,
+    flush_scale: torch.Tensor | None = None,
+    *,
+    tensor_cores: bool = False,
+) -> tuple[torch.Tensor, float, torch.Tensor]:
     """The per-query bound ``A_q`` and the output-rounding terms ``(c, eta)`` (module docstring).
 
     Args:
@@ -280,8 +326,14 @@ def score_bound(q_norm: torch.Tensor, q_red_norm: torch.Tensor, q_res_norm: torc
         norms.append(t)
     if not norms[0].shape == norms[1].shape == norms[2].shape:
         raise ValueError("q_norm, q_red_norm and q_res_norm must have the same length")
-    for name, v in (("g_max_norm", g_max_norm), ("g_max_red_norm", g_max_red_norm), ("g_max_res_norm", g_max_res_norm)):
-        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+    for name, v in (
+        ("g_max_norm", g_max_norm),
+        ("g_max_red_norm", g_max_red_norm),
+        ("g_max_res_norm", g_max_res_norm),
+    ):
+        if not (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        ):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
     d = check_positive_int(d, "d")
     check_choice(work, "work", (torch.float32, torch.float64))
@@ -290,13 +342,29 @@ def score_bound(q_norm: torch.Tensor, q_red_norm: torch.Tensor, q_res_norm: torc
     if flush_scale is not None:
         flush_scale = as_tensor(flush_scale, "flush_scale").detach().to(torch.float64)
         if flush_scale.shape != norms[0].shape:
-            raise ValueError(f"flush_scale must have shape {tuple(norms[0].shape)}, got {tuple(flush_scale.shape)}")
-    return bound_terms(*norms, float(g_max_norm), float(g_max_red_norm), float(g_max_res_norm), d, work, fmt, out_fmt,
-                       flush_scale, tensor_cores=bool(tensor_cores))
+            raise ValueError(
+                f"flush_scale must have shape {tuple(norms[0].shape)}, got "
+                f"{tuple(flush_scale.shape)}"
+            )
+    return bound_terms(
+        *norms,
+        float(g_max_norm),
+        float(g_max_red_norm),
+        float(g_max_res_norm),
+        d,
+        work,
+        fmt,
+        out_fmt,
+        flush_scale,
+        tensor_cores=bool(tensor_cores),
+    )
 
 
-def threshold(lam: torch.Tensor, a: torch.Tensor, c: float, eta: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Smallest stage-1 score an item needs to possibly reach the exact score of a stage-1 score ``lam``.
+def threshold(
+    lam: torch.Tensor, a: torch.Tensor, c: float, eta: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """Smallest stage-1 score an item needs to possibly reach the exact score of a stage-1 score
+    ``lam``.
 
     ``lam (Q,)`` is a lower bound of the stage-1 score of a reference item (the k-th neighbour, the
     lowest relevant item); its exact score is then ``>= lo(lam) - A``, and an item can reach it only
@@ -306,15 +374,21 @@ def threshold(lam: torch.Tensor, a: torch.Tensor, c: float, eta: torch.Tensor, d
     lam = lam.to(torch.float64)
     y = lam - c * lam.abs() - eta - 2.0 * a - eta
     t = torch.where(y >= 0, y / (1.0 + c), y / (1.0 - c))
-    t = t - 2.0**-40 * (lam.abs() + 2.0 * a + 2.0 * eta + t.abs())  # margin for this float64 arithmetic
+    # margin for this float64 arithmetic
+    t = t - 2.0**-40 * (lam.abs() + 2.0 * a + 2.0 * eta + t.abs())
     t = torch.where(torch.isfinite(lam), t, torch.full_like(t, -torch.inf))
     down = t.to(dtype)
-    return torch.where(down.to(torch.float64) > t, torch.nextafter(down, torch.full_like(down, -torch.inf)), down)
+    return torch.where(
+        down.to(torch.float64) > t, torch.nextafter(down, torch.full_like(down, -torch.inf)), down
+    )
 
 
 def reduced_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
     """``a @ b.T`` of stage 1 and the format of its output (float32 when the device can give it)."""
-    if a.device.type == "cuda" and a.dtype in (torch.float16, torch.bfloat16):  # pragma: no cover - GPU only
+    if a.device.type == "cuda" and a.dtype in (
+        torch.float16,
+        torch.bfloat16,
+    ):  # pragma: no cover - GPU only
         try:
             return torch.mm(a, b.T, out_dtype=torch.float32), torch.float32
         except (TypeError, RuntimeError):
@@ -324,7 +398,11 @@ def reduced_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torc
 
 @functools.lru_cache(maxsize=16)
 def _probe(fmt: torch.dtype, device_type: str, device_index: int | None) -> bool:
-    dev = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
+    dev = (
+        torch.device(device_type, device_index)
+        if device_index is not None
+        else torch.device(device_type)
+    )
     gen = torch.Generator().manual_seed(0)
     d = 512
     q = torch.randn(64, d, generator=gen, dtype=torch.float64)
@@ -332,7 +410,8 @@ def _probe(fmt: torch.dtype, device_type: str, device_index: int | None) -> bool
     q[0] = 2.0**-9  # partial sums rounded to a short format would drop these terms
     q[0, 0] = 1.0
     g[:64] = 1.0
-    # fixed probe rows of entries ~1 in float64: F.normalize cannot under- or overflow here (unit_rows not needed)
+    # fixed probe rows of entries ~1 in float64: F.normalize cannot under- or overflow here
+    # (unit_rows not needed)
     q, g = F.normalize(q, dim=1).float().to(dev), F.normalize(g, dim=1).float().to(dev)
     with exact_matmul():
         qr, qs, qn, qe = reduced_copy(q, fmt, per_row_scale=True)
@@ -341,14 +420,27 @@ def _probe(fmt: torch.dtype, device_type: str, device_index: int | None) -> bool
     s = torch.ldexp(s.to(torch.float64), -(qs[:, None] + gs[None, :]).to(torch.float64))
     exact = q.double() @ g.double().T
     flush = torch.ldexp(torch.ones_like(qn), -(qs + gs[0]).to(torch.float64))
-    a, c, eta = bound_terms(q.double().norm(dim=1), qn, qe, float(g.double().norm(dim=1).max()), float(gn.max()),
-                            float(ge.max()), d, torch.float32, fmt, out_fmt, flush, tensor_cores=dev.type == "cuda")
+    a, c, eta = bound_terms(
+        q.double().norm(dim=1),
+        qn,
+        qe,
+        float(g.double().norm(dim=1).max()),
+        float(gn.max()),
+        float(ge.max()),
+        d,
+        torch.float32,
+        fmt,
+        out_fmt,
+        flush,
+        tensor_cores=dev.type == "cuda",
+    )
     err = (s - exact).abs()
     return bool((err <= a[:, None] + c * s.abs() + eta[:, None]).all())
 
 
 def check_accumulation(fmt: torch.dtype, device: torch.device) -> bool:
-    """Whether the ``fmt`` matmul on ``device`` stays within :func:`score_bound` on a probe (cached).
+    """Whether the ``fmt`` matmul on ``device`` stays within :func:`score_bound` on a probe
+    (cached).
 
     The probe holds a row ``(1, 2^-9, ..., 2^-9)`` against a row of ones: accumulated in float32
     its score is ``1 + 511 * 2^-9``; partial sums rounded to bfloat16 would stay at 1, far outside

@@ -27,7 +27,7 @@ add; :mod:`rank_lab.metrics.engine.scores.bound` carries it.
 float32 accumulation with one rounding per addition, no TF32, no reduced-precision split-K
 reduction and no autocast. :func:`exact_matmul` pins all of that, and gradual underflow on the
 calling CPU thread, for the duration of a block; the previous settings are restored on exit.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ __all__ = ["canonical_scores", "exact_matmul"]
 def scale_rows(x: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
     """``x * 2^exponent`` row by row, rounded once (kernel).
 
-    ``torch.ldexp`` forms ``2^e`` in the dtype of ``x``, which overflows for the exponents that bring
-    subnormal rows to the unit range (``2^139`` in float32). Growing rows are scaled in two halves,
-    each a representable power of two (no rounding at all); shrinking ones in one step (one rounding,
-    ``2^-e`` is representable down to the smallest subnormal).
+    ``torch.ldexp`` forms ``2^e`` in the dtype of ``x``, which overflows for the exponents that
+    bring subnormal rows to the unit range (``2^139`` in float32). Growing rows are scaled in two
+    halves, each a representable power of two (no rounding at all); shrinking ones in one step (one
+    rounding, ``2^-e`` is representable down to the smallest subnormal).
 
     Args:
         x: ``(N, d)`` floating.
@@ -69,7 +69,8 @@ def scale_rows(x: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
 
 
 def tree_depth(d: int) -> int:
-    """Depth ``h`` of the canonical score's pairwise tree: ``D = 2^h >= d`` leaves (module docstring).
+    """Depth ``h`` of the canonical score's pairwise tree: ``D = 2^h >= d`` leaves (module
+    docstring).
 
     Returns:
         ``ceil(log2 d)``, 0 for ``d = 1``.
@@ -80,7 +81,10 @@ def tree_depth(d: int) -> int:
 def _fp32_precision_backends() -> list[object]:
     """The backends with the ``fp32_precision`` API of recent torch (empty for older versions)."""
     out = []
-    for mod in (torch.backends.cuda.matmul, getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)):
+    for mod in (
+        torch.backends.cuda.matmul,
+        getattr(getattr(torch.backends, "mkldnn", None), "matmul", None),
+    ):
         if mod is not None:
             try:
                 mod.fp32_precision  # noqa: B018 - probing the attribute
@@ -91,7 +95,8 @@ def _fp32_precision_backends() -> list[object]:
 
 
 def _flushes_subnormals() -> bool:
-    """Whether this CPU thread flushes subnormal results to zero (``torch.set_flush_denormal(True)``)."""
+    """Whether this CPU thread flushes subnormal results to zero
+    (``torch.set_flush_denormal(True)``)."""
     return float(torch.tensor([2.0**-126]) * 0.5) == 0.0
 
 
@@ -148,9 +153,15 @@ def exact_matmul() -> Iterator[None]:
             torch.set_flush_denormal(True)
 
 
-def canonical_pairs(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-                    block_elements: int = 2**20) -> torch.Tensor:
-    """The canonical score of every pair ``(queries[rows[m]], gallery[cols[m]])`` (kernel, unchecked).
+def canonical_pairs(
+    queries: torch.Tensor,
+    gallery: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    block_elements: int = 2**20,
+) -> torch.Tensor:
+    """The canonical score of every pair ``(queries[rows[m]], gallery[cols[m]])`` (kernel,
+    unchecked).
 
     ``queries`` and ``gallery`` are finite, of one working dtype (float32 / float64) and on one
     device; ``rows`` and ``cols`` are long index tensors on that device. The products and sums run
@@ -188,14 +199,22 @@ def canonical_pairs(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.Te
             torch.set_flush_denormal(False)  # per thread: the definition keeps subnormals
             block(a)
 
-        with torch_threads(1), ThreadPoolExecutor(max_workers=threads) as pool:  # elementwise: any split is exact
+        # elementwise: any split is exact
+        with torch_threads(1), ThreadPoolExecutor(max_workers=threads) as pool:
             list(pool.map(work_block, starts))
     return out
 
 
-def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-                     *, block_elements: int = 2**20) -> torch.Tensor:
-    """The canonical score ``s(queries[rows[m]], gallery[cols[m]])`` of every pair m (module docstring).
+def canonical_scores(
+    queries: torch.Tensor,
+    gallery: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    *,
+    block_elements: int = 2**20,
+) -> torch.Tensor:
+    """The canonical score ``s(queries[rows[m]], gallery[cols[m]])`` of every pair m (module
+    docstring).
 
     Args:
         queries: ``(Q, d)`` float32 or float64 (other floating types are promoted to float32).
@@ -208,7 +227,8 @@ def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.T
         rounded elementwise products, bit-identical whatever the batch, device or thread count.
 
     Raises:
-        ValueError / TypeError: naming the argument (shapes, non-finite values, indices out of range).
+        ValueError / TypeError: naming the argument (shapes, non-finite values, indices out of
+        range).
     """
     queries = check_embeddings(queries, "queries").detach()
     gallery = check_embeddings(gallery, "gallery").detach()
@@ -223,7 +243,9 @@ def canonical_scores(queries: torch.Tensor, gallery: torch.Tensor, rows: torch.T
     for name, ix, n in (("rows", rows, queries.shape[0]), ("cols", cols, gallery.shape[0])):
         ix = as_tensor(ix, name)
         if ix.ndim != 1 or ix.is_floating_point() or ix.dtype == torch.bool:
-            raise TypeError(f"{name} must be a 1-D integer tensor, got {ix.dtype} of shape {tuple(ix.shape)}")
+            raise TypeError(
+                f"{name} must be a 1-D integer tensor, got {ix.dtype} of shape {tuple(ix.shape)}"
+            )
         if ix.numel() and (int(ix.min()) < 0 or int(ix.max()) >= n):
             raise ValueError(f"{name} holds indices outside [0, {n})")
         idx.append(ix.long().to(queries.device))

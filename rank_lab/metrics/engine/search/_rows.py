@@ -30,9 +30,19 @@ def kth_largest(s: torch.Tensor, kq: torch.Tensor) -> torch.Tensor:
     return top.gather(1, (kq - 1).to(s.device)[:, None])[:, 0]
 
 
-def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torch.Tensor, own: torch.Tensor | None,
-               row_ids: torch.Tensor, tile: int, show: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stage 1 by whole rows: the exact k-th stage-1 score of each row, then every item above the threshold."""
+def scan_rows(
+    st: Stage1,
+    qr: torch.Tensor,
+    gr: torch.Tensor,
+    n_g: int,
+    kq: torch.Tensor,
+    own: torch.Tensor | None,
+    row_ids: torch.Tensor,
+    tile: int,
+    show: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage 1 by whole rows: the exact k-th stage-1 score of each row, then every item above the
+    threshold."""
     dev = gr.device
     nq = qr.shape[0]
     band = max(1, min(nq, tile * tile // max(1, gr.shape[0])))
@@ -60,7 +70,9 @@ def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torc
                 return
         lam = kth_largest(s, kq[i0:i1]).to(dev)  # pragma: no cover - GPU only
         thr = st.thresholds(lam, row_ids[i0:i1])  # pragma: no cover
-        rr, cc = torch.nonzero((s >= thr[:, None]) & (s > -torch.inf), as_tuple=True)  # pragma: no cover
+        rr, cc = torch.nonzero(
+            (s >= thr[:, None]) & (s > -torch.inf), as_tuple=True
+        )  # pragma: no cover
         parts[i0] = (i0 + rr, cc, s[rr, cc].to(st.cmp), lam.to(st.cmp))  # pragma: no cover
 
     with exact_matmul():
@@ -72,8 +84,11 @@ def scan_rows(st: Stage1, qr: torch.Tensor, gr: torch.Tensor, n_g: int, kq: torc
 def check_no_nan(v: np.ndarray) -> None:
     """Refuse NaN stage-1 scores in words (finite inputs whose products fit cannot give one)."""
     if np.isnan(v).any():
-        raise RuntimeError("the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
-                           "overflow: the matmul is broken on this device; rerun with precision='exact' and report it")
+        raise RuntimeError(
+            "the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
+            "overflow: the matmul is broken on this device; rerun with precision='exact' and "
+            "report it"
+        )
 
 
 def sample_stride(k: int, n: int) -> int:
@@ -85,9 +100,11 @@ def sample_stride(k: int, n: int) -> int:
     return max(1, min(16, (3 * k) // 128, n // 4))
 
 
-def rows_above_kth(st: Stage1, s: torch.Tensor, kq: torch.Tensor,
-                    row_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """CPU stage 1 of a band of whole rows: ``(rows, cols, s^, k-th s^)`` of every item above the threshold.
+def rows_above_kth(
+    st: Stage1, s: torch.Tensor, kq: torch.Tensor, row_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """CPU stage 1 of a band of whole rows: ``(rows, cols, s^, k-th s^)`` of every item above the
+    threshold.
 
     The same output as a full selection of each row's k-th stage-1 score followed by a threshold
     pass, found without the full selection: ``t``, the ``ceil(1.5 k / stride)``-th largest of every
@@ -120,15 +137,22 @@ def rows_above_kth(st: Stage1, s: torch.Tensor, kq: torch.Tensor,
     return select_above(st, rr, cc, vv, t.numpy(), k, row_ids, lambda bad: a[bad])
 
 
-def select_above(st: Stage1, rr: np.ndarray, cc: np.ndarray, vv: np.ndarray, t: np.ndarray, k: np.ndarray,
-                 row_ids: torch.Tensor, full_rows: Callable[[np.ndarray], np.ndarray],
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def select_above(
+    st: Stage1,
+    rr: np.ndarray,
+    cc: np.ndarray,
+    vv: np.ndarray,
+    t: np.ndarray,
+    k: np.ndarray,
+    row_ids: torch.Tensor,
+    full_rows: Callable[[np.ndarray], np.ndarray],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The certified stage-1 lists of rows whose items above ``threshold(t)`` are known.
 
     Args:
         st: the stage-1 bounds.
-        rr, cc, vv: ``(M,)`` local row, column and stage-1 score of every item of the band whose score
-            reaches ``threshold(t[row])`` (finite scores only).
+        rr, cc, vv: ``(M,)`` local row, column and stage-1 score of every item of the band whose
+            score reaches ``threshold(t[row])`` (finite scores only).
         t: ``(B,)`` per-row guess of a lower bound of the k-th largest score.
         k: ``(B,)`` list lengths.
         row_ids: ``(B,)`` the rows' indices into ``st``'s bounds.
@@ -136,8 +160,8 @@ def select_above(st: Stage1, rr: np.ndarray, cc: np.ndarray, vv: np.ndarray, t: 
             whose guess fails (fewer than ``k`` items reach ``t``).
 
     Returns:
-        ``(rows, cols, s^, k-th s^)``: every item with ``s^ >= threshold(k-th s^)``, sorted by row then
-        column, and the exact k-th largest stage-1 score of each row.
+        ``(rows, cols, s^, k-th s^)``: every item with ``s^ >= threshold(k-th s^)``, sorted by row
+        then column, and the exact k-th largest stage-1 score of each row.
     """
     nb = k.shape[0]
     dtype = vv.dtype
@@ -151,7 +175,9 @@ def select_above(st: Stage1, rr: np.ndarray, cc: np.ndarray, vv: np.ndarray, t: 
         padded = np.full((nb, width), -np.inf, dtype=dtype)
         padded[rr, np.arange(rr.shape[0]) - start[rr]] = vv
         rows_ok = np.flatnonzero(ok)
-        kth[rows_ok] = kth_largest(torch.from_numpy(padded[rows_ok]), torch.from_numpy(k[rows_ok])).numpy()
+        kth[rows_ok] = kth_largest(
+            torch.from_numpy(padded[rows_ok]), torch.from_numpy(k[rows_ok])
+        ).numpy()
     bad = np.flatnonzero(~ok)
     if bad.size:  # the guess over-estimated: full selection on these rows
         a_bad = full_rows(bad)

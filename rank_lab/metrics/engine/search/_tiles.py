@@ -20,16 +20,25 @@ TILE_KMAX = 128  # longer lists are searched by whole rows (block maxima need 4k
 
 
 def block_size(width: int, kmax: int) -> int:
-    """Items per block of the tiled scan's block maxima: a power of two <= 64 leaving >= 4 kmax blocks per tile."""
+    """Items per block of the tiled scan's block maxima: a power of two <= 64 leaving >= 4 kmax
+    blocks per tile."""
     b = 1
     while b < 64 and (2 * b) * 4 * kmax <= width:
         b *= 2
     return b
 
 
-def scan_tiles(st: Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torch.Tensor | None, symmetric: bool,
-          tile: int, show: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stage-1 candidates ``(rows, cols, s^ scaled, k-th s^ of each row)`` of the queries ``rows``."""
+def scan_tiles(
+    st: Stage1,
+    rows: torch.Tensor,
+    kq: torch.Tensor,
+    self_cols: torch.Tensor | None,
+    symmetric: bool,
+    tile: int,
+    show: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage-1 candidates ``(rows, cols, s^ scaled, k-th s^ of each row)`` of the queries
+    ``rows``."""
     dev = st.gr.device
     n_g = st.gr.shape[0]
     nq = rows.shape[0]
@@ -63,12 +72,19 @@ def scan_tiles(st: Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torc
         lam[rsel] = merged.gather(1, kidx[rsel, None])[:, 0]
         return st.thresholds(lam[rsel], row_ids[rsel])
 
-    def extract(vals: torch.Tensor, bm: torch.Tensor, thr: torch.Tensor, r0: int, c0: int, transposed: bool) -> None:
+    def extract(
+        vals: torch.Tensor, bm: torch.Tensor, thr: torch.Tensor, r0: int, c0: int, transposed: bool
+    ) -> None:
         rb, jb = torch.nonzero(bm >= thr[:, None], as_tuple=True)
         if rb.numel() == 0:
             return
-        blocks = vals.view(vals.shape[0], -1, b)[rb, jb] if not transposed else vals.view(-1, b, vals.shape[1])[jb, :, rb]
-        mi, t = torch.nonzero(blocks >= thr[rb, None], as_tuple=True)  # compared in float32 (promotion)
+        blocks = (
+            vals.view(vals.shape[0], -1, b)[rb, jb]
+            if not transposed
+            else vals.view(-1, b, vals.shape[1])[jb, :, rb]
+        )
+        # compared in float32 (promotion)
+        mi, t = torch.nonzero(blocks >= thr[rb, None], as_tuple=True)
         out_r.append(r0 + rb[mi])
         out_c.append(c0 + jb[mi] * b + t)
         out_v.append(blocks[mi, t].to(st.cmp))
@@ -97,9 +113,13 @@ def scan_tiles(st: Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torc
         bm = s.view(i1 - i0, -1, b).amax(-1).to(st.cmp)  # exact: reduced values are float32 numbers
         both = symmetric and j0 > i0
         bmt = s.view(-1, b, j1 - j0).amax(1).T.to(st.cmp) if both else None
-        if bool(torch.isnan(bm).any()):  # amax propagates NaN: one look at the block maxima sees them all
-            raise RuntimeError("the stage-1 matmul returned NaN scores from finite embeddings whose products cannot "
-                               "overflow: the matmul is broken on this device; rerun with precision='exact' and report it")
+        # amax propagates NaN: one look at the block maxima sees them all
+        if bool(torch.isnan(bm).any()):
+            raise RuntimeError(
+                "the stage-1 matmul returned NaN scores from finite embeddings whose products "
+                "cannot overflow: the matmul is broken on this device; rerun with "
+                "precision='exact' and report it"
+            )
         with lock:  # the running bounds and the candidate lists are shared by the tiles
             thr = update(slice(i0, i1), bm)
             extract(s, bm, thr, i0, j0, False)
@@ -112,22 +132,26 @@ def scan_tiles(st: Stage1, rows: torch.Tensor, kq: torch.Tensor, self_cols: torc
     r = torch.cat(out_r) if out_r else torch.zeros(0, dtype=torch.long, device=dev)
     c = torch.cat(out_c) if out_c else torch.zeros(0, dtype=torch.long, device=dev)
     v = torch.cat(out_v) if out_v else torch.zeros(0, dtype=st.cmp, device=dev)
-    final = st.thresholds(lam, row_ids)  # lam only grew: the last thresholds are the tightest valid ones
-    keep = (v >= final[r]) & (r < nq) & (c < n_g) & (v > -torch.inf)  # never the query itself or padding
+    # lam only grew: the last thresholds are the tightest valid ones
+    final = st.thresholds(lam, row_ids)
+    # never the query itself or padding
+    keep = (v >= final[r]) & (r < nq) & (c < n_g) & (v > -torch.inf)
     r, c, v = r[keep], c[keep], v[keep]
     return r, c, v, kth_of_candidates(r, v, kq.to(dev), nq)
 
 
-
 def kth_of_candidates(r: torch.Tensor, v: torch.Tensor, kq: torch.Tensor, nq: int) -> torch.Tensor:
-    """The ``kq[row]``-th largest candidate value of every row (candidates hold every row's top k)."""
+    """The ``kq[row]``-th largest candidate value of every row (candidates hold every row's top
+    k)."""
     order = torch.argsort(-v, stable=True)
     order = order[torch.argsort(r[order], stable=True)]
     counts = torch.bincount(r, minlength=nq)
     if bool((counts < kq).any()):
         bad = int(torch.nonzero(counts < kq)[0])
-        raise RuntimeError(f"the certified search kept {int(counts[bad])} candidates for query {bad}, fewer than its "
-                           f"k={int(kq[bad])}: the stage-1 scores broke their error bound (a matmul that does not "
-                           "accumulate as the bound assumes); rerun with precision='exact' and report it")
+        raise RuntimeError(
+            f"the certified search kept {int(counts[bad])} candidates for query {bad}, fewer than "
+            f"its k={int(kq[bad])}: the stage-1 scores broke their error bound (a matmul that does "
+            "not accumulate as the bound assumes); rerun with precision='exact' and report it"
+        )
     start = torch.cumsum(counts, 0) - counts
     return v[order][start + kq - 1]

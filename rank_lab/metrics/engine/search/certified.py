@@ -1,9 +1,9 @@
 """Certified two-stage neighbour search: reduced-precision candidates, exact re-scoring.
 
 :func:`certified_neighbours` returns, for every query, **every** gallery item whose canonical score
-(:func:`rank_lab.metrics.engine.scores.exact.canonical_scores`) is at least the query's k-th canonical
-score -- the top k, extended by the items tied with the k-th -- sorted by decreasing score, ties by
-increasing index. Two stages:
+(:func:`rank_lab.metrics.engine.scores.exact.canonical_scores`) is at least the query's k-th
+canonical score -- the top k, extended by the items tied with the k-th -- sorted by decreasing
+score, ties by increasing index. Two stages:
 
 1. **Stage 1** scores every (query, item) pair in a fast format (bfloat16 on CPUs with native
    bfloat16 dot products, or the working precision itself: the *exact route*)
@@ -44,7 +44,12 @@ from rank_lab.metrics.engine.search.index import IndexStage1, index_stage1, scan
 
 __all__ = ["NeighbourLists", "certified_neighbours"]
 
-_NAMES = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_NAMES = {
+    torch.float64: "fp64",
+    torch.float32: "fp32",
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+}
 
 
 @dataclass
@@ -82,7 +87,6 @@ class NeighbourLists:
         return self.scores[pos], self.indices[pos]
 
 
-
 def certified_neighbours(
     queries: torch.Tensor,
     gallery: torch.Tensor,
@@ -100,11 +104,12 @@ def certified_neighbours(
     Args:
         queries: ``(Q, d)``; float64 if either set is float64, else float32 (the working precision).
         gallery: ``(N, d)``.
-        k: list length, an int or ``(Q,)`` long per query (``<= N``, ``<= N - 1`` with ``exclude_self``).
+        k: list length, an int or ``(Q,)`` long per query (``<= N``, ``<= N - 1`` with
+            ``exclude_self``).
         exclude_self: the queries are the gallery; query i never lists item i.
         precision: one of :data:`~rank_lab.metrics.engine.scores.bound.PRECISIONS`
-            (:func:`~rank_lab.metrics.engine.scores.bound.resolve_precision`); ``"auto"`` stays exact
-            for small products (``Q N d < 2^33``), where the reduced copies would not pay off.
+            (:func:`~rank_lab.metrics.engine.scores.bound.resolve_precision`); ``"auto"`` stays
+            exact for small products (``Q N d < 2^33``), where the reduced copies would not pay off.
         device: compute device (default: the CPU).
         tile: queries (and items) per tile.
         ordered: ``True``: lists by decreasing canonical score, ties by increasing index, every
@@ -127,16 +132,31 @@ def certified_neighbours(
     if not isinstance(exclude_self, bool):
         raise TypeError(f"exclude_self must be a bool, got {type(exclude_self).__name__}")
     if exclude_self and queries.shape[0] != gallery.shape[0]:
-        raise ValueError(f"exclude_self needs queries and gallery of the same length, got {queries.shape[0]} and {gallery.shape[0]}")
+        raise ValueError(
+            f"exclude_self needs queries and gallery of the same length, got {queries.shape[0]} "
+            f"and {gallery.shape[0]}"
+        )
     n_avail = gallery.shape[0] - int(exclude_self)
     if isinstance(k, torch.Tensor):
-        if k.ndim != 1 or k.shape[0] != queries.shape[0] or k.is_floating_point() or k.is_complex() or k.dtype == torch.bool:
-            raise ValueError(f"k must be an int or a ({queries.shape[0]},) integer tensor, got {k.dtype} {tuple(k.shape)}")
+        if (
+            k.ndim != 1
+            or k.shape[0] != queries.shape[0]
+            or k.is_floating_point()
+            or k.is_complex()
+            or k.dtype == torch.bool
+        ):
+            raise ValueError(
+                f"k must be an int or a ({queries.shape[0]},) integer tensor, got {k.dtype} "
+                f"{tuple(k.shape)}"
+            )
         kq = k.detach().cpu().long()
     else:
         kq = torch.full((queries.shape[0],), check_positive_int(k, "k"), dtype=torch.long)
     if n_avail < 1 or int(kq.min()) < 1 or int(kq.max()) > n_avail:
-        raise ValueError(f"k must lie in [1, {n_avail}] (gallery items available), got range [{int(kq.min())}, {int(kq.max())}]")
+        raise ValueError(
+            f"k must lie in [1, {n_avail}] (gallery items available), got range [{int(kq.min())}, "
+            f"{int(kq.max())}]"
+        )
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     tile = check_positive_int(tile, "tile")
@@ -147,23 +167,51 @@ def certified_neighbours(
     with exact_matmul():  # no autocast, no TF32 for anything below (restored on exit)
         q = queries.to(dev, work)
         g = q if same else gallery.to(dev, work)
-        check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
-                           ("queries", "gallery"))
-        return certified_lists(q, g, kq, exclude_self=exclude_self, precision=precision, device=dev, tile=tile,
-                               ordered=ordered, progress=progress)
+        check_products_fit(
+            float(q.double().norm(dim=1).max()),
+            float(g.double().norm(dim=1).max()),
+            work,
+            ("queries", "gallery"),
+        )
+        return certified_lists(
+            q,
+            g,
+            kq,
+            exclude_self=exclude_self,
+            precision=precision,
+            device=dev,
+            tile=tile,
+            ordered=ordered,
+            progress=progress,
+        )
 
 
-def certified_lists(q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor, *, exclude_self: bool, precision: str,
-                    device: torch.device, tile: int, ordered: bool = True, progress: bool | None = None,
-                    index: IndexStage1 | None = None) -> NeighbourLists:
-    """:func:`certified_neighbours` on validated inputs (kernel): ``q``, ``g`` finite, of the working
-    dtype, on ``device``, products that fit; ``kq`` ``(Q,)`` long on the CPU in ``[1, n_avail]``;
-    ``index``: a flat index for stage 1 instead of the tiled matmul."""
+def certified_lists(
+    q: torch.Tensor,
+    g: torch.Tensor,
+    kq: torch.Tensor,
+    *,
+    exclude_self: bool,
+    precision: str,
+    device: torch.device,
+    tile: int,
+    ordered: bool = True,
+    progress: bool | None = None,
+    index: IndexStage1 | None = None,
+) -> NeighbourLists:
+    """:func:`certified_neighbours` on validated inputs (kernel): ``q``, ``g`` finite, of the
+    working dtype, on ``device``, products that fit; ``kq`` ``(Q,)`` long on the CPU in
+    ``[1, n_avail]``; ``index``: a flat index for stage 1 instead of the tiled matmul."""
     dev = device
     nq, n_g = q.shape[0], g.shape[0]
     work = q.dtype
     kmax = int(kq.max())
-    symmetric = exclude_self and kmax <= TILE_KMAX and q.shape == g.shape and (q is g or bool(torch.equal(q, g)))
+    symmetric = (
+        exclude_self
+        and kmax <= TILE_KMAX
+        and q.shape == g.shape
+        and (q is g or bool(torch.equal(q, g)))
+    )
     show = math.ceil(nq / tile) * math.ceil(n_g / tile) > 16 if progress is None else bool(progress)
     self_cols = torch.arange(nq) if exclude_self else None
     rescanned = 0
@@ -176,7 +224,9 @@ def certified_lists(q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor, *, exclu
     else:
         fmt = resolve_precision(precision, work, dev, work=nq * n_g * q.shape[1])
         st = Stage1(q, g, fmt, symmetric)
-        rows, cols, vals, kth = scan_tiles(st, torch.arange(nq), kq, self_cols, symmetric, tile, show)
+        rows, cols, vals, kth = scan_tiles(
+            st, torch.arange(nq), kq, self_cols, symmetric, tile, show
+        )
         sure_thr, h_k = st.sure_thresholds(kth, torch.arange(nq, device=dev))
         name = _NAMES[fmt]
         if fmt != work:
@@ -187,8 +237,15 @@ def certified_lists(q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor, *, exclu
                 rescanned = int(over.numel())
                 over_d = over.to(dev)
                 exact = Stage1(q[over_d], g, work, False)
-                r2, c2, v2, k2 = scan_tiles(exact, torch.arange(over.numel()), kq[over], None if self_cols is None else over,
-                                       False, tile, False)
+                r2, c2, v2, k2 = scan_tiles(
+                    exact,
+                    torch.arange(over.numel()),
+                    kq[over],
+                    None if self_cols is None else over,
+                    False,
+                    tile,
+                    False,
+                )
                 s2, h2 = exact.sure_thresholds(k2, torch.arange(over.numel(), device=dev))
                 keep = (counts <= cap).to(dev)[rows]
                 rows, cols = torch.cat([rows[keep], over_d[r2]]), torch.cat([cols[keep], c2])
@@ -198,10 +255,22 @@ def certified_lists(q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor, *, exclu
     return _finish(q, g, rows, cols, vals, sure_thr, h_k, kq, ordered, dev, name, rescanned)
 
 
-def _finish(q: torch.Tensor, g: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor,
-            sure_thr: torch.Tensor, h_k: torch.Tensor, kq: torch.Tensor, ordered: bool, dev: torch.device, name: str,
-            rescanned: int) -> NeighbourLists:
-    """Stage 2: the lists from the stage-1 candidates (canonical scores where the bound cannot decide)."""
+def _finish(
+    q: torch.Tensor,
+    g: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    vals: torch.Tensor,
+    sure_thr: torch.Tensor,
+    h_k: torch.Tensor,
+    kq: torch.Tensor,
+    ordered: bool,
+    dev: torch.device,
+    name: str,
+    rescanned: int,
+) -> NeighbourLists:
+    """Stage 2: the lists from the stage-1 candidates (canonical scores where the bound cannot
+    decide)."""
     nq = q.shape[0]
     if ordered:
         rows, cols = rows.cpu(), cols.cpu()
@@ -226,7 +295,8 @@ def _finish(q: torch.Tensor, g: torch.Tensor, rows: torch.Tensor, cols: torch.Te
 
 
 def _take(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-    """``x[at]`` (numpy's take on the CPU: faster than torch's advanced indexing for long arrays)."""
+    """``x[at]`` (numpy's take on the CPU: faster than torch's advanced indexing for long
+    arrays)."""
     if x.device.type == "cpu":
         return torch.from_numpy(np.take(x.numpy(), at.numpy()))
     return x[at]  # pragma: no cover - GPU only
@@ -257,12 +327,17 @@ def _certified_sets(q, g, rows, cols, sure, h_k, kq, dev):
     t_k = torch.minimum(e_m, h_k)
     keep = sure.clone()
     keep[amb] = exact >= t_k[ra]
-    low = h_k.to(q.dtype)  # per row: H rounded down to the working dtype (a lower bound of the sure scores)
-    low = torch.where(low.to(torch.float64) > h_k, torch.nextafter(low, torch.full_like(low, -torch.inf)), low)
+    # per row: H rounded down to the working dtype (a lower bound of the sure scores)
+    low = h_k.to(q.dtype)
+    low = torch.where(
+        low.to(torch.float64) > h_k, torch.nextafter(low, torch.full_like(low, -torch.inf)), low
+    )
     scores = low[rows]
     scores[amb] = exact.to(q.dtype)
     rows, cols, scores, keep = rows.cpu(), cols.cpu(), scores.cpu(), keep.cpu()
-    sorted_ = rows.numel() < 2 or bool(((rows[1:] > rows[:-1]) | ((rows[1:] == rows[:-1]) & (cols[1:] > cols[:-1]))).all())
+    sorted_ = rows.numel() < 2 or bool(
+        ((rows[1:] > rows[:-1]) | ((rows[1:] == rows[:-1]) & (cols[1:] > cols[:-1]))).all()
+    )
     if not sorted_:
         key = rows * (int(cols.max()) + 1) + cols
         order = torch.argsort(key)

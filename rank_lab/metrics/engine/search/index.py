@@ -1,9 +1,9 @@
 """Stage 1 of the certified search from a flat index (faiss or any ``knn`` callable).
 
-Used by :mod:`rank_lab.metrics.engine.search.certified` (its kernels trust their inputs). An index is a
-callable ``knn(queries, gallery, k, exclude_self) -> (scores (Q, k), indices (Q, k))`` returning
-the top k of its inner products, sorted by decreasing score. :class:`IndexStage1` states the
-arithmetic it is certified under: IEEE float32 inner products in any summation order (faiss' CPU
+Used by :mod:`rank_lab.metrics.engine.search.certified` (its kernels trust their inputs). An index
+is a callable ``knn(queries, gallery, k, exclude_self) -> (scores (Q, k), indices (Q, k))``
+returning the top k of its inner products, sorted by decreasing score. :class:`IndexStage1` states
+the arithmetic it is certified under: IEEE float32 inner products in any summation order (faiss' CPU
 flat index, the contract of ``retrieval_metrics(knn=...)``), or a declared input rounding and
 tensor-core accumulation (a GPU index whose cuBLAS math mode is not ours to pin: TF32 rounds the
 inputs to 10 bits). :func:`scan_knn` lengthens the lists until the last returned score is below
@@ -67,20 +67,37 @@ def gpu_resources(device_index: int) -> object:
 
 
 def index_stage1(index: IndexStage1, q: torch.Tensor, g: torch.Tensor) -> Stage1:
-    """The :class:`~rank_lab.metrics.engine.scores._stage1.Stage1` bound of an index over float32 inputs."""
+    """The :class:`~rank_lab.metrics.engine.scores._stage1.Stage1` bound of an index over float32
+    inputs."""
     st = Stage1(q, g, torch.float32, False)
     if index.input_unit or index.tensor_cores:  # pragma: no cover - declared by GPU indexes only
         qn = q.to(torch.float64).norm(dim=1)
         gn = float(g.to(torch.float64).norm(dim=1).max())
         u = float(index.input_unit)
-        st.a, st.c, st.eta = bound_terms(qn, qn * (1 + u), qn * u, gn, gn * (1 + u), gn * u, q.shape[1], torch.float32,
-                                         torch.bfloat16 if index.tensor_cores else torch.float32, torch.float32,
-                                         tensor_cores=index.tensor_cores)
+        st.a, st.c, st.eta = bound_terms(
+            qn,
+            qn * (1 + u),
+            qn * u,
+            gn,
+            gn * (1 + u),
+            gn * u,
+            q.shape[1],
+            torch.float32,
+            torch.bfloat16 if index.tensor_cores else torch.float32,
+            torch.float32,
+            tensor_cores=index.tensor_cores,
+        )
     return st
 
 
-def scan_knn(index: IndexStage1, st: Stage1, q: torch.Tensor, g: torch.Tensor, kq: torch.Tensor,
-             exclude_self: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def scan_knn(
+    index: IndexStage1,
+    st: Stage1,
+    q: torch.Tensor,
+    g: torch.Tensor,
+    kq: torch.Tensor,
+    exclude_self: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Candidates from a flat index: lists lengthened until their last score is below the threshold.
 
     Returns ``(rows, cols, s^, k-th s^)`` on the CPU (float64 scores). Indices outside the gallery
@@ -102,9 +119,11 @@ def scan_knn(index: IndexStage1, st: Stage1, q: torch.Tensor, g: torch.Tensor, k
     while todo.numel():
         calls += 1
         if calls > max_calls:
-            raise RuntimeError(f"the stage-1 index was called {max_calls} times with doubling list lengths and "
-                               f"{todo.numel()} queries are still not certified: it does not return its top k "
-                               "sorted by decreasing score (the knn contract of retrieval_metrics)")
+            raise RuntimeError(
+                f"the stage-1 index was called {max_calls} times with doubling list lengths and "
+                f"{todo.numel()} queries are still not certified: it does not return its top k "
+                "sorted by decreasing score (the knn contract of retrieval_metrics)"
+            )
         if first:
             s, i = index.search(q, g, width, exclude_self)
         else:  # a subset of queries: search one more item and drop the query itself by index
@@ -115,16 +134,20 @@ def scan_knn(index: IndexStage1, st: Stage1, q: torch.Tensor, g: torch.Tensor, k
             real &= i != todo[:, None]
         s = torch.where(real, s, torch.full_like(s, -torch.inf))
         if bool(torch.isnan(s).any()):
-            raise RuntimeError("the stage-1 index returned NaN scores for finite embeddings whose products cannot "
-                               "overflow: the index is broken; use backend='torch'")
+            raise RuntimeError(
+                "the stage-1 index returned NaN scores for finite embeddings whose products cannot "
+                "overflow: the index is broken; use backend='torch'"
+            )
         complete = width >= n_avail  # the whole gallery was returned: nothing lies beyond the lists
         last = s[:, -1]
         lam = torch.sort(s, dim=1, descending=True).values.gather(1, (kq[todo] - 1)[:, None])[:, 0]
         thr = threshold(lam, st.a[todo].cpu(), st.c, st.eta[todo].cpu(), torch.float64)
         done = (last < thr) | complete
         if complete and bool((real.sum(1) < kq[todo]).any()):
-            raise RuntimeError("the stage-1 index returned fewer real items than k although the whole gallery was "
-                               "asked for: it does not follow the knn contract of retrieval_metrics")
+            raise RuntimeError(
+                "the stage-1 index returned fewer real items than k although the whole gallery was "
+                "asked for: it does not follow the knn contract of retrieval_metrics"
+            )
         kth[todo[done]] = lam[done]
         keep = (s >= thr[:, None]) & real & done[:, None]
         rr, cc = torch.nonzero(keep, as_tuple=True)
@@ -148,7 +171,10 @@ def faiss_knn(chunk_size: int | None, max_memory_mb: float, progress: bool | Non
     Returns:
         An :class:`IndexStage1` (IEEE float32 inner products, the CPU BLAS).
     """
-    def knn(q: torch.Tensor, g: torch.Tensor, k: int, es: bool) -> tuple[torch.Tensor, torch.Tensor]:
+
+    def knn(
+        q: torch.Tensor, g: torch.Tensor, k: int, es: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return _knn_faiss(q, g, k, es, chunk_size, max_memory_mb, progress)
 
     return IndexStage1(knn)
@@ -176,7 +202,8 @@ def _knn_faiss(q, g, k, exclude_self, chunk_size, max_memory_mb, progress):
         if exclude_self:
             own = torch.arange(start, start + qn.shape[0])[:, None]
             keep = idx != own
-            keep[keep.all(1), -1] = False  # drop the query's own column when present, else the last column
+            # drop the query's own column when present, else the last column
+            keep[keep.all(1), -1] = False
             vals = vals[keep].view(qn.shape[0], k)
             idx = idx[keep].view(qn.shape[0], k)
         out_s.append(vals)

@@ -50,8 +50,9 @@ def search_tile(max_memory_mb: float, chunk_size: int | None) -> int:
     return max(64, min(8192, side // 64 * 64))
 
 
-def check_search_options(backend: object, precision: object, chunk_size: object, max_memory_mb: object,
-                         progress: object) -> tuple[str, str, int | None, float]:
+def check_search_options(
+    backend: object, precision: object, chunk_size: object, max_memory_mb: object, progress: object
+) -> tuple[str, str, int | None, float]:
     """Check the options shared by :func:`knn_search` and the engine, naming the argument.
 
     Returns:
@@ -66,7 +67,9 @@ def check_search_options(backend: object, precision: object, chunk_size: object,
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if backend == "faiss" and precision in ("bf16", "fp16"):
-        raise ValueError(f"precision={precision!r} needs backend='torch' (faiss searches in float32)")
+        raise ValueError(
+            f"precision={precision!r} needs backend='torch' (faiss searches in float32)"
+        )
     if chunk_size is not None:
         chunk_size = check_positive_int(chunk_size, "chunk_size")
     max_memory_mb = check_float(max_memory_mb, "max_memory_mb", low=0.0, low_open=True)
@@ -109,7 +112,8 @@ def knn_search(
             CUDA; exact also for small products, ``Q N d < 2^33``), ``"exact"`` (the working
             precision), ``"fp32"``, ``"bf16"``, ``"fp16"``.
         device: where to compute (default: CUDA when present).
-        chunk_size: queries (and gallery items) per tile, at least 64 (default: from ``max_memory_mb``).
+        chunk_size: queries (and gallery items) per tile, at least 64 (default: from
+            ``max_memory_mb``).
         max_memory_mb: memory budget of one tile's scores.
         progress: tqdm bar (default: when there are more than 16 tiles).
 
@@ -135,23 +139,40 @@ def knn_search(
     if not isinstance(exclude_self, bool):
         raise TypeError(f"exclude_self must be a bool, got {type(exclude_self).__name__}")
     if exclude_self and queries.shape[0] != gallery.shape[0]:
-        raise ValueError(f"exclude_self needs queries and gallery of the same length, got {queries.shape[0]} and {gallery.shape[0]}")
+        raise ValueError(
+            f"exclude_self needs queries and gallery of the same length, got {queries.shape[0]} "
+            f"and {gallery.shape[0]}"
+        )
     k = check_positive_int(k, "k")
     n_avail = gallery.shape[0] - int(exclude_self)
     if k > n_avail:
         raise ValueError(f"k={k} is larger than the number of gallery items available ({n_avail})")
-    backend, precision, chunk_size, max_memory_mb = check_search_options(backend, precision, chunk_size,
-                                                                         max_memory_mb, progress)
+    backend, precision, chunk_size, max_memory_mb = check_search_options(
+        backend, precision, chunk_size, max_memory_mb, progress
+    )
     dev = get_device(device)
     work = torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else torch.float32
     with exact_matmul():  # no autocast, no TF32 for anything below (restored on exit)
         q = queries.to(dev, work)
         g = q if same else gallery.to(dev, work)
-        check_products_fit(float(q.double().norm(dim=1).max()), float(g.double().norm(dim=1).max()), work,
-                           ("queries", "gallery"))
+        check_products_fit(
+            float(q.double().norm(dim=1).max()),
+            float(g.double().norm(dim=1).max()),
+            work,
+            ("queries", "gallery"),
+        )
         index = faiss_knn(chunk_size, max_memory_mb, progress) if backend == "faiss" else None
         kq = torch.full((q.shape[0],), k, dtype=torch.long)
-        lists = certified_lists(q, g, kq, exclude_self=exclude_self, precision=precision, device=dev,
-                                tile=search_tile(max_memory_mb, chunk_size), progress=progress, index=index)
+        lists = certified_lists(
+            q,
+            g,
+            kq,
+            exclude_self=exclude_self,
+            precision=precision,
+            device=dev,
+            tile=search_tile(max_memory_mb, chunk_size),
+            progress=progress,
+            index=index,
+        )
         s, i = lists.topk(k)
     return s.to(dev), i.to(dev)
