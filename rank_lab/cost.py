@@ -252,6 +252,11 @@ def memory_estimate(
     try:
         with torch.no_grad(), shape_only():  # a meta input: shapes only, no values to check
             module(torch.empty(1, in_channels, h, w, device="meta"))
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(
+            f"image_size {(h, w)} (in_channels {in_channels}) does not go through the backbone: "
+            f"{exc}"
+        ) from exc
     finally:
         for hook in hooks:
             hook.remove()

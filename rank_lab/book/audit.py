@@ -135,6 +135,10 @@ def prose(md_text: str) -> list[tuple[int, str]]:
     (``:label:``) and ``(label)=`` targets are not. Inline code and math (``$...$``) are blanked
     out.
     """
+    if not isinstance(md_text, str):
+        raise TypeError(
+            f"md_text must be a page's MyST source (a string), got {type(md_text).__name__}"
+        )
     lines = md_text.splitlines()
     out: list[tuple[int, str]] = []
     i = 0
@@ -196,6 +200,12 @@ def hand_written_times(md_text: str, allowed: Sequence[str] = ()) -> list[str]:
         allowed: exact phrases that may stay (times quoted from a source, declared in the chapter's
             front matter as ``rank_lab.quoted_times``).
     """
+    if (
+        isinstance(allowed, str)
+        or not isinstance(allowed, Sequence)
+        or not all(isinstance(a, str) for a in allowed)
+    ):
+        raise TypeError(f"allowed must be a list of phrases (strings), got {allowed!r}")
     hits = []
     for n, text in prose(md_text):
         for phrase in allowed:
@@ -239,6 +249,12 @@ def interval_problems(results: Mapping[str, Any], exempt: Sequence[str] = ()) ->
         exempt: ``fnmatch`` patterns of paths that name a bounded metric's word but hold an
             unbounded quantity (declared in the front matter as ``rank_lab.unbounded``).
     """
+    if (
+        isinstance(exempt, str)
+        or not isinstance(exempt, Sequence)
+        or not all(isinstance(p, str) for p in exempt)
+    ):
+        raise TypeError(f"exempt must be a list of fnmatch patterns (strings), got {exempt!r}")
     out = []
     diffs = set(effects(results))
     for path, s in _summaries(results):

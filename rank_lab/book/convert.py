@@ -45,6 +45,10 @@ def bound_summaries(
             a pattern that matches no summary.
         TypeError: ``record`` not a mapping.
     """
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be an fnmatch pattern (a string), got {pattern!r}")
+    if isinstance(bounds, str) or not isinstance(bounds, Sequence) or len(bounds) != 2:
+        raise TypeError(f"bounds must be a pair (low, high), got {bounds!r}")
     # a fresh tree: no object shared by two paths
     rec = json.loads(json.dumps(check_record(record)))
     low = check_float(bounds[0], "bounds[0]")

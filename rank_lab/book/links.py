@@ -72,6 +72,11 @@ def browse_url(
     """
     if not isinstance(path, str) or (ref is not None and not isinstance(ref, str)):
         raise TypeError(f"path and ref must be strings, got {path!r}, {ref!r}")
+    for name, value in (("url", url), ("branch", branch)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a string or None, got {value!r}")
+    if folder is not None and not isinstance(folder, bool):
+        raise TypeError(f"folder must be a bool or None, got {folder!r}")
     clean = path.strip()
     clean = clean[2:] if clean.startswith("./") else clean
     if clean.startswith("/") or ".." in Path(clean).parts:

@@ -208,6 +208,10 @@ def reading_problems(run: RecordedRun, spec: ReadingSpec | None = None) -> list[
     """
     if not isinstance(run, RecordedRun):
         raise TypeError(f"run must be a RecordedRun, got {type(run).__name__}")
+    if spec is not None and not isinstance(spec, ReadingSpec):
+        raise TypeError(
+            f"spec must be a ReadingSpec (reading_spec) or None, got {type(spec).__name__}"
+        )
     if not run:
         return []
     spec = spec if spec is not None else reading_spec(run.notebook)
@@ -287,6 +291,8 @@ def arm_status(value: float, reference: Reference, higher_is_better: bool = True
     if not isinstance(reference, Reference):
         raise TypeError(f"reference must be a Reference, got {type(reference).__name__}")
     v = check_float(value, "value")
+    if not isinstance(higher_is_better, bool):
+        raise TypeError(f"higher_is_better must be a bool, got {higher_is_better!r}")
     better = v > reference.value if higher_is_better else v < reference.value
     return "healthy" if better else "collapsed"
 
@@ -475,8 +481,8 @@ class Reading:
         resolves it), ``{mde}``. Write no direction or number by hand.
 
         Raises:
-            ReadingError: unknown effect, or an effect read twice.
-            KeyError: a field the template names that is not one of those.
+            ReadingError: unknown effect, an effect read twice, or a template that names a field
+                other than those.
         """
         d = self._mark(effect_id)
         template = _text(template, "template")
@@ -494,7 +500,13 @@ class Reading:
             "direction": {1: "above", 0: "not resolved from", -1: "below"}[ci_sign(d)],
             "mde": f"{_fmt(mde, digits)}{unit}",
         }
-        sentence = template.format(**fields)
+        try:
+            sentence = template.format(**fields)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ReadingError(
+                f"template {template!r} names a field other than {sorted(fields)} "
+                f"or is malformed: {exc!r}"
+            ) from exc
         self.sentences.append(sentence)
         return sentence
 

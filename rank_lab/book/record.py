@@ -370,6 +370,12 @@ def machine_usage(start: Mapping[str, Any], end: Mapping[str, Any]) -> dict[str,
     for name, snap in (("start", start), ("end", end)):
         if not isinstance(snap, Mapping) or not {"cpu_s", "cpu_count", "load_avg"} <= set(snap):
             raise TypeError(f"{name} must be a machine_snapshot() mapping, got {snap!r}")
+        try:
+            float(snap["cpu_s"]), int(snap["cpu_count"]), list(snap["load_avg"])
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{name} must be a machine_snapshot() mapping (numbers and a list), got {snap!r}"
+            ) from exc
     return {
         "cpu_s": round(max(0.0, float(end["cpu_s"]) - float(start["cpu_s"])), 2),
         "cpu_count": int(end["cpu_count"]),

@@ -195,7 +195,29 @@ def check_site(
     Raises:
         BrowserMissingError: no Chromium.
         FileNotFoundError: no built site.
+        TypeError, ValueError: ``widths`` not positive ints, ``browser`` not an executable file,
+            ``pages`` not a list of existing files, ``out_dir`` not a path (checked before Chromium
+            starts).
     """
+    if (
+        isinstance(widths, (str, bytes))
+        or not isinstance(widths, Sequence)
+        or not widths
+        or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths)
+    ):
+        raise ValueError(
+            f"widths must be a non-empty list of positive viewport widths (ints), got {widths!r}"
+        )
+    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
+        raise TypeError(f"out_dir must be a folder (a path) or None, got {out_dir!r}")
+    if pages is not None and (
+        isinstance(pages, (str, os.PathLike))
+        or not isinstance(pages, Sequence)
+        or not all(isinstance(p, (str, os.PathLike)) for p in pages)
+    ):
+        raise TypeError(f"pages must be a list of page paths, got {pages!r}")
+    if browser is not None and (not isinstance(browser, str) or not Path(browser).is_file()):
+        raise ValueError(f"browser must be the path of a Chromium executable, got {browser!r}")
     browser = browser or find_browser()
     if browser is None:
         raise BrowserMissingError(
@@ -204,6 +226,9 @@ def check_site(
         )
     root = Path(html_dir).resolve()
     todo = [Path(p).resolve() for p in pages] if pages is not None else site_pages(root)
+    absent = [str(p) for p in todo if not p.is_file()]
+    if absent:
+        raise ValueError(f"pages holds files that do not exist: {absent}")
     # optional dependency (extra "test"), imported where the check runs
     from playwright.sync_api import sync_playwright
 

@@ -56,6 +56,8 @@ class Part:
 
 def toc_path(root: str | os.PathLike[str] | None = None) -> Path:
     """``_toc.yml`` of the project whose book folder is ``root`` (default :func:`book_dir`)."""
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"root must be the book folder (a path) or None, got {root!r}")
     root = Path(root) if root is not None else book_dir()
     return root.parent / "_toc.yml"
 
@@ -83,7 +85,9 @@ def read_toc(root: str | os.PathLike[str] | None = None) -> list[Part]:
     try:
         toc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise TocError(f"cannot read {str(path)!r}: {exc}") from exc
+        raise TocError(
+            f"cannot read {str(path)!r} (the TOC beside the book folder root={str(root)!r}): {exc}"
+        ) from exc
     if not isinstance(toc, Mapping) or not isinstance(toc.get("parts"), list):
         raise TocError(f"{path}: expected a jb-book TOC with 'parts'")
     parts, number = [], 0

@@ -27,6 +27,7 @@ from rank_lab._validation import (
     check_float,
     check_input_batch,
     check_labels,
+    check_nonneg_int,
     check_positive_int,
 )
 from rank_lab.engine.loop import Engine
@@ -178,7 +179,7 @@ def make_split_classes(
     radius = check_float(radius, "radius", low=0, low_open=True)
     offset = check_float(offset, "offset", low=0, low_open=True)
     noise = check_float(noise, "noise", low=0, low_open=True)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(check_nonneg_int(seed, "seed"))
     mu = torch.randn(n_classes, dim, generator=g, dtype=torch.float64)
     mu = radius * mu / mu.norm(dim=1, keepdim=True)
     u = torch.randn(n_classes, dim, generator=g, dtype=torch.float64)

@@ -63,6 +63,21 @@ ENTRIES += [
     ),
     fn(C.FullRunOnCPUError),
     fn(
+        C.memory_estimate,
+        {"backbone": "resnet18", "image_size": 32, "batch_size": 2, "training": True},
+        {
+            "backbone": "choice",
+            "image_size": "posint",
+            "batch_size": "posint",
+            "in_channels": "posint",
+        },
+        extra={
+            "size3": ("image_size", lambda: (32, 32, 3), ("image_size",)),
+            "training": ("training", lambda: "yes", ("training",)),
+            "number": ("backbone", lambda: 3, ("backbone",)),
+        },
+    ),
+    fn(
         C.declared_cost,
         {"cpu_seconds": 10.0, "description": "toy", "gpu_seconds": 1.0},
         {"cpu_seconds": "nonneg", "gpu_seconds": "nonneg"},
@@ -220,6 +235,16 @@ ENTRIES += [
         legal={
             "a:int": "integer results are cast to float",
             "b:int": "integer results are cast to float",
+        },
+    ),
+    fn(
+        S.minimum_detectable_effect,
+        {"std": 0.01, "n": 5, "power": 0.8},
+        {"std": "nonneg", "n": "posint", "power": "prob", "alpha": "prob"},
+        extra={
+            "one": ("n", lambda: 1, ("n",)),
+            "below_alpha": ("power", lambda: 0.01, ("power",)),
+            "str": ("std", lambda: "0.01", ("std",)),
         },
     ),
     fn(

@@ -87,6 +87,20 @@ def scorer(target, init=None, roles=None, key="features", **kw):
 HEAT_SMALL = dict(epochs=1, hidden_dim=8, n_layers=2, batch_size=8, sgld_steps=2)
 
 ENTRIES = [
+    fn(
+        T.make_split_classes,
+        {"n_per_class": 4, "n_ood": 4, "n_classes": 2, "dim": 3},
+        {
+            "n_per_class": "posint",
+            "n_ood": "posint",
+            "n_classes": "posint",
+            "dim": "posint",
+            "radius": "pos",
+            "offset": "nonneg",
+            "noise": "pos",
+            "seed": "nonnegint",
+        },
+    ),
     fn(O.avg_pool, lambda: {"fmap": images(2, 3, 4)}, {"fmap": "x"}, legal={"fmap:ndim?": SPATIAL}),
     fn(O.std_pool, lambda: {"fmap": images(2, 3, 4)}, {"fmap": "x"}, legal={"fmap:ndim?": SPATIAL}),
     fn(

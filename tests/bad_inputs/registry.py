@@ -14,6 +14,7 @@ import pkgutil
 from typing import Any
 
 from . import (
+    entries_apparatus,
     entries_book,
     entries_data,
     entries_fewshot,
@@ -60,6 +61,7 @@ ENTRIES: list[Entry] = [
     *entries_learned.ENTRIES,
     *entries_misc.ENTRIES,
     *entries_book.ENTRIES,
+    *entries_apparatus.ENTRIES,
 ]
 
 

@@ -233,7 +233,7 @@ def test_state_fills_numbers_and_direction_from_the_interval() -> None:
         box.state("training/loss", "{ci}")
     with pytest.raises(ReadingError, match="no effect 'training/nope'"):
         box.state("training/nope", "{ci}")
-    with pytest.raises(KeyError):
+    with pytest.raises(ReadingError, match="template"):
         _box().state("training/loss", "{unknown}")
     with pytest.raises(TypeError, match="Claim"):
         _box().compare("training/loss", metric="m", claim="A beats B", **KW)
