@@ -254,8 +254,11 @@ def metric_tracking(
         boxes: ``(N, 5)`` their true boxes.
 
     Returns:
-        ``{"surrogate": r, "proxy": r, "l1": mean |e_hat - e|, "n": N}`` (a correlation is NaN
-        when one of its two series is constant).
+        ``{"surrogate": r, "proxy": r, "l1": mean |e_hat - e|, "n": N}``.
+
+    Raises:
+        ValueError: fewer than 2 images, or a series (the surrogate's estimate, the proxy or the
+            metric) that is the same for every image: its correlation is undefined.
     """
     images, boxes = _check_images_boxes(images, boxes, check_module(model))
     if images.shape[0] < 2:
@@ -272,14 +275,19 @@ def metric_tracking(
     e_hat = surrogate(z, y).to(z.dtype)
     proxy = F.smooth_l1_loss(z, y, beta=0.1, reduction="none").mean(1)
 
-    def pearson(a: torch.Tensor) -> float:
-        if bool(a.std() == 0) or bool(e.std() == 0):
-            return math.nan
+    def pearson(a: torch.Tensor, name: str) -> float:
+        for series, what in ((a, name), (e, "metric 1 - IoU")):
+            if bool(series.std() == 0):  # a correlation with a constant is undefined, not 0
+                raise ValueError(
+                    f"the {what} is the same for every one of the {images.shape[0]} images, so its "
+                    "correlation is undefined: pass images and boxes on which the predictions and "
+                    "their IoU vary"
+                )
         return float(torch.corrcoef(torch.stack([a.double(), e.double()]))[0, 1])
 
     return {
-        "surrogate": pearson(e_hat),
-        "proxy": pearson(proxy),
+        "surrogate": pearson(e_hat, "surrogate's estimate"),
+        "proxy": pearson(proxy, "smooth-L1 proxy"),
         "l1": float((e_hat - e).abs().mean()),
         "n": int(images.shape[0]),
     }

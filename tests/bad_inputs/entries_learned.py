@@ -59,9 +59,20 @@ E_INT = {
 }
 
 
-def box_data():
-    images, boxes = LE.make_box_dataset(4, size=16, seed=0)
+def box_data(n: int = 4):
+    images, boxes = LE.make_box_dataset(n, size=16, seed=0)
     return {"model": LE.BoxRegressor(16, (4, 4, 4), 8), "images": images, "boxes": boxes}
+
+
+def tracking_data():
+    """A regressor whose predictions overlap the true boxes (its output bias is their mean code), so
+    that 1 - IoU varies across the images and the correlations are defined."""
+    data = box_data(16)
+    head = [m for m in data["model"].modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        head.weight.mul_(0.01)
+        head.bias.copy_(LB.encode_box6(data["boxes"]).float().mean(0))
+    return {**data, "surrogate": sur()}
 
 
 def word_data():
@@ -418,6 +429,13 @@ ENTRIES = [
         LB.predict_boxes,
         lambda: {k: v for k, v in box_data().items() if k != "boxes"} | {"batch_size": 2},
         {"images": "x", "batch_size": "posint"},
+    ),
+    fn(
+        LB.metric_tracking,
+        tracking_data,
+        {"images": "x", "boxes": "x"},
+        rows=(("images", "boxes"),),
+        extra={"one": ("images", lambda: LE.make_box_dataset(1, size=16, seed=0)[0], ("images",))},
     ),
     fn(
         LB.evaluate_box_regressor,
