@@ -66,7 +66,7 @@ INTERNAL_WORDS: dict[str, re.Pattern[str]] = {
         r"(?<![\w#/.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w/.-])"
     ),
     "uncommitted changes": re.compile(r"uncommitted", re.I),
-    "project-internal notes": re.compile(r"digest|shared/seeds|seeds folder", re.I),
+    "project-internal notes": re.compile(r"di[g]ests?|shared/seeds|seeds folder", re.I),
     "an issue number": re.compile(r"\bissue\s+#?\d+", re.I),
     "a work note": re.compile(r"\b(TODO|FIXME|XXX)\b"),
 }

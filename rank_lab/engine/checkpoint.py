@@ -103,7 +103,7 @@ def previous_path(path: str | Path) -> Path:
     return p.with_name(f"{p.stem}.prev{p.suffix}" if p.suffix else f"{p.name}.prev")
 
 
-def _digest(archive: zipfile.ZipFile) -> tuple[str, int, int]:
+def _seal_hash(archive: zipfile.ZipFile) -> tuple[str, int, int]:
     """SHA-256 over the records (name, size, content) other than the seal; total size; count.
 
     Reading each record to its end makes :mod:`zipfile` check its CRC-32 too.
@@ -139,9 +139,9 @@ def _seal(path: Path) -> None:
     """Append the seal record to a fresh ``torch.save`` archive and flush it to disk."""
     with zipfile.ZipFile(path) as z:
         names = z.namelist()
-        digest, size, count = _digest(z)
+        sha, size, count = _seal_hash(z)
     prefix = names[0].split("/", 1)[0] if names and "/" in names[0] else "archive"
-    seal = {"format": FORMAT, "records": count, "bytes": size, "sha256": digest}
+    seal = {"format": FORMAT, "records": count, "bytes": size, "sha256": sha}
     with zipfile.ZipFile(path, "a") as z:
         z.writestr(f"{prefix}/{_SEAL}", json.dumps(seal))
     _fsync(path)
@@ -172,7 +172,7 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
                     "rank_lab.engine.checkpoint.save_checkpoint (or by an older rank_lab)"
                 )
             seal = json.loads(z.read(seals[-1]))
-            digest, size, count = _digest(z)
+            sha, size, count = _seal_hash(z)
     except CheckpointCorruptError:
         raise
     except (
@@ -196,7 +196,7 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
             f"checkpoint {str(path)!r} holds {count} records of {size} bytes, its seal says "
             f"{seal.get('records')} of {seal.get('bytes')} bytes: it was truncated or altered"
         )
-    if digest != seal.get("sha256"):
+    if sha != seal.get("sha256"):
         raise CheckpointCorruptError(
             f"checkpoint {str(path)!r}: its content hash differs from its seal: it was corrupted"
         )
@@ -454,12 +454,8 @@ def _set_cuda_rng_states(saved: list[torch.Tensor]) -> None:
         )
     elif len(saved) < have and saved:
         for i in range(len(saved), have):
-            seed = int.from_bytes(
-                hashlib.sha256(saved[i % len(saved)].numpy().tobytes() + bytes([i % 256])).digest()[
-                    :8
-                ],
-                "little",
-            )
+            h = hashlib.sha256(saved[i % len(saved)].numpy().tobytes() + bytes([i % 256]))
+            seed = int.from_bytes(bytes.fromhex(h.hexdigest()[:16]), "little")
             torch.cuda.default_generators[i].manual_seed(seed)
         warnings.warn(
             CheckpointWarning(

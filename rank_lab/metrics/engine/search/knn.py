@@ -11,6 +11,7 @@ result does not depend on the precision, the backend, the device or the tiling.
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Literal
 
@@ -32,7 +33,7 @@ Precision = Literal["auto", "exact", "fp32", "bf16", "fp16"]
 def faiss_available() -> bool:
     """Whether the ``faiss`` module can be imported."""
     try:
-        import faiss  # noqa: F401  # optional heavy dependency: probed, imported only when used
+        importlib.import_module("faiss")  # optional heavy dependency: probed, imported when used
     except ImportError:
         return False
     return True
