@@ -494,8 +494,7 @@ def test_fit_rcnaps_with_groups_trains_on_one_task_per_episode(tmp_path):
         n_classes=3,
         lr=1e-3,
         seed=2,
-        progress=False,
-        checkpoint_path=tmp_path / "g.pt",
+        engine=EngineConfig(checkpoint=tmp_path / "g.pt"),
     )
     assert len(losses) == 3 and all(np.isfinite(losses))
     # the checkpoint knows it was grouped: resuming without groups refuses to mix the runs
@@ -510,13 +509,10 @@ def test_fit_rcnaps_with_groups_trains_on_one_task_per_episode(tmp_path):
             n_classes=3,
             lr=1e-3,
             seed=2,
-            progress=False,
-            checkpoint_path=tmp_path / "g.pt",
+            engine=EngineConfig(checkpoint=tmp_path / "g.pt"),
         )
     with pytest.raises(ValueError, match="groups"):
-        fit_rcnaps(
-            model, two, both, groups=groups[:5], episodes=1, k=2, m=3, n_classes=3, progress=False
-        )
+        fit_rcnaps(model, two, both, groups=groups[:5], episodes=1, k=2, m=3, n_classes=3)
 
 
 def test_plain_mode_trains_the_backbone_and_restores_the_freeze():
