@@ -47,7 +47,7 @@ REAL_DATA: dict[str, dict[str, tuple[str, dict[str, int]]]] = {
     "decomposability_roadmap": {
         "sop": ("sop", {}),
         "cub": ("cub", {}),
-        "cars": ("cars196", {}),
+        "cars196": ("cars196", {}),
         "inaturalist": ("inaturalist", {}),
     },
     "hierarchical_retrieval": {
