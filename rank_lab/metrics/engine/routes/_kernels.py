@@ -12,12 +12,16 @@ in one fixed order per row, so a row's result does not depend on its block or th
 * :func:`canonical_cpu` -- the canonical score of pairs: elementwise float products (no fused
   multiply-add), the fixed pairwise tree; bit-identical to
   :func:`~rank_lab.metrics.engine.scores.exact.canonical_pairs`.
-* :func:`flag_rows` -- which kept items must be re-scored: those whose canonical interval overlaps
-  the interval of an item of another kind (two pointers over the row sorted by stage-1 score).
-* :func:`order_rows` -- the positives in canonical order (key desc, kind asc) with the negatives
-  ranked before each. When the row's bulk (the level-1 positives) outnumbers the rest, the bulk is
-  not sorted: its members need no order among themselves, only how many of them precede each other
-  item, which a count gives.
+* :func:`range_scan` -- per row, the lowest stage-1 score of its positives (the threshold of the
+  negatives that can matter) and how many reach a guessed cut.
+* :func:`large_rows` -- rows with many positives: the positives in canonical order (key desc, kind
+  asc) with the negatives ranked before each. The items are ordered by a counting sort on their
+  16-bit stage-1 keys and grouped by equal score; only groups whose interval overlaps one of another
+  kind are re-scored and sorted, every other group is placed as a block (no comparison sort of the
+  bulk, no per-item interval).
+* :func:`small_scan`, :func:`small_finish` -- rows with few positives: every positive re-scored,
+  each negative placed by the positives' stage-1 limits, the doubtful ones re-scored where the
+  metrics need them.
 """
 
 from __future__ import annotations
@@ -25,7 +29,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["emit_above", "bf16_keys", "sample_kth", "canonical_cpu", "flag_rows", "order_rows"]
+__all__ = [
+    "emit_above",
+    "bf16_keys",
+    "sample_kth",
+    "canonical_cpu",
+    "range_scan",
+    "large_rows",
+    "small_scan",
+    "small_finish",
+]
 
 _MARGIN = 2.0**-40
 _BLOCK = 32
@@ -222,143 +235,285 @@ def _sure_limits(
 
 
 @numba.njit(cache=True, nogil=True)
-def flag_rows(
-    offsets: np.ndarray,
-    u: np.ndarray,
-    kind: np.ndarray,
-    a: np.ndarray,
-    eta: np.ndarray,
-    c: float,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    flag: np.ndarray,
-) -> None:  # pragma: no cover - compiled
-    """For every row's items ``offsets[r]:offsets[r + 1]`` (unscaled stage-1 scores ``u``, kinds: 0
-    negative, l >= 1 positive of level l): their intervals ``[lo, hi]`` and whether the interval
-    overlaps one of an item of another kind (then ``flag``: re-score it)."""
-    for r in range(offsets.shape[0] - 1):
-        i0, i1 = offsets[r], offsets[r + 1]
-        m = i1 - i0
-        if m == 0:
-            continue
-        for i in range(i0, i1):
-            lo[i], hi[i] = _interval(u[i], a[r], eta[r], c)
-        order = np.argsort(u[i0:i1]) + i0  # lo and hi increase with u
-        k_s = kind[order]
-        # next_diff[j]: first sorted position after j whose kind differs from kind[j]
-        next_diff = np.empty(m, dtype=np.int64)
-        next_diff[m - 1] = m
-        for j in range(m - 2, -1, -1):
-            next_diff[j] = j + 1 if k_s[j + 1] != k_s[j] else next_diff[j + 1]
-        # last position before j with another kind (-1: none)
-        prev_diff = np.empty(m, dtype=np.int64)
-        prev_diff[0] = -1
-        for j in range(1, m):
-            prev_diff[j] = j - 1 if k_s[j - 1] != k_s[j] else prev_diff[j - 1]
-        left = 0  # first sorted item with hi >= lo_i
-        right = 0  # first sorted item with lo > hi_i
-        for j in range(m):
-            i = order[j]
-            while left < m and hi[order[left]] < lo[i]:
-                left += 1
-            while right < m and lo[order[right]] <= hi[i]:
-                right += 1
-            # window [left, right) holds j; another kind inside it?
-            flag[i] = next_diff[j] < right or prev_diff[j] >= left
+def range_scan(
+    s: np.ndarray,
+    is_bits: bool,
+    table: np.ndarray,
+    range_a: np.ndarray,
+    range_b: np.ndarray,
+    self_col: np.ndarray,
+    guess: np.ndarray,
+    lowest: np.ndarray,
+    reach: np.ndarray,
+) -> bool:  # pragma: no cover - compiled
+    """Per row, over its positives (columns ``[range_a[r], range_b[r])`` less ``self_col[r]``): the
+    lowest stage-1 score ``lowest[r]`` (``+inf`` without positives) and how many score at least
+    ``guess[r]`` (``reach[r]``). ``s``: int16 bits of bfloat16 / float16 (``is_bits``; ``table``
+    maps the bits, as uint16, to float32 values) or floats. Returns False for a NaN score."""
+    for r in range(s.shape[0]):
+        own, gs = self_col[r], guess[r]
+        low = np.inf
+        cnt = 0
+        for j in range(range_a[r], range_b[r]):
+            if j == own:
+                continue
+            v = np.float64(table[np.uint16(s[r, j])]) if is_bits else np.float64(s[r, j])
+            if v != v:
+                return False
+            low = min(low, v)
+            cnt += v >= gs
+        lowest[r] = low
+        reach[r] = cnt
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
-def order_rows(
-    offsets: np.ndarray,
-    key: np.ndarray,
-    kind: np.ndarray,
+def _sort_run(key: np.ndarray, kind: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Indices of ``(key, kind)`` in canonical order: key descending, ties by kind ascending
+    (insertion sort for short runs, two stable sorts otherwise)."""
+    n = key.shape[0]
+    if n > 24:
+        by_kind = np.argsort(kind, kind="mergesort")
+        return by_kind[np.argsort(-key[by_kind], kind="mergesort")]
+    idx = np.arange(n)
+    for t in range(1, n):
+        x = idx[t]
+        u = t
+        while u > 0 and (
+            key[idx[u - 1]] < key[x] or (key[idx[u - 1]] == key[x] and kind[idx[u - 1]] > kind[x])
+        ):
+            idx[u] = idx[u - 1]
+            u -= 1
+        idx[u] = x
+    return idx
+
+
+@numba.njit(cache=True, nogil=True)
+def large_rows(
+    s: np.ndarray,
+    is_bits: bool,
+    table: np.ndarray,
+    range_a: np.ndarray,
+    range_b: np.ndarray,
+    self_col: np.ndarray,
+    lab_q: np.ndarray,
+    ref_lab: np.ndarray,
+    neg_off: np.ndarray,
+    neg_col: np.ndarray,
+    cut: np.ndarray,
+    exp: np.ndarray,
+    bound_a: np.ndarray,
+    bound_eta: np.ndarray,
+    c_out: float,
+    q: np.ndarray,
+    q_rows: np.ndarray,
+    g: np.ndarray,
+    width: int,
     lv_out: np.ndarray,
     ge_out: np.ndarray,
     key_out: np.ndarray,
-    tied_levels: np.ndarray,
-) -> None:  # pragma: no cover - compiled
-    """Each row's positives in canonical order (key desc; ties: negatives first, then by level),
-    with the negatives ranked before each (``ge_out``) and their keys.
+    bad: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """Steps 3-4 of the counting route for rows with many positives: each row's positives in
+    canonical order (score desc, level asc), the negatives ranked before each, and their keys.
 
-    ``key`` holds each item's canonical score where it was computed and its stage-1 score elsewhere:
-    any two items of different kinds are then in canonical order. With a large level-1 bulk and few
-    other items, the bulk is counted instead of sorted; its slots then get keys ``-slot`` (their own
-    order is free) unless two positives of different levels tie exactly (``tied_levels[r]``: keys in
-    that case come from a full sort).
+    Row ``r``'s items are its positives -- the columns ``[range_a[r], range_b[r])`` but
+    ``self_col[r]``, of level ``1 +`` the number of finer label columns of ``ref_lab`` that match
+    ``lab_q[r]`` from the coarse side -- and its kept negatives ``neg_col[neg_off[r]:neg_off[r +
+    1]]``. A positive whose stage-1 score is below ``cut[r]`` lies beyond the K-th score: it only
+    has to come after every kept item (key ``-inf``; it counts as a negative for the overlap test,
+    as its place among the negatives does not matter).
+
+    Per row, without a comparison sort of the bulk:
+
+    1. the items are ordered by stage-1 score with a counting sort on the 16-bit keys (the scores
+       of a row span a few hundred bfloat16 values; a wide span, or float scores, take
+       ``np.argsort``), and grouped by equal score -- a group shares one interval
+       ``[lo, hi]`` (:func:`_interval`), computed once;
+    2. two pointers over the groups give each group's window (the groups whose interval overlaps
+       its own): an item is re-scored (:func:`_canonical_one`) when its window holds an item of
+       another kind. A group holding two kinds is re-scored whole, so each group is either all
+       re-scored or all placed by its stage-1 score;
+    3. walking the groups by decreasing score, a group placed by its score is one block of items of
+       one kind (a count of negatives, or positives that share the count); a maximal run of
+       re-scored groups is sorted by (canonical score desc, kind asc). Two items of different kinds
+       in different blocks have disjoint intervals (a group between two overlapping intervals
+       overlaps both, so it would be re-scored and join their run), so the result is the
+       canonical order up to the order of items of one kind, which no count depends on.
+
+    Writes ``lv_out[r]`` (levels of the sorted positives, 0 padding), ``ge_out[r]`` (negatives
+    before each), ``key_out[r]`` (the canonical score where computed, the unscaled stage-1 score
+    elsewhere, ``-inf`` beyond the cut and for padding). ``s``: int16 bits of bfloat16 / float16
+    (``is_bits``; ``table``: their float32 values) or floats; ``exp``: stage-1 scores are ``2^exp``
+    times the unscaled ones; ``bound_a``, ``bound_eta``, ``c_out``: the bound; ``q[q_rows[r]]``,
+    ``g``: the working-precision rows of the canonical score (``width = 2^h``). Returns 0, or -1
+    for a NaN stage-1 score, or -2 for a canonical score outside its interval (``bad = [score, lo,
+    hi]``).
     """
-    for r in range(offsets.shape[0] - 1):
-        i0, i1 = offsets[r], offsets[r + 1]
-        m = i1 - i0
-        if m == 0:
-            continue
-        n_bulk = 0
-        for i in range(i0, i1):
-            if kind[i] == 1:
-                n_bulk += 1
-        n_other = m - n_bulk
-        full = n_bulk < 256 or n_other * n_bulk > 16 * m * (1 + int(np.log2(m)))
-        if not full:  # minority sorted, bulk counted
-            others = np.empty(n_other, dtype=np.int64)
-            bulk = np.empty(n_bulk, dtype=key.dtype)
-            o = 0
-            b = 0
-            for i in range(i0, i1):
-                if kind[i] == 1:
-                    bulk[b] = key[i]
-                    b += 1
-                else:
-                    others[o] = i
-                    o += 1
-            ok = np.argsort(kind[others], kind="mergesort")
-            others = others[ok]
-            od = np.argsort(-key[others], kind="mergesort")
-            others = others[od]
-            for t in range(1, n_other):  # positives of two levels >= 2 tied exactly
-                x0, x1 = others[t - 1], others[t]
-                if key[x0] == key[x1] and kind[x0] >= 1 and kind[x1] >= 1 and kind[x0] != kind[x1]:
-                    tied_levels[r] = True
-            above = np.empty(n_other, dtype=np.int64)  # bulk items ranked before each other item
-            for t in range(n_other):
-                x = key[others[t]]
-                cnt = 0
-                if kind[others[t]] == 0:  # a negative comes before tied positives
-                    for v in bulk:
-                        cnt += v > x
-                else:  # a level >= 2 positive comes after tied level-1 ones
-                    for v in bulk:
-                        cnt += v >= x
-                        if v == x:
-                            tied_levels[r] = True
-                above[t] = cnt
-            if not tied_levels[r]:
-                slot, negs, placed = 0, 0, 0
-                for t in range(n_other + 1):
-                    upto = n_bulk if t == n_other else above[t]
-                    while placed < upto:
-                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = 1, negs, -slot
-                        slot += 1
-                        placed += 1
-                    if t == n_other:
-                        break
-                    it = others[t]
-                    if kind[it] == 0:
+    c = s.shape[0]
+    n_levels = lab_q.shape[1]
+    m_max = 1
+    for r in range(c):
+        m_max = max(m_max, max(range_b[r] - range_a[r], 0) + neg_off[r + 1] - neg_off[r])
+    val = np.empty(m_max)  # unscaled stage-1 scores
+    kind = np.empty(m_max, dtype=np.int64)  # 0: negative, l >= 1: positive of level l
+    fkind = np.empty(m_max, dtype=np.int64)  # the kind of the overlap test (beyond: 0)
+    col = np.empty(m_max, dtype=np.int64)
+    beyond = np.empty(m_max, dtype=np.bool_)
+    key16 = np.empty(m_max, dtype=np.int64)
+    order = np.empty(m_max, dtype=np.int64)
+    gstart = np.empty(m_max + 1, dtype=np.int64)
+    glo = np.empty(m_max)
+    ghi = np.empty(m_max)
+    gflag = np.empty(m_max, dtype=np.bool_)
+    next_diff = np.empty(m_max, dtype=np.int64)
+    prev_diff = np.empty(m_max, dtype=np.int64)
+    exact = np.empty(m_max)
+    run_key = np.empty(m_max)
+    run_kind = np.empty(m_max, dtype=np.int64)
+    n_beyond = np.zeros(n_levels + 1, dtype=np.int64)
+    buckets = np.zeros(65537 if is_bits else 1, dtype=np.int64)
+    wa = np.empty(max(width // 2, 1), dtype=q.dtype)
+    wb = np.empty(max(width // 2, 1), dtype=q.dtype)
+    for r in range(c):
+        scale = 2.0 ** (-exp[r])
+        a_r, eta_r = bound_a[r], bound_eta[r]
+        own, cut_r = self_col[r], cut[r]
+        # the items: positives with their levels, then the kept negatives
+        m = 0
+        for j in range(range_a[r], range_b[r]):
+            if j == own:
+                continue
+            lev = 1
+            for lc in range(n_levels - 2, -1, -1):
+                if lab_q[r, lc] != ref_lab[j, lc]:
+                    break
+                lev += 1
+            if is_bits:
+                w = np.int64(s[r, j])
+                key16[m] = (w ^ ((w >> 15) & 0x7FFF)) + 32768
+                v = np.float64(table[np.uint16(s[r, j])])
+            else:
+                v = np.float64(s[r, j])
+            if v != v:
+                return -1
+            val[m], kind[m], col[m] = v * scale, lev, j
+            beyond[m] = v < cut_r
+            fkind[m] = 0 if beyond[m] else lev
+            m += 1
+        for t in range(neg_off[r], neg_off[r + 1]):
+            j = neg_col[t]
+            if is_bits:
+                w = np.int64(s[r, j])
+                key16[m] = (w ^ ((w >> 15) & 0x7FFF)) + 32768
+                v = np.float64(table[np.uint16(s[r, j])])
+            else:
+                v = np.float64(s[r, j])
+            if v != v:
+                return -1
+            val[m], kind[m], fkind[m], col[m], beyond[m] = v * scale, 0, 0, j, False
+            m += 1
+        # 1. ascending stage-1 order: counting sort on the 16-bit keys when their span is narrow
+        span = 0
+        if is_bits and m > 0:
+            kmin, kmax = key16[0], key16[0]
+            for i in range(1, m):
+                kmin = min(kmin, key16[i])
+                kmax = max(kmax, key16[i])
+            span = kmax - kmin + 1
+        if is_bits and m > 0 and span <= 4 * m + 4096:
+            for t in range(span + 1):
+                buckets[t] = 0
+            for i in range(m):
+                buckets[key16[i] - kmin + 1] += 1
+            for t in range(1, span + 1):
+                buckets[t] += buckets[t - 1]
+            for i in range(m):
+                k = key16[i] - kmin
+                order[buckets[k]] = i
+                buckets[k] += 1
+        elif m > 0:
+            order[:m] = np.argsort(val[:m])
+        # groups of equal score, their intervals
+        n_g = 0
+        for p in range(m):
+            if p == 0 or val[order[p]] != val[order[p - 1]]:
+                gstart[n_g] = p
+                glo[n_g], ghi[n_g] = _interval(val[order[p]], a_r, eta_r, c_out)
+                n_g += 1
+        gstart[n_g] = m
+        # 2. which groups hold an item whose window holds another kind
+        if m > 0:
+            next_diff[m - 1] = m
+            for p in range(m - 2, -1, -1):
+                nd = fkind[order[p + 1]] != fkind[order[p]]
+                next_diff[p] = p + 1 if nd else next_diff[p + 1]
+            prev_diff[0] = -1
+            for p in range(1, m):
+                pd = fkind[order[p - 1]] != fkind[order[p]]
+                prev_diff[p] = p - 1 if pd else prev_diff[p - 1]
+        left, right = 0, 0
+        for gi in range(n_g):
+            while left < n_g and ghi[left] < glo[gi]:
+                left += 1
+            while right < n_g and glo[right] <= ghi[gi]:
+                right += 1
+            p0, p_left, p_right = gstart[gi], gstart[left], gstart[right]
+            gflag[gi] = next_diff[p0] < p_right or prev_diff[p0] >= p_left
+            if gflag[gi]:  # the canonical scores of its items (beyond the cut: none needed)
+                qi = q[q_rows[r]]
+                for p in range(p0, gstart[gi + 1]):
+                    i = order[p]
+                    if beyond[i]:
+                        continue
+                    x = _canonical_one(qi, g[col[i]], wa, wb, width)
+                    if x < glo[gi] or x > ghi[gi]:
+                        bad[0], bad[1], bad[2] = x, glo[gi], ghi[gi]
+                        return -2
+                    exact[i] = x
+        # 3. the groups by decreasing score
+        slot, negs = 0, 0
+        n_beyond[:] = 0
+        gi = n_g - 1
+        while gi >= 0:
+            if not gflag[gi]:  # one kind: a block
+                for p in range(gstart[gi], gstart[gi + 1]):
+                    i = order[p]
+                    if beyond[i]:
+                        n_beyond[kind[i]] += 1
+                    elif kind[i] == 0:
                         negs += 1
                     else:
-                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[it], negs, -slot
+                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[i], negs, val[i]
                         slot += 1
+                gi -= 1
                 continue
-        idx = np.arange(i0, i1)
-        ok = np.argsort(kind[idx], kind="mergesort")
-        idx = idx[ok]
-        od = np.argsort(-key[idx], kind="mergesort")
-        idx = idx[od]
-        slot, negs = 0, 0
-        for it in idx:
-            if kind[it] == 0:
-                negs += 1
-            else:
-                lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[it], negs, key[it]
+            top = gi
+            while gi >= 0 and gflag[gi]:
+                gi -= 1
+            n_run = 0
+            for p in range(gstart[gi + 1], gstart[top + 1]):
+                i = order[p]
+                if beyond[i]:
+                    n_beyond[kind[i]] += 1
+                    continue
+                run_key[n_run], run_kind[n_run] = exact[i], kind[i]
+                n_run += 1
+            for t in _sort_run(run_key[:n_run], run_kind[:n_run]):
+                if run_kind[t] == 0:
+                    negs += 1
+                else:
+                    lv_out[r, slot], ge_out[r, slot] = run_kind[t], negs
+                    key_out[r, slot] = run_key[t]
+                    slot += 1
+        # beyond the cut: after every kept item, by level
+        for lev in range(1, n_levels + 1):
+            for _ in range(n_beyond[lev]):
+                lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = lev, negs, -np.inf
                 slot += 1
+        for t in range(slot, lv_out.shape[1]):
+            lv_out[r, t], ge_out[r, t], key_out[r, t] = 0, 0, -np.inf
+    return 0
 
 
 @numba.njit(cache=True, nogil=True)
