@@ -6,9 +6,9 @@ works row by row on a block of queries, releases the GIL (blocks run in Python t
 in one fixed order per row, so a row's result does not depend on its block or thread:
 
 * :func:`emit_above` -- one pass over a block of stage-1 scores: every item at or above its row's
-  threshold, outside the row's positive range and not the query itself (blocks of 32 items whose
-  maximum is below the threshold are skipped with one vectorised comparison). bfloat16 scores are
-  compared as order-preserving integer keys of their bits.
+  threshold, outside the row's positive range and not the query itself (blocks of 64 items without
+  a hit are skipped after one vectorised comparison). 16-bit scores are compared as their int16 /
+  uint16 bit patterns, which order them like their values on either side of zero.
 * :func:`canonical_cpu` -- the canonical score of pairs: elementwise float products (no fused
   multiply-add), the fixed pairwise tree; bit-identical to
   :func:`~rank_lab.metrics.engine.scores.exact.canonical_pairs`.
@@ -41,7 +41,6 @@ __all__ = [
 ]
 
 _MARGIN = 2.0**-40
-_BLOCK = 32
 _SCAN = 64  # items per block of the counting route's scan
 
 
@@ -58,6 +57,24 @@ def bf16_keys(bits: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def _any_at_least(row: np.ndarray, j0: int, th: np.int16) -> bool:  # pragma: no cover - compiled
+    """Whether ``row[j0:j0 + _SCAN] >= th`` anywhere (int16; one vectorised or over the block)."""
+    hit = np.int16(0)
+    for j in range(j0, j0 + _SCAN):
+        hit |= np.int16(row[j] >= th)
+    return hit != 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _any_at_most(row: np.ndarray, j0: int, th: np.uint16) -> bool:  # pragma: no cover - compiled
+    """Whether ``uint16(row[j0:j0 + _SCAN]) <= th`` anywhere (one vectorised or over the block)."""
+    hit = np.int16(0)
+    for j in range(j0, j0 + _SCAN):
+        hit |= np.int16(np.uint16(row[j]) <= th)
+    return hit != 0
+
+
+@numba.njit(cache=True, nogil=True)
 def emit_above(
     s: np.ndarray,
     thr: np.ndarray,
@@ -70,9 +87,15 @@ def emit_above(
 ) -> int:  # pragma: no cover - compiled
     """Items ``(r, j)`` of ``s (c, N)`` with ``key(s[r, j]) >= thr[r]``, ``j`` outside
     ``[range_a[r], range_b[r])`` and ``j != self_col[r]`` (-1: none), written to ``out_r``/``out_c``
-    up to their length. ``s`` holds int16 bfloat16 bits (``thr``: int64 keys) or floats (``thr``:
-    same dtype;
-    NaN scores are emitted). Returns the number of items found (more than the capacity: call again).
+    up to their length. ``s`` holds int16 bits of bfloat16 / float16 (``thr``: int64 keys) or
+    floats (``thr``: same dtype; NaN scores are emitted). Returns the number of items found (more
+    than the capacity: call again).
+
+    16-bit scores are compared without computing their keys: for a threshold key ``t >= 0`` the
+    keys at or above it are the int16 bit patterns ``>= t`` (negative patterns are negative
+    numbers); for ``t < 0`` they are the patterns whose uint16 value is at most ``t ^ 0x7FFF``
+    (every non-negative number, and the negative ones of magnitude at most that of ``t``). Blocks
+    of :data:`_SCAN` items with no hit are skipped after one vectorised comparison.
     """
     c, n = s.shape
     count = 0
@@ -81,22 +104,30 @@ def emit_above(
         t = thr[r]
         a, b, own = range_a[r], range_b[r], self_col[r]
         row = s[r]
-        for j0 in range(0, n, _BLOCK):
-            j1 = min(j0 + _BLOCK, n)
-            hits = 0  # a vectorised count over the block (no branch per item)
-            if is_bits:
-                for j in range(j0, j1):
-                    v = np.int64(row[j])
-                    hits += (v ^ ((v >> 15) & 0x7FFF)) >= t
-            else:
+        signed, th16, tu16 = True, np.int16(0), np.uint16(0)
+        if is_bits:
+            ti = np.int64(t)  # an int64 key (this form is also typed for float scores)
+            if ti > 32767:
+                continue
+            signed = ti >= 0
+            th16 = np.int16(ti if signed else 0)
+            tu16 = np.uint16(0xFFFF if ti < -32768 else (0 if signed else (ti ^ 0x7FFF) & 0xFFFF))
+        for j0 in range(0, n, _SCAN):
+            j1 = min(j0 + _SCAN, n)
+            if is_bits and j1 - j0 == _SCAN:
+                if signed and not _any_at_least(row, j0, th16):
+                    continue
+                if not signed and not _any_at_most(row, j0, tu16):
+                    continue
+            elif not is_bits:
+                hits = 0  # a vectorised count over the block (no branch per item)
                 for j in range(j0, j1):
                     hits += not (row[j] < t)
-            if hits == 0:
-                continue
+                if hits == 0:
+                    continue
             for j in range(j0, j1):
                 if is_bits:
-                    v = np.int64(row[j])
-                    above = (v ^ ((v >> 15) & 0x7FFF)) >= t
+                    above = row[j] >= th16 if signed else np.uint16(row[j]) <= tu16
                 else:
                     above = not (row[j] < t)
                 if above and (j < a or j >= b) and j != own:
@@ -326,20 +357,19 @@ def large_rows(
 
     Per row, without a comparison sort of the bulk:
 
-    1. the items are ordered by stage-1 score with a counting sort on the 16-bit keys (the scores
+    1. the items are grouped by equal stage-1 score: a histogram of their 16-bit keys (the scores
        of a row span a few hundred bfloat16 values; a wide span, or float scores, take
-       ``np.argsort``), and grouped by equal score -- a group shares one interval
-       ``[lo, hi]`` (:func:`_interval`), computed once;
+       ``np.argsort``). A group is what the bound sees as one item: one interval ``[lo, hi]``
+       (:func:`_interval`), computed once, the number of its items and their kind (or "mixed");
     2. two pointers over the groups give each group's window (the groups whose interval overlaps
-       its own): an item is re-scored (:func:`_canonical_one`) when its window holds an item of
-       another kind. A group holding two kinds is re-scored whole, so each group is either all
-       re-scored or all placed by its stage-1 score;
-    3. walking the groups by decreasing score, a group placed by its score is one block of items of
-       one kind (a count of negatives, or positives that share the count); a maximal run of
-       re-scored groups is sorted by (canonical score desc, kind asc). Two items of different kinds
-       in different blocks have disjoint intervals (a group between two overlapping intervals
-       overlaps both, so it would be re-scored and join their run), so the result is the
-       canonical order up to the order of items of one kind, which no count depends on.
+       its own): a group is re-scored (:func:`_canonical_one`, each item) when its window holds
+       an item of another kind;
+    3. walking the groups by decreasing score, a group placed by its score is one block of items
+       of one kind -- a count of negatives, or positives that share the count -- and a maximal run
+       of re-scored groups is sorted by (canonical score desc, kind asc). Two items of different
+       kinds in different blocks have disjoint intervals (a group between two overlapping
+       intervals overlaps both, so it would be re-scored and join their run), so the result is
+       the canonical order up to the order of items of one kind, which no count depends on.
 
     Writes ``lv_out[r]`` (levels of the sorted positives, 0 padding), ``ge_out[r]`` (negatives
     before each), ``key_out[r]`` (the canonical score where computed, the unscaled stage-1 score
@@ -355,156 +385,167 @@ def large_rows(
     m_max = 1
     for r in range(c):
         m_max = max(m_max, max(range_b[r] - range_a[r], 0) + neg_off[r + 1] - neg_off[r])
-    val = np.empty(m_max)  # unscaled stage-1 scores
+    # per item of the row
+    key = np.empty(m_max, dtype=np.int64)  # 16-bit order key (0 .. 65535)
+    val = np.empty(m_max)  # stage-1 score (scaled)
     kind = np.empty(m_max, dtype=np.int64)  # 0: negative, l >= 1: positive of level l
-    fkind = np.empty(m_max, dtype=np.int64)  # the kind of the overlap test (beyond: 0)
     col = np.empty(m_max, dtype=np.int64)
     beyond = np.empty(m_max, dtype=np.bool_)
-    key16 = np.empty(m_max, dtype=np.int64)
+    grp = np.empty(m_max, dtype=np.int64)  # its group (sorted form)
     order = np.empty(m_max, dtype=np.int64)
-    gstart = np.empty(m_max + 1, dtype=np.int64)
-    glo = np.empty(m_max)
-    ghi = np.empty(m_max)
-    gflag = np.empty(m_max, dtype=np.bool_)
-    next_diff = np.empty(m_max, dtype=np.int64)
-    prev_diff = np.empty(m_max, dtype=np.int64)
-    exact = np.empty(m_max)
+    # per group of the row, by increasing score
+    g_u = np.empty(m_max)  # unscaled score
+    g_lo = np.empty(m_max)
+    g_hi = np.empty(m_max)
+    g_n = np.empty(m_max, dtype=np.int64)  # items placed in the walk (beyond the cut: not)
+    g_kind = np.empty(m_max, dtype=np.int64)  # kind of the overlap test, -1: mixed
+    g_flag = np.empty(m_max, dtype=np.bool_)
+    g_off = np.empty(m_max + 1, dtype=np.int64)  # first slot of a re-scored group in run_*
+    nd = np.empty(m_max, dtype=np.int64)
+    pd = np.empty(m_max, dtype=np.int64)
     run_key = np.empty(m_max)
     run_kind = np.empty(m_max, dtype=np.int64)
     n_beyond = np.zeros(n_levels + 1, dtype=np.int64)
-    buckets = np.zeros(65537 if is_bits else 1, dtype=np.int64)
+    # per 16-bit key (the histogram form): items placed, kind (-2: none, -1: mixed), group
+    b_n = np.zeros(65536 if is_bits else 1, dtype=np.int64)
+    b_kind = np.full(65536 if is_bits else 1, -2, dtype=np.int64)
+    b_grp = np.empty(65536 if is_bits else 1, dtype=np.int64)
     wa = np.empty(max(width // 2, 1), dtype=q.dtype)
     wb = np.empty(max(width // 2, 1), dtype=q.dtype)
     for r in range(c):
         scale = 2.0 ** (-exp[r])
         a_r, eta_r = bound_a[r], bound_eta[r]
         own, cut_r = self_col[r], cut[r]
+        n_beyond[:] = 0
         # the items: positives with their levels, then the kept negatives
         m = 0
-        for j in range(range_a[r], range_b[r]):
+        kmin, kmax = 65536, -1
+        for t in range(range_a[r], range_b[r] + neg_off[r + 1] - neg_off[r]):
+            positive = t < range_b[r]
+            j = t if positive else neg_col[neg_off[r] + t - range_b[r]]
             if j == own:
                 continue
-            lev = 1
-            for lc in range(n_levels - 2, -1, -1):
-                if lab_q[r, lc] != ref_lab[j, lc]:
-                    break
-                lev += 1
+            lev = 0
+            if positive:
+                lev = 1
+                for lc in range(n_levels - 2, -1, -1):
+                    if lab_q[r, lc] != ref_lab[j, lc]:
+                        break
+                    lev += 1
             if is_bits:
                 w = np.int64(s[r, j])
-                key16[m] = (w ^ ((w >> 15) & 0x7FFF)) + 32768
+                k = (w ^ ((w >> 15) & 0x7FFF)) + 32768
+                key[m] = k
+                kmin, kmax = min(kmin, k), max(kmax, k)
                 v = np.float64(table[np.uint16(s[r, j])])
             else:
                 v = np.float64(s[r, j])
             if v != v:
                 return -1
-            val[m], kind[m], col[m] = v * scale, lev, j
-            beyond[m] = v < cut_r
-            fkind[m] = 0 if beyond[m] else lev
+            val[m], kind[m], col[m] = v, lev, j
+            beyond[m] = positive and v < cut_r
+            if beyond[m]:
+                n_beyond[lev] += 1
             m += 1
-        for t in range(neg_off[r], neg_off[r + 1]):
-            j = neg_col[t]
-            if is_bits:
-                w = np.int64(s[r, j])
-                key16[m] = (w ^ ((w >> 15) & 0x7FFF)) + 32768
-                v = np.float64(table[np.uint16(s[r, j])])
-            else:
-                v = np.float64(s[r, j])
-            if v != v:
-                return -1
-            val[m], kind[m], fkind[m], col[m], beyond[m] = v * scale, 0, 0, j, False
-            m += 1
-        # 1. ascending stage-1 order: counting sort on the 16-bit keys when their span is narrow
-        span = 0
-        if is_bits and m > 0:
-            kmin, kmax = key16[0], key16[0]
-            for i in range(1, m):
-                kmin = min(kmin, key16[i])
-                kmax = max(kmax, key16[i])
-            span = kmax - kmin + 1
-        if is_bits and m > 0 and span <= 4 * m + 4096:
-            for t in range(span + 1):
-                buckets[t] = 0
-            for i in range(m):
-                buckets[key16[i] - kmin + 1] += 1
-            for t in range(1, span + 1):
-                buckets[t] += buckets[t - 1]
-            for i in range(m):
-                k = key16[i] - kmin
-                order[buckets[k]] = i
-                buckets[k] += 1
-        elif m > 0:
-            order[:m] = np.argsort(val[:m])
-        # groups of equal score, their intervals
+        # 1. groups of equal score, in increasing order, with their count and kind
         n_g = 0
-        for p in range(m):
-            if p == 0 or val[order[p]] != val[order[p - 1]]:
-                gstart[n_g] = p
-                glo[n_g], ghi[n_g] = _interval(val[order[p]], a_r, eta_r, c_out)
+        hist = is_bits and m > 0 and kmax - kmin + 1 <= 4 * m + 4096
+        if hist:  # a histogram of the keys
+            for i in range(m):
+                k = key[i]
+                fk = 0 if beyond[i] else kind[i]
+                if b_kind[k] == -2:
+                    b_kind[k] = fk
+                elif b_kind[k] != fk:
+                    b_kind[k] = -1
+                b_n[k] += not beyond[i]
+            for k in range(kmin, kmax + 1):
+                if b_kind[k] == -2:
+                    continue
+                w = k - 32768
+                bits = w ^ ((w >> 15) & 0x7FFF)
+                g_u[n_g] = np.float64(table[np.uint16(bits)]) * scale
+                g_n[n_g], g_kind[n_g] = b_n[k], b_kind[k]
+                b_grp[k] = n_g
+                b_n[k], b_kind[k] = 0, -2  # ready for the next row
                 n_g += 1
-        gstart[n_g] = m
-        # 2. which groups hold an item whose window holds another kind
-        if m > 0:
-            next_diff[m - 1] = m
-            for p in range(m - 2, -1, -1):
-                nd = fkind[order[p + 1]] != fkind[order[p]]
-                next_diff[p] = p + 1 if nd else next_diff[p + 1]
-            prev_diff[0] = -1
-            for p in range(1, m):
-                pd = fkind[order[p - 1]] != fkind[order[p]]
-                prev_diff[p] = p - 1 if pd else prev_diff[p - 1]
-        left, right = 0, 0
+            for i in range(m):
+                grp[i] = b_grp[key[i]]
+        elif m > 0:  # a sort of the scores
+            order[:m] = np.argsort(val[:m])
+            for p in range(m):
+                i = order[p]
+                if p == 0 or val[i] != val[order[p - 1]]:
+                    g_u[n_g], g_n[n_g], g_kind[n_g] = val[i] * scale, 0, -2
+                    n_g += 1
+                fk = 0 if beyond[i] else kind[i]
+                gi = n_g - 1
+                if g_kind[gi] == -2:
+                    g_kind[gi] = fk
+                elif g_kind[gi] != fk:
+                    g_kind[gi] = -1
+                g_n[gi] += not beyond[i]
+                grp[i] = gi
         for gi in range(n_g):
-            while left < n_g and ghi[left] < glo[gi]:
+            g_lo[gi], g_hi[gi] = _interval(g_u[gi], a_r, eta_r, c_out)
+        # 2. the groups whose window holds another kind (mixed groups always)
+        if n_g > 0:
+            nd[n_g - 1] = n_g
+            for gi in range(n_g - 2, -1, -1):
+                nd[gi] = gi + 1 if g_kind[gi + 1] != g_kind[gi] else nd[gi + 1]
+            pd[0] = -1
+            for gi in range(1, n_g):
+                pd[gi] = gi - 1 if g_kind[gi - 1] != g_kind[gi] else pd[gi - 1]
+        left, right, n_run = 0, 0, 0
+        for gi in range(n_g):
+            while left < n_g and g_hi[left] < g_lo[gi]:
                 left += 1
-            while right < n_g and glo[right] <= ghi[gi]:
+            while right < n_g and g_lo[right] <= g_hi[gi]:
                 right += 1
-            p0, p_left, p_right = gstart[gi], gstart[left], gstart[right]
-            gflag[gi] = next_diff[p0] < p_right or prev_diff[p0] >= p_left
-            if gflag[gi]:  # the canonical scores of its items (beyond the cut: none needed)
-                qi = q[q_rows[r]]
-                for p in range(p0, gstart[gi + 1]):
-                    i = order[p]
-                    if beyond[i]:
-                        continue
-                    x = _canonical_one(qi, g[col[i]], wa, wb, width)
-                    if x < glo[gi] or x > ghi[gi]:
-                        bad[0], bad[1], bad[2] = x, glo[gi], ghi[gi]
-                        return -2
-                    exact[i] = x
+            g_flag[gi] = g_kind[gi] == -1 or nd[gi] < right or pd[gi] >= left
+            g_off[gi] = n_run
+            if g_flag[gi]:
+                n_run += g_n[gi]
+        g_off[n_g] = n_run
+        if n_run > 0:  # the canonical scores of the re-scored groups' items (in column order)
+            qi = q[q_rows[r]]
+            for gi in range(n_g):
+                nd[gi] = g_off[gi]  # next free slot of the group
+            for i in range(m):
+                gi = grp[i]
+                if not g_flag[gi] or beyond[i]:
+                    continue
+                x = _canonical_one(qi, g[col[i]], wa, wb, width)
+                if x < g_lo[gi] or x > g_hi[gi]:
+                    bad[0], bad[1], bad[2] = x, g_lo[gi], g_hi[gi]
+                    return -2
+                run_key[nd[gi]], run_kind[nd[gi]] = x, kind[i]
+                nd[gi] += 1
         # 3. the groups by decreasing score
         slot, negs = 0, 0
-        n_beyond[:] = 0
         gi = n_g - 1
         while gi >= 0:
-            if not gflag[gi]:  # one kind: a block
-                for p in range(gstart[gi], gstart[gi + 1]):
-                    i = order[p]
-                    if beyond[i]:
-                        n_beyond[kind[i]] += 1
-                    elif kind[i] == 0:
-                        negs += 1
-                    else:
-                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[i], negs, val[i]
+            if not g_flag[gi]:  # one kind: a block
+                if g_kind[gi] == 0:
+                    negs += g_n[gi]
+                else:
+                    for _ in range(g_n[gi]):
+                        lv_out[r, slot], ge_out[r, slot] = g_kind[gi], negs
+                        key_out[r, slot] = g_u[gi]
                         slot += 1
                 gi -= 1
                 continue
             top = gi
-            while gi >= 0 and gflag[gi]:
+            while gi >= 0 and g_flag[gi]:
                 gi -= 1
-            n_run = 0
-            for p in range(gstart[gi + 1], gstart[top + 1]):
-                i = order[p]
-                if beyond[i]:
-                    n_beyond[kind[i]] += 1
-                    continue
-                run_key[n_run], run_kind[n_run] = exact[i], kind[i]
-                n_run += 1
-            for t in _sort_run(run_key[:n_run], run_kind[:n_run]):
-                if run_kind[t] == 0:
+            p0, p1 = g_off[gi + 1], g_off[top + 1]
+            for t in _sort_run(run_key[p0:p1], run_kind[p0:p1]):
+                k = run_kind[p0 + t]
+                if k == 0:
                     negs += 1
                 else:
-                    lv_out[r, slot], ge_out[r, slot] = run_kind[t], negs
-                    key_out[r, slot] = run_key[t]
+                    lv_out[r, slot], ge_out[r, slot] = k, negs
+                    key_out[r, slot] = run_key[p0 + t]
                     slot += 1
         # beyond the cut: after every kept item, by level
         for lev in range(1, n_levels + 1):
