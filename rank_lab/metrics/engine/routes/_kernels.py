@@ -391,7 +391,7 @@ def large_rows(
     kind = np.empty(m_max, dtype=np.int64)  # 0: negative, l >= 1: positive of level l
     col = np.empty(m_max, dtype=np.int64)
     beyond = np.empty(m_max, dtype=np.bool_)
-    grp = np.empty(m_max, dtype=np.int64)  # its group (sorted form)
+    grp = np.empty(m_max, dtype=np.int64)  # its group (the sort form)
     order = np.empty(m_max, dtype=np.int64)
     # per group of the row, by increasing score
     g_u = np.empty(m_max)  # unscaled score
@@ -432,6 +432,7 @@ def large_rows(
                     if lab_q[r, lc] != ref_lab[j, lc]:
                         break
                     lev += 1
+            k = 0
             if is_bits:
                 w = np.int64(s[r, j])
                 k = (w ^ ((w >> 15) & 0x7FFF)) + 32768
@@ -443,22 +444,22 @@ def large_rows(
             if v != v:
                 return -1
             val[m], kind[m], col[m] = v, lev, j
-            beyond[m] = positive and v < cut_r
-            if beyond[m]:
+            out = positive and v < cut_r
+            beyond[m] = out
+            if out:
                 n_beyond[lev] += 1
-            m += 1
-        # 1. groups of equal score, in increasing order, with their count and kind
-        n_g = 0
-        hist = is_bits and m > 0 and kmax - kmin + 1 <= 4 * m + 4096
-        if hist:  # a histogram of the keys
-            for i in range(m):
-                k = key[i]
-                fk = 0 if beyond[i] else kind[i]
+            if is_bits:  # the histogram of the keys: items placed and their kind
+                fk = 0 if out else lev
                 if b_kind[k] == -2:
                     b_kind[k] = fk
                 elif b_kind[k] != fk:
                     b_kind[k] = -1
-                b_n[k] += not beyond[i]
+                b_n[k] += not out
+            m += 1
+        # 1. groups of equal score, in increasing order, with their count and kind
+        n_g = 0
+        hist = is_bits and m > 0 and kmax - kmin + 1 <= 4 * m + 4096
+        if hist:  # the non-empty keys of the histogram
             for k in range(kmin, kmax + 1):
                 if b_kind[k] == -2:
                     continue
@@ -469,9 +470,10 @@ def large_rows(
                 b_grp[k] = n_g
                 b_n[k], b_kind[k] = 0, -2  # ready for the next row
                 n_g += 1
-            for i in range(m):
-                grp[i] = b_grp[key[i]]
-        elif m > 0:  # a sort of the scores
+        elif m > 0:  # a wide span: a sort of the scores
+            if is_bits:
+                for i in range(m):
+                    b_n[key[i]], b_kind[key[i]] = 0, -2
             order[:m] = np.argsort(val[:m])
             for p in range(m):
                 i = order[p]
@@ -512,7 +514,7 @@ def large_rows(
             for gi in range(n_g):
                 nd[gi] = g_off[gi]  # next free slot of the group
             for i in range(m):
-                gi = grp[i]
+                gi = b_grp[key[i]] if hist else grp[i]
                 if not g_flag[gi] or beyond[i]:
                     continue
                 x = _canonical_one(qi, g[col[i]], wa, wb, width)
