@@ -40,6 +40,7 @@ from rank_lab.data.datasets.alegoria import load_alegoria
 from rank_lab.data.datasets.cars import load_cars
 from rank_lab.data.datasets.cifar import load_cifar
 from rank_lab.data.datasets.cub import load_cub
+from rank_lab.data.datasets.dyml import load_dyml
 from rank_lab.data.datasets.inaturalist import load_inaturalist
 from rank_lab.data.datasets.sop import load_sop
 from rank_lab.data.datasets.sources import DATASET_SOURCES
@@ -122,6 +123,16 @@ DATASETS: dict[str, DatasetInfo] = {
         "al.",
         load_inaturalist,
         "inaturalist",
+    ),
+    "dyml": DatasetInfo(
+        "DyML-Vehicle, DyML-Animal and DyML-Product (Sun et al., CVPR 2021)",
+        "three datasets with 3 label levels each; their image counts are listed with the archives "
+        "(the Ramzi thesis, §4.4.1, does not give them)",
+        "one folder per dataset (`dyml_vehicle/`, ...) holding `train/label.csv` with "
+        "`train/imgs/`, and `bmk_fine/`, `bmk_middle/`, `bmk_coarse/` with their query and "
+        "gallery lists",
+        load_dyml,
+        "dyml",
     ),
     "alegoria": DatasetInfo(
         "ALEGORIA (cross-source heritage images)",
