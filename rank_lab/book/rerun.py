@@ -42,6 +42,7 @@ from rank_lab.data.datasets.cifar import load_cifar
 from rank_lab.data.datasets.cub import load_cub
 from rank_lab.data.datasets.dyml import load_dyml
 from rank_lab.data.datasets.inaturalist import load_inaturalist
+from rank_lab.data.datasets.landuse import load_landuse_pool
 from rank_lab.data.datasets.sop import load_sop
 from rank_lab.data.datasets.sources import DATASET_SOURCES
 
@@ -142,6 +143,16 @@ DATASETS: dict[str, DatasetInfo] = {
         "images; the layout is the one rank_lab documents, since none is published",
         load_alegoria,
         "alegoria",
+    ),
+    "landuse": DatasetInfo(
+        "Land-use datasets UCM, AID, RESISC45, PatternNet, RSI-CB, RSSCN7, SIRI-WHU and WHU-RS19",
+        "104,952 aerial scene images in 207 classes, from 1,005 (WHU-RS19) to 31,500 (RESISC45) "
+        "per dataset (Gominski thesis, Tab. 5.4)",
+        "one folder holding the datasets as their archives unpack (`UCMerced_LandUse/Images/`, "
+        "`AID/`, `NWPU-RESISC45/`, `PatternNet/images/`, `RSI-CB256/`, `RSSCN7/`, "
+        "`12class_tif/`, `WHU-RS19/`), one sub-folder of images per class",
+        load_landuse_pool,
+        "landuse",
     ),
     "cifar10": DatasetInfo(
         "CIFAR-10",
