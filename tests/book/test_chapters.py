@@ -53,7 +53,6 @@ CHAPTERS = [ch.name for ch in toc_chapters(ROOT / "book").values() if ch.number 
 NOT_CONVERTED: dict[str, set[str]] = {
     "hierarchical_retrieval": {"apparatus", "effects"},
     "optimising_recall_at_k": {"apparatus"},  # main page 629 lines once its code fits 90 columns
-    "fewshot_retrieval": {"apparatus", "effects", "times"},
     "classification_by_retrieval": {"apparatus", "effects", "times"},
     "esupcon": {"apparatus"},  # main page 664 lines once its code fits 90 columns
 }
