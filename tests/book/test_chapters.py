@@ -51,7 +51,6 @@ CHAPTERS = [ch.name for ch in toc_chapters(ROOT / "book").values() if ch.number 
 #: times, intervals). A chapter engineer removes an aspect when its test passes (a strict xfail that
 #: passes fails, on purpose) and the chapter when none is left. Never add a name or an aspect back.
 NOT_CONVERTED: dict[str, set[str]] = {
-    "fewshot_retrieval": {"apparatus", "effects", "times"},
 }
 
 
