@@ -50,8 +50,7 @@ CHAPTERS = [ch.name for ch in toc_chapters(ROOT / "book").values() if ch.number 
 #: Chapters not yet converted, with the tests below that still fail for them (apparatus, effects,
 #: times, intervals). A chapter engineer removes an aspect when its test passes (a strict xfail that
 #: passes fails, on purpose) and the chapter when none is left. Never add a name or an aspect back.
-NOT_CONVERTED: dict[str, set[str]] = {
-}
+NOT_CONVERTED: dict[str, set[str]] = {}
 
 
 def _chapters(aspect: str) -> list:
