@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rank_lab.metrics.engine.formulas import _sums
+from rank_lab.metrics.engine.formulas._sums import asi_bulk, table_sum
 from rank_lab.metrics.engine.formulas.positions import LevelPositions, as_np, compiled, row_sums
 from rank_lab.metrics.hierarchy.relevance import relevance_table
 
@@ -128,7 +128,7 @@ def ndcg_h(p: LevelPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
     zero = torch.zeros(1, dtype=_F64, device=dev)
     if compiled(p.lv):
         disc_sum = torch.from_numpy(np.empty(p.lv.shape[0]))
-        _sums.table_sum(as_np(p.ge), as_np(p.valid), as_np(disc_t), disc_sum.numpy())
+        table_sum(as_np(p.ge), as_np(p.valid), as_np(disc_t), disc_sum.numpy())
     else:
         disc_sum = row_sums(torch.where(p.valid, disc_t[p.pos], zero))
     hdisc = torch.where(hval, disc_t[hpos], zero)
@@ -152,7 +152,7 @@ def asi(p: LevelPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
     n_high = p.counts[:, 2:].sum(1, keepdim=True)
     if compiled(p.lv):  # the same sum, one pass per row
         out = torch.from_numpy(np.empty(c))
-        _sums.asi_bulk(
+        asi_bulk(
             as_np(p.lv),
             as_np(p.ge),
             as_np(p.valid),

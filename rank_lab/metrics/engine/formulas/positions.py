@@ -24,7 +24,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from rank_lab.metrics.engine.formulas import _sums
+from rank_lab.metrics.engine.formulas._sums import pack_high, rank_over_position
 
 __all__ = ["BinaryPositions", "LevelPositions", "row_sums"]
 
@@ -198,7 +198,7 @@ class LevelPositions:
         positives of level >= 2.
         """
         if compiled(self.lv):
-            out = _sums.pack_high(as_np(self.lv), as_np(self.ge))
+            out = pack_high(as_np(self.lv), as_np(self.ge))
             out_lv, out_rank, out_pos = (torch.from_numpy(x) for x in out)
             return out_lv, out_rank, out_pos, out_lv >= 2
         lv, rank, pos = self.lv, self.rank, self.pos
@@ -231,7 +231,7 @@ class LevelPositions:
         """``(c,)`` ``sum_i i / pos_i`` over all positives (sequential)."""
         if compiled(self.lv):
             out = np.empty(self.lv.shape[0])
-            _sums.rank_over_position(
+            rank_over_position(
                 as_np(self.lv), as_np(self.ge), as_np(self.valid), as_np(self.inv_table), out
             )
             return torch.from_numpy(out)
