@@ -40,7 +40,9 @@ from rank_lab.data.datasets.alegoria import load_alegoria
 from rank_lab.data.datasets.cars import load_cars
 from rank_lab.data.datasets.cifar import load_cifar
 from rank_lab.data.datasets.cub import load_cub
+from rank_lab.data.datasets.dyml import load_dyml
 from rank_lab.data.datasets.inaturalist import load_inaturalist
+from rank_lab.data.datasets.landuse import load_landuse_pool
 from rank_lab.data.datasets.sop import load_sop
 from rank_lab.data.datasets.sources import DATASET_SOURCES
 
@@ -123,6 +125,16 @@ DATASETS: dict[str, DatasetInfo] = {
         load_inaturalist,
         "inaturalist",
     ),
+    "dyml": DatasetInfo(
+        "DyML-Vehicle, DyML-Animal and DyML-Product (Sun et al., CVPR 2021)",
+        "three datasets with 3 label levels each; their image counts are listed with the archives "
+        "(the Ramzi thesis, §4.4.1, does not give them)",
+        "one folder per dataset (`dyml_vehicle/`, ...) holding `train/label.csv` with "
+        "`train/imgs/`, and `bmk_fine/`, `bmk_middle/`, `bmk_coarse/` with their query and "
+        "gallery lists",
+        load_dyml,
+        "dyml",
+    ),
     "alegoria": DatasetInfo(
         "ALEGORIA (cross-source heritage images)",
         "13,174 images: 1,858 annotated images of 58 classes from 6 collections (the queries) and "
@@ -131,6 +143,16 @@ DATASETS: dict[str, DatasetInfo] = {
         "images; the layout is the one rank_lab documents, since none is published",
         load_alegoria,
         "alegoria",
+    ),
+    "landuse": DatasetInfo(
+        "Land-use datasets UCM, AID, RESISC45, PatternNet, RSI-CB, RSSCN7, SIRI-WHU and WHU-RS19",
+        "104,952 aerial scene images in 207 classes, from 1,005 (WHU-RS19) to 31,500 (RESISC45) "
+        "per dataset (Gominski thesis, Tab. 5.4)",
+        "one folder holding the datasets as their archives unpack (`UCMerced_LandUse/Images/`, "
+        "`AID/`, `NWPU-RESISC45/`, `PatternNet/images/`, `RSI-CB256/`, `RSSCN7/`, "
+        "`12class_tif/`, `WHU-RS19/`), one sub-folder of images per class",
+        load_landuse_pool,
+        "landuse",
     ),
     "cifar10": DatasetInfo(
         "CIFAR-10",

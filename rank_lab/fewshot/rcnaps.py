@@ -7,7 +7,10 @@ CNAPS code of Requeima et al. 2019, used unchanged by Simple CNAPS, Bateni et al
   and L2 normalisation (the thesis' "GeM global descriptors");
 * set encoder ``g``: 5 x [conv3x3 -> 64, BN, ReLU, max-pool 2], global average pooling, and the
   mean over the support set, ``z = (1/|S|) sum_{x in S} g(x)`` -- permutation invariant and
-  independent of the support size;
+  independent of the support size. Its batch norm always normalises a support set with the
+  statistics of that set: the CNAPS code keeps the set encoder "always in train mode to process
+  context data", in training and at test time alike, so a support is encoded the same way in both
+  (train as you test);
 * adaptation network: per ResNet stage with ``C`` channels a shared ``h = ReLU(W z + b)`` (``C``),
   and per block and per FiLM parameter a processor ``DRL -> ReLU -> DRL -> ReLU -> DRL`` with
   ``DRL(u) = W u + b + u``; ``gamma = P_gamma(h) * r_gamma + 1``, ``beta = P_beta(h) * r_beta``
@@ -77,6 +80,12 @@ class SetEncoder(nn.Module):
             ``ceil_mode=True`` so that small images work (the CNAPS code floors; the parameter
             count is the same).
 
+    Batch norm uses the statistics of the set being encoded, in train and in eval mode alike
+    (``track_running_stats=False``; the CNAPS code keeps its set encoder "always in train mode to
+    process context data"). Running statistics would encode a support differently at evaluation
+    than in training, where the adaptation network learned to read the codes; each set of a
+    ``(T, k, C, H, W)`` batch is normalised by its own statistics, never by its neighbours'.
+
     Raises:
         TypeError, ValueError: ``in_channels``, ``width`` or ``depth`` not a positive int.
     """
@@ -91,17 +100,31 @@ class SetEncoder(nn.Module):
         for _ in range(depth):
             layers += [
                 nn.Conv2d(cin, width, 3, padding=1),
-                nn.BatchNorm2d(width),
+                nn.BatchNorm2d(width, track_running_stats=False),
                 nn.ReLU(inplace=True),
                 nn.MaxPool2d(2, ceil_mode=True),
             ]
             cin = width
         self.net = nn.Sequential(*layers)
         self.out_dim = int(width)
+        self.depth = int(depth)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Per-image codes ``g(x)``: ``(k, C, H, W)`` -> ``(k, width)``."""
+        """Per-image codes ``g(x)`` of one set: ``(k, C, H, W)`` -> ``(k, width)`` (batch norm with
+        the set's own statistics)."""
         return self.net(x).mean(dim=(-2, -1))
+
+    def _check_statistics(self, k: int, h: int, w: int) -> None:
+        """The last batch norm must see more than one value per channel (``k h' w' > 1``)."""
+        h_last, w_last = h, w
+        for _ in range(self.depth - 1):
+            h_last, w_last = -(-h_last // 2), -(-w_last // 2)
+        if k * h_last * w_last < 2:
+            raise ValueError(
+                f"support of k={k} image(s) of {h} x {w} px: the last of the {self.depth} encoder "
+                "blocks sees a 1 x 1 map, so its batch norm has a single value per channel to "
+                "normalise with (the set's own statistics); give k >= 2 or larger images"
+            )
 
     def forward(self, support: torch.Tensor) -> torch.Tensor:
         """``(k, C, H, W)`` -> ``(width,)``; ``(T, k, C, H, W)`` -> ``(T, width)`` (one code per
@@ -112,7 +135,8 @@ class SetEncoder(nn.Module):
 
         Raises:
             TypeError: ``support`` not a floating tensor. ValueError: a wrong shape, an empty set
-                (``k = 0``: the mean of no code), NaN or inf.
+                (``k = 0``: the mean of no code), NaN or inf, a set of one image too small to
+                have batch statistics (one value per channel in the last block).
         """
         support = check_input(
             support,
@@ -126,10 +150,11 @@ class SetEncoder(nn.Module):
                 f"support must have shape (k, {self.in_channels}, H, W) or (T, k, "
                 f"{self.in_channels}, H, W) with k >= 1, got {tuple(support.shape)}"
             )
+        self._check_statistics(support.shape[-4], support.shape[-2], support.shape[-1])
         if support.ndim == 4:
             return self.encode(support).mean(0)
-        t, k = support.shape[:2]
-        return self.encode(support.flatten(0, 1)).view(t, k, -1).mean(1)
+        # one set at a time: each set is normalised by its own statistics
+        return torch.stack([self.encode(s).mean(0) for s in support])
 
 
 class _DenseResidual(nn.Linear):

@@ -50,13 +50,7 @@ CHAPTERS = [ch.name for ch in toc_chapters(ROOT / "book").values() if ch.number 
 #: Chapters not yet converted, with the tests below that still fail for them (apparatus, effects,
 #: times, intervals). A chapter engineer removes an aspect when its test passes (a strict xfail that
 #: passes fails, on purpose) and the chapter when none is left. Never add a name or an aspect back.
-NOT_CONVERTED: dict[str, set[str]] = {
-    "hierarchical_retrieval": {"apparatus", "effects"},
-    "optimising_recall_at_k": {"apparatus"},  # main page 629 lines once its code fits 90 columns
-    "fewshot_retrieval": {"apparatus", "effects", "times"},
-    "classification_by_retrieval": {"apparatus", "effects", "times"},
-    "esupcon": {"apparatus"},  # main page 664 lines once its code fits 90 columns
-}
+NOT_CONVERTED: dict[str, set[str]] = {}
 
 
 def _chapters(aspect: str) -> list:

@@ -165,6 +165,56 @@ def test_set_encoder_is_permutation_invariant_and_batched():
         enc(torch.rand(3, 16, 16))
 
 
+def test_set_encoder_codes_a_support_the_same_in_training_and_evaluation():
+    """Train as you test: the CNAPS code keeps its set encoder "always in train mode to process
+    context data", so batch norm normalises a support with that support's own statistics, in
+    training and at evaluation. With running statistics, evaluation would feed the adaptation
+    network codes it never saw in training."""
+    torch.manual_seed(0)
+    model = build_rcnaps("tiny", widths=(8, 16), encoder_width=16, encoder_depth=3, init_std=0.5)
+    s = 0.3 + 0.5 * torch.rand(5, 3, 16, 16)
+    model.train()
+    with torch.no_grad():
+        for _ in range(3):  # training passes on other supports
+            model.film_params(torch.rand(5, 3, 16, 16))
+        z_train, p_train = model.set_encoder(s), model.film_params(s)
+    model.eval()
+    with torch.no_grad():
+        z_eval, p_eval = model.set_encoder(s), model.film_params(s)
+    torch.testing.assert_close(z_eval, z_train, rtol=1e-5, atol=1e-6)
+    for st_t, st_e in zip(p_train, p_eval, strict=True):
+        for b_t, b_e in zip(st_t, st_e, strict=True):
+            for key in b_t:
+                torch.testing.assert_close(b_e[key], b_t[key], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_set_encoder_normalises_each_set_of_a_batch_by_its_own_statistics(mode):
+    torch.manual_seed(0)
+    enc = SetEncoder(3, 16, 3).train(mode == "train")
+    s1, s2 = torch.rand(4, 3, 16, 16), 3.0 * torch.rand(4, 3, 16, 16) + 1.0
+    with torch.no_grad():
+        two = enc(torch.stack([s1, s2]))
+        torch.testing.assert_close(two[0], enc(s1), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(two[1], enc(s2), rtol=1e-5, atol=1e-6)
+    # hand check of the first block: its batch norm standardises each channel over the set
+    bn_in = enc.net[0](s1)
+    out = enc.net[1](bn_in)
+    mu = bn_in.mean(dim=(0, 2, 3), keepdim=True)
+    var = bn_in.var(dim=(0, 2, 3), unbiased=False, keepdim=True)
+    torch.testing.assert_close(out, (bn_in - mu) / torch.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)
+
+
+def test_set_encoder_refuses_a_set_without_batch_statistics():
+    enc = SetEncoder(3, 8, 3)
+    assert enc(torch.rand(2, 3, 4, 4)).shape == (8,)  # 4 -> 2 -> 1: two values per channel
+    assert enc(torch.rand(1, 3, 8, 8)).shape == (8,)  # 8 -> 4 -> 2: four values
+    with pytest.raises(ValueError, match="batch norm"):
+        enc(torch.rand(1, 3, 4, 4))  # one image, 1 x 1 in the last block
+    with pytest.raises(ValueError, match="batch norm"):
+        enc(torch.rand(2, 1, 3, 4, 4))
+
+
 def test_rcnaps_descriptors_shape_and_norm():
     model = build_rcnaps("tiny", widths=(8, 16, 32), encoder_width=16, encoder_depth=3).eval()
     with torch.no_grad():

@@ -384,3 +384,59 @@ def test_the_torch_form_of_the_route_equals_the_compiled_one(kind, monkeypatch):
                     precision=prec,
                 )
                 assert_same(plain, compiled, (kind, prec, metrics[0], small))
+
+
+@pytest.mark.parametrize("kind", ["random", "clustered", "tied", "ulp"])
+@pytest.mark.parametrize("layout", ["one coarse class", "few coarse classes", "singletons"])
+def test_rows_with_many_positives_bit_identical(kind, layout, monkeypatch):
+    """The many-positives form (rows of more than SMALL_POSITIVES positives, grouped by a histogram
+    of their 16-bit keys) without any patch: every row one coarse class (no negative at all), a few
+    coarse classes, and fine classes of one item (empty finest level for those queries)."""
+    x, fine = _data(kind, 180, 12, seed=11, n_cls=30)
+    if layout == "one coarse class":
+        coarse = torch.zeros_like(fine)
+    elif layout == "few coarse classes":
+        coarse = fine % 2
+    else:
+        fine = torch.where(torch.arange(180) % 3 == 0, 100 + torch.arange(180), fine)
+        coarse = fine % 2
+    lab = torch.stack([fine, coarse], 1)
+    ks = (1, 7, 90)
+    want = brute_metrics(x, lab, ks, HIER + BINARY)
+    for prec in PRECISIONS:
+        got = engine(
+            x,
+            lab,
+            "counting",
+            monkeypatch,
+            ks=ks,
+            metrics=HIER + BINARY,
+            precision=prec,
+            no_positive="skip",
+        )
+        assert_same(got, want, (kind, layout, prec))
+
+
+def test_wide_score_span_takes_the_sorted_form(monkeypatch):
+    """Unnormalised rows over twelve orders of magnitude: a row's 16-bit keys span more values
+    than the histogram form takes, so the many-positives form sorts them instead -- same bits."""
+    g = torch.Generator().manual_seed(12)
+    x = (
+        torch.randn(160, 8, generator=g)
+        * torch.logspace(-6, 6, 160)[torch.randperm(160, generator=g)][:, None]
+    )
+    fine = torch.randint(0, 20, (160,), generator=g)
+    lab = torch.stack([fine, fine % 2], 1)
+    want = brute_metrics(x, lab, (1, 5), HIER, normalize=False)
+    for prec in PRECISIONS:
+        got = engine(
+            x,
+            lab,
+            "counting",
+            monkeypatch,
+            ks=(1, 5),
+            metrics=HIER,
+            precision=prec,
+            normalize=False,
+        )
+        assert_same(got, want, prec)

@@ -285,9 +285,10 @@ def retrieval_metrics(
         if normalize:
             q = normalize_rows(q)
             g = q if same else normalize_rows(g)
+        q_top = float(q.double().norm(dim=1).max())
         check_products_fit(
-            float(q.double().norm(dim=1).max()),
-            float(g.double().norm(dim=1).max()),
+            q_top,
+            q_top if same else float(g.double().norm(dim=1).max()),
             work,
             ("embeddings", "embeddings" if same else "ref_embeddings"),
         )

@@ -16,15 +16,20 @@ monotone case a level-1 positive has ``H-rank(i) = rel_1 i``; ASI's top level ne
 Eq. 4.7 when a coarse set is much smaller than a finer one) get H-AP from their own worst-case
 order (ties by increasing relevance); levels strictly between 1 and L (ASI, L >= 3) use the dense
 formula. Every sum along a row is sequential
-(:func:`~rank_lab.metrics.engine.formulas.positions.row_sums`).
+(:func:`~rank_lab.metrics.engine.formulas.positions.row_sums`); on the CPU the dense ones (the
+sums over every positive: precisions, NDCG discounts, ASI's level-1 intersections) take the
+compiled one-pass forms of :mod:`~rank_lab.metrics.engine.formulas._sums`, the same operations in
+the same order (the same bits, without ``(c, P)`` temporaries).
 Registered in :mod:`rank_lab.metrics.engine.formulas.registry`.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from rank_lab.metrics.engine.formulas.positions import LevelPositions, row_sums
+from rank_lab.metrics.engine.formulas._sums import asi_bulk, table_sum
+from rank_lab.metrics.engine.formulas.positions import LevelPositions, as_np, compiled, row_sums
 from rank_lab.metrics.hierarchy.relevance import relevance_table
 
 __all__: list[str] = []  # registered in formulas.registry; called through it
@@ -121,9 +126,13 @@ def ndcg_h(p: LevelPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
     gains = 2.0 ** torch.arange(p.n_levels + 1, dtype=_F64, device=dev) - 1.0
     disc_t = torch.cat([torch.zeros(1, dtype=_F64, device=dev), 1.0 / torch.log2(1.0 + p.grid[1:])])
     zero = torch.zeros(1, dtype=_F64, device=dev)
-    disc = torch.where(p.valid, disc_t[p.pos], zero)
+    if compiled(p.lv):
+        disc_sum = torch.from_numpy(np.empty(p.lv.shape[0]))
+        table_sum(as_np(p.ge), as_np(p.valid), as_np(disc_t), disc_sum.numpy())
+    else:
+        disc_sum = row_sums(torch.where(p.valid, disc_t[p.pos], zero))
     hdisc = torch.where(hval, disc_t[hpos], zero)
-    dcg = gains[1] * row_sums(disc) + row_sums((gains[hlv] - gains[1]) * hdisc)
+    dcg = gains[1] * disc_sum + row_sums((gains[hlv] - gains[1]) * hdisc)
     prefix = torch.cumsum(disc_t, 0)
     ends = p.counts[:, 1:].flip(1).cumsum(1)
     begins = ends - p.counts[:, 1:].flip(1)
@@ -139,17 +148,30 @@ def asi(p: LevelPositions, ks: tuple[int, ...]) -> dict[str, torch.Tensor]:
     ranks = torch.arange(1, width + 1, device=dev)
     inv_t = p.inv_table
     npos_c = p.n_pos[:, None]
-    in_range = ranks[None, :] <= npos_c  # n = 1..N+
-    hit = torch.zeros(c, width + 2, dtype=torch.long, device=dev)
-    hit.scatter_add_(1, p.pos.clamp(max=width + 1), p.valid.long())
-    a_all = hit.cumsum(1)[:, 1 : width + 1]  # positives with position <= n
-    hhit = torch.zeros(c, width + 2, dtype=torch.long, device=dev)
-    hhit.scatter_add_(1, hpos.clamp(max=width + 1), hval.long())
-    a_hi = hhit.cumsum(1)[:, 1 : width + 1]
+    in_range = ranks[None, :] <= npos_c if p.n_levels > 2 or not compiled(p.lv) else None
     n_high = p.counts[:, 2:].sum(1, keepdim=True)
-    b_1 = (ranks[None, :] - n_high).clamp(min=0).minimum(p.counts[:, 1:2])
-    term = torch.minimum(a_all - a_hi, b_1).to(_F64) * inv_t[ranks][None, :] * in_range
-    out = row_sums(term)
+    if compiled(p.lv):  # the same sum, one pass per row
+        out = torch.from_numpy(np.empty(c))
+        asi_bulk(
+            as_np(p.lv),
+            as_np(p.ge),
+            as_np(p.valid),
+            as_np(p.n_pos),
+            as_np(n_high[:, 0]),
+            as_np(p.counts[:, 1]),
+            as_np(inv_t),
+            out.numpy(),
+        )
+    else:
+        hit = torch.zeros(c, width + 2, dtype=torch.long, device=dev)
+        hit.scatter_add_(1, p.pos.clamp(max=width + 1), p.valid.long())
+        a_all = hit.cumsum(1)[:, 1 : width + 1]  # positives with position <= n
+        hhit = torch.zeros(c, width + 2, dtype=torch.long, device=dev)
+        hhit.scatter_add_(1, hpos.clamp(max=width + 1), hval.long())
+        a_hi = hhit.cumsum(1)[:, 1 : width + 1]
+        b_1 = (ranks[None, :] - n_high).clamp(min=0).minimum(p.counts[:, 1:2])
+        term = torch.minimum(a_all - a_hi, b_1).to(_F64) * inv_t[ranks][None, :] * in_range
+        out = row_sums(term)
     harm = torch.cumsum(inv_t, 0)  # H(m) = sum_{n <= m} 1/n (sequential)
     # top level: min(a_L(n), b_L(n)) = a_L(n)
     top_items = hval & (hlv == p.n_levels) & (hpos <= npos_c)

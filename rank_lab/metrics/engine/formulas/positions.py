@@ -21,9 +21,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import torch
 
+from rank_lab.metrics.engine.formulas._sums import pack_high, rank_over_position
+
 __all__ = ["BinaryPositions", "LevelPositions", "row_sums"]
+
+#: CPU tensors take the compiled row sums of :mod:`~rank_lab.metrics.engine.formulas._sums` (the
+#: same operations in the same order: the same bits); False runs the torch forms (the GPU's) on the
+#: CPU too (the tests compare both).
+USE_KERNELS = True
+
+
+def compiled(x: torch.Tensor) -> bool:
+    """Whether the sums over ``x``'s rows take the compiled kernels (CPU tensors)."""
+    return USE_KERNELS and x.device.type == "cpu"
+
+
+def as_np(x: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a contiguous numpy array (no copy when it is contiguous)."""
+    return np.ascontiguousarray(x.detach().numpy())
 
 
 def row_sums(x: torch.Tensor) -> torch.Tensor:
@@ -179,6 +197,10 @@ class LevelPositions:
         over *all* positives of a function of ``(rank, position)`` minus the same sum over the few
         positives of level >= 2.
         """
+        if compiled(self.lv):
+            out = pack_high(as_np(self.lv), as_np(self.ge))
+            out_lv, out_rank, out_pos = (torch.from_numpy(x) for x in out)
+            return out_lv, out_rank, out_pos, out_lv >= 2
         lv, rank, pos = self.lv, self.rank, self.pos
         hi = lv >= 2
         n_hi = hi.sum(1)
@@ -207,6 +229,12 @@ class LevelPositions:
     @cached_property
     def s_all(self) -> torch.Tensor:
         """``(c,)`` ``sum_i i / pos_i`` over all positives (sequential)."""
+        if compiled(self.lv):
+            out = np.empty(self.lv.shape[0])
+            rank_over_position(
+                as_np(self.lv), as_np(self.ge), as_np(self.valid), as_np(self.inv_table), out
+            )
+            return torch.from_numpy(out)
         return row_sums(self.rank * self.inv)
 
     @cached_property

@@ -6,18 +6,22 @@ works row by row on a block of queries, releases the GIL (blocks run in Python t
 in one fixed order per row, so a row's result does not depend on its block or thread:
 
 * :func:`emit_above` -- one pass over a block of stage-1 scores: every item at or above its row's
-  threshold, outside the row's positive range and not the query itself (blocks of 32 items whose
-  maximum is below the threshold are skipped with one vectorised comparison). bfloat16 scores are
-  compared as order-preserving integer keys of their bits.
+  threshold, outside the row's positive range and not the query itself (blocks of 64 items without
+  a hit are skipped after one vectorised comparison). 16-bit scores are compared as their int16 /
+  uint16 bit patterns, which order them like their values on either side of zero.
 * :func:`canonical_cpu` -- the canonical score of pairs: elementwise float products (no fused
   multiply-add), the fixed pairwise tree; bit-identical to
   :func:`~rank_lab.metrics.engine.scores.exact.canonical_pairs`.
-* :func:`flag_rows` -- which kept items must be re-scored: those whose canonical interval overlaps
-  the interval of an item of another kind (two pointers over the row sorted by stage-1 score).
-* :func:`order_rows` -- the positives in canonical order (key desc, kind asc) with the negatives
-  ranked before each. When the row's bulk (the level-1 positives) outnumbers the rest, the bulk is
-  not sorted: its members need no order among themselves, only how many of them precede each other
-  item, which a count gives.
+* :func:`range_scan` -- per row, the lowest stage-1 score of its positives (the threshold of the
+  negatives that can matter) and how many reach a guessed cut.
+* :func:`large_rows` -- rows with many positives: the positives in canonical order (key desc, kind
+  asc) with the negatives ranked before each. The items are ordered by a counting sort on their
+  16-bit stage-1 keys and grouped by equal score; only groups whose interval overlaps one of another
+  kind are re-scored and sorted, every other group is placed as a block (no comparison sort of the
+  bulk, no per-item interval).
+* :func:`small_scan`, :func:`small_finish` -- rows with few positives: every positive re-scored,
+  each negative placed by the positives' stage-1 limits, the doubtful ones re-scored where the
+  metrics need them.
 """
 
 from __future__ import annotations
@@ -25,10 +29,18 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["emit_above", "bf16_keys", "sample_kth", "canonical_cpu", "flag_rows", "order_rows"]
+__all__ = [
+    "emit_above",
+    "bf16_keys",
+    "sample_kth",
+    "canonical_cpu",
+    "range_scan",
+    "large_rows",
+    "small_scan",
+    "small_finish",
+]
 
 _MARGIN = 2.0**-40
-_BLOCK = 32
 _SCAN = 64  # items per block of the counting route's scan
 
 
@@ -45,6 +57,24 @@ def bf16_keys(bits: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def _any_at_least(row: np.ndarray, j0: int, th: np.int16) -> bool:  # pragma: no cover - compiled
+    """Whether ``row[j0:j0 + _SCAN] >= th`` anywhere (int16; one vectorised or over the block)."""
+    hit = np.int16(0)
+    for j in range(j0, j0 + _SCAN):
+        hit |= np.int16(row[j] >= th)
+    return hit != 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _any_at_most(row: np.ndarray, j0: int, th: np.uint16) -> bool:  # pragma: no cover - compiled
+    """Whether ``uint16(row[j0:j0 + _SCAN]) <= th`` anywhere (one vectorised or over the block)."""
+    hit = np.int16(0)
+    for j in range(j0, j0 + _SCAN):
+        hit |= np.int16(np.uint16(row[j]) <= th)
+    return hit != 0
+
+
+@numba.njit(cache=True, nogil=True)
 def emit_above(
     s: np.ndarray,
     thr: np.ndarray,
@@ -57,9 +87,15 @@ def emit_above(
 ) -> int:  # pragma: no cover - compiled
     """Items ``(r, j)`` of ``s (c, N)`` with ``key(s[r, j]) >= thr[r]``, ``j`` outside
     ``[range_a[r], range_b[r])`` and ``j != self_col[r]`` (-1: none), written to ``out_r``/``out_c``
-    up to their length. ``s`` holds int16 bfloat16 bits (``thr``: int64 keys) or floats (``thr``:
-    same dtype;
-    NaN scores are emitted). Returns the number of items found (more than the capacity: call again).
+    up to their length. ``s`` holds int16 bits of bfloat16 / float16 (``thr``: int64 keys) or
+    floats (``thr``: same dtype; NaN scores are emitted). Returns the number of items found (more
+    than the capacity: call again).
+
+    16-bit scores are compared without computing their keys: for a threshold key ``t >= 0`` the
+    keys at or above it are the int16 bit patterns ``>= t`` (negative patterns are negative
+    numbers); for ``t < 0`` they are the patterns whose uint16 value is at most ``t ^ 0x7FFF``
+    (every non-negative number, and the negative ones of magnitude at most that of ``t``). Blocks
+    of :data:`_SCAN` items with no hit are skipped after one vectorised comparison.
     """
     c, n = s.shape
     count = 0
@@ -68,22 +104,30 @@ def emit_above(
         t = thr[r]
         a, b, own = range_a[r], range_b[r], self_col[r]
         row = s[r]
-        for j0 in range(0, n, _BLOCK):
-            j1 = min(j0 + _BLOCK, n)
-            hits = 0  # a vectorised count over the block (no branch per item)
-            if is_bits:
-                for j in range(j0, j1):
-                    v = np.int64(row[j])
-                    hits += (v ^ ((v >> 15) & 0x7FFF)) >= t
-            else:
+        signed, th16, tu16 = True, np.int16(0), np.uint16(0)
+        if is_bits:
+            ti = np.int64(t)  # an int64 key (this form is also typed for float scores)
+            if ti > 32767:
+                continue
+            signed = ti >= 0
+            th16 = np.int16(ti if signed else 0)
+            tu16 = np.uint16(0xFFFF if ti < -32768 else (0 if signed else (ti ^ 0x7FFF) & 0xFFFF))
+        for j0 in range(0, n, _SCAN):
+            j1 = min(j0 + _SCAN, n)
+            if is_bits and j1 - j0 == _SCAN:
+                if signed and not _any_at_least(row, j0, th16):
+                    continue
+                if not signed and not _any_at_most(row, j0, tu16):
+                    continue
+            elif not is_bits:
+                hits = 0  # a vectorised count over the block (no branch per item)
                 for j in range(j0, j1):
                     hits += not (row[j] < t)
-            if hits == 0:
-                continue
+                if hits == 0:
+                    continue
             for j in range(j0, j1):
                 if is_bits:
-                    v = np.int64(row[j])
-                    above = (v ^ ((v >> 15) & 0x7FFF)) >= t
+                    above = row[j] >= th16 if signed else np.uint16(row[j]) <= tu16
                 else:
                     above = not (row[j] < t)
                 if above and (j < a or j >= b) and j != own:
@@ -222,143 +266,297 @@ def _sure_limits(
 
 
 @numba.njit(cache=True, nogil=True)
-def flag_rows(
-    offsets: np.ndarray,
-    u: np.ndarray,
-    kind: np.ndarray,
-    a: np.ndarray,
-    eta: np.ndarray,
-    c: float,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    flag: np.ndarray,
-) -> None:  # pragma: no cover - compiled
-    """For every row's items ``offsets[r]:offsets[r + 1]`` (unscaled stage-1 scores ``u``, kinds: 0
-    negative, l >= 1 positive of level l): their intervals ``[lo, hi]`` and whether the interval
-    overlaps one of an item of another kind (then ``flag``: re-score it)."""
-    for r in range(offsets.shape[0] - 1):
-        i0, i1 = offsets[r], offsets[r + 1]
-        m = i1 - i0
-        if m == 0:
-            continue
-        for i in range(i0, i1):
-            lo[i], hi[i] = _interval(u[i], a[r], eta[r], c)
-        order = np.argsort(u[i0:i1]) + i0  # lo and hi increase with u
-        k_s = kind[order]
-        # next_diff[j]: first sorted position after j whose kind differs from kind[j]
-        next_diff = np.empty(m, dtype=np.int64)
-        next_diff[m - 1] = m
-        for j in range(m - 2, -1, -1):
-            next_diff[j] = j + 1 if k_s[j + 1] != k_s[j] else next_diff[j + 1]
-        # last position before j with another kind (-1: none)
-        prev_diff = np.empty(m, dtype=np.int64)
-        prev_diff[0] = -1
-        for j in range(1, m):
-            prev_diff[j] = j - 1 if k_s[j - 1] != k_s[j] else prev_diff[j - 1]
-        left = 0  # first sorted item with hi >= lo_i
-        right = 0  # first sorted item with lo > hi_i
-        for j in range(m):
-            i = order[j]
-            while left < m and hi[order[left]] < lo[i]:
-                left += 1
-            while right < m and lo[order[right]] <= hi[i]:
-                right += 1
-            # window [left, right) holds j; another kind inside it?
-            flag[i] = next_diff[j] < right or prev_diff[j] >= left
+def range_scan(
+    s: np.ndarray,
+    is_bits: bool,
+    table: np.ndarray,
+    range_a: np.ndarray,
+    range_b: np.ndarray,
+    self_col: np.ndarray,
+    guess: np.ndarray,
+    lowest: np.ndarray,
+    reach: np.ndarray,
+) -> bool:  # pragma: no cover - compiled
+    """Per row, over its positives (columns ``[range_a[r], range_b[r])`` less ``self_col[r]``): the
+    lowest stage-1 score ``lowest[r]`` (``+inf`` without positives) and how many score at least
+    ``guess[r]`` (``reach[r]``). ``s``: int16 bits of bfloat16 / float16 (``is_bits``; ``table``
+    maps the bits, as uint16, to float32 values) or floats. Returns False for a NaN score."""
+    for r in range(s.shape[0]):
+        own, gs = self_col[r], guess[r]
+        low = np.inf
+        cnt = 0
+        for j in range(range_a[r], range_b[r]):
+            if j == own:
+                continue
+            v = np.float64(table[np.uint16(s[r, j])]) if is_bits else np.float64(s[r, j])
+            if v != v:
+                return False
+            low = min(low, v)
+            cnt += v >= gs
+        lowest[r] = low
+        reach[r] = cnt
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
-def order_rows(
-    offsets: np.ndarray,
-    key: np.ndarray,
-    kind: np.ndarray,
+def _sort_run(key: np.ndarray, kind: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Indices of ``(key, kind)`` in canonical order: key descending, ties by kind ascending
+    (insertion sort for short runs, two stable sorts otherwise)."""
+    n = key.shape[0]
+    if n > 24:
+        by_kind = np.argsort(kind, kind="mergesort")
+        return by_kind[np.argsort(-key[by_kind], kind="mergesort")]
+    idx = np.arange(n)
+    for t in range(1, n):
+        x = idx[t]
+        u = t
+        while u > 0 and (
+            key[idx[u - 1]] < key[x] or (key[idx[u - 1]] == key[x] and kind[idx[u - 1]] > kind[x])
+        ):
+            idx[u] = idx[u - 1]
+            u -= 1
+        idx[u] = x
+    return idx
+
+
+@numba.njit(cache=True, nogil=True)
+def large_rows(
+    s: np.ndarray,
+    is_bits: bool,
+    table: np.ndarray,
+    range_a: np.ndarray,
+    range_b: np.ndarray,
+    self_col: np.ndarray,
+    lab_q: np.ndarray,
+    ref_lab: np.ndarray,
+    neg_off: np.ndarray,
+    neg_col: np.ndarray,
+    cut: np.ndarray,
+    exp: np.ndarray,
+    bound_a: np.ndarray,
+    bound_eta: np.ndarray,
+    c_out: float,
+    q: np.ndarray,
+    q_rows: np.ndarray,
+    g: np.ndarray,
+    width: int,
     lv_out: np.ndarray,
     ge_out: np.ndarray,
     key_out: np.ndarray,
-    tied_levels: np.ndarray,
-) -> None:  # pragma: no cover - compiled
-    """Each row's positives in canonical order (key desc; ties: negatives first, then by level),
-    with the negatives ranked before each (``ge_out``) and their keys.
+    bad: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """Steps 3-4 of the counting route for rows with many positives: each row's positives in
+    canonical order (score desc, level asc), the negatives ranked before each, and their keys.
 
-    ``key`` holds each item's canonical score where it was computed and its stage-1 score elsewhere:
-    any two items of different kinds are then in canonical order. With a large level-1 bulk and few
-    other items, the bulk is counted instead of sorted; its slots then get keys ``-slot`` (their own
-    order is free) unless two positives of different levels tie exactly (``tied_levels[r]``: keys in
-    that case come from a full sort).
+    Row ``r``'s items are its positives -- the columns ``[range_a[r], range_b[r])`` but
+    ``self_col[r]``, of level ``1 +`` the number of finer label columns of ``ref_lab`` that match
+    ``lab_q[r]`` from the coarse side -- and its kept negatives ``neg_col[neg_off[r]:neg_off[r +
+    1]]``. A positive whose stage-1 score is below ``cut[r]`` lies beyond the K-th score: it only
+    has to come after every kept item (key ``-inf``; it counts as a negative for the overlap test,
+    as its place among the negatives does not matter).
+
+    Per row, without a comparison sort of the bulk:
+
+    1. the items are grouped by equal stage-1 score: a histogram of their 16-bit keys (the scores
+       of a row span a few hundred bfloat16 values; a wide span, or float scores, take
+       ``np.argsort``). A group is what the bound sees as one item: one interval ``[lo, hi]``
+       (:func:`_interval`), computed once, the number of its items and their kind (or "mixed");
+    2. two pointers over the groups give each group's window (the groups whose interval overlaps
+       its own): a group is re-scored (:func:`_canonical_one`, each item) when its window holds
+       an item of another kind;
+    3. walking the groups by decreasing score, a group placed by its score is one block of items
+       of one kind -- a count of negatives, or positives that share the count -- and a maximal run
+       of re-scored groups is sorted by (canonical score desc, kind asc). Two items of different
+       kinds in different blocks have disjoint intervals (a group between two overlapping
+       intervals overlaps both, so it would be re-scored and join their run), so the result is
+       the canonical order up to the order of items of one kind, which no count depends on.
+
+    Writes ``lv_out[r]`` (levels of the sorted positives, 0 padding), ``ge_out[r]`` (negatives
+    before each), ``key_out[r]`` (the canonical score where computed, the unscaled stage-1 score
+    elsewhere, ``-inf`` beyond the cut and for padding). ``s``: int16 bits of bfloat16 / float16
+    (``is_bits``; ``table``: their float32 values) or floats; ``exp``: stage-1 scores are ``2^exp``
+    times the unscaled ones; ``bound_a``, ``bound_eta``, ``c_out``: the bound; ``q[q_rows[r]]``,
+    ``g``: the working-precision rows of the canonical score (``width = 2^h``). Returns 0, or -1
+    for a NaN stage-1 score, or -2 for a canonical score outside its interval (``bad = [score, lo,
+    hi]``).
     """
-    for r in range(offsets.shape[0] - 1):
-        i0, i1 = offsets[r], offsets[r + 1]
-        m = i1 - i0
-        if m == 0:
-            continue
-        n_bulk = 0
-        for i in range(i0, i1):
-            if kind[i] == 1:
-                n_bulk += 1
-        n_other = m - n_bulk
-        full = n_bulk < 256 or n_other * n_bulk > 16 * m * (1 + int(np.log2(m)))
-        if not full:  # minority sorted, bulk counted
-            others = np.empty(n_other, dtype=np.int64)
-            bulk = np.empty(n_bulk, dtype=key.dtype)
-            o = 0
-            b = 0
-            for i in range(i0, i1):
-                if kind[i] == 1:
-                    bulk[b] = key[i]
-                    b += 1
-                else:
-                    others[o] = i
-                    o += 1
-            ok = np.argsort(kind[others], kind="mergesort")
-            others = others[ok]
-            od = np.argsort(-key[others], kind="mergesort")
-            others = others[od]
-            for t in range(1, n_other):  # positives of two levels >= 2 tied exactly
-                x0, x1 = others[t - 1], others[t]
-                if key[x0] == key[x1] and kind[x0] >= 1 and kind[x1] >= 1 and kind[x0] != kind[x1]:
-                    tied_levels[r] = True
-            above = np.empty(n_other, dtype=np.int64)  # bulk items ranked before each other item
-            for t in range(n_other):
-                x = key[others[t]]
-                cnt = 0
-                if kind[others[t]] == 0:  # a negative comes before tied positives
-                    for v in bulk:
-                        cnt += v > x
-                else:  # a level >= 2 positive comes after tied level-1 ones
-                    for v in bulk:
-                        cnt += v >= x
-                        if v == x:
-                            tied_levels[r] = True
-                above[t] = cnt
-            if not tied_levels[r]:
-                slot, negs, placed = 0, 0, 0
-                for t in range(n_other + 1):
-                    upto = n_bulk if t == n_other else above[t]
-                    while placed < upto:
-                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = 1, negs, -slot
-                        slot += 1
-                        placed += 1
-                    if t == n_other:
-                        break
-                    it = others[t]
-                    if kind[it] == 0:
-                        negs += 1
-                    else:
-                        lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[it], negs, -slot
-                        slot += 1
+    c = s.shape[0]
+    n_levels = lab_q.shape[1]
+    m_max = 1
+    for r in range(c):
+        m_max = max(m_max, max(range_b[r] - range_a[r], 0) + neg_off[r + 1] - neg_off[r])
+    # per item of the row
+    key = np.empty(m_max, dtype=np.int64)  # 16-bit order key (0 .. 65535)
+    val = np.empty(m_max)  # stage-1 score (scaled)
+    kind = np.empty(m_max, dtype=np.int64)  # 0: negative, l >= 1: positive of level l
+    col = np.empty(m_max, dtype=np.int64)
+    beyond = np.empty(m_max, dtype=np.bool_)
+    grp = np.empty(m_max, dtype=np.int64)  # its group (the sort form)
+    order = np.empty(m_max, dtype=np.int64)
+    # per group of the row, by increasing score
+    g_u = np.empty(m_max)  # unscaled score
+    g_lo = np.empty(m_max)
+    g_hi = np.empty(m_max)
+    g_n = np.empty(m_max, dtype=np.int64)  # items placed in the walk (beyond the cut: not)
+    g_kind = np.empty(m_max, dtype=np.int64)  # kind of the overlap test, -1: mixed
+    g_flag = np.empty(m_max, dtype=np.bool_)
+    g_off = np.empty(m_max + 1, dtype=np.int64)  # first slot of a re-scored group in run_*
+    nd = np.empty(m_max, dtype=np.int64)
+    pd = np.empty(m_max, dtype=np.int64)
+    run_key = np.empty(m_max)
+    run_kind = np.empty(m_max, dtype=np.int64)
+    n_beyond = np.zeros(n_levels + 1, dtype=np.int64)
+    # per 16-bit key (the histogram form): items placed, kind (-2: none, -1: mixed), group
+    b_n = np.zeros(65536 if is_bits else 1, dtype=np.int64)
+    b_kind = np.full(65536 if is_bits else 1, -2, dtype=np.int64)
+    b_grp = np.empty(65536 if is_bits else 1, dtype=np.int64)
+    wa = np.empty(max(width // 2, 1), dtype=q.dtype)
+    wb = np.empty(max(width // 2, 1), dtype=q.dtype)
+    for r in range(c):
+        scale = 2.0 ** (-exp[r])
+        a_r, eta_r = bound_a[r], bound_eta[r]
+        own, cut_r = self_col[r], cut[r]
+        n_beyond[:] = 0
+        # the items: positives with their levels, then the kept negatives
+        m = 0
+        kmin, kmax = 65536, -1
+        for t in range(range_a[r], range_b[r] + neg_off[r + 1] - neg_off[r]):
+            positive = t < range_b[r]
+            j = t if positive else neg_col[neg_off[r] + t - range_b[r]]
+            if j == own:
                 continue
-        idx = np.arange(i0, i1)
-        ok = np.argsort(kind[idx], kind="mergesort")
-        idx = idx[ok]
-        od = np.argsort(-key[idx], kind="mergesort")
-        idx = idx[od]
-        slot, negs = 0, 0
-        for it in idx:
-            if kind[it] == 0:
-                negs += 1
+            lev = 0
+            if positive:
+                lev = 1
+                for lc in range(n_levels - 2, -1, -1):
+                    if lab_q[r, lc] != ref_lab[j, lc]:
+                        break
+                    lev += 1
+            k = 0
+            if is_bits:
+                w = np.int64(s[r, j])
+                k = (w ^ ((w >> 15) & 0x7FFF)) + 32768
+                key[m] = k
+                kmin, kmax = min(kmin, k), max(kmax, k)
+                v = np.float64(table[np.uint16(s[r, j])])
             else:
-                lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = kind[it], negs, key[it]
+                v = np.float64(s[r, j])
+            if v != v:
+                return -1
+            val[m], kind[m], col[m] = v, lev, j
+            out = positive and v < cut_r
+            beyond[m] = out
+            if out:
+                n_beyond[lev] += 1
+            if is_bits:  # the histogram of the keys: items placed and their kind
+                fk = 0 if out else lev
+                if b_kind[k] == -2:
+                    b_kind[k] = fk
+                elif b_kind[k] != fk:
+                    b_kind[k] = -1
+                b_n[k] += not out
+            m += 1
+        # 1. groups of equal score, in increasing order, with their count and kind
+        n_g = 0
+        hist = is_bits and m > 0 and kmax - kmin + 1 <= 4 * m + 4096
+        if hist:  # the non-empty keys of the histogram
+            for k in range(kmin, kmax + 1):
+                if b_kind[k] == -2:
+                    continue
+                w = k - 32768
+                bits = w ^ ((w >> 15) & 0x7FFF)
+                g_u[n_g] = np.float64(table[np.uint16(bits)]) * scale
+                g_n[n_g], g_kind[n_g] = b_n[k], b_kind[k]
+                b_grp[k] = n_g
+                b_n[k], b_kind[k] = 0, -2  # ready for the next row
+                n_g += 1
+        elif m > 0:  # a wide span: a sort of the scores
+            if is_bits:
+                for i in range(m):
+                    b_n[key[i]], b_kind[key[i]] = 0, -2
+            order[:m] = np.argsort(val[:m])
+            for p in range(m):
+                i = order[p]
+                if p == 0 or val[i] != val[order[p - 1]]:
+                    g_u[n_g], g_n[n_g], g_kind[n_g] = val[i] * scale, 0, -2
+                    n_g += 1
+                fk = 0 if beyond[i] else kind[i]
+                gi = n_g - 1
+                if g_kind[gi] == -2:
+                    g_kind[gi] = fk
+                elif g_kind[gi] != fk:
+                    g_kind[gi] = -1
+                g_n[gi] += not beyond[i]
+                grp[i] = gi
+        for gi in range(n_g):
+            g_lo[gi], g_hi[gi] = _interval(g_u[gi], a_r, eta_r, c_out)
+        # 2. the groups whose window holds another kind (mixed groups always)
+        if n_g > 0:
+            nd[n_g - 1] = n_g
+            for gi in range(n_g - 2, -1, -1):
+                nd[gi] = gi + 1 if g_kind[gi + 1] != g_kind[gi] else nd[gi + 1]
+            pd[0] = -1
+            for gi in range(1, n_g):
+                pd[gi] = gi - 1 if g_kind[gi - 1] != g_kind[gi] else pd[gi - 1]
+        left, right, n_run = 0, 0, 0
+        for gi in range(n_g):
+            while left < n_g and g_hi[left] < g_lo[gi]:
+                left += 1
+            while right < n_g and g_lo[right] <= g_hi[gi]:
+                right += 1
+            g_flag[gi] = g_kind[gi] == -1 or nd[gi] < right or pd[gi] >= left
+            g_off[gi] = n_run
+            if g_flag[gi]:
+                n_run += g_n[gi]
+        g_off[n_g] = n_run
+        if n_run > 0:  # the canonical scores of the re-scored groups' items (in column order)
+            qi = q[q_rows[r]]
+            for gi in range(n_g):
+                nd[gi] = g_off[gi]  # next free slot of the group
+            for i in range(m):
+                gi = b_grp[key[i]] if hist else grp[i]
+                if not g_flag[gi] or beyond[i]:
+                    continue
+                x = _canonical_one(qi, g[col[i]], wa, wb, width)
+                if x < g_lo[gi] or x > g_hi[gi]:
+                    bad[0], bad[1], bad[2] = x, g_lo[gi], g_hi[gi]
+                    return -2
+                run_key[nd[gi]], run_kind[nd[gi]] = x, kind[i]
+                nd[gi] += 1
+        # 3. the groups by decreasing score
+        slot, negs = 0, 0
+        gi = n_g - 1
+        while gi >= 0:
+            if not g_flag[gi]:  # one kind: a block
+                if g_kind[gi] == 0:
+                    negs += g_n[gi]
+                else:
+                    for _ in range(g_n[gi]):
+                        lv_out[r, slot], ge_out[r, slot] = g_kind[gi], negs
+                        key_out[r, slot] = g_u[gi]
+                        slot += 1
+                gi -= 1
+                continue
+            top = gi
+            while gi >= 0 and g_flag[gi]:
+                gi -= 1
+            p0, p1 = g_off[gi + 1], g_off[top + 1]
+            for t in _sort_run(run_key[p0:p1], run_kind[p0:p1]):
+                k = run_kind[p0 + t]
+                if k == 0:
+                    negs += 1
+                else:
+                    lv_out[r, slot], ge_out[r, slot] = k, negs
+                    key_out[r, slot] = run_key[p0 + t]
+                    slot += 1
+        # beyond the cut: after every kept item, by level
+        for lev in range(1, n_levels + 1):
+            for _ in range(n_beyond[lev]):
+                lv_out[r, slot], ge_out[r, slot], key_out[r, slot] = lev, negs, -np.inf
                 slot += 1
+        for t in range(slot, lv_out.shape[1]):
+            lv_out[r, t], ge_out[r, t], key_out[r, t] = 0, 0, -np.inf
+    return 0
 
 
 @numba.njit(cache=True, nogil=True)

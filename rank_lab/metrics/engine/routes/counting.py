@@ -46,8 +46,8 @@ from rank_lab.metrics.engine.routes._kernels import (
     bf16_keys,
     canonical_cpu,
     emit_above,
-    flag_rows,
-    order_rows,
+    large_rows,
+    range_scan,
     sample_kth,
     small_finish,
     small_scan,
@@ -100,6 +100,9 @@ class _Plan:
         self.qp = self.gp if req.same else req.queries[self.q_order.to(dev)]
         self.lab_q = lab[self.q_order]
         self.ref_lab = ref_lab[self.g_order]
+        # the same, contiguous int64 for the kernels
+        self.lab_q_np = np.ascontiguousarray(self.lab_q.numpy(), dtype=np.int64)
+        self.ref_lab_np = np.ascontiguousarray(self.ref_lab.numpy(), dtype=np.int64)
         coarse, sizes = torch.unique_consecutive(self.ref_lab[:, -1], return_counts=True)
         starts = torch.cumsum(sizes, 0) - sizes
         k = torch.searchsorted(coarse, self.lab_q[:, -1].contiguous()).clamp(
@@ -202,6 +205,8 @@ def _block_positions(
     s = st.product(st.qr[r0:r1], st.gr, flat)
     a, b = plan.range_a[r0:r1], plan.range_b[r0:r1]
     width = max(int((b - a).max()), 1)
+    if dev.type == "cpu" and USE_KERNELS and width > SMALL_POSITIVES:
+        return _large_rows(plan, req, r0, rows, s, a, b, width)
     idx = a[:, None] + torch.arange(width)[None, :]
     in_range = idx < b[:, None]
     idx = idx.clamp(max=n_g - 1)
@@ -224,7 +229,7 @@ def _block_positions(
     thr = st.thresholds(torch.where(has_pos, lowest, torch.zeros_like(lowest)), rows)
     thr = torch.where(has_pos, thr, torch.full_like(thr, torch.inf))
     if dev.type == "cpu" and USE_KERNELS:
-        return _resolve_cpu(plan, req, r0, rows, s, pv, level_d, idx_d, thr, has_pos, a, b)
+        return _small_block(plan, req, r0, rows, s, pv, level_d, idx_d, thr, has_pos, a, b)
     for g0, g1 in _groups(a, b):
         s[g0:g1, int(a[g0]) : int(b[g0])] = -torch.inf
     if plan.self_col is not None:
@@ -295,7 +300,46 @@ def _emit(
     return torch.from_numpy(out_r[:n]), torch.from_numpy(out_c[:n])
 
 
-def _resolve_cpu(
+def _own_cols(plan: _Plan, r0: int, c: int) -> np.ndarray:
+    """The query's own gallery column of each row of the block (-1: none)."""
+    if plan.self_col is not None:
+        return plan.self_col[r0 : r0 + c].numpy()
+    return np.full(c, -1, dtype=np.int64)
+
+
+def _guess_kth(
+    plan: _Plan, s: torch.Tensor, s_np: np.ndarray, n_pos: torch.Tensor, own: np.ndarray
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For metrics that read the first ``K`` positions only (``plan.list_depth``): each row's
+    ``K = max(list_depth, R)`` and a guess of a lower bound of its K-th stage-1 score (scaled, in
+    the scores' values; ``-inf`` where the sample is too short), to be verified by the caller (at
+    least K items must reach it).
+
+    The guess is the m-th largest of every 16th score (m >= 8: it estimates the (16 m)-th largest
+    of the row); for small K it sits a little below the K-th score.
+    """
+    k_row = torch.clamp(n_pos, min=plan.list_depth)
+    stride = max(1, min(16, s.shape[1] // 32))
+    m = torch.clamp(-(-3 * k_row // (2 * stride)), min=8)
+    guess = torch.from_numpy(sample_kth(s_np, s.dtype in _BITS, stride, m.numpy(), own))
+    if s.dtype in _BITS:
+        guess = _from_keys(guess, s.dtype)
+    return k_row, guess
+
+
+def _cut_at(
+    st: Stage1, guess: torch.Tensor, rows: torch.Tensor, has_pos: torch.Tensor, thr: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cut, cap_rows)``: the stage-1 threshold below which an item cannot reach the guessed
+    K-th score, and the rows where it removes more than the lowest positive's threshold ``thr``."""
+    cut = st.thresholds(
+        torch.where(torch.isfinite(guess), guess, torch.zeros_like(guess)).to(st.cmp), rows
+    )
+    cut = torch.where(torch.isfinite(guess), cut, torch.full_like(cut, -torch.inf))
+    return cut, has_pos & (cut > thr)
+
+
+def _small_block(
     plan: _Plan,
     req: MetricsRequest,
     r0: int,
@@ -309,159 +353,140 @@ def _resolve_cpu(
     a: torch.Tensor,
     b: torch.Tensor,
 ) -> LevelPositions:
-    """Steps 2-4 of the module docstring on one block, with the compiled kernels (CPU)."""
-    st = plan.st
-    c, width = pv.shape
+    """Steps 2-4 of the module docstring on a block whose rows have at most
+    :data:`SMALL_POSITIVES` positives, with the compiled kernels (CPU): :func:`_small_rows`."""
+    c = pv.shape[0]
     s_np = s.view(torch.int16).numpy() if s.dtype in _BITS else s.numpy()
-    own = (
-        plan.self_col[r0 : r0 + c].numpy()
-        if plan.self_col is not None
-        else np.full(c, -1, dtype=np.int64)
-    )
-    a_np, b_np = a.numpy(), b.numpy()
+    own = _own_cols(plan, r0, c)
     is_pos = level > 0
-    use = thr
-    cap_rows = None
-    # every metric reads the first K positions only: a cut at the K-th score
-    if plan.list_depth is not None:
-        k_row = torch.clamp(is_pos.sum(1), min=plan.list_depth)
-        # every 16th score: its m-th largest, m >= 8, estimates the (16 m)-th largest of the row, a
-        # lower bound of the K-th (checked below); for small K the cut sits a little below the K-th
-        # score
-        stride = max(1, min(16, s.shape[1] // 32))
-        m = torch.clamp(-(-3 * k_row // (2 * stride)), min=8)
-        guess = torch.from_numpy(sample_kth(s_np, s.dtype in _BITS, stride, m.numpy(), own))
-        if s.dtype in _BITS:
-            guess = _from_keys(guess, s.dtype)
-        cut = st.thresholds(
-            torch.where(torch.isfinite(guess), guess, torch.zeros_like(guess)).to(st.cmp), rows
-        )
-        cut = torch.where(torch.isfinite(guess), cut, torch.full_like(cut, -torch.inf))
-        # rows where the cut removes more than the lowest positive does
-        cap_rows = has_pos & (cut > thr)
+    use, cut, cap_rows, guess, k_row = thr, None, None, None, None
+    if plan.list_depth is not None:  # every metric reads the first K positions only
+        k_row, guess = _guess_kth(plan, s, s_np, is_pos.sum(1), own)
+        cut, cap_rows = _cut_at(plan.st, guess, rows, has_pos, thr)
         use = torch.where(cap_rows, cut, thr)
-    if width <= SMALL_POSITIVES:
-        return _small_rows(
-            plan,
-            req,
-            r0,
-            rows,
-            s,
-            s_np,
-            pv,
-            level,
-            idx,
-            thr,
-            use,
-            cut if cap_rows is not None else None,
-            cap_rows,
-            guess if cap_rows is not None else None,
-            k_row if cap_rows is not None else None,
-            own,
-            a_np,
-            b_np,
-        )
+    return _small_rows(
+        plan,
+        req,
+        r0,
+        rows,
+        s,
+        s_np,
+        pv,
+        level,
+        idx,
+        thr,
+        use,
+        cut,
+        cap_rows,
+        guess,
+        k_row,
+        own,
+        a.numpy(),
+        b.numpy(),
+    )
+
+
+def _large_rows(
+    plan: _Plan,
+    req: MetricsRequest,
+    r0: int,
+    rows: torch.Tensor,
+    s: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    width: int,
+) -> LevelPositions:
+    """Steps 2-4 of the module docstring on a block with a row of many positives (CPU): the lowest
+    positive's threshold (:func:`~rank_lab.metrics.engine.routes._kernels.range_scan`), the kept
+    negatives (:func:`_emit`), then the order of each row's items by a counting sort of their 16-bit
+    keys (:func:`~rank_lab.metrics.engine.routes._kernels.large_rows`): no ``(c, P)`` tensor
+    is built before the positions themselves."""
+    st = plan.st
+    c = s.shape[0]
+    is_bits = s.dtype in _BITS
+    s_np = s.view(torch.int16).numpy() if is_bits else s.numpy()
+    table = plan.bits_table(s.dtype) if is_bits else np.zeros(1, dtype=np.float32)
+    own = _own_cols(plan, r0, c)
+    a_np, b_np = a.numpy(), b.numpy()
+    n_pos = (b - a) - ((torch.from_numpy(own) >= a) & (torch.from_numpy(own) < b)).long()
+    has_pos = n_pos > 0
+    guess = torch.full((c,), torch.inf, dtype=torch.float64)
+    k_row = None
+    if plan.list_depth is not None:  # every metric reads the first K positions only
+        k_row, guess = _guess_kth(plan, s, s_np, n_pos, own)
+    lowest, reach_pos = np.empty(c), np.empty(c, dtype=np.int64)
+    if not range_scan(s_np, is_bits, table, a_np, b_np, own, guess.numpy(), lowest, reach_pos):
+        _check_no_nan(torch.tensor([float("nan")]))
+    # negatives that can reach the lowest positive (the others cannot change any count)
+    low = torch.from_numpy(lowest).to(st.cmp)
+    thr = st.thresholds(torch.where(has_pos, low, torch.zeros_like(low)), rows)
+    thr = torch.where(has_pos, thr, torch.full_like(thr, torch.inf))
+    use, cap_rows = thr, None
+    if k_row is not None:
+        cut, cap_rows = _cut_at(st, guess, rows, has_pos, thr)
+        use = torch.where(cap_rows, cut, thr)
     rr, cc = _emit(plan, s, s_np, use, a_np, b_np, own)
-    nv = s[rr, cc].to(st.cmp)
-    _check_no_nan(nv, pv)
     if cap_rows is not None and bool(cap_rows.any()):
         # the guess is a lower bound of the K-th score only if at least K items reach it
-        g_row = guess.to(st.cmp)
-        reach = torch.bincount(rr[nv >= g_row[rr]], minlength=c) + (
-            is_pos & (pv >= g_row[:, None])
-        ).sum(1)
-        bad = torch.nonzero(cap_rows & (reach < k_row)).flatten()
+        nv = s[rr, cc].to(st.cmp)
+        _check_no_nan(nv)
+        reach = torch.bincount(rr[nv >= guess.to(st.cmp)[rr]], minlength=c)
+        bad = torch.nonzero(cap_rows & (reach + torch.from_numpy(reach_pos) < k_row)).flatten()
         # those rows keep every negative that can reach their lowest positive, and no cut
         if bad.numel():
             cap_rows = cap_rows.clone()
             cap_rows[bad] = False
-            br, bc = _emit(
-                plan,
-                s[bad],
-                s_np[bad.numpy()],
-                thr[bad],
-                a_np[bad.numpy()],
-                b_np[bad.numpy()],
-                own[bad.numpy()],
-            )
+            bn = bad.numpy()
+            br, bc = _emit(plan, s[bad], s_np[bn], thr[bad], a_np[bn], b_np[bn], own[bn])
             keep = ~torch.isin(rr, bad)
             rr, cc = torch.cat([rr[keep], bad[br]]), torch.cat([cc[keep], bc])
             order = torch.argsort(rr, stable=True)
             rr, cc = rr[order], cc[order]
-            nv = s[rr, cc].to(st.cmp)
-    # one flat list of items per row: its positives, then its kept negatives
-    n_pos = is_pos.sum(1)
-    n_neg = torch.bincount(rr, minlength=c)
-    counts = n_pos + n_neg
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
-    pr, pc = torch.nonzero(is_pos, as_tuple=True)
-    item_row = torch.cat([pr, rr])
-    slot_p = torch.cumsum(is_pos.long(), 1)[pr, pc] - 1
-    slot_n = torch.arange(rr.numel()) - (torch.cumsum(n_neg, 0) - n_neg)[rr] + n_pos[rr]
-    where = offsets[item_row] + torch.cat([slot_p, slot_n])
-    total = int(offsets[-1])
-    v = torch.empty(total, dtype=st.cmp)
-    kind = torch.empty(total, dtype=torch.long)
-    col = torch.empty(total, dtype=torch.long)
-    v[where], kind[where], col[where] = (
-        torch.cat([pv[pr, pc], nv]),
-        torch.cat([level[pr, pc], torch.zeros_like(rr)]),
-        torch.cat([idx[pr, pc], cc]),
-    )
-    row_of = torch.repeat_interleave(torch.arange(c), counts)
-    u = st.unscaled(v, rows[row_of])
-    # positives surely below the K-th score ("beyond"): their place among the negatives does not
-    # matter, only that they come after the K items above the cut (which are all kept)
-    beyond = torch.zeros(total, dtype=torch.bool)
-    if cap_rows is not None and bool(cap_rows.any()):
-        beyond[where[: pr.numel()]] = (cap_rows[:, None] & (pv < cut[:, None].to(pv.dtype)))[pr, pc]
-    kind_np = kind.numpy()
-    lo, hi = np.empty(total), np.empty(total)
-    flag = np.zeros(total, dtype=np.bool_)
-    flag_rows(
-        offsets.numpy(),
-        u.numpy(),
-        np.where(beyond.numpy(), 0, kind_np),
+    neg_off = np.zeros(c + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rr.numpy(), minlength=c), out=neg_off[1:])
+    cut_np = np.full(c, -np.inf)
+    if cap_rows is not None:
+        cut_np = torch.where(cap_rows, cut.double(), torch.full_like(cut.double(), -torch.inf))
+        cut_np = cut_np.numpy()
+    lv = np.empty((c, width), dtype=np.int64)
+    ge = np.empty((c, width), dtype=np.int64)
+    keys = np.empty((c, width))
+    bad_val = np.zeros(3)
+    status = large_rows(
+        s_np,
+        is_bits,
+        table,
+        a_np,
+        b_np,
+        own,
+        plan.lab_q_np[r0 : r0 + c],
+        plan.ref_lab_np,
+        neg_off,
+        cc.numpy(),
+        cut_np,
+        st.exp[rows].numpy(),
         st.a[rows].numpy(),
         st.eta[rows].numpy(),
         float(st.c),
-        lo,
-        hi,
-        flag,
+        plan.qp.numpy(),
+        np.arange(r0, r0 + c, dtype=np.int64),
+        plan.gp.numpy(),
+        1 << tree_depth(plan.qp.shape[1]),
+        lv,
+        ge,
+        keys,
+        bad_val,
     )
-    flag &= ~beyond.numpy()
-    keys = u.numpy().copy()
-    keys[beyond.numpy()] = -np.inf
-    fi = np.flatnonzero(flag)
-    if fi.size:  # gallery rows in order (each row of the gallery read once per block)
-        fi = fi[np.argsort(col.numpy()[fi], kind="stable")]
-        exact = np.empty(fi.size, dtype=plan.qp.numpy().dtype)
-        d = plan.qp.shape[1]
-        canonical_cpu(
-            plan.qp.numpy(),
-            plan.gp.numpy(),
-            (r0 + row_of.numpy()[fi]).astype(np.int64),
-            col.numpy()[fi],
-            1 << tree_depth(d),
-            exact,
-        )
-        exact = exact.astype(np.float64)
-        bad = (exact < lo[fi]) | (exact > hi[fi])
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            _bound_violated(float(exact[i]), float(lo[fi][i]), float(hi[fi][i]))
-        keys[fi] = exact
-    lv_out = np.zeros((c, width), dtype=np.int64)
-    ge_out = np.zeros((c, width), dtype=np.int64)
-    key_out = np.full((c, width), -np.inf)
-    tied = np.zeros(c, dtype=np.bool_)
-    order_rows(offsets.numpy(), keys, kind.numpy(), lv_out, ge_out, key_out, tied)
-    lv_t = torch.from_numpy(lv_out)
+    if status == -1:
+        _check_no_nan(torch.tensor([float("nan")]))
+    if status == -2:
+        _bound_violated(float(bad_val[0]), float(bad_val[1]), float(bad_val[2]))
+    lv_t = torch.from_numpy(lv)
     return LevelPositions(
         lv_t,
         lv_t > 0,
-        torch.from_numpy(ge_out),
-        torch.from_numpy(key_out),
+        torch.from_numpy(ge),
+        torch.from_numpy(keys),
         plan.counts[r0 : r0 + c],
         plan.n_levels,
         req.alpha,

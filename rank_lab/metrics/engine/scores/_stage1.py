@@ -48,7 +48,7 @@ class Stage1:
         self.fmt = fmt
         self.d = q.shape[1]
         q64 = q.to(torch.float64).norm(dim=1)
-        g64 = g.to(torch.float64).norm(dim=1)
+        g64 = q64 if symmetric else g.to(torch.float64).norm(dim=1)
         if fmt == self.work:
             self.qr, self.gr = q, g
             self.q_scale = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
