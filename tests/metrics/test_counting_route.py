@@ -440,3 +440,138 @@ def test_wide_score_span_takes_the_sorted_form(monkeypatch):
             normalize=False,
         )
         assert_same(got, want, prec)
+
+
+def _half_spy(monkeypatch) -> list[int]:
+    """Count the blocks the half-product route hands over (a spy on ``_HalfProduct.hand_over``)."""
+    import rank_lab.metrics.engine.routes.counting as C
+
+    seen: list[int] = []
+    real = C._HalfProduct.hand_over
+
+    def spy(self, r0, r1, s):  # type: ignore[no-untyped-def]
+        seen.append(r0)
+        return real(self, r0, r1, s)
+
+    monkeypatch.setattr(C._HalfProduct, "hand_over", spy)
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["random", "clustered", "tied", "ulp", "norms"])
+def test_half_product_route_bit_identical(kind, monkeypatch):
+    """Queries = gallery with metrics of depth "k" / "R": each block computes the columns from its
+    first positive on and takes the earlier ones from the earlier blocks (scores are symmetric).
+    Blocks of 1, 7 and 64 rows, every precision, rows with and without a cut: the brute force's
+    bits."""
+    x, y = _data(kind, 300, 16, seed=13, n_cls=40)
+    shallow = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R")
+    for ks in ((1,), (1, 4, 17), (2, 3, 5, 8, 13, 21, 34, 55)):
+        want = brute_metrics(x, y, ks, shallow)
+        for prec in PRECISIONS:
+            for chunk in (1, 7, 64):
+                seen = _half_spy(monkeypatch)
+                got = engine(
+                    x,
+                    y,
+                    "counting",
+                    monkeypatch,
+                    ks=ks,
+                    metrics=shallow,
+                    precision=prec,
+                    chunk_size=chunk,
+                )
+                assert len(seen) == -(-300 // chunk), (kind, ks, prec, chunk)
+                assert_same(got, want, (kind, ks, prec, chunk))
+
+
+def test_half_product_route_with_a_sampled_guess(monkeypatch):
+    """A gallery large enough that the K-th score is guessed from every 10th row (N = 2,600 >
+    HALF_SMALL_N): the hand-over is cut at the guess, and the per-query values stay the brute
+    force's; the guess cuts (fewer items handed over than the whole lower triangle)."""
+    import rank_lab.metrics.engine.routes.counting as C
+
+    x, y = _data("clustered", 2600, 8, seed=14, n_cls=400)
+    ks = (1, 10, 100)
+    want = brute_metrics(x, y, ks, ("R@k", "mAP@R"))
+    handed: list[int] = []
+    real = C.emit_later
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        out = real(*args)
+        handed.append(len(out[1]))
+        return out
+
+    for prec in ("bf16", "exact"):
+        handed.clear()
+        monkeypatch.setattr(C, "emit_later", spy)
+        got = engine(
+            x,
+            y,
+            "counting",
+            monkeypatch,
+            ks=ks,
+            metrics=("R@k", "mAP@R"),
+            precision=prec,
+            chunk_size=256,
+        )
+        assert_same(got, want, prec)
+        assert 0 < sum(handed) < 2600 * 2599 // 4, (prec, sum(handed))
+
+
+def test_half_product_route_rows_whose_guess_fails(monkeypatch):
+    """A guess above the K-th score (fewer than K items reach it) is caught by the check: those
+    rows get their whole row of scores and the figures stay the brute force's."""
+    import rank_lab.metrics.engine.routes.counting as C
+
+    x, y = _data("tied", 300, 16, seed=15, n_cls=40)
+    ks = (1, 5, 30)
+    want = brute_metrics(x, y, ks, ("R@k", "mAP@R"))
+    real = C.sample_kth
+
+    def too_high(s, is_bits, stride, m, own):  # type: ignore[no-untyped-def]
+        return real(s, is_bits, stride, np.ones_like(m), own)  # the row's largest score
+
+    for prec in PRECISIONS:
+        monkeypatch.setattr(C, "sample_kth", too_high)
+        seen = _half_spy(monkeypatch)
+        got = engine(
+            x,
+            y,
+            "counting",
+            monkeypatch,
+            ks=ks,
+            metrics=("R@k", "mAP@R"),
+            precision=prec,
+            chunk_size=32,
+        )
+        assert seen, prec
+        assert_same(got, want, prec)
+
+
+def test_half_product_route_a_failed_block_does_not_hang(monkeypatch):
+    """A block that fails before its hand-over lets the later blocks stop waiting: the call
+    raises instead of hanging."""
+    import rank_lab.metrics.engine.routes.counting as C
+
+    x, y = _data("random", 200, 8, seed=16)
+
+    def broken(*args):  # type: ignore[no-untyped-def]
+        raise MemoryError("no room for the hand-over")
+
+    monkeypatch.setattr(C, "emit_later", broken)
+    with pytest.raises((MemoryError, RuntimeError)):
+        engine(x, y, "counting", monkeypatch, ks=(1,), metrics=("R@k",), chunk_size=16)
+
+
+def test_thresholds_keep_negative_zero_at_a_zero_threshold():
+    """``-0 >= 0``: a 16-bit score of -0 must pass a threshold of exactly zero."""
+    from rank_lab.metrics.engine.routes._kernels import bf16_keys
+    from rank_lab.metrics.engine.routes.counting import _thresholds_as
+
+    for dtype in (torch.bfloat16, torch.float16):
+        th = _thresholds_as(dtype, torch.tensor([0.0, -0.0, torch.inf, -torch.inf]).double())
+        vals = torch.tensor([-0.0, 0.0, -1e-3, 1e-3]).to(dtype)
+        key = bf16_keys(vals.view(torch.int16).numpy())
+        assert (key[:2] >= th[0]).all() and (key[:2] >= th[1]).all()
+        assert key[2] < th[0] and key[3] >= th[0]
+        assert (key < th[2]).all() and (key >= th[3]).all()

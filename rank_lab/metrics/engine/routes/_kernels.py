@@ -9,6 +9,9 @@ in one fixed order per row, so a row's result does not depend on its block or th
   threshold, outside the row's positive range and not the query itself (blocks of 64 items without
   a hit are skipped after one vectorised comparison). 16-bit scores are compared as their int16 /
   uint16 bit patterns, which order them like their values on either side of zero.
+* :func:`emit_later` -- the half-product route's hand-over: a band's block read by column (the
+  scores of queries = gallery are symmetric), every pair at or above the later query's cut, grouped
+  by query.
 * :func:`canonical_cpu` -- the canonical score of pairs: elementwise float products (no fused
   multiply-add), the fixed pairwise tree; bit-identical to
   :func:`~rank_lab.metrics.engine.scores.exact.canonical_pairs`.
@@ -31,6 +34,7 @@ import numpy as np
 
 __all__ = [
     "emit_above",
+    "emit_later",
     "bf16_keys",
     "sample_kth",
     "canonical_cpu",
@@ -196,6 +200,130 @@ def sample_kth(
         part = np.partition(buf[:k], k - m[r])
         out[r] = part[k - m[r]]
     return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put(
+    tb: np.ndarray, jb: np.ndarray, vb: np.ndarray, cnt: int, t: int, j: int, v: float
+) -> int:  # pragma: no cover - compiled
+    """One handed-over item at ``cnt`` (room checked by the caller); returns ``cnt + 1``."""
+    tb[cnt] = t
+    jb[cnt] = j
+    vb[cnt] = v
+    return cnt + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _block_min(th: np.ndarray, j0: int) -> np.int16:  # pragma: no cover - compiled
+    """The smallest of ``th[j0:j0 + _SCAN]`` (int16; one vectorised min)."""
+    m = th[j0]
+    for j in range(j0, j0 + _SCAN):
+        m = min(m, th[j])
+    return m
+
+
+@numba.njit(cache=True, nogil=True)
+def _grow(
+    tb: np.ndarray, jb: np.ndarray, vb: np.ndarray, cnt: int, need: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The three buffers of :func:`emit_later` with room for ``need`` items (the first ``cnt``
+    kept; at least twice the room)."""
+    cap = max(2 * tb.shape[0], need)
+    tb2, jb2, vb2 = np.empty(cap, tb.dtype), np.empty(cap, jb.dtype), np.empty(cap, vb.dtype)
+    tb2[:cnt], jb2[:cnt], vb2[:cnt] = tb[:cnt], jb[:cnt], vb[:cnt]
+    return tb2, jb2, vb2
+
+
+@numba.njit(cache=True, nogil=True)
+def emit_later(
+    s: np.ndarray,
+    is_bits: bool,
+    r0: int,
+    col0: int,
+    r1: int,
+    first: np.ndarray,
+    thr: np.ndarray,
+    thr16: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The hand-over of the half-product route (queries = gallery: scores are symmetric).
+
+    ``s (c, n)`` holds the stage-1 scores of a band's rows ``r0 + i`` with the columns
+    ``col0 + jj``; read by column, it holds the scores of the later queries ``r = col0 + jj >= r1``
+    with the gallery items ``j = r0 + i``. Every pair with ``r >= first[i]`` and a score at or
+    above ``thr[r]`` (int64 order keys of 16-bit scores when ``is_bits``, else floats of the
+    scores' dtype; NaN scores are handed over) is handed to query ``r``. ``thr16``: ``thr`` as
+    int16 (16-bit scores): when every later query's key is non-negative, the int16 bits are
+    compared directly, as :func:`emit_above` does, a vectorised or over blocks of :data:`_SCAN`.
+
+    Returns:
+        ``(off, cols, vals)``: the items of query ``r1 + t`` are ``cols[off[t]:off[t + 1]]``
+        (int32 gallery columns, increasing) with their stage-1 scores ``vals`` (raw).
+    """
+    c, n = s.shape
+    signed = is_bits
+    if is_bits:
+        for jj in range(r1 - col0, n):
+            if thr[col0 + jj] < 0:
+                signed = False
+                break
+    th16 = thr16[col0:]
+    thf = thr[col0:]
+    bmin = np.empty(n // _SCAN, dtype=th16.dtype)  # the lowest threshold of each block
+    for bk in range(n // _SCAN):
+        bmin[bk] = _block_min(th16, bk * _SCAN)
+    tb = np.empty(4096 + 16 * c + n, dtype=np.int32)
+    jb = np.empty(tb.shape[0], dtype=np.int32)
+    vb = np.empty(tb.shape[0], dtype=s.dtype)
+    cnt = 0
+    for i in range(c):
+        row = s[i]
+        s0 = max(first[i], r1) - col0
+        if cnt + n - s0 > tb.shape[0]:  # room for the whole row: no check per item
+            tb, jb, vb = _grow(tb, jb, vb, cnt, cnt + n)
+        if signed:
+            # blocks of _SCAN aligned on the block's columns, each first compared with its lowest
+            # threshold (one vectorised comparison with a constant); the head and tail item by item
+            b0 = -(-s0 // _SCAN)
+            b1 = n // _SCAN
+            if b0 > b1:
+                b0 = b1 = 0
+            for jj in range(s0, min(b0 * _SCAN, n)):
+                if row[jj] >= th16[jj]:
+                    cnt = _put(tb, jb, vb, cnt, col0 + jj - r1, r0 + i, row[jj])
+            for bk in range(b0, b1):
+                jj0 = bk * _SCAN
+                if not _any_at_least(row, jj0, bmin[bk]):
+                    continue
+                for jj in range(jj0, jj0 + _SCAN):
+                    if row[jj] >= th16[jj]:
+                        cnt = _put(tb, jb, vb, cnt, col0 + jj - r1, r0 + i, row[jj])
+            for jj in range(max(s0, b1 * _SCAN), n):
+                if row[jj] >= th16[jj]:
+                    cnt = _put(tb, jb, vb, cnt, col0 + jj - r1, r0 + i, row[jj])
+            continue
+        for jj in range(s0, n):  # keys of either sign, or float scores
+            if is_bits:
+                w = np.int64(row[jj])
+                above = (w ^ ((w >> 15) & 0x7FFF)) >= thf[jj]
+            else:
+                above = not (row[jj] < thf[jj])
+            if above:
+                cnt = _put(tb, jb, vb, cnt, col0 + jj - r1, r0 + i, row[jj])
+    n_t = col0 + n - r1
+    off = np.zeros(n_t + 1, dtype=np.int64)
+    for m in range(cnt):
+        off[tb[m] + 1] += 1
+    for t in range(n_t):
+        off[t + 1] += off[t]
+    at = off[:-1].copy()
+    cols = np.empty(cnt, dtype=np.int32)
+    vals = np.empty(cnt, dtype=s.dtype)
+    for m in range(cnt):  # a stable counting sort by query: columns stay increasing
+        t = tb[m]
+        cols[at[t]] = jb[m]
+        vals[at[t]] = vb[m]
+        at[t] += 1
+    return off, cols, vals
 
 
 @numba.njit(cache=True, nogil=True)
@@ -583,6 +711,43 @@ def _canonical_one(
     return a[0]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _place(
+    v: float,
+    r: int,
+    j: int,
+    lims: tuple,
+    hist: np.ndarray,
+    maybe: np.ndarray,
+    pre: np.ndarray,
+    amb: tuple,
+    n_amb: int,
+) -> int:  # pragma: no cover - compiled
+    """One kept negative of row ``r`` (column ``j``, stage-1 score ``v``) in :func:`small_scan`:
+    counted before the positives surely above it, or recorded as doubtful (``amb``) between the
+    first positive not surely above it and the first surely below it. Returns the new count of
+    doubtful negatives (beyond the arrays' room: counted only)."""
+    lim_a, lim_b, p, scale, a_r, eta_r, c_out = lims
+    ia = 0  # positives surely above the item (their score exceeds its hi)
+    while ia < p and v < lim_b[ia]:
+        ia += 1
+    ib = ia  # positives not surely below it (their score reaches its lo)
+    while ib < p and not (v > lim_a[ib]):
+        ib += 1
+    if ia == ib:
+        hist[r, ia] += 1
+        return n_amb
+    amb_row, amb_col, amb_lo, amb_hi, amb_a, amb_b, amb_need = amb
+    if n_amb < amb_col.shape[0]:
+        lo, hi = _interval(v * scale, a_r, eta_r, c_out)
+        amb_row[n_amb], amb_col[n_amb], amb_lo[n_amb], amb_hi[n_amb] = r, j, lo, hi
+        amb_a[n_amb], amb_b[n_amb], amb_need[n_amb] = ia, ib, False
+    maybe[ia] += 1
+    maybe[ib] -= 1
+    pre[ib] += 1
+    return n_amb + 1
+
+
 @numba.njit(cache=True, nogil=True)
 def small_scan(
     s: np.ndarray,
@@ -619,6 +784,10 @@ def small_scan(
     amb_need: np.ndarray,
     reach: np.ndarray,
     bad: np.ndarray,
+    col0: int,
+    in_off: np.ndarray,
+    in_col: np.ndarray,
+    in_val: np.ndarray,
 ) -> int:  # pragma: no cover - compiled
     """First half of the rows with few positives: the positives in canonical order, each negative
     placed or recorded as doubtful, and which doubtful negatives the metrics need resolved (no sort
@@ -639,12 +808,15 @@ def small_scan(
     ``reach[r]`` counts the negatives with stage-1 score ``>= guess[r]`` (the caller's check of the
     cut).
 
-    ``s``: the block's stage-1 scores, int16 bits of bfloat16 / float16 (``is_bits``; ``table`` maps
-    the bits, as uint16, to float32 values; ``thr`` int64 order keys) or floats (``thr`` in their
-    dtype); ``exp``: scores are ``2^exp`` times the unscaled ones; ``bound_a``, ``bound_eta``,
-    ``c_out``: the bound. Returns the number of doubtful negatives (their arrays must hold them: a
-    larger count asks the caller for room), or -1 for a NaN stage-1 score, or -2 for a canonical
-    score outside its interval (``bad = [score, lo, hi]``).
+    ``s``: the block's stage-1 scores of gallery columns ``col0, col0 + 1, ...`` (column indices
+    are global), int16 bits of bfloat16 / float16 (``is_bits``; ``table`` maps the bits, as uint16,
+    to float32 values; ``thr`` int64 order keys) or floats (``thr`` in their dtype); the columns
+    before ``col0`` that row ``r`` needs come as items ``in_col[in_off[p, r]:in_off[p, r + 1]]``
+    of every part ``p``, with stage-1 scores ``in_val`` (the half-product route; otherwise
+    ``col0 = 0`` and no items); ``exp``: scores are ``2^exp`` times the unscaled ones;
+    ``bound_a``, ``bound_eta``, ``c_out``: the bound. Returns the number of doubtful negatives
+    (their arrays must hold them: a larger count asks the caller for room), or -1 for a NaN stage-1
+    score, or -2 for a canonical score outside its interval (``bad = [score, lo, hi]``).
     """
     c, n = s.shape
     wa = np.empty(max(width // 2, 1), dtype=q.dtype)
@@ -657,7 +829,7 @@ def small_scan(
     lim_a = np.empty(n_max)  # per positive: stage-1 scores above lim_a are surely above it
     lim_b = np.empty(n_max)  # ... below lim_b surely below it
     need = np.zeros(n_max, dtype=np.bool_)
-    cap = amb_col.shape[0]
+    amb = (amb_row, amb_col, amb_lo, amb_hi, amb_a, amb_b, amb_need)
     n_amb = 0
     for r in range(c):
         qi = q[q_rows[r]]
@@ -669,7 +841,7 @@ def small_scan(
             if lev <= 0:
                 continue
             j = pos_col[r, k]
-            v = table[np.uint16(s[r, j])] if is_bits else s[r, j]
+            v = table[np.uint16(s[r, j - col0])] if is_bits else s[r, j - col0]
             if v != v:
                 return -1
             if v < cut[r]:
@@ -698,6 +870,25 @@ def small_scan(
             lim_a[t], lim_b[t] = _sure_limits(keys[r, t], a_r, eta_r, c_out, inv)
         first_amb = n_amb
         th, aa, bb, own, gs = thr[r], range_a[r], range_b[r], self_col[r], guess[r]
+        lims = (lim_a, lim_b, p, scale, a_r, eta_r, c_out)
+        # the columns before col0 (half-product route): items already at or above a lower cut
+        for part in range(in_off.shape[0]):
+            for m in range(in_off[part, r], in_off[part, r + 1]):
+                x16 = in_val[m]
+                if is_bits:
+                    w = np.int64(x16)
+                    if (w ^ ((w >> 15) & 0x7FFF)) < th:
+                        continue
+                    v = table[np.uint16(x16)]
+                else:
+                    v = x16
+                    if v < th:
+                        continue
+                if v != v:
+                    return -1
+                if v >= gs:
+                    reach[r] += 1
+                n_amb = _place(v, r, in_col[m], lims, hist, maybe, pre, amb, n_amb)
         row = s[r]
         fast = is_bits and 0 <= th <= 32767  # non-negative keys are the int16 bits themselves
         th16 = np.int16(th if fast else 0)
@@ -734,30 +925,15 @@ def small_scan(
                     v = row[j]
                     if v < th:
                         continue
-                if (j >= aa and j < bb) or j == own:
+                jg = j + col0
+                if (jg >= aa and jg < bb) or jg == own:
                     continue
                 if v != v:
                     return -1
                 if v >= gs:
                     reach[r] += 1
-                ia = 0  # positives surely above the item (their score exceeds its hi)
-                while ia < p and v < lim_b[ia]:
-                    ia += 1
-                ib = ia  # positives not surely below it (their score reaches its lo)
-                while ib < p and not (v > lim_a[ib]):
-                    ib += 1
-                if ia == ib:
-                    hist[r, ia] += 1
-                    continue
-                if n_amb < cap:
-                    lo, hi = _interval(v * scale, a_r, eta_r, c_out)
-                    amb_row[n_amb], amb_col[n_amb], amb_lo[n_amb], amb_hi[n_amb] = r, j, lo, hi
-                    amb_a[n_amb], amb_b[n_amb], amb_need[n_amb] = ia, ib, False
-                n_amb += 1
-                maybe[ia] += 1
-                maybe[ib] -= 1
-                pre[ib] += 1
-        if n_amb > cap:
+                n_amb = _place(v, r, jg, lims, hist, maybe, pre, amb, n_amb)
+        if n_amb > amb_col.shape[0]:
             # no room: the caller calls again with more (the counts of this call are discarded)
             continue
         # the bounds [lo_pos, hi_pos] of each position: decided negatives, the doubtful ones surely

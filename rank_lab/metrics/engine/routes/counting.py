@@ -27,6 +27,12 @@ above, ignore what is surely below, re-score exactly only what the bound cannot 
    position is its place in that order:
    :class:`~rank_lab.metrics.engine.formulas.positions.LevelPositions`.
 
+When the queries are the gallery and every metric reads the first K positions only (R@k, mAP@R,
+...), the route computes about half the product (:class:`_HalfProduct`): a stage-1 score certifies
+a pair whichever of its two items is the query, so each block of queries computes its columns from
+its first positive on, and the earlier blocks hand it the items of the earlier columns that reach
+a cut fixed in advance (a guessed, then verified, bound of the K-th score).
+
 The positions are those of the canonical ranking whatever the precision, the block size or the
 device; the registered metrics read them (:mod:`rank_lab.metrics.engine.formulas.registry`), so
 the per-query values are bit-identical to the exact route and to the neighbour-list route. Memory:
@@ -37,6 +43,8 @@ the request).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -46,6 +54,7 @@ from rank_lab.metrics.engine.routes._kernels import (
     bf16_keys,
     canonical_cpu,
     emit_above,
+    emit_later,
     large_rows,
     range_scan,
     sample_kth,
@@ -146,6 +155,146 @@ class _Plan:
         return self._tables[dtype]
 
 
+#: Same-set requests whose K (the deepest position the metrics read) is at most this share of N
+#: take the half-product route (the hand-over holds about 1.5 K items a row); small N always does.
+HALF_MAX_DEPTH = 0.25
+HALF_SMALL_N = 2048
+
+
+def _half_applies(plan: _Plan, req: MetricsRequest) -> bool:
+    """Whether :class:`_HalfProduct` serves ``req``: the queries are the gallery, the compiled
+    kernels run (CPU), every metric reads the first K positions only, no row has more than
+    :data:`SMALL_POSITIVES` positives, and K is small against N."""
+    if not (req.same and req.device.type == "cpu" and USE_KERNELS):
+        return False
+    if plan.list_depth is None:
+        return False
+    n = plan.gp.shape[0]
+    widest = int((plan.range_b - plan.range_a).max()) if n else 0
+    if widest > SMALL_POSITIVES:
+        return False
+    return n <= HALF_SMALL_N or max(plan.list_depth, widest) <= HALF_MAX_DEPTH * n
+
+
+class _HalfProduct:
+    """The same-set route (queries = gallery): about half the product.
+
+    Stage-1 scores certify the canonical score of a pair whichever of its two rows is the query
+    (the bound and the scale are symmetric, the canonical score too), so the block of queries
+    ``r0:r1`` computes its scores with the columns from its first positive on only
+    (:meth:`first_col`); the items of the earlier columns come from the earlier blocks, which read
+    their own block by column and hand each later query its items at or above a cut fixed in
+    advance (:meth:`hand_over`): the threshold of a guessed lower bound of the query's K-th stage-1
+    score, from a product with every ``stride``-th gallery row. A query whose guess fails the
+    check of :func:`_small_rows` (fewer than K items reach it) gets its whole row of scores. The
+    positions, hence every per-query value, are those of the full route.
+    """
+
+    def __init__(self, plan: _Plan, req: MetricsRequest, starts: list[int], band: int) -> None:
+        st = plan.st
+        n = plan.gp.shape[0]
+        self.plan, self.band, self.n = plan, band, n
+        self.starts = starts
+        first = plan.range_a[torch.tensor(starts, dtype=torch.long)].numpy()
+        self._first = dict(zip(starts, first.tolist(), strict=True))
+        # the first column of each query's block (non-decreasing with the query)
+        self.lim = np.repeat(first, np.diff(np.append(starts, n)))
+        self.is_bits = st.out_fmt in _BITS
+        self._done = {r0: threading.Event() for r0 in starts}
+        # per block: (first query, offsets, columns, scores) of what it handed over
+        self._lists: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._lock = threading.Lock()
+        self._waiting = set(starts)  # blocks that have not taken their items yet
+        own = plan.self_col is not None
+        n_pos = (plan.range_b - plan.range_a) - int(own)
+        self.k_row = torch.clamp(n_pos, min=plan.list_depth)
+        stride = max(1, min(32, n // 256))
+        m = torch.clamp(-(-3 * self.k_row // (2 * stride)), min=8).numpy()
+        cols = torch.arange(0, n, stride)
+        g_sample = st.gr[cols.to(st.gr.device)].contiguous()
+        r_all = np.arange(n)
+        own_s = np.where(own & (r_all % stride == 0), r_all // stride, -1)
+        guess = torch.empty(n, dtype=torch.float64)
+        step = 4096
+
+        def sample(a: int) -> None:  # the m-th largest of the sampled scores of queries a:a+step
+            b = min(a + step, n)
+            s = st.product(st.qr[a:b], g_sample)
+            s_np = s.view(torch.int16).numpy() if self.is_bits else s.numpy()
+            got = torch.from_numpy(sample_kth(s_np, self.is_bits, 1, m[a:b], own_s[a:b]))
+            guess[a:b] = _from_keys(got, s.dtype) if self.is_bits else got
+
+        run_parallel(sample, list(range(0, n, step)), False, req.device)
+        self.guess = guess
+        rows = torch.arange(n)
+        fin = torch.isfinite(guess)
+        cut = st.thresholds(torch.where(fin, guess, torch.zeros_like(guess)).to(st.cmp), rows)
+        cut = torch.where(fin, cut.double(), torch.full_like(guess, -torch.inf))
+        cut = torch.where(n_pos > 0, cut, torch.full_like(cut, torch.inf))
+        self.thr = _thresholds_as(st.out_fmt, cut)
+        # non-negative keys as the int16 bits they are (the kernel's fast comparison)
+        self.thr16 = np.clip(self.thr, 0, 32767).astype(np.int16) if self.is_bits else self.thr
+
+    def first_col(self, r0: int) -> int:
+        """The first gallery column of the block that starts at query ``r0``."""
+        return int(self._first[r0])
+
+    def hand_over(self, r0: int, r1: int, s: torch.Tensor) -> None:
+        """Read the block of queries ``r0:r1`` by column: the items of every later query
+        (:func:`~rank_lab.metrics.engine.routes._kernels.emit_later`)."""
+        col0 = self.first_col(r0)
+        s_np = s.view(torch.int16).numpy() if self.is_bits else s.numpy()
+        # gallery item j goes to the queries whose block starts after it
+        first = np.searchsorted(self.lim, np.arange(r0, r1), side="right")
+        off, cols, vals = emit_later(s_np, self.is_bits, r0, col0, r1, first, self.thr, self.thr16)
+        self._lists[r0] = (r1, off, cols, vals)
+        self._done[r0].set()
+
+    def release(self, r0: int) -> None:
+        """The block of ``r0`` ended (or failed): the later blocks stop waiting for it."""
+        self._done[r0].set()
+
+    def _forget(self, r0: int) -> None:
+        """The block of ``r0`` took its items: every list drops the queries before the first
+        block still waiting once they are half of its items (each list is copied a few times)."""
+        with self._lock:
+            self._waiting.discard(r0)
+            front = min(self._waiting, default=self.n)
+            for b0, (lo, off, col, val) in list(self._lists.items()):
+                dead = int(off[min(front, self.n) - lo]) if front > lo else 0
+                if 2 * dead > int(off[-1]) or front >= self.n:
+                    keep = off[max(front, lo) - lo :]
+                    self._lists[b0] = (
+                        max(front, lo),
+                        keep - keep[0],
+                        col[keep[0] :].copy(),
+                        val[keep[0] :].copy(),
+                    )
+
+    def handed_over(self, r0: int, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The items handed to queries ``r0:r0 + c`` by the earlier blocks, in the form of
+        :func:`~rank_lab.metrics.engine.routes._kernels.small_scan` (``in_off (parts, c + 1)``,
+        ``in_col``, ``in_val``); waits for those blocks."""
+        parts = [b0 for b0 in self.starts if b0 < r0]
+        in_off = np.zeros((max(len(parts), 1), c + 1), dtype=np.int64)
+        cols, vals, base = [], [], 0
+        for p, b0 in enumerate(parts):
+            self._done[b0].wait()
+            if b0 not in self._lists:
+                raise RuntimeError("an earlier block of the retrieval metrics failed")
+            lo, off, col, val = self._lists[b0]
+            o = off[r0 - lo : r0 - lo + c + 1]
+            in_off[p] = o - o[0] + base
+            cols.append(col[o[0] : o[-1]])
+            vals.append(val[o[0] : o[-1]])
+            base += int(o[-1] - o[0])
+        self._forget(r0)
+        if not parts:
+            fmt = torch.int16 if self.is_bits else self.plan.st.out_fmt
+            return in_off, np.zeros(0, dtype=np.int32), torch.empty(0, dtype=fmt).numpy()
+        return in_off, np.concatenate(cols), np.concatenate(vals)
+
+
 def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
     """Per-query values of every metric of ``req`` (module docstring).
 
@@ -156,18 +305,27 @@ def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
     dev = req.device
     nq, n_g = plan.qp.shape[0], plan.gp.shape[0]
     threads = max(1, torch.get_num_threads()) if dev.type == "cpu" else 1
+    half_route = _half_applies(plan, req)
+    # the half-product route holds one block of stage-1 scores per thread and little else per item
+    per_item = torch.empty(0, dtype=plan.st.out_fmt).element_size() if half_route else 8
     band = chunk_rows(
-        n_g, req.max_memory_mb / threads, req.chunk_size, bytes_per_item=8, max_rows=1024
+        n_g, req.max_memory_mb / threads, req.chunk_size, bytes_per_item=per_item, max_rows=1024
     )
     starts = list(range(0, nq, band))
     show = len(starts) > 16 if req.progress is None else bool(req.progress)
     pool = BufferPool(band * n_g, plan.st.out_fmt, dev, len(starts))
     results: dict[int, dict[str, dict[str, torch.Tensor]]] = {}
+    with exact_matmul():
+        half = _HalfProduct(plan, req, starts, band) if half_route else None
 
     def work(r0: int) -> None:
         r1 = min(r0 + band, nq)
-        with pool.take() as flat:
-            positions = _block_positions(plan, req, r0, r1, flat)
+        try:
+            with pool.take() as flat:
+                positions = _block_positions(plan, req, r0, r1, flat, half)
+        finally:
+            if half is not None:  # a failed block must not leave the later ones waiting
+                half.release(r0)
         binary = positions.binary() if any(m.family == "binary" for m in req.metrics) else None
         results[r0] = {
             m.name: {
@@ -193,16 +351,24 @@ def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
 
 
 def _block_positions(
-    plan: _Plan, req: MetricsRequest, r0: int, r1: int, flat: torch.Tensor | None
+    plan: _Plan,
+    req: MetricsRequest,
+    r0: int,
+    r1: int,
+    flat: torch.Tensor | None,
+    half: _HalfProduct | None = None,
 ) -> LevelPositions:
     """The positives of queries ``r0:r1`` (permuted order) in canonical order, with their
-    positions."""
+    positions (``half``: the same-set route of :class:`_HalfProduct`)."""
     st = plan.st
     dev = req.device
     n_g = plan.gp.shape[0]
     c = r1 - r0
     rows = torch.arange(r0, r1, device=dev)
-    s = st.product(st.qr[r0:r1], st.gr, flat)
+    col0 = half.first_col(r0) if half is not None else 0
+    s = st.product(st.qr[r0:r1], st.gr[col0:], flat)
+    if half is not None:
+        half.hand_over(r0, r1, s)
     a, b = plan.range_a[r0:r1], plan.range_b[r0:r1]
     width = max(int((b - a).max()), 1)
     if dev.type == "cpu" and USE_KERNELS and width > SMALL_POSITIVES:
@@ -211,7 +377,7 @@ def _block_positions(
     in_range = idx < b[:, None]
     idx = idx.clamp(max=n_g - 1)
     idx_d = idx.to(dev)
-    pv = s.gather(1, idx_d).to(st.cmp)
+    pv = s.gather(1, (idx - col0).clamp(min=0).to(dev)).to(st.cmp)
     level = torch.ones(c, width, dtype=torch.long)
     match = torch.ones(c, width, dtype=torch.bool)
     lab_q = plan.lab_q[r0:r1]
@@ -229,7 +395,7 @@ def _block_positions(
     thr = st.thresholds(torch.where(has_pos, lowest, torch.zeros_like(lowest)), rows)
     thr = torch.where(has_pos, thr, torch.full_like(thr, torch.inf))
     if dev.type == "cpu" and USE_KERNELS:
-        return _small_block(plan, req, r0, rows, s, pv, level_d, idx_d, thr, has_pos, a, b)
+        return _small_block(plan, req, r0, rows, s, pv, level_d, idx_d, thr, has_pos, a, b, half)
     for g0, g1 in _groups(a, b):
         s[g0:g1, int(a[g0]) : int(b[g0])] = -torch.inf
     if plan.self_col is not None:
@@ -261,16 +427,19 @@ def _from_keys(keys: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(finite, vals, keys)
 
 
-def _thresholds_as(s: torch.Tensor, thr: torch.Tensor) -> np.ndarray:
+def _thresholds_as(dtype: torch.dtype, thr: torch.Tensor) -> np.ndarray:
     """Row thresholds in the comparison form of
-    :func:`~rank_lab.metrics.engine.routes._kernels.emit_above`: int64 keys of the smallest 16-bit
-    float >= ``thr`` for bfloat16 / float16 scores, else ``thr`` in the scores' dtype rounded down
-    (``s >= thr`` keeps its meaning). Rows without positives (``thr = inf``) emit nothing."""
-    if s.dtype in _BITS:
-        near = thr.to(s.dtype)
+    :func:`~rank_lab.metrics.engine.routes._kernels.emit_above` for scores of ``dtype``: int64 keys
+    of the smallest 16-bit float >= ``thr`` for bfloat16 / float16 (``-0`` when ``thr`` is zero:
+    ``-0 >= 0``), else ``thr`` in ``dtype`` rounded down (``s >= thr`` keeps its meaning). Rows
+    without positives (``thr = inf``) emit nothing; ``thr = -inf`` keeps every finite score."""
+    if dtype in _BITS:
+        near = thr.to(dtype)
         keys = bf16_keys(near.view(torch.int16).numpy()) + (near.to(thr.dtype) < thr).numpy()
-        return np.where(np.isfinite(thr.numpy()), keys, np.int64(1) << 40)
-    down = thr.to(s.dtype)
+        keys = np.where(thr.numpy() == 0, -1, keys)  # the key of -0, just below +0's
+        keys = np.where(thr.numpy() == -np.inf, np.int64(-1) << 40, keys)
+        return np.where(thr.numpy() == np.inf, np.int64(1) << 40, keys)
+    down = thr.to(dtype)
     down = torch.where(
         down.to(thr.dtype) > thr, torch.nextafter(down, torch.full_like(down, -torch.inf)), down
     )
@@ -288,7 +457,7 @@ def _emit(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The kept negatives ``(rows, cols)`` of a block:
     :func:`~rank_lab.metrics.engine.routes._kernels.emit_above`."""
-    thr_np = _thresholds_as(s, thr)
+    thr_np = _thresholds_as(s.dtype, thr)
     cap = max(64 * s_np.shape[0], plan.last_emitted)
     while True:
         out_r, out_c = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
@@ -352,16 +521,22 @@ def _small_block(
     has_pos: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
+    half: _HalfProduct | None = None,
 ) -> LevelPositions:
     """Steps 2-4 of the module docstring on a block whose rows have at most
-    :data:`SMALL_POSITIVES` positives, with the compiled kernels (CPU): :func:`_small_rows`."""
+    :data:`SMALL_POSITIVES` positives, with the compiled kernels (CPU): :func:`_small_rows`
+    (``half``: the block holds the columns from ``half.first_col(r0)`` on, and the earlier bands
+    hand over the items before them)."""
     c = pv.shape[0]
     s_np = s.view(torch.int16).numpy() if s.dtype in _BITS else s.numpy()
     own = _own_cols(plan, r0, c)
     is_pos = level > 0
     use, cut, cap_rows, guess, k_row = thr, None, None, None, None
-    if plan.list_depth is not None:  # every metric reads the first K positions only
+    if half is not None:  # the guesses of the K-th scores came first (they cut the hand-over)
+        k_row, guess = half.k_row[r0 : r0 + c], half.guess[r0 : r0 + c]
+    elif plan.list_depth is not None:  # every metric reads the first K positions only
         k_row, guess = _guess_kth(plan, s, s_np, is_pos.sum(1), own)
+    if k_row is not None:
         cut, cap_rows = _cut_at(plan.st, guess, rows, has_pos, thr)
         use = torch.where(cap_rows, cut, thr)
     return _small_rows(
@@ -383,6 +558,7 @@ def _small_block(
         own,
         a.numpy(),
         b.numpy(),
+        half,
     )
 
 
@@ -512,10 +688,14 @@ def _small_rows(
     own: np.ndarray,
     a_np: np.ndarray,
     b_np: np.ndarray,
+    half: _HalfProduct | None,
 ) -> LevelPositions:
     """A block whose rows have few positives: every positive re-scored, each negative placed by the
     positives' stage-1 limits, the doubtful ones re-scored in gallery order where the metrics need
-    them (:func:`~rank_lab.metrics.engine.routes._kernels.small_scan`, then ``small_finish``)."""
+    them (:func:`~rank_lab.metrics.engine.routes._kernels.small_scan`, then ``small_finish``).
+    With ``half``, ``s`` holds the columns from ``half.first_col(r0)`` on and the earlier columns'
+    items come from :meth:`_HalfProduct.handed_over`; rows whose guessed cut fails get their whole
+    row of scores."""
     st = plan.st
     c, width = pv.shape
     is_bits = s.dtype in _BITS
@@ -547,7 +727,22 @@ def _small_rows(
 
     g_np = plan.gp.numpy()
 
-    def run(sel: np.ndarray | slice, thr_rows: torch.Tensor, cut_rows: np.ndarray) -> None:
+    col0 = half.first_col(r0) if half is not None else 0
+    # no items handed over (the full route)
+    none_in = (
+        np.zeros((1, c + 1), dtype=np.int64),
+        np.zeros(0, dtype=np.int32),
+        np.zeros(0, s_np.dtype),
+    )
+
+    def run(
+        sel: np.ndarray | slice,
+        thr_rows: torch.Tensor,
+        cut_rows: np.ndarray,
+        scores: np.ndarray,
+        col0: int,
+        inbox: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
         # a slice: the whole block, without copying the scores
         k = c if isinstance(sel, slice) else sel.size
         keys_w, lvs_w = np.empty((k, width)), np.empty((k, width), dtype=np.int64)
@@ -566,10 +761,10 @@ def _small_rows(
             )
             reach_w[:] = 0
             n_amb = small_scan(
-                s_np[sel],
+                scores,
                 is_bits,
                 table,
-                _thresholds_as(s, thr_rows),
+                _thresholds_as(s.dtype, thr_rows),
                 a_np[sel],
                 b_np[sel],
                 own[sel],
@@ -594,6 +789,8 @@ def _small_rows(
                 *amb,
                 reach_w,
                 bad,
+                col0,
+                *inbox,
             )
             if n_amb == -1:
                 _check_no_nan(torch.tensor([float("nan")]))
@@ -623,7 +820,8 @@ def _small_rows(
         out[3][:] = reach_w
 
     out = (lv, ge, keys, reach)
-    run(slice(None), use, cut_np)
+    inbox = half.handed_over(r0, c) if half is not None else none_in
+    run(slice(None), use, cut_np, s_np, col0, inbox)
     if cap_rows is not None and bool(cap_rows.any()):
         # the guess is a lower bound of the K-th score only if at least K items reach it
         reach_t = torch.from_numpy(reach) + (level.gt(0) & (pv >= guess.to(pv.dtype)[:, None])).sum(
@@ -638,7 +836,13 @@ def _small_rows(
                 np.full((f, width), -np.inf),
                 np.zeros(f, dtype=np.int64),
             )
-            run(failed, thr[torch.from_numpy(failed)], none[failed])
+            if half is None:
+                full = s_np[failed]
+            else:  # the whole rows (the hand-over was cut at the guess)
+                sf = st.product(st.qr[rows[torch.from_numpy(failed)]], st.gr)
+                full = sf.view(torch.int16).numpy() if is_bits else sf.numpy()
+            empty = (np.zeros((1, f + 1), dtype=np.int64), none_in[1], none_in[2])
+            run(failed, thr[torch.from_numpy(failed)], none[failed], full, 0, empty)
             lv[failed], ge[failed], keys[failed] = out[0], out[1], out[2]
     lv_t = torch.from_numpy(lv)
     return LevelPositions(
