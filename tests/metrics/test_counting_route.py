@@ -575,3 +575,20 @@ def test_thresholds_keep_negative_zero_at_a_zero_threshold():
         assert (key[:2] >= th[0]).all() and (key[:2] >= th[1]).all()
         assert key[2] < th[0] and key[3] >= th[0]
         assert (key < th[2]).all() and (key >= th[3]).all()
+
+
+def test_half_product_route_leaves_too_many_blocks_to_the_full_route(monkeypatch):
+    """Each block of the half-product route reads the lists of every earlier block: beyond
+    HALF_MAX_BLOCKS blocks (tiny blocks asked for a large gallery) the full route serves the
+    request, with the same bits."""
+    import rank_lab.metrics.engine.routes.counting as C
+
+    x, y = _data("clustered", 300, 16, seed=17, n_cls=40)
+    ks = (1, 5)
+    want = brute_metrics(x, y, ks, ("R@k", "mAP@R"))
+    for limit, taken in ((2, False), (300, True)):
+        seen = _half_spy(monkeypatch)
+        monkeypatch.setattr(C, "HALF_MAX_BLOCKS", limit)
+        got = engine(x, y, "counting", monkeypatch, ks=ks, metrics=("R@k", "mAP@R"), chunk_size=7)
+        assert bool(seen) == taken, limit
+        assert_same(got, want, limit)

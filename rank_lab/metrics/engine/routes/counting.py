@@ -37,7 +37,8 @@ The positions are those of the canonical ranking whatever the precision, the blo
 device; the registered metrics read them (:mod:`rank_lab.metrics.engine.formulas.registry`), so
 the per-query values are bit-identical to the exact route and to the neighbour-list route. Memory:
 one block of stage-1 scores and the kept items, ``O(c N)`` -- never ``N x N``, and independent of
-the cut-offs ``ks``. Internal route of :func:`rank_lab.metrics.retrieval_metrics` (which checks
+the cut-offs ``ks`` -- plus, on the half-product route, the handed-over items (about ``1.5 K`` a
+query, ``K`` the deepest position the metrics read). Internal route of :func:`rank_lab.metrics.retrieval_metrics` (which checks
 the request).
 """
 
@@ -159,6 +160,8 @@ class _Plan:
 #: take the half-product route (the hand-over holds about 1.5 K items a row); small N always does.
 HALF_MAX_DEPTH = 0.25
 HALF_SMALL_N = 2048
+#: ... and at most this many blocks (each block takes the lists of every earlier one).
+HALF_MAX_BLOCKS = 1024
 
 
 def _half_applies(plan: _Plan, req: MetricsRequest) -> bool:
@@ -311,6 +314,11 @@ def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
     band = chunk_rows(
         n_g, req.max_memory_mb / threads, req.chunk_size, bytes_per_item=per_item, max_rows=1024
     )
+    if half_route and -(-nq // band) > HALF_MAX_BLOCKS:  # each block reads every earlier one's list
+        half_route = False
+        band = chunk_rows(
+            n_g, req.max_memory_mb / threads, req.chunk_size, bytes_per_item=8, max_rows=1024
+        )
     starts = list(range(0, nq, band))
     show = len(starts) > 16 if req.progress is None else bool(req.progress)
     pool = BufferPool(band * n_g, plan.st.out_fmt, dev, len(starts))
