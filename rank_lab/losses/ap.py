@@ -28,7 +28,7 @@ import torch
 from rank_lab.losses._direct import direct_ap_loss
 from rank_lab.losses.base import RankLoss, per_query_mean_trusted
 from rank_lab.losses.registry import register_loss
-from rank_lab.ranking.ranks import exact_rank_plus_rows_trusted
+from rank_lab.ranking.ranks import split_rank_rows_trusted
 from rank_lab.ranking.row_kernel import positive_rows_trusted, row_step_sums_trusted
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
@@ -126,26 +126,16 @@ class SupAP(RankLoss):
         if self.impl == "direct":
             return direct_ap_loss(scores, relevance, valid, Heaviside(), self.step)
         q_idx, k_idx = positive_rows_trusted(relevance, valid)
-        rank_pos = exact_rank_plus_rows_trusted(
+        rank_pos, rank_neg = split_rank_rows_trusted(
             scores,
             relevance,
             q_idx,
             k_idx,
+            self.step,
             valid=valid,
             max_elements=self.max_elements,
             binary=True,
         )
-        rank_neg = row_step_sums_trusted(
-            scores,
-            q_idx,
-            k_idx,
-            self.step,
-            ("lower",),
-            valid=valid,
-            relevance=relevance,
-            max_elements=self.max_elements,
-            rows_are_top=True,
-        )[:, 0]
         ratio = rank_pos / (rank_pos + rank_neg)
         return 1 - per_query_mean_trusted(ratio, q_idx, scores.shape[0])
 

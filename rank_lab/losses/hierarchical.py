@@ -65,7 +65,7 @@ from rank_lab.metrics.hierarchy.relevance import (
     relevance_table_trusted,
     shared_level,
 )
-from rank_lab.ranking.ranks import exact_rank_plus_rows_trusted, pairwise_differences
+from rank_lab.ranking.ranks import pairwise_differences, split_rank_rows_trusted
 from rank_lab.ranking.row_kernel import chunk_rows, positive_rows_trusted, row_step_sums_trusted
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
@@ -400,11 +400,12 @@ class SupHAP(HierarchicalRankLoss):
         if self.impl == "direct":
             return _direct_hap(scores, relevance, valid, Heaviside(), Heaviside(), self.step, total)
         q_idx, k_idx = positive_rows_trusted(relevance, valid)
-        rank_pos = exact_rank_plus_rows_trusted(
+        rank_pos, rank_neg = split_rank_rows_trusted(
             scores,
             relevance,
             q_idx,
             k_idx,
+            self.step,
             valid=valid,
             max_elements=self.max_elements,
             binary=False,
@@ -414,17 +415,6 @@ class SupHAP(HierarchicalRankLoss):
         )
         rel_k = relevance[q_idx, k_idx]
         h_rank = rel_k * rank_pos + lower  # Eq. 4.2 split at rel(k)
-        rank_neg = row_step_sums_trusted(
-            scores,
-            q_idx,
-            k_idx,
-            self.step,
-            ("lower",),
-            valid=valid,
-            relevance=relevance,
-            max_elements=self.max_elements,
-            rows_are_top=False,
-        )[:, 0]
         ratio = h_rank / (rank_pos + rank_neg)
         return 1 - _per_query_sum(ratio, q_idx, scores.shape[0]) / total.clamp(
             min=torch.finfo(total.dtype).tiny
@@ -526,26 +516,16 @@ class SupNDCG(HierarchicalRankLoss):
             ).sum(1)
             return 1 - dcg / idcg
         q_idx, k_idx = positive_rows_trusted(relevance, valid)
-        rank_pos = exact_rank_plus_rows_trusted(
+        rank_pos, rank_neg = split_rank_rows_trusted(
             scores,
             relevance,
             q_idx,
             k_idx,
+            self.step,
             valid=valid,
             max_elements=self.max_elements,
             binary=False,
         )
-        rank_neg = row_step_sums_trusted(
-            scores,
-            q_idx,
-            k_idx,
-            self.step,
-            ("lower",),
-            valid=valid,
-            relevance=relevance,
-            max_elements=self.max_elements,
-            rows_are_top=False,
-        )[:, 0]
         dcg = _per_query_sum(
             relevance[q_idx, k_idx] / torch.log2(1 + rank_pos + rank_neg), q_idx, scores.shape[0]
         )

@@ -71,7 +71,7 @@ from rank_lab.losses.base import RankLoss, reachable_ks
 from rank_lab.losses.prepared_batch import PreparedBatch, full_precision
 from rank_lab.losses.registry import register_loss
 from rank_lab.losses.simix import simix
-from rank_lab.ranking.ranks import exact_rank_plus_rows_trusted
+from rank_lab.ranking.ranks import split_rank_rows_trusted
 from rank_lab.ranking.row_kernel import positive_rows_trusted, row_step_sums_trusted
 from rank_lab.ranking.steps import Heaviside, SigmoidStep, StepFunction, SupRankStep
 
@@ -465,24 +465,14 @@ class SupRecallAtK(_RecallLoss):
         self.neg_step = SupRankStep(tau, rho, delta, eps, start, offset, linear_origin, zero_branch)  # type: ignore[arg-type]
 
     def _ranks(self, scores, relevance, valid, q_idx, k_idx):  # type: ignore[no-untyped-def]
-        rank_pos = exact_rank_plus_rows_trusted(
+        rank_pos, rank_neg = split_rank_rows_trusted(
             scores,
             relevance,
             q_idx,
             k_idx,
+            self.neg_step,
             valid=valid,
             max_elements=self.max_elements,
             binary=True,
         )
-        rank_neg = row_step_sums_trusted(
-            scores,
-            q_idx,
-            k_idx,
-            self.neg_step,
-            ("lower",),
-            valid=valid,
-            relevance=relevance,
-            max_elements=self.max_elements,
-            rows_are_top=True,
-        )
-        return rank_pos + rank_neg[:, 0]
+        return rank_pos + rank_neg

@@ -248,6 +248,51 @@ def exact_rank_plus_rows_trusted(
     return n_ge[q_idx, k_idx].to(scores.dtype)
 
 
+def split_rank_rows_trusted(
+    scores: torch.Tensor,
+    relevance: torch.Tensor,
+    q_idx: torch.Tensor,
+    k_idx: torch.Tensor,
+    step: StepFunction,
+    *,
+    valid: torch.Tensor,
+    max_elements: int | None,
+    binary: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rank+, rank-)`` of the rows ``(q_idx, k_idx)``, the split of every SupRank loss (Ramzi
+    thesis Eq. 3.3; SupRank Eq. 3): ``rank+`` exact (Heaviside over the items at least as relevant,
+    no gradient), ``rank-`` the sum of ``step`` over the less relevant ones (the smoothed part).
+    Checked inputs (the losses' kernel, no host sync).
+
+    Args:
+        scores: ``(Q, N)`` finite floating scores.
+        relevance: ``(Q, N)`` relevance in the scores' dtype.
+        q_idx, k_idx: ``(R,)`` long rows (query, positive), on the scores' device.
+        step: the step of ``rank-`` (:class:`~rank_lab.ranking.steps.SupRankStep` for SupRank).
+        valid: ``(Q, N)`` bool retrieval-set mask.
+        max_elements: size of one ``(chunk, N)`` block (None: the device's default).
+        binary: the relevance holds 0 / 1 only and every row is a positive (the fast routes).
+
+    Returns:
+        ``(R,)`` ``rank+`` and ``(R,)`` ``rank-``.
+    """
+    rank_pos = exact_rank_plus_rows_trusted(
+        scores, relevance, q_idx, k_idx, valid=valid, max_elements=max_elements, binary=binary
+    )
+    rank_neg = row_step_sums_trusted(
+        scores,
+        q_idx,
+        k_idx,
+        step,
+        ("lower",),
+        valid=valid,
+        relevance=relevance,
+        max_elements=max_elements,
+        rows_are_top=binary,
+    )[:, 0]
+    return rank_pos, rank_neg
+
+
 def rank_split(
     scores: torch.Tensor,
     relevance: torch.Tensor,

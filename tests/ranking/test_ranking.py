@@ -335,3 +335,35 @@ def test_bad_inputs_raise_named_errors():
         row_step_sums(
             torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), torch.zeros(3, dtype=torch.long)
         )
+
+
+@pytest.mark.parametrize("graded", [False, True])
+def test_split_rank_rows_is_rank_split_on_the_positive_rows(graded):
+    """The SupRank losses' split (exact rank+, stepped rank-) with a Heaviside step is the exact
+    ``rank_split`` of those rows, binary and graded, with the query's own item excluded."""
+    from rank_lab.ranking.ranks import rank_split, split_rank_rows_trusted
+    from rank_lab.ranking.row_kernel import positive_rows_trusted
+    from rank_lab.ranking.steps import Heaviside
+
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randint(-3, 4, (5, 11), generator=g).double() / 4  # many exact ties
+    if graded:
+        relevance = torch.randint(0, 3, (5, 11), generator=g).double()
+    else:
+        relevance = (torch.rand(5, 11, generator=g) < 0.4).double()
+    valid = torch.ones(5, 11, dtype=torch.bool)
+    valid[torch.arange(5), torch.arange(5)] = False
+    q_idx, k_idx = positive_rows_trusted(relevance, valid)
+    rank_pos, rank_neg = split_rank_rows_trusted(
+        scores,
+        relevance,
+        q_idx,
+        k_idx,
+        Heaviside(),
+        valid=valid,
+        max_elements=None,
+        binary=not graded,
+    )
+    want_pos, want_neg = rank_split(scores, relevance, valid)
+    assert torch.equal(rank_pos, want_pos[q_idx, k_idx])
+    assert torch.equal(rank_neg, want_neg[q_idx, k_idx])
