@@ -38,8 +38,8 @@ device; the registered metrics read them (:mod:`rank_lab.metrics.engine.formulas
 the per-query values are bit-identical to the exact route and to the neighbour-list route. Memory:
 one block of stage-1 scores and the kept items, ``O(c N)`` -- never ``N x N``, and independent of
 the cut-offs ``ks`` -- plus, on the half-product route, the handed-over items (about ``1.5 K`` a
-query, ``K`` the deepest position the metrics read). Internal route of :func:`rank_lab.metrics.retrieval_metrics` (which checks
-the request).
+query, ``K`` the deepest position the metrics read). Internal route of
+:func:`rank_lab.metrics.retrieval_metrics` (which checks the request).
 """
 
 from __future__ import annotations
