@@ -333,29 +333,10 @@ def canonical_cpu(
     """``out[m]`` = the canonical score of ``(q[rows[m]], g[cols[m]])``: products rounded to the
     inputs' dtype, zero-padded to ``width = 2^h``, summed by the fixed pairwise tree (the first
     level adds the two halves' products, each rounded first: no fused multiply-add)."""
-    d = q.shape[1]
-    if width == 1:
-        for m in range(rows.shape[0]):
-            out[m] = q[rows[m], 0] * g[cols[m], 0]
-        return
-    h0 = width // 2
-    a = np.empty(h0, dtype=q.dtype)
-    b = np.empty(h0, dtype=q.dtype)
+    a = np.empty(max(width // 2, 1), dtype=q.dtype)
+    b = np.empty(max(width // 2, 1), dtype=q.dtype)
     for m in range(rows.shape[0]):
-        qi = q[rows[m]]
-        gi = g[cols[m]]
-        for i in range(h0):
-            a[i] = qi[i] * gi[i] if i < d else 0
-        for i in range(h0):
-            b[i] = qi[i + h0] * gi[i + h0] if i + h0 < d else 0
-        for i in range(h0):
-            a[i] = a[i] + b[i]
-        h = h0 // 2
-        while h >= 1:
-            for i in range(h):
-                a[i] = a[i] + a[i + h]
-            h //= 2
-        out[m] = a[0]
+        out[m] = _canonical_one(q[rows[m]], g[cols[m]], a, b, width)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -691,8 +672,9 @@ def large_rows(
 def _canonical_one(
     qi: np.ndarray, gi: np.ndarray, a: np.ndarray, b: np.ndarray, width: int
 ) -> float:  # pragma: no cover - compiled
-    """The canonical score of one pair (the tree of :func:`canonical_cpu`; ``a``, ``b``: work
-    buffers)."""
+    """The canonical score of one pair: products rounded to the inputs' dtype, zero-padded to
+    ``width = 2^h``, summed by the fixed pairwise tree (``a``, ``b``: work buffers of
+    ``width / 2``)."""
     d = qi.shape[0]
     if width == 1:
         return qi[0] * gi[0]
