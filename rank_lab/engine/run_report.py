@@ -114,11 +114,11 @@ def training_report() -> dict[str, Any]:
     """What this process's loops did since :func:`reset_training_report`.
 
     Returns:
-        ``{"resumed": bool, "fresh": bool, "loops": n, "trained": {"epochs", "steps"},
-        "restored": {"epochs", "steps"}, "resumes": [...], "more_resumes": m}``: ``epochs`` sums the
-        epoch-based loops, ``steps`` every loop's optimiser steps; ``resumes`` lists the loops that
-        resumed or ignored a checkpoint (file, the file used, fallback reason, unit, restored,
-        trained), the first :data:`MAX_LISTED` of them.
+        A dict with the keys ``resumed`` (bool), ``fresh`` (bool), ``loops`` (int), ``trained`` and
+        ``restored`` (each ``{"epochs", "steps"}``), ``resumes`` (list) and ``more_resumes`` (int):
+        ``epochs`` sums the epoch-based loops, ``steps`` every loop's optimiser steps; ``resumes``
+        lists the loops that resumed or ignored a checkpoint (file, the file used, fallback reason,
+        unit, restored, trained), the first :data:`MAX_LISTED` of them.
     """
     resumed = [r for r in _LOOPS if r.resumed_from is not None or r.ignored is not None]
     listed = [

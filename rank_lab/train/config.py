@@ -53,10 +53,8 @@ class TrainConfig:
       m-per-class sampler of the papers), ``sampler`` ("m_per_class", or "hierarchical": the
       HAPPIER papers' sampler drawing ``super_classes_per_batch`` super-classes (label column
       1) per batch, m per class, needs ``(N, L)`` labels), ``batches_per_epoch`` (``None``: the
-         sampler's
-      default length), ``num_workers`` (clamped to the machine's CPUs, with a warning),
-      ``image_size`` (for dataset transforms),
-      ``dataset`` / ``data_dir`` (for
+      sampler's default length), ``num_workers`` (clamped to the machine's CPUs, with a warning),
+      ``image_size`` (for dataset transforms), ``dataset`` / ``data_dir`` (for
       :func:`rank_lab.data.datasets.retrieval.load_retrieval_dataset`).
     * Optimiser: ``optimizer`` (adam / adamw / sgd), ``lr`` (backbone), ``head_lr`` (pooling +
       head; ``None`` = ``lr``), ``loss_lr`` (learnable loss parameters such as proxies;
