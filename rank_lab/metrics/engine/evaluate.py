@@ -7,7 +7,9 @@ builds one frozen :class:`~rank_lab.metrics.engine.routes.request.MetricsRequest
 the cheapest route that serves every metric asked:
 
 * **certified counting** (:mod:`rank_lab.metrics.engine.routes.counting`): every metric, at the
-  cost of one pass of stage-1 scores whatever the cut-offs (R@1000 costs what R@1 costs);
+  cost of one pass of stage-1 scores whatever the cut-offs (R@1000 costs what R@1 costs); when the
+  queries are the gallery and the metrics read no deeper than ``K``, about half the product (each
+  block hands the later queries the items they need from its scores read by column);
 * **neighbour lists** (:mod:`rank_lab.metrics.engine.routes.neighbour_lists`): binary metrics that
   read no deeper than ``K = max(k, R)`` (and MRR), cheaper for short lists (queries = gallery: the
   certified search computes each pair once for both orientations), and the route of a flat index
