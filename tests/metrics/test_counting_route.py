@@ -461,14 +461,14 @@ def _half_spy(monkeypatch) -> list[int]:
 def test_half_product_route_bit_identical(kind, monkeypatch):
     """Queries = gallery with metrics of depth "k" / "R": each block computes the columns from its
     first positive on and takes the earlier ones from the earlier blocks (scores are symmetric).
-    Blocks of 1, 7 and 64 rows, every precision, rows with and without a cut: the brute force's
-    bits."""
+    Blocks of 7 and 64 rows (1-row blocks: the chunk-size test), every precision, rows with and
+    without a cut: the brute force's bits."""
     x, y = _data(kind, 300, 16, seed=13, n_cls=40)
     shallow = ("R@k", "P@k", "TR@k", "AP@k", "mAP@R")
     for ks in ((1,), (1, 4, 17), (2, 3, 5, 8, 13, 21, 34, 55)):
         want = brute_metrics(x, y, ks, shallow)
         for prec in PRECISIONS:
-            for chunk in (1, 7, 64):
+            for chunk in (7, 64):
                 seen = _half_spy(monkeypatch)
                 got = engine(
                     x,
@@ -484,13 +484,35 @@ def test_half_product_route_bit_identical(kind, monkeypatch):
                 assert_same(got, want, (kind, ks, prec, chunk))
 
 
+@pytest.mark.parametrize("kind", ["tied", "ulp"])
+def test_half_product_route_one_row_blocks(kind, monkeypatch):
+    """Blocks of one query each: every query takes its earlier columns from all earlier blocks."""
+    x, y = _data(kind, 300, 16, seed=13, n_cls=40)
+    ks = (1, 4, 17)
+    want = brute_metrics(x, y, ks, ("R@k", "mAP@R"))
+    for prec in ("bf16", "exact"):
+        seen = _half_spy(monkeypatch)
+        got = engine(
+            x,
+            y,
+            "counting",
+            monkeypatch,
+            ks=ks,
+            metrics=("R@k", "mAP@R"),
+            precision=prec,
+            chunk_size=1,
+        )
+        assert len(seen) == 300, (kind, prec)
+        assert_same(got, want, (kind, prec))
+
+
 def test_half_product_route_with_a_sampled_guess(monkeypatch):
-    """A gallery large enough that the K-th score is guessed from every 10th row (N = 2,600 >
-    HALF_SMALL_N): the hand-over is cut at the guess, and the per-query values stay the brute
-    force's; the guess cuts (fewer items handed over than the whole lower triangle)."""
+    """A gallery treated as large (HALF_SMALL_N lowered): the K-th score is guessed from every 4th
+    row, the hand-over is cut at the guess, and the per-query values stay the brute force's; the
+    guess cuts (far fewer items handed over than the whole lower triangle)."""
     import rank_lab.metrics.engine.routes.counting as C
 
-    x, y = _data("clustered", 2600, 8, seed=14, n_cls=400)
+    x, y = _data("clustered", 1200, 8, seed=14, n_cls=200)
     ks = (1, 10, 100)
     want = brute_metrics(x, y, ks, ("R@k", "mAP@R"))
     handed: list[int] = []
@@ -504,6 +526,7 @@ def test_half_product_route_with_a_sampled_guess(monkeypatch):
     for prec in ("bf16", "exact"):
         handed.clear()
         monkeypatch.setattr(C, "emit_later", spy)
+        monkeypatch.setattr(C, "HALF_SMALL_N", 0)
         got = engine(
             x,
             y,
@@ -512,10 +535,10 @@ def test_half_product_route_with_a_sampled_guess(monkeypatch):
             ks=ks,
             metrics=("R@k", "mAP@R"),
             precision=prec,
-            chunk_size=256,
+            chunk_size=128,
         )
         assert_same(got, want, prec)
-        assert 0 < sum(handed) < 2600 * 2599 // 4, (prec, sum(handed))
+        assert 0 < sum(handed) < 1200 * 1199 // 4, (prec, sum(handed))
 
 
 def test_half_product_route_rows_whose_guess_fails(monkeypatch):
