@@ -193,10 +193,10 @@ class _HalfProduct:
     positions, hence every per-query value, are those of the full route.
     """
 
-    def __init__(self, plan: _Plan, req: MetricsRequest, starts: list[int], band: int) -> None:
+    def __init__(self, plan: _Plan, req: MetricsRequest, starts: list[int]) -> None:
         st = plan.st
         n = plan.gp.shape[0]
-        self.plan, self.band, self.n = plan, band, n
+        self.plan, self.n = plan, n
         self.starts = starts
         first = plan.range_a[torch.tensor(starts, dtype=torch.long)].numpy()
         self._first = dict(zip(starts, first.tolist(), strict=True))
@@ -324,7 +324,7 @@ def counting_route(req: MetricsRequest) -> dict[str, dict[str, torch.Tensor]]:
     pool = BufferPool(band * n_g, plan.st.out_fmt, dev, len(starts))
     results: dict[int, dict[str, dict[str, torch.Tensor]]] = {}
     with exact_matmul():
-        half = _HalfProduct(plan, req, starts, band) if half_route else None
+        half = _HalfProduct(plan, req, starts) if half_route else None
 
     def work(r0: int) -> None:
         r1 = min(r0 + band, nq)
